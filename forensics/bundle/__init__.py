@@ -1,0 +1,1 @@
+"""The evidence bundle: format constants, atomic writer, hostile-input reader, verification, redaction."""

@@ -1,0 +1,46 @@
+"""Constants and helpers of bundle format v1 (documented in docs/bundle-format.md)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+
+from forensics.errors import BundleUnsafe
+
+FORMAT_NAME = "gpuforensics-bundle"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+MANIFEST = "manifest.json"
+COLLECTOR_STATUSES = ("ok", "partial", "failed", "unavailable", "skipped")
+
+_MEMBER_RE = re.compile(r"^[A-Za-z0-9._@:+=,-]+(/[A-Za-z0-9._@:+=,-]+)*$")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    """ISO 8601 UTC with a ``Z`` and microseconds, the one timestamp form used in bundles."""
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def iso_from_unix(ts: float) -> str:
+    return iso(datetime.fromtimestamp(ts, UTC))
+
+
+def bundle_stem(hostname: str, when: datetime) -> str:
+    """``gpuforensics-<hostname>-<YYYYmmddTHHMMSSZ>``; the host name is made safe for a file name."""
+    safe = re.sub(r"[^A-Za-z0-9.-]+", "_", hostname).strip("._-") or "host"
+    return f"gpuforensics-{safe[:64]}-{when.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def check_member_name(name: str) -> str:
+    """Validate a member path (relative, POSIX, no ``..``, a safe character set) and return it."""
+    if not name or len(name) > 512 or not _MEMBER_RE.match(name):
+        raise BundleUnsafe(f"unsafe member name: {name!r}")
+    parts = PurePosixPath(name).parts
+    if any(p in (".", "..") for p in parts):
+        raise BundleUnsafe(f"unsafe member name: {name!r}")
+    return name

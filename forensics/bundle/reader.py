@@ -1,0 +1,232 @@
+"""Reads a bundle as hostile input, in memory, without extracting anything to disk.
+
+Guarantees: no member may escape (absolute paths, ``..``), link, device and FIFO members are
+refused, total uncompressed size, per-member size and member count are capped (a gzip bomb stops
+at the cap, not at the end of the stream), a truncated or non-gzip file is a clear error, malformed
+JSON names its member, an unknown ``format_version`` is refused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from forensics.bundle.format import FORMAT_NAME, MANIFEST, SUPPORTED_VERSIONS, check_member_name
+from forensics.errors import BundleInvalid, BundleTooLarge, BundleUnsafe
+
+__all__ = ["Bundle", "ReadLimits", "open_bundle"]
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Caps applied while reading; exceeding one raises :class:`BundleTooLarge`."""
+
+    max_total_bytes: int = 1 << 30  # uncompressed content
+    max_member_bytes: int = 512 << 20
+    max_members: int = 50_000
+
+
+class _CountingReader:
+    """Wraps the decompressed stream; stops the read as soon as the size cap is passed."""
+
+    def __init__(self, inner: BinaryIO, cap: int) -> None:
+        self.inner = inner
+        self.cap = cap
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.inner.read(n)
+        self.count += len(data)
+        if self.count > self.cap:
+            raise BundleTooLarge(f"bundle expands past the cap of {self.cap} bytes (gzip bomb?)")
+        return data
+
+
+class _HashingReader:
+    """Hashes the compressed bytes as they are read, for the bundle's own SHA-256."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self.inner = inner
+        self.hash = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.inner.read(n)
+        self.hash.update(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+
+@dataclass
+class Bundle:
+    """A bundle held in memory: the manifest, and every member's bytes by path."""
+
+    path: Path
+    manifest: dict[str, Any]
+    members: dict[str, bytes]
+    file_sha256: str
+    top: str
+    _manifest_index: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    def names(self) -> list[str]:
+        return sorted(self.members)
+
+    def has(self, member: str) -> bool:
+        return member in self.members
+
+    def read_bytes(self, member: str) -> bytes:
+        try:
+            return self.members[member]
+        except KeyError:
+            raise BundleInvalid(f"{self.path.name}: member {member!r} is missing") from None
+
+    def read_text(self, member: str) -> str:
+        return self.read_bytes(member).decode("utf-8", "replace")
+
+    def read_json(self, member: str) -> Any:
+        try:
+            return json.loads(self.read_bytes(member))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise BundleInvalid(f"{self.path.name}: member {member} is not valid JSON: {exc}") from None
+
+    def iter_jsonl(self, member: str) -> Iterator[tuple[int, Any]]:
+        """Yield ``(line_number, object)`` for each non-empty line (1-based)."""
+        for n, line in enumerate(self.read_bytes(member).splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+                raise BundleInvalid(
+                    f"{self.path.name}: member {member} line {n} is not valid JSON: {exc}"
+                ) from None
+
+    def manifest_entry(self, member: str) -> dict[str, Any] | None:
+        if not self._manifest_index:
+            for entry in self.manifest.get("members") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                    self._manifest_index[entry["path"]] = entry
+        return self._manifest_index.get(member)
+
+    def sha256(self, member: str) -> str:
+        """The member's SHA-256 as the manifest records it (computed if the manifest lacks it)."""
+        entry = self.manifest_entry(member)
+        if entry and isinstance(entry.get("sha256"), str):
+            return str(entry["sha256"])
+        return hashlib.sha256(self.read_bytes(member)).hexdigest()
+
+    def collectors(self) -> list[dict[str, Any]]:
+        value = self.manifest.get("collectors")
+        return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+
+
+def _check_type(info: tarfile.TarInfo) -> None:
+    if info.issym() or info.islnk():
+        raise BundleUnsafe(f"link member refused: {info.name!r} -> {info.linkname!r}")
+    if info.ischr() or info.isblk() or info.isfifo() or info.isdev():
+        raise BundleUnsafe(f"device or FIFO member refused: {info.name!r}")
+    if not (info.isfile() or info.isdir()):
+        raise BundleUnsafe(f"member of unsupported type refused: {info.name!r}")
+
+
+def _split_top(name: str) -> tuple[str, str]:
+    if name.startswith("/") or "\\" in name:
+        raise BundleUnsafe(f"member with an absolute or unsafe path refused: {name!r}")
+    parts = name.split("/")
+    if any(p == ".." for p in parts):
+        raise BundleUnsafe(f"member escaping the bundle refused: {name!r}")
+    parts = [p for p in parts if p not in ("", ".")]
+    if not parts:
+        raise BundleUnsafe(f"member with an empty path refused: {name!r}")
+    return parts[0], "/".join(parts[1:])
+
+
+def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
+    """Read and validate a bundle; raise a :class:`forensics.errors.BundleError` on any problem."""
+    limits = limits or ReadLimits()
+    path = Path(path)
+    try:
+        raw_file = open(path, "rb")
+    except IsADirectoryError:
+        raise BundleInvalid(f"{path}: is a directory, not a bundle") from None
+    except FileNotFoundError:
+        raise BundleInvalid(f"{path}: no such file") from None
+    except OSError as exc:
+        raise BundleInvalid(f"{path}: cannot open: {exc.strerror or exc}") from None
+    with raw_file:
+        if raw_file.read(2) != b"\x1f\x8b":
+            raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (not gzip-compressed)")
+        raw_file.seek(0)
+        hashing = _HashingReader(raw_file)  # type: ignore[arg-type]
+        members: dict[str, bytes] = {}
+        top: str | None = None
+        total = 0
+        try:
+            gz = gzip.GzipFile(fileobj=hashing, mode="rb")  # type: ignore[arg-type]
+            counting = _CountingReader(gz, limits.max_total_bytes + (limits.max_members + 16) * 1024)
+            with tarfile.open(fileobj=counting, mode="r|") as tar:  # type: ignore[call-overload]
+                for info in tar:
+                    _check_type(info)
+                    first, rest = _split_top(info.name)
+                    if top is None:
+                        top = first
+                    elif first != top:
+                        raise BundleInvalid(
+                            f"{path.name}: members under two top directories ({top!r}, {first!r})"
+                        )
+                    if info.isdir():
+                        continue
+                    if not rest:
+                        raise BundleInvalid(f"{path.name}: file at the top level: {info.name!r}")
+                    check_member_name(rest)
+                    if len(members) >= limits.max_members:
+                        raise BundleTooLarge(
+                            f"{path.name}: more than {limits.max_members} members"
+                        )
+                    if info.size > limits.max_member_bytes:
+                        raise BundleTooLarge(
+                            f"{path.name}: member {rest} is {info.size} bytes, over the cap of {limits.max_member_bytes}"
+                        )
+                    total += info.size
+                    if total > limits.max_total_bytes:
+                        raise BundleTooLarge(
+                            f"{path.name}: content exceeds the cap of {limits.max_total_bytes} bytes"
+                        )
+                    if rest in members:
+                        raise BundleInvalid(f"{path.name}: duplicate member {rest}")
+                    f = tar.extractfile(info)
+                    data = f.read() if f is not None else b""
+                    if len(data) != info.size:
+                        raise BundleInvalid(f"{path.name}: member {rest} is truncated")
+                    members[rest] = data
+            hashing.drain()
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise BundleInvalid(f"{path.name}: truncated or corrupt gzip stream ({exc})") from None
+        except tarfile.TarError as exc:
+            raise BundleInvalid(f"{path.name}: not a valid tar archive ({exc})") from None
+        except OSError as exc:
+            raise BundleInvalid(f"{path.name}: cannot read: {exc.strerror or exc}") from None
+    if top is None or MANIFEST not in members:
+        raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (no manifest.json)")
+    try:
+        manifest = json.loads(members.pop(MANIFEST))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BundleInvalid(f"{path.name}: manifest.json is not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (manifest format is not {FORMAT_NAME!r})")
+    version = manifest.get("format_version")
+    if version not in SUPPORTED_VERSIONS:
+        raise BundleInvalid(
+            f"{path.name}: unsupported bundle format_version {version!r} "
+            f"(this gpuforensics reads {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))}; upgrade the tool)"
+        )
+    return Bundle(path=path, manifest=manifest, members=members, file_sha256=hashing.hash.hexdigest(), top=top)

@@ -1,0 +1,185 @@
+"""Redaction of secrets in evidence, with keyed pseudonyms.
+
+A secret is replaced by ``<redacted:HMAC8>``, where HMAC8 is the first 8 bytes (hex) of
+HMAC-SHA256 under a per-capture random key that is never written anywhere. Equal secrets within
+one capture get equal pseudonyms (so "these two containers share a token" stays visible), but the
+values cannot be recovered, and pseudonyms from two captures cannot be compared.
+
+What is redacted by default:
+
+- command-line arguments that carry a secret: ``--password=x``, ``--token x``, ``-pSECRET`` is *not*
+  guessed at (too many false positives), ``KEY=value`` arguments whose key looks secret;
+- environment values, except names on an allow-list (``NVIDIA_*``, ``CUDA_*``, ``PATH``, ...): those
+  are evidence (GPU grants, library paths) and carry no secrets;
+- credentials in URLs (``scheme://user:password@host``), ``Authorization: Bearer ...``, and
+  ``name=value`` pairs whose name looks secret, in any free text.
+
+The manifest records how many values were redacted per category, never the values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["ENV_ALLOW_PREFIXES", "ENV_ALLOW_NAMES", "Redactor", "looks_secret_name"]
+
+ENV_ALLOW_PREFIXES = ("NVIDIA_", "CUDA_", "NCCL_", "LC_", "OMP_", "MKL_", "KUBERNETES_SERVICE_")
+ENV_ALLOW_NAMES = frozenset(
+    {
+        "PATH", "HOME", "HOSTNAME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "SHELL", "PWD",
+        "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA",
+        "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+        "MASTER_PORT", "NODE_NAME", "POD_NAME", "POD_NAMESPACE", "container",
+    }
+)
+
+_SECRET_WORDS = (
+    "password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "api-key", "auth",
+    "credential", "private_key", "private-key", "privatekey", "access_key", "access-key",
+    "session", "cookie", "signature", "passphrase", "key",
+)
+_SECRET_NAME_RE = re.compile(
+    r"(?i)(" + "|".join(re.escape(w) for w in _SECRET_WORDS) + r")"
+)
+# words that contain "key" but are not secrets
+_NOT_SECRET_RE = re.compile(r"(?i)^(monkey|keyboard|hotkey|keys?_?(count|length|size))$")
+
+_URL_CRED_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s:/@]+):(?P<pw>[^\s@/]+)@")
+_BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+(?P<tok>[A-Za-z0-9._~+/=-]{8,})")
+_PAIR_RE = re.compile(
+    r"(?P<name>[A-Za-z0-9_.-]*(?:" + "|".join(re.escape(w) for w in _SECRET_WORDS) + r")[A-Za-z0-9_.-]*)"
+    r"(?P<sep>\s*[=:]\s*)(?P<q>[\"']?)(?P<val>[^\s\"',;&]{1,4096})",
+    re.IGNORECASE,
+)
+_PSEUDONYM_RE = re.compile(r"^<redacted:[0-9a-f]{16}>$")
+
+
+def looks_secret_name(name: str) -> bool:
+    """True for names such as ``DB_PASSWORD``, ``--api-token`` or ``aws_secret_access_key``."""
+    bare = name.lstrip("-").strip()
+    if not bare or _NOT_SECRET_RE.match(bare):
+        return False
+    return bool(_SECRET_NAME_RE.search(bare))
+
+
+def env_name_allowed(name: str) -> bool:
+    return name in ENV_ALLOW_NAMES or name.startswith(ENV_ALLOW_PREFIXES)
+
+
+class Redactor:
+    """Replaces secrets with keyed pseudonyms and counts what it replaced.
+
+    ``Redactor(enabled=False)`` passes everything through unchanged (``--no-redact``).
+    """
+
+    def __init__(self, enabled: bool = True, key: bytes | None = None) -> None:
+        self.enabled = enabled
+        self._key = key if key is not None else os.urandom(32)
+        self.counts: Counter[str] = Counter()
+
+    # -- primitives -------------------------------------------------------------------------
+    def pseudonym(self, value: str, category: str = "value") -> str:
+        """The pseudonym of one secret value (counted under ``category``)."""
+        if not self.enabled:
+            return value
+        if _PSEUDONYM_RE.match(value):
+            return value
+        self.counts[category] += 1
+        digest = hmac.new(self._key, value.encode("utf-8", "surrogateescape"), hashlib.sha256)
+        return f"<redacted:{digest.hexdigest()[:16]}>"
+
+    # -- command lines ----------------------------------------------------------------------
+    def argv(self, args: Iterable[str]) -> list[str]:
+        """Redact secret-carrying arguments of a command line; other arguments are kept as they are."""
+        out: list[str] = []
+        take_next = False
+        for arg in args:
+            if not self.enabled:
+                out.append(arg)
+                continue
+            if take_next:
+                out.append(self.pseudonym(arg, "argv"))
+                take_next = False
+                continue
+            if arg.startswith("-") and "=" in arg:
+                name, _, value = arg.partition("=")
+                if looks_secret_name(name) and value:
+                    out.append(f"{name}={self.pseudonym(value, 'argv')}")
+                    continue
+            elif arg.startswith("-") and looks_secret_name(arg) and len(arg) > 2:
+                out.append(arg)
+                take_next = True
+                continue
+            elif "=" in arg and not arg.startswith("-"):
+                name, _, value = arg.partition("=")
+                if looks_secret_name(name) and value and " " not in name:
+                    out.append(f"{name}={self.pseudonym(value, 'argv')}")
+                    continue
+            out.append(self.text(arg, category="argv"))
+        return out
+
+    # -- environments -----------------------------------------------------------------------
+    def env_value(self, name: str, value: str) -> str:
+        """Keep allow-listed names (NVIDIA_*, CUDA_*, PATH, ...) verbatim; redact every other value."""
+        if not self.enabled or env_name_allowed(name) or value == "":
+            return value
+        return self.pseudonym(value, "env")
+
+    def env_list(self, env: Iterable[str] | None) -> list[str] | None:
+        """Redact a Docker-style ``["NAME=value", ...]`` list; ``None`` stays ``None``."""
+        if env is None:
+            return None
+        out = []
+        for item in env:
+            if not isinstance(item, str):
+                out.append(item)
+                continue
+            name, sep, value = item.partition("=")
+            out.append(f"{name}{sep}{self.env_value(name, value)}" if sep else item)
+        return out
+
+    def env_map(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {k: self.env_value(k, v) for k, v in env.items()}
+
+    # -- free text --------------------------------------------------------------------------
+    def text(self, s: str, category: str = "text") -> str:
+        """Redact URL credentials, bearer tokens and ``secret_name=value`` pairs in free text."""
+        if not self.enabled or not s:
+            return s
+        s = _URL_CRED_RE.sub(
+            lambda m: f"{m['scheme']}{m['user']}:{self.pseudonym(m['pw'], category)}@", s
+        )
+        s = _BEARER_RE.sub(lambda m: f"{m.group(1)} {self.pseudonym(m['tok'], category)}", s)
+
+        def pair(m: re.Match[str]) -> str:
+            name = m["name"]
+            val = m["val"]
+            if not looks_secret_name(name) or val.startswith("<redacted:") or val.lower() in ("bearer", "basic"):
+                return m.group(0)
+            return f"{name}{m['sep']}{m['q']}{self.pseudonym(m['val'], category)}"
+
+        return _PAIR_RE.sub(pair, s)
+
+    def json_env_lists(self, obj: Any, *paths: tuple[str, ...]) -> Any:
+        """Redact the env lists found at the given key paths of a JSON object, in place; returns it."""
+        for path in paths:
+            node = obj
+            for key in path[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+                if node is None:
+                    break
+            if isinstance(node, dict) and isinstance(node.get(path[-1]), list):
+                node[path[-1]] = self.env_list(node[path[-1]])
+        return obj
+
+    def summary(self) -> dict[str, Any]:
+        """What goes into the manifest: enabled flag and counts per category, never values."""
+        return {"enabled": self.enabled, "counts": dict(sorted(self.counts.items())),
+                "method": "HMAC-SHA256 with a per-capture key that is not stored; first 8 bytes shown"}

@@ -1,0 +1,86 @@
+"""Where collectors write evidence: a private staging directory, one file per bundle member.
+
+Collectors run in child processes; each writes its members straight to disk, so whatever a
+collector wrote before it hung, crashed or was killed at its deadline is still packed into the
+bundle. The staging directory is mode 0700 and lives beside the final bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from forensics.bundle.format import MANIFEST, check_member_name
+from forensics.errors import BundleUnsafe, CaptureError
+
+__all__ = ["EvidenceSink", "dumps_json"]
+
+
+def dumps_json(obj: Any, indent: int | None = 1) -> str:
+    """Deterministic JSON: sorted keys, UTF-8 kept, non-JSON values stringified."""
+    return json.dumps(obj, sort_keys=True, indent=indent, ensure_ascii=False, default=str)
+
+
+class EvidenceSink:
+    """Writes members under ``root``; refuses unsafe names and stops at ``max_bytes`` in total."""
+
+    def __init__(self, root: Path, max_bytes: int = 1 << 30) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.bytes_written = 0
+        self.members: set[str] = set()
+
+    def _path(self, member: str) -> Path:
+        check_member_name(member)
+        if member == MANIFEST:
+            raise BundleUnsafe("collectors may not write manifest.json")
+        path = self.root / member
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    def _account(self, n: int) -> None:
+        if self.bytes_written + n > self.max_bytes:
+            raise CaptureError(
+                f"evidence size cap reached ({self.max_bytes} bytes); member not written"
+            )
+        self.bytes_written += n
+
+    def write_bytes(self, member: str, data: bytes) -> None:
+        """Write one member verbatim (replacing it if this capture already wrote it)."""
+        path = self._path(member)
+        self._account(len(data))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        self.members.add(member)
+
+    def write_text(self, member: str, text: str) -> None:
+        self.write_bytes(member, text.encode("utf-8", "surrogateescape"))
+
+    def write_json(self, member: str, obj: Any) -> None:
+        self.write_bytes(member, (dumps_json(obj) + "\n").encode("utf-8", "surrogateescape"))
+
+    def append_jsonl(self, member: str, obj: Any) -> None:
+        """Append one JSON line (flushed, so a killed collector keeps every complete line)."""
+        line = (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape")
+        path = self._path(member)
+        self._account(len(line))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        self.members.add(member)
+
+    def append_bytes(self, member: str, data: bytes) -> None:
+        """Append raw bytes (verbatim logs and streams)."""
+        path = self._path(member)
+        self._account(len(data))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        self.members.add(member)

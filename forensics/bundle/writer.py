@@ -1,0 +1,163 @@
+"""Atomic bundle writer: staging directory -> ``<stem>.tgz`` with a manifest of every member.
+
+The archive is written to a temporary file in the target directory (mode 0600), fsynced, then
+hard-linked to its final name, which fails rather than replace an existing bundle; the temporary
+name is removed. A capture killed at any point leaves no file under the final name.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from forensics._version import __version__
+from forensics.bundle.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    bundle_stem,
+    check_member_name,
+    utc_now,
+)
+from forensics.bundle.sink import EvidenceSink, dumps_json
+from forensics.errors import CaptureError
+
+__all__ = ["BundleWriter", "STAGING_PREFIX"]
+
+STAGING_PREFIX = ".gpuforensics-staging-"
+_CHUNK = 1 << 20
+
+
+def _walk_members(root: Path) -> Iterator[tuple[str, Path]]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            full = Path(dirpath) / fn
+            rel = full.relative_to(root).as_posix()
+            if full.is_symlink() or not full.is_file():
+                continue
+            yield rel, full
+
+
+def _hash_file(path: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+class BundleWriter:
+    """Collects members in a private staging directory, then writes the bundle atomically.
+
+    ``BundleWriter(out_dir, hostname)`` creates ``out_dir/.gpuforensics-staging-*`` (0700); write
+    members through ``writer.sink``; ``finish(manifest_fields)`` packs them and returns the path.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        hostname: str,
+        when: datetime | None = None,
+        max_bytes: int = 1 << 30,
+    ) -> None:
+        self.out_dir = Path(out_dir)
+        self.when = when or utc_now()
+        self.stem = bundle_stem(hostname, self.when)
+        if not self.out_dir.is_dir():
+            raise CaptureError(f"output directory does not exist: {self.out_dir}")
+        if not os.access(self.out_dir, os.W_OK):
+            raise CaptureError(f"output directory is not writable: {self.out_dir}")
+        self.final_path = self.out_dir / f"{self.stem}.tgz"
+        if self.final_path.exists():
+            raise CaptureError(f"refusing to overwrite existing bundle: {self.final_path}")
+        self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.out_dir))
+        os.chmod(self.staging, 0o700)
+        self.sink = EvidenceSink(self.staging, max_bytes=max_bytes)
+
+    def member_table(self) -> list[dict[str, Any]]:
+        """SHA-256 and size of every staged member, sorted by path."""
+        return [
+            {"path": rel, "sha256": digest, "size": size}
+            for rel, full in _walk_members(self.staging)
+            for digest, size in [_hash_file(full)]
+            if check_member_name(rel)
+        ]
+
+    def finish(self, manifest_fields: dict[str, Any]) -> Path:
+        """Write the manifest and archive atomically; remove the staging directory."""
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "tool": {"name": "gpuforensics", "version": __version__},
+            **manifest_fields,
+        }
+        members = self.member_table()
+        manifest["members"] = members
+        manifest_bytes = (dumps_json(manifest) + "\n").encode("utf-8")
+        mtime = int(self.when.timestamp())
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{self.stem}.", suffix=".tgz.partial", dir=self.out_dir)
+        tmp = Path(tmp_name)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as raw:
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=mtime) as gz:
+                    with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                        self._add(tar, MANIFEST, io.BytesIO(manifest_bytes), len(manifest_bytes), mtime)
+                        for m in members:
+                            with open(self.staging / m["path"], "rb") as f:
+                                self._add(tar, m["path"], f, m["size"], mtime)
+                raw.flush()
+                os.fsync(raw.fileno())
+            self._publish(tmp)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise CaptureError(f"cannot write bundle {self.final_path}: {exc.strerror or exc}") from exc
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.cleanup()
+        return self.final_path
+
+    def _add(self, tar: tarfile.TarFile, name: str, f: Any, size: int, mtime: int) -> None:
+        info = tarfile.TarInfo(f"{self.stem}/{name}")
+        info.size = size
+        info.mode = 0o600
+        info.mtime = mtime
+        info.uname = info.gname = ""
+        tar.addfile(info, f)
+
+    def _publish(self, tmp: Path) -> None:
+        try:
+            os.link(tmp, self.final_path)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                raise CaptureError(f"refusing to overwrite existing bundle: {self.final_path}") from exc
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            if self.final_path.exists():  # no hard links here: rename after a check
+                raise CaptureError(f"refusing to overwrite existing bundle: {self.final_path}") from exc
+            os.rename(tmp, self.final_path)
+        else:
+            tmp.unlink()
+        dfd = os.open(self.out_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def cleanup(self) -> None:
+        """Remove the staging directory (after finish, or when abandoning a capture)."""
+        shutil.rmtree(self.staging, ignore_errors=True)

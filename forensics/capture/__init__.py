@@ -1,0 +1,1 @@
+"""Capture orchestration: collectors in child processes under hard deadlines, sampling, the bundle."""

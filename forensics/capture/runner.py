@@ -1,0 +1,494 @@
+"""Runs collectors, each in its own child process under a hard deadline, and writes the bundle.
+
+Why child processes: an NVML call can sleep uninterruptibly once a GPU has fallen off the bus, and
+a wedged Docker or Kubernetes daemon can hold a socket forever. A thread cannot be stopped; a
+process group can be killed. Each child writes its evidence straight into the staging directory,
+so what it wrote before it was killed is kept, and reports its status, notes, hints and
+redaction counts to the parent over a pipe.
+
+Phases: snapshots, one collector after another in order of volatility (hints flow from earlier
+collectors to later ones); then, with ``--duration``, one sampling child per collector that can
+sample, all running together over the window. The bundle is written even if every collector
+failed, and on SIGINT/SIGTERM from whatever was collected, marked interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.bundle.format import iso, iso_from_unix, utc_now
+from forensics.bundle.redact import Redactor
+from forensics.bundle.sink import EvidenceSink
+from forensics.bundle.writer import BundleWriter
+from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
+from forensics.capture.registry import load_collectors
+from forensics.errors import (
+    CollectorError,
+    SourcePermissionDenied,
+    SourceTimeout,
+    SourceUnavailable,
+    UsageError,
+)
+
+__all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
+
+_RESULT_CAP = 8 << 20  # bytes a child may report over its pipe
+_GRACE_S = 5.0
+
+
+@dataclass
+class CollectorRecord:
+    """One collector's line in the manifest."""
+
+    name: str
+    status: str = "skipped"
+    started: str | None = None
+    duration_s: float = 0.0
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    sampling: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "status": self.status,
+            "started": self.started,
+            "duration_s": round(self.duration_s, 4),
+            "error": self.error,
+            "notes": self.notes,
+        }
+        if self.sampling is not None:
+            d["sampling"] = self.sampling
+        return d
+
+
+@dataclass
+class CaptureResult:
+    path: Path
+    manifest: dict[str, Any]
+    interrupted: bool
+
+
+@dataclass
+class _Child:
+    name: str
+    pid: int
+    fd: int
+    deadline: float
+    started_mono: float
+    buf: bytearray = field(default_factory=bytearray)
+    done: bool = False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, SourcePermissionDenied):
+        msg = str(exc)
+        return "unavailable", msg if msg.lower().startswith("permission denied") else f"permission denied: {msg}"
+    if isinstance(exc, SourceUnavailable):
+        return "unavailable", str(exc) or "source unavailable"
+    if isinstance(exc, PermissionError):
+        return "unavailable", f"permission denied: {exc.filename or exc}"
+    if isinstance(exc, SourceTimeout):
+        return "failed", f"timed out: {exc}"
+    if isinstance(exc, CollectorError):
+        return "failed", str(exc)
+    return "failed", _one_line(exc)
+
+
+def _staged_files(root: Path) -> set[str]:
+    out = set()
+    for dirpath, _dirs, files in os.walk(root):
+        for fn in files:
+            out.add(os.path.relpath(os.path.join(dirpath, fn), root))
+    return out
+
+
+class _Runner:
+    def __init__(
+        self,
+        options: CaptureOptions,
+        out_dir: Path,
+        collectors: list[Any] | None,
+        progress: Callable[[str], None] | None,
+    ) -> None:
+        self.options = options
+        self.out_dir = out_dir
+        self.progress = progress or (lambda _msg: None)
+        self.collectors = collectors if collectors is not None else load_collectors()
+        self.redactor = Redactor(enabled=options.redact)
+        self.hints: dict[str, list[Any]] = {}
+        self.records: dict[str, CollectorRecord] = {}
+        self.interrupted = False
+        self.children: dict[int, _Child] = {}
+        self.start_mono = time.monotonic()
+        self.global_deadline = self.start_mono + options.timeout_s + options.duration_s
+
+    # -- signals ----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.interrupted = True
+        self.progress(f"{signal.Signals(signum).name}: finishing the bundle from what was collected")
+
+    # -- child processes --------------------------------------------------------------------
+    def _spawn(self, name: str, deadline: float, body: Callable[[], dict[str, Any]]) -> _Child:
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 0
+            try:
+                os.close(r)
+                os.setpgid(0, 0)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                try:
+                    result = body()
+                except BaseException as exc:  # noqa: BLE001 - the child reports everything
+                    status, error = _classify(exc)
+                    result = {"status": status, "error": error}
+                    if os.environ.get("GPUFORENSICS_DEBUG"):
+                        result["traceback"] = traceback.format_exc()
+                data = json.dumps(result, default=str).encode()[:_RESULT_CAP]
+                view = memoryview(data)
+                while view:
+                    n = os.write(w, view)
+                    view = view[n:]
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        child = _Child(name=name, pid=pid, fd=r, deadline=deadline, started_mono=time.monotonic())
+        self.children[r] = child
+        return child
+
+    def _kill(self, child: _Child) -> None:
+        for target in (lambda: os.killpg(child.pid, signal.SIGKILL), lambda: os.kill(child.pid, signal.SIGKILL)):
+            try:
+                target()
+            except OSError:
+                pass
+
+    def _wait_all(self, on_done: Callable[[_Child, dict[str, Any] | None, str | None], None]) -> None:
+        """Wait for every running child; kill those past their deadline or on interrupt."""
+        while self.children:
+            now = time.monotonic()
+            fds = list(self.children)
+            wait = max(0.0, min(min(c.deadline for c in self.children.values()) - now, 0.25))
+            try:
+                ready, _, _ = select.select(fds, [], [], wait)
+            except InterruptedError:
+                ready = []
+            for fd in ready:
+                child = self.children[fd]
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    if len(child.buf) < _RESULT_CAP:
+                        child.buf.extend(chunk)
+                    continue
+                self._finish(child, None, on_done)
+            now = time.monotonic()
+            for child in list(self.children.values()):
+                if self.interrupted:
+                    self._kill(child)
+                    self._finish(child, "interrupted (capture stopped by signal)", on_done)
+                elif now >= child.deadline:
+                    self._kill(child)
+                    limit = child.deadline - child.started_mono
+                    self._finish(child, f"timed out after {limit:.1f} s (killed)", on_done)
+
+    def _finish(self, child: _Child, killed_reason: str | None,
+                on_done: Callable[[_Child, dict[str, Any] | None, str | None], None]) -> None:
+        self.children.pop(child.fd, None)
+        os.close(child.fd)
+        _, status = os.waitpid(child.pid, 0)
+        result: dict[str, Any] | None = None
+        error = killed_reason
+        if killed_reason is None:
+            try:
+                result = json.loads(bytes(child.buf)) if child.buf else None
+            except ValueError:
+                result = None
+            if result is None:
+                if os.WIFSIGNALED(status):
+                    error = f"collector process died from signal {signal.Signals(os.WTERMSIG(status)).name}"
+                else:
+                    error = f"collector process exited with status {os.WEXITSTATUS(status)} without a result"
+        on_done(child, result, error)
+
+    # -- phases -----------------------------------------------------------------------------
+    def _select(self) -> list[Any]:
+        known = {c.name for c in self.collectors}
+        for opt, names in (("--only", self.options.only), ("--skip", self.options.skip)):
+            unknown = sorted(set(names) - known)
+            if unknown:
+                raise UsageError(
+                    f"{opt}: unknown collector {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+                )
+        chosen = []
+        for c in self.collectors:
+            rec = CollectorRecord(name=c.name)
+            self.records[c.name] = rec
+            if self.options.only and c.name not in self.options.only:
+                rec.error = "not selected (--only)"
+            elif c.name in self.options.skip:
+                rec.error = "skipped (--skip)"
+            else:
+                chosen.append(c)
+        return chosen
+
+    def _merge_result(self, rec: CollectorRecord, result: dict[str, Any] | None) -> None:
+        if not result:
+            return
+        rec.notes.extend(str(n) for n in result.get("notes") or [])
+        merge_hints(self.hints, result.get("hints") or {})
+        for cat, n in (result.get("redactions") or {}).items():
+            self.redactor.counts[cat] += int(n)
+
+    def _snapshot_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
+        for collector in chosen:
+            rec = self.records[collector.name]
+            if self.interrupted:
+                rec.status, rec.error = "skipped", "capture interrupted before this collector ran"
+                continue
+            now = time.monotonic()
+            deadline = min(now + float(getattr(collector, "timeout_s", 30.0)), self.global_deadline)
+            if deadline - now < 0.05:
+                rec.status, rec.error = "skipped", "no time left in the global --timeout"
+                continue
+            before = _staged_files(sink.root)
+            rec.started = iso(utc_now())
+            self.progress(f"{collector.name}: collecting")
+            hints = {k: list(v) for k, v in self.hints.items()}
+
+            def body(collector: Any = collector, hints: dict[str, list[Any]] = hints,
+                     deadline: float = deadline) -> dict[str, Any]:
+                ctx = self._context(collector.name, sink, hints, deadline)
+                try:
+                    collector.snapshot(ctx)
+                except BaseException as exc:
+                    status, error = _classify(exc)
+                    return self._child_result(ctx, status, error)
+                status = "partial" if ctx.partial_reasons else "ok"
+                return self._child_result(ctx, status, "; ".join(ctx.partial_reasons) or None)
+
+            def done(child: _Child, result: dict[str, Any] | None, error: str | None,
+                     rec: CollectorRecord = rec, before: set[str] = before) -> None:
+                rec.duration_s = time.monotonic() - child.started_mono
+                if result is not None:
+                    rec.status = str(result.get("status", "failed"))
+                    rec.error = result.get("error")
+                    self._merge_result(rec, result)
+                else:
+                    wrote = bool(_staged_files(sink.root) - before)
+                    rec.status = "partial" if wrote else "failed"
+                    rec.error = error
+                self.progress(f"{rec.name}: {rec.status}{' - ' + rec.error if rec.error else ''}")
+
+            self._spawn(collector.name, deadline, body)
+            self._wait_all(done)
+
+    def _sampling_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
+        samplers = [
+            c for c in chosen
+            if callable(getattr(c, "sample", None)) and self.records[c.name].status in ("ok", "partial")
+        ]
+        if not samplers or self.interrupted:
+            return
+        window_start = time.monotonic()
+        duration, interval = self.options.duration_s, max(self.options.interval_s, 0.05)
+        deadline = min(window_start + duration + _GRACE_S + interval, self.global_deadline)
+        self.progress(f"sampling {len(samplers)} collectors for {duration:g} s every {interval:g} s")
+        hints = {k: list(v) for k, v in self.hints.items()}
+
+        for collector in samplers:
+            def body(collector: Any = collector) -> dict[str, Any]:
+                ctx = self._context(collector.name, sink, hints, deadline)
+                ticks, errors, fatal = 0, [], None
+                index = 0
+                while True:
+                    due = window_start + index * interval
+                    if due - window_start > duration + 1e-6:
+                        break
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    elif -delay > interval and index > 0:  # fell behind: skip missed ticks
+                        index += int(-delay // interval)
+                        continue
+                    try:
+                        collector.sample(ctx, Tick(index=index, time_unix=time.time()))
+                        ticks += 1
+                    except (SourceUnavailable, SourcePermissionDenied) as exc:
+                        fatal = _classify(exc)[1]
+                        break
+                    except Exception as exc:  # noqa: BLE001 - one bad tick is recorded, not fatal
+                        if len(errors) < 20:
+                            errors.append(f"tick {index}: {_one_line(exc)}")
+                    index += 1
+                end = getattr(collector, "end_sampling", None)
+                if callable(end):
+                    try:
+                        end(ctx)
+                    except Exception as exc:  # noqa: BLE001
+                        errors.append(f"end of sampling: {_one_line(exc)}")
+                res = self._child_result(ctx, "ok", None)
+                res["sampling"] = {"ticks": ticks, "errors": errors, "stopped": fatal}
+                return res
+
+            self._spawn(collector.name, deadline, body)
+
+        def done(child: _Child, result: dict[str, Any] | None, error: str | None) -> None:
+            rec = self.records[child.name]
+            if result is not None:
+                self._merge_result(rec, result)
+                rec.sampling = result.get("sampling") or {}
+                if rec.sampling.get("errors") or rec.sampling.get("stopped"):
+                    rec.status = "partial"
+                    first = rec.sampling.get("stopped") or rec.sampling["errors"][0]
+                    rec.error = "; ".join(x for x in (rec.error, f"sampling: {first}") if x)
+            else:
+                rec.sampling = {"ticks": None, "errors": [error or "unknown"], "stopped": error}
+                rec.status = "partial"
+                rec.error = "; ".join(x for x in (rec.error, f"sampling: {error}") if x)
+            rec.duration_s += time.monotonic() - child.started_mono
+
+        self._wait_all(done)
+
+    def _context(self, name: str, sink: EvidenceSink, hints: dict[str, list[Any]], deadline: float) -> CollectContext:
+        self.redactor.counts.clear()  # in the child: count only this collector's redactions
+        return CollectContext(self.options, sink, self.redactor, hints, deadline, name)
+
+    def _child_result(self, ctx: CollectContext, status: str, error: str | None) -> dict[str, Any]:
+        return {
+            "status": status,
+            "error": error,
+            "notes": ctx.notes,
+            "hints": ctx.published,
+            "redactions": dict(self.redactor.counts),
+        }
+
+    # -- the whole capture ------------------------------------------------------------------
+    def run(self) -> CaptureResult:
+        started = utc_now()
+        hostname = socket.gethostname()
+        writer = BundleWriter(self.out_dir, hostname, when=started)
+        old_int = signal.signal(signal.SIGINT, self._on_signal)
+        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            try:
+                os.nice(10)  # capture must not compete with the workload it is investigating
+            except OSError:
+                pass
+            chosen = self._select()
+            try:
+                self._snapshot_phase(chosen, writer.sink)
+                if self.options.duration_s > 0:
+                    self._sampling_phase(chosen, writer.sink)
+            finally:
+                for child in list(self.children.values()):
+                    self._kill(child)
+                    self._finish(child, "interrupted", lambda *_: None)
+            finished = utc_now()
+            manifest = self._manifest(hostname, started, finished)
+            path = writer.finish(manifest)
+        except BaseException:
+            writer.cleanup()
+            raise
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+        return CaptureResult(path=path, manifest=manifest, interrupted=self.interrupted)
+
+    def _manifest(self, hostname: str, started: Any, finished: Any) -> dict[str, Any]:
+        opts = self.options
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {
+            "host": _host_identity(hostname),
+            "capture": {
+                "started": iso(started),
+                "finished": iso(finished),
+                "elapsed_s": round((finished - started).total_seconds(), 3),
+                "window": {
+                    "duration_s": opts.duration_s,
+                    "interval_s": opts.interval_s if opts.duration_s > 0 else None,
+                    "since": iso(opts.since) if opts.since else None,
+                    "lookback_s": opts.lookback_s,
+                },
+                "timeout_s": opts.timeout_s,
+                "argv": self.redactor.argv(list(opts.argv)),
+                "interrupted": self.interrupted,
+                "uid": os.getuid(),
+                "euid": os.geteuid(),
+                "pid": os.getpid(),
+                "resource_use": {
+                    "max_rss_kib_self": own.ru_maxrss,
+                    "max_rss_kib_children": kids.ru_maxrss,
+                    "cpu_s_self": round(own.ru_utime + own.ru_stime, 3),
+                    "cpu_s_children": round(kids.ru_utime + kids.ru_stime, 3),
+                },
+            },
+            "collectors": [self.records[c.name].as_json() for c in self.collectors],
+            "hints": {k: v[:10_000] for k, v in sorted(self.hints.items())},
+            "redaction": self.redactor.summary(),
+        }
+
+
+def _read_first_line(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _host_identity(hostname: str) -> dict[str, Any]:
+    return {
+        "hostname": hostname,
+        "machine_id": _read_first_line("/etc/machine-id"),
+        "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
+        "captured_at_unix": round(time.time(), 6),
+        "time_zone_offset_s": -time.timezone,
+    }
+
+
+def run_capture(
+    options: CaptureOptions,
+    out_dir: Path | str = ".",
+    collectors: list[Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CaptureResult:
+    """Run every selected collector and write the bundle; return its path and manifest.
+
+    ``collectors`` replaces the registry (tests hand in their own); ``progress`` receives one-line
+    status messages (the CLI prints them on stderr when it is a terminal).
+    """
+    return _Runner(options, Path(out_dir), collectors, progress).run()
+
+
+__all__ += ["iso_from_unix"]

@@ -1,0 +1,111 @@
+"""The one exception tree of gpuforensics.
+
+Everything the library raises on purpose is a :class:`ForensicsError`; the CLI turns it into a
+one-line message and an exit code. Anything else escaping to the CLI is a bug.
+
+::
+
+    ForensicsError
+     ├── UsageError                  bad option values                              exit 2
+     ├── BundleError                 a bundle that cannot be read                   exit 2
+     │    ├── BundleInvalid          not a tarball, bad manifest, unknown version, malformed member
+     │    ├── BundleUnsafe           a member that escapes, a link or a device node
+     │    ├── BundleTooLarge         total size or member count over the cap
+     │    └── BundleIntegrityError   hash mismatch, missing or extra member          exit 1 (verify)
+     ├── CollectorError              raised inside collectors, recorded in the manifest
+     │    ├── SourceUnavailable      no daemon, no library, no socket       status "unavailable"
+     │    ├── SourcePermissionDenied not allowed to read the source         status "unavailable"
+     │    └── SourceTimeout          the source did not answer in time      status "failed"/"partial"
+     ├── ParseError                  the only error a parser raises on bad input
+     ├── CaptureError                the bundle itself could not be written
+     ├── AnalysisError
+     └── ReportError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnalysisError",
+    "BundleError",
+    "BundleIntegrityError",
+    "BundleInvalid",
+    "BundleTooLarge",
+    "BundleUnsafe",
+    "CaptureError",
+    "CollectorError",
+    "ForensicsError",
+    "ParseError",
+    "ReportError",
+    "SourcePermissionDenied",
+    "SourceTimeout",
+    "SourceUnavailable",
+    "UsageError",
+]
+
+
+class ForensicsError(Exception):
+    """Base of every error gpuforensics raises on purpose."""
+
+    exit_code = 2
+
+
+class UsageError(ForensicsError):
+    """An option or argument value that cannot be used."""
+
+
+class BundleError(ForensicsError):
+    """A bundle that cannot be read or trusted."""
+
+
+class BundleInvalid(BundleError):
+    """Not a gpuforensics bundle, or a malformed one."""
+
+
+class BundleUnsafe(BundleError):
+    """A member that would escape the bundle, or a link or device member."""
+
+
+class BundleTooLarge(BundleError):
+    """The bundle exceeds the configured size or member-count caps."""
+
+
+class BundleIntegrityError(BundleError):
+    """Members that do not match the manifest (hash, size, missing or extra)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+
+class CollectorError(ForensicsError):
+    """A source could not be collected (recorded in the manifest, never fatal)."""
+
+
+class SourceUnavailable(CollectorError):
+    """The source does not exist here: no daemon, no driver, no socket, no configuration."""
+
+
+class SourcePermissionDenied(CollectorError):
+    """The source exists but this user may not read it."""
+
+
+class SourceTimeout(CollectorError):
+    """The source did not answer before its deadline."""
+
+
+class ParseError(ForensicsError):
+    """Input a parser cannot understand. Parsers raise this and nothing else."""
+
+
+class CaptureError(ForensicsError):
+    """The bundle itself could not be written (output directory, disk full, ...)."""
+
+
+class AnalysisError(ForensicsError):
+    """The analysis could not be completed."""
+
+
+class ReportError(ForensicsError):
+    """A report could not be rendered or written."""
