@@ -1,0 +1,271 @@
+"""Attribution: a cgroup path (or a whole ``/proc/<pid>/cgroup``) -> runtime, container, pod, QoS.
+
+Source: ``/proc/<pid>/cgroup`` as read from the host's cgroup namespace (``man 7 cgroups``):
+cgroup v1 has one ``ID:controllers:path`` line per hierarchy, cgroup v2 a single ``0::path``
+line, hybrid hosts both. Path formats understood (see ../shared/REFERENCE.md):
+
+====================  ===========================================================================
+runtime               path shapes
+====================  ===========================================================================
+``docker``            ``/docker/<64hex>`` (cgroupfs driver), ``.../docker-<64hex>.scope`` (systemd)
+``containerd``        ``.../cri-containerd-<64hex>.scope``, ``...slice:cri-containerd:<64hex>``
+``cri-o``             ``.../crio-<64hex>.scope``, ``.../crio-<64hex>`` (``crio-conmon-*`` skipped)
+``podman``            ``/libpod-<64hex>.scope[/container]``, ``/libpod-<64hex>``
+``cri``               ``/kubepods/<qos>/pod<uid>/<64hex>``: a CRI runtime the path does not name
+``unknown``           a 64-hex segment in a shape not listed above (kept, never dropped)
+====================  ===========================================================================
+
+Kubernetes pods: ``kubepods-<qos>-pod<uid_with_underscores>.slice`` / ``kubepods-pod<uid>.slice``
+(systemd driver) and ``/kubepods/<qos>/pod<uid>`` / ``/kubepods/pod<uid>`` (cgroupfs driver); a pod
+directly under ``kubepods`` is QoS ``guaranteed``. Nested runtimes (kind: Kubernetes inside a
+Docker container) are attributed to the innermost container; every container seen is listed.
+
+Everything here is pure and total: bad input raises :class:`forensics.errors.ParseError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from forensics.errors import ParseError
+
+__all__ = [
+    "Attribution",
+    "CgroupLine",
+    "ContainerRef",
+    "attribute_path",
+    "attribute_proc_cgroup",
+    "parse_proc_cgroup",
+]
+
+_HEX64 = r"[0-9a-f]{64}"
+# A pod UID as it appears in a path: a UUID with dashes (cgroupfs) or underscores (systemd), or
+# the 32-hex config hash of a static pod.
+_POD_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+
+# Segment patterns, tried in order; each yields (runtime, id) for a container segment.
+_CONTAINER_SEGMENTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"^docker-({_HEX64})\.scope$"), "docker"),
+    (re.compile(rf"^cri-containerd-({_HEX64})\.scope$"), "containerd"),
+    (re.compile(rf"^crio-({_HEX64})(?:\.scope)?$"), "cri-o"),
+    (re.compile(rf"^libpod-({_HEX64})(?:\.scope)?$"), "podman"),
+    (re.compile(rf"^.*:cri-containerd:({_HEX64})$"), "containerd"),
+    (re.compile(rf"^.*:crio:({_HEX64})$"), "cri-o"),
+    (re.compile(rf"^.*:docker:({_HEX64})$"), "docker"),
+)
+_SKIPPED_SEGMENT = re.compile(
+    r"^(?:crio-conmon-[0-9a-f]+\.scope|libpod-conmon-[0-9a-f]+\.scope|.*\.mount)$"
+)
+_BARE_HEX64 = re.compile(rf"^({_HEX64})$")
+_POD_SLICE = re.compile(
+    rf"^kubepods(?:-(burstable|besteffort))?-pod({_POD_UID})\.slice(?::.*)?$"
+)
+_POD_DIR = re.compile(rf"^pod({_POD_UID})$")
+_QOS_SLICE = re.compile(r"^kubepods-(burstable|besteffort)\.slice$")
+_HOST_TOP = frozenset({"system.slice", "user.slice", "init.scope", "machine.slice"})
+
+
+@dataclass(frozen=True)
+class CgroupLine:
+    """One line of ``/proc/<pid>/cgroup``: ``hierarchy_id:controllers:path``.
+
+    ``controllers`` is empty for the cgroup v2 line (``0::/path``); a named v1 hierarchy keeps its
+    ``name=systemd`` entry.
+    """
+
+    hierarchy_id: int
+    controllers: tuple[str, ...]
+    path: str
+
+    @property
+    def is_v2(self) -> bool:
+        """True for the unified (cgroup v2) hierarchy line."""
+        return self.hierarchy_id == 0 and not self.controllers
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """A container seen in a cgroup path: its runtime and full 64-hex id."""
+
+    runtime: str
+    container_id: str
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What a cgroup path says about its owner.
+
+    ``kind`` is ``container`` (a container id was found), ``pod`` (a pod but no container, e.g.
+    the pod slice or a conmon scope), ``host`` (the root or a systemd unit outside any runtime) or
+    ``unknown`` (a shape none of the rules know: kept so that it can be reported).
+    ``qos_class`` is ``guaranteed``, ``burstable``, ``besteffort`` or None outside Kubernetes.
+    ``namespace_relative`` is set for paths such as ``/../x`` read from inside a private cgroup
+    namespace: they cannot be joined with the host's hierarchy.
+    """
+
+    cgroup_path: str
+    kind: str
+    runtime: str | None = None
+    container_id: str | None = None
+    pod_uid: str | None = None
+    qos_class: str | None = None
+    containers: tuple[ContainerRef, ...] = field(default_factory=tuple)
+    namespace_relative: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-able dict with stable keys (used in proc/index.json and kernel/oom.json)."""
+        return {
+            "cgroup_path": self.cgroup_path,
+            "kind": self.kind,
+            "runtime": self.runtime,
+            "container_id": self.container_id,
+            "pod_uid": self.pod_uid,
+            "qos_class": self.qos_class,
+            "containers": [
+                {"runtime": c.runtime, "container_id": c.container_id} for c in self.containers
+            ],
+            "namespace_relative": self.namespace_relative,
+        }
+
+
+def parse_proc_cgroup(text: str) -> tuple[CgroupLine, ...]:
+    """Parse the whole text of ``/proc/<pid>/cgroup`` into its lines.
+
+    Raises ParseError on a line that is not ``ID:controllers:path`` (the path itself may hold
+    colons, as in ``...slice:cri-containerd:<id>``).
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"/proc/<pid>/cgroup: expected text, got {type(text).__name__}")
+    lines: list[CgroupLine] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        parts = raw.split(":", 2)
+        if len(parts) != 3:
+            raise ParseError(f"/proc/<pid>/cgroup line {number}: not ID:controllers:path: {raw[:80]!r}")
+        ident, controllers, path = parts
+        if not ident.isascii() or not ident.isdigit():
+            raise ParseError(f"/proc/<pid>/cgroup line {number}: bad hierarchy id {ident[:20]!r}")
+        if not path.startswith("/"):
+            raise ParseError(f"/proc/<pid>/cgroup line {number}: path is not absolute: {path[:80]!r}")
+        names = tuple(c for c in controllers.split(",") if c)
+        lines.append(CgroupLine(int(ident), names, path))
+    if not lines:
+        raise ParseError("/proc/<pid>/cgroup: no lines")
+    return tuple(lines)
+
+
+def attribute_path(path: str) -> Attribution:
+    """Attribute one cgroup path (relative to its hierarchy's root, starting with ``/``)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ParseError(f"cgroup path must start with '/': {str(path)[:80]!r}")
+    segments = [s for s in path.split("/") if s]
+    namespace_relative = ".." in segments
+    containers: list[ContainerRef] = []
+    pod_uid: str | None = None
+    qos: str | None = None
+    under_kubepods = False
+    for index, seg in enumerate(segments):
+        if seg in ("kubepods", "kubepods.slice"):
+            under_kubepods = True
+            continue
+        qos_slice = _QOS_SLICE.match(seg)
+        if qos_slice:
+            under_kubepods = True
+            qos = qos_slice.group(1)
+            continue
+        if under_kubepods and seg in ("burstable", "besteffort") and pod_uid is None:
+            qos = seg
+            continue
+        pod = _POD_SLICE.match(seg) or _POD_DIR.match(seg)
+        if pod and (under_kubepods or seg.startswith("kubepods")):
+            under_kubepods = True
+            if pod.re is _POD_SLICE:
+                qos = pod.group(1) or qos
+                pod_uid = pod.group(2).replace("_", "-")
+            else:
+                pod_uid = pod.group(1).replace("_", "-")
+            if qos is None:
+                qos = "guaranteed"
+            # The ``pod<uid>.slice:cri-containerd:<id>`` form carries its container too.
+            if ":" in seg:
+                ref = _match_container(seg)
+                if ref is not None:
+                    containers.append(ref)
+            continue
+        if _SKIPPED_SEGMENT.match(seg):
+            continue
+        ref = _match_container(seg)
+        if ref is None:
+            bare = _BARE_HEX64.match(seg)
+            if bare:
+                parent = segments[index - 1] if index else ""
+                if parent == "docker":
+                    ref = ContainerRef("docker", bare.group(1))
+                elif pod_uid is not None:
+                    ref = ContainerRef("cri", bare.group(1))
+                else:
+                    ref = ContainerRef("unknown", bare.group(1))
+        if ref is not None:
+            containers.append(ref)
+    if containers:
+        inner = containers[-1]
+        return Attribution(
+            cgroup_path=path,
+            kind="container",
+            runtime=inner.runtime,
+            container_id=inner.container_id,
+            pod_uid=pod_uid,
+            qos_class=qos,
+            containers=tuple(containers),
+            namespace_relative=namespace_relative,
+        )
+    if pod_uid is not None:
+        return Attribution(path, "pod", pod_uid=pod_uid, qos_class=qos,
+                           namespace_relative=namespace_relative)
+    if not segments or (segments[0] in _HOST_TOP and not under_kubepods and not namespace_relative):
+        return Attribution(path, "host", namespace_relative=namespace_relative)
+    return Attribution(path, "unknown", qos_class=qos if under_kubepods else None,
+                       namespace_relative=namespace_relative)
+
+
+def _match_container(segment: str) -> ContainerRef | None:
+    for pattern, runtime in _CONTAINER_SEGMENTS:
+        found = pattern.match(segment)
+        if found:
+            return ContainerRef(runtime, found.group(1))
+    return None
+
+
+# Which line of a v1/hybrid /proc/<pid>/cgroup to trust first: the unified line, then the
+# controllers the cgroups collector reads, then systemd's named hierarchy.
+_LINE_PREFERENCE = ("", "memory", "cpu", "pids", "name=systemd")
+
+
+def _rank(line: CgroupLine) -> int:
+    if line.is_v2:
+        return 0
+    for rank, name in enumerate(_LINE_PREFERENCE[1:], 1):
+        if name in line.controllers:
+            return rank
+    return len(_LINE_PREFERENCE)
+
+
+def attribute_proc_cgroup(text: str) -> tuple[Attribution, tuple[CgroupLine, ...]]:
+    """Attribute a whole ``/proc/<pid>/cgroup``: the most specific line wins.
+
+    A line naming a container beats one naming only a pod, which beats host/unknown; ties are
+    broken by the line preference (v2, memory, cpu, pids, name=systemd, others). Returns the
+    attribution and the parsed lines (so callers can find each hierarchy's path).
+    """
+    lines = parse_proc_cgroup(text)
+    order = {"container": 0, "pod": 1, "unknown": 2, "host": 3}
+    best: tuple[int, int, Attribution] | None = None
+    for line in lines:
+        attribution = attribute_path(line.path)
+        key = (order[attribution.kind], _rank(line))
+        if best is None or key < best[:2]:
+            best = (key[0], key[1], attribution)
+    assert best is not None  # parse_proc_cgroup never returns an empty tuple
+    return best[2], lines

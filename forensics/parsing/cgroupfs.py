@@ -1,0 +1,297 @@
+"""Pure parsers for cgroup interface files (v1 and v2) and PSI pressure files.
+
+Sources (kernel docs ``Documentation/admin-guide/cgroup-v2.rst`` and ``cgroup-v1/*.rst``):
+
+* v2 ``cpu.stat`` (usage_usec, user_usec, system_usec, nr_periods, nr_throttled, throttled_usec,
+  nr_bursts, burst_usec), ``cpu.max`` (``QUOTA PERIOD``, ``max`` = unlimited), ``cpu.weight``,
+  ``memory.current|max|high|peak``, ``memory.events[.local]``, ``memory.stat``,
+  ``pids.current|max``;
+* v1 ``cpu.stat`` (nr_periods, nr_throttled, throttled_time in ns, nr_bursts, burst_time in ns),
+  ``cpu.cfs_quota_us`` (-1 = unlimited), ``cpu.cfs_period_us``, ``cpuacct.usage`` (ns),
+  ``memory.usage_in_bytes|limit_in_bytes|max_usage_in_bytes|failcnt``, ``memory.oom_control``;
+* PSI: ``cpu.pressure``, ``memory.pressure``, ``io.pressure`` and ``/proc/pressure/*``:
+  ``some avg10=.. avg60=.. avg300=.. total=<usec>`` then ``full ...``.
+
+Every function takes the text as read and raises only :class:`forensics.errors.ParseError`.
+CPU times are normalised to nanoseconds (``*_ns``) so v1 and v2 compare directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from forensics.errors import ParseError
+
+__all__ = [
+    "UNLIMITED_V1_THRESHOLD_BYTES",
+    "CpuMax",
+    "CpuStat",
+    "MemoryEvents",
+    "OomControl",
+    "Pressure",
+    "PressureLine",
+    "parse_cpu_max",
+    "parse_cpu_stat",
+    "parse_flat_keyed",
+    "parse_int",
+    "parse_limit",
+    "parse_memory_events",
+    "parse_oom_control",
+    "parse_pressure",
+    "parse_v1_limit_bytes",
+    "parse_v1_quota_usec",
+    "select",
+]
+
+# cgroup v1 reports "no limit" as PAGE_COUNTER_MAX * PAGE_SIZE (9223372036854771712 on x86-64);
+# anything this large is treated as unlimited.
+UNLIMITED_V1_THRESHOLD_BYTES = 2**62
+
+_MAX_LINES = 10_000  # a keyed file longer than this is not a cgroup file
+
+
+def _text(text: object, what: str) -> str:
+    if not isinstance(text, str):
+        raise ParseError(f"{what}: expected text, got {type(text).__name__}")
+    return text
+
+
+def _to_int(token: str, what: str) -> int:
+    if not token or len(token) > 40:
+        raise ParseError(f"{what}: not an integer: {token[:40]!r}")
+    body = token[1:] if token[0] in "+-" else token
+    if not body.isascii() or not body.isdigit():
+        raise ParseError(f"{what}: not an integer: {token[:40]!r}")
+    return int(token)
+
+
+def parse_int(text: str, what: str = "cgroup file") -> int:
+    """A file holding one integer (``memory.current``, ``pids.current``, ``cpuacct.usage``...)."""
+    return _to_int(_text(text, what).strip(), what)
+
+
+def parse_limit(text: str, what: str = "cgroup limit") -> int | None:
+    """A v2 limit (``memory.max``, ``memory.high``, ``pids.max``): ``max`` -> None (unlimited)."""
+    value = _text(text, what).strip()
+    if value == "max":
+        return None
+    return _to_int(value, what)
+
+
+def parse_v1_limit_bytes(text: str, what: str = "memory.limit_in_bytes") -> int | None:
+    """A v1 byte limit; the kernel's "no limit" sentinel (>= 2**62) -> None."""
+    value = parse_int(text, what)
+    return None if value >= UNLIMITED_V1_THRESHOLD_BYTES else value
+
+
+def parse_v1_quota_usec(text: str, what: str = "cpu.cfs_quota_us") -> int | None:
+    """v1 ``cpu.cfs_quota_us``: -1 -> None (unlimited)."""
+    value = parse_int(text, what)
+    return None if value < 0 else value
+
+
+def parse_flat_keyed(text: str, what: str = "cgroup file") -> dict[str, int]:
+    """A flat-keyed file: ``key value`` per line (cpu.stat, memory.events, memory.stat...)."""
+    body = _text(text, what)
+    values: dict[str, int] = {}
+    for number, line in enumerate(body.splitlines(), 1):
+        if number > _MAX_LINES:
+            raise ParseError(f"{what}: more than {_MAX_LINES} lines")
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ParseError(f"{what} line {number}: expected 'key value': {line[:80]!r}")
+        key, raw = parts
+        values[key] = _to_int(raw, f"{what} line {number}")
+    return values
+
+
+@dataclass(frozen=True)
+class CpuStat:
+    """``cpu.stat`` of one cgroup, times in nanoseconds (v2 usec * 1000; v1 ns as is).
+
+    ``usage_ns``/``user_ns``/``system_ns`` exist in v2 only (v1 keeps usage in cpuacct).
+    """
+
+    version: int
+    nr_periods: int
+    nr_throttled: int
+    throttled_ns: int
+    nr_bursts: int | None = None
+    burst_ns: int | None = None
+    usage_ns: int | None = None
+    user_ns: int | None = None
+    system_ns: int | None = None
+
+    @property
+    def throttled_ratio(self) -> float | None:
+        """nr_throttled / nr_periods since the cgroup was created (None with no periods)."""
+        return self.nr_throttled / self.nr_periods if self.nr_periods else None
+
+
+def parse_cpu_stat(text: str, version: int) -> CpuStat:
+    """``cpu.stat``: v2 (``throttled_usec``) or v1 (``throttled_time`` in ns)."""
+    if version not in (1, 2):
+        raise ParseError(f"cpu.stat: unknown cgroup version {version!r}")
+    values = parse_flat_keyed(text, "cpu.stat")
+
+    def need(key: str) -> int:
+        if key not in values:
+            raise ParseError(f"cpu.stat (v{version}): missing {key}")
+        return values[key]
+
+    def opt(key: str, scale: int) -> int | None:
+        return values[key] * scale if key in values else None
+
+    if version == 2:
+        if "nr_periods" not in values:
+            # No cpu controller enabled: usage only (the v2 root, or a cgroup without cpu).
+            return CpuStat(2, 0, 0, 0, usage_ns=need("usage_usec") * 1000,
+                           user_ns=opt("user_usec", 1000), system_ns=opt("system_usec", 1000))
+        return CpuStat(
+            version=2,
+            nr_periods=need("nr_periods"),
+            nr_throttled=need("nr_throttled"),
+            throttled_ns=need("throttled_usec") * 1000,
+            nr_bursts=opt("nr_bursts", 1),
+            burst_ns=opt("burst_usec", 1000),
+            usage_ns=opt("usage_usec", 1000),
+            user_ns=opt("user_usec", 1000),
+            system_ns=opt("system_usec", 1000),
+        )
+    return CpuStat(
+        version=1,
+        nr_periods=need("nr_periods"),
+        nr_throttled=need("nr_throttled"),
+        throttled_ns=need("throttled_time"),
+        nr_bursts=opt("nr_bursts", 1),
+        burst_ns=opt("burst_time", 1),
+    )
+
+
+@dataclass(frozen=True)
+class CpuMax:
+    """v2 ``cpu.max``: quota per period in microseconds; ``quota_usec`` None = unlimited."""
+
+    quota_usec: int | None
+    period_usec: int
+
+    @property
+    def cpus(self) -> float | None:
+        """The limit in CPUs (quota / period), None when unlimited."""
+        if self.quota_usec is None or self.period_usec <= 0:
+            return None
+        return self.quota_usec / self.period_usec
+
+
+def parse_cpu_max(text: str) -> CpuMax:
+    """``cpu.max``: ``max 100000`` or ``50000 100000``."""
+    parts = _text(text, "cpu.max").split()
+    if len(parts) not in (1, 2):
+        raise ParseError(f"cpu.max: expected 'QUOTA PERIOD': {text[:80]!r}")
+    quota = None if parts[0] == "max" else _to_int(parts[0], "cpu.max quota")
+    period = _to_int(parts[1], "cpu.max period") if len(parts) == 2 else 100000
+    return CpuMax(quota, period)
+
+
+@dataclass(frozen=True)
+class MemoryEvents:
+    """v2 ``memory.events`` / ``memory.events.local`` counters (oom_group_kill: 5.17+)."""
+
+    low: int
+    high: int
+    max: int
+    oom: int
+    oom_kill: int
+    oom_group_kill: int | None = None
+
+
+def parse_memory_events(text: str, what: str = "memory.events") -> MemoryEvents:
+    """``memory.events``: low, high, max, oom, oom_kill[, oom_group_kill]."""
+    values = parse_flat_keyed(text, what)
+    try:
+        return MemoryEvents(values["low"], values["high"], values["max"], values["oom"],
+                            values["oom_kill"], values.get("oom_group_kill"))
+    except KeyError as missing:
+        raise ParseError(f"{what}: missing {missing.args[0]}") from None
+
+
+@dataclass(frozen=True)
+class OomControl:
+    """v1 ``memory.oom_control``; ``oom_kill`` (kills in this memcg) exists since 4.13."""
+
+    oom_kill_disable: bool
+    under_oom: bool
+    oom_kill: int | None
+
+
+def parse_oom_control(text: str) -> OomControl:
+    """``memory.oom_control``: oom_kill_disable, under_oom[, oom_kill]."""
+    values = parse_flat_keyed(text, "memory.oom_control")
+    try:
+        return OomControl(bool(values["oom_kill_disable"]), bool(values["under_oom"]),
+                          values.get("oom_kill"))
+    except KeyError as missing:
+        raise ParseError(f"memory.oom_control: missing {missing.args[0]}") from None
+
+
+@dataclass(frozen=True)
+class PressureLine:
+    """One PSI line: share of wall time stalled (percent) over 10/60/300 s, total in usec."""
+
+    avg10_pct: float
+    avg60_pct: float
+    avg300_pct: float
+    total_usec: int
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """A PSI file: ``some`` always, ``full`` absent for host cpu on old kernels."""
+
+    some: PressureLine
+    full: PressureLine | None
+
+
+def _pressure_line(fields: list[str], what: str) -> PressureLine:
+    pairs: dict[str, str] = {}
+    for item in fields:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ParseError(f"{what}: expected key=value: {item[:40]!r}")
+        pairs[key] = value
+    try:
+        avgs = [float(pairs[k]) for k in ("avg10", "avg60", "avg300")]
+        total = _to_int(pairs["total"], f"{what} total")
+    except KeyError as missing:
+        raise ParseError(f"{what}: missing {missing.args[0]}") from None
+    except ValueError:
+        raise ParseError(f"{what}: bad average in {' '.join(fields)[:80]!r}") from None
+    if not all(math.isfinite(a) and 0.0 <= a <= 100.0 for a in avgs):
+        raise ParseError(f"{what}: average out of range: {avgs}")
+    return PressureLine(avgs[0], avgs[1], avgs[2], total)
+
+
+def parse_pressure(text: str, what: str = "pressure") -> Pressure:
+    """A PSI file (``cpu.pressure``, ``/proc/pressure/memory``...)."""
+    lines: dict[str, PressureLine] = {}
+    for number, line in enumerate(_text(text, what).splitlines(), 1):
+        if number > 4:
+            raise ParseError(f"{what}: too many lines")
+        fields = line.split()
+        if not fields:
+            continue
+        if fields[0] not in ("some", "full") or fields[0] in lines:
+            raise ParseError(f"{what} line {number}: expected 'some' or 'full': {line[:80]!r}")
+        lines[fields[0]] = _pressure_line(fields[1:], f"{what} line {number}")
+    if "some" not in lines:
+        raise ParseError(f"{what}: no 'some' line")
+    return Pressure(lines["some"], lines.get("full"))
+
+
+def select(values: Mapping[str, int], keys: tuple[str, ...]) -> dict[str, int]:
+    """The subset of ``values`` named in ``keys`` (e.g. selected ``memory.stat`` entries)."""
+    return {k: values[k] for k in keys if k in values}
