@@ -1,0 +1,353 @@
+"""The ``gpuforensics`` command line: parses options, calls the library, maps errors to exit codes.
+
+Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` threshold reached;
+2 usage error or an unreadable/invalid bundle; 3 capture interrupted (a bundle was still written);
+70 internal error (a bug: please report it with ``--debug`` output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from forensics._version import __version__
+from forensics.errors import ForensicsError, UsageError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BUG = 0, 1, 2, 3, 70
+FORMATS = ("text", "json", "html", "pdf", "md")
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+
+
+def _names(value: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in (value or "").split(",") if n.strip())
+
+
+def _parse_since(value: str | None) -> datetime | None:
+    """``--since``: an ISO 8601 time (UTC if no zone) or a duration such as 30m, 2h, 1d."""
+    if not value:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
+        return datetime.now(UTC) - timedelta(seconds=float(value[:-1]) * units[value[-1]])
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--since: not an ISO 8601 time or a duration like 30m: {value!r}") from None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _progress_printer(enabled: bool) -> Any:
+    if not enabled:
+        return None
+
+    def show(msg: str) -> None:
+        click.echo(f"gpuforensics: {msg}", err=True)
+
+    return show
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="gpuforensics")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors (for bug reports).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """GPU-node incident forensics.
+
+    Run `capture` on the node during the incident; run `analyze` on the bundle afterwards, on any
+    machine, to get the evidence chain and HTML/PDF reports.
+
+    \b
+    Example:
+      b=$(sudo gpuforensics capture --duration 30 --interval 1)
+      gpuforensics analyze "$b" --format html,pdf -o reports/
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+@cli.command()
+@click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Directory to write the bundle into.")
+@click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds to sample GPU, process and cgroup figures (0: one snapshot).")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between samples within --duration.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Time budget for collection beyond the sampling window; a hung source is killed.")
+@click.option("--only", help="Comma-separated collectors to run (see `gpuforensics collectors`).")
+@click.option("--skip", help="Comma-separated collectors not to run.")
+@click.option("--all-processes", is_flag=True, help="Record every process on the host, not only GPU and container processes.")
+@click.option("--since", help="Oldest kernel-log record and event to keep: ISO time or a duration (30m, 2h).")
+@click.option("--lookback", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+              help="Seconds of history to collect (exited containers, engine and cluster events).")
+@click.option("--no-redact", is_flag=True, help="Keep secrets (env values, passwords in command lines) verbatim.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config).")
+@click.option("--context", "kube_context", help="Kubeconfig context to use.")
+@click.option("--node", "node_name", help="Kubernetes node name of this host (default: $NODE_NAME, then the host name).")
+@click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector-specific setting, e.g. podresources.socket=/path.")
+@click.option("--progress/--quiet", default=None, help="Progress on stderr (default: when stderr is a terminal).")
+def capture(output: Path, duration: float, interval: float, timeout: float, only: str | None, skip: str | None,
+            all_processes: bool, since: str | None, lookback: float, no_redact: bool, kubeconfig: str | None,
+            kube_context: str | None, node_name: str | None, nvml_library: str | None,
+            settings: tuple[str, ...], progress: bool | None) -> None:
+    """Snapshot (and optionally sample) this node into an evidence bundle.
+
+    Collects NVML GPU state and processes, Docker containers, /proc and cgroup counters, the kernel
+    log and Kubernetes pods, each under its own deadline; one dead source never costs the rest.
+    Prints the bundle's path on stdout (progress goes to stderr). Run as root for full evidence.
+
+    \b
+    Example:
+      sudo gpuforensics capture --duration 60 --interval 1 -o /var/tmp
+    """
+    from forensics.capture.context import CaptureOptions
+    from forensics.capture.runner import run_capture
+
+    extra: dict[str, str] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        extra[key.strip()] = value
+    if duration and interval > duration:
+        raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
+    if not output.is_dir():
+        raise UsageError(f"--output: directory does not exist: {output}")
+    options = CaptureOptions(
+        duration_s=duration, interval_s=interval, timeout_s=timeout, redact=not no_redact,
+        all_processes=all_processes, since=_parse_since(since), lookback_s=lookback,
+        kubeconfig=kubeconfig, kube_context=kube_context, node_name=node_name,
+        nvml_library=nvml_library, only=_names(only), skip=_names(skip), extra=extra,
+        argv=tuple(["gpuforensics", *sys.argv[1:]]),
+    )
+    show = sys.stderr.isatty() if progress is None else progress
+    result = run_capture(options, output, progress=_progress_printer(show))
+    failed = [c for c in result.manifest["collectors"] if c["status"] in ("failed", "partial")]
+    if failed and show:
+        click.echo("gpuforensics: incomplete: " + ", ".join(f"{c['name']} {c['status']}" for c in failed), err=True)
+    click.echo(str(result.path))
+    if result.interrupted:
+        click.echo("gpuforensics: capture interrupted; the bundle holds what was collected", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _limits(max_bundle_mb: int | None, max_members: int | None) -> Any:
+    from forensics.bundle.reader import ReadLimits
+
+    d = ReadLimits()
+    return ReadLimits(
+        max_total_bytes=(max_bundle_mb << 20) if max_bundle_mb else d.max_total_bytes,
+        max_member_bytes=min(d.max_member_bytes, (max_bundle_mb << 20)) if max_bundle_mb else d.max_member_bytes,
+        max_members=max_members or d.max_members,
+    )
+
+
+_limit_options = [
+    click.option("--max-bundle-mb", type=click.IntRange(min=1), help="Refuse bundles whose content exceeds this many MiB (default 1024)."),
+    click.option("--max-members", type=click.IntRange(min=1), help="Refuse bundles with more members (default 50000)."),
+]
+
+
+def _with_limits(f: Any) -> Any:
+    for opt in reversed(_limit_options):
+        f = opt(f)
+    return f
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@_with_limits
+def verify(bundle: Path, max_bundle_mb: int | None, max_members: int | None) -> None:
+    """Check every member of BUNDLE against its manifest (SHA-256 and size).
+
+    Exit 0 when intact, 1 on an integrity failure (members named), 2 when unreadable or invalid.
+
+    \b
+    Example:
+      gpuforensics verify gpuforensics-gpu-07-20261129T140500Z.tgz
+    """
+    from forensics.bundle.verify import verify_bundle
+
+    res = verify_bundle(bundle, _limits(max_bundle_mb, max_members))
+    click.echo(f"OK {res.path}: {res.members_checked} members, {res.bytes_checked} bytes verified; "
+               f"bundle sha256 {res.file_sha256}")
+
+
+def _split_formats(value: str) -> list[str]:
+    fmts = [f.strip().lower() for f in value.split(",") if f.strip()]
+    fmts = ["md" if f == "markdown" else f for f in fmts]
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad or not fmts:
+        raise UsageError(f"--format: unknown format {', '.join(bad) or value!r} (choose from {', '.join(FORMATS)})")
+    return list(dict.fromkeys(fmts))
+
+
+@cli.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-f", "--format", "fmt", default="text", show_default=True,
+              help="Comma-separated: text, json, html, pdf, md.")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Output file (one format) or directory (several); text and json go to stdout without it.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Thresholds file (TOML or JSON) overriding the rules' defaults.")
+@click.option("--fail-on", type=click.Choice(SEVERITIES), help="Exit 1 when a finding of this severity or worse exists.")
+@click.option("--page-size", type=click.Choice(["A4", "Letter"], case_sensitive=False), default="A4", show_default=True,
+              help="PDF page size.")
+@_with_limits
+def analyze(bundles: tuple[Path, ...], fmt: str, output: Path | None, config_path: Path | None,
+            fail_on: str | None, page_size: str, max_bundle_mb: int | None, max_members: int | None) -> None:
+    """Analyze one or more bundles: who held which GPU, who suffered, and the proof.
+
+    Joins GPU -> PID -> container -> pod -> allocation, runs the rules and builds the evidence
+    chain. Several bundles of one host form one timeline; bundles of several nodes, a cluster view.
+    Never talks to a live source.
+
+    \b
+    Example:
+      gpuforensics analyze bundle.tgz                      # summary on the terminal
+      gpuforensics analyze bundle.tgz -f html,pdf,md,json -o reports/
+      gpuforensics analyze bundle.tgz -f json --fail-on high > findings.json
+    """
+    formats = _split_formats(fmt)
+    files = [f for f in formats if f not in ("text",)]
+    if len(formats) > 1 and output is None:
+        raise UsageError("several formats need -o DIRECTORY")
+    if output is None and any(f in ("html", "pdf", "md") for f in formats):
+        raise UsageError(f"--format {fmt} needs -o PATH (a file or a directory)")
+    from forensics.analysis import analyze_bundles, load_config
+
+    config = load_config(config_path) if config_path else None
+    doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members))
+    if output is None:
+        if formats == ["json"]:
+            click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
+        else:
+            click.echo(_text_summary(doc))
+    else:
+        if "text" in formats:
+            click.echo(_text_summary(doc), err=bool(files))
+        if files:
+            from forensics.report import render
+
+            for path in render(doc, files, output, bundle_paths=list(bundles), page_size=page_size):
+                click.echo(str(path))
+    if fail_on:
+        worst = min((SEVERITIES.index(f["severity"]) for f in doc.get("findings", []) if f.get("severity") in SEVERITIES),
+                    default=len(SEVERITIES))
+        if worst <= SEVERITIES.index(fail_on):
+            sys.exit(EXIT_FINDINGS)
+
+
+def _text_summary(doc: dict[str, Any]) -> str:
+    """The terminal view: verdict, findings, limitations, collector status."""
+    lines: list[str] = []
+    verdict = doc.get("verdict") or {}
+    for b in doc.get("bundles", []):
+        lines.append(f"Bundle  {b.get('path')}  host {b.get('host')}  {b.get('captured_start')} -> {b.get('captured_end')}"
+                     + ("  [INTERRUPTED]" if b.get("interrupted") else ""))
+    lines.append("")
+    lines.append(f"Verdict: {verdict.get('headline', '(none)')}")
+    if verdict.get("impact"):
+        lines.append(f"Impact:  {verdict['impact']}")
+    findings = doc.get("findings") or []
+    if findings:
+        lines.append("")
+        lines.append("Findings:")
+        for f in findings:
+            lines.append(f"  {f.get('id'):<4} {f.get('severity', ''):<8} {f.get('kind', ''):<28} {f.get('summary', '')}")
+            for ev in (f.get("evidence") or [])[:3]:
+                lines.append(f"         evidence: {ev.get('member')} {ev.get('locator')}: {str(ev.get('excerpt', ''))[:100]}")
+    ruled = doc.get("ruled_out") or []
+    if ruled:
+        lines.append("")
+        lines.append("Ruled out:")
+        lines.extend(f"  - {r.get('statement')}" for r in ruled)
+    lims = doc.get("limitations") or []
+    if lims:
+        lines.append("")
+        lines.append("Limitations:")
+        lines.extend(f"  - {x}" for x in lims)
+    lines.append("")
+    lines.append("Collectors:")
+    for c in doc.get("collectors") or []:
+        err = f"  {c.get('error')}" if c.get("error") else ""
+        lines.append(f"  {c.get('name') or '?':<14} {c.get('status') or '?':<12}{err}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("-f", "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_with_limits
+def inspect(bundle: Path, fmt: str, max_bundle_mb: int | None, max_members: int | None) -> None:
+    """Show what BUNDLE holds: host, capture window, each collector's status, evidence per source.
+
+    \b
+    Example:
+      gpuforensics inspect bundle.tgz -f json
+    """
+    from forensics.bundle.reader import open_bundle
+    from forensics.inventory import describe_bundle, format_inventory
+
+    desc = describe_bundle(open_bundle(bundle, _limits(max_bundle_mb, max_members)))
+    click.echo(json.dumps(desc, indent=1, sort_keys=True) if fmt == "json" else format_inventory(desc))
+
+
+@cli.command()
+def collectors() -> None:
+    """List the collectors capture runs, in order, with their deadlines.
+
+    \b
+    Example:
+      gpuforensics collectors
+    """
+    from forensics.capture.registry import load_collectors
+
+    for c in load_collectors():
+        click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one-line errors, documented exit codes, tracebacks only with --debug."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or bool(os.environ.get("GPUFORENSICS_DEBUG"))
+    try:
+        rv = cli.main(args=args, prog_name="gpuforensics", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("gpuforensics: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"gpuforensics: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except ForensicsError as exc:
+        if debug:
+            traceback.print_exc()
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        click.echo(f"gpuforensics: error: {msg}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("gpuforensics: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(EXIT_OK)
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug, said so in one line
+        if debug:
+            traceback.print_exc()
+        click.echo(f"gpuforensics: internal error (a bug, please report it; rerun with --debug): "
+                   f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", err=True)
+        sys.exit(EXIT_BUG)
+    sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+if __name__ == "__main__":
+    main()

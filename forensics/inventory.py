@@ -1,0 +1,69 @@
+"""What a bundle holds: host, capture window, each collector's status, members per source.
+
+This is the part of ``analyze`` that needs no rules: it tells the reader what evidence exists and,
+as importantly, what could not be collected.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from forensics.bundle.reader import Bundle
+
+__all__ = ["describe_bundle", "format_inventory"]
+
+
+def describe_bundle(bundle: Bundle) -> dict[str, Any]:
+    """A JSON-able summary of one bundle."""
+    m = bundle.manifest
+    cap = m.get("capture") if isinstance(m.get("capture"), dict) else {}
+    host = m.get("host") if isinstance(m.get("host"), dict) else {}
+    by_source: dict[str, dict[str, int]] = defaultdict(lambda: {"members": 0, "bytes": 0})
+    for name, data in bundle.members.items():
+        src = by_source[name.split("/", 1)[0]]
+        src["members"] += 1
+        src["bytes"] += len(data)
+    collectors = [
+        {
+            "name": c.get("name"),
+            "status": c.get("status"),
+            "duration_s": c.get("duration_s"),
+            "error": c.get("error"),
+        }
+        for c in bundle.collectors()
+    ]
+    return {
+        "path": str(bundle.path),
+        "file_sha256": bundle.file_sha256,
+        "format_version": m.get("format_version"),
+        "tool_version": (m.get("tool") or {}).get("version") if isinstance(m.get("tool"), dict) else None,
+        "host": host.get("hostname"),
+        "captured_start": cap.get("started"),
+        "captured_end": cap.get("finished"),
+        "window": cap.get("window"),
+        "interrupted": bool(cap.get("interrupted")),
+        "collectors": collectors,
+        "sources": {k: dict(v) for k, v in sorted(by_source.items())},
+        "member_count": len(bundle.members),
+        "redaction": m.get("redaction"),
+    }
+
+
+def format_inventory(desc: dict[str, Any]) -> str:
+    """Plain-text rendering of :func:`describe_bundle` for the terminal."""
+    lines = [
+        f"Bundle   {desc['path']}",
+        f"Host     {desc.get('host')}    captured {desc.get('captured_start')} -> {desc.get('captured_end')}"
+        + ("    [INTERRUPTED]" if desc.get("interrupted") else ""),
+        f"SHA-256  {desc['file_sha256']}    members {desc['member_count']}",
+        "Collectors:",
+    ]
+    for c in desc["collectors"]:
+        err = f"  {c['error']}" if c.get("error") else ""
+        dur = c.get("duration_s")
+        lines.append(f"  {c['name'] or '?':<14} {c['status'] or '?':<12} {dur if dur is not None else '':>8}{err}")
+    lines.append("Evidence by source:")
+    for src, v in desc["sources"].items():
+        lines.append(f"  {src:<14} {v['members']:>6} members {v['bytes']:>12} bytes")
+    return "\n".join(lines)
