@@ -1,0 +1,1 @@
+"""Helpers the tests share: real engines, simulated libraries, loopback servers, hostile bundles."""
