@@ -1,0 +1,389 @@
+"""A loopback Kubernetes API server (127.0.0.1, random port, one thread) for the real client.
+
+It speaks the real paths, query parameters and JSON of the API server for what the kubernetes
+collector reads, serving the objects of a :class:`~tests.support.kube_objects.ClusterState`:
+
+- ``GET /api/v1/nodes``, ``/api/v1/nodes/{name}``
+- ``GET /api/v1/pods``, ``/api/v1/namespaces/{ns}/pods`` (``fieldSelector`` on ``spec.nodeName``,
+  ``metadata.name``, ``metadata.namespace``, ``status.phase``; ``labelSelector``)
+- ``GET /api/v1/events``, ``/api/v1/namespaces/{ns}/events`` (``fieldSelector`` on
+  ``involvedObject.*``, ``reason``, ``type``, ``source``)
+- ``GET /apis/metrics.k8s.io/v1beta1/{pods,nodes}``, namespaced pods, one node (404 when
+  ``metrics_available`` is False, like a cluster without metrics-server)
+- ``GET /api/v1/namespaces/{ns}/secrets[...]`` exists too, so a test can prove it is never asked;
+- ``limit``/``continue`` pagination with opaque continue tokens; unknown field selectors -> 400;
+  errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404).
+
+``forbidden`` (a set of resources such as ``{"events"}`` or ``{"pods.metrics.k8s.io"}``) makes
+those answer 403; ``hang`` (a set of resources, or ``{"*"}``) makes them never answer until
+``stop()``. ``latency_s`` adds a delay per request. ``server_time_s`` sums the time spent in
+handlers, ``requests`` records ``(method, path, query)``.
+
+Usage::
+
+    with KubeAPIServer(gpu_node_scenario()) as api:
+        write_kubeconfig(tmp_path / "kubeconfig", api.url)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.support.kube_objects import ClusterState, gpu_node_scenario
+
+__all__ = ["KubeAPIServer", "write_kubeconfig"]
+
+SA_USER = "system:serviceaccount:gpuforensics:gpuforensics"
+
+_FIELDS: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
+    "pods": {
+        "metadata.name": lambda o: o["metadata"]["name"],
+        "metadata.namespace": lambda o: o["metadata"]["namespace"],
+        "spec.nodeName": lambda o: o["spec"].get("nodeName", ""),
+        "spec.restartPolicy": lambda o: o["spec"].get("restartPolicy", ""),
+        "spec.schedulerName": lambda o: o["spec"].get("schedulerName", ""),
+        "spec.serviceAccountName": lambda o: o["spec"].get("serviceAccountName", ""),
+        "status.phase": lambda o: o["status"].get("phase", ""),
+        "status.podIP": lambda o: o["status"].get("podIP", ""),
+        "status.nominatedNodeName": lambda o: o["status"].get("nominatedNodeName", ""),
+    },
+    "nodes": {
+        "metadata.name": lambda o: o["metadata"]["name"],
+        "spec.unschedulable": lambda o: str(o["spec"].get("unschedulable", False)).lower(),
+    },
+    "events": {
+        "metadata.name": lambda o: o["metadata"]["name"],
+        "metadata.namespace": lambda o: o["metadata"]["namespace"],
+        "involvedObject.kind": lambda o: o["involvedObject"].get("kind", ""),
+        "involvedObject.namespace": lambda o: o["involvedObject"].get("namespace", ""),
+        "involvedObject.name": lambda o: o["involvedObject"].get("name", ""),
+        "involvedObject.uid": lambda o: o["involvedObject"].get("uid", ""),
+        "involvedObject.apiVersion": lambda o: o["involvedObject"].get("apiVersion", ""),
+        "involvedObject.resourceVersion": lambda o: o["involvedObject"].get("resourceVersion", ""),
+        "involvedObject.fieldPath": lambda o: o["involvedObject"].get("fieldPath", ""),
+        "reason": lambda o: o.get("reason", ""),
+        "reportingComponent": lambda o: o.get("reportingComponent", ""),
+        "source": lambda o: o.get("source", {}).get("component", ""),
+        "type": lambda o: o.get("type", ""),
+    },
+}
+_FIELDS["pods.metrics.k8s.io"] = {"metadata.name": _FIELDS["pods"]["metadata.name"],
+                                  "metadata.namespace": _FIELDS["pods"]["metadata.namespace"]}
+_FIELDS["nodes.metrics.k8s.io"] = {"metadata.name": _FIELDS["nodes"]["metadata.name"]}
+_FIELDS["secrets"] = {"metadata.name": lambda o: o["metadata"]["name"],
+                      "metadata.namespace": lambda o: o["metadata"]["namespace"]}
+
+_KINDS = {
+    "pods": ("v1", "PodList", "Pod"),
+    "nodes": ("v1", "NodeList", "Node"),
+    "events": ("v1", "EventList", "Event"),
+    "secrets": ("v1", "SecretList", "Secret"),
+    "pods.metrics.k8s.io": ("metrics.k8s.io/v1beta1", "PodMetricsList", "PodMetrics"),
+    "nodes.metrics.k8s.io": ("metrics.k8s.io/v1beta1", "NodeMetricsList", "NodeMetrics"),
+}
+
+
+class _HTTPError(Exception):
+    def __init__(self, code: int, status: dict[str, Any]) -> None:
+        super().__init__(code)
+        self.code = code
+        self.status = status
+
+
+def _status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> _HTTPError:
+    body: dict[str, Any] = {"apiVersion": "v1", "code": code, "kind": "Status", "message": message,
+                            "metadata": {}, "reason": reason, "status": "Failure"}
+    if details:
+        body["details"] = details
+    return _HTTPError(code, body)
+
+
+def _parse_field_selector(resource: str, selector: str) -> list[tuple[str, str, str]]:
+    terms = []
+    for raw in filter(None, (t.strip() for t in selector.split(","))):
+        for op in ("!=", "==", "="):
+            if op in raw:
+                key, _, value = raw.partition(op)
+                break
+        else:
+            raise _status(400, "BadRequest", f'invalid selector: \'{selector}\'; can\'t understand \'{raw}\'')
+        if key not in _FIELDS.get(resource, {}):
+            raise _status(400, "BadRequest", f'"{key}" is not a known field selector: only "{", ".join(sorted(_FIELDS.get(resource, {})))}"')
+        terms.append((key, "!=" if op == "!=" else "=", value))
+    return terms
+
+
+def _parse_label_selector(selector: str) -> list[tuple[str, str, list[str]]]:
+    terms: list[tuple[str, str, list[str]]] = []
+    depth, cur, parts = 0, "", []
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    for raw in filter(None, (p.strip() for p in parts)):
+        if " notin " in raw or " in " in raw:
+            op = "notin" if " notin " in raw else "in"
+            key, _, values = raw.partition(f" {op} ")
+            terms.append((key.strip(), op, [v.strip() for v in values.strip().strip("()").split(",")]))
+        elif "!=" in raw:
+            key, _, value = raw.partition("!=")
+            terms.append((key.strip(), "notin", [value.strip()]))
+        elif "=" in raw:
+            key, _, value = raw.replace("==", "=").partition("=")
+            terms.append((key.strip(), "in", [value.strip()]))
+        elif raw.startswith("!"):
+            terms.append((raw[1:].strip(), "!exists", []))
+        else:
+            terms.append((raw, "exists", []))
+    return terms
+
+
+def _label_match(labels: dict[str, str], terms: list[tuple[str, str, list[str]]]) -> bool:
+    for key, op, values in terms:
+        if op == "exists" and key not in labels:
+            return False
+        if op == "!exists" and key in labels:
+            return False
+        if op == "in" and labels.get(key) not in values:
+            return False
+        if op == "notin" and key in labels and labels[key] in values:
+            return False
+    return True
+
+
+class KubeAPIServer:
+    """The loopback API server; ``state`` may be replaced or mutated at any time."""
+
+    def __init__(
+        self,
+        state: ClusterState | None = None,
+        forbidden: Iterable[str] = (),
+        hang: Iterable[str] = (),
+        latency_s: float = 0.0,
+        user: str = SA_USER,
+    ) -> None:
+        self.state = state if state is not None else gpu_node_scenario()
+        self.forbidden = set(forbidden)
+        self.hang = set(hang)
+        self.latency_s = latency_s
+        self.user = user
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.server_time_s = 0.0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._continues: dict[str, int] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> KubeAPIServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_GET(self) -> None:  # noqa: N802
+                server._handle(self)
+
+            def do_POST(self) -> None:  # noqa: N802
+                server._handle(self)
+
+            do_PUT = do_PATCH = do_DELETE = do_POST  # noqa: N815
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="kube-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def __enter__(self) -> KubeAPIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def paths_requested(self) -> list[str]:
+        return [p for _, p, _ in self.requests]
+
+    # -- request handling -----------------------------------------------------------------------
+    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+        t0 = time.perf_counter()
+        parts = urlsplit(req.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        path = unquote(parts.path)
+        with self._lock:
+            self.requests.append((req.command, path, query))
+        code, body, resource = 200, b"", ""
+        try:
+            if req.command != "GET":
+                raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            resource, handler = self._route(path)
+            if resource in self.hang or "*" in self.hang:
+                self._stopping.wait(3600)
+                req.close_connection = True
+                return
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            self._authorize(resource, path)
+            code, obj = 200, handler(query)
+            body = json.dumps(obj, separators=(",", ":")).encode()
+        except _HTTPError as err:
+            code, body = err.code, json.dumps(err.status, separators=(",", ":")).encode()
+        try:
+            req.send_response(code)
+            req.send_header("Content-Type", "application/json")
+            req.send_header("Audit-Id", f"{len(self.requests):08d}-0000-4000-8000-000000000000")
+            req.send_header("Cache-Control", "no-cache, private")
+            req.send_header("X-Kubernetes-Pf-Flowschema-Uid", "2a1f5a3c-8c4e-4d6f-9e1b-7f0a9b8c6d5e")
+            req.send_header("Content-Length", str(len(body)))
+            req.end_headers()
+            req.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with self._lock:
+                self.server_time_s += time.perf_counter() - t0
+
+    def _authorize(self, resource: str, path: str) -> None:
+        if resource not in self.forbidden:
+            return
+        plural, _, group = resource.partition(".")
+        segs = path.strip("/").split("/")
+        ns = segs[segs.index("namespaces") + 1] if "namespaces" in segs else None
+        named = (segs[-2] == plural) if len(segs) >= 2 else False
+        verb = "get" if named else "list"
+        scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        raise _status(403, "Forbidden",
+                      f'{resource}{"" if not named else " " + chr(34) + segs[-1] + chr(34)} is forbidden: User "{self.user}" cannot {verb} resource "{plural}" in API group "{group}" {scope}',
+                      {"kind": plural, **({"name": segs[-1]} if named else {})})
+
+    def _route(self, path: str) -> tuple[str, Callable[[dict[str, str]], Any]]:
+        segs = path.strip("/").split("/")
+        st = self.state
+        if path == "/version":
+            return "", lambda q: {"major": "1", "minor": "31", "gitVersion": "v1.31.2", "platform": "linux/amd64", "goVersion": "go1.22.8", "compiler": "gc"}
+        if path == "/api":
+            return "", lambda q: {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]}
+        if path == "/apis/metrics.k8s.io/v1beta1" and st.metrics_available:
+            return "", lambda q: {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "metrics.k8s.io/v1beta1", "resources": [
+                {"name": "nodes", "singularName": "", "namespaced": False, "kind": "NodeMetrics", "verbs": ["get", "list"]},
+                {"name": "pods", "singularName": "", "namespaced": True, "kind": "PodMetrics", "verbs": ["get", "list"]}]}
+        if segs[:2] == ["api", "v1"]:
+            rest = segs[2:]
+            ns = None
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                ns, rest = rest[1], rest[2:]
+            if rest and rest[0] in ("pods", "nodes", "events", "secrets") and len(rest) <= 2:
+                resource = rest[0]
+                items = {"pods": st.pods, "nodes": st.nodes, "events": st.events, "secrets": st.secrets}[resource]
+                if resource == "nodes" and ns is not None:
+                    raise _status(404, "NotFound", "the server could not find the requested resource")
+                if len(rest) == 2:
+                    return resource, lambda q: self._get(resource, items, ns, rest[1])
+                return resource, lambda q: self._list(resource, items, ns, q)
+        if segs[:3] == ["apis", "metrics.k8s.io", "v1beta1"] and st.metrics_available:
+            rest = segs[3:]
+            ns = None
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                ns, rest = rest[1], rest[2:]
+            if rest and rest[0] in ("pods", "nodes") and len(rest) <= 2:
+                resource = rest[0] + ".metrics.k8s.io"
+                items = st.pod_metrics if rest[0] == "pods" else st.node_metrics
+                if len(rest) == 2:
+                    return resource, lambda q: self._get(resource, items, ns, rest[1])
+                return resource, lambda q: self._list(resource, items, ns, q)
+        raise _status(404, "NotFound", "the server could not find the requested resource")
+
+    def _get(self, resource: str, items: list[dict[str, Any]], ns: str | None, name: str) -> dict[str, Any]:
+        api_version, _, kind = _KINDS[resource]
+        for item in items:
+            meta = item["metadata"]
+            if meta["name"] == name and (ns is None or meta.get("namespace") == ns):
+                return {"kind": kind, "apiVersion": api_version, **item}
+        plural = resource.split(".")[0]
+        raise _status(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": plural})
+
+    def _list(self, resource: str, items: list[dict[str, Any]], ns: str | None, q: dict[str, str]) -> dict[str, Any]:
+        api_version, list_kind, _ = _KINDS[resource]
+        fields = _parse_field_selector(resource, q.get("fieldSelector", ""))
+        labels = _parse_label_selector(q.get("labelSelector", ""))
+        getters = _FIELDS[resource]
+        selected = []
+        for item in items:
+            if ns is not None and item["metadata"].get("namespace") != ns:
+                continue
+            ok = True
+            for key, op, value in fields:
+                actual = str(getters[key](item))
+                if (actual == value) != (op == "="):
+                    ok = False
+                    break
+            if ok and _label_match(item["metadata"].get("labels", {}), labels):
+                selected.append(item)
+        start = 0
+        token = q.get("continue")
+        if token:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
+            except (ValueError, KeyError, TypeError):
+                raise _status(400, "BadRequest", "continue key is not valid: invalid continue token") from None
+        limit = int(q.get("limit") or 0)
+        page = selected[start:start + limit] if limit > 0 else selected[start:]
+        metadata: dict[str, Any] = {"resourceVersion": str(184_500_000 + len(self.requests))}
+        if limit > 0 and start + limit < len(selected):
+            metadata["continue"] = base64.urlsafe_b64encode(json.dumps({"v": "meta.k8s.io/v1", "rv": 184500000, "start": start + limit}).encode()).decode()
+            metadata["remainingItemCount"] = len(selected) - start - limit
+        if resource.endswith(".metrics.k8s.io"):
+            metadata = {}
+        return {"apiVersion": api_version, "items": page, "kind": list_kind, "metadata": metadata}
+
+
+def write_kubeconfig(path: str | Path, url: str, context: str = "loopback", namespace: str = "default",
+                     token: str = "loopback-token-0123456789") -> Path:
+    """Write a kubeconfig (cluster, user with a bearer token, context) pointing at ``url``."""
+    path = Path(path)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": url}}],
+        "users": [{"name": f"{context}-user", "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-user", "namespace": namespace}}],
+        "current-context": context,
+        "preferences": {},
+    }
+    path.write_text(json.dumps(config, indent=2))  # JSON is valid YAML
+    path.chmod(0o600)
+    return path
