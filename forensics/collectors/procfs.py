@@ -1,0 +1,326 @@
+"""``procfs``: processes of interest, each attributed to its container and pod by the kernel.
+
+Sources: ``/proc/<pid>/cgroup`` (scanned once for every PID: the kernel's own view of which
+container or pod a process belongs to, child processes included), ``/proc/<pid>/stat``,
+``/proc/<pid>/status`` (NSpid: the PID in each nested PID namespace), ``/proc/<pid>/cmdline``
+(redacted), ``readlink /proc/<pid>/ns/{pid,cgroup,mnt,net,user}``, ``/proc/stat`` (btime).
+
+PIDs of interest: ``ctx.hint("pids")`` (GPU and container processes from earlier collectors),
+every PID whose cgroup attributes to a container or pod, and every PID with ``--all-processes``.
+Members: ``proc/<pid>/{cgroup,stat,status,cmdline}`` verbatim (cmdline: NUL-separated argv after
+redaction), ``proc/<pid>/ns.json``, and the derived ``proc/index.json``. Publishes the hints
+``cgroup_paths``, ``container_ids`` and ``pod_uids``. See docs/bundle-format/host-evidence.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from forensics.bundle.format import iso_from_unix
+from forensics.capture.context import CollectContext
+from forensics.errors import ParseError
+from forensics.parsing.attribution import Attribution, CgroupLine, attribute_proc_cgroup
+from forensics.parsing.procfs import (
+    parse_cmdline,
+    parse_ns_link,
+    parse_stat,
+    parse_status,
+    start_time_unix,
+)
+
+__all__ = ["COLLECTOR", "ProcessCgroup", "ProcfsCollector", "read_small", "scan_proc_cgroups"]
+
+_NAMESPACES = ("pid", "cgroup", "mnt", "net", "user")
+DEFAULT_MAX_PID_DIRS = 2000  # proc/<pid>/ member sets; beyond it, index entries only
+
+
+def read_small(path: str, limit: int = 1 << 20) -> bytes:
+    """Read a small kernel file with one open and as few reads as needed (up to ``limit``).
+
+    Raises OSError (FileNotFoundError, PermissionError, ProcessLookupError...) as the kernel says.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        total = 0
+        while total < limit:
+            chunk = os.read(fd, min(65536, limit - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def describe_os_error(error: OSError) -> str:
+    """A short, stable reason for a file that could not be read."""
+    if isinstance(error, PermissionError) or error.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied: {error.strerror or error}"
+    if error.errno in (errno.ENOENT, errno.ESRCH):
+        return "absent (process exited or file does not exist)"
+    if error.errno == errno.ENODEV:
+        return "removed (the cgroup was deleted while reading)"
+    return f"{type(error).__name__}: {error.strerror or error}"
+
+
+@dataclass(frozen=True)
+class ProcessCgroup:
+    """One PID's ``/proc/<pid>/cgroup``: the verbatim bytes, its lines and attribution."""
+
+    pid: int
+    raw: bytes
+    lines: tuple[CgroupLine, ...]
+    attribution: Attribution
+
+
+@dataclass
+class ScanStats:
+    """What a /proc scan saw (counts only)."""
+
+    scanned: int = 0
+    vanished: int = 0
+    denied: int = 0
+    unparsable: int = 0
+
+
+def _pid_dirs(proc_root: str) -> Iterator[int]:
+    with os.scandir(proc_root) as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                yield int(entry.name)
+
+
+def scan_proc_cgroups(
+    proc_root: str = "/proc", stats: ScanStats | None = None
+) -> Iterator[ProcessCgroup]:
+    """Read ``/proc/*/cgroup`` once, streaming one :class:`ProcessCgroup` per live PID.
+
+    PIDs that exit meanwhile are counted in ``stats.vanished``; unreadable ones in ``denied``.
+    """
+    stats = stats if stats is not None else ScanStats()
+    for pid in _pid_dirs(proc_root):
+        stats.scanned += 1
+        try:
+            raw = read_small(f"{proc_root}/{pid}/cgroup", 1 << 16)
+        except PermissionError:
+            stats.denied += 1
+            continue
+        except OSError:
+            stats.vanished += 1
+            continue
+        if not raw:  # a zombie or a PID that exited between listdir and read
+            stats.vanished += 1
+            continue
+        try:
+            attribution, lines = attribute_proc_cgroup(raw.decode("utf-8", "replace"))
+        except ParseError:
+            stats.unparsable += 1
+            continue
+        yield ProcessCgroup(pid, raw, lines, attribution)
+
+
+def attributed_paths(entry: ProcessCgroup) -> list[str]:
+    """The distinct cgroup paths of a process that name a container or pod (one per hierarchy
+    where they differ, e.g. v1 ``/docker/<id>`` and v2 ``/system.slice/docker-<id>.scope``)."""
+    from forensics.parsing.attribution import attribute_path
+
+    paths: list[str] = []
+    for line in entry.lines:
+        if line.path in paths:
+            continue
+        if attribute_path(line.path).kind in ("container", "pod"):
+            paths.append(line.path)
+    return paths
+
+
+def hierarchy_paths(lines: tuple[CgroupLine, ...]) -> dict[str, str]:
+    """``{"unified": path, "memory": path, "cpu,cpuacct": path, ...}`` from cgroup lines."""
+    return {("unified" if ln.is_v2 else ",".join(ln.controllers) or str(ln.hierarchy_id)): ln.path
+            for ln in lines}
+
+
+def _boot_time_unix(proc_root: str) -> float | None:
+    try:
+        for line in read_small(f"{proc_root}/stat").decode().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class ProcfsCollector:
+    """``procfs``: per-process evidence and PID -> container/pod attribution."""
+
+    name = "procfs"
+    order = 30
+    timeout_s = 30.0
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+
+    def snapshot(self, ctx: CollectContext) -> None:
+        """Scan every PID's cgroup once, then write the files of each PID of interest."""
+        if not os.path.isdir(self.proc_root):
+            from forensics.errors import SourceUnavailable
+
+            raise SourceUnavailable(f"{self.proc_root} is not mounted")
+        stats = ScanStats()
+        reasons: dict[int, set[str]] = {}
+        scanned: dict[int, ProcessCgroup] = {}
+        for pid in ctx.hint("pids"):
+            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+                reasons.setdefault(pid, set()).add("hint")
+        for entry in scan_proc_cgroups(self.proc_root, stats):
+            interesting = entry.attribution.kind in ("container", "pod")
+            if interesting:
+                reasons.setdefault(entry.pid, set()).add(entry.attribution.kind)
+            if ctx.options.all_processes:
+                reasons.setdefault(entry.pid, set()).add("all")
+            if entry.pid in reasons:
+                scanned[entry.pid] = entry
+        if stats.denied:
+            ctx.partial(f"permission denied reading /proc/<pid>/cgroup of {stats.denied} processes")
+
+        boot = _boot_time_unix(self.proc_root)
+        ticks = os.sysconf("SC_CLK_TCK")
+        page = os.sysconf("SC_PAGE_SIZE")
+        try:
+            cap = int(ctx.options.extra.get("procfs.max_pids", DEFAULT_MAX_PID_DIRS))
+        except ValueError:
+            cap = DEFAULT_MAX_PID_DIRS
+        # Hinted PIDs first (GPU processes), then container processes, by PID.
+        order = sorted(reasons, key=lambda p: ("hint" not in reasons[p], p))
+        entries: list[dict[str, Any]] = []
+        written = 0
+        cut_short = False
+        for pid in order:
+            entry = scanned.get(pid)
+            record: dict[str, Any] = {"pid": pid, "reasons": sorted(reasons[pid])}
+            if entry is not None:
+                record["attribution"] = entry.attribution.to_json()
+                record["cgroup_paths"] = hierarchy_paths(entry.lines)
+            if written >= cap or ctx.remaining() < 2.0:
+                if not cut_short:
+                    why = (f"PID cap of {cap} reached" if written >= cap
+                           else "deadline near")
+                    ctx.partial(f"{why}: later PIDs have index entries only")
+                    cut_short = True
+                record["files"] = "omitted"
+                entries.append(record)
+                continue
+            self._collect_pid(ctx, pid, entry, record, boot, ticks, page)
+            if record.get("files") == "written":
+                written += 1
+            entries.append(record)
+
+        index = {
+            "boot_time_unix": boot,
+            "clock_ticks_per_s": ticks,
+            "page_size_bytes": page,
+            "scan": {"scanned": stats.scanned, "vanished": stats.vanished,
+                     "permission_denied": stats.denied, "unparsable": stats.unparsable},
+            "pid_dir_cap": cap,
+            "processes": entries,
+        }
+        ctx.sink.write_json("proc/index.json", index)
+        self._publish(ctx, scanned.values())
+        ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
+                 f"{stats.scanned} scanned")
+
+    def _collect_pid(self, ctx: CollectContext, pid: int, entry: ProcessCgroup | None,
+                     record: dict[str, Any], boot: float | None, ticks: int, page: int) -> None:
+        base = f"{self.proc_root}/{pid}"
+        errors: dict[str, str] = {}
+        prefix = f"proc/{pid}"
+        if entry is None:
+            try:
+                raw_cgroup = read_small(f"{base}/cgroup", 1 << 16)
+                entry_attr, lines = attribute_proc_cgroup(raw_cgroup.decode("utf-8", "replace"))
+                entry = ProcessCgroup(pid, raw_cgroup, lines, entry_attr)
+                record["attribution"] = entry_attr.to_json()
+            except OSError as error:
+                record["files"] = "absent"
+                record["error"] = describe_os_error(error)
+                return
+            except ParseError as error:
+                errors["cgroup"] = f"parse error: {error}"
+        if entry is not None:
+            ctx.sink.write_bytes(f"{prefix}/cgroup", entry.raw)
+        for name in ("stat", "status"):
+            try:
+                data = read_small(f"{base}/{name}", 1 << 16)
+            except OSError as error:
+                errors[name] = describe_os_error(error)
+                continue
+            ctx.sink.write_bytes(f"{prefix}/{name}", data)
+            text = data.decode("utf-8", "replace")
+            try:
+                if name == "stat":
+                    stat = parse_stat(text)
+                    record.update(comm=stat.comm, state=stat.state, ppid=stat.ppid,
+                                  threads=stat.num_threads,
+                                  start_time_ticks=stat.start_time_ticks,
+                                  rss_bytes=stat.rss_pages * page,
+                                  cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / ticks)
+                    if boot is not None:
+                        started = start_time_unix(stat.start_time_ticks, ticks, boot)
+                        record["start_time"] = iso_from_unix(started)
+                else:
+                    status = parse_status(text)
+                    record.update(nspid=list(status.nspid), uid=status.uid_real,
+                                  vm_rss_bytes=status.vm_rss_bytes,
+                                  vm_hwm_bytes=status.vm_hwm_bytes)
+            except ParseError as error:
+                errors[name] = f"parse error: {error}"
+        try:
+            argv = parse_cmdline(read_small(f"{base}/cmdline", 1 << 20))
+            redacted = ctx.redactor.argv(argv)
+            ctx.sink.write_bytes(f"{prefix}/cmdline",
+                                 b"\0".join(a.encode("utf-8", "surrogateescape")
+                                            for a in redacted) + (b"\0" if redacted else b""))
+            record["argv0"] = redacted[0] if redacted else None
+        except OSError as error:
+            errors["cmdline"] = describe_os_error(error)
+        namespaces: dict[str, Any] = {}
+        for ns in _NAMESPACES:
+            try:
+                target = os.readlink(f"{base}/ns/{ns}")
+                namespaces[ns] = {"link": target, "inode": parse_ns_link(target)[1]}
+            except OSError as error:
+                namespaces[ns] = {"error": describe_os_error(error)}
+            except ParseError as error:
+                namespaces[ns] = {"error": f"parse error: {error}"}
+        ctx.sink.write_json(f"{prefix}/ns.json", namespaces)
+        record["pid_ns_inode"] = namespaces["pid"].get("inode")
+        record["files"] = "written"
+        if errors:
+            record["errors"] = errors
+
+    def _publish(self, ctx: CollectContext, entries: Any) -> None:
+        paths: list[str] = []
+        containers: list[str] = []
+        pods: list[str] = []
+        for entry in entries:
+            attribution = entry.attribution
+            if attribution.kind not in ("container", "pod"):
+                continue
+            for path in attributed_paths(entry):
+                if path not in paths:
+                    paths.append(path)
+            if attribution.container_id and attribution.container_id not in containers:
+                containers.append(attribution.container_id)
+            if attribution.pod_uid and attribution.pod_uid not in pods:
+                pods.append(attribution.pod_uid)
+        ctx.publish("cgroup_paths", paths)
+        ctx.publish("container_ids", containers)
+        ctx.publish("pod_uids", pods)
+
+
+COLLECTOR = ProcfsCollector()
