@@ -17,8 +17,8 @@ __all__ = ["describe_bundle", "format_inventory"]
 def describe_bundle(bundle: Bundle) -> dict[str, Any]:
     """A JSON-able summary of one bundle."""
     m = bundle.manifest
-    cap = m.get("capture") if isinstance(m.get("capture"), dict) else {}
-    host = m.get("host") if isinstance(m.get("host"), dict) else {}
+    cap: dict[str, Any] = m["capture"] if isinstance(m.get("capture"), dict) else {}
+    host: dict[str, Any] = m["host"] if isinstance(m.get("host"), dict) else {}
     by_source: dict[str, dict[str, int]] = defaultdict(lambda: {"members": 0, "bytes": 0})
     for name, data in bundle.members.items():
         src = by_source[name.split("/", 1)[0]]

@@ -166,12 +166,12 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
         if raw_file.read(2) != b"\x1f\x8b":
             raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (not gzip-compressed)")
         raw_file.seek(0)
-        hashing = _HashingReader(raw_file)  # type: ignore[arg-type]
+        hashing = _HashingReader(raw_file)
         members: dict[str, bytes] = {}
         top: str | None = None
         total = 0
         try:
-            gz = gzip.GzipFile(fileobj=hashing, mode="rb")  # type: ignore[arg-type]
+            gz = gzip.GzipFile(fileobj=hashing, mode="rb")  # type: ignore[call-overload]
             counting = _CountingReader(gz, limits.max_total_bytes + (limits.max_members + 16) * 1024)
             with tarfile.open(fileobj=counting, mode="r|") as tar:  # type: ignore[call-overload]
                 for info in tar:

@@ -184,9 +184,9 @@ class _Runner:
         return child
 
     def _kill(self, child: _Child) -> None:
-        for target in (lambda: os.killpg(child.pid, signal.SIGKILL), lambda: os.kill(child.pid, signal.SIGKILL)):
+        for kill in (os.killpg, os.kill):
             try:
-                target()
+                kill(child.pid, signal.SIGKILL)
             except OSError:
                 pass
 
@@ -328,7 +328,8 @@ class _Runner:
         for collector in samplers:
             def body(collector: Any = collector) -> dict[str, Any]:
                 ctx = self._context(collector.name, sink, hints, deadline)
-                ticks, errors, fatal = 0, [], None
+                ticks, fatal = 0, None
+                errors: list[str] = []
                 index = 0
                 while True:
                     due = window_start + index * interval
