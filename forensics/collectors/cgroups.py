@@ -1,0 +1,431 @@
+"""``cgroups``: CPU throttling, memory limits and OOM counters, PIDs and pressure of every container
+and pod cgroup (and the host root), on cgroup v1, v2 and hybrid hosts; sampled per tick.
+
+Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted), the cgroup interface files
+under ``/sys/fs/cgroup/<path>`` (v2) and ``/sys/fs/cgroup/<controller>/<path>`` (v1):
+v2 ``cpu.stat cpu.max cpu.weight memory.current memory.max memory.high memory.peak
+memory.events memory.events.local memory.stat memory.oom.group pids.current pids.max cpu.pressure
+memory.pressure io.pressure cgroup.procs``; v1 ``cpu.stat cpu.cfs_quota_us cpu.cfs_period_us
+cpu.shares cpuacct.usage cpuacct.stat memory.usage_in_bytes memory.limit_in_bytes
+memory.max_usage_in_bytes memory.failcnt memory.oom_control memory.stat cgroup.procs pids.current
+pids.max``; host ``/proc/pressure/{cpu,memory,io}``.
+
+Which cgroups: ``ctx.hint("cgroup_paths")`` (from procfs and docker) plus each one's pod cgroup,
+or, when no collector published any, our own scan of ``/proc/*/cgroup``; and ``/``.
+Members: verbatim files ``cgroup/<hierarchy>/<path>/<file>``, ``cgroup/host/pressure/<res>``,
+the derived ``cgroup/index.json`` and, when sampling, ``cgroup/samples.jsonl`` (one line per
+cgroup per tick, each file read once per tick). See docs/bundle-format/host-evidence.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.bundle.sink import dumps_json
+from forensics.capture.context import CollectContext, Tick
+from forensics.errors import ParseError, SourceUnavailable
+from forensics.parsing import cgroupfs
+from forensics.parsing.attribution import attribute_path
+from forensics.parsing.cgroupfs import CgroupMount
+
+from forensics.collectors.procfs import attributed_paths, describe_os_error, read_small, scan_proc_cgroups
+
+__all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]
+
+# (file, read on every tick?)
+V2_FILES: tuple[tuple[str, bool], ...] = (
+    ("cpu.stat", True), ("cpu.max", False), ("cpu.weight", False),
+    ("memory.current", True), ("memory.max", False), ("memory.high", False),
+    ("memory.peak", True), ("memory.events", True), ("memory.events.local", False),
+    ("memory.stat", False), ("memory.oom.group", False), ("memory.swap.current", False),
+    ("pids.current", True), ("pids.max", False),
+    ("cpu.pressure", True), ("memory.pressure", True), ("io.pressure", True),
+    ("cgroup.procs", False),
+)
+V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
+    "cpu": (("cpu.stat", True), ("cpu.cfs_quota_us", False), ("cpu.cfs_period_us", False),
+            ("cpu.shares", False)),
+    "cpuacct": (("cpuacct.usage", True), ("cpuacct.stat", False)),
+    "memory": (("memory.usage_in_bytes", True), ("memory.limit_in_bytes", False),
+               ("memory.max_usage_in_bytes", True), ("memory.failcnt", True),
+               ("memory.oom_control", True), ("memory.stat", False), ("cgroup.procs", False)),
+    "pids": (("pids.current", True), ("pids.max", False)),
+}
+HOST_PRESSURE = ("cpu", "memory", "io")
+MEMORY_STAT_KEYS = (
+    # v2
+    "anon", "file", "kernel", "shmem", "sock", "file_mapped", "file_dirty", "pgfault",
+    "pgmajfault", "workingset_refault_anon", "workingset_refault_file", "oom_kill",
+    # v1
+    "cache", "rss", "rss_huge", "mapped_file", "swap", "total_cache", "total_rss",
+    "total_shmem", "hierarchical_memory_limit",
+)
+DEFAULT_MAX_CGROUPS = 1000
+_SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
+
+
+def _cpu_stat(text: str, version: int) -> dict[str, Any]:
+    if version == 2 and "nr_periods" not in text:
+        # No cpu controller here (v2 root, or hybrid): usage only.
+        stat = cgroupfs.parse_cpu_stat(text, 2)
+        return {"usage_ns": stat.usage_ns, "user_ns": stat.user_ns, "system_ns": stat.system_ns}
+    stat = cgroupfs.parse_cpu_stat(text, version)
+    values = {k: v for k, v in vars(stat).items() if v is not None and k != "version"}
+    values["stat_version"] = version
+    return values
+
+
+def _pressure(text: str) -> dict[str, Any]:
+    parsed = cgroupfs.parse_pressure(text)
+    return {kind: vars(line) for kind, line in (("some", parsed.some), ("full", parsed.full))
+            if line is not None}
+
+
+# file name -> (section, function(text) -> dict merged into that section)
+_Interpreter = Callable[[str], dict[str, Any]]
+_INTERPRET: dict[tuple[int, str], tuple[str, _Interpreter]] = {
+    (2, "cpu.stat"): ("cpu", lambda t: _cpu_stat(t, 2)),
+    (1, "cpu.stat"): ("cpu", lambda t: _cpu_stat(t, 1)),
+    (2, "cpu.max"): ("cpu", lambda t: vars(cgroupfs.parse_cpu_max(t))),
+    (1, "cpu.cfs_quota_us"): ("cpu", lambda t: {"quota_usec": cgroupfs.parse_v1_quota_usec(t)}),
+    (1, "cpu.cfs_period_us"): ("cpu", lambda t: {"period_usec": cgroupfs.parse_int(t)}),
+    (2, "cpu.weight"): ("cpu", lambda t: {"weight": cgroupfs.parse_int(t)}),
+    (1, "cpu.shares"): ("cpu", lambda t: {"shares": cgroupfs.parse_int(t)}),
+    (1, "cpuacct.usage"): ("cpu", lambda t: {"usage_ns": cgroupfs.parse_int(t)}),
+    (2, "memory.current"): ("memory", lambda t: {"current_bytes": cgroupfs.parse_int(t)}),
+    (1, "memory.usage_in_bytes"): ("memory", lambda t: {"current_bytes": cgroupfs.parse_int(t)}),
+    (2, "memory.max"): ("memory", lambda t: {"limit_bytes": cgroupfs.parse_limit(t)}),
+    (1, "memory.limit_in_bytes"): ("memory",
+                                   lambda t: {"limit_bytes": cgroupfs.parse_v1_limit_bytes(t)}),
+    (2, "memory.high"): ("memory", lambda t: {"high_bytes": cgroupfs.parse_limit(t)}),
+    (2, "memory.peak"): ("memory", lambda t: {"peak_bytes": cgroupfs.parse_int(t)}),
+    (1, "memory.max_usage_in_bytes"): ("memory", lambda t: {"peak_bytes": cgroupfs.parse_int(t)}),
+    (2, "memory.swap.current"): ("memory", lambda t: {"swap_bytes": cgroupfs.parse_int(t)}),
+    (2, "memory.events"): ("memory",
+                           lambda t: {"events": vars(cgroupfs.parse_memory_events(t))}),
+    (2, "memory.events.local"): ("memory", lambda t: {"events_local": vars(
+        cgroupfs.parse_memory_events(t, "memory.events.local"))}),
+    (1, "memory.failcnt"): ("memory", lambda t: {"failcnt": cgroupfs.parse_int(t)}),
+    (1, "memory.oom_control"): ("memory", lambda t: vars(cgroupfs.parse_oom_control(t))),
+    (2, "memory.oom.group"): ("memory", lambda t: {"oom_group": bool(cgroupfs.parse_int(t))}),
+    (2, "memory.stat"): ("memory", lambda t: {"stat": cgroupfs.select(
+        cgroupfs.parse_flat_keyed(t, "memory.stat"), MEMORY_STAT_KEYS)}),
+    (2, "pids.current"): ("pids", lambda t: {"current": cgroupfs.parse_int(t)}),
+    (2, "pids.max"): ("pids", lambda t: {"max": cgroupfs.parse_limit(t)}),
+    (2, "cgroup.procs"): ("procs", lambda t: {"count": len(t.split())}),
+    (2, "cpu.pressure"): ("pressure", lambda t: {"cpu": _pressure(t)}),
+    (2, "memory.pressure"): ("pressure", lambda t: {"memory": _pressure(t)}),
+    (2, "io.pressure"): ("pressure", lambda t: {"io": _pressure(t)}),
+}
+# v1 files that read the same in both versions
+for _name in ("memory.stat", "pids.current", "pids.max", "cgroup.procs", "cpuacct.stat"):
+    if (2, _name) in _INTERPRET:
+        _INTERPRET[(1, _name)] = _INTERPRET[(2, _name)]
+for _res in HOST_PRESSURE:
+    _INTERPRET[(0, f"pressure/{_res}")] = ("host_pressure",
+                                          lambda t, r=_res: {r: _pressure(t)})
+
+
+def interpret(version: int, file: str, text: str) -> tuple[str, dict[str, Any]] | None:
+    """Parse one cgroup file into ``(section, values)`` for index.json and samples.jsonl.
+
+    ``version`` is 1 or 2 for cgroup files, 0 for host ``pressure/<resource>``. None for a file
+    that is stored verbatim only. Raises ParseError on bad content.
+    """
+    entry = _INTERPRET.get((version, file))
+    if entry is None:
+        return None
+    section, function = entry
+    try:
+        return section, function(text)
+    except (ValueError, TypeError, KeyError) as error:  # defensive: parsers raise ParseError
+        raise ParseError(f"{file}: {error}") from None
+
+
+def _merge(values: dict[str, Any], section: str, update: dict[str, Any]) -> None:
+    target = values.setdefault(section, {})
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            target[key].update(value)
+        else:
+            target[key] = value
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A mounted hierarchy we read: its member name, version and the files to read there."""
+
+    name: str
+    version: int
+    mount: CgroupMount
+    files: tuple[tuple[str, bool], ...]
+
+
+def hierarchies(mounts: Iterable[CgroupMount]) -> list[Hierarchy]:
+    """The hierarchies worth reading: v2, and v1 cpu, cpuacct, memory, pids (even co-mounted)."""
+    found: list[Hierarchy] = []
+    for mount in mounts:
+        if mount.version == 2:
+            found.append(Hierarchy("unified", 2, mount, V2_FILES))
+            continue
+        files: list[tuple[str, bool]] = []
+        for controller in mount.controllers:
+            files.extend(V1_FILES.get(controller, ()))
+        if files:
+            name = _SAFE_SEGMENT.sub("_", ",".join(mount.controllers))
+            # a co-mounted hierarchy may list cgroup.procs twice: keep one
+            unique = tuple(dict.fromkeys(files))
+            found.append(Hierarchy(name, 1, mount, unique))
+    return found
+
+
+def member_path(path: str) -> str | None:
+    """Bundle-safe form of a cgroup path (segments sanitised); None for ``..`` paths."""
+    segments = [s for s in path.split("/") if s]
+    if any(s in (".", "..") for s in segments):
+        return None
+    return "/".join(_SAFE_SEGMENT.sub("_", s) for s in segments)
+
+
+def _dir_for(hierarchy: Hierarchy, path: str) -> str | None:
+    root = hierarchy.mount.root.rstrip("/")
+    if root and not (path == root or path.startswith(root + "/")):
+        return None  # outside what this mount shows (we are inside a cgroup namespace)
+    return hierarchy.mount.mount_point.rstrip("/") + path[len(root):]
+
+
+def pod_ancestor(path: str) -> str | None:
+    """The pod-level cgroup above a container path (``.../kubepods-...-pod<uid>.slice``)."""
+    attribution = attribute_path(path)
+    if attribution.kind != "container" or not attribution.pod_uid:
+        return None
+    segments = path.split("/")
+    for index in range(len(segments) - 1, 0, -1):
+        candidate = "/".join(segments[:index]) or "/"
+        if candidate != path and attribute_path(candidate).kind == "pod":
+            return candidate
+    return None
+
+
+@dataclass
+class _Target:
+    path: str
+    member: str
+    files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)
+    # (hierarchy name, version, file, absolute path, per tick)
+
+
+class CgroupsCollector:
+    """``cgroups``: snapshot of every container cgroup and the host root, then per-tick counters."""
+
+    name = "cgroups"
+    order = 35
+    timeout_s = 30.0
+
+    def __init__(self, mountinfo_path: str = "/proc/self/mountinfo",
+                 pressure_root: str = "/proc/pressure", proc_root: str = "/proc") -> None:
+        self.mountinfo_path = mountinfo_path
+        self.pressure_root = pressure_root
+        self.proc_root = proc_root
+        self._plan: list[_Target] | None = None
+        self._fds: dict[str, int] = {}
+
+    # -- discovery ---------------------------------------------------------------------------
+    def _mounts(self) -> tuple[CgroupMount, ...]:
+        try:
+            text = read_small(self.mountinfo_path).decode("utf-8", "replace")
+        except OSError as error:
+            raise SourceUnavailable(f"{self.mountinfo_path}: {describe_os_error(error)}") from None
+        try:
+            return cgroupfs.parse_cgroup_mounts(text)
+        except ParseError as error:
+            raise SourceUnavailable(f"cannot read cgroup mounts: {error}") from None
+
+    def _target_paths(self, ctx: CollectContext) -> tuple[list[str], str]:
+        paths: list[str] = ["/"]
+        hinted = [p for p in ctx.hint("cgroup_paths") if isinstance(p, str) and p.startswith("/")]
+        source = "hints"
+        if not hinted:
+            source = "scan of /proc/*/cgroup"
+            for entry in scan_proc_cgroups(self.proc_root):
+                if entry.attribution.kind in ("container", "pod"):
+                    hinted.extend(attributed_paths(entry))
+        for path in hinted:
+            for candidate in (pod_ancestor(path), path):
+                if candidate is not None and candidate not in paths:
+                    paths.append(candidate)
+        return paths, source
+
+    def _build_plan(self, ctx: CollectContext) -> tuple[list[_Target], dict[str, Any]]:
+        mounts = self._mounts()
+        found = hierarchies(mounts)
+        paths, source = self._target_paths(ctx)
+        try:
+            cap = int(ctx.options.extra.get("cgroups.max_cgroups", DEFAULT_MAX_CGROUPS))
+        except ValueError:
+            cap = DEFAULT_MAX_CGROUPS
+        if len(paths) > cap:
+            ctx.partial(f"{len(paths)} cgroups found; only the first {cap} are read")
+            paths = paths[:cap]
+        plan: list[_Target] = []
+        skipped: list[dict[str, str]] = []
+        for path in paths:
+            member = member_path(path)
+            if member is None:
+                skipped.append({"path": path, "reason": "relative to a private cgroup namespace"})
+                continue
+            target = _Target(path, member)
+            for hierarchy in found:
+                directory = _dir_for(hierarchy, path)
+                if directory is None or not os.path.isdir(directory):
+                    continue
+                for file, per_tick in hierarchy.files:
+                    target.files.append((hierarchy.name, hierarchy.version, file,
+                                         f"{directory}/{file}", per_tick))
+            if path == "/":
+                for resource in HOST_PRESSURE:
+                    target.files.append(("host", 0, f"pressure/{resource}",
+                                         f"{self.pressure_root}/{resource}", True))
+            plan.append(target)
+        info = {
+            "layout": cgroupfs.cgroup_layout(mounts),
+            "mounts": [{"mount_point": m.mount_point, "version": m.version,
+                        "controllers": list(m.controllers), "root": m.root} for m in mounts],
+            "hierarchies_read": [h.name for h in found],
+            "targets_from": source,
+            "skipped": skipped,
+        }
+        return plan, info
+
+    # -- snapshot ----------------------------------------------------------------------------
+    def snapshot(self, ctx: CollectContext) -> None:
+        """Read every file of every target once; store verbatim files and parsed values."""
+        plan, info = self._build_plan(ctx)
+        cgroups: list[dict[str, Any]] = []
+        denied = 0
+        for target in plan:
+            if ctx.remaining() < 2.0:
+                ctx.partial("deadline near: later cgroups not read")
+                break
+            values: dict[str, Any] = {}
+            files: dict[str, dict[str, str]] = {}
+            for hierarchy, version, file, absolute, _ in target.files:
+                key = f"{hierarchy}/{file}"
+                member = (f"cgroup/host/{file}" if version == 0 else
+                          "/".join(p for p in ("cgroup", hierarchy, target.member, file) if p))
+                try:
+                    data = read_small(absolute)
+                except OSError as error:
+                    reason = describe_os_error(error)
+                    denied += reason.startswith("permission denied")
+                    files[key] = {"error": reason}
+                    continue
+                ctx.sink.write_bytes(member, data)
+                files[key] = {"member": member}
+                try:
+                    parsed = interpret(version, file, data.decode("utf-8", "replace"))
+                except ParseError as error:
+                    files[key]["parse_error"] = str(error)
+                    continue
+                if parsed is not None:
+                    _merge(values, *parsed)
+            attribution = attribute_path(target.path)
+            cgroups.append({
+                "path": target.path,
+                "attribution": attribution.to_json(),
+                "present": any(f[0] != "host" for f in target.files) or target.path == "/",
+                "files": files,
+                "values": values,
+            })
+        if denied:
+            ctx.partial(f"permission denied on {denied} cgroup files")
+        info["cgroups"] = cgroups
+        info["tick_files"] = sorted({f"{h}/{f}" for t in plan for h, _, f, _, tick in t.files
+                                     if tick})
+        ctx.sink.write_json("cgroup/index.json", info)
+        ctx.note(f"{len(cgroups)} cgroups ({info['layout']} layout, targets from "
+                 f"{info['targets_from']})")
+
+    # -- sampling ----------------------------------------------------------------------------
+    def sample(self, ctx: CollectContext, tick: Tick) -> None:
+        """One tick: read each per-tick file of each cgroup once (kept-open descriptors, pread)
+        and append one line per cgroup to ``cgroup/samples.jsonl``."""
+        if self._plan is None:
+            plan, _ = self._build_plan(ctx)
+            for target in plan:  # files absent now are absent for the whole window
+                target.files = [f for f in target.files if f[4] and os.path.exists(f[3])]
+            self._plan = plan
+            _raise_fd_limit(sum(len(t.files) for t in self._plan) + 64)
+        lines: list[str] = []
+        for target in self._plan:
+            values: dict[str, Any] = {}
+            errors: dict[str, str] = {}
+            for hierarchy, version, file, absolute, per_tick in target.files:
+                if not per_tick:
+                    continue
+                try:
+                    data = self._read(absolute)
+                except OSError as error:
+                    errors[f"{hierarchy}/{file}"] = describe_os_error(error)
+                    continue
+                try:
+                    parsed = interpret(version, file, data.decode("utf-8", "replace"))
+                except ParseError as error:
+                    errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
+                    continue
+                if parsed is not None:
+                    _merge(values, *parsed)
+            record: dict[str, Any] = {"t": tick.time_unix, "time": tick.time_iso,
+                                      "tick": tick.index, "cgroup": target.path,
+                                      "values": values}
+            if errors:
+                record["errors"] = errors
+            lines.append(dumps_json(record, indent=None))
+        if lines:
+            ctx.sink.append_bytes("cgroup/samples.jsonl", ("\n".join(lines) + "\n").encode())
+
+    def _read(self, absolute: str) -> bytes:
+        fd = self._fds.get(absolute)
+        if fd is None:
+            try:
+                fd = os.open(absolute, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as error:
+                if error.errno != 24:  # EMFILE: fall back to open/read/close
+                    raise
+                return read_small(absolute, 65536)
+            self._fds[absolute] = fd
+        try:
+            return os.pread(fd, 65536, 0)
+        except OSError:
+            os.close(fd)
+            del self._fds[absolute]
+            raise
+
+    def end_sampling(self, ctx: CollectContext) -> None:
+        """Close the descriptors kept open across ticks."""
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+        self._plan = None
+
+
+def _raise_fd_limit(wanted: int) -> None:
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+COLLECTOR = CgroupsCollector()
