@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Build the sample bundles with the real capture command.
+
+Each scenario starts real containers on a real Docker engine (a private ``dockerd`` unless
+``DOCKER_HOST`` answers; default runtime "nvidia", which is runc here), writes a simulated-NVML
+scenario naming those containers' real PIDs (``tests/support/nvmlsim``: a C ``libnvidia-ml.so.1``
+driven by the scenario), starts a loopback Kubernetes API and kubelet pod-resources server where
+the scenario needs them, then runs ``gpuforensics capture`` as an operator would, in a UTS
+namespace whose host name is the scenario's node (``gpu-07``). The bundle is renamed to
+``sample_bundles/<scenario>.tgz``.
+
+    sudo python3 sample_bundles/build.py                 # every scenario
+    sudo python3 sample_bundles/build.py xid-fault       # one
+
+Needs root (cgroups, /dev/kmsg, unshare), docker.io, busybox-static and gcc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support import nvmlsim  # noqa: E402
+from tests.support.docker_engine import (  # noqa: E402
+    BUSYBOX_IMAGE,
+    CUDA_LIKE_IMAGE,
+    DockerEngine,
+    acquire_engine,
+    release_engine,
+)
+
+HOSTNAME = "gpu-07"
+GIB = 1 << 30
+DURATION_S = 12
+SLEEP_FOREVER = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+
+
+@dataclass
+class Stage:
+    """What a scenario set up: containers by name, the NVML scenario, extra capture arguments."""
+
+    engine: DockerEngine
+    tmp: Path
+    containers: dict[str, str] = field(default_factory=dict)
+    capture_args: list[str] = field(default_factory=list)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    def run(self, name: str, *args: str, image: str = BUSYBOX_IMAGE, cmd: list[str] | None = None) -> str:
+        cid = self.engine.run_labelled("run", "-d", "--name", name, *args, image, *(cmd or SLEEP_FOREVER))
+        self.containers[name] = cid
+        return cid
+
+    def pid(self, name: str) -> int:
+        out = self.engine.cli("inspect", "-f", "{{.State.Pid}}", self.containers[name]).stdout.strip()
+        return int(out)
+
+
+def two_gpus(sc: nvmlsim.Scenario, gpu0_util: Any = 0, gpu1_util: Any = 0) -> None:
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-8f2c1d3e-5a6b-4c7d-9e0f-1a2b3c4d5e6f",
+               pci_bus_id="00000000:3B:00.0", serial="1652923000001", gpu_util=gpu0_util,
+               temperature_c=[(0, 61)], power_mw=[(0, 512_000)])
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-2b7e9a10-c4d5-4e6f-8a9b-0c1d2e3f4a5b",
+               pci_bus_id="00000000:86:00.0", serial="1652923000002", gpu_util=gpu1_util,
+               temperature_c=[(0, 38)], power_mw=[(0, 98_000)])
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+def unallocated_gpu_use(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """A container with no GPU request takes GPU 0 (allocated to trainer) and starves it."""
+    st.run("trainer", "-e", "NVIDIA_VISIBLE_DEVICES=0", "--cpus", "1")
+    st.run("notebook", image=CUDA_LIKE_IMAGE)  # no GPU flag: the image's ENV + default nvidia runtime
+    two_gpus(sc, gpu0_util=[(0, 97), (4, 99)], gpu1_util=0)
+    sc.add_process(pid=st.pid("trainer"), gpu=0, used_memory_bytes=[(0, 14 * GIB), (4, 16 * GIB)],
+                   sm_util=[(0, 95), (4, 9), (6, 7)], mem_util=[(0, 60), (4, 6)])
+    sc.add_process(pid=st.pid("notebook"), gpu=0, start_s=4,
+                   used_memory_bytes=[(4, 40 * GIB), (5, 62 * GIB)], sm_util=[(4, 86), (6, 88)],
+                   mem_util=[(4, 70)])
+    return "A container started without any GPU request (notebook, CUDA-like image under the default nvidia runtime) takes GPU 0, which was given to trainer, and starves it."
+
+
+def cpu_throttled_loader(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """The data loader of a GPU job is CPU-throttled (--cpus 0.2), so its GPU sits idle."""
+    st.run("loader", "-e", "NVIDIA_VISIBLE_DEVICES=1", "--cpus", "0.2",
+           cmd=["sh", "-c", "while :; do :; done"])
+    st.run("trainer", "-e", "NVIDIA_VISIBLE_DEVICES=0")
+    two_gpus(sc, gpu0_util=94, gpu1_util=[(0, 9), (3, 4)])
+    sc.add_process(pid=st.pid("trainer"), gpu=0, used_memory_bytes=38 * GIB, sm_util=92, mem_util=55)
+    sc.add_process(pid=st.pid("loader"), gpu=1, used_memory_bytes=21 * GIB,
+                   sm_util=[(0, 8), (3, 4)], mem_util=[(0, 3)])
+    return "A data loader limited to 0.2 CPUs is throttled most of the time; its GPU 1 idles below 10%."
+
+
+def memcg_oom(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """A preprocessing container under --memory 32m is really OOM-killed by the kernel."""
+    st.run("trainer", "-e", "NVIDIA_VISIBLE_DEVICES=0")
+    st.run("etl", "--memory", "32m", "--memory-swap", "32m",
+           cmd=["sh", "-c", "sleep 4; x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c"])
+    two_gpus(sc, gpu0_util=93, gpu1_util=0)
+    sc.add_process(pid=st.pid("trainer"), gpu=0, used_memory_bytes=30 * GIB, sm_util=91, mem_util=50)
+    return "The etl container (memory limit 32 MiB) is killed by the kernel's memory-cgroup OOM killer."
+
+
+def xid_fault(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """GPU 1 falls off the bus (Xid 79): hardware, not contention."""
+    st.run("trainer", "-e", "NVIDIA_VISIBLE_DEVICES=0")
+    st.run("inference", "-e", "NVIDIA_VISIBLE_DEVICES=1")
+    two_gpus(sc, gpu0_util=90, gpu1_util=[(0, 64)])
+    sc.add_process(pid=st.pid("trainer"), gpu=0, used_memory_bytes=33 * GIB, sm_util=90, mem_util=48)
+    sc.add_process(pid=st.pid("inference"), gpu=1, used_memory_bytes=12 * GIB, sm_util=62, mem_util=20, end_s=5)
+    sc.add_xid(gpu=1, at_s=4.5, code=79)
+    sc.lose_gpu(gpu=1, at_s=5)
+    return "GPU 1 reports Xid 79 (fallen off the bus) and is lost; its inference process dies. No contention."
+
+
+def clean_host(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """Two jobs, each on its own allocated GPU, nothing wrong."""
+    st.run("trainer", "-e", "NVIDIA_VISIBLE_DEVICES=0")
+    st.run("inference", "-e", "NVIDIA_VISIBLE_DEVICES=1")
+    two_gpus(sc, gpu0_util=88, gpu1_util=41)
+    sc.add_process(pid=st.pid("trainer"), gpu=0, used_memory_bytes=35 * GIB, sm_util=86, mem_util=45)
+    sc.add_process(pid=st.pid("inference"), gpu=1, used_memory_bytes=10 * GIB, sm_util=40, mem_util=15)
+    return "Two containers, each on the GPU it was given; no contention, no fault."
+
+
+def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """On a Kubernetes node, a pod with no nvidia.com/gpu limit uses the GPU given to another pod."""
+    from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
+    from tests.support.kube_objects import ClusterState, ContainerSpec, make_event, make_node, make_pod
+    from tests.support.podresources_server import PodResourcesServer
+
+    two_gpus(sc, gpu0_util=[(0, 96), (4, 99)], gpu1_util=0)
+    uuid0, uuid1 = sc.gpu_uuid(0), sc.gpu_uuid(1)
+    st.run("k8s_trainer-0", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid0}")
+    st.run("k8s_notebook-alice", image=CUDA_LIKE_IMAGE)
+    sc.add_process(pid=st.pid("k8s_trainer-0"), gpu=0, used_memory_bytes=20 * GIB,
+                   sm_util=[(0, 94), (4, 10)], mem_util=[(0, 55), (4, 8)])
+    sc.add_process(pid=st.pid("k8s_notebook-alice"), gpu=0, start_s=4, used_memory_bytes=44 * GIB,
+                   sm_util=[(4, 85)], mem_util=[(4, 62)])
+
+    from datetime import UTC, datetime
+    now = datetime.now(UTC).replace(microsecond=0)
+    node = make_node(HOSTNAME, now, gpus=2, product="NVIDIA-H100-80GB-HBM3")
+    trainer = make_pod("trainer-0", "ml", HOSTNAME, now, [ContainerSpec(
+        "trainer", command=["torchrun", "train.py"], runtime="docker",
+        container_id=st.containers["k8s_trainer-0"],
+        requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+        limits={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+        env=[("NVIDIA_VISIBLE_DEVICES", uuid0), ("WANDB_API_KEY", "wb-5f1e9c0d2b7a4e3f")],
+    )], owner=("StatefulSet", "trainer"), labels={"app": "trainer"})
+    notebook = make_pod("notebook-alice", "research", HOSTNAME, now, [ContainerSpec(
+        "jupyter", command=["jupyter", "lab"], runtime="docker",
+        container_id=st.containers["k8s_notebook-alice"],
+        requests={"cpu": "2", "memory": "8Gi"},
+        env=[("NVIDIA_VISIBLE_DEVICES", "all"), ("JUPYTER_TOKEN", "s3cr3t-notebook-token")],
+    )], labels={"app": "notebook", "owner": "alice"}, last_applied=True)
+    events = [make_event(notebook, "Started", "Started container jupyter", now, host=HOSTNAME,
+                         field_path="spec.containers{jupyter}")]
+    state = ClusterState(nodes=[node], pods=[trainer, notebook], events=events)
+    api = KubeAPIServer(state).start()
+    st.cleanups.append(api.stop)
+    kubeconfig = write_kubeconfig(st.tmp / "kubeconfig", api.url)
+    sock = st.tmp / "kubelet.sock"
+    pr = PodResourcesServer(sock, pods=[trainer, notebook], gpu_ids=[uuid0, uuid1]).start()
+    st.cleanups.append(pr.stop)
+    st.capture_args += ["--kubeconfig", str(kubeconfig), "--node", HOSTNAME,
+                        "--set", f"podresources.socket={sock}"]
+    return "Kubernetes pod research/notebook-alice has no nvidia.com/gpu limit but sees every GPU (NVIDIA_VISIBLE_DEVICES=all) and takes GPU 0, assigned by the kubelet to ml/trainer-0."
+
+
+SCENARIOS: dict[str, Callable[[Stage, nvmlsim.Scenario], str]] = {
+    "unallocated-gpu-use": unallocated_gpu_use,
+    "cpu-throttled-loader": cpu_throttled_loader,
+    "memcg-oom": memcg_oom,
+    "xid-fault": xid_fault,
+    "clean-host": clean_host,
+    "k8s-pod-without-gpu-limit": k8s_pod_without_gpu_limit,
+}
+
+
+def capture(stage: Stage, scenario_file: Path, library: Path, out: Path, since: float) -> Path:
+    env = nvmlsim.subprocess_env(scenario_file, library)
+    env = {**stage.engine.env(), **{k: v for k, v in env.items() if k in ("NVMLSIM_SCENARIO", "LD_LIBRARY_PATH")}}
+    env.pop("KUBECONFIG", None)
+    lookback = max(5, int(time.time() - since) + 2)
+    cmd = [sys.executable, "-m", "forensics", "capture", "-o", str(out), "--quiet",
+           "--duration", str(DURATION_S), "--interval", "1", "--timeout", "60",
+           "--nvml-library", str(library), "--since", f"{lookback}s", "--lookback", str(lookback),
+           *stage.capture_args]
+    if shutil.which("unshare"):
+        cmd = ["unshare", "--uts", "sh", "-c", f'hostname {HOSTNAME} && exec "$@"', "sh", *cmd]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"capture failed ({proc.returncode}): {proc.stderr.strip()}")
+    return Path(proc.stdout.strip())
+
+
+def build(name: str, engine: DockerEngine, library: Path, dest: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"gpuforensics-sample-{name}-") as tmpdir:
+        tmp = Path(tmpdir)
+        stage = Stage(engine=engine, tmp=tmp)
+        since = time.time()
+        try:
+            sc = nvmlsim.Scenario(epoch=time.time() + 1.0)  # capture starts about a second later
+            story = SCENARIOS[name](stage, sc)
+            scenario_file = sc.write(tmp / "nvml-scenario.tsv")
+            (tmp / "out").mkdir()
+            bundle = capture(stage, scenario_file, library, tmp / "out", since)
+            target = dest / f"{name}.tgz"
+            target.unlink(missing_ok=True)
+            shutil.copyfile(bundle, target)
+            os.chmod(target, 0o644)  # shipped samples are world-readable; captures are 0600
+        finally:
+            for cleanup in reversed(stage.cleanups):
+                cleanup()
+            for cid in stage.containers.values():
+                engine.cli("rm", "-f", cid, check=False)
+    return {"scenario": name, "bundle": target.name, "story": story,
+            "containers": sorted(stage.containers), "size_bytes": target.stat().st_size}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"one of: {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument("--dest", type=Path, default=ROOT / "sample_bundles")
+    args = parser.parse_args(argv)
+    names = args.scenarios or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}")
+    libdir = Path(tempfile.mkdtemp(prefix="gpuforensics-nvmlsim-"))
+    library = nvmlsim.build_library(libdir)
+    engine = acquire_engine(default_runtime="nvidia")
+    results = []
+    try:
+        for name in names:
+            print(f"building {name} ...", file=sys.stderr, flush=True)
+            results.append(build(name, engine, library, args.dest))
+    finally:
+        release_engine(engine)
+        shutil.rmtree(libdir, ignore_errors=True)
+    index_path = args.dest / "scenarios.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    for r in results:
+        index[r["scenario"]] = r
+    index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    for r in results:
+        print(f"{r['bundle']}: {r['size_bytes']} bytes - {r['story']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
