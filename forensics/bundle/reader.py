@@ -129,6 +129,22 @@ class Bundle:
         return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
 
 
+_META_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
+               tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+_META_CAP = 1 << 20
+
+
+class _SafeTarInfo(tarfile.TarInfo):
+    """Refuses a PAX or GNU long-name header over 1 MiB before tarfile reads it into memory
+    (a compressed header of zeros would otherwise be a gzip bomb no member size reveals)."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _META_TYPES and self.size > _META_CAP:
+            raise BundleTooLarge(f"tar metadata header of {self.size} bytes refused (over {_META_CAP})")
+        info: tarfile.TarInfo = super()._proc_member(tar)  # type: ignore[misc]
+        return info
+
+
 def _check_type(info: tarfile.TarInfo) -> None:
     if info.issym() or info.islnk():
         raise BundleUnsafe(f"link member refused: {info.name!r} -> {info.linkname!r}")
@@ -173,7 +189,7 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
         try:
             gz = gzip.GzipFile(fileobj=hashing, mode="rb")  # type: ignore[call-overload]
             counting = _CountingReader(gz, limits.max_total_bytes + (limits.max_members + 16) * 1024)
-            with tarfile.open(fileobj=counting, mode="r|") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=counting, mode="r|", tarinfo=_SafeTarInfo) as tar:  # type: ignore[call-overload]
                 for info in tar:
                     _check_type(info)
                     first, rest = _split_top(info.name)
@@ -213,6 +229,8 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
             raise BundleInvalid(f"{path.name}: truncated or corrupt gzip stream ({exc})") from None
         except tarfile.TarError as exc:
             raise BundleInvalid(f"{path.name}: not a valid tar archive ({exc})") from None
+        except RecursionError:  # a chain of thousands of PAX/GNU headers
+            raise BundleInvalid(f"{path.name}: not a valid tar archive (header chain too deep)") from None
         except OSError as exc:
             raise BundleInvalid(f"{path.name}: cannot read: {exc.strerror or exc}") from None
     if top is None or MANIFEST not in members:
