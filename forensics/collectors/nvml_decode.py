@@ -1,0 +1,162 @@
+"""Pure decoders for NVML values: enums and bitmasks to names, ctypes structures to JSON.
+
+Sources: nvml.h / pynvml.py constants (``nvmlClocksEventReason*``, the old
+``nvmlClocksThrottleReason*`` names, ``NVML_COMPUTEMODE_*``, ``nvmlEventType*``), and NVIDIA's Xid
+catalog for the short Xid descriptions. ``nvidia-smi -q -d PERFORMANCE`` prints the same clock event
+reason names. These functions never call NVML; they raise :class:`forensics.errors.ParseError`
+on values that cannot be what NVML returns (negative or over 64 bits).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from forensics.errors import ParseError
+
+__all__ = [
+    "CLOCKS_EVENT_REASONS",
+    "COMPUTE_MODES",
+    "EVENT_TYPES",
+    "XID_DESCRIPTIONS",
+    "decode_bitmask",
+    "decode_clocks_event_reasons",
+    "decode_compute_mode",
+    "decode_enable_state",
+    "decode_event_types",
+    "to_jsonable",
+    "xid_description",
+]
+
+_U64 = (1 << 64) - 1
+
+#: nvmlClocksEventReason* bits; 0x200 and 0x400 exist only under the old ThrottleReason names.
+CLOCKS_EVENT_REASONS: dict[int, str] = {
+    0x1: "GpuIdle",
+    0x2: "ApplicationsClocksSetting",
+    0x4: "SwPowerCap",
+    0x8: "HwSlowdown",
+    0x10: "SyncBoost",
+    0x20: "SwThermalSlowdown",
+    0x40: "HwThermalSlowdown",
+    0x80: "HwPowerBrakeSlowdown",
+    0x100: "DisplayClockSetting",
+    0x200: "BoardLimit",
+    0x400: "Reliability",
+}
+
+COMPUTE_MODES: dict[int, str] = {
+    0: "Default",
+    1: "ExclusiveThread",
+    2: "Prohibited",
+    3: "ExclusiveProcess",
+}
+
+#: nvmlEventType* bits.
+EVENT_TYPES: dict[int, str] = {
+    0x1: "SingleBitEccError",
+    0x2: "DoubleBitEccError",
+    0x4: "PState",
+    0x8: "XidCriticalError",
+    0x10: "Clock",
+    0x80: "PowerSourceChange",
+    0x100: "MigConfigChange",
+    0x200: "SingleBitEccErrorStorm",
+    0x400: "DramRetirementEvent",
+    0x800: "DramRetirementFailure",
+    0x1000: "NonFatalPoisonError",
+    0x2000: "FatalPoisonError",
+    0x4000: "GpuUnavailableError",
+    0x8000: "GpuRecoveryAction",
+}
+
+#: Short descriptions of common Xid codes (NVIDIA's Xid catalog is the authority).
+XID_DESCRIPTIONS: dict[int, str] = {
+    13: "Graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "Double-bit ECC error",
+    62: "Internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    154: "GPU recovery action changed",
+}
+
+
+def _check_u64(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"{what}: expected an integer, got {type(value).__name__}")
+    if value < 0 or value > _U64:
+        raise ParseError(f"{what}: {value} is not an unsigned 64-bit value")
+    return value
+
+
+def decode_bitmask(value: int, names: dict[int, str], what: str = "bitmask") -> list[str]:
+    """Names of the set bits, lowest first; unnamed bits as ``0x...`` so nothing is dropped."""
+    _check_u64(value, what)
+    out: list[str] = []
+    bit = 1
+    while bit <= value:
+        if value & bit:
+            out.append(names.get(bit, f"0x{bit:x}"))
+        bit <<= 1
+    return out
+
+
+def decode_clocks_event_reasons(value: int) -> list[str]:
+    """``nvmlDeviceGetCurrentClocksEventReasons`` (or ``...ThrottleReasons``) bitmask to names."""
+    return decode_bitmask(value, CLOCKS_EVENT_REASONS, "clocks event reasons")
+
+
+def decode_event_types(value: int) -> list[str]:
+    """``nvmlEventType*`` bitmask (``nvmlDeviceGetSupportedEventTypes``, event ``eventType``)."""
+    return decode_bitmask(value, EVENT_TYPES, "event types")
+
+
+def decode_compute_mode(value: int) -> str:
+    """``nvmlDeviceGetComputeMode``: ``nvidia-smi --query-gpu=compute_mode``."""
+    _check_u64(value, "compute mode")
+    return COMPUTE_MODES.get(value, f"Unknown({value})")
+
+
+def decode_enable_state(value: int) -> str:
+    """``nvmlEnableState_t`` (persistence, ECC, accounting, MIG modes)."""
+    _check_u64(value, "enable state")
+    return {0: "Disabled", 1: "Enabled"}.get(value, f"Unknown({value})")
+
+
+def xid_description(code: int) -> str | None:
+    return XID_DESCRIPTIONS.get(code)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """A pynvml result as JSON: structures by their NVML field names, bytes decoded, arrays listed.
+
+    Handles ``ctypes.Structure`` (pynvml's ``c_nvml*`` classes), pynvml's ``nvmlFriendlyObject``,
+    ctypes arrays and scalars, lists, dicts and plain values.
+    """
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    if isinstance(obj, ctypes.Structure):
+        return {name: to_jsonable(getattr(obj, name)) for name, *_ in obj._fields_}
+    if isinstance(obj, ctypes.Array):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, ctypes._SimpleCData):
+        return to_jsonable(obj.value)
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if hasattr(obj, "__dict__"):  # pynvml.nvmlFriendlyObject
+        return {k: to_jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")}
+    return str(obj)
