@@ -27,12 +27,16 @@ from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
+from forensics.collectors.procfs import (
+    attributed_paths,
+    describe_os_error,
+    read_small,
+    scan_proc_cgroups,
+)
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import cgroupfs
 from forensics.parsing.attribution import attribute_path
 from forensics.parsing.cgroupfs import CgroupMount
-
-from forensics.collectors.procfs import attributed_paths, describe_os_error, read_small, scan_proc_cgroups
 
 __all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]
 
@@ -125,9 +129,14 @@ _INTERPRET: dict[tuple[int, str], tuple[str, _Interpreter]] = {
 for _name in ("memory.stat", "pids.current", "pids.max", "cgroup.procs", "cpuacct.stat"):
     if (2, _name) in _INTERPRET:
         _INTERPRET[(1, _name)] = _INTERPRET[(2, _name)]
+
+
+def _host_pressure(resource: str) -> _Interpreter:
+    return lambda text: {resource: _pressure(text)}
+
+
 for _res in HOST_PRESSURE:
-    _INTERPRET[(0, f"pressure/{_res}")] = ("host_pressure",
-                                          lambda t, r=_res: {r: _pressure(t)})
+    _INTERPRET[(0, f"pressure/{_res}")] = ("host_pressure", _host_pressure(_res))
 
 
 def interpret(version: int, file: str, text: str) -> tuple[str, dict[str, Any]] | None:

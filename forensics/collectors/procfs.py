@@ -177,14 +177,14 @@ class ProcfsCollector:
         for pid in ctx.hint("pids"):
             if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
                 reasons.setdefault(pid, set()).add("hint")
-        for entry in scan_proc_cgroups(self.proc_root, stats):
-            interesting = entry.attribution.kind in ("container", "pod")
+        for found in scan_proc_cgroups(self.proc_root, stats):
+            interesting = found.attribution.kind in ("container", "pod")
             if interesting:
-                reasons.setdefault(entry.pid, set()).add(entry.attribution.kind)
+                reasons.setdefault(found.pid, set()).add(found.attribution.kind)
             if ctx.options.all_processes:
-                reasons.setdefault(entry.pid, set()).add("all")
-            if entry.pid in reasons:
-                scanned[entry.pid] = entry
+                reasons.setdefault(found.pid, set()).add("all")
+            if found.pid in reasons:
+                scanned[found.pid] = found
         if stats.denied:
             ctx.partial(f"permission denied reading /proc/<pid>/cgroup of {stats.denied} processes")
 

@@ -1,0 +1,393 @@
+"""``kernel``: the kernel ring buffer, verbatim, with OOM kills and NVIDIA Xid events derived.
+
+Sources, first that works: ``/dev/kmsg`` (non-blocking reads, one record per ``read()``, a 64 KiB
+buffer so any record fits), then ``dmesg --raw``, then ``journalctl -k -o json``. Wall-clock
+times: boot time (``time.time() - clock_gettime(CLOCK_MONOTONIC)``) plus each record's
+microseconds since boot; ``CLOCK_BOOTTIME - CLOCK_MONOTONIC`` is recorded too, since printk time
+stops during suspend. ``--since`` drops older records (raw and derived alike).
+
+Members: ``kernel/kmsg.txt`` (records exactly as read; or ``kernel/dmesg.txt`` /
+``kernel/journal.jsonl`` from a fallback), ``kernel/records.jsonl``, ``kernel/oom.json`` (each kill
+linked to its memcg and so to a container or pod), ``kernel/xid.json``, ``kernel/gpu_driver.json``,
+``kernel/index.json``; while sampling, ``kernel/kmsg-window.txt`` and ``kernel/window.jsonl``
+(records that arrived during the capture window). See docs/bundle-format/host-evidence.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+from forensics.bundle.sink import dumps_json
+from forensics.capture.context import CollectContext, Tick
+from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
+from forensics.parsing import kmsg
+from forensics.parsing.attribution import attribute_path
+
+__all__ = ["COLLECTOR", "KernelCollector", "derive", "read_kmsg_records"]
+
+READ_BUFFER_BYTES = 65536
+DEFAULT_MAX_BYTES = 256 << 20
+_DERIVED_CHUNK = 20_000  # records.jsonl lines written per append
+_MAX_DRIVER_MESSAGES = 10_000
+_MAX_EVENTS = 100_000
+
+
+def clock_readings() -> dict[str, float]:
+    """Realtime, monotonic and boottime clocks read back to back, and the derived boot time."""
+    realtime = time.time()
+    monotonic = time.clock_gettime(time.CLOCK_MONOTONIC)
+    boottime = time.clock_gettime(time.CLOCK_BOOTTIME)
+    return {
+        "realtime_unix": realtime,
+        "monotonic_s": monotonic,
+        "boottime_s": boottime,
+        "boot_time_unix": realtime - monotonic,
+        "suspended_s": boottime - monotonic,
+    }
+
+
+def read_kmsg_records(path: str, max_bytes: int, stats: dict[str, int]) -> Iterator[bytes]:
+    """Every record now in the ring buffer, one ``bytes`` per ``read()``; stops at EAGAIN.
+
+    ``stats`` counts ``records``, ``bytes``, ``overwritten`` (EPIPE: records lost to the ring
+    buffer wrapping while reading) and ``truncated`` (1 when ``max_bytes`` was reached).
+    Raises OSError from ``open`` (ENOENT, EACCES, EPERM).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        while True:
+            try:
+                record = os.read(fd, READ_BUFFER_BYTES)
+            except BlockingIOError:
+                return
+            except OSError as error:
+                if error.errno == errno.EPIPE:
+                    stats["overwritten"] = stats.get("overwritten", 0) + 1
+                    continue
+                if error.errno == errno.EINTR:
+                    continue
+                raise
+            if not record:
+                return
+            stats["records"] = stats.get("records", 0) + 1
+            stats["bytes"] = stats.get("bytes", 0) + len(record)
+            yield record
+            if stats["bytes"] >= max_bytes:
+                stats["truncated"] = 1
+                return
+    finally:
+        os.close(fd)
+
+
+def _record_header_ts(record: bytes) -> int | None:
+    try:
+        return int(record.split(b";", 1)[0].split(b",", 3)[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _record_header_seq(record: bytes) -> int | None:
+    try:
+        return int(record.split(b";", 1)[0].split(b",", 3)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _link_memcg(path: str | None) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        return attribute_path(path).to_json()
+    except ParseError:
+        return {"cgroup_path": path, "kind": "unknown"}
+
+
+def oom_json(kill: kmsg.OomKill, boot: float) -> dict[str, Any]:
+    """An OOM kill as stored in ``kernel/oom.json``: the parsed fields, wall time, attribution."""
+    item = asdict(kill)
+    item["seqs"] = list(kill.seqs)
+    item["time"] = kmsg.wall_time_iso(kill.ts_usec, boot)
+    item["task_attribution"] = _link_memcg(kill.task_memcg)
+    item["oom_attribution"] = _link_memcg(kill.oom_memcg)
+    return item
+
+
+class Derived:
+    """Accumulates what one pass over the records yields (bounded)."""
+
+    def __init__(self, boot: float) -> None:
+        self.boot = boot
+        self.tracker = kmsg.OomTracker()
+        self.ooms: list[dict[str, Any]] = []
+        self.xids: list[dict[str, Any]] = []
+        self.driver: list[dict[str, Any]] = []
+        self.count = 0
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+        self.last_seq: int | None = None
+
+    def feed(self, record: kmsg.KmsgRecord) -> dict[str, Any]:
+        """Consume one record; return its ``records.jsonl`` line as a dict."""
+        self.count += 1
+        if self.first_ts is None:
+            self.first_ts = record.ts_usec
+        self.last_ts = record.ts_usec
+        if record.seq is not None:
+            self.last_seq = record.seq
+        kill = self.tracker.feed(record)
+        if kill is not None and len(self.ooms) < _MAX_EVENTS:
+            self.ooms.append(oom_json(kill, self.boot))
+        xid = kmsg.parse_xid(record)
+        if xid is not None and len(self.xids) < _MAX_EVENTS:
+            item = asdict(xid)
+            item["time"] = kmsg.wall_time_iso(xid.ts_usec, self.boot)
+            self.xids.append(item)
+        driver = kmsg.parse_driver_message(record)
+        if driver is not None and len(self.driver) < _MAX_DRIVER_MESSAGES:
+            item = asdict(driver)
+            item["time"] = kmsg.wall_time_iso(driver.ts_usec, self.boot)
+            self.driver.append(item)
+        line: dict[str, Any] = {
+            "seq": record.seq, "ts_usec": record.ts_usec,
+            "time": kmsg.wall_time_iso(record.ts_usec, self.boot),
+            "facility": record.facility, "level": record.level, "message": record.message,
+        }
+        if record.fields:
+            line["fields"] = dict(record.fields)
+        return line
+
+
+def derive(records: Iterable[kmsg.KmsgRecord], boot: float,
+           write_lines: Any = None) -> Derived:
+    """Run records through the OOM tracker, Xid and driver parsers. ``write_lines`` receives
+    ``records.jsonl`` text in chunks (None: not produced)."""
+    derived = Derived(boot)
+    chunk: list[str] = []
+    for record in records:
+        line = derived.feed(record)
+        if write_lines is not None:
+            chunk.append(dumps_json(line, indent=None))
+            if len(chunk) >= _DERIVED_CHUNK:
+                write_lines("\n".join(chunk) + "\n")
+                chunk = []
+    if write_lines is not None and chunk:
+        write_lines("\n".join(chunk) + "\n")
+    return derived
+
+
+class KernelCollector:
+    """``kernel``: ring buffer verbatim; OOM kills, Xid events and driver warnings derived."""
+
+    name = "kernel"
+    order = 40
+    timeout_s = 60.0
+
+    def __init__(self, kmsg_path: str = "/dev/kmsg",
+                 dmesg_argv: tuple[str, ...] = ("dmesg", "--raw"),
+                 journal_argv: tuple[str, ...] = ("journalctl", "-k", "-o", "json",
+                                                  "--no-pager")) -> None:
+        self.kmsg_path = kmsg_path
+        self.dmesg_argv = dmesg_argv
+        self.journal_argv = journal_argv
+        self._window_fd: int | None = None
+        self._window_tracker = kmsg.OomTracker()
+        self._window_skip_seq = -1
+        self._window_boot = 0.0
+
+    def _since_usec(self, ctx: CollectContext, boot: float) -> int | None:
+        since = ctx.options.since
+        if since is None:
+            return None
+        return max(0, int((since.timestamp() - boot) * 1e6))
+
+    def snapshot(self, ctx: CollectContext) -> None:
+        """Read the whole ring buffer (or a fallback), store it, and derive events."""
+        clocks = clock_readings()
+        boot = clocks["boot_time_unix"]
+        since_usec = self._since_usec(ctx, boot)
+        try:
+            max_bytes = int(ctx.options.extra.get("kernel.max_bytes", DEFAULT_MAX_BYTES))
+        except ValueError:
+            max_bytes = DEFAULT_MAX_BYTES
+        attempts: dict[str, str] = {}
+        index: dict[str, Any] = {"clocks": clocks, "since_ts_usec": since_usec,
+                                 "attempts": attempts}
+        if clocks["suspended_s"] > 1.0:
+            ctx.note(f"host was suspended {clocks['suspended_s']:.0f} s since boot: kernel "
+                     "log wall times before the suspend are late by up to that much")
+
+        derived: Derived | None = None
+        stats: dict[str, int] = {}
+        try:
+            kept: list[bytes] = []
+            dropped = 0
+            for record in read_kmsg_records(self.kmsg_path, max_bytes, stats):
+                if since_usec is not None:
+                    ts = _record_header_ts(record)
+                    if ts is not None and ts < since_usec:
+                        dropped += 1
+                        continue
+                kept.append(record)
+            raw = b"".join(kept)
+            del kept
+            ctx.sink.write_bytes("kernel/kmsg.txt", raw)
+            index.update(source="/dev/kmsg", member="kernel/kmsg.txt", read=stats,
+                         dropped_before_since=dropped)
+            if stats.get("overwritten"):
+                ctx.note(f"{stats['overwritten']} kmsg records were overwritten while reading")
+            if stats.get("truncated"):
+                ctx.partial(f"kernel log cut at {max_bytes} bytes")
+            derived = self._derive(ctx, kmsg.iter_kmsg(_lines(raw), self._on_error(index)),
+                                   boot)
+        except OSError as error:
+            attempts["/dev/kmsg"] = f"{type(error).__name__}: {error.strerror or error}"
+        if derived is None:
+            derived = self._fallbacks(ctx, index, attempts, boot, since_usec)
+        if derived is None:
+            denied = [a for a in attempts.values() if "ermission" in a or "not permitted" in a]
+            message = "; ".join(f"{k}: {v}" for k, v in attempts.items())
+            if denied:
+                raise SourcePermissionDenied(f"kernel log: {message}")
+            raise SourceUnavailable(f"kernel log: {message}")
+
+        ctx.sink.write_json("kernel/oom.json", derived.ooms)
+        ctx.sink.write_json("kernel/xid.json", derived.xids)
+        ctx.sink.write_json("kernel/gpu_driver.json", derived.driver)
+        index.update(records=derived.count, oom_kills=len(derived.ooms), xids=len(derived.xids),
+                     driver_messages=len(derived.driver), last_seq=derived.last_seq,
+                     first_time=(kmsg.wall_time_iso(derived.first_ts, boot)
+                                 if derived.first_ts is not None else None),
+                     last_time=(kmsg.wall_time_iso(derived.last_ts, boot)
+                                if derived.last_ts is not None else None))
+        ctx.sink.write_json("kernel/index.json", index)
+        if derived.last_seq is not None:
+            ctx.publish("kmsg_last_seq", [derived.last_seq])
+        ctx.note(f"{derived.count} kernel records from {index.get('source')}, "
+                 f"{len(derived.ooms)} OOM kills, {len(derived.xids)} Xid events")
+
+    def _on_error(self, index: dict[str, Any]) -> Any:
+        errors: list[str] = []
+        index["parse_errors"] = errors
+
+        def record(number: int, error: ParseError) -> None:
+            if len(errors) < 100:
+                errors.append(f"line {number}: {error}")
+        return record
+
+    def _derive(self, ctx: CollectContext, records: Iterable[kmsg.KmsgRecord],
+                boot: float) -> Derived:
+        def write(text: str) -> None:
+            ctx.sink.append_bytes("kernel/records.jsonl",
+                                  text.encode("utf-8", "surrogateescape"))
+        ctx.sink.write_bytes("kernel/records.jsonl", b"")
+        return derive(records, boot, write)
+
+    def _run(self, argv: tuple[str, ...], ctx: CollectContext) -> bytes:
+        timeout = max(1.0, min(20.0, ctx.remaining() - 3.0))
+        done = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise OSError(errno.EIO, done.stderr.decode("utf-8", "replace").strip()[:200]
+                          or f"exit status {done.returncode}")
+        return done.stdout
+
+    def _fallbacks(self, ctx: CollectContext, index: dict[str, Any], attempts: dict[str, str],
+                   boot: float, since_usec: int | None) -> Derived | None:
+        def keep(record: kmsg.KmsgRecord) -> bool:
+            return since_usec is None or record.ts_usec >= since_usec
+
+        tried: tuple[tuple[tuple[str, ...], str, Any], ...] = (
+            (self.dmesg_argv, "kernel/dmesg.txt", kmsg.iter_dmesg_raw),
+            (self.journal_argv, "kernel/journal.jsonl", kmsg.iter_journal_json),
+        )
+        for argv, member, iterate in tried:
+            label = " ".join(argv)
+            try:
+                raw = self._run(argv, ctx)
+            except (OSError, subprocess.SubprocessError) as error:
+                attempts[label] = f"{type(error).__name__}: {getattr(error, 'strerror', None) or error}"
+                continue
+            if not raw.strip():
+                attempts[label] = "no output"
+                continue
+            ctx.sink.write_bytes(member, raw)
+            index.update(source=label, member=member)
+            records = (r for r in iterate(_lines(raw), self._on_error(index)) if keep(r))
+            ctx.partial(f"/dev/kmsg unreadable; used {label}")
+            return self._derive(ctx, records, boot)
+        return None
+
+    # -- sampling: records that arrive during the capture window -------------------------------
+    def sample(self, ctx: CollectContext, tick: Tick) -> None:
+        """Append records that arrived since the snapshot (or the previous tick)."""
+        if self._window_fd is None:
+            skip = [s for s in ctx.hint("kmsg_last_seq") if isinstance(s, int)]
+            self._window_skip_seq = max(skip) if skip else -1
+            self._window_boot = clock_readings()["boot_time_unix"]
+            try:
+                self._window_fd = os.open(self.kmsg_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as error:
+                raise SourceUnavailable(f"{self.kmsg_path}: {error.strerror or error}") from None
+            if self._window_skip_seq < 0:
+                os.lseek(self._window_fd, 0, os.SEEK_END)
+        fresh: list[bytes] = []
+        while len(fresh) < 100_000:
+            try:
+                record = os.read(self._window_fd, READ_BUFFER_BYTES)
+            except BlockingIOError:
+                break
+            except OSError as error:
+                if error.errno == errno.EPIPE:
+                    continue
+                raise
+            if not record:
+                break
+            seq = _record_header_seq(record)
+            if seq is not None and seq <= self._window_skip_seq:
+                continue
+            fresh.append(record)
+        if not fresh:
+            return
+        raw = b"".join(fresh)
+        ctx.sink.append_bytes("kernel/kmsg-window.txt", raw)
+        events: list[str] = []
+        for parsed in kmsg.iter_kmsg(_lines(raw), lambda n, e: None):
+            kill = self._window_tracker.feed(parsed)
+            if kill is not None:
+                events.append(dumps_json({"type": "oom", "tick": tick.index,
+                                          **oom_json(kill, self._window_boot)}, indent=None))
+            xid = kmsg.parse_xid(parsed)
+            if xid is not None:
+                item = asdict(xid)
+                item.update(type="xid", tick=tick.index,
+                            time=kmsg.wall_time_iso(xid.ts_usec, self._window_boot))
+                events.append(dumps_json(item, indent=None))
+        if events:
+            ctx.sink.append_bytes("kernel/window.jsonl", ("\n".join(events) + "\n").encode())
+
+    def end_sampling(self, ctx: CollectContext) -> None:
+        """Close /dev/kmsg."""
+        if self._window_fd is not None:
+            os.close(self._window_fd)
+            self._window_fd = None
+
+
+def _lines(raw: bytes) -> Iterator[str]:
+    """Decode lines lazily (bounded memory: one line at a time from the joined buffer)."""
+    start = 0
+    size = len(raw)
+    while start < size:
+        end = raw.find(b"\n", start)
+        if end < 0:
+            end = size - 1
+        yield raw[start:end + 1].decode("utf-8", "replace")
+        start = end + 1
+
+
+COLLECTOR = KernelCollector()
