@@ -1,0 +1,672 @@
+"""``docker``: containers as the Docker Engine API reports them, and what GPUs each was given.
+
+Sources (Engine API, through the docker SDK's low-level ``APIClient`` so the engine's own JSON is
+kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` honoured through
+``docker.from_env``; podman's Docker-compatible socket works the same way):
+
+- ``GET /version``, ``GET /info``                   -> ``docker/version.json``, ``docker/info.json``
+- ``GET /containers/json?all=1``                    -> ``docker/containers.json``
+- ``GET /containers/{id}/json``                     -> ``docker/containers/<id>/inspect.json``
+- ``GET /containers/{id}/top?ps_args=...``          -> ``docker/containers/<id>/top.json``
+- ``GET /containers/{id}/stats?stream=0&one-shot=1``-> ``docker/containers/<id>/stats.json``
+- ``GET /images/{id}/json``                         -> ``docker/images/<hex>/inspect.json``
+- ``GET /events?since=..&until=..``                 -> ``docker/events.jsonl`` (one event a line)
+- ``/proc/<State.Pid>/cgroup`` and every hierarchy's ``cgroup.procs`` -> ``docker/containers/<id>/processes.json``
+
+Derived: ``docker/engine.json`` (cgroup version and driver, runtimes, default runtime),
+``docker/allocations.json`` (forensics.parsing.gpu_allocation), ``docker/index.json`` (which
+containers were taken and why, every call's outcome and duration). With ``--duration``,
+``sample()`` appends one-shot stats of running containers to ``docker/samples.jsonl``.
+
+Containers taken: running (and paused/restarting) ones, plus those created, or exited, within the
+look-back window (``--since``, else capture start minus ``lookback_s``).
+
+Redaction: ``Config.Env`` values except allow-listed names (``NVIDIA_*``, ``CUDA_*``, ``PATH``...),
+secrets in ``Path``/``Args``/``Config.Cmd``/``Config.Entrypoint`` and in top's command column,
+proxy credentials in ``/info``. Registry auth is never read.
+
+Calls run in a thread pool with a per-call timeout and a total budget: a wedged engine costs its
+deadline and the collector reports ``partial`` with what it got; no engine is ``unavailable``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from forensics.bundle.format import iso, iso_from_unix
+from forensics.capture.context import CollectContext, Tick
+from forensics.errors import (
+    ParseError,
+    SourcePermissionDenied,
+    SourceTimeout,
+    SourceUnavailable,
+)
+from forensics.parsing.attribution import parse_proc_cgroup
+from forensics.parsing.cgroupfs import CgroupMount, parse_cgroup_mounts
+from forensics.parsing.docker_top import TOP_PS_ARGS, parse_top
+from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
+
+__all__ = ["COLLECTOR", "DockerCollector"]
+
+PREFIX = "docker"
+_RUNNING_STATES = frozenset({"running", "paused", "restarting"})
+_MAX_CONTAINERS = 2000
+_MAX_EVENTS = 100_000
+_ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
+
+
+# ---------------------------------------------------------------------------------------------
+# settings and the client
+
+
+@dataclass(frozen=True)
+class _Settings:
+    docker_host: str | None
+    call_timeout_s: float
+    workers: int
+
+
+def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
+    extra = ctx.options.extra or {}
+    host = extra.get("docker.host") or os.environ.get("DOCKER_HOST")
+    try:
+        call_timeout = float(extra.get("docker.call_timeout_s", default_timeout))
+        workers = int(extra.get("docker.workers", 8))
+    except ValueError:
+        call_timeout, workers = default_timeout, 8
+    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)))
+
+
+def _connect(settings: _Settings) -> Any:
+    """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
+    ``--set docker.host=...`` overriding), after it has answered ``/version`` and ``/_ping``;
+    raises SourceUnavailable, SourcePermissionDenied or SourceTimeout otherwise."""
+    try:
+        import docker
+        import docker.errors
+        import requests.exceptions
+    except ImportError as exc:
+        raise SourceUnavailable(f"the docker SDK is not installed ({exc}); pip install docker") from exc
+    where = settings.docker_host or "unix:///var/run/docker.sock (default)"
+    try:
+        env = dict(os.environ)
+        if settings.docker_host:
+            env["DOCKER_HOST"] = settings.docker_host
+        client = docker.from_env(timeout=settings.call_timeout_s, environment=env).api
+        client.ping()
+    except (requests.exceptions.Timeout, TimeoutError) as exc:
+        raise SourceTimeout(f"Docker engine at {where} did not answer within "
+                            f"{settings.call_timeout_s:g} s") from exc
+    except docker.errors.DockerException as exc:
+        text = str(exc)
+        if "Permission denied" in text or "PermissionError" in text:
+            raise SourcePermissionDenied(f"Docker engine at {where}: {_first_line(text)}") from exc
+        if "Read timed out" in text or "timed out" in text.lower():
+            raise SourceTimeout(f"Docker engine at {where} did not answer within "
+                                f"{settings.call_timeout_s:g} s") from exc
+        raise SourceUnavailable(f"no Docker engine at {where}: {_first_line(text)}") from exc
+    except (requests.exceptions.ConnectionError, OSError) as exc:
+        raise SourceUnavailable(f"no Docker engine at {where}: {_first_line(str(exc))}") from exc
+    return client
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_first_line(str(exc))}"
+
+
+# ---------------------------------------------------------------------------------------------
+# parallel calls under a budget
+
+
+@dataclass
+class _Call:
+    key: tuple[str, str]             # (kind, subject)
+    fn: Callable[[], Any]
+    started: float = 0.0
+    duration_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Pool:
+    """Runs calls in threads; ``wait`` returns at the budget whether or not all finished."""
+
+    workers: int
+    calls: dict[tuple[str, str], _Call] = field(default_factory=dict)
+    futures: dict[cf.Future[Any], _Call] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.executor = cf.ThreadPoolExecutor(max_workers=self.workers,
+                                              thread_name_prefix="docker-call")
+
+    def submit(self, kind: str, subject: str, fn: Callable[[], Any]) -> None:
+        call = _Call((kind, subject), fn)
+        self.calls[call.key] = call
+
+        def run() -> Any:
+            call.started = time.monotonic()
+            try:
+                return fn()
+            finally:
+                call.duration_s = time.monotonic() - call.started
+
+        self.futures[self.executor.submit(run)] = call
+
+    def wait(self, deadline: float,
+             only: set[tuple[str, str]] | None = None) -> list[tuple[_Call, Any]]:
+        """Results of the calls (all, or those keyed in ``only``) done by ``deadline``
+        (monotonic); errors are recorded on each call, unfinished ones marked and abandoned."""
+        pending = {f for f, c in self.futures.items() if only is None or c.key in only}
+        out: list[tuple[_Call, Any]] = []
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                call = self.futures.pop(fut)
+                try:
+                    out.append((call, fut.result()))
+                except Exception as exc:  # noqa: BLE001 - recorded per call
+                    call.error = _err(exc)
+                    out.append((call, None))
+        if only is None:
+            for fut in pending:
+                call = self.futures.pop(fut)
+                call.error = "did not finish within the collector's budget"
+                fut.cancel()
+        return out
+
+    def close(self) -> None:
+        # a wedged call keeps its thread until its own socket timeout; never wait for it
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# redaction
+
+
+def _redact_container(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    r = ctx.redactor
+    r.json_env_lists(doc, *_ENV_PATHS)
+    if isinstance(doc.get("Args"), list):
+        doc["Args"] = r.argv([a for a in doc["Args"] if isinstance(a, str)])
+    if isinstance(doc.get("Path"), str):
+        doc["Path"] = r.text(doc["Path"], "argv")
+    for section in ("Config", "ContainerConfig"):
+        conf = doc.get(section)
+        if isinstance(conf, dict):
+            for key in ("Cmd", "Entrypoint"):
+                if isinstance(conf.get(key), list):
+                    conf[key] = r.argv([a for a in conf[key] if isinstance(a, str)])
+    return doc
+
+
+def _redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    titles = doc.get("Titles")
+    rows = doc.get("Processes")
+    if isinstance(titles, list) and isinstance(rows, list) and titles and ctx.redactor.enabled:
+        last = len(titles) - 1
+        for row in rows:
+            if isinstance(row, list) and len(row) > last and isinstance(row[last], str):
+                row[last] = " ".join(ctx.redactor.argv(row[last].split(" ")))
+    return doc
+
+
+def _redact_info(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    for key in ("HttpProxy", "HttpsProxy", "NoProxy"):
+        if isinstance(doc.get(key), str):
+            doc[key] = ctx.redactor.text(doc[key])
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# container PIDs from the kernel's view
+
+
+def _cgroup_dirs(cgroup_text: str, mounts: tuple[CgroupMount, ...]) -> dict[str, tuple[str, str]]:
+    """hierarchy label -> (cgroup path, directory) for every line of /proc/<pid>/cgroup."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in parse_proc_cgroup(cgroup_text):
+        label = ",".join(line.controllers) if line.controllers else "unified"
+        want = set(line.controllers)
+        for m in mounts:
+            if (line.is_v2 and m.version == 2) or (not line.is_v2 and m.version == 1
+                                                   and want and want == set(m.controllers)):
+                root = m.root.rstrip("/")
+                if root and not line.path.startswith(root + "/") and line.path != root:
+                    continue
+                rel = line.path[len(root):] if root else line.path
+                out[label] = (line.path, m.mount_point.rstrip("/") + rel)
+                break
+    return out
+
+
+def _read_text(path: str, limit: int = 4 << 20) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(limit)
+
+
+def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
+                        proc_root: str = "/proc") -> dict[str, Any]:
+    """Every PID in the cgroups of ``state_pid`` (all hierarchies), with the files read.
+
+    Source: ``/proc/<State.Pid>/cgroup``, then ``<mount>/<path>/cgroup.procs`` per hierarchy.
+    """
+    result: dict[str, Any] = {"state_pid": state_pid, "cgroup_paths": {}, "pids": {},
+                              "errors": {}}
+    try:
+        text = _read_text(f"{proc_root}/{state_pid}/cgroup")
+    except OSError as exc:
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = _err(exc)
+        return result
+    result["proc_cgroup"] = text
+    try:
+        dirs = _cgroup_dirs(text, mounts)
+    except ParseError as exc:
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = str(exc)
+        return result
+    pids: dict[int, list[str]] = {}
+    for label, (cg_path, directory) in sorted(dirs.items()):
+        result["cgroup_paths"][label] = cg_path
+        procs = f"{directory}/cgroup.procs"
+        try:
+            content = _read_text(procs)
+        except OSError as exc:
+            result["errors"][procs] = _err(exc)
+            continue
+        for tok in content.split():
+            if tok.isdigit():
+                pids.setdefault(int(tok), []).append(procs)
+    result["pids"] = {str(p): sorted(set(srcs)) for p, srcs in sorted(pids.items())}
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# the collector
+
+
+def _window_start(ctx: CollectContext) -> datetime:
+    if ctx.options.since is not None:
+        return ctx.options.since.astimezone(UTC)
+    return ctx.options.capture_start.astimezone(UTC) - timedelta(seconds=ctx.options.lookback_s)
+
+
+def _parse_docker_time(value: Any) -> datetime | None:
+    """``2026-11-30T05:31:14.123456789Z`` (nanoseconds) -> datetime; zero time -> None."""
+    if not isinstance(value, str) or not value or value.startswith("0001-"):
+        return None
+    text = value.rstrip("Z")
+    if "." in text:
+        head, frac = text.split(".", 1)
+        frac = "".join(c for c in frac if c.isdigit())[:6]
+        text = f"{head}.{frac}" if frac else head
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _image_hex(image_id: str) -> str:
+    return image_id.split(":", 1)[-1]
+
+
+def _stats(client: Any, cid: str) -> Any:
+    """One-shot stats: ``one-shot=1`` (API >= 1.41) skips the engine's one-second pre-sample."""
+    try:
+        return client.stats(cid, stream=False, one_shot=True)
+    except Exception as exc:  # noqa: BLE001 - older engines reject one_shot
+        if "one_shot" in str(exc) or "one-shot" in str(exc):
+            return client.stats(cid, stream=False)
+        raise
+
+
+class DockerCollector:
+    """``docker``: inspect, top, stats, image inspect and events of the engine's containers."""
+
+    name = "docker"
+    order = 20
+    timeout_s = 30.0
+    call_timeout_s = 5.0
+
+    def __init__(self) -> None:
+        self._sample_client: Any = None
+
+    # -- snapshot -------------------------------------------------------------------------------
+    def snapshot(self, ctx: CollectContext) -> None:
+        settings = _settings(ctx, self.call_timeout_s)
+        # leave a margin before the runner's hard deadline so the index is always written
+        budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
+        client = _connect(settings)
+        pool = _Pool(settings.workers)
+        index: dict[str, Any] = {
+            "docker_host": settings.docker_host or "(docker.from_env default)",
+            "call_timeout_s": settings.call_timeout_s,
+            "top_ps_args": TOP_PS_ARGS,
+            "window_start": iso(_window_start(ctx)),
+            "containers": {},
+            "calls": [],
+        }
+        try:
+            self._collect(ctx, client, pool, budget_end, index)
+        finally:
+            pool.close()
+            index["calls"] = [
+                {"kind": c.key[0], "subject": c.key[1],
+                 "duration_s": None if c.duration_s is None else round(c.duration_s, 4),
+                 "error": c.error}
+                for c in sorted(pool.calls.values(), key=lambda c: c.key)
+            ]
+            failed = [c for c in pool.calls.values() if c.error]
+            if failed:
+                first = failed[0]
+                ctx.partial(f"{len(failed)} of {len(pool.calls)} engine calls failed "
+                            f"(first: {first.key[0]} {first.key[1][:12]}: {first.error})")
+            ctx.sink.write_json(f"{PREFIX}/index.json", index)
+            client.close()
+
+    def _collect(self, ctx: CollectContext, client: Any, pool: _Pool, budget_end: float,
+                 index: dict[str, Any]) -> None:
+        start = _window_start(ctx)
+        until = datetime.now(UTC)
+        pool.submit("info", "engine", client.info)
+        pool.submit("version", "engine", client.version)
+        pool.submit("list", "containers", lambda: client.containers(all=True))
+        pool.submit("events", "engine", lambda: self._events(client, start, until, budget_end))
+        first = {("info", "engine"), ("version", "engine"), ("list", "containers")}
+        wave1 = {c.key: r for c, r in pool.wait(
+            min(budget_end, time.monotonic() + 3 * pool_call_timeout(client)), only=first)}
+        # events may still be streaming: they are taken with the second wave
+        info = wave1.get(("info", "engine"))
+        version = wave1.get(("version", "engine"))
+        listing = wave1.get(("list", "containers"))
+        if isinstance(info, dict):
+            ctx.sink.write_json(f"{PREFIX}/info.json", _redact_info(info, ctx))
+        if isinstance(version, dict):
+            ctx.sink.write_json(f"{PREFIX}/version.json", version)
+        ctx.sink.write_json(f"{PREFIX}/engine.json", _engine_essentials(info, version, index))
+        if not isinstance(listing, list):
+            err = pool.calls[("list", "containers")].error or "no answer in time"
+            if "time" in err.lower() or "budget" in err:
+                raise SourceTimeout(f"container list: {err}")
+            raise SourceUnavailable(f"container list failed: {err}")
+        ctx.sink.write_json(f"{PREFIX}/containers.json", listing)
+
+        chosen = self._choose(listing, start)
+        images: set[str] = set()
+        for c in chosen:
+            cid = c["Id"]
+            running = c.get("State") in _RUNNING_STATES
+            pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
+            if running:
+                pool.submit("top", cid, functools.partial(client.top, cid, ps_args=TOP_PS_ARGS))
+                pool.submit("stats", cid, functools.partial(_stats, client, cid))
+            img = c.get("ImageID")
+            if isinstance(img, str) and img and img not in images:
+                images.add(img)
+                pool.submit("image", img, functools.partial(client.inspect_image, img))
+        chosen_ids = {x["Id"] for x in chosen}
+        for c in listing:
+            if isinstance(c, dict) and c.get("Id") not in chosen_ids:
+                index["containers"][str(c.get("Id"))] = {
+                    "taken": False, "why": f"over the cap of {_MAX_CONTAINERS} newest containers"}
+
+        mounts = _cgroup_mounts()
+        scratch: dict[str, dict[str, Any]] = {}
+        inspects: dict[str, dict[str, Any]] = {}
+        image_docs: dict[str, dict[str, Any]] = {}
+        events_done = False
+        for call, result in pool.wait(budget_end):
+            kind, subject = call.key
+            if kind == "events":
+                events_done = True
+                self._write_events(ctx, result, call, index)
+                continue
+            if result is None:
+                continue
+            if kind == "inspect":
+                doc = _redact_container(result, ctx)
+                inspects[subject] = doc
+                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/inspect.json", doc)
+                if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
+                    procs = container_processes(int(doc["State"]["Pid"]), mounts)
+                    scratch.setdefault(subject, {})["cgroup"] = procs
+            elif kind == "top":
+                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/top.json",
+                                    _redact_top(result, ctx))
+                scratch.setdefault(subject, {}).update(top=result, top_time=iso(datetime.now(UTC)))
+            elif kind == "stats":
+                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
+            elif kind == "image":
+                image_docs[subject] = _redact_container(result, ctx)
+                ctx.sink.write_json(f"{PREFIX}/images/{_image_hex(subject)}/inspect.json",
+                                    image_docs[subject])
+        if not events_done:
+            call = pool.calls[("events", "engine")]
+            index["events"] = {"complete": False, "error": call.error}
+
+        self._finish(ctx, chosen, inspects, image_docs, info, index, scratch)
+
+    def _events(self, client: Any, since: datetime, until: datetime, budget_end: float) -> list[Any]:
+        out: list[Any] = []
+        stream = client.events(since=int(since.timestamp()), until=int(until.timestamp()) + 1,
+                               decode=True)
+        try:
+            for event in stream:
+                out.append(event)
+                if len(out) >= _MAX_EVENTS or time.monotonic() > budget_end:
+                    break
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                close()
+        return out
+
+    def _write_events(self, ctx: CollectContext, events: Any, call: _Call,
+                      index: dict[str, Any]) -> None:
+        if not isinstance(events, list):
+            index["events"] = {"complete": False, "error": call.error}
+            return
+        lines = [ev for ev in events if isinstance(ev, dict)]
+        if not lines:
+            ctx.sink.write_text(f"{PREFIX}/events.jsonl", "")
+        for ev in lines:
+            ctx.sink.append_jsonl(f"{PREFIX}/events.jsonl", ev)
+        index["events"] = {"complete": len(lines) < _MAX_EVENTS, "count": len(lines),
+                           "error": None}
+
+    @staticmethod
+    def _choose(listing: list[Any], start: datetime) -> list[dict[str, Any]]:
+        """Running containers and those created in the window, plus non-running ones whose
+        inspect is needed to see when they finished (the list has no FinishedAt): all of them,
+        newest first, up to a cap; ``_finish`` drops those that ended before the window."""
+        items = [c for c in listing if isinstance(c, dict) and isinstance(c.get("Id"), str)]
+        items.sort(key=lambda c: -int(c.get("Created") or 0))
+        return items[:_MAX_CONTAINERS]
+
+    def _finish(self, ctx: CollectContext, chosen: list[dict[str, Any]],
+                inspects: dict[str, dict[str, Any]], image_docs: dict[str, dict[str, Any]],
+                info: Any, index: dict[str, Any], scratch: dict[str, dict[str, Any]]) -> None:
+        start = _window_start(ctx)
+        allocations = []
+        pids: set[int] = set()
+        cgroup_paths: set[str] = set()
+        container_ids: list[str] = []
+        for c in chosen:
+            cid = c["Id"]
+            entry = index["containers"].setdefault(cid, {})
+            doc = inspects.get(cid)
+            state = (doc or {}).get("State") or {}
+            running = bool(state.get("Running")) or c.get("State") in _RUNNING_STATES
+            finished = _parse_docker_time(state.get("FinishedAt"))
+            created = _parse_docker_time((doc or {}).get("Created")) or (
+                datetime.fromtimestamp(int(c.get("Created") or 0), UTC))
+            if running:
+                entry["why"] = "running"
+            elif finished is not None and finished >= start:
+                entry["why"] = f"exited {iso(finished)} (in window)"
+            elif finished is None and created >= start:
+                entry["why"] = f"created {iso(created)}, never started (in window)"
+            elif doc is None:
+                entry["why"] = "inspect failed; kept because state is unknown"
+            else:
+                entry.update(taken=False, why="not running, ended before the window")
+                _drop_container_members(ctx, cid)
+                continue
+            entry["taken"] = True
+            entry["name"] = (c.get("Names") or [""])[0].lstrip("/")
+            container_ids.append(cid)
+            if doc is not None:
+                try:
+                    alloc = allocation_from_inspect(doc, image_docs.get(str(doc.get("Image"))),
+                                                    info if isinstance(info, dict) else None)
+                    allocations.append(alloc)
+                except ParseError as exc:
+                    ctx.note(f"allocation model for {cid[:12]}: {exc}")
+            seen = scratch.get(cid, {})
+            procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
+            if procs is not None or top_doc is not None:
+                processes = _merge_pids(procs, top_doc, top_time)
+                ctx.sink.write_json(f"{PREFIX}/containers/{cid}/processes.json", processes)
+                pids.update(int(p) for p in processes["pids"])
+                cgroup_paths.update(processes["cgroup_paths"].values())
+                entry["pids"] = len(processes["pids"])
+        ctx.sink.write_json(f"{PREFIX}/allocations.json", allocations_document(allocations))
+        ctx.publish("container_ids", container_ids)
+        ctx.publish("pids", sorted(pids))
+        ctx.publish("cgroup_paths", sorted(cgroup_paths))
+        ctx.note(f"{len(container_ids)} containers taken, {len(pids)} container PIDs")
+
+    # -- sampling ---------------------------------------------------------------------------------
+    def sample(self, ctx: CollectContext, tick: Tick) -> None:
+        """One-shot stats of each running container (``docker/samples.jsonl``), one call each,
+        sequentially: cheap on a busy host; stops early at the tick's share of the deadline."""
+        if self._sample_client is None:
+            self._sample_client = _connect(_settings(ctx, self.call_timeout_s))
+        client = self._sample_client
+        stop_at = time.monotonic() + max(0.5, ctx.options.interval_s * 0.8)
+        for c in client.containers(filters={"status": "running"}):
+            if time.monotonic() > stop_at or ctx.remaining() < 1.0:
+                ctx.sink.append_jsonl(f"{PREFIX}/samples.jsonl", {
+                    "t": tick.time_unix, "time": tick.time_iso, "tick": tick.index,
+                    "truncated": "tick budget spent"})
+                break
+            stats: Any = None
+            error: str | None = None
+            try:
+                stats = _stats(client, c["Id"])
+            except Exception as exc:  # noqa: BLE001 - a container may exit between list and stats
+                error = _err(exc)
+            ctx.sink.append_jsonl(f"{PREFIX}/samples.jsonl", {
+                "t": tick.time_unix, "time": tick.time_iso, "tick": tick.index,
+                "container_id": c["Id"], "stats": stats, "error": error})
+
+    def end_sampling(self, ctx: CollectContext) -> None:
+        if self._sample_client is not None:
+            self._sample_client.close()
+            self._sample_client = None
+
+
+def pool_call_timeout(client: Any) -> float:
+    timeout = getattr(client, "timeout", None)
+    return float(timeout) if isinstance(timeout, (int, float)) else 5.0
+
+
+def _cgroup_mounts() -> tuple[CgroupMount, ...]:
+    try:
+        return parse_cgroup_mounts(_read_text("/proc/self/mountinfo"))
+    except (OSError, ParseError):
+        return ()
+
+
+def _drop_container_members(ctx: CollectContext, cid: str) -> None:
+    """Containers outside the window were inspected only to learn that; keep the bundle lean."""
+    root = getattr(ctx.sink, "root", None)
+    if root is None:
+        return
+    member = f"{PREFIX}/containers/{cid}/inspect.json"
+    path = root / member
+    try:
+        size = path.stat().st_size
+        path.unlink()
+        path.parent.rmdir()
+    except OSError:
+        return
+    members = getattr(ctx.sink, "members", None)
+    if isinstance(members, set):
+        members.discard(member)
+    if hasattr(ctx.sink, "bytes_written"):
+        ctx.sink.bytes_written -= size
+
+
+def _merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None) -> dict[str, Any]:
+    """One list of the container's host PIDs, each with where it was seen."""
+    pids: dict[int, dict[str, Any]] = {}
+    out: dict[str, Any] = {"state_pid": None, "cgroup_paths": {}, "errors": {}, "top_time": top_time}
+    if procs is not None:
+        out["state_pid"] = procs.get("state_pid")
+        out["cgroup_paths"] = dict(procs.get("cgroup_paths") or {})
+        out["errors"] = dict(procs.get("errors") or {})
+        if "proc_cgroup" in procs:
+            out["proc_cgroup"] = procs["proc_cgroup"]
+        for p, srcs in (procs.get("pids") or {}).items():
+            pids.setdefault(int(p), {"sources": []})["sources"].extend(srcs)
+    if top_doc is not None:
+        try:
+            rows = parse_top(top_doc)
+        except ParseError as exc:
+            out["errors"]["top"] = str(exc)
+            rows = ()
+        top_unix = None
+        if top_time:
+            top_unix = datetime.fromisoformat(top_time.rstrip("Z")).replace(tzinfo=UTC).timestamp()
+        for row in rows:
+            rec = pids.setdefault(row.pid, {"sources": []})
+            rec["sources"].append("top")
+            rec.update(ppid=row.ppid, user=row.user, cpu_percent=row.cpu_percent,
+                       rss_bytes=row.rss_bytes, elapsed_s=row.elapsed_s)
+            if top_unix is not None and row.elapsed_s is not None:
+                rec["start_time_approx"] = iso_from_unix(top_unix - row.elapsed_s)
+    out["pids"] = {str(p): pids[p] for p in sorted(pids)}
+    return out
+
+
+def _engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dict[str, Any]:
+    info = info if isinstance(info, dict) else {}
+    version = version if isinstance(version, dict) else {}
+    runtimes = info.get("Runtimes") if isinstance(info.get("Runtimes"), dict) else {}
+    return {
+        "docker_host": index.get("docker_host"),
+        "name": info.get("Name"),
+        "server_version": version.get("Version") or info.get("ServerVersion"),
+        "api_version": version.get("ApiVersion"),
+        "min_api_version": version.get("MinAPIVersion"),
+        "os": info.get("OperatingSystem"),
+        "kernel_version": info.get("KernelVersion"),
+        "cgroup_version": info.get("CgroupVersion"),
+        "cgroup_driver": info.get("CgroupDriver"),
+        "storage_driver": info.get("Driver"),
+        "default_runtime": info.get("DefaultRuntime"),
+        "runtimes": {name: (v or {}).get("path") for name, v in sorted(runtimes.items())
+                     if isinstance(v, dict) or v is None},
+        "containers": {k: info.get(k) for k in ("Containers", "ContainersRunning",
+                                                  "ContainersPaused", "ContainersStopped")},
+        "ncpu": info.get("NCPU"),
+        "mem_total_bytes": info.get("MemTotal"),
+        "info_available": bool(info),
+        "version_available": bool(version),
+    }
+
+
+COLLECTOR = DockerCollector()
