@@ -15,7 +15,8 @@ runtime               path shapes
 ``unknown``           a 64-hex segment in a shape not listed above (kept, never dropped)
 ====================  ===========================================================================
 
-Kubernetes pods: ``kubepods-<qos>-pod<uid_with_underscores>.slice`` / ``kubepods-pod<uid>.slice``
+Kubernetes pods: ``kubepods-<qos>-pod<uid_with_underscores>.slice`` (``kubelet-kubepods-...`` in
+kind nodes) / ``kubepods-pod<uid>.slice``
 (systemd driver) and ``/kubepods/<qos>/pod<uid>`` / ``/kubepods/pod<uid>`` (cgroupfs driver); a pod
 directly under ``kubepods`` is QoS ``guaranteed``. Nested runtimes (kind: Kubernetes inside a
 Docker container) are attributed to the innermost container; every container seen is listed.
@@ -59,10 +60,10 @@ _SKIPPED_SEGMENT = re.compile(
 )
 _BARE_HEX64 = re.compile(rf"^({_HEX64})$")
 _POD_SLICE = re.compile(
-    rf"^kubepods(?:-(burstable|besteffort))?-pod({_POD_UID})\.slice(?::.*)?$"
+    rf"^(?:kubelet-)?kubepods(?:-(burstable|besteffort))?-pod({_POD_UID})\.slice(?::.*)?$"
 )
 _POD_DIR = re.compile(rf"^pod({_POD_UID})$")
-_QOS_SLICE = re.compile(r"^kubepods-(burstable|besteffort)\.slice$")
+_QOS_SLICE = re.compile(r"^(?:kubelet-)?kubepods-(burstable|besteffort)\.slice$")
 _HOST_TOP = frozenset({"system.slice", "user.slice", "init.scope", "machine.slice"})
 
 
@@ -167,7 +168,7 @@ def attribute_path(path: str) -> Attribution:
     qos: str | None = None
     under_kubepods = False
     for index, seg in enumerate(segments):
-        if seg in ("kubepods", "kubepods.slice"):
+        if seg in ("kubepods", "kubepods.slice", "kubelet-kubepods.slice"):
             under_kubepods = True
             continue
         qos_slice = _QOS_SLICE.match(seg)
@@ -179,7 +180,7 @@ def attribute_path(path: str) -> Attribution:
             qos = seg
             continue
         pod = _POD_SLICE.match(seg) or _POD_DIR.match(seg)
-        if pod and (under_kubepods or seg.startswith("kubepods")):
+        if pod and (under_kubepods or "kubepods" in seg):
             under_kubepods = True
             if pod.re is _POD_SLICE:
                 qos = pod.group(1) or qos
