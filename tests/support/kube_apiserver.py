@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -200,6 +201,11 @@ class KubeAPIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                # as Go's net/http does: no Nagle, or every response waits for a delayed ACK
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return

@@ -1,0 +1,209 @@
+"""The kubernetes client seam: configuration, one call under a deadline, errors mapped once.
+
+Every API call goes through :meth:`KubeAPI.call`: raw JSON (``_preload_content=False``: the
+client's v37 models are strict and reject real objects), a ``(connect, read)`` timeout capped by
+the collector's total budget, no urllib3 retries, and each call logged (path, query, HTTP
+status, duration, bytes) for ``kubernetes/requests.json``. Client and urllib3 errors become
+:class:`CallFailed` with a kind (``forbidden``, ``not-found``, ``unreachable``, ``timed-out``,
+``http-error``, ``budget``) here and nowhere else. ``kubernetes`` is imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from forensics.errors import SourceUnavailable
+
+__all__ = ["CallFailed", "CallRecord", "KubeAPI", "LoadedConfig", "load_config"]
+
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A client configuration and where it came from (``in-cluster``, ``kubeconfig:<path>``)."""
+
+    configuration: Any
+    source: str
+    context: str | None
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One API request, for ``kubernetes/requests.json``."""
+
+    path: str
+    query: dict[str, str]
+    status: int | None
+    outcome: str
+    duration_s: float
+    response_bytes: int
+    error: str | None
+
+
+class CallFailed(Exception):
+    """An API call that gave no usable answer; ``kind`` says why."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
+    """In order: ``--kubeconfig``; the in-cluster service account; ``KUBECONFIG``; ``~/.kube/config``.
+
+    Raises ``SourceUnavailable`` when there is none, or when the one found cannot be loaded.
+    """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    env_kubeconfig = os.environ.get("KUBECONFIG", "")
+    home_kubeconfig = os.path.expanduser("~/.kube/config")
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=cfg, persist_config=False)
+            source = f"kubeconfig:{kubeconfig}"
+        elif os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(SA_TOKEN):
+            config.load_incluster_config(client_configuration=cfg)
+            source = "in-cluster"
+        elif env_kubeconfig:
+            config.load_kube_config(config_file=env_kubeconfig, context=context,
+                                    client_configuration=cfg, persist_config=False)
+            source = f"kubeconfig:{env_kubeconfig}"
+        elif os.path.exists(home_kubeconfig):
+            config.load_kube_config(config_file=home_kubeconfig, context=context,
+                                    client_configuration=cfg, persist_config=False)
+            source = f"kubeconfig:{home_kubeconfig}"
+        else:
+            raise SourceUnavailable(
+                "no Kubernetes configuration (not in a cluster; no --kubeconfig, KUBECONFIG "
+                "or ~/.kube/config)"
+            )
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        raise SourceUnavailable(f"Kubernetes configuration not usable: {exc}") from None
+    cfg.retries = False  # one attempt per call: the budget is ours, not urllib3's
+    return LoadedConfig(cfg, source, context)
+
+
+class KubeAPI:
+    """GET requests through the client's ``ApiClient`` returning raw JSON bytes.
+
+    The typed ``CoreV1Api`` is not used: importing it builds ~250 pydantic models (0.4-0.7 s),
+    and its models reject real objects anyway. ``param_serialize``/``call_api`` are the same
+    machinery the typed methods call (auth, TLS, proxy, headers from the configuration).
+    """
+
+    def __init__(self, loaded: LoadedConfig, deadline: float, call_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 3.0) -> None:
+        from kubernetes.client.api_client import ApiClient
+
+        self.server = str(loaded.configuration.host)
+        self.deadline = deadline
+        self.call_timeout_s = call_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.log: list[CallRecord] = []
+        self._api_client = ApiClient(loaded.configuration)
+
+    def close(self) -> None:
+        try:
+            self._api_client.close()
+        except Exception:  # noqa: BLE001 - closing must never mask the result
+            pass
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def get(self, path: str, query: dict[str, str] | None = None) -> bytes:
+        """``GET path?query``; the response body, or :class:`CallFailed`."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        query = dict(query or {})
+        remaining = self.remaining()
+        if remaining < 0.05:
+            self.log.append(CallRecord(path, query, None, "budget", 0.0, 0,
+                                       "not attempted: the collector's time budget is spent"))
+            raise CallFailed("budget", f"{path}: not attempted, time budget spent")
+        timeout = (min(self.connect_timeout_s, remaining), min(self.call_timeout_s, remaining))
+        t0 = time.monotonic()
+        try:
+            method, url, headers, body, post = self._api_client.param_serialize(
+                method="GET", resource_path=path, query_params=list(query.items()),
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+            response = self._api_client.call_api(method, url, header_params=headers, body=body,
+                                                 post_params=post, _request_timeout=timeout)
+            data: bytes = response.read() or b""
+            status = int(response.status)
+        except ApiException as exc:  # TLS errors and unpreparable requests
+            took = time.monotonic() - t0
+            self.log.append(CallRecord(path, query, None, "unreachable", took, 0, str(exc.reason)[:300]))
+            raise CallFailed("unreachable", f"{path}: {str(exc.reason)[:300]}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            took = time.monotonic() - t0
+            timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(exc).lower()
+            kind = "timed-out" if timed_out else "unreachable"
+            text = f"timed out after {took:.1f} s" if timed_out else f"unreachable: {_short(exc)}"
+            self.log.append(CallRecord(path, query, None, kind, took, 0, text))
+            raise CallFailed(kind, f"{path}: {text}") from None
+        took = time.monotonic() - t0
+        if not 200 <= status <= 299:
+            message = _status_message(data) or f"HTTP {status}"
+            kind = {403: "forbidden", 401: "unauthorized", 404: "not-found"}.get(status, "http-error")
+            self.log.append(CallRecord(path, query, status, kind, took, len(data), message))
+            raise CallFailed(kind, f"{path}: HTTP {status}: {message}", status)
+        self.log.append(CallRecord(path, query, status, "ok", took, len(data), None))
+        return data
+
+    def get_json(self, path: str, query: dict[str, str] | None = None) -> dict[str, Any]:
+        data = self.get(path, query)
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise CallFailed("http-error", f"{path}: response is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise CallFailed("http-error", f"{path}: response is not a JSON object")
+        return obj
+
+    def list_all(self, path: str, query: dict[str, str] | None = None,
+                 page_size: int = 500) -> tuple[dict[str, Any], list[Any]]:
+        """Follow ``continue`` tokens; returns the last page's list object and all items."""
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            q = dict(query or {}, limit=str(page_size))
+            if token:
+                q["continue"] = token
+            page = self.get_json(path, q)
+            page_items = page.get("items")
+            if isinstance(page_items, list):
+                items.extend(page_items)
+            meta = page.get("metadata")
+            token = meta.get("continue") if isinstance(meta, dict) else None
+            if not token:
+                return page, items
+
+
+def _status_message(body: Any) -> str | None:
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str) or not body:
+        return None
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return body.strip()[:300]
+    if isinstance(status, dict) and isinstance(status.get("message"), str):
+        return str(status["message"])
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc)[:300]

@@ -1,0 +1,63 @@
+"""The podresources collector: the kubelet's own map of which container holds which device.
+
+Source: the kubelet pod-resources API v1 over its unix socket
+(``/var/lib/kubelet/pod-resources/kubelet.sock``; ``--set podresources.socket=PATH`` overrides),
+``List`` -> ``kubernetes/podresources/list.json`` and ``GetAllocatableResources`` ->
+``kubernetes/podresources/allocatable.json`` (proto3 JSON with the proto's field names; see
+docs/bundle-format/kubernetes.md). It needs no API server access, so it is its own collector:
+it works on a node where the kubernetes collector has no configuration.
+
+No socket -> ``unavailable``; a socket this user may not open -> ``unavailable`` (permission
+denied); one method failing (timeout, UNIMPLEMENTED on kubelets before 1.21) -> ``partial``
+with the reason, the other still written. The device manager only knows devices it handed out:
+a pod that sees GPUs through ``NVIDIA_VISIBLE_DEVICES=all`` or privileged mode is not here.
+"""
+
+from __future__ import annotations
+
+from forensics.capture.context import CollectContext
+from forensics.collectors.podresources.client import DEFAULT_SOCKET, OK, fetch
+from forensics.errors import SourcePermissionDenied, SourceUnavailable
+
+__all__ = ["COLLECTOR", "PodResourcesCollector"]
+
+PREFIX = "kubernetes/podresources"
+_MEMBERS = {"List": "list.json", "GetAllocatableResources": "allocatable.json"}
+
+
+class PodResourcesCollector:
+    """See the module docstring."""
+
+    name = "podresources"
+    order = 65
+    timeout_s = 15.0
+
+    def __init__(self, call_timeout_s: float = 5.0) -> None:
+        self.call_timeout_s = call_timeout_s
+
+    def snapshot(self, ctx: CollectContext) -> None:
+        extra = ctx.options.extra or {}
+        socket_path = extra.get("podresources.socket") or DEFAULT_SOCKET
+        call_timeout = float(extra.get("podresources.call_timeout_s", self.call_timeout_s))
+        result = fetch(socket_path, timeout_s=call_timeout, deadline=ctx.deadline - 1.0)
+        ctx.note(f"socket {socket_path}")
+        written = 0
+        for part in result.parts:
+            if part.status == OK and part.document is not None:
+                ctx.sink.write_json(f"{PREFIX}/{_MEMBERS[part.method]}", part.document)
+                written += 1
+            else:
+                ctx.partial(f"{part.method} {part.status}: {part.error}")
+        if written == 0:
+            reasons = "; ".join(f"{p.error}" for p in result.parts)
+            if all(p.status == "permission-denied" for p in result.parts):
+                raise SourcePermissionDenied(f"permission denied: {reasons}")
+            raise SourceUnavailable(f"kubelet pod-resources API not answering: {reasons}")
+        if result.list.document is not None:
+            pods = result.list.document.get("pod_resources", [])
+            devices = sum(len(d.get("device_ids", [])) for p in pods for c in p.get("containers", [])
+                          for d in c.get("devices", []))
+            ctx.note(f"{len(pods)} pods, {devices} device ids assigned")
+
+
+COLLECTOR = PodResourcesCollector()
