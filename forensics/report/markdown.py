@@ -1,0 +1,375 @@
+"""Markdown report, for pasting into a postmortem document (GitHub-flavoured tables).
+
+Source: the analysis document (docs/analysis-format.md) through :func:`view.build_view`, so the
+content and its order match the HTML report; charts are left out and long lists keep only their
+top entries (the HTML and JSON reports have the rest).
+
+Escaping: Markdown renders inline HTML, so every string from the bundle has ``&``, ``<`` and
+``>`` turned into entities and the Markdown punctuation that would format or link escaped with
+a backslash; excerpts go into code spans (where nothing is interpreted) with a fence longer than
+any backtick run inside. Newlines are folded so a value never breaks a table row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from forensics.report.formatting import (
+    fmt_bytes,
+    fmt_confidence,
+    fmt_duration,
+    fmt_pct,
+    fmt_ratio,
+    fmt_time,
+    fmt_time_short,
+    short_id,
+)
+from forensics.report.view import (
+    EvidenceView,
+    FindingView,
+    ReportView,
+    Split,
+    SubjectView,
+    build_view,
+)
+
+__all__ = ["md_code", "md_text", "render_markdown", "render_markdown_view"]
+
+_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
+
+
+def md_text(value: object) -> str:
+    """Untrusted text -> inert Markdown text (no HTML, no formatting, no link, one line)."""
+    text = " ".join(str(value).split()) if value is not None else ""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _SPECIAL.sub(r"\\\1", text)
+
+
+def md_code(value: object, in_table: bool = True) -> str:
+    """Untrusted text -> a code span (shown verbatim); ``|`` escaped for GFM tables."""
+    text = " ".join(str(value).split()) if value is not None else ""
+    if not text:
+        return ""
+    if in_table:
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or longest else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cell or " " for cell in cells) + " |"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = [_row(headers), _row("---" for _ in headers)]
+    lines.extend(_row(r) for r in rows)
+    return lines
+
+
+def _subject(s: SubjectView) -> str:
+    text = f"{md_text(s.type)} **{md_text(s.label)}**"
+    if s.type in ("container", "pod") and s.id:
+        text += f" ({md_code(short_id(s.id))})"
+    return text
+
+
+def _subjects(items: Sequence[SubjectView], empty: str) -> str:
+    return ", ".join(_subject(s) for s in items) if items else empty
+
+
+def _evidence_line(e: EvidenceView) -> str:
+    where = md_code(e.member, in_table=False)
+    if e.locator:
+        where += f" {md_code(e.locator, in_table=False)}"
+    text = f"{where}: {md_code(e.excerpt, in_table=False)}" if e.excerpt else where
+    digest = (
+        f"sha256 {md_code(e.member_sha256, in_table=False)}"
+        if e.member_sha256
+        else "not in the manifest"
+    )
+    return f"{text} ({digest})"
+
+
+def _more(part: Split[Any], what: str) -> list[str]:
+    rest = part.total - len(part.body)
+    return [f"*{rest} more {what} are in the HTML and JSON reports.*", ""] if rest > 0 else []
+
+
+def _finding_head(f: FindingView) -> str:
+    span = fmt_time_short(f.start)
+    if f.end and f.end != f.start:
+        span += f"–{fmt_time_short(f.end)}"
+    return f"**[{f.severity.upper()}] {md_text(f.id)}** {md_code(f.kind, False)}, confidence {fmt_confidence(f.confidence)}, {span}"
+
+
+def render_markdown_view(v: ReportView) -> str:
+    """A prepared view -> the Markdown report."""
+    out: list[str] = []
+    add = out.append
+    hosts = ", ".join(md_text(h) for h in v.hosts) or "unknown host"
+    add(f"# GPU incident report: {hosts}")
+    add("")
+    bundles = ", ".join(md_code(b.name, False) for b in v.bundles) or "none recorded"
+    add(f"**Capture window:** {fmt_time(v.capture_start)} – {fmt_time(v.capture_end)}  ")
+    add(f"**Bundle:** {bundles}  ")
+    add(f"**Analysed:** {fmt_time(v.generated_at)} by gpuforensics {md_text(v.tool_version)}")
+    add("")
+
+    verdict = v.verdict
+    label = "NO INCIDENT FOUND" if verdict.clean else (verdict.severity.upper() or "UNRATED")
+    add(f"## Verdict: {label}")
+    add("")
+    add(f"**{md_text(verdict.headline)}**")
+    add("")
+    span = "—"
+    if verdict.start:
+        span = f"{fmt_time(verdict.start)} – {fmt_time(verdict.end)}"
+        if verdict.duration:
+            span += f" ({verdict.duration})"
+    counts = ", ".join(f"{n} {sev}" for sev, n in v.severity_counts) or "none"
+    rows = [
+        ["Culprits", _subjects(verdict.culprits, "none identified")],
+        ["Victims", _subjects(verdict.victims, "none identified")],
+        ["Impact", md_text(verdict.impact) or "—"],
+        ["Time span", span],
+        ["Findings", counts],
+    ]
+    if v.collector_problems:
+        names = ", ".join(f"{md_text(c.name)} ({md_text(c.status)})" for c in v.collector_problems)
+        rows.append(["Limits", f"collectors that did not complete: {names}"])
+    out.extend(_table(["", ""], rows))
+    add("")
+
+    add("## Evidence chain")
+    add("")
+    if not v.chain:
+        add(
+            "No chain: nothing in the bundle points to an incident."
+            if verdict.clean
+            else "The analysis linked no findings into a chain."
+        )
+        add("")
+    for number, step in enumerate(v.chain, 1):
+        add(f"{number}. **{fmt_time_short(step.time)}** {md_text(step.text)}  ")
+        f = step.finding
+        if f is None:
+            add(f"   finding {md_text(step.finding_id)} is not in the analysis document")
+        else:
+            add(f"   {_finding_head(f)}: {md_text(f.summary)}")
+            for e in f.evidence:
+                add(f"   - {_evidence_line(e)}")
+            if f.evidence_omitted:
+                add(f"   - {f.evidence_omitted} more evidence items in the JSON report")
+        if step.leads_to:
+            add(f"   - leads to {', '.join(md_text(x) for x in step.leads_to)}")
+    if v.chain:
+        add("")
+
+    if v.other_findings.total:
+        add("## Other findings")
+        add("")
+        out.extend(
+            _table(
+                ["ID", "Severity", "Kind", "Start (UTC)", "Summary", "First evidence"],
+                (
+                    [
+                        md_text(f.id),
+                        f.severity.upper(),
+                        md_code(f.kind),
+                        fmt_time_short(f.start),
+                        md_text(f.summary),
+                        (md_code(f.evidence[0].member) + " " + md_code(f.evidence[0].locator))
+                        if f.evidence
+                        else "—",
+                    ]
+                    for f in v.other_findings.body
+                ),
+            )
+        )
+        add("")
+        out.extend(_more(v.other_findings, "findings"))
+
+    add("## Ruled out")
+    add("")
+    if not v.ruled_out:
+        add("Nothing was explicitly ruled out.")
+    for r in v.ruled_out:
+        add(f"- {md_code(r.kind, False)}: {md_text(r.statement)}")
+        for e in r.evidence:
+            add(f"  - {_evidence_line(e)}")
+    add("")
+
+    add("## GPUs")
+    add("")
+    if v.gpus.total:
+        out.extend(
+            _table(
+                [
+                    "GPU",
+                    "Model",
+                    "Allocated to",
+                    "Used by",
+                    "Without allocation",
+                    "Util avg / max",
+                    "Memory peak / total",
+                ],
+                (
+                    [
+                        md_text(g.label + (f" ({g.node})" if len(v.hosts) > 1 else "")),
+                        md_text(g.name),
+                        _subjects(g.allocated_to, "nobody"),
+                        _subjects(g.used_by, "idle"),
+                        ", ".join(f"**{md_text(s.label)}**" for s in g.unallocated_users) or "—",
+                        f"{fmt_pct(g.util_avg_pct)} / {fmt_pct(g.util_max_pct)}",
+                        f"{fmt_bytes(g.memory_peak_bytes)} / {fmt_bytes(g.memory_total_bytes)}",
+                    ]
+                    for g in v.gpus.body
+                ),
+            )
+        )
+        add("")
+        out.extend(_more(v.gpus, "GPUs"))
+        for g in v.gpus.body:
+            if not g.processes.total:
+                continue
+            add(f"Processes on {md_text(g.label)}:")
+            add("")
+            out.extend(
+                _table(
+                    ["PID", "Command", "Container", "GPU memory", "SM avg", "Allocated this GPU"],
+                    (
+                        [
+                            md_text(p.pid),
+                            md_text(p.name),
+                            md_text(p.container or "host (no container)"),
+                            fmt_bytes(p.used_memory_bytes),
+                            fmt_pct(p.sm_util_avg_pct),
+                            "unknown"
+                            if p.allocated is None
+                            else ("yes" if p.allocated else "**no**"),
+                        ]
+                        for p in g.processes.body
+                    ),
+                )
+            )
+            add("")
+            out.extend(_more(g.processes, "processes"))
+    else:
+        add("No GPU in the analysis (no NVML data).")
+        add("")
+
+    add("## Containers")
+    add("")
+    if v.containers.total:
+        out.extend(
+            _table(
+                [
+                    "Container",
+                    "Image",
+                    "GPU allocation",
+                    "CPU quota",
+                    "Throttled avg / max",
+                    "Memory peak / limit",
+                    "OOM kills",
+                    "State",
+                    "Findings",
+                ],
+                (
+                    [
+                        f"**{md_text(c.label)}** {md_code(short_id(c.id))}",
+                        md_text(c.image),
+                        md_text(c.allocation_kind)
+                        + (" (blanket)" if c.allocation_explicit is False else "")
+                        + (
+                            f": {md_text(', '.join(c.allocation_gpus))}"
+                            if c.allocation_gpus
+                            else ""
+                        ),
+                        f"{c.cpu_quota_cores:.1f} cores" if c.cpu_quota_cores is not None else "—",
+                        f"{fmt_ratio(c.throttled_avg_ratio)} / {fmt_ratio(c.throttled_max_ratio)}",
+                        f"{fmt_bytes(c.memory_peak_bytes)} / {fmt_bytes(c.memory_limit_bytes)}",
+                        (str(c.oom_kills) if c.oom_kills is not None else "—")
+                        + (" (OOMKilled)" if c.oom_killed else ""),
+                        md_text(c.state or "—")
+                        + (f", exit {md_text(c.exit_code)}" if c.exit_code else ""),
+                        ", ".join(md_text(x) for x in c.finding_ids) or "—",
+                    ]
+                    for c in v.containers.body
+                ),
+            )
+        )
+        add("")
+        out.extend(_more(v.containers, "containers"))
+    else:
+        add("No container in the analysis.")
+        add("")
+    if v.unattributed.total:
+        add("Not attributed to a container or pod:")
+        add("")
+        out.extend(
+            _table(
+                ["Type", "ID", "Name", "GPU", "Reason"],
+                (
+                    [
+                        md_text(u.type),
+                        md_code(u.id),
+                        md_text(u.name),
+                        md_text(u.gpu or "—"),
+                        md_text(u.reason),
+                    ]
+                    for u in v.unattributed.body
+                ),
+            )
+        )
+        add("")
+        out.extend(_more(v.unattributed, "entries"))
+
+    add("## Collector status")
+    add("")
+    if v.limitations:
+        add("**What this report cannot say:**")
+        add("")
+        out.extend(f"- {md_text(item)}" for item in v.limitations)
+        add("")
+    out.extend(
+        _table(
+            ["Collector", "Status", "Duration", "Error"],
+            (
+                [
+                    md_text(c.name),
+                    md_text(c.status),
+                    fmt_duration(c.duration_s),
+                    md_text(c.error) or "—",
+                ]
+                for c in v.collectors.body
+            ),
+        )
+    )
+    add("")
+    out.extend(_more(v.collectors, "collectors"))
+
+    add("## Verify the bundle")
+    add("")
+    for b in v.bundles:
+        add(
+            f"- {md_code(b.path or b.name, False)}: SHA-256 {md_code(b.file_sha256 or 'unknown', False)}, "
+            f"host {md_text(b.host or '—')}, {b.members.total} members in the manifest"
+        )
+    add("")
+    add("```")
+    for b in v.bundles:
+        name = " ".join(b.name.replace("`", "").split()) or "BUNDLE.tgz"
+        add(f"sha256sum {name}")
+        add(f"gpuforensics verify {name}")
+    add("```")
+    add("")
+    return "\n".join(out)
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    """The analysis document -> the Markdown report as a string."""
+    return render_markdown_view(build_view(doc))

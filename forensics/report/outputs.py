@@ -1,0 +1,158 @@
+"""Writing reports: format names, output paths, atomic writes, and :func:`render`.
+
+``out`` is a file path when one format is asked for and ``out`` is not an existing directory;
+otherwise it is a directory and each file is named after the first bundle's stem
+(``gpuforensics-gpu-07-20261129T140500Z.report.html``, ``.report.pdf``, ``.report.md``,
+``.report.json``). Files are written atomically (temporary file in the same directory, fsync,
+rename), mode 0600 like the bundles they describe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import ReportError
+
+__all__ = ["FORMATS", "output_paths", "render", "report_stem"]
+
+#: format name -> file suffix
+FORMATS: dict[str, str] = {
+    "html": ".report.html",
+    "pdf": ".report.pdf",
+    "md": ".report.md",
+    "json": ".report.json",
+}
+_ALIASES = {"markdown": "md", "htm": "html"}
+
+
+def normalise_formats(formats: Sequence[str]) -> list[str]:
+    """``["html", "PDF", "markdown"]`` -> ``["html", "pdf", "md"]`` (order kept, duplicates dropped)."""
+    out: list[str] = []
+    for raw in formats:
+        for part in str(raw).split(","):
+            name = _ALIASES.get(part.strip().lower(), part.strip().lower())
+            if not name:
+                continue
+            if name not in FORMATS:
+                raise ReportError(
+                    f"unknown report format {part.strip()!r} (use: {', '.join(FORMATS)})"
+                )
+            if name not in out:
+                out.append(name)
+    if not out:
+        raise ReportError("no report format requested")
+    return out
+
+
+def report_stem(doc: Mapping[str, Any], bundle_paths: Sequence[str | os.PathLike[str]] = ()) -> str:
+    """The first bundle's file name without ``.tgz`` (``report`` when none is known)."""
+    candidates: list[str] = [os.fspath(p) for p in bundle_paths]
+    bundles = doc.get("bundles")
+    if isinstance(bundles, list):
+        candidates += [
+            b["path"] for b in bundles if isinstance(b, dict) and isinstance(b.get("path"), str)
+        ]
+    for candidate in candidates:
+        name = posixpath.basename(candidate.replace("\\", "/"))
+        for suffix in (".tar.gz", ".tgz", ".tar"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        name = "".join(c if c.isalnum() or c in "-_.+" else "_" for c in name).strip("._")
+        if name:
+            return name
+    return "report"
+
+
+def output_paths(
+    doc: Mapping[str, Any],
+    formats: Sequence[str],
+    out: Path,
+    bundle_paths: Sequence[str | os.PathLike[str]] = (),
+) -> dict[str, Path]:
+    """format -> the path it will be written to (see the module docstring)."""
+    names = normalise_formats(formats)
+    out = Path(out)
+    if len(names) == 1 and not out.is_dir() and not str(out).endswith(os.sep):
+        return {names[0]: out}
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"{out} is a file; several formats need an output directory")
+    stem = report_stem(doc, bundle_paths)
+    return {name: out / (stem + FORMATS[name]) for name in names}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def render(
+    doc: Mapping[str, Any],
+    formats: Sequence[str],
+    out: Path,
+    bundle_paths: Sequence[str | os.PathLike[str]] = (),
+    paper: str = "a4",
+) -> list[Path]:
+    """Write ``doc`` in each of ``formats`` (``html``, ``pdf``, ``md``, ``json``); return the paths.
+
+    The HTML is made once and shared by the PDF. Everything is rendered before anything is
+    written, so a failing format leaves no partial set of files behind.
+    """
+    from forensics.report.html import page_size, render_html_view
+    from forensics.report.view import build_view
+
+    targets = output_paths(doc, formats, Path(out), bundle_paths)
+    page_size(paper)  # validate before any work
+    view = build_view(doc)
+    payloads: dict[str, bytes] = {}
+    html: str | None = None
+    if "html" in targets or "pdf" in targets:
+        html = render_html_view(view, paper)
+    for name in targets:
+        if name == "html":
+            assert html is not None
+            payloads[name] = html.encode("utf-8")
+        elif name == "pdf":
+            from forensics.report.pdf import render_pdf
+
+            assert html is not None
+            payloads[name] = render_pdf(html)
+        elif name == "md":
+            from forensics.report.markdown import render_markdown_view
+
+            payloads[name] = render_markdown_view(view).encode("utf-8")
+        else:
+            try:
+                text = json.dumps(
+                    doc, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False
+                )
+            except (TypeError, ValueError) as exc:
+                raise ReportError(f"analysis document is not JSON-serialisable: {exc}") from exc
+            payloads[name] = (text + "\n").encode("utf-8")
+    written = []
+    for name, path in targets.items():
+        try:
+            _write_atomic(path, payloads[name])
+        except OSError as exc:
+            raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        written.append(path)
+    return written
