@@ -1,0 +1,176 @@
+"""Redaction (forensics/bundle/redact.py): what a reader of a bundle must never see, and what stays."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forensics.bundle.redact import Redactor, looks_secret_name
+
+PSEUDO = re.compile(r"<redacted:[0-9a-f]{16}>")
+KEY = b"k" * 32
+
+
+class TestArgv:
+    def test_secret_options_are_pseudonymised_and_others_kept(self) -> None:
+        r = Redactor(key=KEY)
+        out = r.argv(["python", "train.py", "--password=hunter2", "--token", "abc123",
+                      "--lr=0.1", "DB_PASSWORD=xyz", "--epochs", "3"])
+        assert out[:2] == ["python", "train.py"]
+        assert PSEUDO.fullmatch(out[2].removeprefix("--password="))
+        assert out[3] == "--token" and PSEUDO.fullmatch(out[4])
+        assert out[5] == "--lr=0.1"
+        assert PSEUDO.fullmatch(out[6].removeprefix("DB_PASSWORD="))
+        assert out[7:] == ["--epochs", "3"]
+        joined = " ".join(out)
+        for secret in ("hunter2", "abc123", "xyz"):
+            assert secret not in joined
+
+    def test_url_credentials_inside_an_argument(self) -> None:
+        r = Redactor(key=KEY)
+        out = r.argv(["psql", "postgres://admin:s3cr3t@db:5432/prod"])
+        assert "s3cr3t" not in out[1]
+        assert out[1].startswith("postgres://admin:<redacted:") and out[1].endswith("@db:5432/prod")
+
+    def test_short_flags_are_not_guessed(self) -> None:
+        """``-p secret`` is documented as not guessed at (too many false positives)."""
+        assert Redactor(key=KEY).argv(["mysql", "-p", "secret"]) == ["mysql", "-p", "secret"]
+
+    def test_no_redact_passes_everything_through(self) -> None:
+        args = ["x", "--password=hunter2", "--token", "abc", "https://u:p@h/"]
+        r = Redactor(enabled=False)
+        assert r.argv(args) == args
+        assert r.summary()["enabled"] is False and r.summary()["counts"] == {}
+
+
+class TestEnv:
+    def test_allow_listed_gpu_variables_are_evidence_and_kept(self) -> None:
+        r = Redactor(key=KEY)
+        env = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+               "CUDA_VISIBLE_DEVICES=0,1", "NCCL_DEBUG=INFO", "PATH=/usr/bin", "LD_LIBRARY_PATH=/usr/lib"]
+        assert r.env_list(env) == env
+        assert r.counts == {}
+
+    def test_other_values_are_redacted_names_kept(self) -> None:
+        r = Redactor(key=KEY)
+        out = r.env_list(["AWS_SECRET_ACCESS_KEY=AKIAxyz", "FOO=bar", "EMPTY=", "NOEQUALS"])
+        assert out is not None
+        assert out[0].startswith("AWS_SECRET_ACCESS_KEY=<redacted:") and "AKIAxyz" not in out[0]
+        assert out[1].startswith("FOO=<redacted:")
+        assert out[2:] == ["EMPTY=", "NOEQUALS"]
+        assert r.counts["env"] == 2
+
+    def test_none_and_non_strings(self) -> None:
+        r = Redactor(key=KEY)
+        assert r.env_list(None) is None
+        assert r.env_list([5, "A=b"])[0] == 5  # type: ignore[list-item,index]
+
+    def test_env_map_and_json_env_lists(self) -> None:
+        r = Redactor(key=KEY)
+        assert r.env_map({"NVIDIA_VISIBLE_DEVICES": "0", "TOKEN": "t0k"})["NVIDIA_VISIBLE_DEVICES"] == "0"
+        doc = {"Config": {"Env": ["TOKEN=t0k", "CUDA_VISIBLE_DEVICES=1"]}, "Other": {"Env": ["X=1"]}}
+        r.json_env_lists(doc, ("Config", "Env"), ("Missing", "Env"))
+        assert doc["Config"]["Env"][0].startswith("TOKEN=<redacted:")
+        assert doc["Config"]["Env"][1] == "CUDA_VISIBLE_DEVICES=1"
+        assert doc["Other"]["Env"] == ["X=1"]  # not named: untouched
+
+
+class TestText:
+    @pytest.mark.parametrize("text,secret", [
+        ("connect https://bob:pa55w0rd@registry.example/v2", "pa55w0rd"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9.payload.sig"),
+        ("api_key=0123456789abcdef", "0123456789abcdef"),
+        ("DB_PASSWORD: hunter2", "hunter2"),
+        ("BOOT_IMAGE=/vmlinuz root=/dev/sda1 secret_token=deadbeef quiet", "deadbeef"),
+    ])
+    def test_secrets_in_free_text(self, text: str, secret: str) -> None:
+        out = Redactor(key=KEY).text(text)
+        assert secret not in out
+        assert PSEUDO.search(out)
+
+    def test_ordinary_text_unchanged(self) -> None:
+        r = Redactor(key=KEY)
+        for s in ("monkey=1 keyboard=2", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 quiet", "nvidia-smi -q", ""):
+            assert r.text(s) == s
+        assert r.counts == {}
+
+    def test_already_redacted_is_not_redacted_twice(self) -> None:
+        r = Redactor(key=KEY)
+        once = r.text("password=hunter2")
+        assert r.text(once) == once
+        assert r.counts["text"] == 1
+
+
+class TestPseudonyms:
+    def test_stable_within_one_redactor(self) -> None:
+        r = Redactor()
+        a = r.argv(["--token=shared-token"])[0]
+        b = r.env_list(["API_TOKEN=shared-token"])[0].partition("=")[2]  # type: ignore[index]
+        c = r.text("token=shared-token")
+        assert a.partition("=")[2] == b == c.partition("=")[2]
+        assert r.pseudonym("one") != r.pseudonym("two")
+
+    def test_different_across_redactors(self) -> None:
+        """A per-capture random key: two captures' pseudonyms cannot be compared."""
+        assert Redactor().pseudonym("same-secret") != Redactor().pseudonym("same-secret")
+
+    def test_same_key_same_pseudonym(self) -> None:
+        assert Redactor(key=KEY).pseudonym("s") == Redactor(key=KEY).pseudonym("s")
+
+    def test_counts_per_category_in_summary_never_values(self) -> None:
+        r = Redactor(key=KEY)
+        r.argv(["--password=a", "--token", "b"])
+        r.env_list(["X=1", "Y=2", "Z=3"])
+        r.text("secret=c")
+        s = r.summary()
+        assert s["enabled"] is True
+        assert s["counts"] == {"argv": 2, "env": 3, "text": 1}
+        flat = repr(s)
+        for v in ("'a'", "'b'", "'c'"):
+            assert v not in flat
+
+
+def test_secret_name_detection() -> None:
+    for name in ("DB_PASSWORD", "--api-token", "aws_secret_access_key", "GITHUB_TOKEN", "passwd", "--private-key"):
+        assert looks_secret_name(name), name
+    for name in ("monkey", "keyboard", "HOSTNAME", "--epochs", "-", ""):
+        assert not looks_secret_name(name), name
+
+
+# -- properties ------------------------------------------------------------------------------
+
+_values = st.text(min_size=1, max_size=64).filter(lambda v: not PSEUDO.fullmatch(v))
+_plain = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc"), blacklist_characters="\"',;&"),
+                 min_size=1, max_size=64).filter(lambda v: not PSEUDO.fullmatch(v))
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=st.lists(st.text(max_size=20), max_size=4), value=_values,
+       after=st.lists(st.text(max_size=20), max_size=4))
+def test_argv_never_leaks_a_password_option(before: list[str], value: str, after: list[str]) -> None:
+    r = Redactor(key=KEY)
+    out = r.argv([*before, f"--password={value}", *after])
+    assert PSEUDO.fullmatch(out[len(before)].removeprefix("--password="))
+    assert len(out) == len(before) + 1 + len(after)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix=st.text(max_size=30), value=_plain, suffix=st.text(max_size=30))
+def test_text_never_leaks_a_password_option(prefix: str, value: str, suffix: str) -> None:
+    r = Redactor(key=KEY)
+    out = r.text(f"{prefix} --password={value} {suffix}")
+    assert f"--password={value}" not in out
+    assert PSEUDO.search(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=st.text(max_size=300))
+def test_redaction_never_raises(s: str) -> None:
+    r = Redactor(key=KEY)
+    assert isinstance(r.text(s), str)
+    assert len(r.argv(s.split(" "))) == len(s.split(" "))
+    r.env_list([s, f"{s}={s}"])
+    assert Redactor(enabled=False).text(s) == s
