@@ -147,9 +147,15 @@ class KubeAPI:
             raise CallFailed("unreachable", f"{path}: {str(exc.reason)[:300]}") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             took = time.monotonic() - t0
-            timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(exc).lower()
-            kind = "timed-out" if timed_out else "unreachable"
-            text = f"timed out after {took:.1f} s" if timed_out else f"unreachable: {_short(exc)}"
+            # NewConnectionError subclasses ConnectTimeoutError: test it first
+            if isinstance(exc, urllib3.exceptions.NewConnectionError):
+                kind, text = "unreachable", f"unreachable: {_short(exc)}"
+            elif isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+                kind, text = "unreachable", f"unreachable: connect timed out after {took:.1f} s"
+            elif isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(exc).lower():
+                kind, text = "timed-out", f"timed out after {took:.1f} s"
+            else:
+                kind, text = "unreachable", f"unreachable: {_short(exc)}"
             self.log.append(CallRecord(path, query, None, kind, took, 0, text))
             raise CallFailed(kind, f"{path}: {text}") from None
         took = time.monotonic() - t0
