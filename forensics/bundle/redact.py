@@ -55,7 +55,7 @@ _URL_CRED_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s:
 _BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+(?P<tok>[A-Za-z0-9._~+/=-]{8,})")
 _PAIR_RE = re.compile(
     r"(?P<name>[A-Za-z0-9_.-]*(?:" + "|".join(re.escape(w) for w in _SECRET_WORDS) + r")[A-Za-z0-9_.-]*)"
-    r"(?P<sep>\s*[=:]\s*)(?P<q>[\"']?)(?P<val>[^\s\"',;&]{1,4096})",
+    r"(?P<sep>\s*[=:]\s*)(?:(?P<q>[\"'])(?P<qval>[^\"'\n]{1,4096})|(?P<val>[^\s\"',;&]{1,4096}))",
     re.IGNORECASE,
 )
 _PSEUDONYM_RE = re.compile(r"^<redacted:[0-9a-f]{16}>$")
@@ -160,10 +160,10 @@ class Redactor:
 
         def pair(m: re.Match[str]) -> str:
             name = m["name"]
-            val = m["val"]
+            val = m["val"] if m["val"] is not None else m["qval"]  # a quoted value may hold spaces
             if not looks_secret_name(name) or val.startswith("<redacted:") or val.lower() in ("bearer", "basic"):
                 return m.group(0)
-            return f"{name}{m['sep']}{m['q']}{self.pseudonym(m['val'], category)}"
+            return f"{name}{m['sep']}{m['q'] or ''}{self.pseudonym(val, category)}"
 
         return _PAIR_RE.sub(pair, s)
 

@@ -91,6 +91,16 @@ class TestText:
         assert secret not in out
         assert PSEUDO.search(out)
 
+    @pytest.mark.parametrize("text,secret_words", [
+        ("sh -c \"mysql --password='my secret phrase' db\"", ("my secret", "secret", "phrase")),
+        ('PGPASSWORD="hunter 2" psql', ("hunter", " 2")),
+    ])
+    def test_quoted_values_with_spaces_are_redacted_whole(self, text: str, secret_words: tuple[str, ...]) -> None:
+        out = Redactor(key=KEY).text(text)
+        for w in secret_words:
+            assert w not in out, out
+        assert PSEUDO.search(out)
+
     def test_ordinary_text_unchanged(self) -> None:
         r = Redactor(key=KEY)
         for s in ("monkey=1 keyboard=2", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 quiet", "nvidia-smi -q", ""):
@@ -164,6 +174,15 @@ def test_text_never_leaks_a_password_option(prefix: str, value: str, suffix: str
     out = r.text(f"{prefix} --password={value} {suffix}")
     assert f"--password={value}" not in out
     assert PSEUDO.search(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\"'\n"),
+                     min_size=1, max_size=40).filter(lambda v: not PSEUDO.fullmatch(v)),
+       quote=st.sampled_from(["'", '"']))
+def test_text_never_leaks_a_quoted_password(value: str, quote: str) -> None:
+    out = Redactor(key=KEY).text(f"run --password={quote}{value}{quote} now")
+    assert out.startswith("run --password=" + quote + "<redacted:") and out.endswith(quote + " now"), out
 
 
 @settings(max_examples=300, deadline=None)
