@@ -283,7 +283,10 @@ _INVOKED = re.compile(r"^(.*) invoked oom-killer: gfp_mask=([^,]*), order=(-?\d+
 _MEMCG_USAGE = re.compile(r"^memory: usage (\d+)kB, limit (\d+)kB, failcnt (\d+)")
 _TASK_IN = re.compile(r"^Task in (\S+) killed as a result of limit of (\S+)")
 _OOM_KILL_TAIL = re.compile(r",task=(.*),pid=(\d+),uid=(\d+)$")
-_KILLED = re.compile(r"^(Memory cgroup out of memory|Out of memory[^:]*): Killed process (\d+) \((.*)\)(.*)$")
+_KILLED = re.compile(
+    r"^(?:(Memory cgroup out of memory|Out of memory[^:]*): )?Killed process (\d+) \((.*)\)(.*)$"
+)
+_KILL_PROCESS = re.compile(r"^(Memory cgroup out of memory|Out of memory[^:]*): Kill process ")
 _KILLED_KV = re.compile(r"([A-Za-z_-]+):(-?\d+)(kB)?")
 
 
@@ -301,7 +304,7 @@ class OomTracker:
     def feed(self, record: KmsgRecord) -> OomKill | None:
         """Consume one record; return the kill it completes, if any."""
         message = record.message
-        if "oom" not in message and "Killed process" not in message and not message.startswith(
+        if "oom" not in message and "Kill" not in message and not message.startswith(
             ("memory: usage", "Task in ")
         ):
             return None
@@ -328,6 +331,11 @@ class OomTracker:
             self._state.update(_parse_oom_kill_line(message))
             self._note(record)
             return None
+        kill_process = _KILL_PROCESS.match(message)
+        if kill_process:  # kernels before 4.19: "Kill process N (comm) score S or sacrifice child"
+            self._state["scope"] = _scope(kill_process.group(1))
+            self._note(record)
+            return None
         killed = _KILLED.match(message)
         if not killed:
             return None
@@ -340,7 +348,10 @@ class OomTracker:
             state = {}  # the oom-kill: line named another victim: do not mix the two
         kill = OomKill(
             ts_usec=record.ts_usec,
-            scope="memcg" if killed.group(1).startswith("Memory cgroup") else "global",
+            scope=(_scope(killed.group(1)) if killed.group(1)
+                   else _opt_str(state.get("scope")) or (
+                       "memcg" if state.get("oom_memcg") or state.get("constraint") == "CONSTRAINT_MEMCG"
+                       else "global")),
             pid=pid,
             comm=killed.group(3),
             invoker_comm=_opt_str(state.get("invoker_comm")),
@@ -368,6 +379,10 @@ class OomTracker:
     def _note(self, record: KmsgRecord) -> None:
         if record.seq is not None and len(self._seqs) < 16:
             self._seqs.append(record.seq)
+
+
+def _scope(prefix: str) -> str:
+    return "memcg" if prefix.startswith("Memory cgroup") else "global"
 
 
 def _opt_str(value: object) -> str | None:
