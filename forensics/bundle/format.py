@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 
 from forensics.errors import BundleUnsafe
 
@@ -40,7 +39,7 @@ def check_member_name(name: str) -> str:
     """Validate a member path (relative, POSIX, no ``..``, a safe character set) and return it."""
     if not name or len(name) > 512 or not _MEMBER_RE.match(name):
         raise BundleUnsafe(f"unsafe member name: {name!r}")
-    parts = PurePosixPath(name).parts
+    parts = name.split("/")  # not PurePosixPath(...).parts, which drops '.' silently
     if any(p in (".", "..") for p in parts):
         raise BundleUnsafe(f"unsafe member name: {name!r}")
     return name
