@@ -1,0 +1,139 @@
+"""What a container or pod was *given*, as the analyzer sees it: explicit versus blanket grants.
+
+Docker: rebuilt from the raw members (``docker/containers/<id>/inspect.json``,
+``docker/images/<hex>/inspect.json``, ``docker/info.json``) with the Docker engineer's parser
+:func:`forensics.parsing.gpu_allocation.allocation_from_inspect`, then classified: an operator's
+``--gpus``/DeviceRequests, CDI device, device node or specific ``-e NVIDIA_VISIBLE_DEVICES`` is
+*explicit*; ``NVIDIA_VISIBLE_DEVICES=all`` (from the image or the environment), an image's grant
+under the default nvidia runtime, and privileged mode are *blanket* grants that bypass the
+operator's intent.
+Kubernetes: the pod spec's ``nvidia.com/gpu`` limit and the kubelet pod-resources device ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from forensics.analysis.findings import Evidence
+from forensics.analysis.model import Gpu, GpuAllocation
+from forensics.parsing.gpu_allocation import ContainerAllocation, GpuGrant, GpuRef
+
+__all__ = ["classify_docker_allocation", "kubernetes_allocation", "resolve_device_ids", "resolve_refs"]
+
+# GrantSource.document -> Evidence (the loader knows the member paths)
+EvidenceFor = Callable[[str, str, str], Evidence]
+
+
+def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ...]:
+    """Map device ids (``0``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``GPU-<uuid>::2``, ``nvidia0``, ``all``) to UUIDs.
+
+    Unknown ids are kept verbatim so that they are never silently dropped.
+    """
+    out: dict[str, None] = {}
+    for raw in ids:
+        for token in str(raw).split(","):
+            tok = token.strip()
+            if "=" in tok:  # CDI: nvidia.com/gpu=0
+                tok = tok.split("=", 1)[1]
+            if not tok or tok.lower() in ("none", "void"):
+                continue
+            if tok.lower() == "all":
+                for g in gpus:
+                    out.setdefault(g.uuid, None)
+                continue
+            if "::" in tok:  # time-slicing replica GPU-<uuid>::N
+                tok = tok.split("::", 1)[0]
+            if "/" in tok:  # GKE nvidia0/vgpu1
+                tok = tok.split("/", 1)[0]
+            if tok.isdigit():
+                match = [g.uuid for g in gpus if g.index == int(tok)]
+                out.setdefault(match[0] if match else f"index {tok}", None)
+                continue
+            if tok.startswith("nvidia") and tok[6:].isdigit():
+                match = [g.uuid for g in gpus if g.index == int(tok[6:])]
+                out.setdefault(match[0] if match else tok, None)
+                continue
+            match = [g.uuid for g in gpus if g.uuid.lower() == tok.lower()]
+            out.setdefault(match[0] if match else tok, None)
+    return tuple(out)
+
+
+def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tuple[str, ...]:
+    """GPU UUIDs named by a grant's refs (scope ``all``: every GPU of the node)."""
+    if scope == "all":
+        return tuple(g.uuid for g in sorted(gpus, key=lambda g: g.index))
+    out: dict[str, None] = {}
+    for ref in refs:
+        if ref.kind == "minor":
+            match = [g.uuid for g in gpus if (g.minor_number if g.minor_number is not None else g.index) == int(ref.id)]
+            out.setdefault(match[0] if match else f"minor {ref.id}", None)
+        elif ref.kind == "mig-index":
+            gpu_index = ref.id.split(":", 1)[0]
+            match = [g.uuid for g in gpus if g.index == int(gpu_index)]
+            out.setdefault(match[0] if match else f"mig {ref.id}", None)
+        else:
+            for u in resolve_device_ids([ref.id], gpus):
+                out.setdefault(u, None)
+    return tuple(out)
+
+
+def _is_explicit(grant: GpuGrant) -> bool:
+    if grant.mechanism in ("device-request", "cdi", "device-node"):
+        return grant.origin == "operator"
+    if grant.mechanism == "nvidia-runtime-env":
+        return grant.origin == "operator" and grant.scope == "devices"
+    return False  # privileged and anything new: blanket
+
+
+def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu],
+                               evidence_for: EvidenceFor) -> GpuAllocation:
+    """Split a container's effective grants into explicit and blanket GPU sets, with evidence."""
+    explicit: dict[str, None] = {}
+    blanket: dict[str, None] = {}
+    ex_ev: list[Evidence] = []
+    bl_ev: list[Evidence] = []
+    ex_reasons: list[str] = []
+    bl_reasons: list[str] = []
+    ex_kinds: list[str] = []
+    bl_kinds: list[str] = []
+    for grant in alloc.grants:
+        if not grant.effective or grant.scope == "none":
+            continue
+        uuids = resolve_refs(grant.devices, grant.scope, gpus)
+        evs = [evidence_for(s.document, s.pointer, s.excerpt) for s in grant.sources]
+        if _is_explicit(grant):
+            for u in uuids:
+                explicit.setdefault(u, None)
+            ex_ev.extend(evs)
+            ex_reasons.append(grant.reason)
+            ex_kinds.append(grant.mechanism)
+        else:
+            for u in uuids:
+                blanket.setdefault(u, None)
+            bl_ev.extend(evs)
+            bl_reasons.append(grant.reason)
+            bl_kinds.append("privileged" if grant.mechanism == "privileged" else "env")
+    blanket_only = tuple(u for u in blanket if u not in explicit)
+    if explicit:
+        kind = "env" if ex_kinds[0] == "nvidia-runtime-env" else ex_kinds[0]
+        return GpuAllocation(kind, True, tuple(explicit), "docker inspect", "; ".join(ex_reasons),
+                             tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))
+    if blanket:
+        return GpuAllocation(bl_kinds[0], False, (), "docker inspect", "no explicit GPU grant",
+                             (), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))
+    none_ev = (evidence_for("container-inspect", "/HostConfig/DeviceRequests", ""),)
+    return GpuAllocation("none", False, (), "docker inspect", "no GPU requested", none_ev)
+
+
+def kubernetes_allocation(limit: int, device_ids: Sequence[str] | None, gpus: Sequence[Gpu],
+                          evidence: tuple[Evidence, ...], podresources_present: bool) -> GpuAllocation:
+    """The grant of one pod container: its ``nvidia.com/gpu`` limit and pod-resources devices."""
+    if limit <= 0 and not device_ids:
+        return GpuAllocation("none", False, (), "pod spec", "pod with no nvidia.com/gpu limit", evidence)
+    if device_ids:
+        return GpuAllocation("kubernetes", True, resolve_device_ids(device_ids, gpus), "pod-resources",
+                             f"nvidia.com/gpu devices {','.join(device_ids)}", evidence)
+    why = "no pod-resources entry" if podresources_present else "no pod-resources data"
+    return GpuAllocation("kubernetes", True, (), "pod spec",
+                         f"nvidia.com/gpu: {limit} (devices unknown: {why})", evidence,
+                         devices_known=False)

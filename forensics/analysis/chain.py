@@ -1,0 +1,200 @@
+"""The evidence chain: findings in time order, cause -> effect links, the verdict, what was ruled out.
+
+Links are drawn only between kinds that can cause one another (``CAUSES``), when the effect starts
+after the cause began (within ``chain_link_window_s`` of its end) and the two share the entity the
+harm travelled through: the same GPU, or the cause's victim being the effect's subject.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from forensics.analysis.findings import Evidence, Finding, Subject, severity_rank
+from forensics.analysis.model import Model
+from forensics.analysis.rules.common import fmt_time, name_of
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["CAUSES", "ChainResult", "build_chain", "ruled_out"]
+
+CAUSES: dict[str, frozenset[str]] = {
+    "unallocated-gpu-use": frozenset({"gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault"}),
+    "overlapping-gpu-allocation": frozenset({"gpu-compute-hog", "gpu-memory-pressure", "oom-kill"}),
+    "unattributed-gpu-process": frozenset({"gpu-compute-hog", "gpu-memory-pressure"}),
+    "gpu-compute-hog": frozenset({"oom-kill"}),
+    "gpu-memory-pressure": frozenset({"oom-kill", "gpu-xid-fault"}),
+    "pressure-stall": frozenset({"oom-kill"}),
+    "gpu-clock-throttle": frozenset(),
+    "cpu-throttling": frozenset(),
+    "oom-kill": frozenset(),
+    "gpu-xid-fault": frozenset(),
+}
+# How far before the cause's start an effect may begin (sampling jitter).
+_SLACK_S = 5.0
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    findings: tuple[Finding, ...]  # ids assigned (key = "F<n>"), cause_keys filled
+    chain: list[dict[str, object]]
+    verdict: dict[str, object]
+
+
+def _order_key(f: Finding) -> tuple[float, int, str, str]:
+    return (f.start if f.start is not None else math.inf, severity_rank(f.severity), f.kind, f.key)
+
+
+def _shares_path(cause: Finding, effect: Finding) -> bool:
+    gpus_c = {s.key() for s in cause.subjects if s.type == "gpu"}
+    gpus_e = {s.key() for s in effect.subjects if s.type == "gpu"}
+    if gpus_c & gpus_e and cause.kind != "pressure-stall":
+        # Through a GPU: the effect's culprit must be the cause's culprit, or its victims the cause's.
+        c_culprits = {s.key() for s in cause.subjects_with("culprit")}
+        e_culprits = {s.key() for s in effect.subjects_with("culprit")}
+        if not e_culprits or c_culprits & e_culprits or not c_culprits:
+            return True
+    victims_c = {s.key() for s in cause.subjects_with("victim")}
+    if victims_c & {s.key() for s in effect.subjects if s.role == "victim"}:
+        return True
+    if cause.kind == "pressure-stall" and effect.kind == "oom-kill" and cause.node == effect.node:
+        res = cause.metric("resource")
+        if res == "memory":
+            scope = {s.key() for s in cause.subjects}
+            return any(s.type == "host" for s in cause.subjects) or bool(scope & {s.key() for s in effect.subjects})
+    return False
+
+
+def _linked(cause: Finding, effect: Finding, cfg: AnalysisConfig) -> bool:
+    if effect.kind not in CAUSES.get(cause.kind, frozenset()) or cause.node != effect.node:
+        return False
+    if cause.start is None or effect.start is None:
+        return False
+    cause_end = cause.end if cause.end is not None else cause.start
+    if not (cause.start - _SLACK_S <= effect.start <= cause_end + cfg.chain_link_window_s):
+        return False
+    return _shares_path(cause, effect)
+
+
+def _distinct(subjects: list[Subject]) -> list[Subject]:
+    seen: dict[tuple[str, str, str], Subject] = {}
+    for s in subjects:
+        seen.setdefault(s.key(), s)
+    return list(seen.values())
+
+
+def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
+    """Order findings, assign ids F1.., link causes, and write the verdict."""
+    ordered = sorted(findings, key=_order_key)
+    ids = {f.key: f"F{i}" for i, f in enumerate(ordered, 1)}
+    linked: list[Finding] = []
+    for f in ordered:
+        effects = [ids[g.key] for g in ordered if g is not f and _linked(f, g, cfg)]
+        linked.append(replace(f, cause_keys=tuple(effects)))
+    final = [replace(f, key=ids[f.key]) for f in linked]
+    caused = {e for f in final for e in f.cause_keys}
+
+    chain: list[dict[str, object]] = []
+    for f in final:
+        if f.severity == "info":
+            continue
+        chain.append({"finding": f.key, "time": f.start, "text": f.headline or f.summary,
+                      "leads_to": list(f.cause_keys)})
+
+    significant = [f for f in final if severity_rank(f.severity) <= severity_rank("medium")]
+    culprits = _distinct([s for f in sorted(significant, key=lambda f: severity_rank(f.severity))
+                          for s in f.subjects_with("culprit")])
+    victims = _distinct([s for f in sorted(significant, key=lambda f: severity_rank(f.severity))
+                         for s in f.subjects_with("victim")])
+    clean = not any(f.subjects_with("culprit") or f.subjects_with("victim") for f in significant)
+    by_id = {f.key: f for f in final}
+    if clean:
+        headline = "No contention, misallocation or fault found" + (
+            f" ({len(final)} minor observation(s))" if final else "")
+        verdict: dict[str, object] = {
+            "headline": headline, "clean": True,
+            "severity": min((f.severity for f in final), key=severity_rank) if final else None,
+            "culprits": [], "victims": [], "impact": "", "start": None, "end": None,
+        }
+        return ChainResult(tuple(final), chain, verdict)
+
+    # Root causes: significant findings nothing else caused, most severe (then earliest) first.
+    roots = sorted((f for f in significant if f.key not in caused),
+                   key=lambda f: (not f.cause_keys, not f.subjects_with("culprit"),
+                                  severity_rank(f.severity), _order_key(f)))
+    root = roots[0] if roots else significant[0]
+    clauses = [root.headline or root.summary]
+    for eid in root.cause_keys:
+        e = by_id[eid]
+        delay = ""
+        if e.start is not None and root.start is not None and e.start > root.start:
+            delay = f" {e.start - root.start:.0f} s later"
+        clauses.append((e.headline or e.summary) + delay)
+    headline = "; ".join(clauses)
+    impact_parts = []
+    for v in victims[:4]:
+        harms = [f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}]
+        descr = ", ".join(sorted({f.kind for f in harms}))
+        first = min((f.start for f in harms if f.start is not None), default=None)
+        impact_parts.append(f"{name_of(v)}: {descr} (from {fmt_time(first)})")
+    starts = [f.start for f in significant if f.start is not None]
+    ends = [f.end if f.end is not None else f.start for f in significant if (f.end or f.start) is not None]
+    verdict = {
+        "headline": headline, "clean": False,
+        "severity": min((f.severity for f in final), key=severity_rank),
+        "culprits": culprits, "victims": victims,
+        "impact": "; ".join(impact_parts),
+        "start": min(starts) if starts else None,
+        "end": max(e for e in ends if e is not None) if ends else None,
+    }
+    return ChainResult(tuple(final), chain, verdict)
+
+
+def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> list[dict[str, object]]:
+    """Confounders checked and not found, with the evidence examined (only where the source exists)."""
+    kinds = {f.kind for f in findings}
+    out: list[dict[str, object]] = []
+    for node, info in sorted(model.nodes.items()):
+        bundle = info.bundles[0] if info.bundles else ""
+        def ev(family: str, excerpt: str) -> list[Evidence]:
+            member = info.members_used.get(family)
+            return [Evidence(bundle, member, "", excerpt)] if member else []
+        n_gpu_samples = sum(1 for s in model.gpu_samples if s.node == node)
+        if "gpu-xid-fault" not in kinds and model.has_source(node, "kernel"):
+            out.append({"kind": "gpu-xid-fault", "node": node,
+                        "statement": f"no Xid error in the kernel log of {node} ({info.kernel_records} records)",
+                        "evidence": ev("kernel", f"{info.kernel_records} records, no 'NVRM: Xid'")})
+        if "gpu-clock-throttle" not in kinds and any(
+                s.node == node and s.clocks_event_reasons is not None for s in model.gpu_samples):
+            out.append({"kind": "gpu-clock-throttle", "node": node,
+                        "statement": f"no thermal, power or hardware clock slowdown on any GPU of {node} "
+                                     f"({n_gpu_samples} samples)",
+                        "evidence": ev("nvml", f"{n_gpu_samples} samples, no slowdown reason bits")})
+        if "oom-kill" not in kinds and model.has_source(node, "kernel"):
+            out.append({"kind": "oom-kill", "node": node,
+                        "statement": f"no OOM kill (container or host) in the kernel log of {node}",
+                        "evidence": ev("kernel", "no 'invoked oom-killer' / 'Killed process' record")})
+        if "gpu-memory-pressure" not in kinds and n_gpu_samples:
+            out.append({"kind": "gpu-memory-pressure", "node": node,
+                        "statement": f"GPU memory stayed below {cfg.gpu_memory_pressure_ratio * 100:.0f}% "
+                                     f"on every GPU of {node}",
+                        "evidence": ev("nvml", f"{n_gpu_samples} samples")})
+        n_cpu = sum(1 for s in model.cpu_samples if s.node == node)
+        if "cpu-throttling" not in kinds and n_cpu:
+            out.append({"kind": "cpu-throttling", "node": node,
+                        "statement": f"no container CPU-throttled in {cfg.cpu_throttled_ratio * 100:.0f}% "
+                                     f"or more of its periods on {node}",
+                        "evidence": ev("cgroups", f"{n_cpu} cpu.stat readings")})
+        n_psi = sum(1 for s in model.psi_samples if s.node == node)
+        if "pressure-stall" not in kinds and n_psi:
+            out.append({"kind": "pressure-stall", "node": node,
+                        "statement": f"no CPU, memory or IO pressure stall on {node} "
+                                     f"(PSI some avg10 below {cfg.psi_some_avg10_pct:g}%)",
+                        "evidence": ev("psi", f"{n_psi} PSI readings")})
+        n_proc = sum(1 for s in model.proc_samples if s.node == node)
+        if (not kinds & {"unallocated-gpu-use", "unattributed-gpu-process"} and n_proc
+                and model.has_source(node, "procfs")
+                and (model.has_source(node, "docker") or model.has_source(node, "kubernetes"))):
+            out.append({"kind": "unallocated-gpu-use", "node": node,
+                        "statement": f"every GPU process on {node} ran in a container allocated that GPU",
+                        "evidence": ev("nvml", f"{n_proc} process samples")})
+    return out

@@ -1,0 +1,212 @@
+"""Builds the analysis JSON document (docs/analysis-format.md) from the model and the chain."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from forensics._version import __version__
+from forensics.analysis.chain import ChainResult
+from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.model import Model
+from forensics.analysis.rules.common import owner_of
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]
+
+FORMAT = "gpuforensics-analysis"
+FORMAT_VERSION = 1
+
+
+def iso(t: float | None) -> str | None:
+    """Unix seconds -> ISO 8601 UTC with ``Z`` (milliseconds kept when present)."""
+    if t is None:
+        return None
+    dt = datetime.fromtimestamp(t, UTC)
+    if dt.microsecond:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    return {
+        "id": f.key,
+        "kind": f.kind,
+        "severity": f.severity,
+        "confidence": f.confidence,
+        "summary": f.summary,
+        "start": iso(f.start),
+        "end": iso(f.end),
+        "node": f.node,
+        "subjects": [s.to_json() for s in f.subjects],
+        "metrics": {k: v for k, v in f.metrics},
+        "evidence": [e.to_json() for e in f.evidence],
+        "causes": list(f.cause_keys),
+    }
+
+
+def _subjects(items: Any) -> list[dict[str, Any]]:
+    return [s.to_json() for s in items if isinstance(s, Subject)]
+
+
+def _gpus(model: Model) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    gpu_series = model.samples_by_gpu()
+    proc_series = model.proc_samples_by_gpu()
+    for (node, uuid), gpu in sorted(model.gpus.items(), key=lambda kv: (kv[0][0], kv[1].index)):
+        allocated = [c.subject().to_json() for (n, _), c in sorted(model.containers.items())
+                     if n == node and uuid in c.allocation.gpus]
+        samples = gpu_series.get((node, uuid), [])
+        psamples = proc_series.get((node, uuid), [])
+        t_axis = sorted({round(s.t, 3) for s in samples} | {round(s.t, 3) for s in psamples})
+        pos = {t: i for i, t in enumerate(t_axis)}
+        n = len(t_axis)
+        util: list[float | None] = [None] * n
+        mem: list[int | None] = [None] * n
+        temp: list[float | None] = [None] * n
+        power: list[float | None] = [None] * n
+        for s in samples:
+            i = pos[round(s.t, 3)]
+            util[i], mem[i], temp[i], power[i] = s.util_gpu_pct, s.memory_used_bytes, s.temperature_c, s.power_w
+        per_pid_sm: dict[str, list[float | None]] = {}
+        per_pid_mem: dict[str, list[int | None]] = {}
+        procs: dict[int, dict[str, Any]] = {}
+        sm_acc: dict[int, list[float]] = defaultdict(list)
+        used_by: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for s in psamples:
+            key = str(s.pid)
+            i = pos[round(s.t, 3)]
+            per_pid_sm.setdefault(key, [None] * n)[i] = s.sm_util_pct
+            per_pid_mem.setdefault(key, [None] * n)[i] = s.used_memory_bytes
+            if s.sm_util_pct is not None:
+                sm_acc[s.pid].append(s.sm_util_pct)
+            entry = procs.get(s.pid)
+            if entry is None:
+                owner = owner_of(model, node, s.pid)
+                proc = model.processes.get((node, s.pid))
+                container = model.container(node, proc.container_id) if proc else None
+                entry = {"pid": s.pid, "name": proc.comm if proc else None,
+                         "container": proc.container_id if proc else None,
+                         "container_name": container.name if container else None,
+                         "pod": (proc.pod_uid or (container.pod_uid if container else None)) if proc else None,
+                         "used_memory_bytes": s.used_memory_bytes, "sm_util_avg_pct": None}
+                procs[s.pid] = entry
+                used_by.setdefault(owner.subject.key(), owner.subject.to_json())
+            elif (s.used_memory_bytes or 0) > (entry["used_memory_bytes"] or 0):
+                entry["used_memory_bytes"] = s.used_memory_bytes
+        for pid, vals in sm_acc.items():
+            procs[pid]["sm_util_avg_pct"] = round(sum(vals) / len(vals), 1)
+        out.append({
+            "index": gpu.index, "uuid": uuid, "name": gpu.name, "node": node,
+            "pci_bus_id": gpu.pci_bus_id, "memory_total_bytes": gpu.memory_total_bytes,
+            "mig_enabled": gpu.mig_enabled,
+            "allocated_to": allocated, "used_by": list(used_by.values()),
+            "processes": [procs[p] for p in sorted(procs)],
+            "series": {"t": t_axis, "gpu_util_pct": util, "memory_used_bytes": mem,
+                       "temperature_c": temp, "power_w": power,
+                       "process_sm_util_pct": per_pid_sm, "process_memory_bytes": per_pid_mem},
+        })
+    return out
+
+
+def _containers(model: Model) -> list[dict[str, Any]]:
+    cpu: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for s in model.cpu_samples:
+        cpu[(s.node, s.container_id)].append(s)
+    mem: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for m in model.memory_samples:
+        mem[(m.node, m.container_id)].append(m)
+    oom_count: dict[tuple[str, str], int] = defaultdict(int)
+    for o in model.ooms:
+        if o.container_id and o.source == "kernel":
+            oom_count[(o.node, o.container_id)] += 1
+    out: list[dict[str, Any]] = []
+    for (node, cid), c in sorted(model.containers.items(), key=lambda kv: (kv[0][0], kv[1].name, kv[0][1])):
+        cs = sorted(cpu.get((node, cid), []), key=lambda s: s.t)
+        ms = sorted(mem.get((node, cid), []), key=lambda s: s.t)
+        t_axis = sorted({round(s.t, 3) for s in cs} | {round(s.t, 3) for s in ms})
+        pos = {t: i for i, t in enumerate(t_axis)}
+        ratio: list[float | None] = [None] * len(t_axis)
+        for a, b in zip(cs, cs[1:], strict=False):
+            dp = b.nr_periods - a.nr_periods
+            if dp > 0 and b.nr_throttled >= a.nr_throttled:
+                ratio[pos[round(b.t, 3)]] = round((b.nr_throttled - a.nr_throttled) / dp, 4)
+        mem_bytes: list[int | None] = [None] * len(t_axis)
+        for m in ms:
+            mem_bytes[pos[round(m.t, 3)]] = m.memory_bytes
+        a = c.allocation
+        out.append({
+            "id": cid, "name": c.name, "node": node, "pod": c.pod_uid, "image": c.image,
+            "state": c.state, "exit_code": c.exit_code, "oom_killed": c.oom_killed,
+            "gpu_allocation": {"kind": a.kind, "explicit": a.explicit, "gpus": list(a.gpus),
+                               "blanket_gpus": list(a.blanket_gpus), "source": a.source,
+                               "detail": a.detail, "blanket_detail": a.blanket_detail},
+            "cpu_quota_cores": c.cpu_quota_cores, "memory_limit_bytes": c.memory_limit_bytes,
+            "oom_kills": max(oom_count.get((node, cid), 0), 1 if c.oom_killed else 0),
+            "series": {"t": t_axis, "cpu_throttled_ratio": ratio, "memory_bytes": mem_bytes},
+        })
+    return out
+
+
+def _pods(model: Model) -> list[dict[str, Any]]:
+    out = []
+    for uid, p in sorted(model.pods.items(), key=lambda kv: (kv[1].node, kv[1].namespace, kv[1].name)):
+        oomed = sorted({o.k8s_container_name for o in model.ooms
+                        if o.pod_uid == uid and o.source == "kubernetes" and o.k8s_container_name})
+        out.append({"uid": uid, "namespace": p.namespace, "name": p.name, "node": p.node,
+                    "phase": p.phase, "containers": [cid for _, cid in p.container_ids if cid],
+                    "container_names": [n for n, _ in p.container_ids],
+                    "gpu_limit": p.gpu_limit(),
+                    "gpu_devices": sorted({d for _, ds in p.gpu_devices for d in ds}),
+                    "oom_killed_containers": oomed})
+    return out
+
+
+def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]],
+                   cfg: AnalysisConfig, generated_at: float | None = None) -> dict[str, Any]:
+    """The whole analysis document, JSON-able, in a stable order."""
+    verdict = dict(result.verdict)
+    verdict["culprits"] = _subjects(verdict.get("culprits", []))
+    verdict["victims"] = _subjects(verdict.get("victims", []))
+    verdict["start"] = iso(verdict.get("start"))  # type: ignore[arg-type]
+    verdict["end"] = iso(verdict.get("end"))  # type: ignore[arg-type]
+    chain = [dict(c, time=iso(c["time"])) for c in result.chain]  # type: ignore[arg-type]
+    ruled_json = [dict(r, evidence=[e.to_json() for e in r.get("evidence", [])]) for r in ruled]
+    unattributed: list[dict[str, Any]] = []
+    seen_pids: set[tuple[str, int]] = set()
+    for s in sorted(model.proc_samples, key=lambda s: (s.node, s.pid, s.t)):
+        if (s.node, s.pid) in seen_pids:
+            continue
+        seen_pids.add((s.node, s.pid))
+        owner = owner_of(model, s.node, s.pid)
+        if owner.attributed:
+            continue
+        proc = model.processes.get((s.node, s.pid))
+        reason = (proc.unresolved_reason or f"cgroup {proc.cgroup_path} is not a container's") if proc else \
+            f"no /proc/{s.pid} in the bundle"
+        unattributed.append({"type": "process", "id": str(s.pid), "name": proc.comm if proc else None,
+                             "node": s.node, "reason": reason, "gpu": s.gpu_uuid})
+    bundles = list(model.bundles)
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tool_version": __version__,
+        "generated_at": iso(generated_at if generated_at is not None else datetime.now(UTC).timestamp()),
+        "bundle": bundles[0] if bundles else None,
+        "bundles": bundles,
+        "verdict": verdict,
+        "findings": [_finding_json(f) for f in result.findings],
+        "chain": chain,
+        "ruled_out": ruled_json,
+        "limitations": list(model.limitations),
+        "collectors": list(model.collectors),
+        "gpus": _gpus(model),
+        "containers": _containers(model),
+        "pods": _pods(model),
+        "nodes": [{"host": n.host, "bundles": list(n.bundles), "clock_offset_s": n.clock_offset_s,
+                   "captured_start": iso(n.start), "captured_end": iso(n.end)}
+                  for _, n in sorted(model.nodes.items())],
+        "unattributed": unattributed,
+        "thresholds": cfg.to_json(),
+    }

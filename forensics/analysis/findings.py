@@ -1,0 +1,152 @@
+"""Findings: the claims the analyzer makes, each with its subjects and its evidence.
+
+Serialised as described in docs/analysis-format.md (``findings[]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "KINDS",
+    "ROLES",
+    "SEVERITIES",
+    "Evidence",
+    "EvidenceRef",
+    "Finding",
+    "Role",
+    "Severity",
+    "Subject",
+    "severity_rank",
+]
+
+Severity = Literal["critical", "high", "medium", "low", "info"]
+Role = Literal["culprit", "victim", "witness"]
+
+SEVERITIES: tuple[Severity, ...] = ("critical", "high", "medium", "low", "info")
+ROLES: tuple[Role, ...] = ("culprit", "victim", "witness")
+KINDS: tuple[str, ...] = (
+    "unallocated-gpu-use",
+    "overlapping-gpu-allocation",
+    "unattributed-gpu-process",
+    "gpu-compute-hog",
+    "gpu-memory-pressure",
+    "cpu-throttling",
+    "oom-kill",
+    "gpu-xid-fault",
+    "gpu-clock-throttle",
+    "pressure-stall",
+)
+
+EXCERPT_MAX_CHARS = 240
+
+
+def severity_rank(severity: str) -> int:
+    """0 for critical .. 4 for info (lower is worse); unknown severities rank last."""
+    try:
+        return SEVERITIES.index(severity)  # type: ignore[arg-type]
+    except ValueError:
+        return len(SEVERITIES)
+
+
+def shorten(text: str, limit: int = EXCERPT_MAX_CHARS) -> str:
+    """A one-line excerpt of at most ``limit`` characters, cut with ``...``."""
+    one_line = " ".join(text.split())
+    if len(one_line) <= limit:
+        return one_line
+    return one_line[: limit - 3] + "..."
+
+
+@dataclass(frozen=True, order=True)
+class Subject:
+    """An entity a finding is about: container (64-hex id), pod (UID), process (PID), gpu (UUID), host."""
+
+    type: str
+    id: str
+    name: str
+    node: str
+    role: Role = "witness"
+
+    def with_role(self, role: Role) -> Subject:
+        return Subject(self.type, self.id, self.name, self.node, role)
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.node, self.type, self.id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "type": self.type, "id": self.id, "name": self.name, "node": self.node}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A quotation from a bundle member: ``locator`` is a JSON pointer, ``line N`` or ``""``."""
+
+    bundle: str
+    member: str
+    locator: str
+    excerpt: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bundle": self.bundle,
+            "member": self.member,
+            "locator": self.locator,
+            "excerpt": shorten(self.excerpt),
+        }
+
+
+@dataclass(frozen=True)
+class EvidenceRef:
+    """A cheap, lazy pointer to evidence (built per sample; turned into Evidence only when cited).
+
+    ``payload`` is the JSON value quoted (dumped compactly) or a raw text line.
+    """
+
+    bundle: str
+    member: str
+    locator: str
+    payload: Any
+
+    @property
+    def evidence(self) -> Evidence:
+        p = self.payload
+        if isinstance(p, str):
+            text = p[: EXCERPT_MAX_CHARS * 2]
+        else:
+            import json
+
+            text = json.dumps(p, sort_keys=True, separators=(",", ":"))
+        return Evidence(self.bundle, self.member, self.locator, shorten(text))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One claim: a kind, a severity, a confidence, subjects with roles, a time span, evidence.
+
+    ``start``/``end`` are unix seconds (None when unknown); ``key`` identifies the finding before
+    ids (F1..) are assigned, and ``cause_keys`` names the keys of findings this one caused.
+    """
+
+    kind: str
+    severity: Severity
+    confidence: float
+    summary: str
+    start: float | None
+    end: float | None
+    node: str
+    subjects: tuple[Subject, ...]
+    evidence: tuple[Evidence, ...]
+    metrics: tuple[tuple[str, float | int | str | None], ...] = ()
+    key: str = ""
+    cause_keys: tuple[str, ...] = field(default=())
+    headline: str = ""  # a short clause for the verdict ("notebook took GPU 0 from trainer")
+
+    def subjects_with(self, role: Role) -> tuple[Subject, ...]:
+        return tuple(s for s in self.subjects if s.role == role)
+
+    def metric(self, name: str) -> float | int | str | None:
+        for k, v in self.metrics:
+            if k == name:
+                return v
+        return None

@@ -1,0 +1,90 @@
+"""cgroup counters and pressure: ``cgroup/samples.jsonl`` (one line per cgroup per tick) and the
+snapshot ``cgroup/index.json`` (cgroups collector), values parsed from ``cpu.stat``,
+``memory.current``/``memory.usage_in_bytes``, ``memory.max``, ``memory.events`` and PSI files.
+
+Each cgroup path is re-attributed with :func:`forensics.parsing.attribution.attribute_path`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.analysis.findings import Evidence
+from forensics.analysis.loaders.common import as_float, as_int, dig, parse_time
+from forensics.analysis.model import CpuSample, MemorySample, Model, OomKill, PsiSample
+from forensics.analysis.source import Source
+from forensics.errors import ParseError
+from forensics.parsing.attribution import attribute_path
+
+__all__ = ["load_cgroups"]
+
+
+def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
+    if path not in cache:
+        try:
+            att = attribute_path(path)
+            cache[path] = att.container_id if att.kind == "container" and not att.namespace_relative else None
+        except ParseError:
+            cache[path] = None
+    return cache[path]
+
+
+def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, Any], ev: Evidence,
+                cache: dict[str, str | None]) -> None:
+    cid = _container_of(path, cache)
+    cpu = values.get("cpu")
+    if cid and isinstance(cpu, dict):
+        periods, throttled = as_int(cpu.get("nr_periods")), as_int(cpu.get("nr_throttled"))
+        t_ns = as_int(cpu.get("throttled_ns"))
+        if periods is not None and throttled is not None:
+            model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
+                                               t_ns // 1000 if t_ns is not None else None, ev))
+    mem = values.get("memory")
+    if cid and isinstance(mem, dict) and as_int(mem.get("current_bytes")) is not None:
+        model.memory_samples.append(MemorySample(node, cid, t, as_int(mem["current_bytes"]) or 0,
+                                                 as_int(mem.get("limit_bytes"))))
+    for section, scope in (("pressure", cid), ("host_pressure", "host" if path == "/" else None)):
+        psi = values.get(section)
+        if not scope or not isinstance(psi, dict):
+            continue
+        for resource, lines in sorted(psi.items()):
+            some = as_float(dig(lines, "some", "avg10_pct"))
+            if some is None:
+                continue
+            model.psi_samples.append(PsiSample(node, scope, resource, t, some,
+                                               as_float(dig(lines, "full", "avg10_pct")), ev))
+
+
+def load_cgroups(src: Source, model: Model, node: str) -> None:
+    cache: dict[str, str | None] = {}
+    sampled = False
+    for no, rec, raw in src.jsonl("cgroup/samples.jsonl"):
+        path, t, values = rec.get("cgroup"), as_float(rec.get("t")), rec.get("values")
+        if not isinstance(path, str) or t is None or not isinstance(values, dict):
+            continue
+        sampled = True
+        _add_values(model, node, path, t, values, src.ev_line("cgroup/samples.jsonl", no, raw), cache)
+    if sampled:
+        model.node(node).members_used.setdefault("cgroups", "cgroup/samples.jsonl")
+        model.node(node).members_used.setdefault("psi", "cgroup/samples.jsonl")
+    index = src.json("cgroup/index.json")
+    cgroups = dig(index, "cgroups")
+    t_snap = model.node(node).start or parse_time(dig(src.manifest, "capture", "started")) or 0.0
+    for i, entry in enumerate(cgroups if isinstance(cgroups, list) else []):
+        path, values = dig(entry, "path"), dig(entry, "values")
+        if not isinstance(path, str) or not isinstance(values, dict):
+            continue
+        cid = _container_of(path, cache)
+        ev = src.ev_pointer("cgroup/index.json", f"/cgroups/{i}/values", index)
+        if not sampled:
+            _add_values(model, node, path, t_snap, values, ev, cache)
+            model.node(node).members_used.setdefault("cgroups", "cgroup/index.json")
+            model.node(node).members_used.setdefault("psi", "cgroup/index.json")
+        oom_kills = as_int(dig(values, "memory", "events", "oom_kill")) or as_int(dig(values, "memory", "oom_kill"))
+        if cid and oom_kills:
+            for _ in range(min(oom_kills, 5)):
+                model.ooms.append(OomKill(node, None, None, None, cid, None, False,
+                                          as_int(dig(values, "memory", "peak_bytes")),
+                                          as_int(dig(values, "memory", "limit_bytes")), path, "cgroup",
+                                          (src.ev_pointer("cgroup/index.json", f"/cgroups/{i}/values/memory", index),)))
+                break  # one record: the count is in the evidence

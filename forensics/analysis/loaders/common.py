@@ -1,0 +1,70 @@
+"""Small tolerant readers shared by the loaders: timestamps, numbers, nested lookups."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["as_float", "as_int", "dig", "parse_time"]
+
+_FRACTION = re.compile(r"\.(\d+)")
+
+
+def parse_time(value: Any) -> float | None:
+    """ISO 8601 / RFC 3339 (``Z`` or offset, up to nanoseconds) or unix seconds -> unix seconds.
+
+    Docker's zero time (``0001-01-01T00:00:00Z``) and anything unparsable give None.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if value > 0 else None
+    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
+        return None
+    text = value.strip()
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6], text, count=1)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    return None
+
+
+def dig(doc: Any, *path: str | int) -> Any:
+    """``doc[path[0]][path[1]]...`` or None when any step is missing or of the wrong type."""
+    cur = doc
+    for p in path:
+        if isinstance(p, int):
+            if not isinstance(cur, list) or not -len(cur) <= p < len(cur):
+                return None
+            cur = cur[p]
+        else:
+            if not isinstance(cur, dict) or p not in cur:
+                return None
+            cur = cur[p]
+    return cur

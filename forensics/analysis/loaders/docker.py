@@ -1,0 +1,184 @@
+"""Docker containers: ``docker/containers/<id>/inspect.json`` (GET /containers/{id}/json),
+``docker/images/<hex>/inspect.json``, ``docker/info.json`` (DefaultRuntime), ``docker/events.jsonl``
+(``oom`` events), ``docker/samples.jsonl`` and ``docker/containers/<id>/stats.json``
+(``cpu_stats.throttling_data``, ``memory_stats``), ``docker/containers/<id>/processes.json``
+(the container's host PIDs) and any ``docker/containers/<id>/logs*`` (CUDA out-of-memory lines).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from forensics.analysis.allocation import classify_docker_allocation
+from forensics.analysis.findings import Evidence
+from forensics.analysis.loaders.common import as_int, dig, parse_time
+from forensics.analysis.model import (
+    UNKNOWN_ALLOCATION,
+    Container,
+    CpuSample,
+    CudaOom,
+    MemorySample,
+    Model,
+    OomKill,
+    Process,
+)
+from forensics.analysis.source import Source
+from forensics.errors import ParseError
+from forensics.parsing.gpu_allocation import allocation_from_inspect
+
+__all__ = ["CUDA_OOM", "load_docker"]
+
+_INSPECT = re.compile(r"^docker/containers/([0-9a-f]{64})/inspect\.json$")
+CUDA_OOM = re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
+                      r"out of memory.*cuda|OutOfMemoryError", re.IGNORECASE)
+
+
+def _cpu_quota_cores(host: dict[str, Any]) -> float | None:
+    nano = as_int(host.get("NanoCpus"))
+    if nano:
+        return nano / 1e9
+    quota, period = as_int(host.get("CpuQuota")), as_int(host.get("CpuPeriod"))
+    if quota and quota > 0:
+        return quota / (period or 100_000)
+    return None
+
+
+def load_docker(src: Source, model: Model, node: str) -> None:
+    info = src.json("docker/info.json")
+    info_doc = info if isinstance(info, dict) else None
+    gpus = model.node_gpus(node)
+    for member in src.under("docker/containers/"):
+        m = _INSPECT.match(member)
+        if not m:
+            continue
+        doc = src.json(member)
+        if not isinstance(doc, dict):
+            continue
+        cid = doc.get("Id") if isinstance(doc.get("Id"), str) else m.group(1)
+        image_id = doc.get("Image") if isinstance(doc.get("Image"), str) else ""
+        image_member = f"docker/images/{image_id.split(':', 1)[-1]}/inspect.json"
+        image_doc = src.json(image_member)
+        members = {"container-inspect": member, "image-inspect": image_member, "engine-info": "docker/info.json"}
+
+        def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members) -> Evidence:
+            mem = _members.get(document, member)
+            if src.has(mem):
+                return src.ev_pointer(mem, pointer)
+            return Evidence(src.name, mem, pointer, excerpt)
+
+        try:
+            alloc = classify_docker_allocation(
+                allocation_from_inspect(doc, image_doc if isinstance(image_doc, dict) else None, info_doc),
+                gpus, evidence_for)
+        except ParseError as exc:
+            src.problems.append(f"{src.name}: {member}: allocation not understood: {exc}")
+            alloc = UNKNOWN_ALLOCATION
+        if not gpus and alloc.known and (alloc.explicit or alloc.blanket_detail):
+            model.limit(f"{node}: no GPU list (NVML) to resolve the GPUs granted to containers")
+        state = doc.get("State") if isinstance(doc.get("State"), dict) else {}
+        host = doc.get("HostConfig") if isinstance(doc.get("HostConfig"), dict) else {}
+        labels = dig(doc, "Config", "Labels")
+        labels = labels if isinstance(labels, dict) else {}
+        pod_uid = labels.get("io.kubernetes.pod.uid")
+        k8s_name = labels.get("io.kubernetes.container.name")
+        name = str(doc.get("Name") or "").lstrip("/") or cid[:12]
+        image = dig(doc, "Config", "Image")
+        finished = parse_time(state.get("FinishedAt"))
+        c = Container(
+            node=node, id=cid, name=name, image=image if isinstance(image, str) else image_id,
+            pod_uid=pod_uid if isinstance(pod_uid, str) else None,
+            state=str(state.get("Status") or "unknown"),
+            exit_code=as_int(state.get("ExitCode")) if state.get("Status") == "exited" else None,
+            oom_killed=state.get("OOMKilled") is True,
+            started_at=parse_time(state.get("StartedAt")), finished_at=finished,
+            allocation=alloc, cpu_quota_cores=_cpu_quota_cores(host),
+            memory_limit_bytes=as_int(host.get("Memory")) or None,
+            evidence=(src.ev_pointer(member, "/State"),),
+            k8s_container_name=k8s_name if isinstance(k8s_name, str) else None,
+        )
+        model.containers[(node, cid)] = c
+        if c.oom_killed:
+            model.ooms.append(OomKill(node, finished, None, None, cid, c.pod_uid, False, None,
+                                      c.memory_limit_bytes, None, "docker",
+                                      (src.ev_pointer(member, "/State/OOMKilled"),)))
+        _load_processes(src, model, node, cid)
+        _load_stats(src, model, node, cid)
+        _load_logs(src, model, node, cid)
+    _load_events(src, model, node)
+    _load_samples(src, model, node)
+
+
+def _load_processes(src: Source, model: Model, node: str, cid: str) -> None:
+    """Container PIDs the engine reported (top / cgroup.procs), for PIDs procfs did not store."""
+    member = f"docker/containers/{cid}/processes.json"
+    doc = src.json(member)
+    pids = dig(doc, "pids")
+    if not isinstance(pids, dict):
+        return
+    for p in pids:
+        pid = as_int(p)
+        if pid is None or (node, pid) in model.processes:
+            continue
+        model.processes[(node, pid)] = Process(node, pid, "", None, cid, None,
+                                               (src.ev_pointer(member, f"/pids/{p}", doc),), None)
+
+
+def _throttling(stats: Any) -> tuple[int, int, int] | None:
+    td = dig(stats, "cpu_stats", "throttling_data")
+    if not isinstance(td, dict):
+        return None
+    periods, throttled, t_ns = as_int(td.get("periods")), as_int(td.get("throttled_periods")), as_int(td.get("throttled_time"))
+    if periods is None or throttled is None:
+        return None
+    return periods, throttled, t_ns or 0
+
+
+def _load_stats(src: Source, model: Model, node: str, cid: str) -> None:
+    member = f"docker/containers/{cid}/stats.json"
+    stats = src.json(member)
+    if not isinstance(stats, dict):
+        return
+    t = parse_time(stats.get("read"))
+    th = _throttling(stats)
+    if th is not None and t is not None:
+        model.cpu_samples.append(CpuSample(node, cid, t, th[0], th[1], th[2] // 1000,
+                                           src.ev_pointer(member, "/cpu_stats/throttling_data", stats)))
+
+
+def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
+    for member in src.under(f"docker/containers/{cid}/log"):
+        for no, line in enumerate(src.text_lines(member) or [], 1):
+            if CUDA_OOM.search(line):
+                t = parse_time(line.split(" ", 1)[0]) if line[:1].isdigit() else None
+                model.cuda_ooms.append(CudaOom(node, t, cid, line, src.ev_line(member, no, line)))
+
+
+def _load_events(src: Source, model: Model, node: str) -> None:
+    for no, ev, raw in src.jsonl("docker/events.jsonl"):
+        if ev.get("Type") != "container" or ev.get("Action") != "oom":
+            continue
+        cid = dig(ev, "Actor", "ID") or ev.get("id")
+        t_nano = as_int(ev.get("timeNano"))
+        t = t_nano / 1e9 if t_nano else parse_time(ev.get("time"))
+        if isinstance(cid, str):
+            c = model.container(node, cid)
+            model.ooms.append(OomKill(node, t, None, None, cid, c.pod_uid if c else None, False, None,
+                                      None, None, "docker", (src.ev_line("docker/events.jsonl", no, raw),)))
+
+
+def _load_samples(src: Source, model: Model, node: str) -> None:
+    for no, rec, raw in src.jsonl("docker/samples.jsonl"):
+        cid = rec.get("container_id")
+        t = rec.get("t")
+        if not isinstance(cid, str) or not isinstance(t, int | float):
+            continue
+        stats = rec.get("stats")
+        th = _throttling(stats)
+        ev = src.ev_line("docker/samples.jsonl", no, raw)
+        if th is not None:
+            model.cpu_samples.append(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev))
+        usage = as_int(dig(stats, "memory_stats", "usage"))
+        if usage is not None:
+            model.memory_samples.append(MemorySample(node, cid, float(t), usage,
+                                                     as_int(dig(stats, "memory_stats", "limit"))))

@@ -1,0 +1,109 @@
+"""Kernel log: ``kernel/kmsg.txt`` and ``kernel/kmsg-window.txt`` (``/dev/kmsg`` records verbatim),
+or the fallbacks ``kernel/dmesg.txt`` (``dmesg --raw``) and ``kernel/journal.jsonl``
+(``journalctl -k -o json``), parsed again from raw with :mod:`forensics.parsing.kmsg`: OOM-kill
+sequences (memcg -> container via the cgroup path) and ``NVRM: Xid`` lines (PCI id -> GPU via
+NVML's ``pciBusId``). Wall time = boot time (``kernel/index.json`` clocks, else ``host/host.json``)
+plus the record's microseconds since boot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from forensics.analysis.loaders.common import as_float, dig
+from forensics.analysis.model import Model, OomKill, XidEvent
+from forensics.analysis.source import Source
+from forensics.errors import ParseError
+from forensics.parsing import kmsg
+from forensics.parsing.attribution import attribute_path
+
+__all__ = ["load_kernel"]
+
+_SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
+    ("kernel/kmsg.txt", kmsg.parse_kmsg_record),
+    ("kernel/kmsg-window.txt", kmsg.parse_kmsg_record),
+    ("kernel/dmesg.txt", kmsg.parse_dmesg_raw_line),
+    ("kernel/journal.jsonl", kmsg.parse_journal_line),
+)
+
+
+def _boot_time(src: Source) -> float | None:
+    for member, path in (("kernel/index.json", ("clocks", "boot_time_unix")),
+                         ("host/host.json", ("clocks", "boot_time_from_monotonic_unix")),
+                         ("host/host.json", ("boot_time_unix",)),
+                         ("proc/index.json", ("boot_time_unix",))):
+        value = as_float(dig(src.json(member), *path))
+        if value is not None:
+            return value
+    return None
+
+
+def load_kernel(src: Source, model: Model, node: str) -> None:
+    boot = _boot_time(src)
+    present = [m for m, _ in _SOURCES if src.has(m)]
+    if not present:
+        return
+    if boot is None:
+        model.limit(f"{node}: no boot time in the bundle: kernel log events have no wall-clock time")
+    info = model.node(node)
+    info.members_used.setdefault("kernel", present[0])
+    seen_seq: set[int] = set()
+    tracker = kmsg.OomTracker()
+    oom_lines: list[tuple[int, str]] = []  # (line, text) of the OOM sequence in progress
+    count = 0
+    bad = 0
+    for member, parse in _SOURCES:
+        lines = src.text_lines(member)
+        if lines is None:
+            continue
+        for no, line in enumerate(lines, 1):
+            if not line.strip() or line[:1] == " ":
+                continue
+            try:
+                record = parse(line)
+            except ParseError:
+                bad += 1
+                continue
+            if record.seq is not None:
+                if record.seq in seen_seq:
+                    continue
+                seen_seq.add(record.seq)
+            count += 1
+            t = boot + record.ts_usec / 1e6 if boot is not None else None
+            msg = record.message
+            if "oom" in msg or "Killed process" in msg or msg.startswith(("memory: usage", "Task in ")):
+                if "invoked oom-killer" in msg:
+                    oom_lines = []
+                oom_lines.append((no, line))
+            kill = tracker.feed(record)
+            if kill is not None:
+                _add_oom(src, model, node, member, kill, t, oom_lines)
+                oom_lines = []
+            xid = kmsg.parse_xid(record)
+            if xid is not None:
+                gpu = model.gpu_by_pci(node, xid.pci_bus_id) if xid.pci_bus_id else None
+                model.xids.append(XidEvent(node, t, xid.xid, xid.pci_bus_id, gpu.uuid if gpu else None,
+                                           xid.pid, xid.process_name, msg, src.ev_line(member, no, line)))
+    info.kernel_records += count
+    if bad:
+        src.problems.append(f"{src.name}: kernel log: {bad} unparsable line(s) skipped")
+
+
+def _add_oom(src: Source, model: Model, node: str, member: str, kill: kmsg.OomKill, t: float | None,
+             lines: list[tuple[int, str]]) -> None:
+    cid = pod = None
+    memcg = kill.task_memcg or kill.oom_memcg
+    if memcg:
+        try:
+            att = attribute_path(memcg)
+            cid, pod = att.container_id, att.pod_uid
+        except ParseError:
+            pass
+    wanted = [(no, line) for no, line in lines
+              if "oom-kill:" in line or "Killed process" in line or "memory: usage" in line]
+    evidence = tuple(src.ev_line(member, no, line) for no, line in (wanted or lines)[-3:])
+    model.ooms.append(OomKill(
+        node=node, t=t, pid=kill.pid, comm=kill.comm, container_id=cid, pod_uid=pod,
+        global_oom=kill.scope == "global", usage_bytes=kill.memcg_usage_bytes,
+        limit_bytes=kill.memcg_limit_bytes, task_memcg=kill.task_memcg, source="kernel",
+        evidence=evidence))

@@ -1,0 +1,128 @@
+"""Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
+collector's pure :func:`forensics.collectors.kube.podindex.index_pod`) and the kubelet
+pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container).
+
+Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
+container no other source describes becomes a Container here, with its Kubernetes allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.analysis.allocation import kubernetes_allocation
+from forensics.analysis.findings import Evidence
+from forensics.analysis.loaders.common import dig, parse_time
+from forensics.analysis.model import Container, Model, OomKill, Pod
+from forensics.analysis.source import Source
+from forensics.collectors.kube.podindex import index_pod
+from forensics.errors import ParseError
+
+__all__ = ["load_kubernetes"]
+
+_GPU = "nvidia.com/gpu"
+_LIST = "kubernetes/podresources/list.json"
+
+
+def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Evidence]]:
+    """(namespace, pod, container) -> (GPU device ids, evidence) from pod-resources List."""
+    doc = src.json(_LIST)
+    out: dict[tuple[str, str, str], tuple[list[str], Evidence]] = {}
+    pods = dig(doc, "pod_resources") or dig(doc, "podResources")
+    for i, p in enumerate(pods if isinstance(pods, list) else []):
+        if not isinstance(p, dict):
+            continue
+        for j, c in enumerate(p.get("containers") or []):
+            if not isinstance(c, dict):
+                continue
+            ids: list[str] = []
+            ev: Evidence | None = None
+            for k, d in enumerate(c.get("devices") or []):
+                res = dig(d, "resource_name") or dig(d, "resourceName")
+                if isinstance(res, str) and (res == _GPU or res.startswith("nvidia.com/mig")):
+                    dev = dig(d, "device_ids") or dig(d, "deviceIds") or []
+                    ids.extend(str(x) for x in dev if isinstance(x, str))
+                    ptr = f"/{'pod_resources' if 'pod_resources' in doc else 'podResources'}/{i}/containers/{j}/devices/{k}"
+                    ev = src.ev_pointer(_LIST, ptr, doc)
+            if ids and ev is not None:
+                out[(str(p.get("namespace")), str(p.get("name")), str(c.get("name")))] = (ids, ev)
+    return out
+
+
+def load_kubernetes(src: Source, model: Model, node: str) -> None:
+    doc = src.json("kubernetes/pods.json")
+    items = dig(doc, "items")
+    if not isinstance(items, list):
+        return
+    devices = _podresources(src)
+    podresources_present = src.has(_LIST)
+    gpus = model.node_gpus(node)
+    for i, raw in enumerate(items):
+        try:
+            entry = index_pod(raw)
+        except ParseError as exc:
+            src.problems.append(f"{src.name}: kubernetes/pods.json item {i}: {exc}")
+            continue
+        pod_ptr = f"/items/{i}"
+        statuses = dig(raw, "status", "containerStatuses")
+        status_index = {str(dig(s, "name")): j for j, s in enumerate(statuses if isinstance(statuses, list) else [])}
+        spec_containers = dig(raw, "spec", "containers")
+        spec_index = {str(dig(s, "name")): j for j, s in enumerate(spec_containers if isinstance(spec_containers, list) else [])}
+        container_ids: list[tuple[str, str]] = []
+        limits: list[tuple[str, int]] = []
+        devs: list[tuple[str, tuple[str, ...]]] = []
+        for ce in entry.containers:
+            if ce.kind != "container":
+                continue
+            limits.append((ce.name, ce.gpu_limit_count + sum(ce.mig_limits.values())))
+            found = devices.get((entry.namespace, entry.name, ce.name))
+            dev_ids, dev_ev = (found[0], found[1]) if found else ([], None)
+            if dev_ids:
+                devs.append((ce.name, tuple(dev_ids)))
+            j = spec_index.get(ce.name)
+            ev_spec = src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/spec/containers/{j}/resources", doc) if j is not None else None
+            evidence = tuple(e for e in (ev_spec, dev_ev) if e is not None)
+            alloc = kubernetes_allocation(ce.gpu_limit_count + sum(ce.mig_limits.values()), dev_ids, gpus,
+                                          evidence, podresources_present)
+            for cid in (ce.container_id, ce.last_container_id):
+                if not cid:
+                    continue
+                container_ids.append((ce.name, cid))
+                existing = model.container(node, cid)
+                if existing is not None:
+                    # cri-dockerd: Docker saw it too; the pod spec is the operator's grant.
+                    if alloc.explicit or not existing.allocation.known:
+                        model.containers[(node, cid)] = _with(existing, alloc, entry.uid, ce.name)
+                    elif existing.pod_uid is None:
+                        model.containers[(node, cid)] = _with(existing, existing.allocation, entry.uid, ce.name)
+                    continue
+                current = cid == ce.container_id
+                model.containers[(node, cid)] = Container(
+                    node=node, id=cid, name=f"{entry.namespace}/{entry.name}/{ce.name}",
+                    image=ce.image or "", pod_uid=entry.uid,
+                    state=(ce.state or "unknown") if current else "terminated",
+                    exit_code=(ce.state_exit_code if current else ce.last_terminated_exit_code),
+                    oom_killed=ce.oom_killed and not current,
+                    started_at=parse_time(ce.last_terminated_started_at) if not current else None,
+                    finished_at=parse_time(ce.last_terminated_finished_at) if not current else None,
+                    allocation=alloc, cpu_quota_cores=(ce.cpu_limit_millicores / 1000) if ce.cpu_limit_millicores else None,
+                    memory_limit_bytes=ce.memory_limit_bytes,
+                    evidence=(src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/status", doc),),
+                    k8s_container_name=ce.name)
+            if ce.last_terminated_reason == "OOMKilled" or ce.oom_killed:
+                j2 = status_index.get(ce.name)
+                where = "lastState/terminated" if ce.last_terminated_reason == "OOMKilled" else "state/terminated"
+                ptr = f"{pod_ptr}/status/containerStatuses/{j2}/{where}" if j2 is not None else f"{pod_ptr}/status"
+                cid = ce.last_container_id if ce.last_terminated_reason == "OOMKilled" else ce.container_id
+                t = parse_time(ce.last_terminated_finished_at) if ce.last_terminated_reason == "OOMKilled" else None
+                model.ooms.append(OomKill(node, t, None, None, cid, entry.uid, False, None, ce.memory_limit_bytes,
+                                          None, "kubernetes", (src.ev_pointer("kubernetes/pods.json", ptr, doc),),
+                                          k8s_container_name=ce.name))
+        model.pods[entry.uid] = Pod(node, entry.uid, entry.namespace, entry.name, entry.phase or "unknown",
+                                    tuple(container_ids), tuple(limits), tuple(devs),
+                                    (src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/metadata/uid", doc),))
+
+
+def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
+    from dataclasses import replace
+    return replace(c, allocation=alloc, pod_uid=pod_uid, k8s_container_name=k8s_name)

@@ -1,0 +1,87 @@
+"""The bundle's identity and collectors (``manifest.json``): node, capture window, collector statuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from forensics.analysis.loaders.common import as_float, dig, parse_time
+from forensics.analysis.model import Model
+from forensics.analysis.source import Source
+
+__all__ = ["load_manifest"]
+
+# What a missing collector costs the analysis.
+_MISSING_MEANS = {
+    "nvml": "no NVML data: GPU attribution not possible",
+    "procfs": "no /proc data: GPU processes cannot be joined to containers",
+    "docker": "no Docker data: container GPU allocations unknown",
+    "cgroups": "no cgroup data: CPU throttling and pressure cannot be assessed",
+    "kernel": "no kernel log: OOM kills and Xid errors cannot be ruled in or out",
+    "kubernetes": "no Kubernetes data: pod allocations and OOMKilled statuses unknown",
+}
+
+
+def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
+                  member_hashes: dict[str, str]) -> str:
+    """Register the bundle and its node; return the node (host name)."""
+    manifest = src.manifest
+    host = dig(manifest, "host", "hostname")
+    node = host if isinstance(host, str) and host else src.name
+    info = model.node(node)
+    info.bundles.append(src.name)
+    start = parse_time(dig(manifest, "capture", "started"))
+    end = parse_time(dig(manifest, "capture", "finished"))
+    if start is not None:
+        info.start = start if info.start is None else min(info.start, start)
+    if end is not None:
+        info.end = end if info.end is None else max(info.end, end)
+    interrupted = bool(dig(manifest, "capture", "interrupted"))
+    model.bundles.append({
+        "path": str(path),
+        "file_sha256": file_sha256,
+        "host": node,
+        "captured_start": dig(manifest, "capture", "started"),
+        "captured_end": dig(manifest, "capture", "finished"),
+        "interrupted": interrupted,
+        "tool_version": dig(manifest, "tool", "version"),
+        "bundle_format_version": manifest.get("format_version"),
+        "members": dict(sorted(member_hashes.items())),
+    })
+    if interrupted:
+        model.limit(f"{src.name}: the capture was interrupted: evidence may be incomplete")
+    collectors = manifest.get("collectors")
+    seen: set[str] = set()
+    for c in collectors if isinstance(collectors, list) else []:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            continue
+        name = c["name"]
+        status = c.get("status") if isinstance(c.get("status"), str) else "unknown"
+        seen.add(name)
+        prev = info.collector_status.get(name)
+        if prev not in ("ok", "partial") or status == "ok":
+            info.collector_status[name] = status
+        notes: Any = c.get("notes")
+        model.collectors.append({
+            "bundle": src.name, "node": node, "name": name, "status": status,
+            "duration_s": as_float(c.get("duration_s")), "error": c.get("error"),
+            "notes": [n for n in notes if isinstance(n, str)] if isinstance(notes, list) else [],
+        })
+    return node
+
+
+def note_missing_sources(model: Model) -> None:
+    """One limitation per needed collector that is absent or failed on a node."""
+    for node, info in sorted(model.nodes.items()):
+        for name, meaning in _MISSING_MEANS.items():
+            status = info.collector_status.get(name)
+            if status in ("ok", "partial"):
+                if status == "partial":
+                    model.limit(f"{node}: collector {name} was partial: some of its evidence is missing")
+                continue
+            if name == "kubernetes" and status in (None, "unavailable", "skipped"):
+                continue  # not a Kubernetes node: nothing lost
+            if name == "docker" and status in ("unavailable", "skipped") and info.collector_status.get("kubernetes") in ("ok", "partial"):
+                continue  # a containerd/CRI-O Kubernetes node: allocations come from the pods
+            why = f"collector {name} {status}" if status else f"no {name} collector in the bundle"
+            model.limit(f"{node}: {meaning} ({why})")

@@ -1,0 +1,172 @@
+"""GPUs and GPU processes from the nvml collector (docs/bundle-format/nvml.md).
+
+``nvml/devices.json`` (per GPU: ``nvmlDeviceGetUUID``, ``GetName``, ``GetPciInfo_v3`` busId,
+``GetMemoryInfo[_v2]``, ``GetMigMode``; each value stored as ``{"value": ...}`` or as a missing
+value with its reason), ``nvml/processes.json`` (the snapshot's process lists and
+``nvmlDeviceGetProcessUtilization`` buffer), ``nvml/samples.jsonl`` (one line per GPU per tick:
+utilization, memory, clocks event reasons, temperature, power, processes with ``usedGpuMemory``,
+per-process ``smUtil``), ``nvml/events.jsonl`` (``XidCriticalError`` events with ``xid``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from forensics.analysis.loaders.common import as_float, as_int, dig
+from forensics.analysis.model import Gpu, GpuSample, Model, ProcessGpuSample, XidEvent
+from forensics.analysis.source import Source
+
+__all__ = ["load_nvml"]
+
+_INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
+_PROCESS_CALLS = tuple(f"{f}_{v}" for f in ("nvmlDeviceGetComputeRunningProcesses",
+                                             "nvmlDeviceGetGraphicsRunningProcesses",
+                                             "nvmlDeviceGetMPSComputeRunningProcesses") for v in ("v3", "v2"))
+
+
+def _val(nvml: Any, call: str) -> Any:
+    """The value NVML gave for ``call`` (None when it is missing: the reason stays in the bundle)."""
+    entry = dig(nvml, call)
+    if isinstance(entry, dict) and "value" in entry:
+        return entry["value"]
+    return None
+
+
+def _memory(nvml: Any) -> tuple[int | None, int | None]:
+    mem = _val(nvml, "nvmlDeviceGetMemoryInfo_v2") or _val(nvml, "nvmlDeviceGetMemoryInfo")
+    return as_int(dig(mem, "used")), as_int(dig(mem, "total"))
+
+
+def _reasons(nvml: Any) -> int | None:
+    return as_int(_val(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+                  if _val(nvml, "nvmlDeviceGetCurrentClocksEventReasons") is not None
+                  else _val(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"))
+
+
+def _power_w(nvml: Any) -> float | None:
+    mw = as_float(_val(nvml, "nvmlDeviceGetPowerUsage"))
+    return mw / 1000 if mw is not None else None
+
+
+def _sm_by_pid(nvml: Any) -> dict[int, float]:
+    """Per-PID mean smUtil of the nvmlDeviceGetProcessUtilization samples in this reading."""
+    acc: dict[int, list[float]] = defaultdict(list)
+    util = _val(nvml, "nvmlDeviceGetProcessUtilization")
+    for item in util if isinstance(util, list) else []:
+        pid, sm = as_int(dig(item, "pid")), as_float(dig(item, "smUtil"))
+        if pid is not None and sm is not None:
+            acc[pid].append(sm)
+    return {pid: sum(v) / len(v) for pid, v in acc.items()}
+
+
+def load_nvml(src: Source, model: Model, node: str) -> None:
+    devices_doc = src.json("nvml/devices.json")
+    devices = dig(devices_doc, "devices")
+    for i, dev in enumerate(devices if isinstance(devices, list) else []):
+        nvml = dig(dev, "nvml")
+        index = as_int(dig(dev, "index"))
+        uuid = _val(nvml, "nvmlDeviceGetUUID")
+        if index is None or not isinstance(uuid, str):
+            continue
+        name = _val(nvml, "nvmlDeviceGetName")
+        pci = dig(_val(nvml, "nvmlDeviceGetPciInfo_v3") or _val(nvml, "nvmlDeviceGetPciInfo"), "busId")
+        _, total = _memory(nvml)
+        mig = _val(nvml, "nvmlDeviceGetMigMode")
+        model.gpus[(node, uuid)] = Gpu(
+            node=node, index=index, uuid=uuid, name=name if isinstance(name, str) else "",
+            pci_bus_id=pci if isinstance(pci, str) else None, memory_total_bytes=total,
+            mig_enabled=isinstance(mig, list) and bool(mig) and mig[0] == 1,
+            evidence=src.ev_pointer("nvml/devices.json", f"/devices/{i}/nvml/nvmlDeviceGetUUID", devices_doc))
+    by_index = {g.index: g.uuid for (n, _), g in model.gpus.items() if n == node}
+    sampled = False
+    member = "nvml/samples.jsonl"
+    for no, line, _raw in src.jsonl(member):
+        if line.get("kind", "device") != "device":
+            continue
+        t = as_float(line.get("t"))
+        uuid = line.get("uuid") if isinstance(line.get("uuid"), str) else by_index.get(as_int(line.get("gpu_index")) or -1)
+        if t is None or not isinstance(uuid, str):
+            continue
+        sampled = True
+        nvml = line.get("nvml")
+        used, total = _memory(nvml)
+        util = as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu"))
+        temp = as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)"))
+        model.gpu_samples.append(GpuSample(
+            node, uuid, t, util, used, total, _reasons(nvml), temp, _power_w(nvml),
+            src.ref(member, f"line {no}", {k: _val(nvml, k) for k in (
+                "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2",
+                "nvmlDeviceGetCurrentClocksEventReasons") if _val(nvml, k) is not None} | {"t": t, "uuid": uuid})))
+        sm = _sm_by_pid(nvml)
+        has_util = _val(nvml, "nvmlDeviceGetProcessUtilization") is not None or \
+            dig(nvml, "nvmlDeviceGetProcessUtilization", "reason") == "not_found"
+        seen: set[int] = set()
+        procs = line.get("processes")
+        for j, p in enumerate(procs if isinstance(procs, list) else []):
+            pid = as_int(dig(p, "pid"))
+            if pid is None or pid in _INVALID_PIDS or pid in seen:
+                continue
+            seen.add(pid)
+            puuid = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else uuid
+            model.proc_samples.append(ProcessGpuSample(
+                node, uuid if puuid == uuid else uuid, pid, t, as_int(p.get("usedGpuMemory")),
+                sm.get(pid, 0.0 if has_util else None), src.ref(member, f"line {no}", dict(p, smUtil=sm.get(pid), t=t))))
+        for pid, value in sm.items():  # active in the period but no longer listed
+            if pid not in seen and pid not in _INVALID_PIDS:
+                model.proc_samples.append(ProcessGpuSample(
+                    node, uuid, pid, t, None, value, src.ref(member, f"line {no}", {"pid": pid, "smUtil": value, "t": t})))
+    if sampled:
+        model.node(node).members_used.setdefault("nvml", member)
+    else:
+        _snapshot(src, model, node, devices_doc, by_index)
+    _events(src, model, node, by_index)
+
+
+def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: dict[int, str]) -> None:
+    """No sampling: one reading per GPU from devices.json and processes.json."""
+    t = as_float(dig(devices_doc, "t"))
+    devices = dig(devices_doc, "devices")
+    if t is None:
+        return
+    for i, dev in enumerate(devices if isinstance(devices, list) else []):
+        nvml = dig(dev, "nvml")
+        uuid = _val(nvml, "nvmlDeviceGetUUID")
+        if not isinstance(uuid, str):
+            continue
+        used, total = _memory(nvml)
+        model.gpu_samples.append(GpuSample(
+            node, uuid, t, as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu")), used, total,
+            _reasons(nvml), as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")),
+            _power_w(nvml), src.ref("nvml/devices.json", f"/devices/{i}/nvml", {"memory": _val(nvml, "nvmlDeviceGetMemoryInfo_v2")})))
+        model.node(node).members_used.setdefault("nvml", "nvml/devices.json")
+    pdoc = src.json("nvml/processes.json")
+    pt = as_float(dig(pdoc, "t")) or t
+    sm_by_gpu: dict[str, dict[int, float]] = {}
+    pdevs = dig(pdoc, "devices")
+    for dev in pdevs if isinstance(pdevs, list) else []:
+        uuid = dig(dev, "uuid") if isinstance(dig(dev, "uuid"), str) else by_index.get(as_int(dig(dev, "index")) or -1)
+        if isinstance(uuid, str):
+            sm_by_gpu[uuid] = _sm_by_pid(dig(dev, "nvml"))
+    procs = dig(pdoc, "processes")
+    for j, p in enumerate(procs if isinstance(procs, list) else []):
+        pid = as_int(dig(p, "pid"))
+        uuid = dig(p, "gpu_uuid") if isinstance(dig(p, "gpu_uuid"), str) else by_index.get(as_int(dig(p, "gpu_index")) or -1)
+        if pid is None or pid in _INVALID_PIDS or not isinstance(uuid, str) or dig(p, "pid_valid") is False:
+            continue
+        sm = sm_by_gpu.get(uuid, {})
+        model.proc_samples.append(ProcessGpuSample(
+            node, uuid, pid, pt, as_int(dig(p, "used_memory_bytes")), sm.get(pid),
+            src.ref("nvml/processes.json", f"/processes/{j}", p)))
+
+
+def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:
+    member = "nvml/events.jsonl"
+    for no, ev, raw in src.jsonl(member):
+        xid = as_int(ev.get("xid"))
+        if ev.get("kind") != "event" or xid is None:
+            continue
+        uuid = ev.get("uuid") if isinstance(ev.get("uuid"), str) else by_index.get(as_int(ev.get("gpu_index")) or -1)
+        gpu = model.gpus.get((node, uuid)) if uuid else None
+        model.xids.append(XidEvent(node, as_float(ev.get("t")), xid, gpu.pci_bus_id if gpu else None, uuid,
+                                   None, None, f"NVML XidCriticalError {xid}", src.ev_line(member, no, raw)))

@@ -1,0 +1,76 @@
+"""Processes and their cgroups: ``proc/<pid>/cgroup`` (verbatim ``/proc/<pid>/cgroup``),
+``proc/<pid>/stat`` (comm) and the derived ``proc/index.json`` (procfs collector).
+
+The attribution is re-derived from the raw cgroup file with
+:func:`forensics.parsing.attribution.attribute_proc_cgroup`; the index is the fallback for PIDs
+whose files were not stored.
+"""
+
+from __future__ import annotations
+
+import re
+
+from forensics.analysis.findings import Evidence
+from forensics.analysis.loaders.common import as_int, dig
+from forensics.analysis.model import Model, Process
+from forensics.analysis.source import Source
+from forensics.errors import ParseError
+from forensics.parsing.attribution import attribute_proc_cgroup
+
+__all__ = ["load_procfs"]
+
+_PID_DIR = re.compile(r"^proc/(\d+)/cgroup$")
+
+
+def _comm(src: Source, pid: int) -> str:
+    lines = src.text_lines(f"proc/{pid}/stat")
+    if lines:
+        text = lines[0]
+        if "(" in text and ")" in text:
+            return text[text.index("(") + 1: text.rindex(")")]
+    status = src.text_lines(f"proc/{pid}/status") or []
+    for line in status:
+        if line.startswith("Name:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def load_procfs(src: Source, model: Model, node: str) -> None:
+    """Fill ``model.processes`` for every PID with a stored cgroup file or an index entry."""
+    for member in src.under("proc/"):
+        m = _PID_DIR.match(member)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        lines = src.text_lines(member) or []
+        try:
+            attribution, _ = attribute_proc_cgroup("\n".join(lines))
+        except ParseError as exc:
+            model.processes[(node, pid)] = Process(
+                node, pid, _comm(src, pid), None, None, None,
+                (src.ev_line(member, 1),), f"unparsable /proc/{pid}/cgroup: {exc}")
+            continue
+        line_no = next((i for i, line in enumerate(lines, 1)
+                        if line.endswith(":" + attribution.cgroup_path)), 1)
+        reason = None
+        if attribution.namespace_relative:
+            reason = "cgroup path relative to a private cgroup namespace"
+        elif attribution.kind == "unknown":
+            reason = f"cgroup path {attribution.cgroup_path} names no known runtime"
+        model.processes[(node, pid)] = Process(
+            node, pid, _comm(src, pid), attribution.cgroup_path, attribution.container_id,
+            attribution.pod_uid, (src.ev_line(member, line_no),), reason)
+    index = src.json("proc/index.json")
+    entries = dig(index, "processes")
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        pid = as_int(dig(entry, "pid"))
+        if pid is None or (node, pid) in model.processes:
+            continue
+        att = dig(entry, "attribution")
+        if not isinstance(att, dict):
+            continue
+        ev: Evidence = src.ev_pointer("proc/index.json", f"/processes/{i}/attribution", index)
+        cid = att.get("container_id") if isinstance(att.get("container_id"), str) else None
+        uid = att.get("pod_uid") if isinstance(att.get("pod_uid"), str) else None
+        path = att.get("cgroup_path") if isinstance(att.get("cgroup_path"), str) else None
+        model.processes[(node, pid)] = Process(node, pid, "", path, cid, uid, (ev,), None)

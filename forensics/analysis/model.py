@@ -1,0 +1,377 @@
+"""The analysis model: entities and one timeline, built from bundles only.
+
+Entities (GPU, process, container, pod, node) are frozen records; samples and events carry unix
+seconds (``t``) and the evidence they were read from. :class:`Model` holds them, keyed by node,
+plus what is known about which sources were present (collector status) and the limitations met.
+Loaders (forensics/analysis/loaders/) fill it; joins (forensics/analysis/joins.py) link
+PID -> cgroup -> container -> pod and containers/pods -> GPU allocation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from forensics.analysis.findings import Evidence, EvidenceRef, Subject
+
+__all__ = [
+    "Container",
+    "CpuSample",
+    "CudaOom",
+    "Gpu",
+    "GpuAllocation",
+    "GpuSample",
+    "MemorySample",
+    "Model",
+    "NodeInfo",
+    "OomKill",
+    "Pod",
+    "Process",
+    "ProcessGpuSample",
+    "PsiSample",
+    "XidEvent",
+]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU (or MIG instance) as NVML described it (nvmlDeviceGetUUID, GetName, GetPciInfo, GetMemoryInfo)."""
+
+    node: str
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str | None
+    memory_total_bytes: int | None
+    mig_enabled: bool = False
+    evidence: Evidence | None = None
+    minor_number: int | None = None
+
+    def subject(self) -> Subject:
+        return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...)."""
+
+    node: str
+    gpu_uuid: str
+    t: float
+    util_gpu_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    clocks_event_reasons: int | None
+    temperature_c: float | None
+    power_w: float | None
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
+@dataclass(frozen=True)
+class ProcessGpuSample:
+    """One process on one GPU at time t (nvmlDeviceGetComputeRunningProcesses + GetProcessUtilization)."""
+
+    node: str
+    gpu_uuid: str
+    pid: int
+    t: float
+    used_memory_bytes: int | None
+    sm_util_pct: float | None
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
+@dataclass(frozen=True)
+class Process:
+    """A host process and what its /proc/<pid>/cgroup says (container id, pod UID), or why unknown."""
+
+    node: str
+    pid: int
+    comm: str
+    cgroup_path: str | None
+    container_id: str | None
+    pod_uid: str | None
+    evidence: tuple[Evidence, ...] = ()
+    unresolved_reason: str | None = None
+
+    def subject(self) -> Subject:
+        return Subject("process", str(self.pid), self.comm or "?", self.node)
+
+
+@dataclass(frozen=True)
+class GpuAllocation:
+    """What a container or pod was given.
+
+    ``gpus``: GPU UUIDs granted explicitly by an operator (``--gpus``, DeviceRequests, CDI, device
+    nodes, a specific ``-e NVIDIA_VISIBLE_DEVICES``, a Kubernetes ``nvidia.com/gpu`` limit);
+    ``blanket_gpus``: GPUs reachable only through a blanket grant (image ENV
+    ``NVIDIA_VISIBLE_DEVICES=all``, ``all`` under the default nvidia runtime, privileged mode, a pod
+    without a GPU limit). ``kind`` summarises: device-request, cdi, device-node, env, privileged,
+    kubernetes, none, unknown; ``explicit`` is true when any explicit grant exists.
+    """
+
+    kind: str
+    explicit: bool
+    gpus: tuple[str, ...]
+    source: str
+    detail: str
+    evidence: tuple[Evidence, ...] = ()
+    blanket_gpus: tuple[str, ...] = ()
+    blanket_detail: str = ""
+    blanket_evidence: tuple[Evidence, ...] = ()
+    devices_known: bool = True
+
+    @property
+    def known(self) -> bool:
+        return self.kind != "unknown"
+
+
+UNKNOWN_ALLOCATION = GpuAllocation("unknown", False, (), "", "allocation not in the bundle", devices_known=False)
+NO_ALLOCATION = GpuAllocation("none", False, (), "", "no GPU requested")
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container from Docker inspect (or only from a cgroup path / a pod status when Docker is absent)."""
+
+    node: str
+    id: str
+    name: str
+    image: str
+    pod_uid: str | None
+    state: str
+    exit_code: int | None
+    oom_killed: bool
+    started_at: float | None
+    finished_at: float | None
+    allocation: GpuAllocation
+    cpu_quota_cores: float | None
+    memory_limit_bytes: int | None
+    evidence: tuple[Evidence, ...] = ()
+    k8s_container_name: str | None = None
+
+    def subject(self) -> Subject:
+        return Subject("container", self.id, self.name or self.id[:12], self.node)
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod from the Kubernetes API (pods.json), with pod-resources device ids when present."""
+
+    node: str
+    uid: str
+    namespace: str
+    name: str
+    phase: str
+    container_ids: tuple[tuple[str, str], ...]  # (container name, 64-hex id)
+    gpu_limits: tuple[tuple[str, int], ...]  # (container name, nvidia.com/gpu limit)
+    gpu_devices: tuple[tuple[str, tuple[str, ...]], ...]  # (container name, device ids)
+    evidence: tuple[Evidence, ...] = ()
+
+    def subject(self) -> Subject:
+        return Subject("pod", self.uid, f"{self.namespace}/{self.name}", self.node)
+
+    def gpu_limit(self) -> int:
+        return sum(n for _, n in self.gpu_limits)
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Cumulative CFS counters of one container (cgroup cpu.stat or Docker stats throttling_data)."""
+
+    node: str
+    container_id: str
+    t: float
+    nr_periods: int
+    nr_throttled: int
+    throttled_usec: int | None
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """Memory use of one container (cgroup memory.current / memory.usage_in_bytes)."""
+
+    node: str
+    container_id: str
+    t: float
+    memory_bytes: int
+    limit_bytes: int | None
+
+
+@dataclass(frozen=True)
+class PsiSample:
+    """A PSI reading (/proc/pressure/<resource> or <cgroup>/<resource>.pressure); scope ``host`` or a container id."""
+
+    node: str
+    scope: str
+    resource: str
+    t: float
+    some_avg10_pct: float
+    full_avg10_pct: float | None
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class OomKill:
+    """An OOM kill: kernel log sequence, Docker ``oom`` event / State.OOMKilled, or Kubernetes OOMKilled."""
+
+    node: str
+    t: float | None
+    pid: int | None
+    comm: str | None
+    container_id: str | None
+    pod_uid: str | None
+    global_oom: bool
+    usage_bytes: int | None
+    limit_bytes: int | None
+    task_memcg: str | None
+    source: str  # kernel | docker | kubernetes
+    evidence: tuple[Evidence, ...]
+    k8s_container_name: str | None = None
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An NVRM Xid from the kernel log or an NVML XidCriticalError event."""
+
+    node: str
+    t: float | None
+    code: int
+    pci_bus_id: str | None
+    gpu_uuid: str | None
+    pid: int | None
+    proc_name: str | None
+    text: str
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class CudaOom:
+    """A CUDA out-of-memory message in a container's log."""
+
+    node: str
+    t: float | None
+    container_id: str
+    text: str
+    evidence: Evidence
+
+
+@dataclass
+class NodeInfo:
+    """One host: its bundles, capture window and the collectors' statuses."""
+
+    host: str
+    bundles: list[str] = field(default_factory=list)
+    start: float | None = None
+    end: float | None = None
+    clock_offset_s: float | None = 0.0
+    collector_status: dict[str, str] = field(default_factory=dict)
+    kernel_records: int = 0
+    members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
+    kernel_window: tuple[float, float] | None = None
+
+
+@dataclass
+class Model:
+    """Every entity and sample of the analysed bundles, keyed by node."""
+
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    gpus: dict[tuple[str, str], Gpu] = field(default_factory=dict)  # (node, uuid)
+    gpu_samples: list[GpuSample] = field(default_factory=list)
+    proc_samples: list[ProcessGpuSample] = field(default_factory=list)
+    processes: dict[tuple[str, int], Process] = field(default_factory=dict)
+    containers: dict[tuple[str, str], Container] = field(default_factory=dict)
+    pods: dict[str, Pod] = field(default_factory=dict)  # uid
+    cpu_samples: list[CpuSample] = field(default_factory=list)
+    memory_samples: list[MemorySample] = field(default_factory=list)
+    psi_samples: list[PsiSample] = field(default_factory=list)
+    ooms: list[OomKill] = field(default_factory=list)
+    xids: list[XidEvent] = field(default_factory=list)
+    cuda_ooms: list[CudaOom] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    collectors: list[dict[str, object]] = field(default_factory=list)
+    bundles: list[dict[str, object]] = field(default_factory=list)
+
+    # -- sources -------------------------------------------------------------------------------
+    def node(self, host: str) -> NodeInfo:
+        if host not in self.nodes:
+            self.nodes[host] = NodeInfo(host)
+        return self.nodes[host]
+
+    def has_source(self, node: str, collector: str) -> bool:
+        """True when the collector ran with status ok or partial on that node."""
+        info = self.nodes.get(node)
+        return info is not None and info.collector_status.get(collector) in ("ok", "partial")
+
+    def limit(self, text: str) -> None:
+        if text not in self.limitations:
+            self.limitations.append(text)
+
+    # -- lookups -------------------------------------------------------------------------------
+    def gpu_by_index(self, node: str, index: int) -> Gpu | None:
+        for (n, _), g in self.gpus.items():
+            if n == node and g.index == index:
+                return g
+        return None
+
+    def gpu_by_pci(self, node: str, pci: str) -> Gpu | None:
+        want = _norm_pci(pci)
+        for (n, _), g in self.gpus.items():
+            if n == node and g.pci_bus_id and _norm_pci(g.pci_bus_id) == want:
+                return g
+        return None
+
+    def node_gpus(self, node: str) -> list[Gpu]:
+        return sorted((g for (n, _), g in self.gpus.items() if n == node), key=lambda g: g.index)
+
+    def container(self, node: str, cid: str | None) -> Container | None:
+        if not cid:
+            return None
+        return self.containers.get((node, cid))
+
+    def owner_of_pid(self, node: str, pid: int) -> Subject | None:
+        """The container (or pod when only the pod is known) a host PID belongs to, else None."""
+        proc = self.processes.get((node, pid))
+        if proc is None:
+            return None
+        c = self.container(node, proc.container_id)
+        if c is not None:
+            return c.subject()
+        if proc.pod_uid and proc.pod_uid in self.pods:
+            return self.pods[proc.pod_uid].subject()
+        return None
+
+    def samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
+        out: dict[tuple[str, str], list[GpuSample]] = defaultdict(list)
+        for s in self.gpu_samples:
+            out[(s.node, s.gpu_uuid)].append(s)
+        for v in out.values():
+            v.sort(key=lambda s: s.t)
+        return out
+
+    def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
+        out: dict[tuple[str, str], list[ProcessGpuSample]] = defaultdict(list)
+        for s in self.proc_samples:
+            out[(s.node, s.gpu_uuid)].append(s)
+        for v in out.values():
+            v.sort(key=lambda s: (s.t, s.pid))
+        return out
+
+
+def _norm_pci(pci: str) -> str:
+    """Normalise a PCI bus id to ``bb:dd.f`` lower case (NVML uses 8-digit domains, Xid lines 4)."""
+    p = pci.strip().lower()
+    if p.startswith("pci:"):
+        p = p[4:]
+    parts = p.split(":")
+    if len(parts) == 3:
+        parts = parts[1:]
+    return ":".join(parts)

@@ -1,0 +1,224 @@
+"""Rules comparing what containers and pods were given with what they used.
+
+``unallocated-gpu-use``, ``overlapping-gpu-allocation`` and ``unattributed-gpu-process``, over
+NVML process samples (nvmlDeviceGetComputeRunningProcesses), the PID -> cgroup -> container join
+(/proc/<pid>/cgroup) and the allocations (docker inspect, pod spec, pod-resources).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.model import Model, ProcessGpuSample
+from forensics.analysis.rules.common import (
+    Owner,
+    confidence,
+    dedupe_evidence,
+    dedupe_subjects,
+    fmt_bytes,
+    gpu_label,
+    gpu_subject,
+    name_of,
+    owner_of,
+    span,
+)
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["overlapping_gpu_allocation", "unallocated_gpu_use", "unattributed_gpu_process"]
+
+
+def is_active(s: ProcessGpuSample, cfg: AnalysisConfig) -> bool:
+    """A process sample counts as GPU use when it holds memory or has SM time (or NVML said nothing more)."""
+    if s.used_memory_bytes is None and s.sm_util_pct is None:
+        return True
+    return bool((s.used_memory_bytes or 0) > 0 or (s.sm_util_pct or 0) >= cfg.process_active_sm_pct)
+
+
+def _active_by_owner(model: Model, cfg: AnalysisConfig) -> dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]]:
+    """(node, gpu uuid) -> owner subject -> (owner, its active samples on that GPU)."""
+    out: dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]] = defaultdict(dict)
+    owners: dict[tuple[str, int], Owner] = {}
+    for (node, uuid), samples in model.proc_samples_by_gpu().items():
+        for s in samples:
+            if not is_active(s, cfg):
+                continue
+            key = (node, s.pid)
+            if key not in owners:
+                owners[key] = owner_of(model, node, s.pid)
+            owner = owners[key]
+            entry = out[(node, uuid)].get(owner.subject)
+            if entry is None:
+                out[(node, uuid)][owner.subject] = (owner, [s])
+            else:
+                entry[1].append(s)
+    return out
+
+
+def explicit_holders(model: Model, node: str, uuid: str) -> list[tuple[Subject, Owner]]:
+    """Containers on ``node`` whose explicit allocation names GPU ``uuid`` (sorted by name)."""
+    holders: list[tuple[Subject, Owner]] = []
+    for (n, _), c in sorted(model.containers.items(), key=lambda kv: (kv[1].name, kv[1].id)):
+        if n == node and c.allocation.explicit and uuid in c.allocation.gpus:
+            holders.append((c.subject(), Owner(c.subject(), c.allocation, True, c.evidence)))
+    return holders
+
+
+def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:
+    pids = sorted({s.pid for s in samples})
+    parts = []
+    for pid in pids[:3]:
+        proc = model.processes.get((samples[0].node, pid))
+        parts.append(f"pid {pid}, {proc.comm}" if proc and proc.comm else f"pid {pid}")
+    more = f" and {len(pids) - 3} more" if len(pids) > 3 else ""
+    return "; ".join(parts) + more
+
+
+def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """A container/pod process on a GPU its owner was not explicitly allocated (the "secretly taken" GPU)."""
+    findings: list[Finding] = []
+    for (node, uuid), owners in sorted(_active_by_owner(model, cfg).items()):
+        for subject, (owner, samples) in owners.items():
+            if not owner.attributed or subject.type == "process":
+                continue  # unattributed-gpu-process covers these
+            alloc = owner.allocation
+            if not alloc.known:
+                continue  # limitation recorded by the loaders
+            if uuid in alloc.gpus:
+                continue
+            if alloc.explicit and not alloc.devices_known:
+                continue  # e.g. a GPU limit whose devices the bundle does not name
+            holders = [h for h in explicit_holders(model, node, uuid) if h[0].key() != subject.key()]
+            start, end = span(s.t for s in samples)
+            peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
+            sm_vals = [s.sm_util_pct for s in samples if s.sm_util_pct is not None]
+            gl = gpu_label(model, node, uuid)
+            if uuid in alloc.blanket_gpus:
+                how = f"its GPU access came only from a blanket grant ({alloc.blanket_detail})"
+            elif alloc.explicit:
+                how = f"it was allocated other GPUs ({alloc.detail})"
+            else:
+                how = "its configuration grants no GPU at all"
+            victim_text = ""
+            if holders:
+                victim_text = ", allocated to " + ", ".join(name_of(h[0]) for h in holders)
+            summary = (f"{name_of(subject)} ({_pids_text(samples, model)}) used {gl}{victim_text} "
+                       f"without an allocation of it; {how}; peak {fmt_bytes(peak_mem)} of GPU memory"
+                       + (f", SM {sum(sm_vals) / len(sm_vals):.0f}% on average" if sm_vals else ""))
+            headline = f"{name_of(subject)} used {gl}{victim_text} without a GPU allocation"
+            subjects = [subject.with_role("culprit")]
+            subjects += [h[0].with_role("victim") for h in holders]
+            subjects.append(gpu_subject(model, node, uuid))
+            for pid in sorted({s.pid for s in samples})[:5]:
+                proc = model.processes.get((node, pid))
+                if proc is not None:
+                    subjects.append(proc.subject())
+            first = min(samples, key=lambda s: s.t)
+            evidence = [first.evidence, *owner.evidence[:2], *alloc.evidence[:3], *alloc.blanket_evidence[:3]]
+            for h in holders:
+                evidence.extend(h[1].allocation.evidence[:1])
+            base = 0.95 if holders else 0.85
+            findings.append(Finding(
+                kind="unallocated-gpu-use",
+                severity="high" if holders else "medium",
+                confidence=confidence(model, node, base, ("nvml", "procfs", "docker"), cfg),
+                summary=summary,
+                start=start, end=end, node=node,
+                subjects=dedupe_subjects(subjects),
+                evidence=dedupe_evidence(evidence),
+                metrics=(("gpu", gl), ("peak_gpu_memory_bytes", peak_mem),
+                         ("sm_util_avg_pct", round(sum(sm_vals) / len(sm_vals), 1) if sm_vals else None),
+                         ("allocation_kind", alloc.kind)),
+                key=f"unallocated:{node}:{uuid}:{subject.id}",
+                headline=headline,
+            ))
+    return findings
+
+
+def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """Two containers/pods explicitly allocated the same GPU, both active on it."""
+    findings: list[Finding] = []
+    active = _active_by_owner(model, cfg)
+    for (node, uuid), owners in sorted(active.items()):
+        holders = explicit_holders(model, node, uuid)
+        active_holders = [(subj, owners[subj]) for subj, _ in holders if subj in owners]
+        if len(active_holders) < 2:
+            continue
+        def first_seen(item: tuple[Subject, tuple[Owner, list[ProcessGpuSample]]]) -> float:
+            c = model.container(node, item[0].id)
+            if c is not None and c.started_at is not None:
+                return c.started_at
+            return min(s.t for s in item[1][1])
+        ordered = sorted(active_holders, key=first_seen)
+        gl = gpu_label(model, node, uuid)
+        earliest, latest = ordered[0], ordered[-1]
+        tie = first_seen(earliest) == first_seen(latest)
+        subjects: list[Subject] = []
+        for i, (subj, _) in enumerate(ordered):
+            if tie:
+                subjects.append(subj.with_role("witness"))
+            else:
+                subjects.append(subj.with_role("victim" if i == 0 else "culprit"))
+        subjects.append(gpu_subject(model, node, uuid))
+        all_samples = [s for _, (_, ss) in ordered for s in ss]
+        start, end = span(s.t for s in all_samples)
+        names = ", ".join(f"{name_of(s)} ({model.container(node, s.id).allocation.detail if model.container(node, s.id) else '?'})" for s, _ in ordered)
+        summary = (f"{gl} was explicitly allocated to {len(ordered)} containers that all ran on it: {names}"
+                   + ("" if tie else f"; {name_of(latest[0])} started last, on a GPU already allocated to {name_of(earliest[0])}"))
+        evidence = []
+        for _subj, (owner, ss) in ordered:
+            evidence.extend(owner.allocation.evidence[:1])
+            evidence.append(min(ss, key=lambda s: s.t).evidence)
+        findings.append(Finding(
+            kind="overlapping-gpu-allocation", severity="medium",
+            confidence=confidence(model, node, 0.9, ("nvml", "procfs", "docker"), cfg),
+            summary=summary, start=start, end=end, node=node,
+            subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(evidence),
+            metrics=(("gpu", gl), ("holders", len(ordered))),
+            key=f"overlap:{node}:{uuid}",
+            headline=f"{gl} was allocated to both " + " and ".join(name_of(s) for s, _ in ordered),
+        ))
+    return findings
+
+
+def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """A GPU process in no container (a host process) or whose PID cannot be resolved."""
+    findings: list[Finding] = []
+    for (node, uuid), owners in sorted(_active_by_owner(model, cfg).items()):
+        for subject, (owner, samples) in owners.items():
+            if owner.attributed:
+                continue
+            pid = int(subject.id)
+            proc = model.processes.get((node, pid))
+            holders = explicit_holders(model, node, uuid)
+            gl = gpu_label(model, node, uuid)
+            peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
+            start, end = span(s.t for s in samples)
+            if proc is not None:
+                where = f"in cgroup {proc.cgroup_path}" if proc.cgroup_path else "in no container"
+                what = f"host process {pid} ({proc.comm or '?'}) ran on {gl} {where}, outside any container"
+                if proc.unresolved_reason:
+                    what += f" ({proc.unresolved_reason})"
+            else:
+                what = (f"GPU process {pid} on {gl} cannot be resolved: no /proc/{pid} in the bundle "
+                        "(exited before capture, or captured without the host PID namespace)")
+            role = "culprit" if holders and proc is not None else "witness"
+            subjects = [subject.with_role(role)]
+            subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
+            subjects.append(gpu_subject(model, node, uuid))
+            if holders and proc is not None:
+                what += "; the GPU is allocated to " + ", ".join(name_of(h[0]) for h in holders)
+            summary = f"{what}; peak {fmt_bytes(peak_mem)} of GPU memory"
+            first = min(samples, key=lambda s: s.t)
+            findings.append(Finding(
+                kind="unattributed-gpu-process",
+                severity="medium" if role == "culprit" else "low",
+                confidence=confidence(model, node, 0.9 if proc is not None else 0.6, ("nvml", "procfs"), cfg),
+                summary=summary, start=start, end=end, node=node,
+                subjects=dedupe_subjects(subjects),
+                evidence=dedupe_evidence([first.evidence, *owner.evidence[:2]]),
+                metrics=(("gpu", gl), ("pid", pid), ("peak_gpu_memory_bytes", peak_mem)),
+                key=f"unattributed:{node}:{uuid}:{pid}",
+                headline=(f"host process {pid} used {gl}" if proc is not None else f"unresolved PID {pid} used {gl}"),
+            ))
+    return findings

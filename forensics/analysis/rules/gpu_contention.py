@@ -1,0 +1,203 @@
+"""Rules about sharing one GPU: ``gpu-compute-hog`` and ``gpu-memory-pressure``.
+
+Sources: NVML per-process SM utilization (nvmlDeviceGetProcessUtilization), per-process memory
+(nvmlDeviceGetComputeRunningProcesses ``usedGpuMemory``), device memory (nvmlDeviceGetMemoryInfo),
+CUDA out-of-memory lines from container logs, container exit state (docker inspect ``State``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from forensics.analysis.findings import Evidence, Finding, Subject
+from forensics.analysis.model import Model, ProcessGpuSample
+from forensics.analysis.rules.common import (
+    confidence,
+    dedupe_evidence,
+    dedupe_subjects,
+    fmt_bytes,
+    fmt_time,
+    gpu_label,
+    gpu_subject,
+    name_of,
+    owner_of,
+)
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["gpu_compute_hog", "gpu_memory_pressure"]
+
+
+def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float, dict[Subject, float]], dict[Subject, list[ProcessGpuSample]]]:
+    """tick -> owner -> summed SM%, for ticks that carry SM data; and owner -> samples."""
+    ticks: dict[float, dict[Subject, float]] = defaultdict(dict)
+    per_owner: dict[Subject, list[ProcessGpuSample]] = defaultdict(list)
+    owners: dict[int, Subject] = {}
+    for s in samples:
+        if s.pid not in owners:
+            owners[s.pid] = owner_of(model, s.node, s.pid).subject
+        subj = owners[s.pid]
+        per_owner[subj].append(s)
+        t = round(s.t, 1)
+        row = ticks[t]
+        row[subj] = row.get(subj, 0.0) + (s.sm_util_pct or 0.0)
+    has_sm = {round(s.t, 1) for s in samples if s.sm_util_pct is not None}
+    return {t: row for t, row in ticks.items() if t in has_sm}, per_owner
+
+
+def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """One owner holds most of a shared GPU's SM time while another owner present on it is starved."""
+    findings: list[Finding] = []
+    for (node, uuid), samples in sorted(model.proc_samples_by_gpu().items()):
+        ticks, per_owner = _by_tick(model, samples)
+        if len(per_owner) < 2 or not ticks:
+            continue
+        best: tuple[float, Subject, list[tuple[Subject, float, float | None, float | None, list[float]]]] | None = None
+        for hog in per_owner:
+            victims = []
+            hog_total = 0.0
+            all_total = 0.0
+            contested_ticks: set[float] = set()
+            for other in per_owner:
+                if other == hog:
+                    continue
+                both = [t for t, row in ticks.items() if hog in row and other in row]
+                if len(both) < cfg.gpu_hog_min_samples:
+                    continue
+                tot = sum(sum(ticks[t].values()) for t in both)
+                if tot <= 0:
+                    continue
+                h_share = sum(ticks[t][hog] for t in both) / tot
+                o_share = sum(ticks[t][other] for t in both) / tot
+                if h_share >= cfg.gpu_hog_share_ratio and o_share <= cfg.gpu_starved_share_ratio:
+                    before = [row[other] for t, row in ticks.items() if other in row and hog not in row]
+                    during = [ticks[t][other] for t in both]
+                    victims.append((other, o_share,
+                                    sum(before) / len(before) if before else None,
+                                    sum(during) / len(during), both))
+                    contested_ticks.update(both)
+                    hog_total += sum(ticks[t][hog] for t in both)
+                    all_total += tot
+            if victims and all_total > 0:
+                share = hog_total / all_total
+                if best is None or share > best[0]:
+                    best = (share, hog, victims)
+        if best is None:
+            continue
+        share, hog, victims = best
+        gl = gpu_label(model, node, uuid)
+        all_ticks = sorted({t for v in victims for t in v[4]})
+        start, end = all_ticks[0], all_ticks[-1]
+        parts = []
+        confirmed_drop = False
+        for other, o_share, before, during, _ in victims:
+            text = f"{name_of(other)} got {o_share * 100:.0f}% (SM {during or 0:.0f}% on average)"
+            if before is not None:
+                text += f", down from SM {before:.0f}% before {name_of(hog)} arrived"
+                if during is not None and before >= 2 * max(during, 1.0):
+                    confirmed_drop = True
+            parts.append(text)
+        summary = (f"{name_of(hog)} held {share * 100:.0f}% of {gl}'s SM time over {end - start:.0f} s "
+                   f"({len(all_ticks)} samples) while " + "; ".join(parts))
+        hog_alloc = owner_of(model, node, per_owner[hog][0].pid).allocation
+        victim_explicit = any(
+            (o := owner_of(model, node, per_owner[v[0]][0].pid).allocation).explicit and uuid in o.gpus
+            for v in victims)
+        severity = "high" if victim_explicit and uuid not in hog_alloc.gpus else "medium"
+        ev: list[Evidence] = []
+        hog_s = [s for s in per_owner[hog] if round(s.t, 1) in set(all_ticks)]
+        if hog_s:
+            ev.append(max(hog_s, key=lambda s: s.sm_util_pct or 0).evidence)
+        for other, *_ in victims:
+            vs = [s for s in per_owner[other] if round(s.t, 1) in set(all_ticks)]
+            if vs:
+                ev.append(min(vs, key=lambda s: s.sm_util_pct or 0).evidence)
+            before_s = [s for s in per_owner[other] if s.t < start]
+            if before_s:
+                ev.append(before_s[-1].evidence)
+        base = 0.9 if confirmed_drop else 0.7
+        subjects = [hog.with_role("culprit"), *[v[0].with_role("victim") for v in victims],
+                    gpu_subject(model, node, uuid)]
+        findings.append(Finding(
+            kind="gpu-compute-hog", severity=severity,
+            confidence=confidence(model, node, base, ("nvml", "procfs"), cfg),
+            summary=summary, start=start, end=end, node=node,
+            subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(ev),
+            metrics=(("gpu", gl), ("hog_sm_share_pct", round(share * 100, 1)),
+                     ("victim_sm_share_pct", round(min(v[1] for v in victims) * 100, 1)),
+                     ("samples", len(all_ticks))),
+            key=f"hog:{node}:{uuid}",
+            headline=f"{name_of(hog)} took {share * 100:.0f}% of {gl}'s compute, starving "
+                     + ", ".join(name_of(v[0]) for v in victims),
+        ))
+    return findings
+
+
+def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """GPU memory at or above ``gpu_memory_pressure_ratio`` of total: who holds it, who suffered."""
+    findings: list[Finding] = []
+    proc_by_gpu = model.proc_samples_by_gpu()
+    for (node, uuid), gsamples in sorted(model.samples_by_gpu().items()):
+        gpu = model.gpus.get((node, uuid))
+        hot = []
+        for s in gsamples:
+            total = s.memory_total_bytes or (gpu.memory_total_bytes if gpu else None)
+            if total and s.memory_used_bytes is not None and s.memory_used_bytes / total >= cfg.gpu_memory_pressure_ratio:
+                hot.append((s, s.memory_used_bytes / total, total))
+        if not hot:
+            continue
+        start, end = hot[0][0].t, hot[-1][0].t
+        peak, peak_ratio, total = max(hot, key=lambda h: h[1])
+        # Holders: per owner, the largest memory seen during the pressure window.
+        holders: dict[Subject, tuple[int, ProcessGpuSample]] = {}
+        for ps in proc_by_gpu.get((node, uuid), []):
+            if start - 1 <= ps.t <= end + 1 and ps.used_memory_bytes:
+                subj = owner_of(model, node, ps.pid).subject
+                cur = holders.get(subj)
+                if cur is None or ps.used_memory_bytes > cur[0]:
+                    holders[subj] = (ps.used_memory_bytes, ps)
+        ranked = sorted(holders.items(), key=lambda kv: -kv[1][0])
+        # Victims: CUDA OOM messages of owners on this GPU, or their containers dying non-zero then.
+        owners_on = {owner_of(model, node, ps.pid).subject for ps in proc_by_gpu.get((node, uuid), [])}
+        victims: list[tuple[Subject, Evidence, str, float | None]] = []
+        for oom in model.cuda_ooms:
+            c = model.container(node, oom.container_id)
+            if oom.node == node and c is not None and c.subject() in owners_on:
+                if oom.t is None or start - 60 <= oom.t <= end + cfg.chain_link_window_s:
+                    victims.append((c.subject(), oom.evidence, "CUDA out of memory", oom.t))
+        victim_keys = {v[0].key() for v in victims}
+        for subj in owners_on:
+            c = model.container(node, subj.id) if subj.type == "container" else None
+            if (c is not None and subj.key() not in victim_keys and c.exit_code not in (None, 0)
+                    and c.finished_at is not None and start - 5 <= c.finished_at <= end + 60):
+                victims.append((subj, c.evidence[0] if c.evidence else peak.evidence,
+                                f"exited with code {c.exit_code}", c.finished_at))
+        gl = gpu_label(model, node, uuid)
+        holder_text = ", ".join(f"{name_of(s)} {fmt_bytes(m)}" for s, (m, _) in ranked[:3]) or "holders unknown"
+        summary = (f"{gl} memory reached {peak_ratio * 100:.0f}% ({fmt_bytes(peak.memory_used_bytes)} of "
+                   f"{fmt_bytes(total)}) at {fmt_time(peak.t)}; held by {holder_text}")
+        if victims:
+            summary += "; " + "; ".join(f"{name_of(v[0])}: {v[2]} at {fmt_time(v[3])}" for v in victims)
+        victim_set = {v[0].key() for v in victims}
+        culprits: list[Subject] = []
+        if ranked and (victims or len(ranked) > 1):
+            top, (top_mem, _) = ranked[0]
+            if top.key() not in victim_set and top_mem >= 0.5 * sum(m for _, (m, _) in ranked):
+                culprits.append(top)
+        subjects = ([c.with_role("culprit") for c in culprits]
+                    + [v[0].with_role("victim") for v in victims]
+                    + [s.with_role("witness") for s, _ in ranked[:3]]
+                    + [gpu_subject(model, node, uuid)])
+        severity = "high" if victims else ("medium" if len(ranked) > 1 else "low")
+        ev = [peak.evidence, *[p.evidence for _, (_, p) in ranked[:3]], *[v[1] for v in victims]]
+        findings.append(Finding(
+            kind="gpu-memory-pressure", severity=severity,
+            confidence=confidence(model, node, 0.9, ("nvml",), cfg),
+            summary=summary, start=start, end=end, node=node,
+            subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(ev),
+            metrics=(("gpu", gl), ("peak_memory_used_bytes", peak.memory_used_bytes),
+                     ("memory_total_bytes", total), ("peak_ratio", round(peak_ratio, 3)),
+                     ("samples_over_threshold", len(hot))),
+            key=f"gpumem:{node}:{uuid}",
+            headline=(f"{gl} memory ran full" + (", " + "; ".join(f"{name_of(v[0])} hit {v[2]}" for v in victims) if victims else "")),
+        ))
+    return findings

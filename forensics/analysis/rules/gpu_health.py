@@ -1,0 +1,172 @@
+"""GPU health confounders: ``gpu-xid-fault`` and ``gpu-clock-throttle``.
+
+Sources: kernel log ``NVRM: Xid (PCI:...): <code>, pid=..., name=..., ...`` lines and NVML
+``nvmlEventTypeXidCriticalError`` events; ``nvmlDeviceGetCurrentClocksEventReasons`` bitmask per
+sample. Xid meanings follow NVIDIA's Xid catalog (see shared REFERENCE.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from forensics.analysis.findings import Finding, Severity, Subject
+from forensics.analysis.model import Model, XidEvent
+from forensics.analysis.rules.common import (
+    confidence,
+    dedupe_evidence,
+    dedupe_subjects,
+    fmt_time,
+    gpu_label,
+    owner_of,
+)
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["CLOCK_REASONS", "XID_CATALOG", "gpu_clock_throttle", "gpu_xid_fault", "xid_meaning"]
+
+# code -> (class, meaning). Class: hardware, driver, application.
+XID_CATALOG: dict[int, tuple[str, str]] = {
+    8: ("driver", "GPU stopped processing (timeout)"),
+    13: ("application", "graphics engine exception"),
+    31: ("application", "GPU memory page fault (MMU fault)"),
+    32: ("driver", "invalid or corrupted push buffer stream"),
+    38: ("driver", "driver firmware error"),
+    43: ("application", "GPU stopped processing (user application fault)"),
+    45: ("application", "preemptive cleanup, due to previous errors (process killed or reset)"),
+    48: ("hardware", "double-bit ECC error"),
+    61: ("driver", "internal micro-controller breakpoint/warning"),
+    62: ("hardware", "internal micro-controller halt"),
+    63: ("hardware", "ECC page retirement or row remapping recorded"),
+    64: ("hardware", "ECC page retirement or row remapping failure"),
+    68: ("hardware", "video processor exception"),
+    69: ("hardware", "graphics engine class error"),
+    74: ("hardware", "NVLink error"),
+    79: ("hardware", "GPU has fallen off the bus"),
+    92: ("hardware", "high single-bit ECC error rate"),
+    94: ("hardware", "contained ECC error"),
+    95: ("hardware", "uncontained ECC error (GPU reset required)"),
+    109: ("application", "context switch timeout"),
+    119: ("driver", "GSP RPC timeout"),
+    120: ("driver", "GSP error"),
+    121: ("hardware", "C2C link error"),
+    140: ("hardware", "unrecovered ECC error"),
+    154: ("driver", "GPU recovery action changed"),
+}
+_CRITICAL_XIDS = frozenset({48, 64, 74, 79, 95, 140})
+
+# nvmlClocksEventReason* bits that slow the GPU down (not GpuIdle 0x1, AppClocks 0x2, SyncBoost 0x10).
+CLOCK_REASONS: dict[int, str] = {
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+}
+_SEVERE_CLOCK_BITS = 0x8 | 0x40 | 0x80
+
+
+def xid_meaning(code: int) -> tuple[str, str]:
+    """(class, meaning) of an Xid code; unknown codes are class ``unknown``."""
+    return XID_CATALOG.get(code, ("unknown", "not in the analyzer's Xid catalog: see NVIDIA's Xid documentation"))
+
+
+def _merge_xids(xids: list[XidEvent]) -> list[list[XidEvent]]:
+    """Kernel and NVML records of the same Xid (same node, code, GPU, within 5 s) are one event."""
+    groups: list[list[XidEvent]] = []
+    for x in sorted(xids, key=lambda x: (x.node, x.t or 0.0)):
+        for g in groups:
+            y = g[0]
+            if (y.node == x.node and y.code == x.code and (y.gpu_uuid == x.gpu_uuid or not y.gpu_uuid or not x.gpu_uuid)
+                    and (x.t is None or y.t is None or abs(x.t - y.t) <= 5)):
+                g.append(x)
+                break
+        else:
+            groups.append([x])
+    return groups
+
+
+def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """One finding per (node, GPU, Xid code), with the code's meaning and class."""
+    by_key: dict[tuple[str, str | None, int], list[list[XidEvent]]] = defaultdict(list)
+    for g in _merge_xids(model.xids):
+        x = next((e for e in g if e.gpu_uuid), g[0])
+        by_key[(x.node, x.gpu_uuid, x.code)].append(g)
+    findings: list[Finding] = []
+    for (node, uuid, code), events in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
+        cls, meaning = xid_meaning(code)
+        first = events[0][0]
+        times = [e.t for g in events for e in g if e.t is not None]
+        start, end = (min(times), max(times)) if times else (None, None)
+        subjects: list[Subject] = []
+        if uuid is not None:
+            gpu = model.gpus.get((node, uuid))
+            subjects.append(gpu.subject() if gpu else Subject("gpu", uuid, uuid, node))
+        pids = sorted({e.pid for g in events for e in g if e.pid is not None})
+        for pid in pids[:3]:
+            owner = owner_of(model, node, pid, next((e.proc_name for g in events for e in g if e.pid == pid and e.proc_name), None))
+            role = "witness" if cls == "application" else "victim"
+            subjects.append(owner.subject.with_role(role))
+        if not subjects:
+            subjects.append(Subject("host", node, node, node))
+        where = gpu_label(model, node, uuid) if uuid else (f"PCI {first.pci_bus_id}" if first.pci_bus_id else "an unidentified GPU")
+        who = f", process {pids[0]} ({first.proc_name})" if pids and first.proc_name else (f", process {pids[0]}" if pids else "")
+        count = len(events)
+        summary = (f"Xid {code} on {where}{who}: {meaning} ({cls} fault); {count} occurrence(s), "
+                   f"first at {fmt_time(start)}")
+        severity: Severity
+        if code in _CRITICAL_XIDS:
+            severity = "critical"
+        elif cls in ("hardware", "driver"):
+            severity = "high"
+        elif cls == "application":
+            severity = "medium"
+        else:
+            severity = "medium"
+        findings.append(Finding(
+            kind="gpu-xid-fault", severity=severity,
+            confidence=confidence(model, node, 0.95 if uuid else 0.75, (), cfg),
+            summary=summary, start=start, end=end, node=node,
+            subjects=dedupe_subjects(subjects),
+            evidence=dedupe_evidence(e.evidence for g in events for e in g),
+            metrics=(("xid", code), ("xid_class", cls), ("meaning", meaning), ("occurrences", count)),
+            key=f"xid:{node}:{uuid}:{code}",
+            headline=f"{where} reported Xid {code} ({meaning})",
+        ))
+    return findings
+
+
+def gpu_clock_throttle(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """A GPU whose clocks were held down by thermal, power or hardware slowdown in enough samples."""
+    findings: list[Finding] = []
+    for (node, uuid), samples in sorted(model.samples_by_gpu().items()):
+        known = [s for s in samples if s.clocks_event_reasons is not None]
+        if not known:
+            continue
+        hot = [s for s in known if (s.clocks_event_reasons or 0) & sum(CLOCK_REASONS)]
+        if not hot or len(hot) / len(known) < cfg.clock_throttle_min_ratio:
+            continue
+        bits = 0
+        for s in hot:
+            bits |= (s.clocks_event_reasons or 0)
+        reasons = [name for bit, name in CLOCK_REASONS.items() if bits & bit]
+        temps = [s.temperature_c for s in hot if s.temperature_c is not None]
+        power = [s.power_w for s in hot if s.power_w is not None]
+        gl = gpu_label(model, node, uuid)
+        summary = (f"{gl} clocks were slowed by {', '.join(reasons)} in {len(hot)} of {len(known)} samples "
+                   f"({len(hot) / len(known) * 100:.0f}%)")
+        if temps:
+            summary += f"; temperature up to {max(temps):.0f} C"
+        if power:
+            summary += f"; power up to {max(power):.0f} W"
+        gpu = model.gpus.get((node, uuid))
+        subj = gpu.subject() if gpu else Subject("gpu", uuid, uuid, node)
+        findings.append(Finding(
+            kind="gpu-clock-throttle", severity="medium" if bits & _SEVERE_CLOCK_BITS else "low",
+            confidence=confidence(model, node, 0.9, ("nvml",), cfg),
+            summary=summary, start=hot[0].t, end=hot[-1].t, node=node,
+            subjects=(subj,), evidence=dedupe_evidence([hot[0].evidence, hot[-1].evidence]),
+            metrics=(("gpu", gl), ("reasons_mask", bits), ("samples_throttled", len(hot)),
+                     ("samples", len(known)), ("max_temperature_c", max(temps) if temps else None)),
+            key=f"clock:{node}:{uuid}",
+            headline=f"{gl} was clock-throttled ({', '.join(reasons)})",
+        ))
+    return findings

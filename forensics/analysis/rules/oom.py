@@ -1,0 +1,111 @@
+"""``oom-kill``: memcg and global OOM kills, Docker OOM events/states, Kubernetes OOMKilled statuses.
+
+Sources: kernel log (``oom-kill:constraint=...,task_memcg=...,pid=...`` and ``Killed process``),
+Docker events (action ``oom``) and inspect ``State.OOMKilled``, pod
+``status.containerStatuses[].lastState.terminated.reason == "OOMKilled"``. Records of one kill
+from several sources (same container or PID within ``_MERGE_S`` seconds) become one finding.
+"""
+
+from __future__ import annotations
+
+from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.model import Model, OomKill
+from forensics.analysis.rules.common import (
+    confidence,
+    dedupe_evidence,
+    dedupe_subjects,
+    fmt_bytes,
+    fmt_time,
+    name_of,
+)
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["oom_kill"]
+
+_MERGE_S = 120.0
+_SOURCE_ORDER = {"kernel": 0, "docker": 1, "kubernetes": 2}
+
+
+def _who(model: Model, o: OomKill) -> Subject | None:
+    c = model.container(o.node, o.container_id)
+    if c is not None:
+        return c.subject()
+    if o.container_id:
+        return Subject("container", o.container_id, o.container_id[:12], o.node)
+    if o.pod_uid and o.pod_uid in model.pods:
+        return model.pods[o.pod_uid].subject()
+    return None
+
+
+def _same(model: Model, a: OomKill, b: OomKill) -> bool:
+    if a.node != b.node:
+        return False
+    if a.t is not None and b.t is not None and abs(a.t - b.t) > _MERGE_S:
+        return False
+    wa, wb = _who(model, a), _who(model, b)
+    if wa is not None and wb is not None:
+        return wa.key() == wb.key()
+    if a.pid is not None and b.pid is not None:
+        return a.pid == b.pid
+    return False
+
+
+def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """One finding per OOM kill (merged across sources), the killed container/pod/process as victim."""
+    groups: list[list[OomKill]] = []
+    for o in sorted(model.ooms, key=lambda o: (o.t is None, o.t or 0.0, _SOURCE_ORDER.get(o.source, 9))):
+        for g in groups:
+            if any(_same(model, o, x) for x in g):
+                g.append(o)
+                break
+        else:
+            groups.append([o])
+    findings: list[Finding] = []
+    for g in groups:
+        g.sort(key=lambda o: _SOURCE_ORDER.get(o.source, 9))
+        main = g[0]
+        node = main.node
+        who = next((w for w in (_who(model, o) for o in g) if w is not None), None)
+        pid = next((o.pid for o in g if o.pid is not None), None)
+        comm = next((o.comm for o in g if o.comm), None)
+        usage = next((o.usage_bytes for o in g if o.usage_bytes is not None), None)
+        limit = next((o.limit_bytes for o in g if o.limit_bytes is not None), None)
+        t = next((o.t for o in g if o.t is not None), None)
+        global_oom = any(o.global_oom for o in g)
+        subjects: list[Subject] = []
+        if who is not None:
+            subjects.append(who.with_role("victim"))
+            pod_uid = who.id if who.type == "pod" else (model.container(node, who.id).pod_uid if model.container(node, who.id) else None)
+            if pod_uid and pod_uid in model.pods and who.type != "pod":
+                subjects.append(model.pods[pod_uid].subject().with_role("victim"))
+        if pid is not None:
+            proc = model.processes.get((node, pid))
+            subjects.append(Subject("process", str(pid), comm or (proc.comm if proc else "?"), node,
+                                    "victim" if who is None else "witness"))
+        if global_oom:
+            subjects.append(Subject("host", node, node, node, "victim"))
+        if not subjects:
+            continue
+        what = f"process {pid} ({comm})" if pid is not None else "a process"
+        whose = f" of {name_of(who)}" if who is not None else ""
+        scope = "host-wide (global) OOM" if global_oom else "OOM"
+        summary = f"{scope} killed {what}{whose} at {fmt_time(t)}"
+        if usage is not None and limit is not None:
+            summary += f": memory usage {fmt_bytes(usage)} against a limit of {fmt_bytes(limit)}"
+        elif usage is not None:
+            summary += f": memory usage {fmt_bytes(usage)}"
+        sources = sorted({o.source for o in g}, key=lambda s: _SOURCE_ORDER.get(s, 9))
+        summary += f" (seen in: {', '.join(sources)})"
+        base = 0.95 if "kernel" in sources or len(sources) > 1 else 0.8
+        findings.append(Finding(
+            kind="oom-kill", severity="critical" if global_oom else "high",
+            confidence=confidence(model, node, base, (), cfg),
+            summary=summary, start=t, end=t, node=node,
+            subjects=dedupe_subjects(subjects),
+            evidence=dedupe_evidence(e for o in g for e in o.evidence),
+            metrics=(("pid", pid), ("usage_bytes", usage), ("limit_bytes", limit),
+                     ("global", global_oom), ("sources", ",".join(sources))),
+            key=f"oom:{node}:{who.id if who else pid}:{t}",
+            headline=f"{name_of(who) if who else what} was OOM-killed",
+        ))
+    return findings

@@ -1,0 +1,149 @@
+"""Evidence-aware access to one opened bundle.
+
+Wraps the reader's ``Bundle`` (forensics.bundle.reader) so that loaders read members tolerantly
+(a missing or malformed member becomes a limitation, never an exception) and can cite what they
+read: JSON pointer or line number plus a short verbatim excerpt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from forensics.analysis.findings import Evidence, EvidenceRef, shorten
+
+__all__ = ["BundleLike", "Source", "json_pointer", "resolve_pointer"]
+
+
+class BundleLike(Protocol):
+    """What the analyzer needs of forensics.bundle.reader.Bundle."""
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+    def read_bytes(self, member: str) -> bytes: ...
+
+
+def json_pointer(*parts: str | int) -> str:
+    """RFC 6901 pointer from path parts: ``json_pointer("HostConfig", "DeviceRequests")``."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """Value at a JSON pointer, or None when the path does not exist."""
+    if pointer == "":
+        return doc
+    cur = doc
+    for raw in pointer.split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(cur, dict):
+            if part not in cur:
+                return None
+            cur = cur[part]
+        elif isinstance(cur, list):
+            if not part.isdigit() or int(part) >= len(cur):
+                return None
+            cur = cur[int(part)]
+        else:
+            return None
+    return cur
+
+
+class Source:
+    """One bundle, opened: member listing, tolerant reads, evidence constructors, problems seen."""
+
+    def __init__(self, bundle: BundleLike, name: str, members: Iterable[str]) -> None:
+        self.bundle = bundle
+        self.name = name
+        self.members: frozenset[str] = frozenset(members)
+        self.problems: list[str] = []
+        self._json_cache: dict[str, Any] = {}
+        self._text_cache: dict[str, list[str] | None] = {}
+
+    # -- listing -------------------------------------------------------------------------------
+    def has(self, member: str) -> bool:
+        return member in self.members
+
+    def under(self, prefix: str) -> list[str]:
+        """Members whose path starts with ``prefix`` (sorted)."""
+        return sorted(m for m in self.members if m.startswith(prefix))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        m = self.bundle.manifest
+        return m if isinstance(m, dict) else {}
+
+    # -- reads ---------------------------------------------------------------------------------
+    def text_lines(self, member: str) -> list[str] | None:
+        """The member's lines (UTF-8, undecodable bytes replaced), or None when absent/unreadable."""
+        if member in self._text_cache:
+            return self._text_cache[member]
+        lines: list[str] | None = None
+        if member in self.members:
+            try:
+                data = self.bundle.read_bytes(member)
+                lines = data.decode("utf-8", errors="replace").splitlines()
+            except Exception as exc:  # the reader's BundleError or I/O: keep going, note it
+                self.problems.append(f"{self.name}: cannot read {member}: {exc}")
+        self._text_cache[member] = lines
+        return lines
+
+    def json(self, member: str) -> Any:
+        """The parsed JSON member, or None when absent or malformed (malformed is noted)."""
+        if member in self._json_cache:
+            return self._json_cache[member]
+        value: Any = None
+        if member in self.members:
+            try:
+                value = json.loads(self.bundle.read_bytes(member).decode("utf-8", errors="replace"))
+            except ValueError as exc:
+                self.problems.append(f"{self.name}: {member} is not valid JSON: {exc}")
+            except Exception as exc:
+                self.problems.append(f"{self.name}: cannot read {member}: {exc}")
+        self._json_cache[member] = value
+        return value
+
+    def jsonl(self, member: str) -> Iterator[tuple[int, dict[str, Any], str]]:
+        """(1-based line number, object, raw line) for every JSON object line; bad lines are noted."""
+        lines = self.text_lines(member)
+        if lines is None:
+            return
+        bad = 0
+        for no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(obj, dict):
+                yield no, obj, line
+            else:
+                bad += 1
+        if bad:
+            self.problems.append(f"{self.name}: {member}: {bad} malformed line(s) skipped")
+
+    # -- evidence ------------------------------------------------------------------------------
+    def ev_pointer(self, member: str, pointer: str, doc: Any = None) -> Evidence:
+        """Evidence quoting the JSON value at ``pointer`` in ``member``."""
+        if doc is None:
+            doc = self.json(member)
+        value = resolve_pointer(doc, pointer)
+        excerpt = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return Evidence(self.name, member, pointer, shorten(excerpt))
+
+    def ev_line(self, member: str, line_no: int, raw: str | None = None) -> Evidence:
+        """Evidence quoting line ``line_no`` (1-based) of ``member``."""
+        if raw is None:
+            lines = self.text_lines(member) or []
+            raw = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+        return Evidence(self.name, member, f"line {line_no}", shorten(raw[:600]))
+
+    def ref(self, member: str, locator: str, payload: Any) -> EvidenceRef:
+        """A lazy evidence reference (quoted only if a finding cites it)."""
+        return EvidenceRef(self.name, member, locator, payload)
+
+    def ev_member(self, member: str, excerpt: str) -> Evidence:
+        return Evidence(self.name, member, "", shorten(excerpt))

@@ -1,0 +1,97 @@
+"""Named, configurable rule thresholds (``gpuforensics analyze --config FILE``).
+
+The file is TOML (``.toml``) or JSON (anything else) holding a flat table of threshold names,
+optionally under a ``[thresholds]`` table::
+
+    [thresholds]
+    gpu_memory_pressure_ratio = 0.9
+    cpu_throttled_ratio = 0.2
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import UsageError
+
+__all__ = ["AnalysisConfig", "load_config"]
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Thresholds of the rules; every field can be overridden from a config file."""
+
+    # gpu-compute-hog: a process/container holding at least this share of a shared GPU's SM time
+    # while another process on the same GPU gets at most the starved share.
+    gpu_hog_share_ratio: float = 0.7
+    gpu_starved_share_ratio: float = 0.2
+    gpu_hog_min_samples: int = 3
+    # gpu-memory-pressure: used / total at or above this ratio.
+    gpu_memory_pressure_ratio: float = 0.9
+    # cpu-throttling: throttled periods / periods over the window (or any interval).
+    cpu_throttled_ratio: float = 0.2
+    cpu_throttled_ratio_high: float = 0.5
+    # GPU counted idle when its utilization is at or below this.
+    gpu_idle_util_pct: float = 10.0
+    # pressure-stall: PSI "some" avg10 (%) at or above this.
+    psi_some_avg10_pct: float = 20.0
+    psi_full_avg10_pct: float = 10.0
+    # gpu-clock-throttle: fraction of samples with a thermal/power/hardware slowdown bit.
+    clock_throttle_min_ratio: float = 0.1
+    # A GPU process counts as "active" when it has SM utilization above this or holds memory.
+    process_active_sm_pct: float = 1.0
+    # Confidence multiplier per missing source relevant to a finding.
+    missing_source_confidence_factor: float = 0.7
+    # An effect must follow its cause within this many seconds to be linked in the chain.
+    chain_link_window_s: float = 600.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_config(path: Path | str) -> AnalysisConfig:
+    """Read thresholds from a TOML or JSON file; unknown names or bad values raise UsageError."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read config {p}: {exc.strerror or exc}") from exc
+    try:
+        data: Any
+        if p.suffix.lower() == ".toml":
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            data = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from exc
+    return config_from_mapping(data, origin=str(p))
+
+
+def config_from_mapping(data: Any, origin: str = "config") -> AnalysisConfig:
+    """Build an AnalysisConfig from a mapping (optionally nested under ``thresholds``)."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{origin}: expected a table of thresholds")
+    if isinstance(data.get("thresholds"), dict):
+        data = data["thresholds"]
+    known = {f.name: f for f in fields(AnalysisConfig)}
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        if name not in known:
+            raise UsageError(f"{origin}: unknown threshold {name!r} (known: {', '.join(sorted(known))})")
+        default = getattr(AnalysisConfig(), name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"{origin}: threshold {name!r} must be a number, got {value!r}")
+        if isinstance(default, int) and not isinstance(default, bool):
+            if int(value) != value:
+                raise UsageError(f"{origin}: threshold {name!r} must be an integer")
+            value = int(value)
+        else:
+            value = float(value)
+        if value < 0:
+            raise UsageError(f"{origin}: threshold {name!r} must not be negative")
+        values[name] = value
+    return replace(AnalysisConfig(), **values)
