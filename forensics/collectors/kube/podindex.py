@@ -282,7 +282,7 @@ def build_pods_index(pod_list: Any, node_name: str | None = None) -> dict[str, A
     return {
         "source": "kubernetes/pods.json",
         "node": node_name,
-        "pods": [asdict(e) for e in entries],
+        "pods": [{**asdict(e), "containers": [asdict(c) for c in e.containers]} for e in entries],
         "container_ids": dict(sorted(container_ids.items())),
         "oom_killed": oom,
         "evicted": [{"pod_uid": e.uid, "pod": e.key, "reason": e.reason, "message": e.message}
