@@ -230,7 +230,7 @@ class ProcfsCollector:
             "processes": entries,
         }
         ctx.sink.write_json("proc/index.json", index)
-        self._publish(ctx, scanned.values())
+        self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
                  f"{stats.scanned} scanned")
 
