@@ -1,0 +1,143 @@
+"""cgroups collector: a v2 fixture host (Docker systemd scope and a burstable pod), per-tick
+sampling, discovery without hints, and this host's real (hybrid) hierarchy."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics.capture.context import Tick
+from forensics.collectors.cgroups import CgroupsCollector, interpret, member_path, pod_ancestor
+from tests.support.host_evidence import (
+    DOCKER_SCOPE,
+    POD_SCOPE,
+    POD_SLICE,
+    fake_proc,
+    fake_v2_host,
+    make_context,
+    read_json,
+    read_jsonl,
+)
+
+
+def _collector(tmp_path: Path, proc: Path | None = None) -> CgroupsCollector:
+    mountinfo, pressure = fake_v2_host(tmp_path)
+    return CgroupsCollector(str(mountinfo), str(pressure), str(proc or tmp_path / "noproc"))
+
+
+def _by_path(index: dict) -> dict:
+    return {c["path"]: c for c in index["cgroups"]}
+
+
+def test_snapshot_v2_values_and_verbatim_files(tmp_path: Path) -> None:
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"cgroup_paths": [DOCKER_SCOPE, POD_SCOPE]})
+    _collector(tmp_path).snapshot(ctx)
+    index = read_json(stage, "cgroup/index.json")
+    assert index["layout"] == "v2" and index["targets_from"] == "hints"
+    cgroups = _by_path(index)
+    assert list(cgroups) == ["/", DOCKER_SCOPE, POD_SLICE, POD_SCOPE]
+    docker = cgroups[DOCKER_SCOPE]
+    assert docker["attribution"]["runtime"] == "docker"
+    cpu, memory = docker["values"]["cpu"], docker["values"]["memory"]
+    assert (cpu["nr_periods"], cpu["nr_throttled"], cpu["quota_usec"]) == (6000, 4200, 50000)
+    assert cpu["throttled_ns"] == 4200 * 42000 * 1000
+    assert memory["limit_bytes"] == 536870912 and memory["events"]["oom_kill"] == 3
+    assert memory["oom_group"] is True and memory["high_bytes"] is None
+    assert docker["values"]["pressure"]["cpu"]["some"]["avg10_pct"] == 35.2
+    assert docker["values"]["procs"]["count"] == 2
+    member = docker["files"]["unified/cpu.stat"]["member"]
+    assert member == f"cgroup/unified{DOCKER_SCOPE}/cpu.stat"
+    assert (stage / member).read_bytes() == (tmp_path / "sys-fs-cgroup" / DOCKER_SCOPE[1:] / "cpu.stat").read_bytes()
+    pod = cgroups[POD_SLICE]
+    assert pod["attribution"]["kind"] == "pod" and pod["values"]["memory"]["limit_bytes"] == 2147483648
+    assert pod["files"]["unified/cpu.max"]["error"].startswith("absent")
+    assert cgroups[POD_SCOPE]["values"]["cpu"]["quota_usec"] is None
+    root = cgroups["/"]
+    assert root["values"]["host_pressure"]["io"]["full"]["total_usec"] == 45678
+    assert (stage / "cgroup/host/pressure/cpu").exists()
+
+
+def test_sampling_reads_each_file_once_per_tick(tmp_path: Path) -> None:
+    stage = tmp_path / "stage"
+    collector = _collector(tmp_path)
+    ctx = make_context(stage, {"cgroup_paths": [DOCKER_SCOPE]})
+    cpu_stat = tmp_path / "sys-fs-cgroup" / DOCKER_SCOPE[1:] / "cpu.stat"
+    for index in range(3):
+        if index == 2:  # counters move between ticks (same file, rewritten in place)
+            with open(cpu_stat, "r+") as f:
+                text = f.read().replace("nr_throttled 4200", "nr_throttled 4300")
+                f.seek(0)
+                f.write(text)
+                f.truncate()
+        collector.sample(ctx, Tick(index, time.time()))
+    collector.end_sampling(ctx)
+    lines = read_jsonl(stage, "cgroup/samples.jsonl")
+    assert len(lines) == 3 * 2  # root and the container, each tick
+    docker = [line for line in lines if line["cgroup"] == DOCKER_SCOPE]
+    assert [d["values"]["cpu"]["nr_throttled"] for d in docker] == [4200, 4200, 4300]
+    assert [d["tick"] for d in docker] == [0, 1, 2] and all("errors" not in d for d in docker)
+    assert "limit_bytes" not in docker[0]["values"]["memory"]  # limits: snapshot only
+    assert docker[0]["values"]["memory"]["events"]["oom_kill"] == 3
+
+
+def test_discovery_without_hints_scans_proc(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage)
+    _collector(tmp_path, proc).snapshot(ctx)
+    index = read_json(stage, "cgroup/index.json")
+    assert index["targets_from"].startswith("scan")
+    assert set(_by_path(index)) == {"/", DOCKER_SCOPE, POD_SLICE, POD_SCOPE}
+
+
+def test_absent_cgroup_is_recorded(tmp_path: Path) -> None:
+    stage = tmp_path / "stage"
+    gone = "/system.slice/docker-" + "9" * 64 + ".scope"
+    _collector(tmp_path).snapshot(make_context(stage, {"cgroup_paths": [gone, "/../../escape"]}))
+    index = read_json(stage, "cgroup/index.json")
+    assert _by_path(index)[gone]["present"] is False
+    assert index["skipped"] == [{"path": "/../../escape",
+                                 "reason": "relative to a private cgroup namespace"}]
+
+
+def test_cgroup_with_ten_thousand_processes(tmp_path: Path) -> None:
+    collector = _collector(tmp_path)
+    procs = tmp_path / "sys-fs-cgroup" / DOCKER_SCOPE[1:] / "cgroup.procs"
+    procs.write_text("".join(f"{pid}\n" for pid in range(100_000, 110_000)))
+    stage = tmp_path / "stage"
+    collector.snapshot(make_context(stage, {"cgroup_paths": [DOCKER_SCOPE]}))
+    docker = _by_path(read_json(stage, "cgroup/index.json"))[DOCKER_SCOPE]
+    assert docker["values"]["procs"]["count"] == 10_000
+
+
+def test_helpers() -> None:
+    assert member_path("/a/b c/../x") is None
+    assert member_path("/kubepods.slice/x:cri-containerd:y") == "kubepods.slice/x:cri-containerd:y"
+    assert member_path("/a b") == "a_b"
+    assert pod_ancestor(POD_SCOPE) == POD_SLICE
+    assert pod_ancestor(DOCKER_SCOPE) is None
+    assert interpret(1, "memory.limit_in_bytes", "9223372036854771712\n") == ("memory", {"limit_bytes": None})
+    assert interpret(2, "cgroup.type", "domain\n") is None
+
+
+def test_real_hierarchy_of_this_host(tmp_path: Path) -> None:
+    """The real cgroup filesystems (hybrid here): root values parse, a tick works."""
+    if not os.path.exists("/proc/self/mountinfo") or "cgroup" not in Path("/proc/self/mountinfo").read_text():
+        pytest.skip("no cgroup filesystem mounted")
+    stage = tmp_path / "stage"
+    collector = CgroupsCollector()
+    ctx = make_context(stage, {"cgroup_paths": ["/"]})
+    collector.snapshot(ctx)
+    index = read_json(stage, "cgroup/index.json")
+    root = _by_path(index)["/"]
+    assert index["layout"] in ("v1", "v2", "hybrid")
+    assert "cpu" in root["values"] and not any(
+        "parse_error" in f for f in root["files"].values())
+    collector.sample(ctx, Tick(0, time.time()))
+    collector.end_sampling(ctx)
+    (line,) = read_jsonl(stage, "cgroup/samples.jsonl")
+    assert line["cgroup"] == "/" and "cpu" in line["values"]
