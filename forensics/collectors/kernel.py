@@ -271,7 +271,7 @@ class KernelCollector:
             raw = b"".join(kept)
             del kept
             ctx.sink.write_bytes("kernel/kmsg.txt", raw)
-            index.update(source="/dev/kmsg", member="kernel/kmsg.txt", read=stats,
+            index.update(source=self.kmsg_path, member="kernel/kmsg.txt", read=stats,
                          dropped_before_since=dropped)
             if stats.get("overwritten"):
                 ctx.note(f"{stats['overwritten']} kmsg records were overwritten while reading")
@@ -280,7 +280,7 @@ class KernelCollector:
             derived = self._derive(ctx, kmsg.iter_kmsg(_lines(raw), self._on_error(index)),
                                    boot)
         except OSError as error:
-            attempts["/dev/kmsg"] = f"{type(error).__name__}: {error.strerror or error}"
+            attempts[self.kmsg_path] = f"{type(error).__name__}: {error.strerror or error}"
         if derived is None:
             derived = self._fallbacks(ctx, index, attempts, boot, since_usec)
         if derived is None:
