@@ -101,12 +101,8 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
                       "leads_to": list(f.cause_keys)})
 
     significant = [f for f in final if severity_rank(f.severity) <= severity_rank("medium")]
-    culprits = _distinct([s for f in sorted(significant, key=lambda f: severity_rank(f.severity))
-                          for s in f.subjects_with("culprit")])
-    victims = _distinct([s for f in sorted(significant, key=lambda f: severity_rank(f.severity))
-                         for s in f.subjects_with("victim")])
-    clean = not any(f.subjects_with("culprit") or f.subjects_with("victim") for f in significant)
     by_id = {f.key: f for f in final}
+    clean = not any(f.subjects_with("culprit") or f.subjects_with("victim") for f in significant)
     if clean:
         headline = "No contention, misallocation or fault found" + (
             f" ({len(final)} minor observation(s))" if final else "")
@@ -126,9 +122,15 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
     for eid in root.cause_keys:
         e = by_id[eid]
         delay = ""
-        if e.start is not None and root.start is not None and e.start > root.start:
+        if e.start is not None and root.start is not None and e.start - root.start >= 1.0:
             delay = f" {e.start - root.start:.0f} s later"
         clauses.append((e.headline or e.summary) + delay)
+    # Culprits and victims: those of the root's chain first, then by severity.
+    in_chain = [root] + [by_id[e] for e in root.cause_keys]
+    ranked = in_chain + sorted((f for f in significant if f not in in_chain),
+                               key=lambda f: (severity_rank(f.severity), _order_key(f)))
+    culprits = _distinct([s for f in ranked for s in f.subjects_with("culprit")])
+    victims = _distinct([s for f in ranked for s in f.subjects_with("victim")])
     headline = "; ".join(clauses)
     impact_parts = []
     for v in victims[:4]:

@@ -116,7 +116,7 @@ class EvidenceRef:
         else:
             import json
 
-            text = json.dumps(p, sort_keys=True, separators=(",", ":"))
+            text = json.dumps(p, separators=(",", ":"))
         return Evidence(self.bundle, self.member, self.locator, shorten(text))
 
 

@@ -20,6 +20,8 @@ from forensics.analysis.source import Source
 __all__ = ["load_nvml"]
 
 _INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
+_QUOTED = ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
+           "nvmlDeviceGetCurrentClocksEventReasons")
 _PROCESS_CALLS = tuple(f"{f}_{v}" for f in ("nvmlDeviceGetComputeRunningProcesses",
                                              "nvmlDeviceGetGraphicsRunningProcesses",
                                              "nvmlDeviceGetMPSComputeRunningProcesses") for v in ("v3", "v2"))
@@ -47,6 +49,13 @@ def _reasons(nvml: Any) -> int | None:
 def _power_w(nvml: Any) -> float | None:
     mw = as_float(_val(nvml, "nvmlDeviceGetPowerUsage"))
     return mw / 1000 if mw is not None else None
+
+
+def _util_items(nvml: Any) -> dict[int, Any]:
+    """The last nvmlDeviceGetProcessUtilization sample per PID (verbatim, for quoting)."""
+    util = _val(nvml, "nvmlDeviceGetProcessUtilization")
+    return {p: item for item in (util if isinstance(util, list) else [])
+            if (p := as_int(dig(item, "pid"))) is not None}
 
 
 def _sm_by_pid(nvml: Any) -> dict[int, float]:
@@ -95,10 +104,9 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         temp = as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)"))
         model.gpu_samples.append(GpuSample(
             node, uuid, t, util, used, total, _reasons(nvml), temp, _power_w(nvml),
-            src.ref(member, f"line {no}", {k: _val(nvml, k) for k in (
-                "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2",
-                "nvmlDeviceGetCurrentClocksEventReasons") if _val(nvml, k) is not None} | {"t": t, "uuid": uuid})))
+            src.ref(member, f"line {no}", {k: nvml[k] for k in _QUOTED if isinstance(nvml, dict) and k in nvml})))
         sm = _sm_by_pid(nvml)
+        items = _util_items(nvml) if sm else {}
         has_util = _val(nvml, "nvmlDeviceGetProcessUtilization") is not None or \
             dig(nvml, "nvmlDeviceGetProcessUtilization", "reason") == "not_found"
         seen: set[int] = set()
@@ -111,11 +119,11 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             puuid = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else uuid
             model.proc_samples.append(ProcessGpuSample(
                 node, uuid if puuid == uuid else uuid, pid, t, as_int(p.get("usedGpuMemory")),
-                sm.get(pid, 0.0 if has_util else None), src.ref(member, f"line {no}", dict(p, smUtil=sm.get(pid), t=t))))
+                sm.get(pid, 0.0 if has_util else None), src.ref(member, f"line {no}", p if pid not in items else {"process": p, "nvmlDeviceGetProcessUtilization": items[pid]})))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:
                 model.proc_samples.append(ProcessGpuSample(
-                    node, uuid, pid, t, None, value, src.ref(member, f"line {no}", {"pid": pid, "smUtil": value, "t": t})))
+                    node, uuid, pid, t, None, value, src.ref(member, f"line {no}", items.get(pid, {"pid": pid}))))
     if sampled:
         model.node(node).members_used.setdefault("nvml", member)
     else:

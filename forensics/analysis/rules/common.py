@@ -19,6 +19,7 @@ __all__ = [
     "gpu_subject",
     "owner_of",
     "owners_on_gpu",
+    "with_pod",
 ]
 
 
@@ -129,3 +130,13 @@ def name_of(s: Subject) -> str:
     if s.type == "process":
         return f"host process {s.id} ({s.name})"
     return s.name
+
+
+def with_pod(model: Model, subject: Subject) -> list[Subject]:
+    """A container subject followed by its pod's subject (same role) when the pod is known."""
+    out = [subject]
+    if subject.type == "container":
+        c = model.container(subject.node, subject.id)
+        if c is not None and c.pod_uid and c.pod_uid in model.pods:
+            out.append(model.pods[c.pod_uid].subject().with_role(subject.role))
+    return out

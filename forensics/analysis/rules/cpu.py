@@ -15,6 +15,7 @@ from forensics.analysis.rules.common import (
     confidence,
     dedupe_evidence,
     dedupe_subjects,
+    fmt_time,
     gpu_label,
     gpu_subject,
     name_of,
@@ -130,7 +131,7 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             where = name_of(subj)
         full_txt = f", full {peak.full_avg10_pct:.1f}%" if peak.full_avg10_pct is not None else ""
         summary = (f"{where} stalled on {resource}: PSI some avg10 peaked at {peak.some_avg10_pct:.1f}%"
-                   f"{full_txt} at {peak.t:.0f}; {len(hot)} of {len(samples)} readings over the threshold")
+                   f"{full_txt} at {fmt_time(peak.t)}; {len(hot)} of {len(samples)} readings over the threshold")
         findings.append(Finding(
             kind="pressure-stall", severity="medium" if full_hit else "low",
             confidence=confidence(model, node, 0.85, ("cgroups",), cfg),

@@ -22,6 +22,7 @@ from forensics.analysis.rules.common import (
     name_of,
     owner_of,
     span,
+    with_pod,
 )
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -106,8 +107,8 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                        f"without an allocation of it; {how}; peak {fmt_bytes(peak_mem)} of GPU memory"
                        + (f", SM {sum(sm_vals) / len(sm_vals):.0f}% on average" if sm_vals else ""))
             headline = f"{name_of(subject)} used {gl}{victim_text} without a GPU allocation"
-            subjects = [subject.with_role("culprit")]
-            subjects += [h[0].with_role("victim") for h in holders]
+            subjects = with_pod(model, subject.with_role("culprit"))
+            subjects += [s for h in holders for s in with_pod(model, h[0].with_role("victim"))]
             subjects.append(gpu_subject(model, node, uuid))
             for pid in sorted({s.pid for s in samples})[:5]:
                 proc = model.processes.get((node, pid))

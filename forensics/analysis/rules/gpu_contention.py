@@ -115,7 +115,8 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if before_s:
                 ev.append(before_s[-1].evidence)
         base = 0.9 if confirmed_drop else 0.7
-        subjects = [hog.with_role("culprit"), *[v[0].with_role("victim") for v in victims],
+        subjects = [*with_pod(model, hog.with_role("culprit")),
+                    *[s for v in victims for s in with_pod(model, v[0].with_role("victim"))],
                     gpu_subject(model, node, uuid)]
         findings.append(Finding(
             kind="gpu-compute-hog", severity=severity,
