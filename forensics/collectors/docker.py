@@ -220,8 +220,20 @@ def _redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
         last = len(titles) - 1
         for row in rows:
             if isinstance(row, list) and len(row) > last and isinstance(row[last], str):
-                row[last] = " ".join(ctx.redactor.argv(row[last].split(" ")))
+                row[last] = _redact_command(row[last], ctx)
     return doc
+
+
+def _redact_command(command: str, ctx: CollectContext) -> str:
+    """A command line that dockerd joined with spaces (list ``Command``, top's last column)."""
+    return " ".join(ctx.redactor.argv(command.split(" "))) if ctx.redactor.enabled else command
+
+
+def _redact_listing(listing: list[Any], ctx: CollectContext) -> list[Any]:
+    for item in listing:
+        if isinstance(item, dict) and isinstance(item.get("Command"), str):
+            item["Command"] = _redact_command(item["Command"], ctx)
+    return listing
 
 
 def _redact_info(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
@@ -401,7 +413,7 @@ class DockerCollector:
             if "time" in err.lower() or "budget" in err:
                 raise SourceTimeout(f"container list: {err}")
             raise SourceUnavailable(f"container list failed: {err}")
-        ctx.sink.write_json(f"{PREFIX}/containers.json", listing)
+        ctx.sink.write_json(f"{PREFIX}/containers.json", _redact_listing(listing, ctx))
 
         chosen = self._choose(listing, start)
         images: set[str] = set()
@@ -459,18 +471,23 @@ class DockerCollector:
         self._finish(ctx, chosen, inspects, image_docs, info, index, scratch)
 
     def _events(self, client: Any, since: datetime, until: datetime, budget_end: float) -> list[Any]:
+        """``GET /events?since=&until=``: the engine streams past events, then closes.
+
+        The SDK's ``events()`` reads with no timeout at all (a frozen engine would hold it
+        forever), so the same request is made with the client's per-call read timeout.
+        """
         out: list[Any] = []
-        stream = client.events(since=int(since.timestamp()), until=int(until.timestamp()) + 1,
-                               decode=True)
+        params = {"since": int(since.timestamp()), "until": int(until.timestamp()) + 1}
+        response = client._get(client._url("/events"), params=params, stream=True,
+                               timeout=pool_call_timeout(client))
         try:
-            for event in stream:
+            client._raise_for_status(response)
+            for event in client._stream_helper(response, decode=True):
                 out.append(event)
                 if len(out) >= _MAX_EVENTS or time.monotonic() > budget_end:
                     break
         finally:
-            close = getattr(stream, "close", None)
-            if callable(close):
-                close()
+            response.close()
         return out
 
     def _write_events(self, ctx: CollectContext, events: Any, call: _Call,
@@ -573,8 +590,41 @@ class DockerCollector:
                 "container_id": c["Id"], "stats": stats, "error": error})
 
     def end_sampling(self, ctx: CollectContext) -> None:
-        if self._sample_client is not None:
-            self._sample_client.close()
+        """After the window: the engine's events since capture start (``docker/window/events.jsonl``)
+        and a fresh inspect of every container they name (``docker/containers/<id>/inspect-end.json``),
+        so a container that died, was OOM-killed or started during the window is on record
+        (``State.OOMKilled`` is only set once the container has exited)."""
+        client = self._sample_client
+        if client is None:
+            return
+        try:
+            since = ctx.options.capture_start.astimezone(UTC)
+            until = datetime.now(UTC)
+            events = self._events(client, since, until, ctx.deadline - 1.0)
+            member = f"{PREFIX}/window/events.jsonl"
+            ctx.sink.write_text(member, "")
+            ids: list[str] = []
+            for ev in events:
+                if not isinstance(ev, dict):
+                    continue
+                ctx.sink.append_jsonl(member, ev)
+                actor = ev.get("Actor") or {}
+                cid = actor.get("ID") if isinstance(actor, dict) else None
+                if ev.get("Type") == "container" and isinstance(cid, str) and cid not in ids:
+                    ids.append(cid)
+            for cid in ids:
+                if ctx.remaining() < 1.0:
+                    ctx.note("end of sampling: no time left to inspect every container with events")
+                    break
+                try:
+                    doc = client.inspect_container(cid)
+                except Exception as exc:  # noqa: BLE001 - removed containers are expected
+                    ctx.note(f"end of sampling: inspect {cid[:12]}: {_err(exc)}")
+                    continue
+                ctx.sink.write_json(f"{PREFIX}/containers/{cid}/inspect-end.json",
+                                    _redact_container(doc, ctx))
+        finally:
+            client.close()
             self._sample_client = None
 
 
