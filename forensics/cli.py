@@ -237,7 +237,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: Path | None, config_pat
         if files:
             from forensics.report import render
 
-            for path in render(doc, files, output, bundle_paths=list(bundles), page_size=page_size):
+            for path in render(doc, files, output, bundle_paths=list(bundles), paper=page_size):
                 click.echo(str(path))
     if fail_on:
         worst = min((SEVERITIES.index(f["severity"]) for f in doc.get("findings", []) if f.get("severity") in SEVERITIES),

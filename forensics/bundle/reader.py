@@ -224,6 +224,10 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
                     if len(data) != info.size:
                         raise BundleInvalid(f"{path.name}: member {rest} is truncated")
                     members[rest] = data
+            # inflate to the end, so gzip checks its CRC and length (a cut-off trailer is an error)
+            while chunk := counting.read(1 << 16):
+                if chunk.strip(b"\0"):
+                    raise BundleInvalid(f"{path.name}: data after the end of the tar archive")
             hashing.drain()
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise BundleInvalid(f"{path.name}: truncated or corrupt gzip stream ({exc})") from None

@@ -140,11 +140,7 @@ def test_host_evidence_is_in_the_bundle(captured: tuple[Path, subprocess.Complet
 
 
 def test_analyze_json_reports_the_bundle(captured: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
-    try:
-        analysis = importlib.import_module("forensics.analysis")
-    except ImportError as exc:
-        pytest.skip(f"forensics.analysis not importable yet: {exc}")
-    if not hasattr(analysis, "analyze_bundles"):
+    if not _has_analysis():
         pytest.skip("forensics.analysis has no analyze_bundles yet (written by another engineer)")
     _, proc = captured
     target = tmp_path / "analysis.json"
@@ -173,6 +169,13 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("capture", "--duration", "1", "--interval", "2", "-o", str(tmp_path),
                                   cwd=tmp_path), 2, "--interval")
     assert list(tmp_path.iterdir()) == []
+
+
+def _has_analysis() -> bool:
+    try:
+        return hasattr(importlib.import_module("forensics.analysis"), "analyze_bundles")
+    except ImportError:
+        return False
 
 
 # -- hostile inputs --------------------------------------------------------------------------
@@ -331,6 +334,9 @@ def test_hostile_bundle_is_refused(case: Hostile, genuine: Path, tmp_path: Path)
     if case.exit_code == 2:  # the reader itself refuses it: every reading command does the same
         i = run_cli("inspect", str(bundle), *case.verify_args, cwd=cwd)
         assert_one_line_error(i, 2, *case.needles)
+        if _has_analysis():
+            a = run_cli("analyze", str(bundle), *case.verify_args, cwd=cwd)
+            assert_one_line_error(a, 2, *case.needles)
     # bombs and floods stop at the cap: seconds, not the minutes that inflating 4 GiB would take
     assert elapsed < 20, f"verify took {elapsed:.1f} s"
 
