@@ -1,0 +1,197 @@
+"""deploy/: the manifests are valid Kubernetes objects, and the RBAC rules are exactly the calls
+the kubernetes collector makes."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forensics.collectors.kubernetes import KubernetesCollector
+from forensics.collectors.podresources.client import DEFAULT_SOCKET
+from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
+from tests.support.kube_objects import ContainerSpec, gpu_node_scenario, make_pod
+from tests.support.kube_testing import clean_kube_env, make_ctx
+
+__all__ = ["clean_kube_env"]
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+EXPECTED = {
+    ("v1", "Namespace"), ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("apps/v1", "DaemonSet"), ("batch/v1", "Job"),
+}
+
+
+def documents() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                out.append((path.name, doc))
+    return out
+
+
+def by_kind(kind: str) -> dict[str, Any]:
+    [doc] = [d for _, d in documents() if d["kind"] == kind]
+    return doc
+
+
+def model_round_trip(doc: dict[str, Any]) -> Any:
+    """Load through the client's model for this kind, serialize back (camelCase, no nulls)."""
+    from kubernetes import client
+    from kubernetes.client.api_client import ApiClient
+
+    models = {"Namespace": client.V1Namespace, "ServiceAccount": client.V1ServiceAccount,
+              "ClusterRole": client.V1ClusterRole, "ClusterRoleBinding": client.V1ClusterRoleBinding,
+              "DaemonSet": client.V1DaemonSet, "Job": client.V1Job}
+    model = models[doc["kind"]].from_dict(doc)
+    return ApiClient().sanitize_for_serialization(model)
+
+
+class TestValidObjects:
+    def test_kinds_and_api_versions(self):
+        assert {(d["apiVersion"], d["kind"]) for _, d in documents()} == EXPECTED
+
+    @pytest.mark.parametrize(("name", "doc"), documents(), ids=lambda v: v if isinstance(v, str) else v["kind"])
+    def test_model_accepts_and_round_trips_exactly(self, name, doc):
+        # equal after the round trip: no unknown, misspelled or mistyped field anywhere
+        assert model_round_trip(doc) == doc
+
+    def test_round_trip_catches_a_misspelled_field(self):
+        ds = copy.deepcopy(by_kind("DaemonSet"))
+        ds["spec"]["template"]["spec"]["hostPid"] = True
+        assert model_round_trip(ds) != ds
+
+    def test_kustomization_lists_existing_files(self):
+        kust = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+        for resource in kust["resources"]:
+            assert (DEPLOY / resource).is_file()
+        assert "job.yaml" not in kust["resources"], "the Job is a per-node template"
+
+    def test_same_namespace_and_service_account_everywhere(self):
+        sa = by_kind("ServiceAccount")["metadata"]
+        binding = by_kind("ClusterRoleBinding")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
+        assert binding["roleRef"]["name"] == by_kind("ClusterRole")["metadata"]["name"]
+        assert by_kind("Namespace")["metadata"]["name"] == sa["namespace"]
+        for kind in ("DaemonSet", "Job"):
+            obj = by_kind(kind)
+            assert obj["metadata"]["namespace"] == sa["namespace"]
+            assert obj["spec"]["template"]["spec"]["serviceAccountName"] == sa["name"]
+
+
+class TestPodSpecs:
+    @pytest.mark.parametrize("kind", ["DaemonSet", "Job"])
+    def test_host_access_is_read_only_and_minimal(self, kind):
+        spec = by_kind(kind)["spec"]["template"]["spec"]
+        assert spec["hostPID"] is True
+        assert not spec.get("hostNetwork") and not spec.get("hostIPC")
+        [container] = spec["containers"]
+        sc = container["securityContext"]
+        assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert set(sc["capabilities"]["add"]) == {"SYS_PTRACE", "DAC_READ_SEARCH", "SYSLOG"}
+        host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        assert set(host_paths.values()) == {"/sys/fs/cgroup", "/proc", "/run/containerd",
+                                            "/var/lib/kubelet/pod-resources", "/dev/kmsg"}
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        for name in host_paths:
+            assert mounts[name].get("readOnly") is True, name
+        pod_resources = mounts[next(n for n, p in host_paths.items() if p.endswith("pod-resources"))]
+        assert os.path.dirname(DEFAULT_SOCKET) == pod_resources["mountPath"], \
+            "the collector's default socket path works in the pod without --set"
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        assert "nvidia.com/gpu" not in str(container["resources"]), "takes no GPU from the scheduler"
+
+    def test_daemonset_targets_gpu_nodes_and_stays_ready(self):
+        ds = by_kind("DaemonSet")
+        spec = ds["spec"]["template"]["spec"]
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert {"operator": "Exists"} in spec["tolerations"]
+        command = " ".join(spec["containers"][0]["command"])
+        assert "sleep" in command and "trap" in command
+        assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+
+    def test_job_template_pins_a_node_and_captures(self):
+        job = by_kind("Job")
+        spec = job["spec"]["template"]["spec"]
+        assert spec["nodeName"] == "NODE_NAME_HERE" and spec["restartPolicy"] == "Never"
+        assert "gpuforensics capture" in spec["containers"][0]["command"][-1]
+        assert job["spec"]["backoffLimit"] == 0 and job["spec"]["ttlSecondsAfterFinished"] > 0
+
+    def test_dockerfile(self):
+        text = (DEPLOY / "Dockerfile").read_text()
+        assert re.search(r"^FROM python:3\.11", text, re.M)
+        assert 'ENTRYPOINT ["gpuforensics"]' in text
+        assert re.search(r"apt-get install .*\btar\b", text), "kubectl cp needs tar in the image"
+
+
+# --------------------------------------------------------------------------------------------
+# RBAC == the collector's calls
+# --------------------------------------------------------------------------------------------
+def rbac_of(path: str) -> tuple[str, str, str]:
+    """(apiGroup, resource, verb) that authorizes ``GET path`` (the API server's own mapping)."""
+    segs = path.strip("/").split("/")
+    if segs[0] == "api":
+        group, rest = "", segs[2:]
+    elif segs[0] == "apis":
+        group, rest = segs[1], segs[3:]
+    else:
+        raise AssertionError(f"not a resource path: {path}")
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        rest = rest[2:] if len(rest) > 2 else ["namespaces", rest[1]]
+    resource = rest[0]
+    verb = "get" if len(rest) == 2 else "list"
+    if len(rest) > 2:
+        resource = f"{rest[0]}/{rest[2]}"
+    return group, resource, verb
+
+
+def granted() -> set[tuple[str, str, str]]:
+    rules = by_kind("ClusterRole")["rules"]
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"]}
+
+
+def test_rbac_mapping_helper():
+    assert rbac_of("/api/v1/nodes/n") == ("", "nodes", "get")
+    assert rbac_of("/api/v1/namespaces/ml/events") == ("", "events", "list")
+    assert rbac_of("/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods") == ("metrics.k8s.io", "pods", "list")
+    assert rbac_of("/api/v1/namespaces/ml/secrets/x") == ("", "secrets", "get")
+
+
+def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monkeypatch):
+    """Every path the collector takes (node given; node found by host name; events listed
+    cluster-wide when pods span many namespaces) needs only the granted rules, and every
+    granted rule is used."""
+    now = datetime.now(UTC)
+    many = gpu_node_scenario(now)
+    many.pods += [make_pod(f"p{i}", f"tenant-{i}", "gpu-node-07", now, [ContainerSpec("c")])
+                  for i in range(25)]
+    runs = [({"node_name": "gpu-node-07"}, gpu_node_scenario(now)),
+            ({"node_name": None}, gpu_node_scenario(now)),
+            ({"node_name": "gpu-node-07"}, many)]
+    monkeypatch.setattr("socket.gethostname", lambda: "gpu-node-07")
+    used: set[tuple[str, str, str]] = set()
+    for i, (options, state) in enumerate(runs):
+        run_dir = tmp_path / f"run{i}"
+        run_dir.mkdir()
+        with KubeAPIServer(state) as api:
+            kubeconfig = write_kubeconfig(run_dir / "kubeconfig", api.url)
+            staged = make_ctx(run_dir, kubeconfig=str(kubeconfig), **options)
+            KubernetesCollector().snapshot(staged.ctx)
+        assert staged.ctx.partial_reasons == []
+        used |= {rbac_of(p) for _, p, _ in api.requests}
+    assert ("", "events", "list") in used and ("", "nodes", "list") in used
+    assert used == granted()
