@@ -21,6 +21,7 @@ from forensics.analysis.rules.common import (
     gpu_subject,
     name_of,
     owner_of,
+    with_pod,
 )
 from forensics.analysis.thresholds import AnalysisConfig
 

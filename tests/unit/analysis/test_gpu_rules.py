@@ -1,0 +1,133 @@
+"""GPU rules: unallocated-gpu-use, overlapping-gpu-allocation, unattributed-gpu-process,
+gpu-compute-hog, gpu-memory-pressure; each with a case that must fire and one that must not."""
+
+from __future__ import annotations
+
+from tests.support.analysis_bundles import GIB, T0, BundleSpec
+from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind, secretly_taken
+
+
+class TestUnallocatedGpuUse:
+    def test_blanket_grant_on_a_gpu_allocated_to_another_container(self, analyze: Analyze) -> None:
+        doc = analyze(secretly_taken())
+        (f,) = of_kind(doc, "unallocated-gpu-use")
+        assert names(f, "culprit") == ["notebook"]
+        assert names(f, "victim") == ["trainer"]
+        assert f["severity"] == "high"
+        assert "NVIDIA_VISIBLE_DEVICES=all" in f["summary"] and "the image" in f["summary"]
+        members = {e["member"] for e in f["evidence"]}
+        assert "nvml/samples.jsonl" in members and "proc/4202/cgroup" in members
+        assert any(e["locator"].startswith("/Config/Env/") and "NVIDIA_VISIBLE_DEVICES=all" in e["excerpt"]
+                   for e in f["evidence"])
+        assert any(s["type"] == "container" and len(s["id"]) == 64 for s in f["subjects"])
+
+    def test_unallocated_free_gpu_is_medium(self, analyze: Analyze) -> None:
+        doc = analyze(secretly_taken(notebook_gpu=1))
+        (f,) = of_kind(doc, "unallocated-gpu-use")
+        assert f["severity"] == "medium" and names(f, "victim") == []
+
+    def test_explicit_allocation_does_not_fire(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        c = b.container("trainer", device_requests=[{"Driver": "", "Count": 0, "DeviceIDs": ["0"],
+                                                     "Capabilities": [["gpu"]], "Options": {}}])
+        b.process(10, "python", container=c)
+        b.gpu_series(0, range(10), lambda s: (90, 20 * GIB, {10: (20 * GIB, 90.0)}))
+        doc = analyze(b)
+        assert "unallocated-gpu-use" not in kinds(doc)
+        assert doc["verdict"]["clean"] is True
+
+    def test_privileged_container_is_a_blanket_grant(self, analyze: Analyze) -> None:
+        b = BundleSpec(default_runtime="runc")
+        b.gpu(0)
+        c = b.container("miner", image_env=["PATH=/bin"], privileged=True, runtime="runc")
+        b.process(10, "xmrig", container=c)
+        b.gpu_series(0, range(10), lambda s: (90, 2 * GIB, {10: (2 * GIB, 90.0)}))
+        (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+        assert names(f, "culprit") == ["miner"] and "privileged" in f["summary"]
+
+
+class TestOverlappingAllocation:
+    def _two(self, active_second: bool) -> BundleSpec:
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu(1)
+        req = [{"Driver": "", "Count": 2, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
+        a = b.container("job-a", device_requests=req, started=T0 - 600)
+        c = b.container("job-b", device_requests=req, started=T0 - 60)
+        b.process(11, "python", container=a)
+        b.process(12, "python", container=c)
+        procs = {11: (10 * GIB, 50.0)}
+        if active_second:
+            procs[12] = (10 * GIB, 45.0)
+        b.gpu_series(0, range(10), lambda s: (95, 20 * GIB, dict(procs)))
+        return b
+
+    def test_two_count_requests_share_gpus(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(self._two(True)), "overlapping-gpu-allocation")
+        assert names(f, "culprit") == ["job-b"] and names(f, "victim") == ["job-a"]
+        assert "--gpus 2" in f["summary"]
+
+    def test_only_one_active_does_not_fire(self, analyze: Analyze) -> None:
+        assert "overlapping-gpu-allocation" not in kinds(analyze(self._two(False)))
+
+
+class TestUnattributedProcess:
+    def test_host_process_on_allocated_gpu(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        c = b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=0"])
+        b.process(10, "python", container=c)
+        b.process(77, "stress", cgroup="/user.slice/user-1000.slice/session-3.scope")
+        b.gpu_series(0, range(10), lambda s: (95, 20 * GIB, {10: (10 * GIB, 50.0), 77: (10 * GIB, 45.0)}))
+        (f,) = of_kind(analyze(b), "unattributed-gpu-process")
+        assert names(f, "culprit") == ["stress"] and names(f, "victim") == ["trainer"]
+
+    def test_unresolvable_pid_is_a_witness(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu_series(0, range(5), lambda s: (50, 5 * GIB, {9999: (5 * GIB, 50.0)}))
+        doc = analyze(b)
+        (f,) = of_kind(doc, "unattributed-gpu-process")
+        assert f["severity"] == "low" and not names(f, "culprit")
+        assert doc["unattributed"][0]["id"] == "9999"
+
+    def test_container_processes_do_not_fire(self, analyze: Analyze) -> None:
+        assert "unattributed-gpu-process" not in kinds(analyze(secretly_taken()))
+
+
+class TestComputeHog:
+    def test_newcomer_starves_the_owner(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(secretly_taken()), "gpu-compute-hog")
+        assert names(f, "culprit") == ["notebook"] and names(f, "victim") == ["trainer"]
+        assert f["metrics"]["hog_sm_share_pct"] > 90
+        assert "95%" in f["summary"]  # the victim's share before
+
+    def test_fair_sharing_does_not_fire(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        a, c = b.container("a", env=["NVIDIA_VISIBLE_DEVICES=0"]), b.container("b", env=["NVIDIA_VISIBLE_DEVICES=0"])
+        b.process(1, "python", container=a)
+        b.process(2, "python", container=c)
+        b.gpu_series(0, range(20), lambda s: (95, 20 * GIB, {1: (10 * GIB, 48.0), 2: (10 * GIB, 47.0)}))
+        assert "gpu-compute-hog" not in kinds(analyze(b))
+
+
+class TestMemoryPressure:
+    def test_near_full_names_the_holder(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(secretly_taken()), "gpu-memory-pressure")
+        assert names(f, "culprit") == ["notebook"]
+        assert f["metrics"]["peak_ratio"] >= 0.9
+
+    def test_victim_that_died(self, analyze: Analyze) -> None:
+        b = secretly_taken(BundleSpec())
+        b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=0"], state="exited", exit_code=1,
+                    finished=T0 + 45)
+        (f,) = of_kind(analyze(b), "gpu-memory-pressure")
+        assert names(f, "victim") == ["trainer"] and f["severity"] == "high"
+
+    def test_below_threshold_does_not_fire(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu_series(0, range(10), lambda s: (50, 60 * GIB, {}))
+        assert "gpu-memory-pressure" not in kinds(analyze(b))
