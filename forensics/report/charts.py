@@ -27,7 +27,7 @@ __all__ = ["ChartSpec", "Line", "Marker", "Panel", "downsample", "render_svg"]
 #: Most points drawn per line; longer series are reduced to the max of each bucket (peaks kept).
 MAX_POINTS = 600
 #: Longest label kept in a legend.
-MAX_LABEL_CHARS = 42
+MAX_LABEL_CHARS = 32
 #: Okabe-Ito palette (readable for colour-blind readers and in greyscale print).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 SEVERITY_COLOURS = {
@@ -288,7 +288,7 @@ def render_svg(spec: ChartSpec) -> str:
             axes[-1].set_xlabel("time (UTC)", fontsize=8)
             _label_markers(axes[0], spec.markers, dates)
             fig.subplots_adjust(
-                left=0.08, right=0.74, top=1 - 0.3 / height, bottom=0.5 / height, hspace=0.5
+                left=0.08, right=0.72, top=1 - 0.3 / height, bottom=0.5 / height, hspace=0.5
             )
             buf = io.StringIO()
             fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})

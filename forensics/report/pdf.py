@@ -9,6 +9,7 @@ resource reference that reached the layout engine would be refused, never read.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from forensics.errors import ReportError
@@ -17,7 +18,9 @@ __all__ = ["NoFetch", "render_pdf"]
 
 
 def _fetcher_base() -> type:
-    from weasyprint.urls import URLFetcher
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from weasyprint.urls import URLFetcher
 
     base: type = URLFetcher
     return base
@@ -45,7 +48,11 @@ class NoFetch:
 def render_pdf(html: str, fetcher: NoFetch | None = None) -> bytes:
     """Lay out ``html`` (from :mod:`forensics.report.html`) as PDF bytes."""
     try:
-        import weasyprint
+        with warnings.catch_warnings():
+            # weasyprint warns (DeprecationWarning) at import when libharfbuzz-subset is missing;
+            # it still works (fontTools subsets the fonts), so keep that out of the user's output.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import weasyprint
     except (ImportError, OSError) as exc:
         raise ReportError(
             f"PDF output needs weasyprint and its system libraries (pango): {exc}; "

@@ -1,0 +1,127 @@
+"""SVG charts (forensics/report/charts.py): valid, inert SVG; escaped labels; bounded size."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forensics.errors import ReportError
+from forensics.report.charts import (
+    MAX_LABEL_CHARS,
+    ChartSpec,
+    Line,
+    Marker,
+    Panel,
+    downsample,
+    render_svg,
+)
+
+T0 = 1764424800.0
+T = tuple(T0 + i for i in range(300))
+
+
+def _spec(label: str = "GPU utilization", chart_id: str = "gpu-0") -> ChartSpec:
+    values = tuple(50.0 + (i % 20) for i in range(300))
+    return ChartSpec(
+        chart_id,
+        "GPU 0",
+        (
+            Panel(
+                "Utilization",
+                "%",
+                (Line(label, T, values, True), Line("_hidden? no", T, values)),
+                y_max=105.0,
+            ),
+            Panel(
+                "Memory",
+                "GiB",
+                (Line("used", T, tuple(None if i < 10 else 20.0 for i in range(300))),),
+                reference=80.0,
+                reference_label="total 80.0 GiB",
+            ),
+        ),
+        window=(T0 + 100, T0 + 200),
+        markers=(Marker(T0 + 100, "F1", "high"), Marker(T0 + 104, "F2", "critical")),
+    )
+
+
+def _texts(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    return ["".join(el.itertext()) for el in root.iter("{http://www.w3.org/2000/svg}text")]
+
+
+class TestRenderSvg:
+    def test_is_one_inline_svg_element(self) -> None:
+        svg = render_svg(_spec())
+        assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+        assert "<?xml" not in svg and "<!DOCTYPE" not in svg
+        root = ET.fromstring(svg)
+        assert root.get("class") == "chart"
+
+    def test_no_script_no_style_no_external_reference(self) -> None:
+        svg = render_svg(_spec())
+        assert "<script" not in svg and "<style" not in svg
+        assert not re.search(r'href="(?!#)', svg)
+        assert "url(#" in svg or 'href="#' in svg  # internal references still resolve (clip paths)
+
+    def test_ids_are_prefixed_per_chart_and_references_follow(self) -> None:
+        svg = render_svg(_spec(chart_id="container-3"))
+        ids = re.findall(r'id="([^"]+)"', svg)
+        assert ids and all(i.startswith("container-3-") for i in ids)
+        refs = re.findall(r'(?:url\(|href=")#([^)"]+)', svg)
+        assert refs and set(refs) <= set(ids)
+
+    def test_labels_markers_and_titles_are_text(self) -> None:
+        texts = _texts(render_svg(_spec()))
+        assert "Utilization" in texts and "Memory" in texts
+        assert "F1" in texts and "F2" in texts
+        assert "total 80.0 GiB" in texts
+        assert "_hidden? no" in "".join(texts)  # matplotlib would drop a "_" label from the legend
+
+    @pytest.mark.parametrize(
+        "label",
+        [
+            "<img src=file:///etc/passwd>",
+            "</style><script>alert(1)</script>",
+            "{{ 7*7 }}",
+            "$\\alpha$ & $x^2$",
+        ],
+    )
+    def test_hostile_labels_are_escaped_text_not_markup_or_math(self, label: str) -> None:
+        svg = render_svg(_spec(label=label))
+        assert "<img" not in svg and "<script" not in svg
+        shown = label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "…"
+        assert shown in _texts(svg)  # verbatim, so $...$ was not typeset as math
+
+    def test_empty_chart_is_a_report_error(self) -> None:
+        with pytest.raises(ReportError):
+            render_svg(ChartSpec("x", "x", ()))
+
+    def test_all_unknown_values_still_draw(self) -> None:
+        spec = ChartSpec("x", "x", (Panel("p", "%", (Line("l", T, tuple(None for _ in T)),)),))
+        assert render_svg(spec).startswith("<svg")
+
+
+class TestDownsample:
+    def test_short_series_unchanged(self) -> None:
+        assert downsample([1.0, 2.0], [3.0, None]) == ([1.0, 2.0], [3.0, None])
+
+    @given(
+        st.lists(st.one_of(st.none(), st.floats(0, 100)), min_size=0, max_size=3000),
+        st.integers(10, 700),
+    )
+    def test_keeps_peak_and_bounds_length(
+        self, values: list[float | None], max_points: int
+    ) -> None:
+        t = [float(i) for i in range(len(values))]
+        out_t, out_v = downsample(t, values, max_points)
+        assert len(out_t) == len(out_v) <= max(max_points, 0) or len(values) <= max_points
+        assert len(out_t) <= max_points
+        known = [x for x in values if x is not None]
+        kept = [x for x in out_v if x is not None]
+        assert (max(kept) if kept else None) == (max(known) if known else None)
+        assert out_t == sorted(out_t)
