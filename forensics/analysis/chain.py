@@ -84,13 +84,21 @@ def _distinct(subjects: list[Subject]) -> list[Subject]:
 
 def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
     """Order findings, assign ids F1.., link causes, and write the verdict."""
-    ordered = sorted(findings, key=_order_key)
+    # Keys must be unique before linking (two rules could, in theory, produce the same key).
+    uniq: list[Finding] = []
+    seen_keys: set[str] = set()
+    for i, f in enumerate(sorted(findings, key=_order_key)):
+        uniq.append(f if f.key and f.key not in seen_keys else replace(f, key=f"{f.key}#{i}"))
+        seen_keys.add(uniq[-1].key)
+    effects_of = {f.key: [g.key for g in uniq if g is not f and _linked(f, g, cfg)] for f in uniq}
+    # Time order; at equal times a cause comes before its effects.
+    ordered = sorted(uniq, key=lambda f: (f.start if f.start is not None else math.inf,
+                                          0 if effects_of[f.key] else 1, severity_rank(f.severity),
+                                          f.kind, f.key))
     ids = {f.key: f"F{i}" for i, f in enumerate(ordered, 1)}
-    linked: list[Finding] = []
-    for f in ordered:
-        effects = [ids[g.key] for g in ordered if g is not f and _linked(f, g, cfg)]
-        linked.append(replace(f, cause_keys=tuple(effects)))
-    final = [replace(f, key=ids[f.key]) for f in linked]
+    final = [replace(f, key=ids[f.key], cause_keys=tuple(sorted((ids[k] for k in effects_of[f.key]),
+                                                                  key=lambda x: int(x[1:]))))
+             for f in ordered]
     caused = {e for f in final for e in f.cause_keys}
 
     chain: list[dict[str, object]] = []

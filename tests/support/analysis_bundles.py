@@ -29,7 +29,7 @@ from forensics.bundle.writer import BundleWriter
 __all__ = ["GIB", "T0", "BundleSpec", "cid_of", "gpu_uuid"]
 
 GIB = 1 << 30
-T0 = 1764424800.0  # 2026-11-29T14:00:00Z
+T0 = 1764424800.0  # 2025-11-29T14:00:00Z
 BOOT = T0 - 86_400.0
 ALL_COLLECTORS = ("host", "nvml", "procfs", "docker", "cgroups", "kernel", "kubernetes")
 

@@ -1,0 +1,129 @@
+"""Host and GPU-health rules: cpu-throttling, oom-kill, gpu-xid-fault, gpu-clock-throttle,
+pressure-stall; each with a case that must fire and one that must not."""
+
+from __future__ import annotations
+
+from tests.support.analysis_bundles import GIB, T0, BundleSpec
+from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
+
+
+def _loader(throttled_per_tick: int, gpu_util: float) -> BundleSpec:
+    b = BundleSpec()
+    b.gpu(0)
+    c = b.container("loader", env=["NVIDIA_VISIBLE_DEVICES=0"], nano_cpus=200_000_000)
+    b.process(50, "python", container=c)
+    b.gpu_series(0, range(30), lambda s: (gpu_util, 20 * GIB, {50: (20 * GIB, gpu_util)}))
+    for s in range(30):
+        b.cgroup_tick(T0 + s, f"/system.slice/docker-{c}.scope", nr_periods=10 * s,
+                      nr_throttled=throttled_per_tick * s, throttled_usec=80_000 * s)
+    return b
+
+
+class TestCpuThrottling:
+    def test_throttled_feeder_with_idle_gpu_is_high(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(_loader(9, 4)), "cpu-throttling")
+        assert names(f, "victim") == ["loader"] and f["severity"] == "high"
+        assert f["metrics"]["gpu_idle"] is True and "GPU 0" in f["summary"]
+        assert f["evidence"][0]["member"] == "cgroup/samples.jsonl"
+
+    def test_throttled_with_busy_gpu_is_not_gpu_starvation(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(_loader(3, 90)), "cpu-throttling")
+        assert f["metrics"]["gpu_idle"] is False and f["severity"] == "medium"
+
+    def test_unthrottled_does_not_fire(self, analyze: Analyze) -> None:
+        doc = analyze(_loader(0, 90))
+        assert "cpu-throttling" not in kinds(doc)
+        assert any(r["kind"] == "cpu-throttling" for r in doc["ruled_out"])
+
+
+class TestOomKill:
+    def test_kernel_memcg_oom_names_the_container(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        c = b.container("etl", image_env=["PATH=/bin"], memory=32 << 20, state="exited", exit_code=137,
+                        oom_killed=True, finished=T0 + 12)
+        b.kernel_oom(T0 + 12, 777, "python", f"/system.slice/docker-{c}.scope", 32_600, 32_768)
+        doc = analyze(b)
+        (f,) = of_kind(doc, "oom-kill")  # kernel and Docker records of one kill merged
+        assert names(f, "victim", "container") == ["etl"]
+        assert "32.0 MiB" in f["summary"] and "kernel" in f["metrics"]["sources"]
+        assert any("Killed process 777" in e["excerpt"] for e in f["evidence"])
+
+    def test_kubernetes_oomkilled_status(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        uid = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+        cid = "a" * 64
+        b.pod("ml", "trainer-0", uid, [("trainer", cid, 1)], oom_killed=["trainer"])
+        (f,) = of_kind(analyze(b), "oom-kill")
+        assert "ml/trainer-0" in names(f, "victim", "pod")
+        assert any("OOMKilled" in e["excerpt"] for e in f["evidence"])
+
+    def test_no_oom_does_not_fire(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.kmsg(T0 + 5, "eth0: link up")
+        doc = analyze(b)
+        assert "oom-kill" not in kinds(doc)
+        assert any(r["kind"] == "oom-kill" for r in doc["ruled_out"])
+
+
+class TestXid:
+    def test_kernel_xid_79_is_critical_hardware(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu(1)
+        b.kmsg(T0 + 7, "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+        b.nvml_xid_event(1, T0 + 7.2, 79)
+        (f,) = of_kind(analyze(b), "gpu-xid-fault")  # kernel + NVML records merged
+        assert f["severity"] == "critical" and f["metrics"]["xid_class"] == "hardware"
+        assert "GPU 1" in names(f, "witness", "gpu")
+        assert {e["member"] for e in f["evidence"]} == {"kernel/kmsg.txt", "nvml/events.jsonl"}
+
+    def test_application_xid_31(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        b.kmsg(T0 + 7, "NVRM: Xid (PCI:0000:3b:00): 31, pid=4242, name=python, Ch 0000000a, MMU Fault")
+        (f,) = of_kind(analyze(b), "gpu-xid-fault")
+        assert f["metrics"]["xid_class"] == "application" and f["severity"] == "medium"
+
+    def test_no_xid_is_ruled_out(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.kmsg(T0 + 7, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15")
+        doc = analyze(b)
+        assert "gpu-xid-fault" not in kinds(doc)
+        assert any(r["kind"] == "gpu-xid-fault" for r in doc["ruled_out"])
+
+
+class TestClockThrottle:
+    def test_thermal_slowdown(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        for s in range(20):
+            b.gpu_tick(0, T0 + s, 90, 10 * GIB, reasons=0x40 if s >= 10 else 0, temp=91 if s >= 10 else 70)
+        (f,) = of_kind(analyze(b), "gpu-clock-throttle")
+        assert "HW thermal slowdown" in f["summary"] and f["severity"] == "medium"
+
+    def test_idle_reason_is_not_throttling(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        for s in range(20):
+            b.gpu_tick(0, T0 + s, 0, 0, reasons=0x1)
+        doc = analyze(b)
+        assert "gpu-clock-throttle" not in kinds(doc)
+        assert any(r["kind"] == "gpu-clock-throttle" for r in doc["ruled_out"])
+
+
+class TestPressureStall:
+    def test_container_memory_pressure(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        c = b.container("etl", image_env=["PATH=/bin"])
+        for s in range(10):
+            b.cgroup_tick(T0 + s, f"/system.slice/docker-{c}.scope", psi={"memory": (45.0, 30.0)})
+        (f,) = of_kind(analyze(b), "pressure-stall")
+        assert names(f, "victim") == ["etl"] and f["severity"] == "medium"
+
+    def test_host_pressure_low(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        for s in range(10):
+            b.cgroup_tick(T0 + s, "/", psi={"cpu": (1.0, None), "io": (0.5, 0.1)}, host_psi=True)
+        doc = analyze(b)
+        assert "pressure-stall" not in kinds(doc)
+        assert any(r["kind"] == "pressure-stall" for r in doc["ruled_out"])
