@@ -167,7 +167,7 @@ class KubernetesCollector:
         if len(namespaces) + 1 > MAX_EVENT_NAMESPACES:
             scopes = [None]
         else:
-            scopes = sorted(set(namespaces) | {"default"})
+            scopes = [*sorted(set(namespaces) | {"default"})]
         kept: list[dict[str, Any]] = []
         listed = 0
         errors: list[str] = []

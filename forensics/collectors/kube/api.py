@@ -59,9 +59,11 @@ def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
 
     Raises ``SourceUnavailable`` when there is none, or when the one found cannot be loaded.
     """
-    from kubernetes import client, config
+    from kubernetes import client
+    from kubernetes import config as _config
     from kubernetes.config.config_exception import ConfigException
 
+    config: Any = _config  # untyped library functions
     cfg = client.Configuration()
     env_kubeconfig = os.environ.get("KUBECONFIG", "")
     home_kubeconfig = os.path.expanduser("~/.kube/config")
@@ -109,7 +111,7 @@ class KubeAPI:
         self.call_timeout_s = call_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.log: list[CallRecord] = []
-        self._api_client = ApiClient(loaded.configuration)
+        self._api_client: Any = ApiClient(loaded.configuration)
 
     def close(self) -> None:
         try:

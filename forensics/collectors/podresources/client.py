@@ -127,7 +127,8 @@ def fetch(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 5.0,
         ],
     )
     try:
-        stub = api_pb2_grpc.PodResourcesListerStub(channel)
+        generated: Any = api_pb2_grpc  # generated code is untyped
+        stub = generated.PodResourcesListerStub(channel)
         calls: list[tuple[str, Any, Any]] = [
             ("List", stub.List, api_pb2.ListPodResourcesRequest()),
             ("GetAllocatableResources", stub.GetAllocatableResources,
