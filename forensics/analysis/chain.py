@@ -110,7 +110,8 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
 
     significant = [f for f in final if severity_rank(f.severity) <= severity_rank("medium")]
     by_id = {f.key: f for f in final}
-    clean = not any(f.subjects_with("culprit") or f.subjects_with("victim") for f in significant)
+    clean = not any(f.subjects_with("culprit") or f.subjects_with("victim") for f in significant) and not any(
+        severity_rank(f.severity) <= severity_rank("high") for f in final)
     if clean:
         headline = "No contention, misallocation or fault found" + (
             f" ({len(final)} minor observation(s))" if final else "")

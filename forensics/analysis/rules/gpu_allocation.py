@@ -100,6 +100,10 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 how = f"it was allocated other GPUs ({alloc.detail})"
             else:
                 how = "its configuration grants no GPU at all"
+            c = model.container(node, subject.id) if subject.type == "container" else None
+            pod = model.pods.get(c.pod_uid) if c is not None and c.pod_uid else None
+            if pod is not None and pod.gpu_limit() == 0:
+                how += f"; pod {pod.namespace}/{pod.name} has no nvidia.com/gpu limit"
             victim_text = ""
             if holders:
                 victim_text = ", allocated to " + ", ".join(name_of(h[0]) for h in holders)

@@ -105,6 +105,11 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             owner = owner_of(model, node, pid, next((e.proc_name for g in events for e in g if e.pid == pid and e.proc_name), None))
             role = "witness" if cls == "application" else "victim"
             subjects.append(owner.subject.with_role(role))
+        if uuid is not None and cls in ("hardware", "driver") and start is not None:
+            # Whoever was running on the faulted GPU then was harmed by it.
+            for ps in model.proc_samples:
+                if ps.node == node and ps.gpu_uuid == uuid and start - 30 <= ps.t <= start + 5:
+                    subjects.append(owner_of(model, node, ps.pid).subject.with_role("victim"))
         if not subjects:
             subjects.append(Subject("host", node, node, node))
         where = gpu_label(model, node, uuid) if uuid else (f"PCI {first.pci_bus_id}" if first.pci_bus_id else "an unidentified GPU")
@@ -125,7 +130,7 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             kind="gpu-xid-fault", severity=severity,
             confidence=confidence(model, node, 0.95 if uuid else 0.75, (), cfg),
             summary=summary, start=start, end=end, node=node,
-            subjects=dedupe_subjects(subjects),
+            subjects=dedupe_subjects(sorted(subjects, key=lambda s: ("victim", "culprit", "witness").index(s.role))),
             evidence=dedupe_evidence(e.evidence for g in events for e in g),
             metrics=(("xid", code), ("xid_class", cls), ("meaning", meaning), ("occurrences", count)),
             key=f"xid:{node}:{uuid}:{code}",

@@ -1,0 +1,51 @@
+"""Scenario bundles (``sample_bundles/*.tgz``, captured by the real capture) against their golden
+expectations (``tests/golden/<stem>.json``): kind, culprits and victims; see README.md here."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics.analysis import analyze_bundles
+from tests.support.env import need
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = Path(os.environ.get("GPUFORENSICS_SAMPLE_BUNDLES", ROOT / "sample_bundles"))
+GOLDEN = Path(__file__).resolve().parent
+BUNDLES = sorted(SAMPLES.glob("*.tgz"))
+
+
+def _names(subjects: list[dict[str, Any]], role: str | None = None) -> set[str]:
+    return {s["name"] for s in subjects if role is None or s["role"] == role}
+
+
+def test_sample_bundles_exist() -> None:
+    need(bool(BUNDLES), f"no sample bundles in {SAMPLES} (build them: sudo python3 sample_bundles/build.py)")
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.stem for b in BUNDLES])
+def test_golden(bundle: Path) -> None:
+    expected_file = GOLDEN / f"{bundle.stem}.json"
+    assert expected_file.exists(), f"no golden expectations for {bundle.name}: write {expected_file}"
+    want = json.loads(expected_file.read_text())
+    doc = analyze_bundles([bundle])
+    ours = set(want["containers"])
+    culprits = _names(doc["verdict"]["culprits"]) & ours
+    assert culprits == set(want["culprits"]), doc["verdict"]
+    assert set(want["victims"]) <= _names(doc["verdict"]["victims"]), doc["verdict"]
+    for req in want["required"]:
+        matching = [f for f in doc["findings"] if f["kind"] == req["kind"]
+                    and set(req["culprits"]) == _names(f["subjects"], "culprit") & ours
+                    and set(req["victims"]) <= _names(f["subjects"], "victim")]
+        assert matching, f"{req} not among {[(f['kind'], f['summary']) for f in doc['findings']]}"
+        if "severity" in req:
+            assert any(f["severity"] == req["severity"] for f in matching), matching
+    for f in doc["findings"]:
+        if f["kind"] in want["forbidden"]:
+            assert not _names(f["subjects"]) & ours, f"forbidden {f['kind']}: {f['summary']}"
+    # never accuse a scenario container that the story does not blame
+    assert not (_names([s for f in doc["findings"] for s in f["subjects"]], "culprit") & ours) - set(want["culprits"])
