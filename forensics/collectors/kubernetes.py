@@ -178,14 +178,17 @@ class KubernetesCollector:
             except CallFailed as exc:
                 errors.append(str(exc))
                 failures.setdefault("events", exc)
-                ctx.partial(str(exc))
+                if exc.kind in ("timed-out", "budget"):
+                    break  # a server that hangs on one namespace hangs on the next
                 continue
             listed += len(items)
             try:
                 kept.extend(select_events(items, node_name, set(pod_uids), since))
             except ParseError as exc:
                 ctx.partial(f"events in {ns or 'all namespaces'} not understood: {exc}")
-        if len(errors) == len(scopes):
+        if errors:
+            ctx.partial(_summary("events", errors, len(scopes)))
+        if len(errors) == len(scopes) or (errors and not listed):
             return
         ctx.sink.write_json(f"{PREFIX}/events.json", {
             "apiVersion": "v1", "kind": "EventList", "metadata": {},
@@ -214,13 +217,16 @@ class KubernetesCollector:
             ctx.partial(f"node metrics not JSON: {exc}")
         items: list[Any] = []
         pods_ok = False
+        errors: list[str] = []
         for ns in namespaces:
             try:
                 raw = api.get(f"{path}/namespaces/{ns}/pods")
                 page = json.loads(raw)
             except CallFailed as exc:
-                ctx.partial(str(exc))
+                errors.append(str(exc))
                 failures.setdefault("metrics", exc)
+                if exc.kind in ("timed-out", "budget"):
+                    break
                 continue
             except ValueError as exc:
                 ctx.partial(f"pod metrics in {ns} not JSON: {exc}")
@@ -230,11 +236,20 @@ class KubernetesCollector:
                 meta = item.get("metadata", {}) if isinstance(item, dict) else {}
                 if (meta.get("namespace"), meta.get("name")) in pod_names:
                     items.append(item)
+        if errors:
+            ctx.partial(_summary("pod metrics", errors, len(namespaces)))
         if pods_ok:
             doc["pods"] = {"apiVersion": f"{METRICS_GROUP}/{METRICS_VERSION}",
                            "kind": "PodMetricsList", "metadata": {}, "items": items}
         if doc["node"] is not None or doc["pods"] is not None:
             ctx.sink.write_json(f"{PREFIX}/metrics.json", doc)
+
+
+def _summary(what: str, errors: list[str], scopes: int) -> str:
+    """One partial reason for a resource listed in several namespaces."""
+    if len(errors) == 1:
+        return errors[0]
+    return f"{what}: {len(errors)} of {scopes} requests failed; first: {errors[0]}"
 
 
 COLLECTOR = KubernetesCollector()
