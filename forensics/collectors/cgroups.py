@@ -44,7 +44,7 @@ __all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]
 V2_FILES: tuple[tuple[str, bool], ...] = (
     ("cpu.stat", True), ("cpu.max", False), ("cpu.weight", False),
     ("memory.current", True), ("memory.max", False), ("memory.high", False),
-    ("memory.peak", True), ("memory.events", True), ("memory.events.local", False),
+    ("memory.peak", False), ("memory.events", True), ("memory.events.local", False),
     ("memory.stat", False), ("memory.oom.group", False), ("memory.swap.current", False),
     ("pids.current", True), ("pids.max", False),
     ("cpu.pressure", True), ("memory.pressure", True), ("io.pressure", True),
@@ -55,7 +55,7 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
             ("cpu.shares", False)),
     "cpuacct": (("cpuacct.usage", True), ("cpuacct.stat", False)),
     "memory": (("memory.usage_in_bytes", True), ("memory.limit_in_bytes", False),
-               ("memory.max_usage_in_bytes", True), ("memory.failcnt", True),
+               ("memory.max_usage_in_bytes", False), ("memory.failcnt", True),
                ("memory.oom_control", True), ("memory.stat", False), ("cgroup.procs", False)),
     "pids": (("pids.current", True), ("pids.max", False)),
 }
@@ -72,21 +72,33 @@ DEFAULT_MAX_CGROUPS = 1000
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
 
 
+_CPU_STAT_V2 = (("usage_usec", "usage_ns", 1000), ("user_usec", "user_ns", 1000),
+                ("system_usec", "system_ns", 1000), ("nr_periods", "nr_periods", 1),
+                ("nr_throttled", "nr_throttled", 1), ("throttled_usec", "throttled_ns", 1000),
+                ("nr_bursts", "nr_bursts", 1), ("burst_usec", "burst_ns", 1000))
+_CPU_STAT_V1 = (("nr_periods", "nr_periods", 1), ("nr_throttled", "nr_throttled", 1),
+                ("throttled_time", "throttled_ns", 1), ("nr_bursts", "nr_bursts", 1),
+                ("burst_time", "burst_ns", 1))
+
+
 def _cpu_stat(text: str, version: int) -> dict[str, Any]:
-    if version == 2 and "nr_periods" not in text:
-        # No cpu controller here (v2 root, or hybrid): usage only.
-        stat = cgroupfs.parse_cpu_stat(text, 2)
-        return {"usage_ns": stat.usage_ns, "user_ns": stat.user_ns, "system_ns": stat.system_ns}
-    stat = cgroupfs.parse_cpu_stat(text, version)
-    values = {k: v for k, v in vars(stat).items() if v is not None and k != "version"}
+    """cpu.stat with times in ns. Same checks as ``cgroupfs.parse_cpu_stat`` (required keys),
+    built straight from the flat-keyed values (this runs for every cgroup on every tick)."""
+    raw = cgroupfs.parse_flat_keyed(text, "cpu.stat")
+    if version == 2 and "nr_periods" not in raw:
+        if "usage_usec" not in raw:
+            raise ParseError("cpu.stat (v2): missing usage_usec")
+        return {new: raw[old] * scale for old, new, scale in _CPU_STAT_V2[:3] if old in raw}
+    table = _CPU_STAT_V2 if version == 2 else _CPU_STAT_V1
+    for required in table[-5:-2] if version == 2 else table[:3]:
+        if required[0] not in raw:
+            raise ParseError(f"cpu.stat (v{version}): missing {required[0]}")
+    values = {new: raw[old] * scale for old, new, scale in table if old in raw}
     values["stat_version"] = version
     return values
 
 
-def _pressure(text: str) -> dict[str, Any]:
-    parsed = cgroupfs.parse_pressure(text)
-    return {kind: vars(line) for kind, line in (("some", parsed.some), ("full", parsed.full))
-            if line is not None}
+_pressure = cgroupfs.pressure_values
 
 
 # file name -> (section, function(text) -> dict merged into that section)
@@ -139,13 +151,24 @@ for _res in HOST_PRESSURE:
     _INTERPRET[(0, f"pressure/{_res}")] = ("host_pressure", _host_pressure(_res))
 
 
-def interpret(version: int, file: str, text: str) -> tuple[str, dict[str, Any]] | None:
-    """Parse one cgroup file into ``(section, values)`` for index.json and samples.jsonl.
+# Per tick, PSI files contribute their stall counters only (the averages are in the snapshot).
+_TICK_INTERPRET = dict(_INTERPRET)
+for _res in ("cpu", "memory", "io"):
+    _TICK_INTERPRET[(2, f"{_res}.pressure")] = (
+        "pressure", lambda t, r=_res: {r: cgroupfs.pressure_totals(t)})  # type: ignore[misc]
+    _TICK_INTERPRET[(0, f"pressure/{_res}")] = (
+        "host_pressure", lambda t, r=_res: {r: cgroupfs.pressure_totals(t)})  # type: ignore[misc]
+
+
+def interpret(version: int, file: str, text: str,
+              tick: bool = False) -> tuple[str, dict[str, Any]] | None:
+    """Parse one cgroup file into ``(section, values)`` for index.json (``tick=False``) and
+    samples.jsonl (``tick=True``: PSI files give ``some_total_usec``/``full_total_usec`` only).
 
     ``version`` is 1 or 2 for cgroup files, 0 for host ``pressure/<resource>``. None for a file
     that is stored verbatim only. Raises ParseError on bad content.
     """
-    entry = _INTERPRET.get((version, file))
+    entry = (_TICK_INTERPRET if tick else _INTERPRET).get((version, file))
     if entry is None:
         return None
     section, function = entry
@@ -156,12 +179,13 @@ def interpret(version: int, file: str, text: str) -> tuple[str, dict[str, Any]] 
 
 
 def _merge(values: dict[str, Any], section: str, update: dict[str, Any]) -> None:
-    target = values.setdefault(section, {})
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            target[key].update(value)
-        else:
-            target[key] = value
+    # Files of one section never share a nested key (pressure: one resource per file), so a
+    # shallow update is enough.
+    target = values.get(section)
+    if target is None:
+        values[section] = dict(update)  # a copy: ``update`` may be a memoised parse
+    else:
+        target.update(update)
 
 
 @dataclass(frozen=True)
@@ -242,6 +266,10 @@ class CgroupsCollector:
         self.proc_root = proc_root
         self._plan: list[_Target] | None = None
         self._fds: dict[str, int] = {}
+        # per cgroup: the bytes read at the previous tick and the values JSON made from them
+        self._previous: dict[str, tuple[list[bytes | None], str]] = {}
+        # per file: the bytes read at the previous tick and their parse
+        self._parsed: dict[str, tuple[bytes, tuple[str, dict[str, Any]] | None]] = {}
 
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
@@ -366,36 +394,56 @@ class CgroupsCollector:
         if self._plan is None:
             plan, _ = self._build_plan(ctx)
             for target in plan:  # files absent now are absent for the whole window
-                target.files = [f for f in target.files if f[4] and os.path.exists(f[3])]
+                files = [f for f in target.files if f[4] and os.path.exists(f[3])]
+                if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
+                    # hybrid: the unified cpu.stat already carries usage; skip cpuacct.usage
+                    files = [f for f in files if f[2] != "cpuacct.usage"]
+                target.files = files
             self._plan = plan
             _raise_fd_limit(sum(len(t.files) for t in self._plan) + 64)
         lines: list[str] = []
+        head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
+               f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         for target in self._plan:
-            values: dict[str, Any] = {}
+            datas: list[bytes | None] = []
             errors: dict[str, str] = {}
-            for hierarchy, version, file, absolute, per_tick in target.files:
-                if not per_tick:
-                    continue
+            for hierarchy, _, file, absolute, _ in target.files:
                 try:
-                    data = self._read(absolute)
+                    datas.append(self._read(absolute))
                 except OSError as error:
                     errors[f"{hierarchy}/{file}"] = describe_os_error(error)
-                    continue
-                try:
-                    parsed = interpret(version, file, data.decode("utf-8", "replace"))
-                except ParseError as error:
-                    errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
-                    continue
-                if parsed is not None:
-                    _merge(values, *parsed)
-            record: dict[str, Any] = {"t": tick.time_unix, "time": tick.time_iso,
-                                      "tick": tick.index, "cgroup": target.path,
-                                      "values": values}
+                    datas.append(None)
+            previous = self._previous.get(target.path)
+            if not errors and previous is not None and previous[0] == datas:
+                values_json = previous[1]  # every file read now, byte-identical to last tick
+            else:
+                values: dict[str, Any] = {}
+                for (hierarchy, version, file, absolute, _), data in zip(
+                        target.files, datas, strict=True):
+                    if data is None:
+                        continue
+                    memo = self._parsed.get(absolute)
+                    if memo is not None and memo[0] == data:
+                        parsed = memo[1]  # same bytes as last tick: same parse
+                    else:
+                        try:
+                            parsed = interpret(version, file, data.decode("utf-8", "replace"),
+                                               True)
+                        except ParseError as error:
+                            errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
+                            continue
+                        self._parsed[absolute] = (data, parsed)
+                    if parsed is not None:
+                        _merge(values, *parsed)
+                values_json = dumps_json(values, indent=None)
+                self._previous[target.path] = (datas, values_json)
+            start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
             if errors:
-                record["errors"] = errors
-            lines.append(dumps_json(record, indent=None))
+                start += f'"errors": {dumps_json(errors, indent=None)}, '
+            lines.append(f"{start}{head}{values_json}}}")
         if lines:
-            ctx.sink.append_bytes("cgroup/samples.jsonl", ("\n".join(lines) + "\n").encode())
+            ctx.sink.append_bytes("cgroup/samples.jsonl",
+                                  ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
     def _read(self, absolute: str) -> bytes:
         fd = self._fds.get(absolute)
@@ -422,6 +470,8 @@ class CgroupsCollector:
             except OSError:
                 pass
         self._fds.clear()
+        self._previous.clear()
+        self._parsed.clear()
         self._plan = None
 
 

@@ -18,7 +18,6 @@ CPU times are normalised to nanoseconds (``*_ns``) so v1 and v2 compare directly
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +45,8 @@ __all__ = [
     "parse_pressure",
     "parse_v1_limit_bytes",
     "parse_v1_quota_usec",
+    "pressure_totals",
+    "pressure_values",
     "select",
 ]
 
@@ -63,6 +64,8 @@ def _text(text: object, what: str) -> str:
 
 
 def _to_int(token: str, what: str) -> int:
+    if token.isdigit() and token.isascii() and len(token) <= 40:  # the common case, fast
+        return int(token)
     if not token or len(token) > 40:
         raise ParseError(f"{what}: not an integer: {token[:40]!r}")
     body = token[1:] if token[0] in "+-" else token
@@ -99,6 +102,14 @@ def parse_v1_quota_usec(text: str, what: str = "cpu.cfs_quota_us") -> int | None
 def parse_flat_keyed(text: str, what: str = "cgroup file") -> dict[str, int]:
     """A flat-keyed file: ``key value`` per line (cpu.stat, memory.events, memory.stat...)."""
     body = _text(text, what)
+    parts = body.split()
+    count = len(parts) // 2
+    if (len(parts) % 2 == 0 and count <= _MAX_LINES and body.isascii()
+            and len(body.splitlines()) == count):
+        # Fast path: one "key value" pair per line, all values plain digits.
+        numbers = parts[1::2]
+        if all(n.isdigit() and len(n) <= 40 for n in numbers):
+            return dict(zip(parts[0::2], map(int, numbers), strict=True))
     values: dict[str, int] = {}
     for number, line in enumerate(body.splitlines(), 1):
         if number > _MAX_LINES:
@@ -260,40 +271,74 @@ class Pressure:
     full: PressureLine | None
 
 
-def _pressure_line(fields: list[str], what: str) -> PressureLine:
-    pairs: dict[str, str] = {}
-    for item in fields:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ParseError(f"{what}: expected key=value: {item[:40]!r}")
-        pairs[key] = value
-    try:
-        avgs = [float(pairs[k]) for k in ("avg10", "avg60", "avg300")]
-        total = _to_int(pairs["total"], f"{what} total")
-    except KeyError as missing:
-        raise ParseError(f"{what}: missing {missing.args[0]}") from None
-    except ValueError:
-        raise ParseError(f"{what}: bad average in {' '.join(fields)[:80]!r}") from None
-    if not all(math.isfinite(a) and 0.0 <= a <= 100.0 for a in avgs):
-        raise ParseError(f"{what}: average out of range: {avgs}")
-    return PressureLine(avgs[0], avgs[1], avgs[2], total)
+_PRESSURE_KEYS = ("avg10=", "avg60=", "avg300=", "total=")
 
 
-def parse_pressure(text: str, what: str = "pressure") -> Pressure:
-    """A PSI file (``cpu.pressure``, ``/proc/pressure/memory``...)."""
-    lines: dict[str, PressureLine] = {}
-    for number, line in enumerate(_text(text, what).splitlines(), 1):
+def pressure_values(text: str, what: str = "pressure") -> dict[str, dict[str, float | int]]:
+    """A PSI file as plain dicts: ``{"some": {"avg10_pct", "avg60_pct", "avg300_pct",
+    "total_usec"}, "full": {...}}`` (``full`` absent when the file has none). Fast and strict:
+    the kernel's fixed ``avg10= avg60= avg300= total=`` order is required."""
+    body = _text(text, what)
+    result: dict[str, dict[str, float | int]] = {}
+    for number, line in enumerate(body.split("\n"), 1):
         if number > 4:
             raise ParseError(f"{what}: too many lines")
         fields = line.split()
         if not fields:
             continue
-        if fields[0] not in ("some", "full") or fields[0] in lines:
+        kind = fields[0]
+        if kind not in ("some", "full") or kind in result:
             raise ParseError(f"{what} line {number}: expected 'some' or 'full': {line[:80]!r}")
-        lines[fields[0]] = _pressure_line(fields[1:], f"{what} line {number}")
-    if "some" not in lines:
+        if len(fields) != 5 or not all(
+            f.startswith(k) for f, k in zip(fields[1:], _PRESSURE_KEYS, strict=True)
+        ):
+            raise ParseError(f"{what} line {number}: expected avg10= avg60= avg300= total=: "
+                             f"{line[:80]!r}")
+        try:
+            a10, a60, a300 = float(fields[1][6:]), float(fields[2][6:]), float(fields[3][7:])
+        except ValueError:
+            raise ParseError(f"{what} line {number}: bad average: {line[:80]!r}") from None
+        if not (0.0 <= a10 <= 100.0 and 0.0 <= a60 <= 100.0 and 0.0 <= a300 <= 100.0):
+            raise ParseError(f"{what} line {number}: average out of range: {line[:80]!r}")
+        result[kind] = {"avg10_pct": a10, "avg60_pct": a60, "avg300_pct": a300,
+                        "total_usec": _to_int(fields[4][6:], f"{what} total")}
+    if "some" not in result:
         raise ParseError(f"{what}: no 'some' line")
-    return Pressure(lines["some"], lines.get("full"))
+    return result
+
+
+def pressure_totals(text: str, what: str = "pressure") -> dict[str, int]:
+    """Only the stall counters of a PSI file: ``{"some_total_usec": N, "full_total_usec": M}``
+    (``full`` absent when the file has none). The per-tick form: the stall share over an
+    interval is the difference of two totals divided by the interval."""
+    body = _text(text, what)
+    result: dict[str, int] = {}
+    for number, line in enumerate(body.split("\n"), 1):
+        if number > 4:
+            raise ParseError(f"{what}: too many lines")
+        fields = line.split()
+        if not fields:
+            continue
+        key = f"{fields[0]}_total_usec"
+        if fields[0] not in ("some", "full") or key in result or len(fields) != 5 \
+                or not fields[4].startswith("total="):
+            raise ParseError(f"{what} line {number}: not a PSI line: {line[:80]!r}")
+        result[key] = _to_int(fields[4][6:], f"{what} total")
+    if "some_total_usec" not in result:
+        raise ParseError(f"{what}: no 'some' line")
+    return result
+
+
+def _line(values: dict[str, float | int]) -> PressureLine:
+    return PressureLine(float(values["avg10_pct"]), float(values["avg60_pct"]),
+                        float(values["avg300_pct"]), int(values["total_usec"]))
+
+
+def parse_pressure(text: str, what: str = "pressure") -> Pressure:
+    """A PSI file (``cpu.pressure``, ``/proc/pressure/memory``...)."""
+    values = pressure_values(text, what)
+    full = values.get("full")
+    return Pressure(_line(values["some"]), _line(full) if full is not None else None)
 
 
 def select(values: Mapping[str, int], keys: tuple[str, ...]) -> dict[str, int]:

@@ -141,3 +141,24 @@ def test_real_hierarchy_of_this_host(tmp_path: Path) -> None:
     collector.end_sampling(ctx)
     (line,) = read_jsonl(stage, "cgroup/samples.jsonl")
     assert line["cgroup"] == "/" and "cpu" in line["values"]
+
+
+def test_tick_and_snapshot_parses_agree() -> None:
+    """The per-tick cpu.stat view equals the dataclass parser's; PSI ticks keep the totals."""
+    from forensics.parsing import cgroupfs
+    from tests.support.host_evidence import CGROUP_V2
+
+    text = (CGROUP_V2 / DOCKER_SCOPE[1:] / "cpu.stat").read_text()
+    stat = cgroupfs.parse_cpu_stat(text, 2)
+    section, values = interpret(2, "cpu.stat", text, True) or ("", {})
+    assert section == "cpu"
+    assert {k: values[k] for k in ("nr_periods", "nr_throttled", "throttled_ns", "usage_ns")} == {
+        "nr_periods": stat.nr_periods, "nr_throttled": stat.nr_throttled,
+        "throttled_ns": stat.throttled_ns, "usage_ns": stat.usage_ns}
+    v1 = "nr_periods 5\nnr_throttled 2\nthrottled_time 999\n"
+    assert interpret(1, "cpu.stat", v1, True) == ("cpu", {
+        "nr_periods": 5, "nr_throttled": 2, "throttled_ns": 999, "stat_version": 1})
+    psi = (CGROUP_V2 / DOCKER_SCOPE[1:] / "io.pressure").read_text()
+    assert interpret(2, "io.pressure", psi, True) == (
+        "pressure", {"io": {"some_total_usec": 0, "full_total_usec": 0}})
+    assert interpret(2, "io.pressure", psi)[1]["io"]["some"]["avg10_pct"] == 0.0  # type: ignore[index]

@@ -1,0 +1,151 @@
+"""Benchmark: one cgroups sampling tick over 200 container cgroups.
+
+Creates 200 real cgroups (``gpuforensics-bench-<pid>/docker-<id>.scope``) in every v1 hierarchy
+the collector reads (cpu, cpuacct, memory, pids) and in the v2 hierarchy when it can, so the
+kernel's own cgroup files are read; without root (or without cgroupfs) it falls back to 200 copies
+of the v2 fixture tree on a temporary directory. Prints the time and CPU per tick, the CPU share
+at 1 Hz (target: under 1% of one core), and the ratio against a baseline: a plain
+open/read/close loop over the same files with no parsing or writing.
+
+Run: ``python bench/bench_cgroup_tick.py [--cgroups 200] [--ticks 30]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from forensics.bundle.redact import Redactor  # noqa: E402
+from forensics.bundle.sink import EvidenceSink  # noqa: E402
+from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
+from forensics.collectors.cgroups import CgroupsCollector  # noqa: E402
+
+FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/cgroup/v2"
+ROOTS = [Path("/sys/fs/cgroup") / h for h in ("cpu", "cpuacct", "memory", "pids", "unified")]
+
+
+def make_real(count: int, tag: str) -> list[str] | None:
+    if os.geteuid() != 0 or not (ROOTS[0] / "cpu.cfs_quota_us").exists():
+        return None
+    paths = []
+    for _ in range(count):
+        path = f"/{tag}/docker-{secrets.token_hex(32)}.scope"
+        for root in ROOTS:
+            if root.is_dir():
+                (root / path.lstrip("/")).mkdir(parents=True)
+        paths.append(path)
+    return paths
+
+
+def remove_real(tag: str) -> None:
+    for root in ROOTS:
+        top = root / tag
+        if top.is_dir():
+            for child in top.iterdir():
+                if child.is_dir():
+                    child.rmdir()
+            top.rmdir()
+
+
+def make_fixture(count: int, work: Path) -> tuple[list[str], Path]:
+    tree = work / "cg"
+    source = next(FIXTURE.glob("system.slice/docker-*.scope"))
+    paths = []
+    for _ in range(count):
+        path = f"/system.slice/docker-{secrets.token_hex(32)}.scope"
+        shutil.copytree(source, tree / path.lstrip("/"))
+        paths.append(path)
+    for name in ("cpu.stat", "cpu.pressure", "memory.pressure", "io.pressure"):
+        shutil.copy(FIXTURE / name, tree / name)
+    mountinfo = work / "mountinfo"
+    mountinfo.write_text(f"24 1 0:22 / {tree} rw - cgroup2 cgroup2 rw\n")
+    return paths, mountinfo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cgroups", type=int, default=200)
+    parser.add_argument("--ticks", type=int, default=30)
+    args = parser.parse_args()
+    tag = f"gpuforensics-bench-{os.getpid()}"
+    work = Path(tempfile.mkdtemp(prefix="gf-bench-"))
+    try:
+        paths = make_real(args.cgroups, tag)
+        if paths is not None:
+            kind, collector = "real cgroupfs (v1 cpu/cpuacct/memory/pids + v2)", CgroupsCollector()
+        else:
+            paths, mountinfo = make_fixture(args.cgroups, work)
+            kind = "v2 fixture tree on a regular filesystem"
+            collector = CgroupsCollector(str(mountinfo))
+        ctx = CollectContext(CaptureOptions(), EvidenceSink(work / "stage"), Redactor(True),
+                             {"cgroup_paths": paths})
+        collector.sample(ctx, Tick(0, time.time()))  # first tick builds the plan, opens files
+        assert collector._plan is not None
+        files = [f[3] for t in collector._plan for f in t.files if f[4]]
+
+        def run(forget_parses: bool) -> tuple[list[float], list[float]]:
+            wall, cpu = [], []
+            for index in range(1, args.ticks + 1):
+                if forget_parses:  # worst case: every file changed since the previous tick
+                    collector._previous.clear()
+                    collector._parsed.clear()
+                w0, c0 = time.perf_counter(), time.process_time()
+                collector.sample(ctx, Tick(index, time.time()))
+                wall.append(time.perf_counter() - w0)
+                cpu.append(time.process_time() - c0)
+            return wall, cpu
+
+        worst_wall, worst_cpu = run(True)
+        wall, cpu = run(False)
+        fds = list(collector._fds.values())
+        pread_cpu = []
+        for _ in range(args.ticks):
+            c0 = time.process_time()
+            for fd in fds:
+                os.pread(fd, 65536, 0)
+            pread_cpu.append(time.process_time() - c0)
+        collector.end_sampling(ctx)
+
+        base_wall = []
+        for _ in range(args.ticks):
+            w0 = time.perf_counter()
+            for path in files:
+                fd = os.open(path, os.O_RDONLY)
+                os.read(fd, 65536)
+                os.close(fd)
+            base_wall.append(time.perf_counter() - w0)
+
+        def median(values: list[float]) -> float:
+            return sorted(values)[len(values) // 2]
+
+        tick_wall, tick_cpu, base = median(wall), median(cpu), median(base_wall)
+        lines = (work / "stage/cgroup/samples.jsonl").read_text().count("\n")
+        print(f"cgroups: {len(paths)} containers (+ host root) on {kind}")
+        print(f"files read per tick: {len(files)}; sample lines written: {lines}")
+        for label, w, c in (("these (idle) cgroups", tick_wall, tick_cpu),
+                            ("worst case, every file changed", median(worst_wall),
+                             median(worst_cpu))):
+            print(f"[{label}] tick wall {w * 1e3:.2f} ms, CPU {c * 1e3:.2f} ms (median of "
+                  f"{args.ticks}); CPU share at 1 Hz: {c * 100:.2f}% of one core "
+                  f"(target < 1%) -> {'PASS' if c < 0.01 else 'FAIL'}")
+        print(f"of which reading (pread on kept descriptors, kernel side mostly): "
+              f"{median(pread_cpu) * 1e3:.2f} ms CPU")
+        print(f"baseline open/read/close of the same files: {base * 1e3:.2f} ms per pass")
+        print(f"ratio tick / baseline: {tick_wall / base:.2f}x (idle), "
+              f"{median(worst_wall) / base:.2f}x (worst case)")
+    finally:
+        if os.geteuid() == 0:
+            remove_real(tag)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
