@@ -53,6 +53,7 @@ _PROCESS_LISTS = (
     ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
     ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
 )
+_SAMPLE_PROCESS_KEYS = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId", "type", "mig_uuid")
 _FALLBACK_REASONS = frozenset({"library_mismatch", "not_supported", "invalid_argument"})
 
 
@@ -587,18 +588,24 @@ def read_mig_devices(s: _Session, gpu: _Gpu, rec: dict[str, Any] | None) -> None
         s.add(rec["mig_devices"], mig)
 
 
-def _process_list(s: _Session, hd: Any, d: str, out: dict[str, Any], kind: str, func: str) -> list[dict[str, Any]]:
-    """``func`` (pynvml calls the ``_v3`` symbol); the ``_v2`` symbol where the library lacks v3."""
+def _process_list(s: _Session, hd: Any, d: str, out: dict[str, Any], kind: str, func: str,
+                  brief: bool = False) -> list[dict[str, Any]]:
+    """``func`` (pynvml calls the ``_v3`` symbol); the ``_v2`` symbol where the library lacks v3.
+
+    ``brief`` (sampling): a successful list is recorded as its ``count`` only, since the line's
+    ``processes`` holds the same entries with the same NVML field names."""
     nv = s.nv
-    r = s.record(out, f"{func}_v3", _bind(getattr(nv, func), hd), device=d)
+    r = s.query(f"{func}_v3", _bind(getattr(nv, func), hd), device=d)
     if r.missing is not None and r.missing.reason == "library_mismatch":
-        r = s.record(out, f"{func}_v2", _bind(getattr(nv, f"{func}_v2"), hd), device=d)
+        s.put(out, r.call, r)
+        r = s.query(f"{func}_v2", _bind(getattr(nv, f"{func}_v2"), hd), device=d)
+    s.put(out, r.call, {"count": len(r.value)} if brief and r.ok else r)
     if not r.ok:
         return []
     return [dict(p, type=kind) for p in r.value]
 
 
-def read_processes(s: _Session, gpu: _Gpu, prec: dict[str, Any]) -> list[dict[str, Any]]:
+def read_processes(s: _Session, gpu: _Gpu, prec: dict[str, Any], brief: bool = False) -> list[dict[str, Any]]:
     """Compute, graphics and MPS processes on the GPU and on each MIG device
     (``nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid``)."""
     if gpu.handle is None:
@@ -609,11 +616,11 @@ def read_processes(s: _Session, gpu: _Gpu, prec: dict[str, Any]) -> list[dict[st
         mrec: dict[str, Any] = {"slot": slot, "uuid": muuid, "nvml": {}}
         s.add(prec["mig_devices"], mrec)
         for kind, func in _PROCESS_LISTS:
-            for p in _process_list(s, mh, gpu.key, mrec["nvml"], kind, func):
+            for p in _process_list(s, mh, gpu.key, mrec["nvml"], kind, func, brief):
                 on_mig.add((int(p["pid"]), kind))
                 found.append(dict(p, gpu_index=gpu.index, gpu_uuid=gpu.uuid, mig_uuid=muuid))
     for kind, func in _PROCESS_LISTS:
-        for p in _process_list(s, gpu.handle, gpu.key, prec["nvml"], kind, func):
+        for p in _process_list(s, gpu.handle, gpu.key, prec["nvml"], kind, func, brief):
             if (int(p["pid"]), kind) not in on_mig:
                 found.append(dict(p, gpu_index=gpu.index, gpu_uuid=gpu.uuid, mig_uuid=None))
     return found
@@ -798,9 +805,8 @@ class _Sampler:
                      _bind(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
             s.record(out, "nvmlDeviceGetPowerUsage", _bind(nv.nvmlDeviceGetPowerUsage, hd), device=d)
             prec: dict[str, Any] = {"nvml": out, "mig_devices": []}
-            for p in read_processes(s, gpu, prec):
-                s.add(line["processes"], {k: p[k] for k in ("pid", "usedGpuMemory", "gpuInstanceId",
-                                                            "computeInstanceId", "type", "mig_uuid")})
+            s.put(line, "processes", [{k: p[k] for k in _SAMPLE_PROCESS_KEYS}
+                                      for p in read_processes(s, gpu, prec, brief=True)])
             if prec["mig_devices"]:
                 s.put(line, "mig_devices", prec["mig_devices"])
             last = self.last_seen.get(gpu.index, 0)

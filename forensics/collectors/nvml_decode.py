@@ -137,26 +137,42 @@ def xid_description(code: int) -> str | None:
     return XID_DESCRIPTIONS.get(code)
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_jsonable(obj: Any) -> Any:
     """A pynvml result as JSON: structures by their NVML field names, bytes decoded, arrays listed.
 
     Handles ``ctypes.Structure`` (pynvml's ``c_nvml*`` classes), pynvml's ``nvmlFriendlyObject``,
-    ctypes arrays and scalars, lists, dicts and plain values.
+    ctypes arrays and scalars, lists, dicts and plain values. (Scalars are passed through without
+    recursion: this runs on every process of every GPU at every sampling tick.)
     """
-    if obj is None or isinstance(obj, bool | int | float | str):
+    kind = type(obj)
+    if kind in _SCALARS:
+        return obj
+    if isinstance(obj, bool | int | float | str):
         return obj
     if isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
     if isinstance(obj, ctypes.Structure):
-        return {name: to_jsonable(getattr(obj, name)) for name, *_ in obj._fields_}
+        names = _FIELD_NAMES.get(kind)
+        if names is None:
+            names = _FIELD_NAMES[kind] = tuple(f[0] for f in obj._fields_)
+        out = {}
+        for name in names:
+            v = getattr(obj, name)
+            out[name] = v if type(v) in _SCALARS else to_jsonable(v)
+        return out
     if isinstance(obj, ctypes.Array):
         return [to_jsonable(x) for x in obj]
     if isinstance(obj, ctypes._SimpleCData):
         return to_jsonable(obj.value)
     if isinstance(obj, list | tuple):
-        return [to_jsonable(x) for x in obj]
+        return [x if type(x) in _SCALARS else to_jsonable(x) for x in obj]
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if hasattr(obj, "__dict__"):  # pynvml.nvmlFriendlyObject
-        return {k: to_jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")}
+        return {k: (v if type(v) in _SCALARS else to_jsonable(v))
+                for k, v in vars(obj).items() if not k.startswith("_")}
     return str(obj)
