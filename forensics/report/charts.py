@@ -276,7 +276,7 @@ def render_svg(spec: ChartSpec) -> str:
     }
     try:
         with matplotlib.rc_context(rc):  # type: ignore[arg-type]
-            height = 0.75 + 1.45 * len(spec.panels)
+            height = 0.7 + 1.25 * len(spec.panels)
             fig = Figure(figsize=(7.6, height), dpi=72)
             FigureCanvasSVG(fig)
             axes = fig.subplots(len(spec.panels), 1, sharex=True, squeeze=False)[:, 0]
