@@ -277,3 +277,37 @@ def test_pagination_follows_continue(tmp_path, clean_kube_env):
     assert len(items) == 15 and len({i["metadata"]["uid"] for i in items}) == 15
     assert "continue" not in last["metadata"]
     assert sum(1 for _, p, _ in api.requests if p == "/api/v1/pods") == 4
+
+
+class TestInCluster:
+    @pytest.fixture
+    def in_cluster(self, tmp_path, clean_kube_env, monkeypatch):
+        import kubernetes.config.incluster_config as incluster
+
+        import forensics.collectors.kube.api as kube_api_module
+
+        token, cert = tmp_path / "token", tmp_path / "ca.crt"
+        token.write_text("sa-token-abc")
+        cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(cert))
+        monkeypatch.setattr(kube_api_module, "SA_TOKEN", str(token))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+
+    def test_service_account_is_used_in_a_pod(self, in_cluster, tmp_path, monkeypatch):
+        from forensics.collectors.kube.api import load_config
+
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")))
+        loaded = load_config(None, None)
+        assert loaded.source == "in-cluster"
+        assert loaded.configuration.host == "https://10.96.0.1:443"
+        assert loaded.configuration.api_key["BearerToken"] == "bearer sa-token-abc"
+        assert loaded.configuration.retries is False
+
+    def test_explicit_kubeconfig_wins(self, in_cluster, tmp_path):
+        from forensics.collectors.kube.api import load_config
+
+        kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
+        loaded = load_config(str(kc), None)
+        assert loaded.source == f"kubeconfig:{kc}" and loaded.configuration.host == "http://127.0.0.1:1"
