@@ -241,6 +241,16 @@ class KubeAPIServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def set_objects(self, **objects: Any) -> None:
+        """Replace some of what is served: ``nodes=``, ``pods=``, ``events=``, ``pod_metrics=``,
+        ``node_metrics=``, ``secrets=`` (lists of objects as built by tests/support/kube_objects.py),
+        ``metrics_available=``. Takes effect on the next request."""
+        with self._lock:
+            for name, value in objects.items():
+                if not hasattr(self.state, name):
+                    raise TypeError(f"unknown object list {name!r}")
+                setattr(self.state, name, value)
+
     def paths_requested(self) -> list[str]:
         return [p for _, p, _ in self.requests]
 

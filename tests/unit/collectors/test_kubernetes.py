@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,19 @@ class TestInCluster:
         kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
         loaded = load_config(str(kc), None)
         assert loaded.source == f"kubeconfig:{kc}" and loaded.configuration.host == "http://127.0.0.1:1"
+
+
+def test_objects_can_be_replaced_between_captures(tmp_path, kube_api):
+    from tests.support.kube_objects import ContainerSpec, container_id, make_pod
+
+    api, kubeconfig = kube_api
+    real_id = container_id("docker", "trainer")
+    pod = make_pod("trainer-x", "ml", NODE, datetime.now(UTC),
+                   [ContainerSpec("trainer", container_id=real_id, runtime="docker",
+                                  limits={"nvidia.com/gpu": "1"})])
+    api.set_objects(pods=[pod], events=[])
+    staged = run(tmp_path, kubeconfig)
+    assert staged.ctx.published["container_ids"] == [real_id]
+    assert staged.json("kubernetes/events.json")["items"] == []
+    with pytest.raises(TypeError):
+        api.set_objects(configmaps=[])
