@@ -71,6 +71,7 @@ class _Settings:
     docker_host: str | None
     call_timeout_s: float
     workers: int
+    stats: bool
 
 
 def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
@@ -81,7 +82,8 @@ def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
         workers = int(extra.get("docker.workers", 8))
     except ValueError:
         call_timeout, workers = default_timeout, 8
-    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)))
+    stats = extra.get("docker.stats", "1").lower() not in ("0", "false", "no", "off")
+    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)), stats)
 
 
 def _connect(settings: _Settings) -> Any:
@@ -140,17 +142,25 @@ class _Call:
 
 @dataclass
 class _Pool:
-    """Runs calls in threads; ``wait`` returns at the budget whether or not all finished."""
+    """Runs calls in threads; ``wait`` returns at the budget whether or not all finished.
+
+    Two executors: ``workers`` threads for calls that make the engine work (inspect, top, ...),
+    and a wide one for calls that mostly wait: one-shot stats return at the engine's next
+    one-second stats tick, so they are all issued at once and come back together.
+    """
 
     workers: int
+    wide_workers: int = 64
     calls: dict[tuple[str, str], _Call] = field(default_factory=dict)
     futures: dict[cf.Future[Any], _Call] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.executor = cf.ThreadPoolExecutor(max_workers=self.workers,
                                               thread_name_prefix="docker-call")
+        self.wide = cf.ThreadPoolExecutor(max_workers=self.wide_workers,
+                                          thread_name_prefix="docker-wait")
 
-    def submit(self, kind: str, subject: str, fn: Callable[[], Any]) -> None:
+    def submit(self, kind: str, subject: str, fn: Callable[[], Any], wide: bool = False) -> None:
         call = _Call((kind, subject), fn)
         self.calls[call.key] = call
 
@@ -161,7 +171,7 @@ class _Pool:
             finally:
                 call.duration_s = time.monotonic() - call.started
 
-        self.futures[self.executor.submit(run)] = call
+        self.futures[(self.wide if wide else self.executor).submit(run)] = call
 
     def wait(self, deadline: float,
              only: set[tuple[str, str]] | None = None) -> list[tuple[_Call, Any]]:
@@ -191,6 +201,7 @@ class _Pool:
     def close(self) -> None:
         # a wedged call keeps its thread until its own socket timeout; never wait for it
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.wide.shutdown(wait=False, cancel_futures=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,12 +377,13 @@ class DockerCollector:
             "docker_host": settings.docker_host or "(docker.from_env default)",
             "call_timeout_s": settings.call_timeout_s,
             "top_ps_args": TOP_PS_ARGS,
+            "stats": settings.stats,
             "window_start": iso(_window_start(ctx)),
             "containers": {},
             "calls": [],
         }
         try:
-            self._collect(ctx, client, pool, budget_end, index)
+            self._collect(ctx, client, pool, budget_end, index, settings)
         finally:
             pool.close()
             index["calls"] = [
@@ -389,7 +401,7 @@ class DockerCollector:
             client.close()
 
     def _collect(self, ctx: CollectContext, client: Any, pool: _Pool, budget_end: float,
-                 index: dict[str, Any]) -> None:
+                 index: dict[str, Any], settings: _Settings) -> None:
         start = _window_start(ctx)
         until = datetime.now(UTC)
         pool.submit("info", "engine", client.info)
@@ -423,7 +435,8 @@ class DockerCollector:
             pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
             if running:
                 pool.submit("top", cid, functools.partial(client.top, cid, ps_args=TOP_PS_ARGS))
-                pool.submit("stats", cid, functools.partial(_stats, client, cid))
+                if settings.stats:
+                    pool.submit("stats", cid, functools.partial(_stats, client, cid), wide=True)
             img = c.get("ImageID")
             if isinstance(img, str) and img and img not in images:
                 images.add(img)
@@ -477,7 +490,8 @@ class DockerCollector:
         forever), so the same request is made with the client's per-call read timeout.
         """
         out: list[Any] = []
-        params = {"since": int(since.timestamp()), "until": int(until.timestamp()) + 1}
+        # seconds.nanoseconds: a whole-second "until" in the future would hold the stream open
+        params = {"since": f"{since.timestamp():.9f}", "until": f"{until.timestamp():.9f}"}
         response = client._get(client._url("/events"), params=params, stream=True,
                                timeout=pool_call_timeout(client))
         try:
