@@ -147,3 +147,23 @@ def test_fetch_respects_deadline(sock):
         result = fetch(str(sock), timeout_s=5.0, deadline=time.monotonic() + 0.3)
         assert time.monotonic() - t0 < 1.0
     assert result.list.status == "timed-out"
+
+
+def test_generated_modules_match_the_proto(tmp_path):
+    """The checked-in *_pb2*.py are what the README's command generates from api.proto."""
+    import importlib.util
+
+    from tests.support.env import need
+
+    need(importlib.util.find_spec("grpc_tools") is not None, "grpcio-tools (the dev extra) not installed")
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    proto = "forensics/collectors/podresources/api.proto"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--python_out={tmp_path}",
+                    f"--pyi_out={tmp_path}", f"--grpc_python_out={tmp_path}", proto],
+                   cwd=root, check=True, timeout=120)
+    for name in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py"):
+        generated = (tmp_path / "forensics/collectors/podresources" / name).read_text()
+        assert generated == (root / "forensics/collectors/podresources" / name).read_text(), name
