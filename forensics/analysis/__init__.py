@@ -26,9 +26,11 @@ from forensics.bundle.reader import ReadLimits, open_bundle
 __all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "run_rules"]
 
 
-def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None) -> Model:
+def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
+                config: AnalysisConfig | None = None) -> Model:
     """Open each bundle and load every source into one model (several bundles of a host: one timeline)."""
-    model = Model()
+    cfg = config or AnalysisConfig()
+    model = Model(psi_some_floor=cfg.psi_some_avg10_pct, psi_full_floor=cfg.psi_full_avg10_pct)
     for raw in paths:
         path = Path(raw)
         bundle = open_bundle(path, limits)
@@ -63,7 +65,7 @@ def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None =
                     limits: ReadLimits | None = None) -> dict[str, Any]:
     """Analyse one or more bundles and return the analysis JSON document (a dict)."""
     cfg = config or AnalysisConfig()
-    model = build_model(paths, limits)
+    model = build_model(paths, limits, cfg)
     findings = run_rules(model, cfg)
     result = build_chain(findings, cfg)
     ruled = ruled_out(model, list(result.findings), cfg)

@@ -195,7 +195,7 @@ def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> lis
                         "statement": f"no container CPU-throttled in {cfg.cpu_throttled_ratio * 100:.0f}% "
                                      f"or more of its periods on {node}",
                         "evidence": ev("cgroups", f"{n_cpu} cpu.stat readings")})
-        n_psi = sum(1 for s in model.psi_samples if s.node == node)
+        n_psi = info.psi_readings
         if "pressure-stall" not in kinds and n_psi:
             out.append({"kind": "pressure-stall", "node": node,
                         "statement": f"no CPU, memory or IO pressure stall on {node} "

@@ -96,28 +96,47 @@ class Evidence:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EvidenceRef:
-    """A cheap, lazy pointer to evidence (built per sample; turned into Evidence only when cited).
+    """A cheap, lazy pointer to evidence, built per sample and quoted only when a finding cites it.
 
-    ``payload`` is the JSON value quoted (dumped compactly) or a raw text line.
+    ``line`` (1-based) locates it in a text/JSON-lines member, else ``pointer`` (JSON pointer).
+    ``payload`` is the raw line (bytes or str) or a JSON value; ``paths`` pick the values to quote
+    out of a JSON payload (a raw line is parsed again only then).
     """
 
     bundle: str
     member: str
-    locator: str
+    line: int
     payload: Any
+    paths: tuple[tuple[str | int, ...], ...] = ()
+    pointer: str = ""
 
     @property
     def evidence(self) -> Evidence:
+        import json
+
         p = self.payload
-        if isinstance(p, str):
+        locator = f"line {self.line}" if self.line else self.pointer
+        if self.paths:
+            try:
+                doc = json.loads(p) if isinstance(p, bytes | str) else p
+                parts = []
+                for path in self.paths:
+                    cur = doc
+                    for key in path:
+                        cur = cur[key]
+                    parts.append(json.dumps(cur, separators=(",", ":")))
+                return Evidence(self.bundle, self.member, locator, shorten(" ".join(parts)))
+            except (ValueError, KeyError, IndexError, TypeError):
+                pass
+        if isinstance(p, bytes):
+            text = p[: EXCERPT_MAX_CHARS * 2].decode("utf-8", "replace")
+        elif isinstance(p, str):
             text = p[: EXCERPT_MAX_CHARS * 2]
         else:
-            import json
-
             text = json.dumps(p, separators=(",", ":"))
-        return Evidence(self.bundle, self.member, self.locator, shorten(text))
+        return Evidence(self.bundle, self.member, locator, shorten(text))
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class Gpu:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...)."""
 
@@ -71,7 +71,7 @@ class GpuSample:
         return self.ref.evidence
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcessGpuSample:
     """One process on one GPU at time t (nvmlDeviceGetComputeRunningProcesses + GetProcessUtilization)."""
 
@@ -182,7 +182,7 @@ class Pod:
         return sum(n for _, n in self.gpu_limits)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuSample:
     """Cumulative CFS counters of one container (cgroup cpu.stat or Docker stats throttling_data)."""
 
@@ -192,10 +192,14 @@ class CpuSample:
     nr_periods: int
     nr_throttled: int
     throttled_usec: int | None
-    evidence: Evidence
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemorySample:
     """Memory use of one container (cgroup memory.current / memory.usage_in_bytes)."""
 
@@ -206,7 +210,7 @@ class MemorySample:
     limit_bytes: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PsiSample:
     """A PSI reading (/proc/pressure/<resource> or <cgroup>/<resource>.pressure); scope ``host`` or a container id."""
 
@@ -216,7 +220,11 @@ class PsiSample:
     t: float
     some_avg10_pct: float
     full_avg10_pct: float | None
-    evidence: Evidence
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
 
 
 @dataclass(frozen=True)
@@ -275,6 +283,7 @@ class NodeInfo:
     clock_offset_s: float | None = 0.0
     collector_status: dict[str, str] = field(default_factory=dict)
     kernel_records: int = 0
+    psi_readings: int = 0
     members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
     kernel_window: tuple[float, float] | None = None
 
@@ -299,6 +308,9 @@ class Model:
     limitations: list[str] = field(default_factory=list)
     collectors: list[dict[str, object]] = field(default_factory=list)
     bundles: list[dict[str, object]] = field(default_factory=list)
+    # PSI readings below both floors are counted but not kept (set from the thresholds).
+    psi_some_floor: float = 0.0
+    psi_full_floor: float = 0.0
 
     # -- sources -------------------------------------------------------------------------------
     def node(self, host: str) -> NodeInfo:

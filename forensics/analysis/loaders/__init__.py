@@ -57,13 +57,13 @@ def finalize(model: Model) -> None:
                 out.append(item)
         return out
 
+    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples if not s.ref.member.startswith("docker/")}
+    model.cpu_samples = [s for s in model.cpu_samples
+                         if not (s.ref.member.startswith("docker/") and (s.node, s.container_id) in from_cgroup)]
+    if all(len(info.bundles) <= 1 for info in model.nodes.values()):
+        return  # one bundle per host: nothing can be there twice
     model.gpu_samples = dedupe(model.gpu_samples, lambda s: (s.node, s.gpu_uuid, round(s.t, 3)))
     model.proc_samples = dedupe(model.proc_samples, lambda s: (s.node, s.gpu_uuid, s.pid, round(s.t, 3)))
-    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples
-                   if not s.evidence.member.startswith("docker/")}
-    model.cpu_samples = dedupe(
-        [s for s in model.cpu_samples
-         if not (s.evidence.member.startswith("docker/") and (s.node, s.container_id) in from_cgroup)],
-        lambda s: (s.node, s.container_id, round(s.t, 3)))
+    model.cpu_samples = dedupe(model.cpu_samples, lambda s: (s.node, s.container_id, round(s.t, 3)))
     model.memory_samples = dedupe(model.memory_samples, lambda s: (s.node, s.container_id, round(s.t, 3)))
     model.psi_samples = dedupe(model.psi_samples, lambda s: (s.node, s.scope, s.resource, round(s.t, 3)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.analysis.findings import Evidence
+from forensics.analysis.findings import EvidenceRef
 from forensics.analysis.loaders.common import as_float, as_int, dig, parse_time
 from forensics.analysis.model import CpuSample, MemorySample, Model, OomKill, PsiSample
 from forensics.analysis.source import Source
@@ -29,7 +29,7 @@ def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
     return cache[path]
 
 
-def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, Any], ev: Evidence,
+def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, Any], ev: EvidenceRef,
                 cache: dict[str, str | None]) -> None:
     cid = _container_of(path, cache)
     cpu = values.get("cpu")
@@ -47,12 +47,16 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
         psi = values.get(section)
         if not scope or not isinstance(psi, dict):
             continue
-        for resource, lines in sorted(psi.items()):
+        info = model.node(node)
+        for resource, lines in psi.items():
             some = as_float(dig(lines, "some", "avg10_pct"))
             if some is None:
                 continue
-            model.psi_samples.append(PsiSample(node, scope, resource, t, some,
-                                               as_float(dig(lines, "full", "avg10_pct")), ev))
+            info.psi_readings += 1
+            full = as_float(dig(lines, "full", "avg10_pct"))
+            # Readings below both floors (the rule's thresholds) can never matter: counted, not kept.
+            if some >= model.psi_some_floor or (full is not None and full >= model.psi_full_floor):
+                model.psi_samples.append(PsiSample(node, scope, resource, t, some, full, ev))
 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:
@@ -63,7 +67,7 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
         if not isinstance(path, str) or t is None or not isinstance(values, dict):
             continue
         sampled = True
-        _add_values(model, node, path, t, values, src.ev_line("cgroup/samples.jsonl", no, raw), cache)
+        _add_values(model, node, path, t, values, src.ref("cgroup/samples.jsonl", no, raw), cache)
     if sampled:
         model.node(node).members_used.setdefault("cgroups", "cgroup/samples.jsonl")
         model.node(node).members_used.setdefault("psi", "cgroup/samples.jsonl")
@@ -75,7 +79,7 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
         if not isinstance(path, str) or not isinstance(values, dict):
             continue
         cid = _container_of(path, cache)
-        ev = src.ev_pointer("cgroup/index.json", f"/cgroups/{i}/values", index)
+        ev = src.ref("cgroup/index.json", 0, values, pointer=f"/cgroups/{i}/values")
         if not sampled:
             _add_values(model, node, path, t_snap, values, ev, cache)
             model.node(node).members_used.setdefault("cgroups", "cgroup/index.json")

@@ -143,7 +143,8 @@ def _load_stats(src: Source, model: Model, node: str, cid: str) -> None:
     th = _throttling(stats)
     if th is not None and t is not None:
         model.cpu_samples.append(CpuSample(node, cid, t, th[0], th[1], th[2] // 1000,
-                                           src.ev_pointer(member, "/cpu_stats/throttling_data", stats)))
+                                           src.ref(member, 0, stats, ("cpu_stats", "throttling_data"),
+                                                   pointer="/cpu_stats/throttling_data")))
 
 
 def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
@@ -175,7 +176,7 @@ def _load_samples(src: Source, model: Model, node: str) -> None:
             continue
         stats = rec.get("stats")
         th = _throttling(stats)
-        ev = src.ev_line("docker/samples.jsonl", no, raw)
+        ev = src.ref("docker/samples.jsonl", no, raw)
         if th is not None:
             model.cpu_samples.append(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev))
         usage = as_int(dig(stats, "memory_stats", "usage"))

@@ -51,10 +51,10 @@ def _power_w(nvml: Any) -> float | None:
     return mw / 1000 if mw is not None else None
 
 
-def _util_items(nvml: Any) -> dict[int, Any]:
-    """The last nvmlDeviceGetProcessUtilization sample per PID (verbatim, for quoting)."""
+def _util_items(nvml: Any) -> dict[int, int]:
+    """PID -> index of its last nvmlDeviceGetProcessUtilization sample (for quoting)."""
     util = _val(nvml, "nvmlDeviceGetProcessUtilization")
-    return {p: item for item in (util if isinstance(util, list) else [])
+    return {p: k for k, item in enumerate(util if isinstance(util, list) else [])
             if (p := as_int(dig(item, "pid"))) is not None}
 
 
@@ -104,7 +104,7 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         temp = as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)"))
         model.gpu_samples.append(GpuSample(
             node, uuid, t, util, used, total, _reasons(nvml), temp, _power_w(nvml),
-            src.ref(member, f"line {no}", {k: nvml[k] for k in _QUOTED if isinstance(nvml, dict) and k in nvml})))
+            src.ref(member, no, _raw, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml))))
         sm = _sm_by_pid(nvml)
         items = _util_items(nvml) if sm else {}
         has_util = _val(nvml, "nvmlDeviceGetProcessUtilization") is not None or \
@@ -119,11 +119,12 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             puuid = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else uuid
             model.proc_samples.append(ProcessGpuSample(
                 node, uuid if puuid == uuid else uuid, pid, t, as_int(p.get("usedGpuMemory")),
-                sm.get(pid, 0.0 if has_util else None), src.ref(member, f"line {no}", p if pid not in items else {"process": p, "nvmlDeviceGetProcessUtilization": items[pid]})))
+                sm.get(pid, 0.0 if has_util else None), src.ref(member, no, _raw, ("processes", j),
+                        *((("nvml", "nvmlDeviceGetProcessUtilization", "value", items[pid]),) if pid in items else ()))))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:
                 model.proc_samples.append(ProcessGpuSample(
-                    node, uuid, pid, t, None, value, src.ref(member, f"line {no}", items.get(pid, {"pid": pid}))))
+                    node, uuid, pid, t, None, value, src.ref(member, no, _raw, ("nvml", "nvmlDeviceGetProcessUtilization", "value", items.get(pid, 0)))))
     if sampled:
         model.node(node).members_used.setdefault("nvml", member)
     else:
@@ -146,7 +147,8 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         model.gpu_samples.append(GpuSample(
             node, uuid, t, as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu")), used, total,
             _reasons(nvml), as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")),
-            _power_w(nvml), src.ref("nvml/devices.json", f"/devices/{i}/nvml", {"memory": _val(nvml, "nvmlDeviceGetMemoryInfo_v2")})))
+            _power_w(nvml), src.ref("nvml/devices.json", 0, dev, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml),
+                    pointer=f"/devices/{i}/nvml")))
         model.node(node).members_used.setdefault("nvml", "nvml/devices.json")
     pdoc = src.json("nvml/processes.json")
     pt = as_float(dig(pdoc, "t")) or t
@@ -165,7 +167,7 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         sm = sm_by_gpu.get(uuid, {})
         model.proc_samples.append(ProcessGpuSample(
             node, uuid, pid, pt, as_int(dig(p, "used_memory_bytes")), sm.get(pid),
-            src.ref("nvml/processes.json", f"/processes/{j}", p)))
+            src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}")))
 
 
 def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:
