@@ -1,0 +1,103 @@
+"""Pieces of the docker collector that need no engine: PIDs from cgroup files, redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from forensics.bundle.redact import Redactor
+from forensics.collectors.docker import (
+    _merge_pids,
+    _parse_docker_time,
+    _redact_container,
+    _redact_listing,
+    _redact_top,
+    container_processes,
+)
+from forensics.parsing.cgroupfs import parse_cgroup_mounts
+
+CID = "1949ad951dca5b0e8155513647f7e531501f57d38c6cd0c2f60e40891dac83e1"
+MOUNTINFO_HYBRID = """\
+31 23 0:28 / {root}/sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / {root}/sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / {root}/sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / {root}/sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / {root}/sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.redactor = Redactor(key=b"k" * 32)
+
+
+def _fake_host(tmp: Path, procs: dict[str, list[int]]) -> tuple[Path, Any]:
+    """A /proc/<pid>/cgroup and cgroup.procs files laid out like a hybrid cgroup host."""
+    proc = tmp / "proc"
+    (proc / "100").mkdir(parents=True)
+    (proc / "100" / "cgroup").write_text(
+        f"4:memory:/docker/{CID}\n1:cpu:/docker/{CID}\n9:name=systemd:/docker/{CID}\n0::/docker/{CID}\n")
+    for hier, pids in procs.items():
+        d = tmp / "sys/fs/cgroup" / hier / "docker" / CID
+        d.mkdir(parents=True)
+        (d / "cgroup.procs").write_text("".join(f"{p}\n" for p in pids))
+    mounts = parse_cgroup_mounts(MOUNTINFO_HYBRID.format(root=tmp))
+    return proc, mounts
+
+
+def test_all_processes_of_every_hierarchy(tmp_path: Path) -> None:
+    proc, mounts = _fake_host(tmp_path, {"memory": [100, 101, 150], "cpu": [100, 101, 150],
+                                         "systemd": [100, 101, 150], "unified": [100, 101, 150, 151]})
+    res = container_processes(100, mounts, proc_root=str(proc))
+    assert set(res["cgroup_paths"]) == {"memory", "cpu", "name=systemd", "unified"}
+    assert set(res["cgroup_paths"].values()) == {f"/docker/{CID}"}
+    assert sorted(int(p) for p in res["pids"]) == [100, 101, 150, 151]
+    assert len(res["pids"]["100"]) == 4 and len(res["pids"]["151"]) == 1
+    assert res["errors"] == {}
+
+
+def test_missing_hierarchy_recorded_not_fatal(tmp_path: Path) -> None:
+    proc, mounts = _fake_host(tmp_path, {"memory": [100]})
+    res = container_processes(100, mounts, proc_root=str(proc))
+    assert list(res["pids"]) == ["100"]
+    assert any("cpu" in k for k in res["errors"])
+
+
+def test_vanished_process(tmp_path: Path) -> None:
+    res = container_processes(4242, (), proc_root=str(tmp_path))
+    assert res["pids"] == {} and res["errors"]
+
+
+def test_merge_with_top() -> None:
+    procs = {"state_pid": 100, "cgroup_paths": {"memory": "/docker/x"}, "errors": {},
+             "pids": {"100": ["/m/cgroup.procs"], "101": ["/m/cgroup.procs"]}}
+    top = {"Titles": ["PID", "PPID", "USER", "%CPU", "RSS", "ELAPSED", "COMMAND"],
+           "Processes": [["100", "90", "root", "0.0", "4", "10", "sleep 9"],
+                         ["102", "100", "root", "0.0", "4", "1", "sleep 1"]]}
+    out = _merge_pids(procs, top, "2026-11-30T05:00:10.000000Z")
+    assert out["pids"]["100"]["sources"] == ["/m/cgroup.procs", "top"]
+    assert out["pids"]["100"]["start_time_approx"] == "2026-11-30T05:00:00.000000Z"
+    assert out["pids"]["101"] == {"sources": ["/m/cgroup.procs"]}
+    assert out["pids"]["102"]["ppid"] == 100
+
+
+def test_redaction_of_inspect_top_and_list() -> None:
+    ctx: Any = _Ctx()
+    doc = {"Path": "python", "Args": ["train.py", "--api-token", "s3cr3t"],
+           "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all", "AWS_SECRET_ACCESS_KEY=abc", "PATH=/bin"],
+                      "Cmd": ["python", "--password=hunter2"], "Entrypoint": None}}
+    out = _redact_container(doc, ctx)
+    assert out["Config"]["Env"][0] == "NVIDIA_VISIBLE_DEVICES=all"
+    assert out["Config"]["Env"][1].startswith("AWS_SECRET_ACCESS_KEY=<redacted:")
+    assert "hunter2" not in str(out) and "s3cr3t" not in str(out)
+    top = {"Titles": ["PID", "COMMAND"], "Processes": [["1", "python --password=hunter2 x"]]}
+    assert "hunter2" not in str(_redact_top(top, ctx))
+    listing = [{"Command": "sh -c 'x --token=abcdef'"}]
+    assert "abcdef" not in str(_redact_listing(listing, ctx))
+
+
+def test_docker_time() -> None:
+    t = _parse_docker_time("2026-11-30T05:31:14.123456789Z")
+    assert t is not None and t.microsecond == 123456
+    assert _parse_docker_time("0001-01-01T00:00:00Z") is None
+    assert _parse_docker_time("garbage") is None
