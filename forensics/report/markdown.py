@@ -357,7 +357,7 @@ def render_markdown_view(v: ReportView) -> str:
     for b in v.bundles:
         add(
             f"- {md_code(b.path or b.name, False)}: SHA-256 {md_code(b.file_sha256 or 'unknown', False)}, "
-            f"host {md_text(b.host or '—')}, {b.members.total} members in the manifest"
+            f"host {md_text(b.host or '—')}, {b.member_count} members in the manifest"
         )
     add("")
     add("```")

@@ -357,7 +357,8 @@ class BundleView:
     captured_end: str
     interrupted: bool | None
     tool_version: str
-    members: Split[tuple[str, str]]
+    member_count: int
+    cited: Split[tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -405,7 +406,7 @@ class ReportView:
                 self.containers,
                 self.unattributed,
             )
-        ) or any(b.members.total for b in self.bundles)
+        ) or any(b.cited.total for b in self.bundles)
 
 
 # --------------------------------------------------------------------------- builders
@@ -440,15 +441,18 @@ class _Members:
 
     def __init__(self, bundles: Sequence[Mapping[str, Any]]) -> None:
         self._by_bundle: dict[str, dict[str, str]] = {}
+        self.cited: dict[str, set[str]] = {}
         for bundle in bundles:
             members = {k: v for k, v in _dict(bundle, "members").items() if isinstance(v, str)}
             self._by_bundle[posixpath.basename(_str(bundle, "path"))] = members
 
     def sha(self, bundle: str, member: str) -> str | None:
-        found = self._by_bundle.get(posixpath.basename(bundle))
-        if found is None and len(self._by_bundle) == 1:
-            found = next(iter(self._by_bundle.values()))
-        return (found or {}).get(member)
+        """The member's SHA-256, recording the member as cited by the report."""
+        key = posixpath.basename(bundle)
+        if key not in self._by_bundle and len(self._by_bundle) == 1:
+            key = next(iter(self._by_bundle))
+        self.cited.setdefault(key, set()).add(member)
+        return self._by_bundle.get(key, {}).get(member)
 
 
 def _evidence(items: list[dict[str, Any]], members: _Members) -> tuple[EvidenceView, ...]:
@@ -846,9 +850,15 @@ class _Builder:
         return tuple(steps)
 
     def bundle(self, d: Mapping[str, Any], position: int) -> BundleView:
-        members = sorted((k, v) for k, v in _dict(d, "members").items() if isinstance(v, str))
+        """A bundle with the members the report cites (all members are in its manifest.json)."""
         path = _str(d, "path")
         name = posixpath.basename(path)
+        manifest = _dict(d, "members")
+        cited = sorted(
+            (m, v if isinstance(v, str) else "")
+            for m in self.members.cited.get(name, set())
+            for v in [manifest.get(m)]
+        )
         return BundleView(
             path=path,
             name=name,
@@ -858,7 +868,8 @@ class _Builder:
             captured_end=_str(d, "captured_end"),
             interrupted=_bool(d, "interrupted"),
             tool_version=_str(d, "tool_version"),
-            members=split(members, f"appendix-members-{position}", body_rows=0),
+            member_count=len(manifest),
+            cited=split(cited, f"appendix-members-{position}", body_rows=0),
         )
 
     def collectors(self) -> list[CollectorView]:
@@ -902,7 +913,15 @@ def build_view(doc: object) -> ReportView:
         b.by_id[fid] for fid in dict.fromkeys(s.finding_id for s in chain) if fid in b.by_id
     )
     others = _sorted_findings(f for f in b.findings if f.id not in in_chain)
-    bundles = tuple(b.bundle(d, i) for i, d in enumerate(b.bundles))
+    ruled_out = tuple(
+        RuledOutView(
+            _str(d, "kind"), _str(d, "statement"), _evidence(_dicts(d, "evidence"), b.members)
+        )
+        for d in _dicts(doc, "ruled_out")
+    )
+    bundles = tuple(
+        b.bundle(d, i) for i, d in enumerate(b.bundles)
+    )  # after every evidence is cited
     hosts = tuple(dict.fromkeys(v.host for v in bundles if v.host))
     starts = [s for s in (_unix(v.captured_start) for v in bundles) if s is not None]
     ends = [e for e in (_unix(v.captured_end) for v in bundles) if e is not None]
@@ -946,12 +965,7 @@ def build_view(doc: object) -> ReportView:
         other_findings=split(
             others, "appendix-findings", body_rows=BODY_ROWS if chain else 2 * BODY_ROWS
         ),
-        ruled_out=tuple(
-            RuledOutView(
-                _str(d, "kind"), _str(d, "statement"), _evidence(_dicts(d, "evidence"), b.members)
-            )
-            for d in _dicts(doc, "ruled_out")
-        ),
+        ruled_out=ruled_out,
         limitations=_strs(doc, "limitations"),
         collectors=split(collectors, "appendix-collectors", body_rows=3 * BODY_ROWS),
         collector_problems=tuple(c for c in collectors if not c.ok),

@@ -83,8 +83,10 @@ class TestText:
         self, rendered: Rendered, pdftext: Callable[..., str]
     ) -> None:
         pages = pdftext(rendered("large")["pdf"]).split("\f")
-        with_member_header = [p for p in pages if "Member SHA-256" in _flat(p)]
-        assert len(with_member_header) >= 3  # the manifest table spans pages, its header repeats
+        with_header = [p for p in pages if "Container / image GPU allocation" in _flat(p)]
+        assert (
+            len(with_header) >= 3
+        )  # the containers' appendix table spans pages, its header repeats
 
     def test_nothing_clipped_right_margin(
         self, rendered: Rendered, tmp_path: Path, tool: Callable[[str], str]

@@ -135,10 +135,14 @@ class TestLongTables:
         assert len(view.containers.body) == v.BODY_ROWS
         assert view.containers.total == 122
         assert len(view.containers.appendix) == 122 - v.BODY_ROWS
-        members = view.bundles[0].members
+        cited = view.bundles[0].cited
+        assert view.bundles[0].member_count == 3013
+        doc = make_doc("large")
+        expected = {e["member"] for f in doc["findings"] + doc["ruled_out"] for e in f["evidence"]}
+        assert {m for m, _ in cited.all_shown} == expected  # the members cited, not all 3013
         assert (
-            len(members.appendix) == v.APPENDIX_CAP
-            and members.omitted == members.total - v.APPENDIX_CAP
+            dict(cited.appendix)["nvml/samples.jsonl"]
+            == make_doc("large")["bundles"][0]["members"]["nvml/samples.jsonl"]
         )
         assert len(view.charts) <= v.GPU_CHART_CAP + v.CONTAINER_CHART_CAP
         assert all(len(c.markers) <= v.MARKER_CAP for c in view.charts)
