@@ -16,6 +16,8 @@ linked to its memcg and so to a container or pod), ``kernel/xid.json``, ``kernel
 from __future__ import annotations
 
 import errno
+import json
+import json.encoder
 import os
 import stat
 import subprocess
@@ -152,6 +154,22 @@ def oom_json(kill: kmsg.OomKill, boot: float) -> dict[str, Any]:
     return item
 
 
+_encode_string = json.encoder.encode_basestring  # json.dumps(s, ensure_ascii=False), without
+# building an encoder per call
+
+
+def record_line(record: kmsg.KmsgRecord, time_iso: str) -> str:
+    """One ``records.jsonl`` line: the same JSON ``dumps_json(..., indent=None)`` makes (sorted
+    keys), written out directly because a ring buffer can hold a million records."""
+    message = _encode_string(record.message)
+    seq = "null" if record.seq is None else str(record.seq)
+    fields = (f'"fields": {dumps_json(dict(record.fields), indent=None)}, '
+              if record.fields else "")
+    return (f'{{"facility": {record.facility}, {fields}"level": {record.level}, '
+            f'"message": {message}, "seq": {seq}, "time": "{time_iso}", '
+            f'"ts_usec": {record.ts_usec}}}')
+
+
 class Derived:
     """Accumulates what one pass over the records yields (bounded)."""
 
@@ -166,8 +184,8 @@ class Derived:
         self.last_ts: int | None = None
         self.last_seq: int | None = None
 
-    def feed(self, record: kmsg.KmsgRecord) -> dict[str, Any]:
-        """Consume one record; return its ``records.jsonl`` line as a dict."""
+    def feed(self, record: kmsg.KmsgRecord) -> str:
+        """Consume one record; return its ``records.jsonl`` line (JSON, no newline)."""
         self.count += 1
         if self.first_ts is None:
             self.first_ts = record.ts_usec
@@ -187,14 +205,7 @@ class Derived:
             item = asdict(driver)
             item["time"] = kmsg.wall_time_iso(driver.ts_usec, self.boot)
             self.driver.append(item)
-        line: dict[str, Any] = {
-            "seq": record.seq, "ts_usec": record.ts_usec,
-            "time": kmsg.wall_time_iso(record.ts_usec, self.boot),
-            "facility": record.facility, "level": record.level, "message": record.message,
-        }
-        if record.fields:
-            line["fields"] = dict(record.fields)
-        return line
+        return record_line(record, kmsg.wall_time_iso(record.ts_usec, self.boot))
 
 
 def derive(records: Iterable[kmsg.KmsgRecord], boot: float,
@@ -206,7 +217,7 @@ def derive(records: Iterable[kmsg.KmsgRecord], boot: float,
     for record in records:
         line = derived.feed(record)
         if write_lines is not None:
-            chunk.append(dumps_json(line, indent=None))
+            chunk.append(line)
             if len(chunk) >= _DERIVED_CHUNK:
                 write_lines("\n".join(chunk) + "\n")
                 chunk = []
@@ -412,16 +423,21 @@ class KernelCollector:
             self._window_fd = None
 
 
-def _lines(raw: bytes) -> Iterator[str]:
-    """Decode lines lazily (bounded memory: one line at a time from the joined buffer)."""
+def _lines(raw: bytes, block: int = 1 << 20) -> Iterator[str]:
+    """Decode lines block by block (about 1 MiB at a time, cut at a newline): bounded extra
+    memory whatever the size of the log, without a decode call per line."""
     start = 0
     size = len(raw)
     while start < size:
-        end = raw.find(b"\n", start)
-        if end < 0:
-            end = size - 1
-        yield raw[start:end + 1].decode("utf-8", "replace")
-        start = end + 1
+        end = raw.find(b"\n", min(start + block, size) - 1)
+        end = size if end < 0 else end + 1
+        parts = raw[start:end].decode("utf-8", "replace").split("\n")
+        last = parts.pop()  # "" when the block ends with a newline
+        for part in parts:
+            yield part + "\n"
+        if last:
+            yield last
+        start = end
 
 
 COLLECTOR = KernelCollector()

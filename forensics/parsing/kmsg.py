@@ -80,24 +80,32 @@ def _nonneg_int(token: str, what: str) -> int:
     return int(token)
 
 
-def parse_kmsg_record(line: str) -> KmsgRecord:
-    """Parse the first line of a ``/dev/kmsg`` record (``prio,seq,ts,flag[,..];message``)."""
-    if not isinstance(line, str):
-        raise ParseError(f"kmsg: expected text, got {type(line).__name__}")
+def _header(line: str) -> tuple[int, int, int, str, str]:
+    """``(prio, seq, ts_usec, flags, message)`` of a record's first line; ParseError if bad."""
     header, sep, message = line.partition(";")
     if not sep:
         raise ParseError(f"kmsg: no ';' after the header: {line[:80]!r}")
     parts = header.split(",", 4)
     if len(parts) < 4:
         raise ParseError(f"kmsg: header needs prio,seq,ts,flag: {header[:80]!r}")
-    prio = _nonneg_int(parts[0], "kmsg prio")
-    seq = _nonneg_int(parts[1], "kmsg seq")
-    ts_usec = _nonneg_int(parts[2], "kmsg timestamp")
-    if message.endswith("\n"):
+    prio, seq, ts = parts[0], parts[1], parts[2]
+    if not (prio.isdigit() and seq.isdigit() and ts.isdigit() and header.isascii()
+            and len(seq) <= 20 and len(ts) <= 20 and len(prio) <= 4):
+        raise ParseError(f"kmsg: prio, seq and timestamp must be non-negative integers: "
+                         f"{header[:80]!r}")
+    if message[-1:] == "\n":
         message = message[:-1]
     if len(message) > _MAX_MESSAGE_CHARS or "\n" in message:
         raise ParseError("kmsg: message is not a single record line")
-    return KmsgRecord(prio >> 3, prio & 7, seq, ts_usec, parts[3], message)
+    return int(prio), int(seq), int(ts), parts[3], message
+
+
+def parse_kmsg_record(line: str) -> KmsgRecord:
+    """Parse the first line of a ``/dev/kmsg`` record (``prio,seq,ts,flag[,..];message``)."""
+    if not isinstance(line, str):
+        raise ParseError(f"kmsg: expected text, got {type(line).__name__}")
+    prio, seq, ts_usec, flags, message = _header(line)
+    return KmsgRecord(prio >> 3, prio & 7, seq, ts_usec, flags, message)
 
 
 def iter_kmsg(
@@ -110,7 +118,7 @@ def iter_kmsg(
     A bad line raises ParseError, or, with ``on_error``, is reported (line number, error) and
     skipped so one damaged line does not lose the rest of the log.
     """
-    pending: KmsgRecord | None = None
+    pending: tuple[int, int, int, str, str] | None = None
     extra: list[tuple[str, str]] = []
     for number, line in enumerate(lines, 1):
         if line[:1] == " ":
@@ -124,21 +132,24 @@ def iter_kmsg(
             if len(extra) < 64:
                 extra.append((key, value))
             continue
-        if not line.strip():
-            continue
         try:
-            record = parse_kmsg_record(line)
+            header = _header(line)
         except ParseError as error:
+            if not line.strip():
+                continue
             if on_error is None:
                 raise
             on_error(number, error)
             continue
         if pending is not None:
-            yield pending._replace(fields=tuple(extra)) if extra else pending
-            extra = []
-        pending = record
+            prio, seq, ts_usec, flags, message = pending
+            yield KmsgRecord(prio >> 3, prio & 7, seq, ts_usec, flags, message, tuple(extra))
+            if extra:
+                extra = []
+        pending = header
     if pending is not None:
-        yield pending._replace(fields=tuple(extra)) if extra else pending
+        prio, seq, ts_usec, flags, message = pending
+        yield KmsgRecord(prio >> 3, prio & 7, seq, ts_usec, flags, message, tuple(extra))
 
 
 _DMESG_RAW = re.compile(r"^<(\d{1,4})>\[\s*(\d{1,12})\.(\d{1,9})\] ?(.*)$", re.DOTALL)
@@ -235,13 +246,20 @@ def wall_time_unix(ts_usec: int, boot_time_unix: float) -> float:
     return boot_time_unix + ts_usec / 1e6
 
 
+_ISO_SECOND: list[tuple[int, str]] = [(-1, "")]  # the last whole second formatted (pure memo)
+
+
 def wall_time_iso(ts_usec: int, boot_time_unix: float) -> str:
     """:func:`wall_time_unix` as ISO 8601 UTC with microseconds and ``Z``."""
-    try:
-        moment = datetime.fromtimestamp(wall_time_unix(ts_usec, boot_time_unix), UTC)
-    except (OverflowError, OSError, ValueError) as error:
-        raise ParseError(f"timestamp out of range: {ts_usec} us after boot: {error}") from None
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    micros = round(wall_time_unix(ts_usec, boot_time_unix) * 1e6) if abs(ts_usec) < 10**17 else -1
+    if micros < 0 or micros >= 253402300800 * 10**6:  # before 1970 or after 9999
+        raise ParseError(f"timestamp out of range: {ts_usec} us after boot")
+    second, fraction = divmod(micros, 1_000_000)
+    cached_second, prefix = _ISO_SECOND[0]
+    if second != cached_second:
+        prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _ISO_SECOND[0] = (second, prefix)
+    return f"{prefix}.{fraction:06d}Z"
 
 
 # ---------------------------------------------------------------- OOM

@@ -117,3 +117,27 @@ def test_real_dev_kmsg_and_window_sampling(tmp_path: Path) -> None:
     assert marker in window
     first_seq = int(window.split(",", 2)[1])
     assert first_seq > ctx.published["kmsg_last_seq"][0]
+
+
+def test_record_lines_are_canonical_json() -> None:
+    """The hand-built records.jsonl line is exactly what dumps_json makes of the record."""
+    from forensics.bundle.sink import dumps_json
+    from forensics.collectors.kernel import _lines, record_line
+    from forensics.parsing import kmsg
+
+    text = KMSG.read_bytes() + b'6,800,1,-;quote " backslash \\\\ unicode \xc3\xa9 \xe2\x80\xa8 end\n'
+    for record in kmsg.iter_kmsg(_lines(text, block=64)):
+        expected = {"seq": record.seq, "ts_usec": record.ts_usec, "time": "T",
+                    "facility": record.facility, "level": record.level, "message": record.message}
+        if record.fields:
+            expected["fields"] = dict(record.fields)
+        assert record_line(record, "T") == dumps_json(expected, indent=None)
+
+
+def test_lines_blocks_keep_every_line() -> None:
+    from forensics.collectors.kernel import _lines
+
+    raw = KMSG.read_bytes()
+    for block in (1, 7, 64, 1 << 20):
+        assert "".join(_lines(raw, block)) == raw.decode()
+    assert list(_lines(b"a\nb")) == ["a\n", "b"]
