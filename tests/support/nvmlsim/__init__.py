@@ -51,7 +51,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.nvmlsim.build import BuildError, build, gcc_path
+from .build import BuildError, build, gcc_path
 
 __all__ = [
     "ERROR_CODES",
