@@ -454,6 +454,9 @@ class _Snapshot:
             ctx.note(f"nvml: PID namespace {namespace['status']}: {namespace['reason']}")
         ctx.publish("pids", namespace["attributable_pids"])
         ctx.publish("gpu_pci_bus_ids", [g.pci_bus_id for g in self.gpus if g.pci_bus_id])
+        count = self.system.get("nvmlDeviceGetCount_v2", {})
+        if "missing" in count:
+            ctx.partial(f"nvmlDeviceGetCount_v2: {count['missing']} ({count['error']})")
         lost = sorted(set(self.s.lost))
         if lost:
             ctx.partial(f"GPU is lost: {', '.join(lost)}")

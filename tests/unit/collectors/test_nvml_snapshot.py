@@ -219,6 +219,20 @@ class TestErrorsPerCall:
             later = m["devices.json"]["devices"][0]["nvml"]["nvmlDeviceGetSupportedEventTypes"]
             assert (later["missing"], later["error"]) == ("gpu_is_lost", "Skipped")
 
+    def test_device_count_failure_is_partial(self, sim_lib: Path, tmp_path: Path) -> None:
+        ctx, m = snapshot(Scenario().add_gpu().inject("nvmlDeviceGetCount", "NoPermission"), tmp_path, sim_lib)
+        assert m["devices.json"]["system"]["nvmlDeviceGetCount_v2"]["missing"] == "no_permission"
+        assert m["devices.json"]["devices"] == []
+        assert ctx.partial_reasons == ["nvmlDeviceGetCount_v2: no_permission (NVMLError_NoPermission)"]
+
+    def test_lost_gpu_makes_the_snapshot_partial(self, sim_lib: Path, tmp_path: Path) -> None:
+        ctx, m = snapshot(Scenario().add_gpu().add_gpu().lose_gpu(gpu=1, at_s=-1), tmp_path, sim_lib)
+        assert m["devices.json"]["devices"][1]["nvml"]["nvmlDeviceGetHandleByIndex_v2"]["missing"] == "gpu_is_lost"
+        assert "value" in m["devices.json"]["devices"][0]["nvml"]["nvmlDeviceGetUUID"]
+        assert ctx.partial_reasons == ["GPU is lost: GPU 1"]
+        assert ctx.published["gpu_pci_bus_ids"] == [m["devices.json"]["devices"][0]["nvml"]
+                                                    ["nvmlDeviceGetPciInfo_v3"]["value"]["busId"]]
+
     def test_absent_feature_is_not_supported(self, sim_lib: Path, tmp_path: Path) -> None:
         sc = Scenario().add_gpu(ecc=False, remapped_rows=None, accounting=None, pcie_replay_counter=None)
         _ctx, m = snapshot(sc, tmp_path, sim_lib)
