@@ -143,11 +143,23 @@ def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
 
     two_gpus(sc, gpu0_util=[(0, 96), (4, 99)], gpu1_util=0)
     uuid0, uuid1 = sc.gpu_uuid(0), sc.gpu_uuid(1)
-    st.run("k8s_trainer-0", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid0}")
-    st.run("k8s_notebook-alice", image=CUDA_LIKE_IMAGE)
-    sc.add_process(pid=st.pid("k8s_trainer-0"), gpu=0, used_memory_bytes=20 * GIB,
+    import uuid as uuidlib
+    trainer_uid, notebook_uid = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+
+    def pod_container(pod: str, ns: str, uid: str, container: str, *args: str, image: str = BUSYBOX_IMAGE) -> str:
+        # named and labelled the way the kubelet (cri-dockerd) names a pod's container on Docker
+        return st.run(f"k8s_{container}_{pod}_{ns}_{uid}_0", *args,
+                      "--label", f"io.kubernetes.pod.name={pod}", "--label", f"io.kubernetes.pod.namespace={ns}",
+                      "--label", f"io.kubernetes.pod.uid={uid}", "--label", f"io.kubernetes.container.name={container}",
+                      image=image)
+
+    trainer_cid = pod_container("trainer-0", "ml", trainer_uid, "trainer", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid0}")
+    notebook_cid = pod_container("notebook-alice", "research", notebook_uid, "jupyter", image=CUDA_LIKE_IMAGE)
+    trainer_name = next(n for n in st.containers if n.startswith("k8s_trainer_"))
+    notebook_name = next(n for n in st.containers if n.startswith("k8s_jupyter_"))
+    sc.add_process(pid=st.pid(trainer_name), gpu=0, used_memory_bytes=20 * GIB,
                    sm_util=[(0, 94), (4, 10)], mem_util=[(0, 55), (4, 8)])
-    sc.add_process(pid=st.pid("k8s_notebook-alice"), gpu=0, start_s=4, used_memory_bytes=44 * GIB,
+    sc.add_process(pid=st.pid(notebook_name), gpu=0, start_s=4, used_memory_bytes=44 * GIB,
                    sm_util=[(4, 85)], mem_util=[(4, 62)])
 
     from datetime import UTC, datetime
@@ -155,17 +167,17 @@ def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
     node = make_node(HOSTNAME, now, gpus=2, product="NVIDIA-H100-80GB-HBM3")
     trainer = make_pod("trainer-0", "ml", HOSTNAME, now, [ContainerSpec(
         "trainer", command=["torchrun", "train.py"], runtime="docker",
-        container_id=st.containers["k8s_trainer-0"],
+        container_id=trainer_cid,
         requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
         limits={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
         env=[("NVIDIA_VISIBLE_DEVICES", uuid0), ("WANDB_API_KEY", "wb-5f1e9c0d2b7a4e3f")],
-    )], owner=("StatefulSet", "trainer"), labels={"app": "trainer"})
+    )], owner=("StatefulSet", "trainer"), labels={"app": "trainer"}, uid=trainer_uid)
     notebook = make_pod("notebook-alice", "research", HOSTNAME, now, [ContainerSpec(
         "jupyter", command=["jupyter", "lab"], runtime="docker",
-        container_id=st.containers["k8s_notebook-alice"],
+        container_id=notebook_cid,
         requests={"cpu": "2", "memory": "8Gi"},
         env=[("NVIDIA_VISIBLE_DEVICES", "all"), ("JUPYTER_TOKEN", "s3cr3t-notebook-token")],
-    )], labels={"app": "notebook", "owner": "alice"}, last_applied=True)
+    )], labels={"app": "notebook", "owner": "alice"}, last_applied=True, uid=notebook_uid)
     events = [make_event(notebook, "Started", "Started container jupyter", now, host=HOSTNAME,
                          field_path="spec.containers{jupyter}")]
     state = ClusterState(nodes=[node], pods=[trainer, notebook], events=events)
