@@ -457,3 +457,20 @@ def test_oom_four_ways_in_one_bundle(docker_engine: DockerEngine, tmp_path: Path
         assert re.search(rf"oom-kill:.*task_memcg=[^,]*{cid}", kmsg)
     finally:
         e.cli("rm", "-f", cid, check=False)
+
+
+def test_sampling_keeps_the_newest_stats_frame(docker_engine: DockerEngine, tmp_path: Path) -> None:
+    cid = docker_engine.run_labelled("run", "-d", "--network", "none", BUSYBOX_IMAGE, *SLEEP)
+    try:
+        bundle, elapsed = capture(docker_engine, tmp_path, [COLLECTOR], duration_s=3.0,
+                                  interval_s=1.0)
+        assert status(bundle)["status"] == "ok", status(bundle)
+        mine = [ev for _, ev in bundle.iter_jsonl("docker/samples.jsonl")
+                if ev.get("container_id") == cid]
+        with_frames = [ev for ev in mine if ev["stats"] is not None]
+        assert len({ev["tick"] for ev in with_frames}) >= 2, mine
+        assert len({ev["stats"]["read"] for ev in with_frames}) >= 2  # fresh frames, not one
+        assert all(ev["stats"]["id"] == cid and "memory_stats" in ev["stats"] for ev in with_frames)
+        assert elapsed < 15
+    finally:
+        docker_engine.cli("rm", "-f", cid, check=False)
