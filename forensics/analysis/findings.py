@@ -111,12 +111,16 @@ class EvidenceRef:
     payload: Any
     paths: tuple[tuple[str | int, ...], ...] = ()
     pointer: str = ""
+    source: Any = None  # an object with line_at(member, offset) -> bytes, when payload is None
+    offset: int = -1
 
     @property
     def evidence(self) -> Evidence:
         import json
 
         p = self.payload
+        if p is None and self.source is not None and self.offset >= 0:
+            p = self.source.line_at(self.member, self.offset)
         locator = f"line {self.line}" if self.line else self.pointer
         if self.paths:
             try:

@@ -311,6 +311,8 @@ class Model:
     # PSI readings below both floors are counted but not kept (set from the thresholds).
     psi_some_floor: float = 0.0
     psi_full_floor: float = 0.0
+    # Derived views shared by several rules within one analysis (never across analyses).
+    cache: dict[object, object] = field(default_factory=dict)
 
     # -- sources -------------------------------------------------------------------------------
     def node(self, host: str) -> NodeInfo:
@@ -362,19 +364,27 @@ class Model:
         return None
 
     def samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
+        cached = self.cache.get("samples_by_gpu")
+        if cached is not None:
+            return cached  # type: ignore[return-value]
         out: dict[tuple[str, str], list[GpuSample]] = defaultdict(list)
         for s in self.gpu_samples:
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=lambda s: s.t)
+        self.cache["samples_by_gpu"] = out
         return out
 
     def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
+        cached = self.cache.get("proc_samples_by_gpu")
+        if cached is not None:
+            return cached  # type: ignore[return-value]
         out: dict[tuple[str, str], list[ProcessGpuSample]] = defaultdict(list)
         for s in self.proc_samples:
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=lambda s: (s.t, s.pid))
+        self.cache["proc_samples_by_gpu"] = out
         return out
 
 

@@ -68,6 +68,7 @@ class Source:
         self.problems: list[str] = []
         self._json_cache: dict[str, Any] = {}
         self._text_cache: dict[str, list[str] | None] = {}
+        self._cur: tuple[str, int] = ("", -1)  # member and byte offset of the JSON line being read
 
     # -- listing -------------------------------------------------------------------------------
     def has(self, member: str) -> bool:
@@ -122,7 +123,17 @@ class Source:
             self.problems.append(f"{self.name}: cannot read {member}: {exc}")
             return
         bad = 0
-        for no, line in enumerate(data.split(b"\n"), 1):
+        pos = 0
+        no = 0
+        size = len(data)
+        while pos < size:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                nl = size
+            line = data[pos:nl]
+            no += 1
+            self._cur = (member, pos)
+            pos = nl + 1
             if not line or line.isspace():
                 continue
             try:
@@ -157,8 +168,23 @@ class Source:
 
     def ref(self, member: str, line: int, payload: Any, *paths: tuple[str | int, ...],
             pointer: str = "") -> EvidenceRef:
-        """A lazy evidence reference (quoted only if a finding cites it): ``line`` 0 uses ``pointer``."""
+        """A lazy evidence reference (quoted only if a finding cites it): ``line`` 0 uses ``pointer``.
+
+        A raw line (bytes) of the JSON-lines member being read is not kept: the reference holds its
+        byte offset and reads it again from the bundle if it is ever quoted.
+        """
+        if isinstance(payload, bytes) and self._cur[0] == member:
+            return EvidenceRef(self.name, member, line, None, paths, pointer, self, self._cur[1])
         return EvidenceRef(self.name, member, line, payload, paths, pointer)
+
+    def line_at(self, member: str, offset: int) -> bytes:
+        """The line of ``member`` starting at byte ``offset``."""
+        try:
+            data = self.bundle.read_bytes(member)
+        except Exception:
+            return b""
+        end = data.find(b"\n", offset)
+        return data[offset: end if end >= 0 else len(data)]
 
     def ev_member(self, member: str, excerpt: str) -> Evidence:
         return Evidence(self.name, member, "", shorten(excerpt))

@@ -34,29 +34,34 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
     cid = _container_of(path, cache)
     cpu = values.get("cpu")
     if cid and isinstance(cpu, dict):
-        periods, throttled = as_int(cpu.get("nr_periods")), as_int(cpu.get("nr_throttled"))
-        t_ns = as_int(cpu.get("throttled_ns"))
-        if periods is not None and throttled is not None:
+        periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
+        if type(periods) is int and type(throttled) is int:
+            t_ns = cpu.get("throttled_ns")
             model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
-                                               t_ns // 1000 if t_ns is not None else None, ev))
+                                               t_ns // 1000 if type(t_ns) is int else None, ev))
     mem = values.get("memory")
-    if cid and isinstance(mem, dict) and as_int(mem.get("current_bytes")) is not None:
-        model.memory_samples.append(MemorySample(node, cid, t, as_int(mem["current_bytes"]) or 0,
-                                                 as_int(mem.get("limit_bytes"))))
+    if cid and isinstance(mem, dict):
+        cur = mem.get("current_bytes")
+        if type(cur) is int:
+            lim = mem.get("limit_bytes")
+            model.memory_samples.append(MemorySample(node, cid, t, cur, lim if type(lim) is int else None))
     for section, scope in (("pressure", cid), ("host_pressure", "host" if path == "/" else None)):
         psi = values.get(section)
         if not scope or not isinstance(psi, dict):
             continue
         info = model.node(node)
         for resource, lines in psi.items():
-            some = as_float(dig(lines, "some", "avg10_pct"))
-            if some is None:
+            some_line = lines.get("some") if isinstance(lines, dict) else None
+            some = some_line.get("avg10_pct") if isinstance(some_line, dict) else None
+            if not isinstance(some, int | float) or isinstance(some, bool):
                 continue
             info.psi_readings += 1
-            full = as_float(dig(lines, "full", "avg10_pct"))
+            full_line = lines.get("full")
+            full = full_line.get("avg10_pct") if isinstance(full_line, dict) else None
+            full = float(full) if isinstance(full, int | float) and not isinstance(full, bool) else None
             # Readings below both floors (the rule's thresholds) can never matter: counted, not kept.
             if some >= model.psi_some_floor or (full is not None and full >= model.psi_full_floor):
-                model.psi_samples.append(PsiSample(node, scope, resource, t, some, full, ev))
+                model.psi_samples.append(PsiSample(node, scope, resource, t, float(some), full, ev))
 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:

@@ -38,6 +38,10 @@ def is_active(s: ProcessGpuSample, cfg: AnalysisConfig) -> bool:
 
 def _active_by_owner(model: Model, cfg: AnalysisConfig) -> dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]]:
     """(node, gpu uuid) -> owner subject -> (owner, its active samples on that GPU)."""
+    key = ("active_by_owner", cfg.process_active_sm_pct)
+    cached = model.cache.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     out: dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]] = defaultdict(dict)
     owners: dict[tuple[str, int], Owner] = {}
     for (node, uuid), samples in model.proc_samples_by_gpu().items():
@@ -53,6 +57,7 @@ def _active_by_owner(model: Model, cfg: AnalysisConfig) -> dict[tuple[str, str],
                 out[(node, uuid)][owner.subject] = (owner, [s])
             else:
                 entry[1].append(s)
+    model.cache[key] = out
     return out
 
 

@@ -52,31 +52,45 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         ticks, per_owner = _by_tick(model, samples)
         if len(per_owner) < 2 or not ticks:
             continue
+        # Ticks grouped by which owners were present: owners come and go rarely, so pair sums
+        # are taken over a handful of groups instead of every tick.
+        groups: dict[frozenset[Subject], list[float]] = defaultdict(list)
+        for t, row in ticks.items():
+            groups[frozenset(row)].append(t)
+        stats = []
+        for members, ts in groups.items():
+            sums = {o: 0.0 for o in members}
+            total = 0.0
+            for t in ts:
+                row = ticks[t]
+                for o, v in row.items():
+                    sums[o] += v
+                    total += v
+            stats.append((members, ts, sums, total))
         best: tuple[float, Subject, list[tuple[Subject, float, float | None, float | None, list[float]]]] | None = None
         for hog in per_owner:
             victims = []
             hog_total = 0.0
             all_total = 0.0
-            contested_ticks: set[float] = set()
             for other in per_owner:
                 if other == hog:
                     continue
-                both = [t for t, row in ticks.items() if hog in row and other in row]
-                if len(both) < cfg.gpu_hog_min_samples:
+                sel = [g for g in stats if hog in g[0] and other in g[0]]
+                n_both = sum(len(g[1]) for g in sel)
+                if n_both < cfg.gpu_hog_min_samples:
                     continue
-                tot = sum(sum(ticks[t].values()) for t in both)
+                tot = sum(g[3] for g in sel)
                 if tot <= 0:
                     continue
-                h_share = sum(ticks[t][hog] for t in both) / tot
-                o_share = sum(ticks[t][other] for t in both) / tot
-                if h_share >= cfg.gpu_hog_share_ratio and o_share <= cfg.gpu_starved_share_ratio:
-                    before = [row[other] for t, row in ticks.items() if other in row and hog not in row]
-                    during = [ticks[t][other] for t in both]
-                    victims.append((other, o_share,
-                                    sum(before) / len(before) if before else None,
-                                    sum(during) / len(during), both))
-                    contested_ticks.update(both)
-                    hog_total += sum(ticks[t][hog] for t in both)
+                h_sum = sum(g[2][hog] for g in sel)
+                o_sum = sum(g[2][other] for g in sel)
+                if h_sum / tot >= cfg.gpu_hog_share_ratio and o_sum / tot <= cfg.gpu_starved_share_ratio:
+                    before_groups = [g for g in stats if other in g[0] and hog not in g[0]]
+                    n_before = sum(len(g[1]) for g in before_groups)
+                    before = sum(g[2][other] for g in before_groups) / n_before if n_before else None
+                    both = sorted(t for g in sel for t in g[1])
+                    victims.append((other, o_sum / tot, before, o_sum / n_both, both))
+                    hog_total += h_sum
                     all_total += tot
             if victims and all_total > 0:
                 share = hog_total / all_total
@@ -105,11 +119,12 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             for v in victims)
         severity = "high" if victim_explicit and uuid not in hog_alloc.gpus else "medium"
         ev: list[Evidence] = []
-        hog_s = [s for s in per_owner[hog] if round(s.t, 1) in set(all_ticks)]
+        tick_set = set(all_ticks)
+        hog_s = [s for s in per_owner[hog] if round(s.t, 1) in tick_set]
         if hog_s:
             ev.append(max(hog_s, key=lambda s: s.sm_util_pct or 0).evidence)
         for other, *_ in victims:
-            vs = [s for s in per_owner[other] if round(s.t, 1) in set(all_ticks)]
+            vs = [s for s in per_owner[other] if round(s.t, 1) in tick_set]
             if vs:
                 ev.append(min(vs, key=lambda s: s.sm_util_pct or 0).evidence)
             before_s = [s for s in per_owner[other] if s.t < start]
