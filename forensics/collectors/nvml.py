@@ -137,8 +137,8 @@ class _Session:
             if decode is not None:
                 try:
                     decoded = decode(value)
-                except ParseError as exc:
-                    decoded = {"undecodable": str(exc)}
+                except (ParseError, TypeError, ValueError, IndexError, KeyError) as exc:
+                    decoded = {"undecodable": f"{type(exc).__name__}: {exc}"}
             reading = Reading(call, value=value, decoded=decoded, raw=raw)
         with self.lock:
             self.current = None
