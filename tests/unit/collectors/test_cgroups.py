@@ -7,10 +7,9 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from forensics.capture.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector, interpret, member_path, pod_ancestor
+from tests.support.env import need
 from tests.support.host_evidence import (
     DOCKER_SCOPE,
     POD_SCOPE,
@@ -126,8 +125,8 @@ def test_helpers() -> None:
 
 def test_real_hierarchy_of_this_host(tmp_path: Path) -> None:
     """The real cgroup filesystems (hybrid here): root values parse, a tick works."""
-    if not os.path.exists("/proc/self/mountinfo") or "cgroup" not in Path("/proc/self/mountinfo").read_text():
-        pytest.skip("no cgroup filesystem mounted")
+    need(os.path.exists("/proc/self/mountinfo")
+         and "cgroup" in Path("/proc/self/mountinfo").read_text(), "a mounted cgroup filesystem")
     stage = tmp_path / "stage"
     collector = CgroupsCollector()
     ctx = make_context(stage, {"cgroup_paths": ["/"]})

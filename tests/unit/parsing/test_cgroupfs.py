@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from forensics.errors import ParseError
 from forensics.parsing import cgroupfs
+from tests.support.env import need
 
 V2 = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup" / "v2"
 DOCKER = next(V2.glob("system.slice/docker-*.scope"))
@@ -112,8 +113,7 @@ def test_mountinfo_hybrid_and_v2() -> None:
 def test_real_host_files_parse() -> None:
     """This host's own cgroup files (v1 hybrid here; v2 elsewhere) parse with our parsers."""
     mounts = cgroupfs.parse_cgroup_mounts(Path("/proc/self/mountinfo").read_text())
-    if not mounts:
-        pytest.skip("no cgroup filesystem mounted")
+    need(bool(mounts), "a mounted cgroup filesystem")
     checked = 0
     for mount in mounts:
         for name, parse in (
