@@ -37,7 +37,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -139,6 +139,7 @@ class _Call:
     fn: Callable[[], Any]
     started: float = 0.0
     duration_s: float | None = None
+    finished_unix: float | None = None
     error: str | None = None
 
 
@@ -172,33 +173,39 @@ class _Pool:
                 return fn()
             finally:
                 call.duration_s = time.monotonic() - call.started
+                call.finished_unix = time.time()
 
         self.futures[(self.wide if wide else self.executor).submit(run)] = call
 
     def wait(self, deadline: float,
              only: set[tuple[str, str]] | None = None) -> list[tuple[_Call, Any]]:
-        """Results of the calls (all, or those keyed in ``only``) done by ``deadline``
-        (monotonic); errors are recorded on each call, unfinished ones marked and abandoned."""
-        pending = {f for f, c in self.futures.items() if only is None or c.key in only}
-        out: list[tuple[_Call, Any]] = []
-        while pending:
+        """Results of the calls (all, or those keyed in ``only``) done by ``deadline``."""
+        return list(self.as_completed(deadline, only))
+
+    def as_completed(self, deadline: float,
+                     only: set[tuple[str, str]] | None = None) -> Iterator[tuple[_Call, Any]]:
+        """Yield ``(call, result)`` as calls finish (result None on error, recorded on the call)
+        until all are done or ``deadline`` (monotonic) passes; then, when waiting on every call,
+        the unfinished ones are marked and abandoned. Calls submitted meanwhile are included."""
+        while True:
+            pending = {f for f, c in self.futures.items() if only is None or c.key in only}
             left = deadline - time.monotonic()
-            if left <= 0:
+            if not pending or left <= 0:
                 break
-            done, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
+            done, _ = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
             for fut in done:
                 call = self.futures.pop(fut)
                 try:
-                    out.append((call, fut.result()))
+                    result = fut.result()
                 except Exception as exc:  # noqa: BLE001 - recorded per call
                     call.error = _err(exc)
-                    out.append((call, None))
+                    result = None
+                yield call, result
         if only is None:
-            for fut in pending:
-                call = self.futures.pop(fut)
+            for fut, call in list(self.futures.items()):
+                self.futures.pop(fut)
                 call.error = "did not finish within the collector's budget"
                 fut.cancel()
-        return out
 
     def close(self) -> None:
         # a wedged call keeps its thread until its own socket timeout; never wait for it
@@ -497,7 +504,7 @@ class DockerCollector:
         inspects: dict[str, dict[str, Any]] = {}
         image_docs: dict[str, dict[str, Any]] = {}
         events_done = False
-        for call, result in pool.wait(budget_end):
+        for call, result in pool.as_completed(budget_end):
             kind, subject = call.key
             if kind == "events":
                 events_done = True
@@ -515,7 +522,8 @@ class DockerCollector:
             elif kind == "top":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/top.json",
                                     _redact_top(result, ctx))
-                scratch.setdefault(subject, {}).update(top=result, top_time=iso(datetime.now(UTC)))
+                scratch.setdefault(subject, {}).update(
+                    top=result, top_time=iso_from_unix(call.finished_unix or time.time()))
             elif kind == "stats":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
             elif kind == "image":
