@@ -24,11 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from forensics.capture.context import CaptureOptions  # noqa: E402
-from forensics.capture.runner import run_capture  # noqa: E402
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CollectContext  # noqa: E402
+from forensics.capture.context import CaptureOptions, CollectContext  # noqa: E402
+from forensics.capture.runner import run_capture  # noqa: E402
 from forensics.collectors.docker import COLLECTOR, DockerCollector  # noqa: E402
 from tests.support.docker_engine import BUSYBOX_IMAGE, acquire_engine, release_engine  # noqa: E402
 
