@@ -190,3 +190,57 @@ def test_capture_runner_bundle(lab: Lab, tmp_path: Path) -> None:
     assert len(samples) >= 2
     kills = [k for k in bundle.read_json("kernel/oom.json") if k["pid"] == lab.oom_pid]
     assert kills and kills[0]["task_attribution"]["container_id"] == lab.memory_container
+
+
+_UNPRIVILEGED = r'''
+import json, os, sys
+from pathlib import Path
+from forensics.bundle.redact import Redactor
+from forensics.bundle.sink import EvidenceSink
+from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collectors.kernel import KernelCollector
+from forensics.collectors.procfs import ProcfsCollector
+from forensics.errors import SourcePermissionDenied
+os.setgid(65534)  # drop to nobody after the imports (the interpreter lives under /root)
+os.setuid(65534)
+stage = Path(sys.argv[1])
+ctx = CollectContext(CaptureOptions(), EvidenceSink(stage), Redactor(True), {"pids": [1]})
+ProcfsCollector().snapshot(ctx)
+result = {"procfs_partial": ctx.partial_reasons}
+try:
+    KernelCollector().snapshot(CollectContext(CaptureOptions(), EvidenceSink(stage), Redactor(True), {}))
+    result["kernel"] = "ok"
+except SourcePermissionDenied as error:
+    result["kernel"] = f"denied: {error}"
+print(json.dumps(result))
+'''
+
+
+def test_unprivileged_user_records_permission_denied() -> None:
+    """As an unprivileged user: what may not be read is recorded as permission denied, and the
+    rest is still collected (here: PID 1's namespace links; the kernel log under
+    kernel.dmesg_restrict=1)."""
+    need(is_root(), "root (to drop to the nobody user)")
+    import json
+    import shutil
+    import tempfile
+
+    stage = Path(tempfile.mkdtemp(prefix="gpuforensics-test-unpriv-"))
+    os.chmod(stage, 0o777)
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _UNPRIVILEGED, str(stage)], cwd=repo, capture_output=True,
+            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
+        result_text = done.stdout
+        index = read_json(stage, "proc/index.json") if done.returncode == 0 else {}
+        ns = read_json(stage, "proc/1/ns.json") if done.returncode == 0 else {}
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(result_text.splitlines()[-1])
+    init = next(p for p in index["processes"] if p["pid"] == 1)
+    assert init["files"] == "written"
+    assert ns["pid"]["error"].startswith("permission denied")
+    if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() == "1":
+        assert result["kernel"].startswith("denied:") and "/dev/kmsg" in result["kernel"]
