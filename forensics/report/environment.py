@@ -63,6 +63,7 @@ def make_environment() -> jinja2.Environment:
         confidence=formatting.fmt_confidence,
         duration=formatting.fmt_duration,
         time=formatting.fmt_time,
+        date=formatting.fmt_date,
         time_short=formatting.fmt_time_short,
         short_id=formatting.short_id,
     )

@@ -14,6 +14,7 @@ __all__ = [
     "UNKNOWN",
     "fmt_bytes",
     "fmt_confidence",
+    "fmt_date",
     "fmt_duration",
     "fmt_pct",
     "fmt_ratio",
@@ -108,6 +109,12 @@ def fmt_time(value: object) -> str:
     if parsed.microsecond:
         text += f".{parsed.microsecond // 1000:03d}"
     return text + " UTC"
+
+
+def fmt_date(value: object) -> str:
+    """``"2026-11-29T14:02:10Z"`` -> ``"2026-11-29"`` (UTC)."""
+    parsed = parse_time(value)
+    return UNKNOWN if parsed is None else parsed.strftime("%Y-%m-%d")
 
 
 def fmt_time_short(value: object) -> str:

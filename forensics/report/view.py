@@ -420,6 +420,18 @@ def _subjects(d: Mapping[str, Any], key: str) -> tuple[SubjectView, ...]:
     return tuple(_subject(s) for s in _dicts(d, key))
 
 
+_UNIT_SUFFIXES = ("_bytes", "_pct", "_ratio", "_s")
+
+
+def _metric_name(key: str) -> str:
+    """``gpu_memory_used_bytes`` -> ``gpu memory used`` (the unit shows in the value)."""
+    for suffix in _UNIT_SUFFIXES:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            key = key[: -len(suffix)]
+            break
+    return key.replace("_", " ")
+
+
 def _metric_text(key: str, value: object) -> str:
     if key.endswith("_bytes"):
         return fmt_bytes(value)
@@ -473,7 +485,7 @@ def _evidence(items: list[dict[str, Any]], members: _Members) -> tuple[EvidenceV
 def _finding(d: Mapping[str, Any], members: _Members) -> FindingView:
     evidence = _evidence(_dicts(d, "evidence"), members)
     metrics = tuple(
-        (str(k), _metric_text(str(k), v)) for k, v in sorted(_dict(d, "metrics").items())
+        (_metric_name(str(k)), _metric_text(str(k), v)) for k, v in sorted(_dict(d, "metrics").items())
     )
     severity = _str(d, "severity", "info").lower()
     return FindingView(
