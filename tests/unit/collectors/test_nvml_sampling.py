@@ -131,6 +131,16 @@ class TestDeadlines:
         assert doc["devices"][-1]["timed_out"]["missing"] == "timed_out"
         assert "processes.json" in m  # written from what was read
 
+    def test_hanging_init_fails_the_collector_not_the_capture(self, sim_lib: Path, tmp_path: Path) -> None:
+        sc = Scenario().add_gpu().hang("nvmlInit", seconds=60)
+        collector = NvmlCollector()
+        collector.timeout_s = 2.5
+        rec, m, elapsed = capture(sc, tmp_path, sim_lib, collector=collector)
+        assert elapsed < 8
+        assert rec["status"] == "failed"
+        assert "nvmlInit did not return" in rec["error"]
+        assert m == {}
+
     def test_hanging_sampling_call_stops_sampling(self, sim_lib: Path, tmp_path: Path) -> None:
         sc = Scenario().add_gpu().hang("nvmlDeviceGetPowerUsage", seconds=60, gpu=0, from_s=1.5)
         rec, m, elapsed = capture(sc, tmp_path, sim_lib, duration_s=3.0, interval_s=1.0, timeout_s=20.0)
