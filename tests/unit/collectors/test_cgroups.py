@@ -161,3 +161,37 @@ def test_tick_and_snapshot_parses_agree() -> None:
     assert interpret(2, "io.pressure", psi, True) == (
         "pressure", {"io": {"some_total_usec": 0, "full_total_usec": 0}})
     assert interpret(2, "io.pressure", psi)[1]["io"]["some"]["avg10_pct"] == 0.0  # type: ignore[index]
+
+
+def test_interpret_raises_only_parse_error() -> None:
+    """Every file the collector interprets, fed random and mutated text."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from forensics.collectors.cgroups import _INTERPRET
+    from forensics.errors import ParseError
+    from tests.support.host_evidence import CGROUP_V2
+
+    samples = [p.read_text() for p in sorted(CGROUP_V2.rglob("*")) if p.is_file()]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(sorted(_INTERPRET)), st.booleans(),
+           st.one_of(st.text(max_size=120), st.sampled_from(samples)), st.integers(0, 200),
+           st.text(max_size=3))
+    def check(key: tuple[int, str], tick: bool, text: str, at: int, insert: str) -> None:
+        at %= len(text) + 1
+        try:
+            interpret(key[0], key[1], text[:at] + insert + text[at + 1:], tick)
+        except ParseError:
+            pass
+
+    check()
+
+
+def test_unparsable_file_is_kept_with_its_error(tmp_path: Path) -> None:
+    collector = _collector(tmp_path)
+    (tmp_path / "sys-fs-cgroup" / DOCKER_SCOPE[1:] / "memory.events").write_text("garbage here\n")
+    stage = tmp_path / "stage"
+    collector.snapshot(make_context(stage, {"cgroup_paths": [DOCKER_SCOPE]}))
+    entry = _by_path(read_json(stage, "cgroup/index.json"))[DOCKER_SCOPE]["files"]["unified/memory.events"]
+    assert "parse_error" in entry and (stage / entry["member"]).read_text() == "garbage here\n"

@@ -139,7 +139,7 @@ PARSERS = [
     cgroupfs.parse_cpu_max, cgroupfs.parse_int, cgroupfs.parse_limit,
     cgroupfs.parse_v1_limit_bytes, cgroupfs.parse_v1_quota_usec, cgroupfs.parse_flat_keyed,
     cgroupfs.parse_memory_events, cgroupfs.parse_oom_control, cgroupfs.parse_pressure,
-    cgroupfs.parse_cgroup_mounts,
+    cgroupfs.parse_cgroup_mounts, cgroupfs.pressure_values, cgroupfs.pressure_totals,
 ]
 SAMPLES = [p.read_text() for p in sorted(V2.rglob("*")) if p.is_file()]
 
@@ -169,3 +169,11 @@ def test_non_text_raises_parse_error() -> None:
     for parse in PARSERS:
         with pytest.raises(ParseError):
             parse(b"bytes")  # type: ignore[operator]
+
+
+def test_pressure_forms_agree() -> None:
+    text = (DOCKER / "memory.pressure").read_text()
+    values = cgroupfs.pressure_values(text)
+    parsed = cgroupfs.parse_pressure(text)
+    assert values["some"]["total_usec"] == parsed.some.total_usec == 55555
+    assert cgroupfs.pressure_totals(text) == {"some_total_usec": 55555, "full_total_usec": 44444}
