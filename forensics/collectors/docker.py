@@ -61,6 +61,7 @@ PREFIX = "docker"
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
+_MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
 _ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
 
 
@@ -254,6 +255,17 @@ def _redact_listing(listing: list[Any], ctx: CollectContext) -> list[Any]:
         if isinstance(item, dict) and isinstance(item.get("Command"), str):
             item["Command"] = _redact_command(item["Command"], ctx)
     return listing
+
+
+def _redact_exec(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    """``GET /exec/{id}/json``: ``ProcessConfig.entrypoint``/``arguments`` redacted like argv."""
+    pc = doc.get("ProcessConfig")
+    if isinstance(pc, dict):
+        if isinstance(pc.get("arguments"), list):
+            pc["arguments"] = ctx.redactor.argv([a for a in pc["arguments"] if isinstance(a, str)])
+        if isinstance(pc.get("entrypoint"), str):
+            pc["entrypoint"] = ctx.redactor.text(pc["entrypoint"], "argv")
+    return doc
 
 
 def _redact_info(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
@@ -519,11 +531,21 @@ class DockerCollector:
                 if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
                     procs = container_processes(int(doc["State"]["Pid"]), mounts)
                     scratch.setdefault(subject, {})["cgroup"] = procs
+                    for exec_id in (doc.get("ExecIDs") or [])[:_MAX_EXECS]:
+                        if isinstance(exec_id, str) and exec_id.isalnum():
+                            pool.submit("exec", exec_id,
+                                        functools.partial(client.exec_inspect, exec_id))
             elif kind == "top":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/top.json",
                                     _redact_top(result, ctx))
                 scratch.setdefault(subject, {}).update(
                     top=result, top_time=iso_from_unix(call.finished_unix or time.time()))
+            elif kind == "exec":
+                doc = _redact_exec(result, ctx)
+                owner = doc.get("ContainerID")
+                if isinstance(owner, str) and owner.isalnum():
+                    ctx.sink.write_json(f"{PREFIX}/containers/{owner}/execs/{subject}.json", doc)
+                    scratch.setdefault(owner, {}).setdefault("execs", []).append(doc)
             elif kind == "stats":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
             elif kind == "image":
@@ -621,7 +643,7 @@ class DockerCollector:
             seen = scratch.get(cid, {})
             procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
             if procs is not None or top_doc is not None:
-                processes = _merge_pids(procs, top_doc, top_time)
+                processes = _merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
                 ctx.sink.write_json(f"{PREFIX}/containers/{cid}/processes.json", processes)
                 pids.update(int(p) for p in processes["pids"])
                 cgroup_paths.update(processes["cgroup_paths"].values())
@@ -733,8 +755,10 @@ def _drop_container_members(ctx: CollectContext, cid: str) -> None:
         ctx.sink.bytes_written -= size
 
 
-def _merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None) -> dict[str, Any]:
-    """One list of the container's host PIDs, each with where it was seen."""
+def _merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None,
+                execs: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """One list of the container's host PIDs, each with where it was seen (``cgroup.procs``
+    files, ``top``, ``exec:<id>`` for the main process of a ``docker exec``)."""
     pids: dict[int, dict[str, Any]] = {}
     out: dict[str, Any] = {"state_pid": None, "cgroup_paths": {}, "errors": {}, "top_time": top_time}
     if procs is not None:
@@ -761,6 +785,11 @@ def _merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | N
                        rss_bytes=row.rss_bytes, elapsed_s=row.elapsed_s)
             if top_unix is not None and row.elapsed_s is not None:
                 rec["start_time_approx"] = iso_from_unix(top_unix - row.elapsed_s)
+    for ex in execs or []:
+        pid = ex.get("Pid")
+        if isinstance(pid, int) and pid > 0 and ex.get("Running"):
+            rec = pids.setdefault(pid, {"sources": []})
+            rec["sources"].append(f"exec:{ex.get('ID')}")
     out["pids"] = {str(p): pids[p] for p in sorted(pids)}
     return out
 

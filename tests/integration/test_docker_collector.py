@@ -243,6 +243,12 @@ class TestSnapshot:
         assert {scenario.exec_pid, scenario.child_pid} <= set(hints["pids"])
         assert cid in hints["container_ids"]
         assert any(cid in p for p in hints["cgroup_paths"])
+        assert any(src.startswith("exec:") for src in pids[scenario.exec_pid]["sources"])
+        execs = [n for n in scenario.bundle.names() if n.startswith(f"docker/containers/{cid}/execs/")]
+        assert execs
+        exec_doc = scenario.bundle.read_json(execs[0])
+        assert exec_doc["Pid"] == scenario.exec_pid
+        assert exec_doc["ProcessConfig"]["arguments"] == ["602"]
         if scenario.bundle.has(f"proc/{scenario.exec_pid}/cgroup"):  # procfs followed the hint
             assert cid in scenario.bundle.read_text(f"proc/{scenario.exec_pid}/cgroup")
 
