@@ -19,13 +19,16 @@ CPU times are normalised to nanoseconds (``*_ns``) so v1 and v2 compare directly
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from forensics.errors import ParseError
 
 __all__ = [
+    "MEMORY_STAT_KEYS",
     "UNLIMITED_V1_THRESHOLD_BYTES",
+    "file_values",
     "CgroupMount",
     "cgroup_layout",
     "parse_cgroup_mounts",
@@ -409,3 +412,125 @@ def cgroup_layout(mounts: tuple[CgroupMount, ...]) -> str:
     if versions == {1}:
         return "v1"
     return "hybrid" if versions else "none"
+
+
+# ---------------------------------------------------------------- one file -> normalised values
+# Used by the cgroups collector for cgroup/index.json and cgroup/samples.jsonl, and by the
+# analyzer to re-derive those values from the verbatim members.
+
+_HOST_PRESSURE = ("cpu", "memory", "io")
+
+MEMORY_STAT_KEYS = (
+    # v2
+    "anon", "file", "kernel", "shmem", "sock", "file_mapped", "file_dirty", "pgfault",
+    "pgmajfault", "workingset_refault_anon", "workingset_refault_file", "oom_kill",
+    # v1
+    "cache", "rss", "rss_huge", "mapped_file", "swap", "total_cache", "total_rss",
+    "total_shmem", "hierarchical_memory_limit",
+)
+
+
+_CPU_STAT_V2 = (("usage_usec", "usage_ns", 1000), ("user_usec", "user_ns", 1000),
+                ("system_usec", "system_ns", 1000), ("nr_periods", "nr_periods", 1),
+                ("nr_throttled", "nr_throttled", 1), ("throttled_usec", "throttled_ns", 1000),
+                ("nr_bursts", "nr_bursts", 1), ("burst_usec", "burst_ns", 1000))
+_CPU_STAT_V1 = (("nr_periods", "nr_periods", 1), ("nr_throttled", "nr_throttled", 1),
+                ("throttled_time", "throttled_ns", 1), ("nr_bursts", "nr_bursts", 1),
+                ("burst_time", "burst_ns", 1))
+
+
+def _cpu_stat(text: str, version: int) -> dict[str, Any]:
+    """cpu.stat with times in ns. Same checks as ``parse_cpu_stat`` (required keys),
+    built straight from the flat-keyed values (this runs for every cgroup on every tick)."""
+    raw = parse_flat_keyed(text, "cpu.stat")
+    if version == 2 and "nr_periods" not in raw:
+        if "usage_usec" not in raw:
+            raise ParseError("cpu.stat (v2): missing usage_usec")
+        return {new: raw[old] * scale for old, new, scale in _CPU_STAT_V2[:3] if old in raw}
+    table = _CPU_STAT_V2 if version == 2 else _CPU_STAT_V1
+    for required in table[-5:-2] if version == 2 else table[:3]:
+        if required[0] not in raw:
+            raise ParseError(f"cpu.stat (v{version}): missing {required[0]}")
+    values = {new: raw[old] * scale for old, new, scale in table if old in raw}
+    values["stat_version"] = version
+    return values
+
+
+_pressure = pressure_values
+
+
+# file name -> (section, function(text) -> dict merged into that section)
+_Interpreter = Callable[[str], dict[str, Any]]
+_FILE_VALUES: dict[tuple[int, str], tuple[str, _Interpreter]] = {
+    (2, "cpu.stat"): ("cpu", lambda t: _cpu_stat(t, 2)),
+    (1, "cpu.stat"): ("cpu", lambda t: _cpu_stat(t, 1)),
+    (2, "cpu.max"): ("cpu", lambda t: vars(parse_cpu_max(t))),
+    (1, "cpu.cfs_quota_us"): ("cpu", lambda t: {"quota_usec": parse_v1_quota_usec(t)}),
+    (1, "cpu.cfs_period_us"): ("cpu", lambda t: {"period_usec": parse_int(t)}),
+    (2, "cpu.weight"): ("cpu", lambda t: {"weight": parse_int(t)}),
+    (1, "cpu.shares"): ("cpu", lambda t: {"shares": parse_int(t)}),
+    (1, "cpuacct.usage"): ("cpu", lambda t: {"usage_ns": parse_int(t)}),
+    (2, "memory.current"): ("memory", lambda t: {"current_bytes": parse_int(t)}),
+    (1, "memory.usage_in_bytes"): ("memory", lambda t: {"current_bytes": parse_int(t)}),
+    (2, "memory.max"): ("memory", lambda t: {"limit_bytes": parse_limit(t)}),
+    (1, "memory.limit_in_bytes"): ("memory",
+                                   lambda t: {"limit_bytes": parse_v1_limit_bytes(t)}),
+    (2, "memory.high"): ("memory", lambda t: {"high_bytes": parse_limit(t)}),
+    (2, "memory.peak"): ("memory", lambda t: {"peak_bytes": parse_int(t)}),
+    (1, "memory.max_usage_in_bytes"): ("memory", lambda t: {"peak_bytes": parse_int(t)}),
+    (2, "memory.swap.current"): ("memory", lambda t: {"swap_bytes": parse_int(t)}),
+    (2, "memory.events"): ("memory",
+                           lambda t: {"events": vars(parse_memory_events(t))}),
+    (2, "memory.events.local"): ("memory", lambda t: {"events_local": vars(
+        parse_memory_events(t, "memory.events.local"))}),
+    (1, "memory.failcnt"): ("memory", lambda t: {"failcnt": parse_int(t)}),
+    (1, "memory.oom_control"): ("memory", lambda t: vars(parse_oom_control(t))),
+    (2, "memory.oom.group"): ("memory", lambda t: {"oom_group": bool(parse_int(t))}),
+    (2, "memory.stat"): ("memory", lambda t: {"stat": select(
+        parse_flat_keyed(t, "memory.stat"), MEMORY_STAT_KEYS)}),
+    (2, "pids.current"): ("pids", lambda t: {"current": parse_int(t)}),
+    (2, "pids.max"): ("pids", lambda t: {"max": parse_limit(t)}),
+    (2, "cgroup.procs"): ("procs", lambda t: {"count": len(t.split())}),
+    (2, "cpu.pressure"): ("pressure", lambda t: {"cpu": _pressure(t)}),
+    (2, "memory.pressure"): ("pressure", lambda t: {"memory": _pressure(t)}),
+    (2, "io.pressure"): ("pressure", lambda t: {"io": _pressure(t)}),
+}
+# v1 files that read the same in both versions
+for _name in ("memory.stat", "pids.current", "pids.max", "cgroup.procs", "cpuacct.stat"):
+    if (2, _name) in _FILE_VALUES:
+        _FILE_VALUES[(1, _name)] = _FILE_VALUES[(2, _name)]
+
+
+def _host_pressure(resource: str) -> _Interpreter:
+    return lambda text: {resource: _pressure(text)}
+
+
+for _res in _HOST_PRESSURE:
+    _FILE_VALUES[(0, f"pressure/{_res}")] = ("host_pressure", _host_pressure(_res))
+
+
+# Per tick, PSI files contribute their stall counters only (the averages are in the snapshot).
+_TICK_FILE_VALUES = dict(_FILE_VALUES)
+for _res in ("cpu", "memory", "io"):
+    _TICK_FILE_VALUES[(2, f"{_res}.pressure")] = (
+        "pressure", lambda t, r=_res: {r: pressure_totals(t)})  # type: ignore[misc]
+    _TICK_FILE_VALUES[(0, f"pressure/{_res}")] = (
+        "host_pressure", lambda t, r=_res: {r: pressure_totals(t)})  # type: ignore[misc]
+
+
+def file_values(version: int, file: str, text: str,
+              tick: bool = False) -> tuple[str, dict[str, Any]] | None:
+    """Parse one cgroup file into ``(section, values)`` for index.json (``tick=False``) and
+    samples.jsonl (``tick=True``: PSI files give ``some_total_usec``/``full_total_usec`` only).
+
+    ``version`` is 1 or 2 for cgroup files, 0 for host ``pressure/<resource>``. None for a file
+    that is stored verbatim only. Raises ParseError on bad content.
+    """
+    entry = (_TICK_FILE_VALUES if tick else _FILE_VALUES).get((version, file))
+    if entry is None:
+        return None
+    section, function = entry
+    try:
+        return section, function(text)
+    except (ValueError, TypeError, KeyError) as error:  # defensive: parsers raise ParseError
+        raise ParseError(f"{file}: {error}") from None

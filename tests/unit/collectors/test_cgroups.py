@@ -168,7 +168,7 @@ def test_interpret_raises_only_parse_error() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from forensics.collectors.cgroups import _INTERPRET
+    from forensics.parsing.cgroupfs import _FILE_VALUES as _INTERPRET
     from forensics.errors import ParseError
     from tests.support.host_evidence import CGROUP_V2
 
