@@ -389,3 +389,44 @@ def test_no_traceback_even_with_a_tarball_we_did_not_write(tmp_path: Path) -> No
     with tarfile.open(tmp_path / "logs.tgz", "w:gz") as tar:
         tar.add(tmp_path / "a.txt", arcname="logs/a.txt")
     assert_one_line_error(run_cli("verify", str(tmp_path / "logs.tgz"), cwd=tmp_path), 2, "no manifest.json")
+
+
+# -- every collector on this machine ---------------------------------------------------------
+
+
+def test_full_capture_with_sampling_on_this_machine(tmp_path: Path) -> None:
+    """Every registered collector runs (whatever this machine lacks is 'unavailable', never a crash),
+    a short sampling window is recorded, and the bundle verifies and inspects."""
+    t0 = time.monotonic()
+    proc = run_cli("capture", "-o", str(tmp_path), "--duration", "1", "--interval", "0.5", "--timeout", "60",
+                   cwd=tmp_path)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    path = Path(proc.stdout.strip())
+    assert elapsed < 60 + 1 + 15, f"capture took {elapsed:.0f} s"
+    manifest = hb.manifest_of(path)
+    listed = run_cli("collectors", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    assert [c["name"] for c in manifest["collectors"]] == names
+    for c in manifest["collectors"]:
+        assert c["status"] in ("ok", "partial", "failed", "unavailable", "skipped"), c
+        assert c["status"] != "skipped", f"{c['name']} was skipped in a full capture: {c['error']}"
+        if c["status"] in ("failed", "unavailable", "partial"):
+            assert c["error"] and "\n" not in c["error"], c
+        if "sampling" in c:
+            assert c["sampling"]["ticks"] is None or c["sampling"]["ticks"] >= 1, c
+    assert next(c for c in manifest["collectors"] if c["name"] == "host")["status"] == "ok"
+    assert manifest["capture"]["window"]["duration_s"] == 1.0
+    v = run_cli("verify", str(path), cwd=tmp_path)
+    assert v.returncode == 0, v.stderr
+    i = run_cli("inspect", str(path), cwd=tmp_path)
+    assert i.returncode == 0, i.stderr
+    for c in manifest["collectors"]:
+        assert re.search(rf"^\s+{re.escape(c['name'])}\s+{c['status']}\b", i.stdout, re.M), c["name"]
+    if _has_analysis():
+        out = tmp_path / "analysis.json"
+        a = run_cli("analyze", str(path), "-f", "json", "-o", str(out), cwd=tmp_path)
+        assert a.returncode == 0, a.stderr
+        assert json.loads(out.read_text())
