@@ -24,8 +24,9 @@ scenario's ``epoch``: absolute unix seconds, by default the moment the ``Scenari
 All processes reading one scenario file share one timeline (capture forks a child per collector).
 
 **Values.** A field given as a number is constant; as ``[(t, v), ...]`` it is a step function
-(``v`` from ``t`` on; before the first point the field does not exist yet, so NVML answers
-NotSupported). A field set to ``None`` is absent: its NVML getter answers NotSupported.
+(``v`` from ``t`` on; before the first point, the first value). A field set to ``None`` is absent:
+its NVML getter answers NotSupported (to make a field appear later, ``inject`` NotSupported with
+``to_s``).
 
 **Semantics.** Device memory ``used`` is ``memory_used_base_bytes`` plus the memory of the live
 processes on the device (and, for a GPU in MIG mode, on its MIG devices); v1 ``used`` also counts

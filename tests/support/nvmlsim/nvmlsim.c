@@ -215,9 +215,14 @@ static void series_add(series *s, double t, double v) {
     s->n++;
 }
 
-/* Step function: value of the last point with t <= at (points kept sorted). */
+/* Step function: value of the last point with t <= at (points kept sorted); before the first
+ * point, the first point's value.  An empty series has no value. */
 static int series_at(const series *s, double at, double *out) {
     int i, found = 0;
+    if (s->n > 0) {
+        *out = s->p[0].v;
+        found = 1;
+    }
     for (i = 0; i < s->n; i++) {
         if (s->p[i].t <= at) {
             *out = s->p[i].v;
