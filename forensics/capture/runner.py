@@ -156,6 +156,7 @@ class _Runner:
             try:
                 os.close(r)
                 os.setpgid(0, 0)
+                os.dup2(2, 1)  # a chatty library must never reach capture's stdout (the bundle path)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 try:

@@ -109,6 +109,9 @@ _SCRIPT = textwrap.dedent('''
             if mode == "big":  # enough incompressible evidence that packing takes a while
                 for i in range(48):
                     ctx.sink.append_bytes("test/random.bin", os.urandom(1 << 20))
+            if mode == "noisy":  # a chatty library inside a collector
+                print("library chatter on stdout", flush=True)
+                os.write(1, b"raw write to fd 1\\n")
             ctx.sink.write_text("test/started.txt", "started\\n")
             with open(marker + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
@@ -202,3 +205,12 @@ def test_cli_kill_9_while_packing_leaves_no_bundle_name(cli_capture: Callable[..
     left = [p.name for p in out.iterdir()]
     assert not [n for n in left if FINAL_NAME_RE.match(n)], left
     assert all(n.startswith(".") for n in left), left
+
+
+def test_collector_output_never_reaches_capture_stdout(cli_capture: Callable[..., tuple[subprocess.Popen[str], Path, Path]]) -> None:
+    """``b=$(gpuforensics capture)`` must get the path and nothing else, whatever a library prints."""
+    proc, out, _marker = cli_capture("noisy")
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert stdout.count("\n") == 1 and Path(stdout.strip()).parent == out, stdout
+    assert "library chatter on stdout" in stderr and "raw write to fd 1" in stderr
