@@ -16,7 +16,6 @@ Run: ``python bench/bench_render.py [--paper a4|letter] [--repeat 2] [--only lar
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import resource
 import subprocess
@@ -34,13 +33,9 @@ SYNTHETIC = ("synthetic-incident", "synthetic-one-hour")
 
 
 def _builders() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "report_docs", ROOT / "tests/support/report_docs.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tests.support import report_docs
+
+    return report_docs
 
 
 def _document(name: str) -> dict[str, Any]:
@@ -51,6 +46,23 @@ def _document(name: str) -> dict[str, Any]:
     from forensics.analysis import analyze_bundles
 
     return analyze_bundles([ROOT / "sample_bundles" / f"{name}.tgz"])
+
+
+def _pages(pdf: bytes) -> int:
+    """Page count through pdfinfo (poppler); -1 when it is not installed."""
+    import shutil
+    import tempfile
+
+    tool = shutil.which("pdfinfo")
+    if tool is None:
+        return -1
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as handle:
+        handle.write(pdf)
+        handle.flush()
+        out = subprocess.run([tool, handle.name], capture_output=True, text=True, timeout=60).stdout
+    return next(
+        (int(line.split()[1]) for line in out.splitlines() if line.startswith("Pages:")), -1
+    )
 
 
 def child(name: str, paper: str, repeat: int) -> dict[str, Any]:
@@ -72,7 +84,7 @@ def child(name: str, paper: str, repeat: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         pdf = render_pdf(html)
         pdf_s = min(pdf_s, time.perf_counter() - t0)
-    pages = pdf.count(b"/Type /Page\n") or pdf.count(b"/Type /Page") - pdf.count(b"/Type /Pages")
+    pages = _pages(pdf)
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "name": name,
@@ -104,7 +116,7 @@ def main() -> int:
         p.name[: -len(".tgz")] for p in sorted((ROOT / "sample_bundles").glob("*.tgz"))
     ] + list(SYNTHETIC)
     if not any(n not in SYNTHETIC for n in names):
-        print("note: no sample_bundles/*.tgz yet; synthetic documents only", file=sys.stderr)
+        print("note: no sample_bundles/*.tgz yet; synthetic documents only")
     if args.only:
         names = [n for n in names if n == args.only]
     print(

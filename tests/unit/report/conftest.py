@@ -2,14 +2,12 @@
 
 Rendering a PDF takes a second or two, so each document is rendered once per session and the
 tests read the cached bytes. External tools (pdftotext, pdftoppm, pdfinfo from poppler-utils)
-skip their tests when absent, except with CI=true where they must be present.
+skip their tests when absent, except in CI (tests/support/env.py) where they must be present.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -19,18 +17,10 @@ from typing import Any
 
 import pytest
 
-_SUPPORT = Path(__file__).resolve().parents[2] / "support" / "report_docs.py"
+from tests.support import report_docs as report_docs_module
+from tests.support.env import need
 
-
-def _load_builders() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuforensics_test_report_docs", _SUPPORT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-docs = _load_builders()
+docs = report_docs_module
 
 _BUILDERS: dict[str, Callable[[], dict[str, Any]]] = {
     "incident": lambda: docs.build_incident_doc(),
@@ -106,11 +96,8 @@ def rendered() -> Callable[..., Render]:
 def require_tool(name: str) -> str:
     """The path of an external tool; skip (or fail under CI=true) when it is missing."""
     path = shutil.which(name)
-    if path is None:
-        message = f"{name} not installed (apt-get install poppler-utils)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    need(path is not None, f"{name} not installed (apt-get install poppler-utils)")
+    assert path is not None
     return path
 
 

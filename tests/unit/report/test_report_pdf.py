@@ -33,10 +33,12 @@ class TestText:
         assert _flat(doc["verdict"]["headline"]) in text
         assert "notebook" in text and "trainer" in text
         members = doc["bundles"][0]["members"]
-        packed = text.replace(" ", "")  # long paths, locators and digests wrap inside their cells
+        # long paths, locators and digests wrap inside their cells, and pdftotext drops the "-"
+        # of a word broken after it: compare without spaces and hyphens
+        packed = re.sub(r"[ -]", "", text)
         for ev in doc["findings"][0]["evidence"]:
-            assert ev["locator"].replace(" ", "") in packed
-            assert ev["member"].replace(" ", "") in packed
+            assert re.sub(r"[ -]", "", ev["locator"]) in packed
+            assert re.sub(r"[ -]", "", ev["member"]) in packed
             assert members[ev["member"]] in packed
         assert "gpuforensics verify" in text
 
