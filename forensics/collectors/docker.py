@@ -303,10 +303,12 @@ def _read_text(path: str, limit: int = 4 << 20) -> str:
 
 
 def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
-                        proc_root: str = "/proc") -> dict[str, Any]:
+                        proc_root: str = "/proc", container_id: str | None = None) -> dict[str, Any]:
     """Every PID in the cgroups of ``state_pid`` (all hierarchies), with the files read.
 
     Source: ``/proc/<State.Pid>/cgroup``, then ``<mount>/<path>/cgroup.procs`` per hierarchy.
+    With ``container_id``, the cgroup file must name it: otherwise this /proc is not the
+    engine's host (a remote engine, or another PID namespace) and the PID means something else.
     """
     result: dict[str, Any] = {"state_pid": state_pid, "cgroup_paths": {}, "pids": {},
                               "errors": {}}
@@ -316,6 +318,11 @@ def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
         result["errors"][f"{proc_root}/{state_pid}/cgroup"] = _err(exc)
         return result
     result["proc_cgroup"] = text
+    if container_id is not None and container_id not in text:
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = (
+            "does not name the container: this /proc is not the engine's (remote engine or "
+            "another PID namespace); PIDs not attributed")
+        return result
     try:
         dirs = _cgroup_dirs(text, mounts)
     except ParseError as exc:
@@ -438,7 +445,7 @@ class DockerCollector:
         client = _connect(settings)
         pool = _Pool(settings.workers)
         index: dict[str, Any] = {
-            "docker_host": settings.docker_host or "(docker.from_env default)",
+            "docker_host": ctx.redactor.text(settings.docker_host or "(docker.from_env default)"),
             "call_timeout_s": settings.call_timeout_s,
             "top_ps_args": TOP_PS_ARGS,
             "stats": settings.stats,
@@ -529,7 +536,8 @@ class DockerCollector:
                 inspects[subject] = doc
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/inspect.json", doc)
                 if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
-                    procs = container_processes(int(doc["State"]["Pid"]), mounts)
+                    procs = container_processes(int(doc["State"]["Pid"]), mounts,
+                                                container_id=subject)
                     scratch.setdefault(subject, {})["cgroup"] = procs
                     for exec_id in (doc.get("ExecIDs") or [])[:_MAX_EXECS]:
                         if isinstance(exec_id, str) and exec_id.isalnum():

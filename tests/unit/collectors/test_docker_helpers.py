@@ -56,6 +56,14 @@ def test_all_processes_of_every_hierarchy(tmp_path: Path) -> None:
     assert res["errors"] == {}
 
 
+def test_other_pid_namespace_is_refused(tmp_path: Path) -> None:
+    proc, mounts = _fake_host(tmp_path, {"memory": [100]})
+    res = container_processes(100, mounts, proc_root=str(proc), container_id="f" * 64)
+    assert res["pids"] == {} and "does not name the container" in next(iter(res["errors"].values()))
+    res = container_processes(100, mounts, proc_root=str(proc), container_id=CID)
+    assert list(res["pids"]) == ["100"]
+
+
 def test_missing_hierarchy_recorded_not_fatal(tmp_path: Path) -> None:
     proc, mounts = _fake_host(tmp_path, {"memory": [100]})
     res = container_processes(100, mounts, proc_root=str(proc))
