@@ -315,6 +315,13 @@ def pressure_totals(text: str, what: str = "pressure") -> dict[str, int]:
     (``full`` absent when the file has none). The per-tick form: the stall share over an
     interval is the difference of two totals divided by the interval."""
     body = _text(text, what)
+    fields = body.split()
+    if (len(fields) == 10 and fields[0] == "some" and fields[5] == "full"
+            and body.count("\n") <= 2 and fields[4][:6] == "total=" and fields[9][:6] == "total="
+            and fields[1][:6] == "avg10=" and fields[6][:6] == "avg10="):
+        some, full = fields[4][6:], fields[9][6:]
+        if some.isdigit() and full.isdigit() and some.isascii() and full.isascii():
+            return {"some_total_usec": int(some), "full_total_usec": int(full)}
     result: dict[str, int] = {}
     for number, line in enumerate(body.split("\n"), 1):
         if number > 4:
@@ -439,6 +446,29 @@ _CPU_STAT_V1 = (("nr_periods", "nr_periods", 1), ("nr_throttled", "nr_throttled"
                 ("burst_time", "burst_ns", 1))
 
 
+_EVENT_KEYS = ("low", "high", "max", "oom", "oom_kill")
+
+
+def _memory_events(text: str, what: str) -> dict[str, int | None]:
+    """Same result as ``vars(parse_memory_events(text))``, without the dataclass (per tick)."""
+    raw = parse_flat_keyed(text, what)
+    for key in _EVENT_KEYS:
+        if key not in raw:
+            raise ParseError(f"{what}: missing {key}")
+    values: dict[str, int | None] = {key: raw[key] for key in _EVENT_KEYS}
+    values["oom_group_kill"] = raw.get("oom_group_kill")
+    return values
+
+
+def _oom_control(text: str) -> dict[str, Any]:
+    """Same result as ``vars(parse_oom_control(text))``, without the dataclass (per tick)."""
+    raw = parse_flat_keyed(text, "memory.oom_control")
+    if "oom_kill_disable" not in raw or "under_oom" not in raw:
+        raise ParseError("memory.oom_control: missing oom_kill_disable or under_oom")
+    return {"oom_kill_disable": bool(raw["oom_kill_disable"]),
+            "under_oom": bool(raw["under_oom"]), "oom_kill": raw.get("oom_kill")}
+
+
 def _cpu_stat(text: str, version: int) -> dict[str, Any]:
     """cpu.stat with times in ns. Same checks as ``parse_cpu_stat`` (required keys),
     built straight from the flat-keyed values (this runs for every cgroup on every tick)."""
@@ -479,12 +509,11 @@ _FILE_VALUES: dict[tuple[int, str], tuple[str, _Interpreter]] = {
     (2, "memory.peak"): ("memory", lambda t: {"peak_bytes": parse_int(t)}),
     (1, "memory.max_usage_in_bytes"): ("memory", lambda t: {"peak_bytes": parse_int(t)}),
     (2, "memory.swap.current"): ("memory", lambda t: {"swap_bytes": parse_int(t)}),
-    (2, "memory.events"): ("memory",
-                           lambda t: {"events": vars(parse_memory_events(t))}),
-    (2, "memory.events.local"): ("memory", lambda t: {"events_local": vars(
-        parse_memory_events(t, "memory.events.local"))}),
+    (2, "memory.events"): ("memory", lambda t: {"events": _memory_events(t, "memory.events")}),
+    (2, "memory.events.local"): ("memory", lambda t: {
+        "events_local": _memory_events(t, "memory.events.local")}),
     (1, "memory.failcnt"): ("memory", lambda t: {"failcnt": parse_int(t)}),
-    (1, "memory.oom_control"): ("memory", lambda t: vars(parse_oom_control(t))),
+    (1, "memory.oom_control"): ("memory", lambda t: _oom_control(t)),
     (2, "memory.oom.group"): ("memory", lambda t: {"oom_group": bool(parse_int(t))}),
     (2, "memory.stat"): ("memory", lambda t: {"stat": select(
         parse_flat_keyed(t, "memory.stat"), MEMORY_STAT_KEYS)}),

@@ -177,3 +177,32 @@ def test_pressure_forms_agree() -> None:
     parsed = cgroupfs.parse_pressure(text)
     assert values["some"]["total_usec"] == parsed.some.total_usec == 55555
     assert cgroupfs.pressure_totals(text) == {"some_total_usec": 55555, "full_total_usec": 44444}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(SAMPLES), st.integers(0, 300), st.text(alphabet="0123456789 \nsomefulltavg=.", max_size=4),
+       st.integers(0, 2))
+def test_fast_and_dataclass_forms_agree(sample: str, at: int, insert: str, drop: int) -> None:
+    """file_values' per-tick forms give what the dataclass parsers give, or both refuse."""
+    from dataclasses import asdict
+
+    text = sample[:at % (len(sample) + 1)] + insert + sample[at % (len(sample) + 1) + drop:]
+    pairs = [
+        (lambda t: cgroupfs.file_values(2, "memory.events", t)[1]["events"],  # type: ignore[index]
+         lambda t: asdict(cgroupfs.parse_memory_events(t))),
+        (lambda t: cgroupfs.file_values(1, "memory.oom_control", t),
+         lambda t: ("memory", asdict(cgroupfs.parse_oom_control(t)))),
+        (lambda t: cgroupfs.pressure_totals(t),
+         lambda t: {f"{k}_total_usec": v["total_usec"] for k, v in cgroupfs.pressure_values(t).items()}),
+    ]
+    for fast, slow in pairs:
+        try:
+            expected = slow(text)
+        except ParseError:
+            expected = None
+        try:
+            got = fast(text)
+        except ParseError:
+            got = None
+        if expected is not None:
+            assert got == expected
