@@ -126,7 +126,7 @@ def main() -> None:
         def median(values: list[float]) -> float:
             return sorted(values)[len(values) // 2]
 
-        tick_wall, tick_cpu, base = median(wall), median(cpu), median(base_wall)
+        tick_wall, base = median(wall), median(base_wall)
         lines = (work / "stage/cgroup/samples.jsonl").read_text().count("\n")
         print(f"cgroups: {len(paths)} containers (+ host root) on {kind}")
         print(f"files read per tick: {len(files)}; sample lines written: {lines}")
