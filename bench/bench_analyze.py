@@ -12,7 +12,6 @@ Targets (issue 7): 60 minutes under 5 s and under 500 MB, growing linearly with 
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -52,13 +51,16 @@ def build(minutes: int, out: Path) -> Path:
     return b.write(out)
 
 
+# Peak RSS is VmHWM of the child's own address space (ru_maxrss would include the parent's RSS
+# inherited across fork+exec).
 CHILD = """
-import json, resource, sys, time
-t0 = time.perf_counter()
+import json, sys, time
+t0, c0 = time.perf_counter(), time.process_time()
 from forensics.analysis import analyze_bundles
 doc = analyze_bundles([sys.argv[1]])
-wall = time.perf_counter() - t0
-print(json.dumps({"wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": hwm / 1024,
                   "findings": len(doc["findings"]), "gpus": len(doc["gpus"]), "containers": len(doc["containers"])}))
 """
 
@@ -82,17 +84,19 @@ def main(argv: list[str]) -> int:
             r = measure(bundle)
             r.update(minutes=minutes, bundle_mb=bundle.stat().st_size / 1e6, build_s=built)
             rows.append(r)
-            print(f"{minutes:3d} min: analyze {r['wall_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
+            print(f"{minutes:3d} min: analyze {r['wall_s']:.2f} s wall ({r['cpu_s']:.2f} s CPU), peak RSS {r['peak_rss_mb']:.0f} MB "
                   f"(bundle {r['bundle_mb']:.1f} MB compressed, built in {built:.1f} s; "
                   f"{r['findings']} findings, {r['gpus']} GPUs, {r['containers']} containers)", flush=True)
     if len(rows) > 1:
         a, z = rows[0], rows[-1]
         ratio_len = z["minutes"] / a["minutes"]
         print(f"growth {a['minutes']}->{z['minutes']} min (x{ratio_len:.0f} length): wall x{z['wall_s'] / a['wall_s']:.2f}, "
+              f"CPU x{z['cpu_s'] / a['cpu_s']:.2f}, "
               f"RSS x{z['peak_rss_mb'] / a['peak_rss_mb']:.2f}")
     last = rows[-1]
     ok = last["wall_s"] < 5 and last["peak_rss_mb"] < 500
-    print(f"target ({last['minutes']} min < 5 s and < 500 MB): {'met' if ok else 'NOT met'}")
+    print(f"target ({last['minutes']} min < 5 s and < 500 MB): {'met' if ok else 'NOT met'}"
+          + ("" if ok or last["cpu_s"] >= 5 else " on wall time; CPU time is under 5 s: the machine is busy"))
     return 0 if ok else 1
 
 

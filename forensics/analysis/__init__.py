@@ -8,6 +8,7 @@ malformed *inside* a bundle lowers confidence and becomes a limitation, never an
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,19 @@ def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
     """Open each bundle and load every source into one model (several bundles of a host: one timeline)."""
     cfg = config or AnalysisConfig()
     model = Model(psi_some_floor=cfg.psi_some_avg10_pct, psi_full_floor=cfg.psi_full_avg10_pct)
+    # Loading creates hundreds of thousands of small, acyclic records: the cyclic collector would
+    # rescan them again and again (quadratic time), so it is paused while they are made.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _load_all(model, paths, limits)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return model
+
+
+def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | None) -> None:
     for raw in paths:
         path = Path(raw)
         bundle = open_bundle(path, limits)
@@ -47,7 +61,6 @@ def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
             model.nodes[name].clock_offset_s = None
         model.limit(f"{len(nodes)} nodes analysed together ({', '.join(nodes)}): their clocks were not "
                     "synchronised by the capture, so cross-node times may be off by the nodes' clock offsets")
-    return model
 
 
 def run_rules(model: Model, config: AnalysisConfig) -> list[Finding]:
@@ -66,7 +79,13 @@ def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None =
     """Analyse one or more bundles and return the analysis JSON document (a dict)."""
     cfg = config or AnalysisConfig()
     model = build_model(paths, limits, cfg)
-    findings = run_rules(model, cfg)
-    result = build_chain(findings, cfg)
-    ruled = ruled_out(model, list(result.findings), cfg)
-    return build_document(model, result, ruled, cfg, generated_at=time.time())
+    was_enabled = gc.isenabled()
+    gc.disable()  # rules and the document also make many acyclic records (see build_model)
+    try:
+        findings = run_rules(model, cfg)
+        result = build_chain(findings, cfg)
+        ruled = ruled_out(model, list(result.findings), cfg)
+        return build_document(model, result, ruled, cfg, generated_at=time.time())
+    finally:
+        if was_enabled:
+            gc.enable()

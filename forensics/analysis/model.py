@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from forensics.analysis.findings import Evidence, EvidenceRef, Subject
 
@@ -51,8 +52,7 @@ class Gpu:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSample:
+class GpuSample(NamedTuple):
     """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...)."""
 
     node: str
@@ -71,8 +71,7 @@ class GpuSample:
         return self.ref.evidence
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessGpuSample:
+class ProcessGpuSample(NamedTuple):
     """One process on one GPU at time t (nvmlDeviceGetComputeRunningProcesses + GetProcessUtilization)."""
 
     node: str
@@ -81,11 +80,22 @@ class ProcessGpuSample:
     t: float
     used_memory_bytes: int | None
     sm_util_pct: float | None
-    ref: EvidenceRef
+    ref: EvidenceRef  # the NVML line (shared by every process of that line)
+    proc_index: int = -1  # index in the line's ``processes`` list, -1 when not listed
+    util_index: int = -1  # index of its nvmlDeviceGetProcessUtilization sample, -1 when none
 
     @property
     def evidence(self) -> Evidence:
-        return self.ref.evidence
+        paths: list[tuple[str | int, ...]] = []
+        if self.proc_index >= 0:
+            paths.append(("processes", self.proc_index))
+        if self.util_index >= 0:
+            paths.append(("nvml", "nvmlDeviceGetProcessUtilization", "value", self.util_index))
+        if not paths or self.ref.paths:
+            return self.ref.evidence
+        r = self.ref
+        return EvidenceRef(r.bundle, r.member, r.line, r.payload, tuple(paths), r.pointer, r.source,
+                           r.offset).evidence
 
 
 @dataclass(frozen=True)
@@ -182,8 +192,7 @@ class Pod:
         return sum(n for _, n in self.gpu_limits)
 
 
-@dataclass(frozen=True, slots=True)
-class CpuSample:
+class CpuSample(NamedTuple):
     """Cumulative CFS counters of one container (cgroup cpu.stat or Docker stats throttling_data)."""
 
     node: str
@@ -199,8 +208,7 @@ class CpuSample:
         return self.ref.evidence
 
 
-@dataclass(frozen=True, slots=True)
-class MemorySample:
+class MemorySample(NamedTuple):
     """Memory use of one container (cgroup memory.current / memory.usage_in_bytes)."""
 
     node: str
@@ -210,8 +218,7 @@ class MemorySample:
     limit_bytes: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class PsiSample:
+class PsiSample(NamedTuple):
     """A PSI reading (/proc/pressure/<resource> or <cgroup>/<resource>.pressure); scope ``host`` or a container id."""
 
     node: str

@@ -66,11 +66,13 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:
     cache: dict[str, str | None] = {}
+    times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
     sampled = False
     for no, rec, raw in src.jsonl("cgroup/samples.jsonl"):
         path, t, values = rec.get("cgroup"), as_float(rec.get("t")), rec.get("values")
         if not isinstance(path, str) or t is None or not isinstance(values, dict):
             continue
+        t = times.setdefault(t, t)
         sampled = True
         _add_values(model, node, path, t, values, src.ref("cgroup/samples.jsonl", no, raw), cache)
     if sampled:

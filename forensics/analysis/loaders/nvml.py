@@ -105,6 +105,7 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         model.gpu_samples.append(GpuSample(
             node, uuid, t, util, used, total, _reasons(nvml), temp, _power_w(nvml),
             src.ref(member, no, _raw, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml))))
+        line_ref = src.ref(member, no, _raw)
         sm = _sm_by_pid(nvml)
         items = _util_items(nvml) if sm else {}
         has_util = _val(nvml, "nvmlDeviceGetProcessUtilization") is not None or \
@@ -119,12 +120,11 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             puuid = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else uuid
             model.proc_samples.append(ProcessGpuSample(
                 node, uuid if puuid == uuid else uuid, pid, t, as_int(p.get("usedGpuMemory")),
-                sm.get(pid, 0.0 if has_util else None), src.ref(member, no, _raw, ("processes", j),
-                        *((("nvml", "nvmlDeviceGetProcessUtilization", "value", items[pid]),) if pid in items else ()))))
+                sm.get(pid, 0.0 if has_util else None), line_ref, j, items.get(pid, -1)))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:
                 model.proc_samples.append(ProcessGpuSample(
-                    node, uuid, pid, t, None, value, src.ref(member, no, _raw, ("nvml", "nvmlDeviceGetProcessUtilization", "value", items.get(pid, 0)))))
+                    node, uuid, pid, t, None, value, line_ref, -1, items.get(pid, -1)))
     if sampled:
         model.node(node).members_used.setdefault("nvml", member)
     else:
@@ -167,7 +167,7 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         sm = sm_by_gpu.get(uuid, {})
         model.proc_samples.append(ProcessGpuSample(
             node, uuid, pid, pt, as_int(dig(p, "used_memory_bytes")), sm.get(pid),
-            src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}")))
+            src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}")))  # (snapshot: few)
 
 
 def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:
