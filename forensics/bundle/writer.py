@@ -106,7 +106,7 @@ class BundleWriter:
         }
         members = self.member_table()
         manifest["members"] = members
-        manifest_bytes = (dumps_json(manifest) + "\n").encode("utf-8")
+        manifest_bytes = (dumps_json(manifest, indent=1) + "\n").encode("utf-8")
         mtime = int(self.when.timestamp())
         fd, tmp_name = tempfile.mkstemp(prefix=f".{self.stem}.", suffix=".tgz.partial", dir=self.out_dir)
         tmp = Path(tmp_name)

@@ -157,6 +157,10 @@ class _Runner:
                 os.close(r)
                 os.setpgid(0, 0)
                 os.dup2(2, 1)  # a chatty library must never reach capture's stdout (the bundle path)
+                try:
+                    os.nice(10)  # capture must not compete with the workload it investigates
+                except OSError:
+                    pass
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 try:
@@ -358,6 +362,7 @@ class _Runner:
                         end(ctx)
                     except Exception as exc:  # noqa: BLE001
                         errors.append(f"end of sampling: {_one_line(exc)}")
+                errors.extend(f"partial: {r}" for r in ctx.partial_reasons[:20])
                 res = self._child_result(ctx, "ok", None)
                 res["sampling"] = {"ticks": ticks, "errors": errors, "stopped": fatal}
                 return res
@@ -402,10 +407,6 @@ class _Runner:
         old_int = signal.signal(signal.SIGINT, self._on_signal)
         old_term = signal.signal(signal.SIGTERM, self._on_signal)
         try:
-            try:
-                os.nice(10)  # capture must not compete with the workload it is investigating
-            except OSError:
-                pass
             chosen = self._select()
             try:
                 self._snapshot_phase(chosen, writer.sink)
