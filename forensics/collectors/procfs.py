@@ -3,12 +3,12 @@
 Sources: ``/proc/<pid>/cgroup`` (scanned once for every PID: the kernel's own view of which
 container or pod a process belongs to, child processes included), ``/proc/<pid>/stat``,
 ``/proc/<pid>/status`` (NSpid: the PID in each nested PID namespace), ``/proc/<pid>/cmdline``
-(redacted), ``readlink /proc/<pid>/ns/{pid,cgroup,mnt,net,user}``, ``/proc/stat`` (btime).
+and ``/proc/<pid>/environ`` (both redacted), ``readlink /proc/<pid>/ns/{pid,cgroup,mnt,net,user}``, ``/proc/stat`` (btime).
 
 PIDs of interest: ``ctx.hint("pids")`` (GPU and container processes from earlier collectors),
 every PID whose cgroup attributes to a container or pod, and every PID with ``--all-processes``.
-Members: ``proc/<pid>/{cgroup,stat,status,cmdline}`` verbatim (cmdline: NUL-separated argv after
-redaction), ``proc/<pid>/ns.json``, and the derived ``proc/index.json``. Publishes the hints
+Members: ``proc/<pid>/{cgroup,stat,status}`` verbatim, ``proc/<pid>/{cmdline,environ}``
+(NUL-separated, after redaction), ``proc/<pid>/ns.json``, and the derived ``proc/index.json``. Publishes the hints
 ``cgroup_paths``, ``container_ids`` and ``pod_uids``. See docs/bundle-format/host-evidence.md.
 """
 
@@ -35,6 +35,10 @@ from forensics.parsing.procfs import (
 __all__ = ["COLLECTOR", "ProcessCgroup", "ProcfsCollector", "read_small", "scan_proc_cgroups"]
 
 _NAMESPACES = ("pid", "cgroup", "mnt", "net", "user")
+# Environment variables that say which GPUs a process was given (kept verbatim, see redact.py)
+GPU_ENV_NAMES = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+                           "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_CONFIG_DEVICES",
+                           "NVIDIA_MIG_MONITOR_DEVICES"})
 DEFAULT_MAX_PID_DIRS = 2000  # proc/<pid>/ member sets; beyond it, index entries only
 
 
@@ -288,6 +292,21 @@ class ProcfsCollector:
             record["argv0"] = redacted[0] if redacted else None
         except OSError as error:
             errors["cmdline"] = describe_os_error(error)
+        try:
+            # The environment: GPU grants (NVIDIA_VISIBLE_DEVICES passed by the runtime spec with
+            # --gpus, never in the container's Config.Env) are kept; every value not on the
+            # redactor's allow list (NVIDIA_*, CUDA_*, PATH...) becomes a pseudonym.
+            environ = parse_cmdline(read_small(f"{base}/environ", 1 << 20))
+            redacted_env = ctx.redactor.env_list(environ) or []
+            ctx.sink.write_bytes(f"{prefix}/environ",
+                                 b"".join(e.encode("utf-8", "surrogateescape") + b"\0"
+                                          for e in redacted_env))
+            gpu_env = {name: value for name, _, value in (e.partition("=") for e in environ)
+                       if name in GPU_ENV_NAMES}
+            if gpu_env:
+                record["gpu_env"] = gpu_env
+        except OSError as error:
+            errors["environ"] = describe_os_error(error)
         namespaces: dict[str, Any] = {}
         for ns in _NAMESPACES:
             try:

@@ -55,6 +55,8 @@ def fake_process(proc: Path, pid: int, cgroup: str, comm: str = "python3",
         f"Uid:\t0\t0\t0\t0\nNStgid:\t{ns}\nNSpid:\t{ns}\nVmHWM:\t   20480 kB\n"
         "VmRSS:\t   10240 kB\nThreads:\t3\n")
     (base / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (base / "environ").write_bytes(b"PATH=/usr/bin\0NVIDIA_VISIBLE_DEVICES=GPU-8f2c\0"
+                                   b"HF_TOKEN=hf_abcdefghijklmnop\0")
 
 
 def fake_proc(root: Path) -> Path:

@@ -53,6 +53,11 @@ def test_raw_files_verbatim_and_cmdline_redacted(tmp_path: Path) -> None:
     assert (stage / "proc/4242/stat").read_bytes() == (proc / "4242/stat").read_bytes()
     cmdline = (stage / "proc/4242/cmdline").read_bytes()
     assert b"hunter2" not in cmdline and cmdline.startswith(b"python3\0train.py\0--password=")
+    environ = (stage / "proc/4242/environ").read_bytes()
+    assert b"NVIDIA_VISIBLE_DEVICES=GPU-8f2c\0" in environ and b"PATH=/usr/bin\0" in environ
+    assert b"hf_abcdefghijklmnop" not in environ and b"HF_TOKEN=<redacted:" in environ
+    entry = next(p for p in read_json(stage, "proc/index.json")["processes"] if p["pid"] == 4242)
+    assert entry["gpu_env"] == {"NVIDIA_VISIBLE_DEVICES": "GPU-8f2c"}
     ns = read_json(stage, "proc/4242/ns.json")
     assert "error" in ns["pid"]  # a fake /proc has no namespace links: recorded, not fatal
 
@@ -65,6 +70,7 @@ def test_no_redact_keeps_cmdline(tmp_path: Path) -> None:
     ctx.redactor = Redactor(False)
     ProcfsCollector(str(proc)).snapshot(ctx)
     assert (tmp_path / "stage/proc/4242/cmdline").read_bytes() == (proc / "4242/cmdline").read_bytes()
+    assert (tmp_path / "stage/proc/4242/environ").read_bytes() == (proc / "4242/environ").read_bytes()
 
 
 def test_all_processes_includes_host_processes(tmp_path: Path) -> None:
