@@ -156,8 +156,19 @@ def _draw_panel(ax: Any, panel: Panel, spec: ChartSpec, dates: Any) -> None:
             [float("nan") if y is None else y for y in ys],
             label=_label(line.label),
             color=PALETTE[i % len(PALETTE)],
-            lw=1.6 if line.emphasis else 1.1,
-            zorder=3 if line.emphasis else 2,
+            lw=2.4 if line.emphasis else 1.1,
+            zorder=2 if line.emphasis else 3,  # thin lines on top stay visible where they overlap
+        )
+    if not any(v is not None for line in panel.lines for v in line.values):
+        ax.text(
+            0.5,
+            0.5,
+            "no samples",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#777777",
         )
     if panel.reference is not None:
         ax.axhline(panel.reference, color="#444444", lw=0.9, ls=(0, (5, 3)), zorder=1)

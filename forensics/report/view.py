@@ -485,7 +485,8 @@ def _evidence(items: list[dict[str, Any]], members: _Members) -> tuple[EvidenceV
 def _finding(d: Mapping[str, Any], members: _Members) -> FindingView:
     evidence = _evidence(_dicts(d, "evidence"), members)
     metrics = tuple(
-        (_metric_name(str(k)), _metric_text(str(k), v)) for k, v in sorted(_dict(d, "metrics").items())
+        (_metric_name(str(k)), _metric_text(str(k), v))
+        for k, v in sorted(_dict(d, "metrics").items())
     )
     severity = _str(d, "severity", "info").lower()
     return FindingView(
@@ -563,6 +564,31 @@ def _values(raw: object, n: int) -> tuple[float | None, ...]:
 _INF = float("inf")
 
 
+_MEMORY_UNITS = (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0), ("B", 1.0))
+
+
+def _memory_panel(
+    title: str,
+    t: tuple[float, ...],
+    lines: Sequence[tuple[str, tuple[float | None, ...], bool]],
+    reference: float | None,
+    reference_name: str,
+) -> Panel:
+    """A memory panel in the unit that suits its largest value (GiB for GPUs, KiB for busybox)."""
+    peak = max([v for _, values, _ in lines for v in values if v is not None] + [reference or 0.0])
+    unit, size = next(((u, n) for u, n in _MEMORY_UNITS if peak >= n), _MEMORY_UNITS[-1])
+    return Panel(
+        title,
+        unit,
+        tuple(
+            Line(label, t, tuple(None if v is None else v / size for v in values), emphasis)
+            for label, values, emphasis in lines
+        ),
+        reference=reference / size if reference else None,
+        reference_label=f"{reference_name} {fmt_bytes(reference)}" if reference else "",
+    )
+
+
 def _stats(raw: object) -> tuple[float | None, float | None]:
     """(mean, max) of a series' known values, ``(None, None)`` when none is known."""
     known = _known(raw)
@@ -590,8 +616,8 @@ def _window(verdict: VerdictView, t: Sequence[float]) -> tuple[float, float] | N
     lo, hi = min(t), max(t)
     if end < lo or start > hi:
         return None
-    if end - start < (hi - lo) / 300:
-        end = start + (hi - lo) / 300  # a one-instant incident still gets a visible band
+    if end - start < (hi - lo) / 120:
+        end = start + (hi - lo) / 120  # a one-instant incident still gets a visible band
     return max(start, lo), min(end, hi)
 
 
@@ -705,40 +731,17 @@ class _Builder:
         for pid, values in ranked[:6]:
             util_lines.append(Line(f"SM {pid_label(str(pid))}", t, _values(values, len(t))))
         total = _num(d, "memory_total_bytes")
-        mem_lines = (
-            [
-                Line(
-                    "memory used",
-                    t,
-                    tuple(None if v is None else v / GIB for v in memory),
-                    emphasis=True,
-                )
-            ]
-            if memory
-            else []
+        mem_lines: list[tuple[str, tuple[float | None, ...], bool]] = (
+            [("memory used", memory, True)] if memory else []
         )
         proc_mem = _dict(series, "process_memory_bytes")
         ranked_mem = sorted(proc_mem.items(), key=lambda kv: -(_stats(kv[1])[1] or 0))
         for pid, values in ranked_mem[:6]:
-            mem_lines.append(
-                Line(
-                    pid_label(str(pid)),
-                    t,
-                    tuple(None if v is None else v / GIB for v in _values(values, len(t))),
-                )
-            )
+            mem_lines.append((pid_label(str(pid)), _values(values, len(t)), False))
         panels = [
-            Panel("Utilization (GPU and per-process SM)", "%", tuple(util_lines), y_max=105.0)
+            Panel("Utilization (GPU and per-process SM)", "%", tuple(util_lines), y_max=105.0),
+            _memory_panel("GPU memory", t, mem_lines, total, "total"),
         ]
-        panels.append(
-            Panel(
-                "GPU memory",
-                "GiB",
-                tuple(mem_lines),
-                reference=total / GIB if total else None,
-                reference_label=f"total {fmt_bytes(total)}" if total else "",
-            )
-        )
         index = _str(d, "index")
         return ChartSpec(
             key, f"GPU {index}", tuple(panels), _window(self.verdict, t), _markers(related, t)
@@ -783,20 +786,7 @@ class _Builder:
                     ),
                     y_max=105.0,
                 ),
-                Panel(
-                    "Memory",
-                    "GiB",
-                    (
-                        Line(
-                            "memory used",
-                            t,
-                            tuple(None if v is None else v / GIB for v in memory),
-                            True,
-                        ),
-                    ),
-                    reference=limit / GIB if limit else None,
-                    reference_label=f"limit {fmt_bytes(limit)}" if limit else "",
-                ),
+                _memory_panel("Memory", t, [("memory used", memory, True)], limit, "limit"),
             )
             chart = ChartSpec(
                 key, _str(d, "name"), panels, _window(self.verdict, t), _markers(related, t)
