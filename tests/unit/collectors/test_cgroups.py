@@ -168,8 +168,8 @@ def test_interpret_raises_only_parse_error() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from forensics.parsing.cgroupfs import _FILE_VALUES as _INTERPRET
     from forensics.errors import ParseError
+    from forensics.parsing.cgroupfs import _FILE_VALUES as _INTERPRET
     from tests.support.host_evidence import CGROUP_V2
 
     samples = [p.read_text() for p in sorted(CGROUP_V2.rglob("*")) if p.is_file()]
