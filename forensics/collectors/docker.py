@@ -61,6 +61,7 @@ PREFIX = "docker"
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
+_MAX_LOG_CHARS = 1 << 20  # per container, the newest kept
 _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
 _ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
 
@@ -75,6 +76,7 @@ class _Settings:
     call_timeout_s: float
     workers: int
     stats: bool
+    logs_tail: int
 
 
 def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
@@ -83,10 +85,12 @@ def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
     try:
         call_timeout = float(extra.get("docker.call_timeout_s", default_timeout))
         workers = int(extra.get("docker.workers", 8))
+        logs_tail = int(extra.get("docker.logs_tail", 1000))
     except ValueError:
-        call_timeout, workers = default_timeout, 8
+        call_timeout, workers, logs_tail = default_timeout, 8, 1000
     stats = extra.get("docker.stats", "1").lower() not in ("0", "false", "no", "off")
-    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)), stats)
+    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)), stats,
+                     max(0, min(logs_tail, 100_000)))
 
 
 def _connect(settings: _Settings) -> Any:
@@ -369,6 +373,20 @@ def _parse_docker_time(value: Any) -> datetime | None:
         return None
 
 
+def _logs(client: Any, cid: str, since: datetime, tail: int) -> bytes:
+    """``GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&tail=N&since=...``: the last
+    lines of both streams, each prefixed by the engine's RFC 3339 nanosecond timestamp. A log
+    driver that cannot be read back (syslog, fluentd...) gives empty bytes, not an error."""
+    try:
+        data = client.logs(cid, stdout=True, stderr=True, timestamps=True, tail=tail,
+                           since=int(since.timestamp()))
+    except Exception as exc:  # noqa: BLE001 - narrowed below
+        if "does not support reading" in str(exc) or "configured logging driver" in str(exc):
+            return b""
+        raise
+    return data if isinstance(data, bytes) else b""
+
+
 def _image_hex(image_id: str) -> str:
     return image_id.split(":", 1)[-1]
 
@@ -508,6 +526,9 @@ class DockerCollector:
                 pool.submit("top", cid, functools.partial(client.top, cid, ps_args=TOP_PS_ARGS))
                 if settings.stats:
                     pool.submit("stats", cid, functools.partial(_stats, client, cid), wide=True)
+            if settings.logs_tail > 0 and c.get("State") != "created":
+                pool.submit("logs", cid, functools.partial(_logs, client, cid, start,
+                                                           settings.logs_tail))
             img = c.get("ImageID")
             if isinstance(img, str) and img and img not in images:
                 images.add(img)
@@ -554,6 +575,13 @@ class DockerCollector:
                 if isinstance(owner, str) and owner.isalnum():
                     ctx.sink.write_json(f"{PREFIX}/containers/{owner}/execs/{subject}.json", doc)
                     scratch.setdefault(owner, {}).setdefault("execs", []).append(doc)
+            elif kind == "logs":
+                text = result.decode("utf-8", "replace") if isinstance(result, bytes) else ""
+                if len(text) > _MAX_LOG_CHARS:
+                    text = text[-_MAX_LOG_CHARS:].split("\n", 1)[-1]
+                ctx.sink.write_text(f"{PREFIX}/containers/{subject}/logs.txt",
+                                    "\n".join(ctx.redactor.text(line, "logs")
+                                              for line in text.split("\n")))
             elif kind == "stats":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
             elif kind == "image":
@@ -748,19 +776,27 @@ def _drop_container_members(ctx: CollectContext, cid: str) -> None:
     root = getattr(ctx.sink, "root", None)
     if root is None:
         return
-    member = f"{PREFIX}/containers/{cid}/inspect.json"
-    path = root / member
+    directory = root / PREFIX / "containers" / cid
+    members = getattr(ctx.sink, "members", None)
     try:
-        size = path.stat().st_size
-        path.unlink()
-        path.parent.rmdir()
+        files = [p for p in directory.rglob("*") if p.is_file()]
     except OSError:
         return
-    members = getattr(ctx.sink, "members", None)
-    if isinstance(members, set):
-        members.discard(member)
-    if hasattr(ctx.sink, "bytes_written"):
-        ctx.sink.bytes_written -= size
+    for path in files:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except OSError:
+            continue
+        if isinstance(members, set):
+            members.discard(path.relative_to(root).as_posix())
+        if hasattr(ctx.sink, "bytes_written"):
+            ctx.sink.bytes_written -= size
+    for d in sorted((p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    with contextlib.suppress(OSError):
+        directory.rmdir()
 
 
 def _merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None,

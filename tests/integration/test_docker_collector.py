@@ -148,6 +148,10 @@ def scenario(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFacto
         run("notebook-runc", "--runtime", "runc", image=CUDA_LIKE_IMAGE)
         # exec and child attribution
         run("tree", cmd=["sh", "-c", "sleep 601 & exec sleep 600"])
+        # logs: a CUDA-style OOM line and a secret on stderr
+        run("logger", cmd=["sh", "-c", "echo 'RuntimeError: CUDA out of memory. Tried to allocate "
+                                       "2.00 GiB'; echo 'export API_TOKEN=tok-12345' >&2; "
+                                       "exec sleep 600"])
         e.cli("exec", "-d", ids["tree"], "sleep", "602")
         exec_pid = wait_for(lambda: _host_pids_with_cmdline(["sleep", "602"], ids["tree"]))[0]
         child_pid = wait_for(lambda: _host_pids_with_cmdline(["sleep", "601"], ids["tree"]))[0]
@@ -251,6 +255,14 @@ class TestSnapshot:
         assert exec_doc["ProcessConfig"]["arguments"] == ["602"]
         if scenario.bundle.has(f"proc/{scenario.exec_pid}/cgroup"):  # procfs followed the hint
             assert cid in scenario.bundle.read_text(f"proc/{scenario.exec_pid}/cgroup")
+
+    def test_logs_with_timestamps_redacted(self, scenario: Scenario) -> None:
+        cid = scenario.ids["logger"]
+        text = scenario.bundle.read_text(f"docker/containers/{cid}/logs.txt")
+        lines = text.splitlines()
+        assert any("CUDA out of memory" in line for line in lines)
+        assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z ", line) for line in lines)
+        assert "tok-12345" not in text and "API_TOKEN=<redacted:" in text
 
     def test_redaction(self, scenario: Scenario) -> None:
         for name in scenario.bundle.names():
@@ -480,3 +492,26 @@ def test_sampling_keeps_the_newest_stats_frame(docker_engine: DockerEngine, tmp_
         assert elapsed < 15
     finally:
         docker_engine.cli("rm", "-f", cid, check=False)
+
+
+def test_containers_that_ended_before_the_window_are_left_out(docker_engine: DockerEngine,
+                                                               tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    old = docker_engine.run_labelled("run", "-d", "--network", "none", BUSYBOX_IMAGE, "true")
+    try:
+        client = docker_engine.client()
+        try:
+            wait_for(lambda: client.inspect_container(old)["State"]["Status"] == "exited")
+        finally:
+            client.close()
+        time.sleep(1.1)
+        bundle, _ = capture(docker_engine, tmp_path, [COLLECTOR], since=datetime.now(UTC))
+        index = bundle.read_json("docker/index.json")
+        assert index["containers"][old]["taken"] is False
+        assert "before the window" in index["containers"][old]["why"]
+        assert not [n for n in bundle.names() if n.startswith(f"docker/containers/{old}/")]
+        assert old not in bundle.manifest["hints"].get("container_ids", [])
+        assert status(bundle)["status"] == "ok"
+    finally:
+        docker_engine.cli("rm", "-f", old, check=False)
