@@ -65,10 +65,25 @@ print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": hwm / 1024,
 """
 
 
+# The same for the bundle reader alone (forensics.bundle.reader.open_bundle): how much of the
+# peak is reading the bundle into memory, before the analyzer does anything.
+READER = """
+import json, sys
+from forensics.bundle.reader import open_bundle
+b = open_bundle(sys.argv[1])
+raw = sum(len(v) for v in b.members.values())
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(json.dumps({"reader_peak_rss_mb": hwm / 1024, "raw_mb": raw / 2**20}))
+"""
+
+
 def measure(bundle: Path) -> dict[str, float]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(bundle)], capture_output=True, text=True,
-                          cwd=ROOT, check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    out: dict[str, float] = {}
+    for code in (CHILD, READER):
+        proc = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True, text=True,
+                              cwd=ROOT, check=True)
+        out.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -86,7 +101,8 @@ def main(argv: list[str]) -> int:
             rows.append(r)
             print(f"{minutes:3d} min: analyze {r['wall_s']:.2f} s wall ({r['cpu_s']:.2f} s CPU), peak RSS {r['peak_rss_mb']:.0f} MB "
                   f"(bundle {r['bundle_mb']:.1f} MB compressed, built in {built:.1f} s; "
-                  f"{r['findings']} findings, {r['gpus']} GPUs, {r['containers']} containers)", flush=True)
+                  f"{r['findings']} findings, {r['gpus']} GPUs, {r['containers']} containers; "
+                  f"reader alone: peak {r['reader_peak_rss_mb']:.0f} MB for {r['raw_mb']:.0f} MiB of members)", flush=True)
     if len(rows) > 1:
         a, z = rows[0], rows[-1]
         ratio_len = z["minutes"] / a["minutes"]

@@ -59,7 +59,7 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
                      if n == node and uuid in c.allocation.gpus]
         samples = gpu_series.get((node, uuid), [])
         psamples = proc_series.get((node, uuid), [])
-        t_axis = sorted({round(s.t, 3) for s in samples} | {round(s.t, 3) for s in psamples})
+        t_axis = sorted({s.t for s in samples} | {s.t for s in psamples})
         pos = {t: i for i, t in enumerate(t_axis)}
         n = len(t_axis)
         util: list[float | None] = [None] * n
@@ -67,7 +67,7 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         temp: list[float | None] = [None] * n
         power: list[float | None] = [None] * n
         for s in samples:
-            i = pos[round(s.t, 3)]
+            i = pos[s.t]
             util[i], mem[i], temp[i], power[i] = s.util_gpu_pct, s.memory_used_bytes, s.temperature_c, s.power_w
         per_pid_sm: dict[str, list[float | None]] = {}
         per_pid_mem: dict[str, list[int | None]] = {}
@@ -76,7 +76,7 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         used_by: dict[tuple[str, str, str], dict[str, Any]] = {}
         for s in psamples:
             key = str(s.pid)
-            i = pos[round(s.t, 3)]
+            i = pos[s.t]
             per_pid_sm.setdefault(key, [None] * n)[i] = s.sm_util_pct
             per_pid_mem.setdefault(key, [None] * n)[i] = s.used_memory_bytes
             if s.sm_util_pct is not None:
@@ -125,16 +125,16 @@ def _containers(model: Model) -> list[dict[str, Any]]:
     for (node, cid), c in sorted(model.containers.items(), key=lambda kv: (kv[0][0], kv[1].name, kv[0][1])):
         cs = sorted(cpu.get((node, cid), []), key=lambda s: s.t)
         ms = sorted(mem.get((node, cid), []), key=lambda s: s.t)
-        t_axis = sorted({round(s.t, 3) for s in cs} | {round(s.t, 3) for s in ms})
+        t_axis = sorted({s.t for s in cs} | {s.t for s in ms})
         pos = {t: i for i, t in enumerate(t_axis)}
         ratio: list[float | None] = [None] * len(t_axis)
         for a, b in zip(cs, cs[1:], strict=False):
             dp = b.nr_periods - a.nr_periods
             if dp > 0 and b.nr_throttled >= a.nr_throttled:
-                ratio[pos[round(b.t, 3)]] = round((b.nr_throttled - a.nr_throttled) / dp, 4)
+                ratio[pos[b.t]] = round((b.nr_throttled - a.nr_throttled) / dp, 4)
         mem_bytes: list[int | None] = [None] * len(t_axis)
         for m in ms:
-            mem_bytes[pos[round(m.t, 3)]] = m.memory_bytes
+            mem_bytes[pos[m.t]] = m.memory_bytes
         a = c.allocation
         out.append({
             "id": cid, "name": c.name, "node": node, "pod": c.pod_uid, "image": c.image,

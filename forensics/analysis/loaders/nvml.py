@@ -55,7 +55,7 @@ def _util_items(nvml: Any) -> dict[int, int]:
     """PID -> index of its last nvmlDeviceGetProcessUtilization sample (for quoting)."""
     util = _val(nvml, "nvmlDeviceGetProcessUtilization")
     return {p: k for k, item in enumerate(util if isinstance(util, list) else [])
-            if (p := as_int(dig(item, "pid"))) is not None}
+            if isinstance(item, dict) and type(p := item.get("pid")) is int}
 
 
 def _sm_by_pid(nvml: Any) -> dict[int, float]:
@@ -63,9 +63,11 @@ def _sm_by_pid(nvml: Any) -> dict[int, float]:
     acc: dict[int, list[float]] = defaultdict(list)
     util = _val(nvml, "nvmlDeviceGetProcessUtilization")
     for item in util if isinstance(util, list) else []:
-        pid, sm = as_int(dig(item, "pid")), as_float(dig(item, "smUtil"))
-        if pid is not None and sm is not None:
-            acc[pid].append(sm)
+        if not isinstance(item, dict):
+            continue
+        pid, sm = item.get("pid"), item.get("smUtil")
+        if type(pid) is int and type(sm) in (int, float):
+            acc[pid].append(float(sm))
     return {pid: sum(v) / len(v) for pid, v in acc.items()}
 
 
@@ -113,13 +115,15 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         seen: set[int] = set()
         procs = line.get("processes")
         for j, p in enumerate(procs if isinstance(procs, list) else []):
-            pid = as_int(dig(p, "pid"))
+            pid = p.get("pid") if isinstance(p, dict) else None
+            if type(pid) is not int:
+                continue
             if pid is None or pid in _INVALID_PIDS or pid in seen:
                 continue
             seen.add(pid)
-            puuid = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else uuid
+            used_mem = p.get("usedGpuMemory")
             model.proc_samples.append(ProcessGpuSample(
-                node, uuid if puuid == uuid else uuid, pid, t, as_int(p.get("usedGpuMemory")),
+                node, uuid, pid, t, used_mem if type(used_mem) is int else None,
                 sm.get(pid, 0.0 if has_util else None), line_ref, j, items.get(pid, -1)))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:

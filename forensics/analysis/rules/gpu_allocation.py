@@ -44,19 +44,25 @@ def _active_by_owner(model: Model, cfg: AnalysisConfig) -> dict[tuple[str, str],
         return cached  # type: ignore[no-any-return]
     out: dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]] = defaultdict(dict)
     owners: dict[tuple[str, int], Owner] = {}
+    min_sm = cfg.process_active_sm_pct
     for (node, uuid), samples in model.proc_samples_by_gpu().items():
+        by_pid: dict[int, list[ProcessGpuSample]] = defaultdict(list)
         for s in samples:
-            if not is_active(s, cfg):
-                continue
-            key = (node, s.pid)
-            if key not in owners:
-                owners[key] = owner_of(model, node, s.pid)
-            owner = owners[key]
-            entry = out[(node, uuid)].get(owner.subject)
+            mem, sm = s.used_memory_bytes, s.sm_util_pct
+            if (mem is None and sm is None) or (mem or 0) > 0 or (sm or 0) >= min_sm:
+                by_pid[s.pid].append(s)
+        per_gpu = out[(node, uuid)]
+        for pid, ss in by_pid.items():
+            okey = (node, pid)
+            if okey not in owners:
+                owners[okey] = owner_of(model, node, pid)
+            owner = owners[okey]
+            entry = per_gpu.get(owner.subject)
             if entry is None:
-                out[(node, uuid)][owner.subject] = (owner, [s])
+                per_gpu[owner.subject] = (owner, ss)
             else:
-                entry[1].append(s)
+                entry[1].extend(ss)
+                entry[1].sort(key=lambda x: x.t)
     model.cache[key] = out
     return out
 

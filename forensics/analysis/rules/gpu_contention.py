@@ -29,19 +29,27 @@ __all__ = ["gpu_compute_hog", "gpu_memory_pressure"]
 
 
 def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float, dict[Subject, float]], dict[Subject, list[ProcessGpuSample]]]:
-    """tick -> owner -> summed SM%, for ticks that carry SM data; and owner -> samples."""
-    ticks: dict[float, dict[Subject, float]] = defaultdict(dict)
-    per_owner: dict[Subject, list[ProcessGpuSample]] = defaultdict(list)
-    owners: dict[int, Subject] = {}
+    """tick -> owner -> summed SM%, for ticks that carry SM data; and owner -> samples.
+
+    Samples of one tick share its ``t`` (the NVML line's), so ``t`` itself is the tick key.
+    """
+    by_pid: dict[int, list[ProcessGpuSample]] = defaultdict(list)
     for s in samples:
-        if s.pid not in owners:
-            owners[s.pid] = owner_of(model, s.node, s.pid).subject
-        subj = owners[s.pid]
-        per_owner[subj].append(s)
-        t = round(s.t, 1)
-        row = ticks[t]
-        row[subj] = row.get(subj, 0.0) + (s.sm_util_pct or 0.0)
-    has_sm = {round(s.t, 1) for s in samples if s.sm_util_pct is not None}
+        by_pid[s.pid].append(s)
+    per_owner: dict[Subject, list[ProcessGpuSample]] = defaultdict(list)
+    ticks: dict[float, dict[Subject, float]] = defaultdict(dict)
+    has_sm: set[float] = set()
+    for pid, ss in by_pid.items():
+        subj = owner_of(model, ss[0].node, pid).subject
+        per_owner[subj].extend(ss)
+        for s in ss:
+            row = ticks[s.t]
+            sm = s.sm_util_pct
+            if sm is not None:
+                has_sm.add(s.t)
+                row[subj] = row.get(subj, 0.0) + sm
+            elif subj not in row:
+                row[subj] = 0.0
     return {t: row for t, row in ticks.items() if t in has_sm}, per_owner
 
 
@@ -120,11 +128,11 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         severity = "high" if victim_explicit and uuid not in hog_alloc.gpus else "medium"
         ev: list[Evidence] = []
         tick_set = set(all_ticks)
-        hog_s = [s for s in per_owner[hog] if round(s.t, 1) in tick_set]
+        hog_s = [s for s in per_owner[hog] if s.t in tick_set]
         if hog_s:
             ev.append(max(hog_s, key=lambda s: s.sm_util_pct or 0).evidence)
         for other, *_ in victims:
-            vs = [s for s in per_owner[other] if round(s.t, 1) in tick_set]
+            vs = [s for s in per_owner[other] if s.t in tick_set]
             if vs:
                 ev.append(min(vs, key=lambda s: s.sm_util_pct or 0).evidence)
             before_s = [s for s in per_owner[other] if s.t < start]
