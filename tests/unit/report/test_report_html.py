@@ -217,3 +217,35 @@ class TestHostile:
             assert hostile in text, hostile
         assert "49" not in re.findall(r"trainer(\S*)", text)  # {{ 7*7 }} was not evaluated
         assert "&lt;img src=file:///etc/passwd&gt;" in html
+
+
+class TestCluster:
+    def test_two_nodes_name_their_node(self, make_doc: Callable[[str], dict[str, Any]]) -> None:
+        from forensics.report.markdown import render_markdown
+
+        doc = make_doc("snapshot")
+        second = {
+            **doc["bundles"][0],
+            "path": "/x/gpuforensics-gpu-08-20261129T140500Z.tgz",
+            "host": "gpu-08",
+            "file_sha256": "b" * 64,
+        }
+        doc["bundles"].append(second)
+        doc["gpus"].append({**doc["gpus"][1], "node": "gpu-08", "uuid": "GPU-other", "index": 0})
+        doc["findings"][0]["evidence"].append(
+            {
+                "bundle": "gpuforensics-gpu-08-20261129T140500Z.tgz",
+                "member": "nvml/devices.json",
+                "locator": "",
+                "excerpt": "[]",
+            }
+        )
+        html = render_html(doc)
+        text = " ".join(" ".join(parse(html).text).split())
+        assert "GPU incident report: 2 nodes" in text
+        assert "gpu-07, gpu-08" in text and "(+1 more)" in text
+        assert "GPU 0 gpu-08" in text  # the second node's GPU 0 is told apart
+        assert "gpuforensics verify gpuforensics-gpu-08-20261129T140500Z.tgz" in text
+        assert "b" * 64 in text
+        md = render_markdown(doc)
+        assert "# GPU incident report: gpu-07, gpu-08" in md and "GPU 0 (gpu-08)" in md
