@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, replace
 
 from forensics.analysis.findings import Evidence, Finding, Subject, severity_rank
-from forensics.analysis.model import Model
+from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.rules.common import fmt_time, name_of
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -166,7 +166,7 @@ def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> lis
     out: list[dict[str, object]] = []
     for node, info in sorted(model.nodes.items()):
         bundle = info.bundles[0] if info.bundles else ""
-        def ev(family: str, excerpt: str) -> list[Evidence]:
+        def ev(family: str, excerpt: str, info: NodeInfo = info, bundle: str = bundle) -> list[Evidence]:
             member = info.members_used.get(family)
             return [Evidence(bundle, member, "", excerpt)] if member else []
         n_gpu_samples = sum(1 for s in model.gpu_samples if s.node == node)

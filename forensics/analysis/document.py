@@ -74,27 +74,27 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         procs: dict[int, dict[str, Any]] = {}
         sm_acc: dict[int, list[float]] = defaultdict(list)
         used_by: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for s in psamples:
-            key = str(s.pid)
-            i = pos[s.t]
-            per_pid_sm.setdefault(key, [None] * n)[i] = s.sm_util_pct
-            per_pid_mem.setdefault(key, [None] * n)[i] = s.used_memory_bytes
-            if s.sm_util_pct is not None:
-                sm_acc[s.pid].append(s.sm_util_pct)
-            entry = procs.get(s.pid)
+        for ps in psamples:
+            key = str(ps.pid)
+            i = pos[ps.t]
+            per_pid_sm.setdefault(key, [None] * n)[i] = ps.sm_util_pct
+            per_pid_mem.setdefault(key, [None] * n)[i] = ps.used_memory_bytes
+            if ps.sm_util_pct is not None:
+                sm_acc[ps.pid].append(ps.sm_util_pct)
+            entry = procs.get(ps.pid)
             if entry is None:
-                owner = owner_of(model, node, s.pid)
-                proc = model.processes.get((node, s.pid))
+                owner = owner_of(model, node, ps.pid)
+                proc = model.processes.get((node, ps.pid))
                 container = model.container(node, proc.container_id) if proc else None
-                entry = {"pid": s.pid, "name": proc.comm if proc else None,
+                entry = {"pid": ps.pid, "name": proc.comm if proc else None,
                          "container": proc.container_id if proc else None,
                          "container_name": container.name if container else None,
                          "pod": (proc.pod_uid or (container.pod_uid if container else None)) if proc else None,
-                         "used_memory_bytes": s.used_memory_bytes, "sm_util_avg_pct": None}
-                procs[s.pid] = entry
+                         "used_memory_bytes": ps.used_memory_bytes, "sm_util_avg_pct": None}
+                procs[ps.pid] = entry
                 used_by.setdefault(owner.subject.key(), owner.subject.to_json())
-            elif (s.used_memory_bytes or 0) > (entry["used_memory_bytes"] or 0):
-                entry["used_memory_bytes"] = s.used_memory_bytes
+            elif (ps.used_memory_bytes or 0) > (entry["used_memory_bytes"] or 0):
+                entry["used_memory_bytes"] = ps.used_memory_bytes
         for pid, vals in sm_acc.items():
             procs[pid]["sm_util_avg_pct"] = round(sum(vals) / len(vals), 1)
         out.append({

@@ -45,7 +45,7 @@ EXCERPT_MAX_CHARS = 240
 def severity_rank(severity: str) -> int:
     """0 for critical .. 4 for info (lower is worse); unknown severities rank last."""
     try:
-        return SEVERITIES.index(severity)  # type: ignore[arg-type]
+        return SEVERITIES.index(severity)  # type: ignore[arg-type,unused-ignore]
     except ValueError:
         return len(SEVERITIES)
 

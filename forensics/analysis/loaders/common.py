@@ -6,7 +6,19 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["as_float", "as_int", "dig", "parse_time"]
+__all__ = ["as_dict", "as_float", "as_int", "as_str", "dig", "parse_time"]
+
+
+def as_str(value: Any, default: str = "") -> str:
+    return value if isinstance(value, str) else default
+
+
+def as_opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 _FRACTION = re.compile(r"\.(\d+)")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import as_int, dig, parse_time
+from forensics.analysis.loaders.common import as_dict, as_int, as_opt_str, as_str, dig, parse_time
 from forensics.analysis.model import (
     UNKNOWN_ALLOCATION,
     Container,
@@ -55,14 +55,15 @@ def load_docker(src: Source, model: Model, node: str) -> None:
         doc = src.json(member)
         if not isinstance(doc, dict):
             continue
-        cid = doc.get("Id") if isinstance(doc.get("Id"), str) else m.group(1)
-        image_id = doc.get("Image") if isinstance(doc.get("Image"), str) else ""
+        cid = as_str(doc.get("Id"), m.group(1))
+        image_id = as_str(doc.get("Image"))
         image_member = f"docker/images/{image_id.split(':', 1)[-1]}/inspect.json"
         image_doc = src.json(image_member)
         members = {"container-inspect": member, "image-inspect": image_member, "engine-info": "docker/info.json"}
 
-        def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members) -> Evidence:
-            mem = _members.get(document, member)
+        def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members,
+                         _member: str = member) -> Evidence:
+            mem = _members.get(document, _member)
             if src.has(mem):
                 return src.ev_pointer(mem, pointer)
             return Evidence(src.name, mem, pointer, excerpt)
@@ -76,18 +77,16 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             alloc = UNKNOWN_ALLOCATION
         if not gpus and alloc.known and (alloc.explicit or alloc.blanket_detail):
             model.limit(f"{node}: no GPU list (NVML) to resolve the GPUs granted to containers")
-        state = doc.get("State") if isinstance(doc.get("State"), dict) else {}
-        host = doc.get("HostConfig") if isinstance(doc.get("HostConfig"), dict) else {}
-        labels = dig(doc, "Config", "Labels")
-        labels = labels if isinstance(labels, dict) else {}
-        pod_uid = labels.get("io.kubernetes.pod.uid")
-        k8s_name = labels.get("io.kubernetes.container.name")
-        name = str(doc.get("Name") or "").lstrip("/") or cid[:12]
-        image = dig(doc, "Config", "Image")
+        state = as_dict(doc.get("State"))
+        host = as_dict(doc.get("HostConfig"))
+        labels = as_dict(dig(doc, "Config", "Labels"))
+        pod_uid = as_opt_str(labels.get("io.kubernetes.pod.uid"))
+        k8s_name = as_opt_str(labels.get("io.kubernetes.container.name"))
+        name = as_str(doc.get("Name")).lstrip("/") or cid[:12]
+        image = as_str(dig(doc, "Config", "Image"), image_id)
         finished = parse_time(state.get("FinishedAt"))
         c = Container(
-            node=node, id=cid, name=name, image=image if isinstance(image, str) else image_id,
-            pod_uid=pod_uid if isinstance(pod_uid, str) else None,
+            node=node, id=cid, name=name, image=image, pod_uid=pod_uid,
             state=str(state.get("Status") or "unknown"),
             exit_code=as_int(state.get("ExitCode")) if state.get("Status") == "exited" else None,
             oom_killed=state.get("OOMKilled") is True,
@@ -95,7 +94,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             allocation=alloc, cpu_quota_cores=_cpu_quota_cores(host),
             memory_limit_bytes=as_int(host.get("Memory")) or None,
             evidence=(src.ev_pointer(member, "/State"),),
-            k8s_container_name=k8s_name if isinstance(k8s_name, str) else None,
+            k8s_container_name=k8s_name,
         )
         model.containers[(node, cid)] = c
         if c.oom_killed:

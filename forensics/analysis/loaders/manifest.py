@@ -56,7 +56,7 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             continue
         name = c["name"]
-        status = c.get("status") if isinstance(c.get("status"), str) else "unknown"
+        status = c["status"] if isinstance(c.get("status"), str) else "unknown"
         seen.add(name)
         prev = info.collector_status.get(name)
         if prev not in ("ok", "partial") or status == "ok":

@@ -66,7 +66,7 @@ def _sm_by_pid(nvml: Any) -> dict[int, float]:
         if not isinstance(item, dict):
             continue
         pid, sm = item.get("pid"), item.get("smUtil")
-        if type(pid) is int and type(sm) in (int, float):
+        if type(pid) is int and isinstance(sm, int | float) and not isinstance(sm, bool):
             acc[pid].append(float(sm))
     return {pid: sum(v) / len(v) for pid, v in acc.items()}
 

@@ -63,9 +63,10 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
     index = src.json("proc/index.json")
     entries = dig(index, "processes")
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
-        pid = as_int(dig(entry, "pid"))
-        if pid is None or (node, pid) in model.processes:
+        index_pid = as_int(dig(entry, "pid"))
+        if index_pid is None or (node, index_pid) in model.processes:
             continue
+        pid = index_pid
         att = dig(entry, "attribution")
         if not isinstance(att, dict):
             continue

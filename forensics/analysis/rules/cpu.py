@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.findings import Finding, Severity, Subject
 from forensics.analysis.model import CpuSample, Model, PsiSample
 from forensics.analysis.rules.common import (
     confidence,
@@ -87,7 +87,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             summary += "; meanwhile its " + ", ".join(
                 f"{gpu_label(model, node, u)} averaged {util:.0f}% utilization" for u, util in idle_gpus
             ) + ": the GPU was starved by its CPU feeder"
-        severity = "high" if idle_gpus or ratio >= cfg.cpu_throttled_ratio_high else "medium"
+        severity: Severity = "high" if idle_gpus or ratio >= cfg.cpu_throttled_ratio_high else "medium"
         worst = max(hot, key=lambda i: i[3] / i[2]) if hot else None
         ev = [samples[0].evidence, samples[-1].evidence]
         if worst is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.findings import Evidence, Finding, Role, Subject
 from forensics.analysis.model import Model, ProcessGpuSample
 from forensics.analysis.rules.common import (
     Owner,
@@ -41,7 +41,7 @@ def _active_by_owner(model: Model, cfg: AnalysisConfig) -> dict[tuple[str, str],
     key = ("active_by_owner", cfg.process_active_sm_pct)
     cached = model.cache.get(key)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached  # type: ignore[return-value]
     out: dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]] = defaultdict(dict)
     owners: dict[tuple[str, int], Owner] = {}
     min_sm = cfg.process_active_sm_pct
@@ -160,7 +160,7 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
         active_holders = [(subj, owners[subj]) for subj, _ in holders if subj in owners]
         if len(active_holders) < 2:
             continue
-        def first_seen(item: tuple[Subject, tuple[Owner, list[ProcessGpuSample]]]) -> float:
+        def first_seen(item: tuple[Subject, tuple[Owner, list[ProcessGpuSample]]], node: str = node) -> float:
             c = model.container(node, item[0].id)
             if c is not None and c.started_at is not None:
                 return c.started_at
@@ -178,10 +178,14 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
         subjects.append(gpu_subject(model, node, uuid))
         all_samples = [s for _, (_, ss) in ordered for s in ss]
         start, end = span(s.t for s in all_samples)
-        names = ", ".join(f"{name_of(s)} ({model.container(node, s.id).allocation.detail if model.container(node, s.id) else '?'})" for s, _ in ordered)
+        details = []
+        for s_, _ in ordered:
+            holder = model.container(node, s_.id)
+            details.append(f"{name_of(s_)} ({holder.allocation.detail if holder is not None else '?'})")
+        names = ", ".join(details)
         summary = (f"{gl} was explicitly allocated to {len(ordered)} containers that all ran on it: {names}"
                    + ("" if tie else f"; {name_of(latest[0])} started last, on a GPU already allocated to {name_of(earliest[0])}"))
-        evidence = []
+        evidence: list[Evidence] = []
         for _subj, (owner, ss) in ordered:
             evidence.extend(owner.allocation.evidence[:1])
             evidence.append(min(ss, key=lambda s: s.t).evidence)
@@ -218,7 +222,7 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
             else:
                 what = (f"GPU process {pid} on {gl} cannot be resolved: no /proc/{pid} in the bundle "
                         "(exited before capture, or captured without the host PID namespace)")
-            role = "culprit" if holders and proc is not None else "witness"
+            role: Role = "culprit" if holders and proc is not None else "witness"
             subjects = [subject.with_role(role)]
             subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
             subjects.append(gpu_subject(model, node, uuid))

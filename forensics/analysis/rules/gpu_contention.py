@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Evidence, Finding, Subject
+from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, ProcessGpuSample
 from forensics.analysis.rules.common import (
     confidence,
@@ -26,6 +26,9 @@ from forensics.analysis.rules.common import (
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["gpu_compute_hog", "gpu_memory_pressure"]
+
+# (victim, its SM share while contested, its mean SM before the hog came, during, contested ticks)
+_Victim = tuple[Subject, float, float | None, float | None, list[float]]
 
 
 def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float, dict[Subject, float]], dict[Subject, list[ProcessGpuSample]]]:
@@ -75,9 +78,9 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     sums[o] += v
                     total += v
             stats.append((members, ts, sums, total))
-        best: tuple[float, Subject, list[tuple[Subject, float, float | None, float | None, list[float]]]] | None = None
+        best: tuple[float, Subject, list[_Victim]] | None = None
         for hog in per_owner:
-            victims = []
+            victims: list[_Victim] = []
             hog_total = 0.0
             all_total = 0.0
             for other in per_owner:
@@ -123,9 +126,9 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                    f"({len(all_ticks)} samples) while " + "; ".join(parts))
         hog_alloc = owner_of(model, node, per_owner[hog][0].pid).allocation
         victim_explicit = any(
-            (o := owner_of(model, node, per_owner[v[0]][0].pid).allocation).explicit and uuid in o.gpus
+            (va := owner_of(model, node, per_owner[v[0]][0].pid).allocation).explicit and uuid in va.gpus
             for v in victims)
-        severity = "high" if victim_explicit and uuid not in hog_alloc.gpus else "medium"
+        severity: Severity = "high" if victim_explicit and uuid not in hog_alloc.gpus else "medium"
         ev: list[Evidence] = []
         tick_set = set(all_ticks)
         hog_s = [s for s in per_owner[hog] if s.t in tick_set]
@@ -212,10 +215,10 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     + [v[0].with_role("victim") for v in victims]
                     + [s.with_role("witness") for s, _ in ranked[:3]]
                     + [gpu_subject(model, node, uuid)])
-        severity = "high" if victims else ("medium" if len(ranked) > 1 else "low")
+        mseverity: Severity = "high" if victims else ("medium" if len(ranked) > 1 else "low")
         ev = [peak.evidence, *[p.evidence for _, (_, p) in ranked[:3]], *[v[1] for v in victims]]
         findings.append(Finding(
-            kind="gpu-memory-pressure", severity=severity,
+            kind="gpu-memory-pressure", severity=mseverity,
             confidence=confidence(model, node, 0.9, ("nvml",), cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(ev),

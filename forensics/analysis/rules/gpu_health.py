@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Finding, Severity, Subject
+from forensics.analysis.findings import Finding, Role, Severity, Subject
 from forensics.analysis.model import Model, XidEvent
 from forensics.analysis.rules.common import (
     confidence,
@@ -103,7 +103,7 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         pids = sorted({e.pid for g in events for e in g if e.pid is not None})
         for pid in pids[:3]:
             owner = owner_of(model, node, pid, next((e.proc_name for g in events for e in g if e.pid == pid and e.proc_name), None))
-            role = "witness" if cls == "application" else "victim"
+            role: Role = "witness" if cls == "application" else "victim"
             subjects.append(owner.subject.with_role(role))
         if uuid is not None and cls in ("hardware", "driver") and start is not None:
             # Whoever was running on the faulted GPU then was harmed by it.

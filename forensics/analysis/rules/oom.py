@@ -75,7 +75,8 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         subjects: list[Subject] = []
         if who is not None:
             subjects.append(who.with_role("victim"))
-            pod_uid = who.id if who.type == "pod" else (model.container(node, who.id).pod_uid if model.container(node, who.id) else None)
+            who_c = model.container(node, who.id) if who.type == "container" else None
+            pod_uid = who.id if who.type == "pod" else (who_c.pod_uid if who_c is not None else None)
             if pod_uid and pod_uid in model.pods and who.type != "pod":
                 subjects.append(model.pods[pod_uid].subject().with_role("victim"))
         if pid is not None:
