@@ -251,4 +251,6 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
             f"{path.name}: unsupported bundle format_version {version!r} "
             f"(this gpuforensics reads {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))}; upgrade the tool)"
         )
+    if not isinstance(manifest.get("members"), list):
+        raise BundleInvalid(f"{path.name}: manifest.json has no list of members")
     return Bundle(path=path, manifest=manifest, members=members, file_sha256=hashing.hash.hexdigest(), top=top)

@@ -290,6 +290,10 @@ HOSTILE = [
     Hostile("manifest-a-list", _manifest_edit(lambda _d: b"[1, 2, 3]"), needles=("not a gpuforensics bundle",)),
     Hostile("manifest-other-format", _manifest_edit(_json_edit(lambda m: m.update(format="something-else"))),
             needles=("not a gpuforensics bundle",)),
+    Hostile("manifest-members-not-a-list", _manifest_edit(_json_edit(lambda m: m.update(members=5))),
+            needles=("no list of members",)),
+    Hostile("manifest-members-missing", _manifest_edit(_json_edit(lambda m: m.pop("members"))),
+            needles=("no list of members",)),
     Hostile("unknown-format-version", _manifest_edit(_json_edit(lambda m: m.update(format_version=99))),
             needles=("format_version 99",)),
     Hostile("two-top-directories", _rw(lambda top, ms: [*hb.full(top, ms), ("other-top/host/x", b"x")]),
@@ -430,3 +434,20 @@ def test_full_capture_with_sampling_on_this_machine(tmp_path: Path) -> None:
         a = run_cli("analyze", str(path), "-f", "json", "-o", str(out), cwd=tmp_path)
         assert a.returncode == 0, a.stderr
         assert json.loads(out.read_text())
+
+
+def test_manifest_fields_of_the_wrong_type_never_crash(genuine: Path, tmp_path: Path) -> None:
+    """Members intact, descriptive fields garbled: verify passes, nothing ends in a traceback."""
+    build = _manifest_edit(_json_edit(lambda m: m.update(
+        capture="x", host=[1], tool=5, redaction=5,
+        collectors=[1, {"name": 5, "status": [], "duration_s": "x", "error": {"a": 1}}])))
+    bundle = build(genuine, tmp_path, "")
+    for args in (["verify"], ["inspect"], ["inspect", "-f", "json"], ["analyze"], ["analyze", "-f", "json"]):
+        if args[0] == "analyze" and not _has_analysis():
+            continue
+        p = run_cli(*args, str(bundle), cwd=tmp_path)
+        assert "Traceback" not in p.stderr and p.returncode in (0, 2), (args, p.returncode, p.stderr)
+        if p.returncode == 2:
+            assert_one_line_error(p, 2)
+        elif args[0] != "analyze":
+            assert p.stdout
