@@ -373,6 +373,18 @@ def _parse_docker_time(value: Any) -> datetime | None:
         return None
 
 
+def _top(client: Any, cid: str) -> Any:
+    """``GET /containers/{id}/top?ps_args=...``; engines whose top does not take ``ps`` options
+    (podman's compatible API has its own descriptors) get a second call without them."""
+    try:
+        return client.top(cid, ps_args=TOP_PS_ARGS)
+    except Exception as exc:  # noqa: BLE001 - narrowed below
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status not in (400, 500):
+            raise
+        return client.top(cid)
+
+
 def _logs(client: Any, cid: str, since: datetime, tail: int) -> bytes:
     """``GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&tail=N&since=...``: the last
     lines of both streams, each prefixed by the engine's RFC 3339 nanosecond timestamp. A log
@@ -523,7 +535,7 @@ class DockerCollector:
             running = c.get("State") in _RUNNING_STATES
             pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
             if running:
-                pool.submit("top", cid, functools.partial(client.top, cid, ps_args=TOP_PS_ARGS))
+                pool.submit("top", cid, functools.partial(_top, client, cid))
                 if settings.stats:
                     pool.submit("stats", cid, functools.partial(_stats, client, cid), wide=True)
             if settings.logs_tail > 0 and c.get("State") != "created":

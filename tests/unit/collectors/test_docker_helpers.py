@@ -109,3 +109,45 @@ def test_docker_time() -> None:
     assert t is not None and t.microsecond == 123456
     assert _parse_docker_time("0001-01-01T00:00:00Z") is None
     assert _parse_docker_time("garbage") is None
+
+
+class _Resp:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
+
+class _TopRefused(Exception):
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"{status_code} Server Error")
+        self.response = _Resp(status_code)
+
+
+class _FakeTopClient:
+    """Stands in for APIClient.top of an engine whose top rejects ps options (podman)."""
+
+    def __init__(self, reject_with: int | None) -> None:
+        self.reject_with = reject_with
+        self.calls: list[str | None] = []
+
+    def top(self, cid: str, ps_args: str | None = None) -> dict[str, Any]:
+        self.calls.append(ps_args)
+        if ps_args is not None and self.reject_with is not None:
+            raise _TopRefused(self.reject_with)
+        return {"Titles": ["PID"], "Processes": [["1"]]}
+
+
+def test_top_falls_back_without_ps_args() -> None:
+    from forensics.collectors.docker import _top
+    from forensics.parsing.docker_top import TOP_PS_ARGS
+
+    ok = _FakeTopClient(None)
+    assert _top(ok, CID)["Processes"] == [["1"]] and ok.calls == [TOP_PS_ARGS]
+    podman = _FakeTopClient(500)
+    assert _top(podman, CID)["Titles"] == ["PID"] and podman.calls == [TOP_PS_ARGS, None]
+    gone = _FakeTopClient(404)
+    try:
+        _top(gone, CID)
+    except _TopRefused:
+        pass
+    else:
+        raise AssertionError("a 404 (no such container) must not be retried")
