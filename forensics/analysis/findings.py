@@ -130,7 +130,8 @@ class EvidenceRef:
                     cur = doc
                     for key in path:
                         cur = cur[key]
-                    parts.append(json.dumps(cur, separators=(",", ":")))
+                    quoted = {path[-1]: cur} if path and isinstance(path[-1], str) else cur
+                    parts.append(json.dumps(quoted, separators=(",", ":")))
                 return Evidence(self.bundle, self.member, locator, shorten(" ".join(parts)))
             except (ValueError, KeyError, IndexError, TypeError):
                 pass

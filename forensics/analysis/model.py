@@ -202,10 +202,11 @@ class CpuSample(NamedTuple):
     nr_throttled: int
     throttled_usec: int | None
     ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
 
     @property
     def evidence(self) -> Evidence:
-        return self.ref.evidence
+        return _quoting(self.ref, self.quote)
 
 
 class MemorySample(NamedTuple):
@@ -228,10 +229,11 @@ class PsiSample(NamedTuple):
     some_avg10_pct: float
     full_avg10_pct: float | None
     ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
 
     @property
     def evidence(self) -> Evidence:
-        return self.ref.evidence
+        return _quoting(self.ref, self.quote)
 
 
 @dataclass(frozen=True)
@@ -393,6 +395,14 @@ class Model:
             v.sort(key=lambda s: (s.t, s.pid))
         self.cache["proc_samples_by_gpu"] = out
         return out
+
+
+def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evidence:
+    """The evidence of ``ref``, quoting ``quote`` paths when the reference itself names none."""
+    if not quote or ref.paths:
+        return ref.evidence
+    return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
+                       ref.offset).evidence
 
 
 def _norm_pci(pci: str) -> str:

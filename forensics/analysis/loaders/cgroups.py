@@ -18,6 +18,10 @@ from forensics.parsing.attribution import attribute_path
 
 __all__ = ["load_cgroups"]
 
+_CPU_QUOTE: tuple[tuple[str | int, ...], ...] = (
+    ("values", "cpu", "nr_periods"), ("values", "cpu", "nr_throttled"), ("values", "cpu", "throttled_ns"))
+_PSI_QUOTES: dict[tuple[str, str], tuple[tuple[str | int, ...], ...]] = {}
+
 
 def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
     if path not in cache:
@@ -38,7 +42,7 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
         if type(periods) is int and type(throttled) is int:
             t_ns = cpu.get("throttled_ns")
             model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
-                                               t_ns // 1000 if type(t_ns) is int else None, ev))
+                                               t_ns // 1000 if type(t_ns) is int else None, ev, _CPU_QUOTE))
     mem = values.get("memory")
     if cid and isinstance(mem, dict):
         cur = mem.get("current_bytes")
@@ -61,7 +65,9 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
             full = float(full) if isinstance(full, int | float) and not isinstance(full, bool) else None
             # Readings below both floors (the rule's thresholds) can never matter: counted, not kept.
             if some >= model.psi_some_floor or (full is not None and full >= model.psi_full_floor):
-                model.psi_samples.append(PsiSample(node, scope, resource, t, float(some), full, ev))
+                quote = _PSI_QUOTES.setdefault((section, resource), (("values", section, resource, "some"),
+                                                                          ("values", section, resource, "full")))
+                model.psi_samples.append(PsiSample(node, scope, resource, t, float(some), full, ev, quote))
 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:

@@ -177,7 +177,8 @@ def _load_samples(src: Source, model: Model, node: str) -> None:
         th = _throttling(stats)
         ev = src.ref("docker/samples.jsonl", no, raw)
         if th is not None:
-            model.cpu_samples.append(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev))
+            model.cpu_samples.append(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev,
+                                               (("container_id",), ("stats", "cpu_stats", "throttling_data"))))
         usage = as_int(dig(stats, "memory_stats", "usage"))
         if usage is not None:
             model.memory_samples.append(MemorySample(node, cid, float(t), usage,
