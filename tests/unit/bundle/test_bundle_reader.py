@@ -11,6 +11,8 @@ import resource
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from forensics.bundle.reader import ReadLimits, open_bundle
 from forensics.bundle.verify import check_integrity, verify_bundle
@@ -167,3 +169,63 @@ class TestVerify:
         b.manifest["members"].append({"path": 5})
         problems = check_integrity(b)
         assert sum(p.startswith("malformed manifest entry") for p in problems) == 2
+
+
+# -- fuzzing: whatever the bytes, only BundleError (the CLI's exit 1/2), never a crash -----------
+
+_GENUINE_TAR: dict[str, bytes] = {}
+
+
+def _genuine_tar() -> bytes:
+    if not _GENUINE_TAR:
+        import gzip
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            p = hb.build_bundle(Path(d), {"host/host.json": b'{"hostname": "gpu-07"}\n', "nvml/s.jsonl": b'{"t": 1}\n'})
+            _GENUINE_TAR["tar"] = gzip.decompress(p.read_bytes())
+    return _GENUINE_TAR["tar"]
+
+
+def _read_everything(path: Path) -> None:
+    from forensics.inventory import describe_bundle, format_inventory
+    try:
+        b = open_bundle(path, ReadLimits(max_total_bytes=1 << 20, max_members=100))
+        check_integrity(b)
+        format_inventory(describe_bundle(b))
+        for name in b.names():
+            b.sha256(name)
+    except BundleError:
+        pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(min_value=0, max_value=10_000), st.binary(min_size=1, max_size=8)),
+                      min_size=1, max_size=6),
+       cut=st.one_of(st.none(), st.integers(min_value=0, max_value=10_000)))
+def test_mutated_tar_never_crashes_the_reader(tmp_path: Path, edits: list[tuple[int, bytes]], cut: int | None) -> None:
+    import gzip
+    data = bytearray(_genuine_tar())
+    for pos, patch in edits:
+        pos %= len(data)
+        data[pos:pos + len(patch)] = patch
+    if cut is not None:
+        del data[cut % len(data):]
+    p = tmp_path / "fuzz.tgz"
+    p.write_bytes(gzip.compress(bytes(data), mtime=0))
+    _read_everything(p)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+                     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+                     max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.dictionaries(st.sampled_from(["members", "collectors", "capture", "host", "tool", "redaction", "hints"]),
+                              _json, max_size=7))
+def test_any_manifest_shape_never_crashes_the_reader(tmp_path: Path, fields: dict[str, object]) -> None:
+    import json
+    manifest = {"format": "gpuforensics-bundle", "format_version": 1, **fields}
+    p = hb.write_tar(tmp_path / "m.tgz", [("top/manifest.json", json.dumps(manifest).encode()),
+                                          ("top/host/host.json", b"{}")])
+    _read_everything(p)
