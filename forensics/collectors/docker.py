@@ -61,6 +61,7 @@ PREFIX = "docker"
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
+_WIDE_WORKERS = 64  # threads for calls that mostly wait (stats)
 _MAX_LOG_CHARS = 1 << 20  # per container, the newest kept
 _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
 _ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
@@ -108,7 +109,8 @@ def _connect(settings: _Settings) -> Any:
         env = dict(os.environ)
         if settings.docker_host:
             env["DOCKER_HOST"] = settings.docker_host
-        client = docker.from_env(timeout=settings.call_timeout_s, environment=env).api
+        client = docker.from_env(timeout=settings.call_timeout_s, environment=env,
+                                 max_pool_size=settings.workers + _WIDE_WORKERS).api
         client.ping()
     except (requests.exceptions.Timeout, TimeoutError) as exc:
         raise SourceTimeout(f"Docker engine at {where} did not answer within "
@@ -158,7 +160,7 @@ class _Pool:
     """
 
     workers: int
-    wide_workers: int = 64
+    wide_workers: int = 64  # = _WIDE_WORKERS
     calls: dict[tuple[str, str], _Call] = field(default_factory=dict)
     futures: dict[cf.Future[Any], _Call] = field(default_factory=dict)
 
