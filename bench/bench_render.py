@@ -1,6 +1,6 @@
 """Benchmark: HTML and PDF render time and peak RSS of the report, per document.
 
-Documents: each ``sample_bundles/*.tgz`` (analysed first with ``forensics.analysis``; analysis
+Documents: each ``sample_bundles/*.tgz`` (or ``$GPUFORENSICS_SAMPLE_BUNDLES/*.tgz``; analysed first with ``forensics.analysis``; analysis
 time is not counted) and synthetic analysis documents from ``tests/support/report_docs.py``:
 the incident (2 GPUs, 5 min at 1 s) and a one-hour recording of a busy node (8 GPUs, 122
 containers, 3600 samples per series, 64 findings, 3000 manifest members).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 HTML_TARGET_S = 1.0
 PDF_TARGET_S = 10.0
 SYNTHETIC = ("synthetic-incident", "synthetic-one-hour")
+SAMPLES = Path(os.environ.get("GPUFORENSICS_SAMPLE_BUNDLES", ROOT / "sample_bundles"))
 
 
 def _builders() -> Any:
@@ -45,7 +47,7 @@ def _document(name: str) -> dict[str, Any]:
         return dict(_builders().build_large_doc())
     from forensics.analysis import analyze_bundles
 
-    return analyze_bundles([ROOT / "sample_bundles" / f"{name}.tgz"])
+    return analyze_bundles([SAMPLES / f"{name}.tgz"])
 
 
 def _pages(pdf: bytes) -> int:
@@ -112,9 +114,7 @@ def main() -> int:
         print(json.dumps(child(args.child, args.paper, args.repeat)))
         return 0
 
-    names = [
-        p.name[: -len(".tgz")] for p in sorted((ROOT / "sample_bundles").glob("*.tgz"))
-    ] + list(SYNTHETIC)
+    names = [p.name[: -len(".tgz")] for p in sorted(SAMPLES.glob("*.tgz"))] + list(SYNTHETIC)
     if not any(n not in SYNTHETIC for n in names):
         print("note: no sample_bundles/*.tgz yet; synthetic documents only")
     if args.only:

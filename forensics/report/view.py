@@ -758,11 +758,16 @@ class _Builder:
 
     # ---------------------------------------------------------------- containers
     def container(
-        self, d: Mapping[str, Any], position: int, related: Sequence[FindingView], draw: bool
+        self,
+        d: Mapping[str, Any],
+        position: int,
+        related: Sequence[FindingView],
+        draw: bool,
+        throttled_stats: tuple[float | None, float | None],
     ) -> ContainerView:
         key = f"container-{position}"
         series = _dict(d, "series")
-        thr_avg, thr_max = _stats(series.get("cpu_throttled_ratio"))
+        thr_avg, thr_max = throttled_stats
         _, mem_peak = _stats(series.get("memory_bytes"))
         t = _times(series) if draw else ()
         limit = _num(d, "memory_limit_bytes")
@@ -821,16 +826,17 @@ class _Builder:
     def containers(self) -> Split[ContainerView]:
         raw = _dicts(self.doc, "containers")
         related = [[f for f in self.findings if _involves(f, {_str(c, "id")} - {""})] for c in raw]
+        throttled = [_stats(_dict(c, "series").get("cpu_throttled_ratio")) for c in raw]
 
         def relevance(i: int) -> tuple[Any, ...]:
             c, found = raw[i], related[i]
             worst = min((_severity_rank(f.severity) for f in found), default=len(SEVERITIES))
-            _, thr_max = _stats(_dict(c, "series").get("cpu_throttled_ratio"))
+            thr_max = throttled[i][1]
             return (worst, -(_int(c, "oom_kills") or 0), -(thr_max or 0), _str(c, "name"), i)
 
         order = sorted(range(len(raw)), key=relevance)
         draw = set(order[:CONTAINER_CHART_CAP])
-        views = [self.container(raw[i], i, related[i], i in draw) for i in order]
+        views = [self.container(raw[i], i, related[i], i in draw, throttled[i]) for i in order]
         return split(views, "appendix-containers")
 
     # ---------------------------------------------------------------- rest
