@@ -526,3 +526,31 @@ def test_containers_that_ended_before_the_window_are_left_out(docker_engine: Doc
         assert status(bundle)["status"] == "ok"
     finally:
         docker_engine.cli("rm", "-f", old, check=False)
+
+
+class _RemoveOneMidway(DockerCollector):
+    """The real collector; one container is removed right after the list (a real race)."""
+
+    def __init__(self, engine: DockerEngine, cid: str) -> None:
+        super().__init__()
+        self.engine, self.cid = engine, cid
+
+    def _choose(self, listing: list[Any], start: Any) -> list[dict[str, Any]]:  # type: ignore[override]
+        self.engine.cli("rm", "-f", self.cid)
+        return DockerCollector._choose(listing, start)
+
+
+def test_container_removed_during_capture_is_a_race_not_a_failure(
+        docker_engine: DockerEngine, tmp_path: Path) -> None:
+    keep = docker_engine.run_labelled("run", "-d", "--network", "none", BUSYBOX_IMAGE, *SLEEP)
+    gone = docker_engine.run_labelled("run", "-d", "--network", "none", BUSYBOX_IMAGE, *SLEEP)
+    try:
+        bundle, _ = capture(docker_engine, tmp_path, [_RemoveOneMidway(docker_engine, gone)])
+        assert status(bundle)["status"] == "ok", status(bundle)
+        calls = [c for c in bundle.read_json("docker/index.json")["calls"] if c["subject"] == gone]
+        assert calls and all(c["race"] for c in calls if c["error"])
+        assert any(c["error"] for c in calls)
+        assert bundle.has(f"docker/containers/{keep}/inspect.json")
+    finally:
+        for cid in (keep, gone):
+            docker_engine.cli("rm", "-f", cid, check=False)
