@@ -184,7 +184,7 @@ def test_text_never_leaks_a_password_option(prefix: str, value: str, suffix: str
 @settings(max_examples=200, deadline=None)
 @given(value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\"'\n"),
                      min_size=1, max_size=40).filter(
-    lambda v: not v.startswith("<redacted:") and v.lower() not in ("bearer", "basic"))  # pseudonym-like values are kept on purpose,
+    lambda v: not v.startswith("<redacted:") and v.lower() not in ("bearer", "basic")),  # pseudonym-like kept on purpose
        quote=st.sampled_from(["'", '"']))
 def test_text_never_leaks_a_quoted_password(value: str, quote: str) -> None:
     out = Redactor(key=KEY).text(f"run --password={quote}{value}{quote} now")
