@@ -132,7 +132,8 @@ def kubernetes_allocation(limit: int, device_ids: Sequence[str] | None, gpus: Se
         return GpuAllocation("none", False, (), "pod spec", "pod with no nvidia.com/gpu limit", evidence)
     if device_ids:
         return GpuAllocation("kubernetes", True, resolve_device_ids(device_ids, gpus), "pod-resources",
-                             f"nvidia.com/gpu devices {','.join(device_ids)}", evidence)
+                             f"nvidia.com/gpu devices {','.join(device_ids)}", evidence,
+                             time_sliced=any("::" in d for d in device_ids))
     why = "no pod-resources entry" if podresources_present else "no pod-resources data"
     return GpuAllocation("kubernetes", True, (), "pod spec",
                          f"nvidia.com/gpu: {limit} (devices unknown: {why})", evidence,

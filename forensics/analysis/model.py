@@ -83,6 +83,7 @@ class ProcessGpuSample(NamedTuple):
     ref: EvidenceRef  # the NVML line (shared by every process of that line)
     proc_index: int = -1  # index in the line's ``processes`` list, -1 when not listed
     util_index: int = -1  # index of its nvmlDeviceGetProcessUtilization sample, -1 when none
+    mig_uuid: str | None = None  # the MIG device it ran on, when the GPU is in MIG mode
 
     @property
     def evidence(self) -> Evidence:
@@ -110,6 +111,7 @@ class Process:
     pod_uid: str | None
     evidence: tuple[Evidence, ...] = ()
     unresolved_reason: str | None = None
+    start_ticks: int | None = None  # /proc/<pid>/stat starttime (ticks since boot)
 
     def subject(self) -> Subject:
         return Subject("process", str(self.pid), self.comm or "?", self.node)
@@ -137,6 +139,11 @@ class GpuAllocation:
     blanket_detail: str = ""
     blanket_evidence: tuple[Evidence, ...] = ()
     devices_known: bool = True
+    time_sliced: bool = False  # a device plugin's time-slicing replicas (GPU-<uuid>::N): sharing by design
+
+    def grants(self, gpu_uuid: str, mig_uuid: str | None = None) -> bool:
+        """True when this allocation explicitly grants the GPU (or the MIG device on it)."""
+        return gpu_uuid in self.gpus or (mig_uuid is not None and mig_uuid in self.gpus)
 
     @property
     def known(self) -> bool:
@@ -320,6 +327,8 @@ class Model:
     # PSI readings below both floors are counted but not kept (set from the thresholds).
     psi_some_floor: float = 0.0
     psi_full_floor: float = 0.0
+    # (node, pid) -> (comm, start ticks) NVML's collector saw: detects a PID reused before procfs read it.
+    nvml_identity: dict[tuple[str, int], tuple[str | None, int | None]] = field(default_factory=dict)
     # Derived views shared by several rules within one analysis (never across analyses).
     cache: dict[object, object] = field(default_factory=dict)
 

@@ -84,7 +84,7 @@ class BundleSpec:
 
     def gpu_tick(self, index: int, t: float, util: float, used: int, *, reasons: int = 0,
                  temp: float = 60, power_mw: int = 400_000, procs: dict[int, tuple[int, float | None]] | None = None,
-                 total: int = 80 * GIB) -> None:
+                 total: int = 80 * GIB, mig: dict[int, str] | None = None) -> None:
         """One ``nvml/samples.jsonl`` device line; ``procs``: pid -> (usedGpuMemory, smUtil or None)."""
         uuid = gpu_uuid(index, self.host)
         util_samples = [{"pid": pid, "timeStamp": int(t * 1e6), "smUtil": sm, "memUtil": 0,
@@ -105,7 +105,8 @@ class BundleSpec:
         line = {"kind": "device", "tick": int(t - self.start), "t": t, "time": iso_from_unix(t),
                 "gpu_index": index, "uuid": uuid, "nvml": nvml,
                 "processes": [{"pid": pid, "usedGpuMemory": mem, "gpuInstanceId": 0xFFFFFFFF,
-                               "computeInstanceId": 0xFFFFFFFF, "type": "compute", "mig_uuid": None}
+                               "computeInstanceId": 0xFFFFFFFF, "type": "compute",
+                               "mig_uuid": (mig or {}).get(pid)}
                               for pid, (mem, _) in (procs or {}).items()]}
         self.add_jsonl("nvml/samples.jsonl", line)
 
@@ -116,6 +117,14 @@ class BundleSpec:
         for s in seconds:
             util, used, procs = fn(s)
             self.gpu_tick(index, self.start + s, util, used, procs=procs, **kw)
+
+    def nvml_processes(self, identities: dict[int, tuple[int, str, int]]) -> None:
+        """``nvml/processes.json``: pid -> (gpu index, comm, start ticks) as NVML's collector saw them."""
+        self.add_json("nvml/processes.json", {"t": self.start, "complete": True, "devices": [], "processes": [
+            {"pid": pid, "gpu_index": g, "gpu_uuid": gpu_uuid(g, self.host), "mig_uuid": None,
+             "gpu_instance_id": None, "compute_instance_id": None, "type": "compute",
+             "used_memory_bytes": GIB, "pid_valid": True, "in_proc": True, "comm": comm,
+             "proc_start_ticks": start} for pid, (g, comm, start) in identities.items()]})
 
     def nvml_xid_event(self, index: int, t: float, code: int) -> None:
         self.add_jsonl("nvml/events.jsonl", {

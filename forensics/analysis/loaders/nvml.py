@@ -122,15 +122,23 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
                 continue
             seen.add(pid)
             used_mem = p.get("usedGpuMemory")
+            mig = p.get("mig_uuid")
             model.proc_samples.append(ProcessGpuSample(
                 node, uuid, pid, t, used_mem if type(used_mem) is int else None,
-                sm.get(pid, 0.0 if has_util else None), line_ref, j, items.get(pid, -1)))
+                sm.get(pid, 0.0 if has_util else None), line_ref, j, items.get(pid, -1),
+                mig if isinstance(mig, str) else None))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:
                 model.proc_samples.append(ProcessGpuSample(
                     node, uuid, pid, t, None, value, line_ref, -1, items.get(pid, -1)))
     if sampled:
         model.node(node).members_used.setdefault("nvml", member)
+        pdoc = src.json("nvml/processes.json")
+        procs_doc = dig(pdoc, "processes")
+        for p in procs_doc if isinstance(procs_doc, list) else []:
+            pid = as_int(dig(p, "pid"))
+            if pid is not None:
+                _note_identity(model, node, pid, p)
     else:
         _snapshot(src, model, node, devices_doc, by_index)
     _events(src, model, node, by_index)
@@ -169,9 +177,19 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         if pid is None or pid in _INVALID_PIDS or not isinstance(uuid, str) or dig(p, "pid_valid") is False:
             continue
         sm = sm_by_gpu.get(uuid, {})
+        mig = dig(p, "mig_uuid")
         model.proc_samples.append(ProcessGpuSample(
             node, uuid, pid, pt, as_int(dig(p, "used_memory_bytes")), sm.get(pid),
-            src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}")))  # (snapshot: few)
+            src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}"),  # (snapshot: few)
+            mig_uuid=mig if isinstance(mig, str) else None))
+        _note_identity(model, node, pid, p)
+
+
+def _note_identity(model: Model, node: str, pid: int, p: Any) -> None:
+    """What NVML's collector saw of a GPU PID in /proc at that moment (comm, start time in ticks)."""
+    comm, start = dig(p, "comm"), as_int(dig(p, "proc_start_ticks"))
+    if isinstance(comm, str) or start is not None:
+        model.nvml_identity[(node, pid)] = (comm if isinstance(comm, str) else None, start)
 
 
 def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:

@@ -22,6 +22,29 @@ __all__ = ["load_procfs"]
 _PID_DIR = re.compile(r"^proc/(\d+)/cgroup$")
 
 
+def _start_ticks(src: Source, pid: int) -> int | None:
+    """Field 22 (starttime) of ``proc/<pid>/stat``."""
+    lines = src.text_lines(f"proc/{pid}/stat")
+    if not lines or ")" not in lines[0]:
+        return None
+    fields = lines[0][lines[0].rindex(")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def check_pid_reuse(model: Model, node: str) -> None:
+    """A PID whose /proc start time differs from the one NVML's collector saw was reused: the
+    process procfs read is not the GPU process, so it must not be joined to a container."""
+    for (n, pid), (comm, start) in model.nvml_identity.items():
+        proc = model.processes.get((n, pid))
+        if n != node or proc is None or start is None or proc.start_ticks is None:
+            continue
+        if proc.start_ticks != start:
+            model.processes[(n, pid)] = Process(
+                n, pid, comm or proc.comm, None, None, None, proc.evidence,
+                f"PID {pid} was reused: /proc/{pid} started at tick {proc.start_ticks}, "
+                f"the GPU process at tick {start}")
+
+
 def _comm(src: Source, pid: int) -> str:
     lines = src.text_lines(f"proc/{pid}/stat")
     if lines:
@@ -59,7 +82,7 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
             reason = f"cgroup path {attribution.cgroup_path} names no known runtime"
         model.processes[(node, pid)] = Process(
             node, pid, _comm(src, pid), attribution.cgroup_path, attribution.container_id,
-            attribution.pod_uid, (src.ev_line(member, line_no),), reason)
+            attribution.pod_uid, (src.ev_line(member, line_no),), reason, _start_ticks(src, pid))
     index = src.json("proc/index.json")
     entries = dig(index, "processes")
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
@@ -75,3 +98,4 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
         uid = att.get("pod_uid") if isinstance(att.get("pod_uid"), str) else None
         path = att.get("cgroup_path") if isinstance(att.get("cgroup_path"), str) else None
         model.processes[(node, pid)] = Process(node, pid, "", path, cid, uid, (ev,), None)
+    check_pid_reuse(model, node)

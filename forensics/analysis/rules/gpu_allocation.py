@@ -96,10 +96,11 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             alloc = owner.allocation
             if not alloc.known:
                 continue  # limitation recorded by the loaders
-            if uuid in alloc.gpus:
-                continue
             if alloc.explicit and not alloc.devices_known:
                 continue  # e.g. a GPU limit whose devices the bundle does not name
+            samples = [s for s in samples if not alloc.grants(uuid, s.mig_uuid)]
+            if not samples:
+                continue
             holders = [h for h in explicit_holders(model, node, uuid) if h[0].key() != subject.key()]
             start, end = span(s.t for s in samples)
             peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
@@ -160,6 +161,8 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
         active_holders = [(subj, owners[subj]) for subj, _ in holders if subj in owners]
         if len(active_holders) < 2:
             continue
+        if all(h[1].allocation.time_sliced for h in holders):
+            continue  # time-slicing replicas: the operator chose to share this GPU
         def first_seen(item: tuple[Subject, tuple[Owner, list[ProcessGpuSample]]], node: str = node) -> float:
             c = model.container(node, item[0].id)
             if c is not None and c.started_at is not None:

@@ -4,7 +4,7 @@ gpu-compute-hog, gpu-memory-pressure; each with a case that must fire and one th
 from __future__ import annotations
 
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
-from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind, secretly_taken
+from tests.unit.analysis.conftest import Analyze, cid_of, kinds, names, of_kind, secretly_taken
 
 
 class TestUnallocatedGpuUse:
@@ -131,3 +131,41 @@ class TestMemoryPressure:
         b.gpu(0)
         b.gpu_series(0, range(10), lambda s: (50, 60 * GIB, {}))
         assert "gpu-memory-pressure" not in kinds(analyze(b))
+
+
+class TestNeverAccuseTheWrongContainer:
+    def test_mig_slice_grant_is_honoured(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        mig = "MIG-5c1e2d3f-0a1b-4c2d-8e3f-9a0b1c2d3e4f"
+        c = b.container("infer", env=[f"NVIDIA_VISIBLE_DEVICES={mig}"])
+        b.process(10, "python", container=c)
+        b.gpu_series(0, range(10), lambda s: (60, 10 * GIB, {10: (10 * GIB, None)}), mig={10: mig})
+        assert "unallocated-gpu-use" not in kinds(analyze(b))
+
+    def test_time_sliced_replicas_are_not_an_overlap(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        uuid = b.gpu(0)
+        for i, name in enumerate(("a", "b")):
+            cid = cid_of(name)
+            uid = f"00000000-0000-4000-8000-00000000000{i}"
+            b.pod("ml", name, uid, [(name, cid, 1)])
+            b.pod_devices("ml", name, name, [f"{uuid}::{i}"])
+            b.process(20 + i, "python", container=cid, pod_uid=uid)
+        b.gpu_series(0, range(10), lambda s: (90, 20 * GIB, {20: (10 * GIB, 45.0), 21: (10 * GIB, 44.0)}))
+        b.status["docker"] = "unavailable"
+        doc = analyze(b)
+        assert "overlapping-gpu-allocation" not in kinds(doc) and "unallocated-gpu-use" not in kinds(doc)
+
+    def test_reused_pid_is_not_joined_to_the_container_now_holding_it(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        c = b.container("bystander", image_env=["PATH=/bin"])  # no GPU grant at all
+        b.process(10, "nginx", container=c)  # /proc/10 now: nginx, started at tick 100
+        b.nvml_processes({10: (0, "python", 5)})  # NVML saw PID 10 as python started at tick 5
+        b.gpu_series(0, range(10), lambda s: (90, 20 * GIB, {10: (20 * GIB, 90.0)}))
+        doc = analyze(b)
+        assert "unallocated-gpu-use" not in kinds(doc)
+        (f,) = of_kind(doc, "unattributed-gpu-process")
+        assert "bystander" not in str(f["subjects"])
+        assert "reused" in doc["unattributed"][0]["reason"]
