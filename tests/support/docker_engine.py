@@ -75,6 +75,7 @@ class DockerEngine:
     tmpdir: Path | None = None
     default_runtime: str = ""
     images: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def client(self, timeout: float = 30.0) -> Any:
         """A low-level ``docker.APIClient`` bound to this engine."""
@@ -188,7 +189,8 @@ def start_engine(default_runtime: str = "nvidia", tmp_parent: str | None = None,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
-        engine = DockerEngine(docker_host=f"unix://{sock}", private=True, pid=proc.pid, tmpdir=tmp)
+        engine = DockerEngine(docker_host=f"unix://{sock}", private=True, pid=proc.pid, tmpdir=tmp,
+                              proc=proc)
         deadline = time.monotonic() + timeout_s
         reason: str | None = "not started"
         while time.monotonic() < deadline:
@@ -267,6 +269,55 @@ def _processes_under(tmp: Path) -> list[int]:
     return pids
 
 
+def _container_processes(tmp: Path) -> list[int]:
+    """PIDs whose /proc/<pid>/cgroup names a container of the engine whose data root is in tmp."""
+    try:
+        ids = [d for d in os.listdir(tmp / "data" / "containers") if len(d) == 64]
+    except OSError:
+        return []
+    if not ids:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cgroup", encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if any(cid in text for cid in ids):
+            pids.append(int(entry))
+    return pids
+
+
+def _remove_container_cgroups(tmp: Path, root: str = "/sys/fs/cgroup") -> None:
+    """rmdir the (now empty) cgroups a killed engine left for its containers."""
+    try:
+        ids = [d for d in os.listdir(tmp / "data" / "containers") if len(d) == 64]
+    except OSError:
+        return
+    found: list[str] = []
+
+    def walk(path: str, depth: int) -> None:
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            return
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if any(cid in entry.name for cid in ids):
+                found.append(entry.path)
+            elif depth < 3:
+                walk(entry.path, depth + 1)
+
+    walk(root, 1)
+    for path in sorted(found, key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
 def _mounts_under(tmp: Path) -> list[str]:
     prefix = str(tmp) + "/"
     out = []
@@ -300,13 +351,22 @@ def stop_engine(engine: DockerEngine, remove_images: bool = True) -> None:
             remove_labelled(engine.client(), images=remove_images)
     if not engine.private or engine.pid is None or engine.tmpdir is None:
         return
-    _terminate(engine.pid)
-    # dockerd normally stops its containerd and leaves shims to exit; kill stragglers by PID
+    _terminate(engine.pid, engine.proc)
+    # a dockerd that was killed leaves its containers running: kill their processes (found by
+    # their cgroup naming one of this engine's containers), then containerd and shims by PID
+    leftovers = _container_processes(engine.tmpdir)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if leftovers:
+        time.sleep(0.2)
+        _remove_container_cgroups(engine.tmpdir)
     for pid in _processes_under(engine.tmpdir):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _cleanup_dir(engine.tmpdir)
     engine.pid = None
+    engine.proc = None
 
 
 def remove_labelled(client: Any, images: bool = False) -> None:
