@@ -293,7 +293,10 @@ def render_markdown_view(v: ReportView) -> str:
                         f"{fmt_ratio(c.throttled_avg_ratio)} / {fmt_ratio(c.throttled_max_ratio)}",
                         f"{fmt_bytes(c.memory_peak_bytes)} / {fmt_bytes(c.memory_limit_bytes)}",
                         (str(c.oom_kills) if c.oom_kills is not None else "—")
-                        + (" (OOMKilled)" if c.oom_killed else ""),
+                        + (" (OOMKilled)" if c.oom_killed else "")
+                        + "".join(
+                            f", {md_text(f.id)} at {fmt_time_short(f.start)}" for f in c.oom_events
+                        ),
                         md_text(c.state or "—")
                         + (f", exit {md_text(c.exit_code)}" if c.exit_code else ""),
                         ", ".join(md_text(x) for x in c.finding_ids) or "—",

@@ -326,11 +326,22 @@ class ContainerView:
     memory_peak_bytes: float | None
     memory_peak_of_limit_ratio: float | None
     finding_ids: tuple[str, ...]
+    findings: tuple[FindingView, ...]
     chart: ChartSpec | None
 
     @property
     def label(self) -> str:
         return self.name or self.id[:12] or "(unnamed)"
+
+    @property
+    def oom_events(self) -> tuple[FindingView, ...]:
+        """OOM kills the analysis found for this container (``oom-kill`` findings)."""
+        return tuple(f for f in self.findings if f.kind == "oom-kill")
+
+    @property
+    def pressure(self) -> tuple[FindingView, ...]:
+        """Pressure stalls (PSI) the analysis found for this container."""
+        return tuple(f for f in self.findings if f.kind == "pressure-stall")
 
 
 @dataclass(frozen=True)
@@ -820,6 +831,7 @@ class _Builder:
             memory_peak_bytes=mem_peak,
             memory_peak_of_limit_ratio=mem_peak / limit if mem_peak is not None and limit else None,
             finding_ids=tuple(f.id for f in related),
+            findings=tuple(_sorted_findings(related)),
             chart=chart,
         )
 

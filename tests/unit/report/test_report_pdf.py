@@ -90,12 +90,13 @@ class TestText:
             len(with_header) >= 3
         )  # the containers' appendix table spans pages, its header repeats
 
+    @pytest.mark.parametrize("name, paper", [("hostile", "a4"), ("large", "letter")])
     def test_nothing_clipped_right_margin(
-        self, rendered: Rendered, tmp_path: Path, tool: Callable[[str], str]
+        self, rendered: Rendered, tmp_path: Path, tool: Callable[[str], str], name: str, paper: str
     ) -> None:
         """Every word of every page lies inside the page (no table wider than the text block)."""
         pdf = tmp_path / "r.pdf"
-        pdf.write_bytes(rendered("hostile")["pdf"])
+        pdf.write_bytes(rendered(name, paper)["pdf"])
         out = subprocess.run(
             [tool("pdftotext"), "-bbox", str(pdf), "-"], check=True, capture_output=True, timeout=60
         ).stdout.decode()

@@ -197,3 +197,33 @@ def test_any_field_of_any_type_never_crashes(
 
     assert "</html>" in render_html_view(view)
     assert "## Verdict" in render_markdown_view(view)
+
+
+def test_container_oom_events_and_pressure(make_doc: Callable[[str], Doc]) -> None:
+    doc = make_doc("incident")
+    doc["findings"].append(
+        {
+            "id": "F5",
+            "kind": "pressure-stall",
+            "severity": "medium",
+            "confidence": 0.8,
+            "summary": "trainer memory pressure some avg10=42%",
+            "start": "2026-11-29T14:03:30Z",
+            "end": "2026-11-29T14:03:40Z",
+            "subjects": [
+                {
+                    "role": "victim",
+                    "type": "container",
+                    "id": doc["containers"][1]["id"],
+                    "name": "trainer",
+                }
+            ],
+            "evidence": [],
+            "causes": [],
+        }
+    )
+    view = v.build_view(doc)
+    trainer = next(c for c in view.containers.all_shown if c.name == "trainer")
+    assert [f.id for f in trainer.oom_events] == ["F3"]
+    assert [f.id for f in trainer.pressure] == ["F5"]
+    assert trainer.findings[0].id == "F3"  # most severe first
