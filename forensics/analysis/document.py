@@ -163,6 +163,22 @@ def _pods(model: Model) -> list[dict[str, Any]]:
     return out
 
 
+def _unknown_containers(model: Model) -> list[dict[str, Any]]:
+    """Container ids named by cgroup paths or the kernel log that no Docker or Kubernetes record describes."""
+    seen: dict[tuple[str, str], str] = {}
+    for p in model.processes.values():
+        if p.container_id:
+            seen.setdefault((p.node, p.container_id), f"named by /proc/{p.pid}/cgroup only")
+    for s in model.cpu_samples:
+        seen.setdefault((s.node, s.container_id), "named by its cgroup path only")
+    for o in model.ooms:
+        if o.container_id:
+            seen.setdefault((o.node, o.container_id), "named by an OOM record's memory cgroup only")
+    return [{"type": "container", "id": cid, "name": None, "node": node,
+             "reason": f"{why}: no Docker or Kubernetes record of it in the bundle"}
+            for (node, cid), why in sorted(seen.items()) if (node, cid) not in model.containers]
+
+
 def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]],
                    cfg: AnalysisConfig, generated_at: float | None = None) -> dict[str, Any]:
     """The whole analysis document, JSON-able, in a stable order."""
@@ -187,6 +203,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
             f"no /proc/{s.pid} in the bundle"
         unattributed.append({"type": "process", "id": str(s.pid), "name": proc.comm if proc else None,
                              "node": s.node, "reason": reason, "gpu": s.gpu_uuid})
+    unattributed.extend(_unknown_containers(model))
     bundles = list(model.bundles)
     return {
         "format": FORMAT,

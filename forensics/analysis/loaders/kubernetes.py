@@ -8,6 +8,7 @@ container no other source describes becomes a Container here, with its Kubernete
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from forensics.analysis.allocation import kubernetes_allocation
@@ -18,7 +19,7 @@ from forensics.analysis.source import Source
 from forensics.collectors.kube.podindex import index_pod
 from forensics.errors import ParseError
 
-__all__ = ["load_kubernetes"]
+__all__ = ["load_kubernetes", "load_kubernetes_events"]
 
 _GPU = "nvidia.com/gpu"
 _LIST = "kubernetes/podresources/list.json"
@@ -50,6 +51,7 @@ def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Ev
 
 
 def load_kubernetes(src: Source, model: Model, node: str) -> None:
+    load_kubernetes_events(src, model, node)
     doc = src.json("kubernetes/pods.json")
     items = dig(doc, "items")
     if not isinstance(items, list):
@@ -121,6 +123,27 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
         model.pods[entry.uid] = Pod(node, entry.uid, entry.namespace, entry.name, entry.phase or "unknown",
                                     tuple(container_ids), tuple(limits), tuple(devs),
                                     (src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/metadata/uid", doc),))
+
+
+_OOM_EVENT = re.compile(r"victim process: (?P<comm>[^,]+), pid: (?P<pid>\d+)|Killed process (?P<pid2>\d+) \((?P<comm2>[^)]*)\)")
+
+
+def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
+    """Node OOM events (kubelet ``SystemOOM``, node-problem-detector ``OOMKilling``) from ``kubernetes/events.json``."""
+    doc = src.json("kubernetes/events.json")
+    items = dig(doc, "items")
+    for i, ev in enumerate(items if isinstance(items, list) else []):
+        reason = dig(ev, "reason")
+        if reason not in ("SystemOOM", "OOMKilling"):
+            continue
+        message = dig(ev, "message")
+        m = _OOM_EVENT.search(message) if isinstance(message, str) else None
+        pid = int(m.group("pid") or m.group("pid2")) if m else None
+        comm = (m.group("comm") or m.group("comm2")) if m else None
+        t = parse_time(dig(ev, "lastTimestamp")) or parse_time(dig(ev, "eventTime")) or \
+            parse_time(dig(ev, "firstTimestamp"))
+        model.ooms.append(OomKill(node, t, pid, comm, None, None, reason == "SystemOOM", None, None, None,
+                                  "kubernetes", (src.ev_pointer("kubernetes/events.json", f"/items/{i}/message", doc),)))
 
 
 def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:

@@ -127,3 +127,25 @@ class TestPressureStall:
         doc = analyze(b)
         assert "pressure-stall" not in kinds(doc)
         assert any(r["kind"] == "pressure-stall" for r in doc["ruled_out"])
+
+
+def test_kubernetes_system_oom_event(analyze: Analyze) -> None:
+    b = BundleSpec()
+    b.add_json("kubernetes/events.json", {"kind": "EventList", "items": [{
+        "reason": "SystemOOM", "type": "Warning", "lastTimestamp": "2025-11-29T14:00:30Z",
+        "message": "System OOM encountered, victim process: python, pid: 4242",
+        "involvedObject": {"kind": "Node", "name": "gpu-07"}}]})
+    (f,) = of_kind(analyze(b), "oom-kill")
+    assert f["severity"] == "critical" and "4242" in f["summary"]
+    assert names(f, "victim", "host") == ["gpu-07"]
+
+
+def test_containers_only_in_cgroups_are_kept_as_unattributed(analyze: Analyze) -> None:
+    b = BundleSpec()
+    ghost = "d" * 64
+    for s in range(5):
+        b.cgroup_tick(T0 + s, f"/system.slice/docker-{ghost}.scope", nr_periods=10 * s, nr_throttled=9 * s)
+    doc = analyze(b)
+    assert [u["id"] for u in doc["unattributed"] if u["type"] == "container"] == [ghost]
+    (f,) = of_kind(doc, "cpu-throttling")
+    assert names(f, "victim") == [ghost[:12]]
