@@ -78,14 +78,19 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     sums[o] += v
                     total += v
             stats.append((members, ts, sums, total))
+        granted = {o: owner_of(model, node, ss[0].pid).allocation.grants(uuid, ss[0].mig_uuid)
+                   for o, ss in per_owner.items()}
         best: tuple[float, Subject, list[_Victim]] | None = None
         for hog in per_owner:
             victims: list[_Victim] = []
             hog_total = 0.0
             all_total = 0.0
+            hog_owns = granted[hog]
             for other in per_owner:
                 if other == hog:
                     continue
+                if hog_owns and not granted[other]:
+                    continue  # the GPU's own job outpacing an intruder is not a harm to the intruder
                 sel = [g for g in stats if hog in g[0] and other in g[0]]
                 n_both = sum(len(g[1]) for g in sel)
                 if n_both < cfg.gpu_hog_min_samples:
@@ -208,8 +213,14 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         victim_set = {v[0].key() for v in victims}
         culprits: list[Subject] = []
         if ranked and (victims or len(ranked) > 1):
-            top, (top_mem, _) = ranked[0]
-            if top.key() not in victim_set and top_mem >= 0.5 * sum(m for _, (m, _) in ranked):
+            top, (top_mem, top_sample) = ranked[0]
+            top_owns = owner_of(model, node, top_sample.pid).allocation.grants(uuid, top_sample.mig_uuid)
+            victims_own = any(owner_of(model, node, p.pid).allocation.grants(uuid, p.mig_uuid)
+                              for s_, (_, p) in ranked if s_.key() in victim_set)
+            # The GPU's own (explicitly granted) job filling its memory is not to blame unless
+            # another job with a grant of that GPU suffered from it.
+            if (top.key() not in victim_set and top_mem >= 0.5 * sum(m for _, (m, _) in ranked)
+                    and (not top_owns or victims_own)):
                 culprits.append(top)
         subjects = ([c.with_role("culprit") for c in culprits]
                     + [v[0].with_role("victim") for v in victims]

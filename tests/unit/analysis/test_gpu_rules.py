@@ -169,3 +169,19 @@ class TestNeverAccuseTheWrongContainer:
         (f,) = of_kind(doc, "unattributed-gpu-process")
         assert "bystander" not in str(f["subjects"])
         assert "reused" in doc["unattributed"][0]["reason"]
+
+    def test_owner_outpacing_an_intruder_is_not_a_hog(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        owner = b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=0"])
+        intruder = b.container("notebook")
+        b.process(1, "python", container=owner)
+        b.process(2, "python", container=intruder)
+        b.gpu_series(0, range(20), lambda s: (99, 77 * GIB, {1: (70 * GIB, 95.0), 2: (7 * GIB, 4.0)}))
+        doc = analyze(b)
+        assert "gpu-compute-hog" not in kinds(doc)
+        (mem,) = of_kind(doc, "gpu-memory-pressure")
+        assert names(mem, "culprit") == []  # trainer fills its own GPU: not to blame
+        (f,) = of_kind(doc, "unallocated-gpu-use")
+        assert names(f, "culprit") == ["notebook"]
+        assert [c["name"] for c in doc["verdict"]["culprits"]] == ["notebook"]
