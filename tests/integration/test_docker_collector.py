@@ -39,6 +39,13 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SLEEP = ["sleep", "600"]
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip for something absent here; under CI=true, where it is expected, fail."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def _other_collectors() -> list[Any]:
     """procfs, cgroups and kernel collectors (another engineer's), when they exist."""
     out = []
@@ -221,7 +228,7 @@ class TestSnapshot:
         cpu_stats = [n for n in scenario.bundle.names()
                      if n.startswith("cgroup/") and cid in n and n.endswith("/cpu.stat")]
         if not cpu_stats:
-            pytest.skip("the cgroups collector recorded no cpu.stat for the container")
+            skip_or_fail("the cgroups collector recorded no cpu.stat for the container")
         text = scenario.bundle.read_text(cpu_stats[0])
         nr = int(re.search(r"nr_throttled (\d+)", text).group(1))  # type: ignore[union-attr]
         assert nr >= 5
@@ -320,9 +327,7 @@ class TestAllocations:
     def test_runtime_nvidia_with_env_runs(self, scenario: Scenario) -> None:
         if not scenario.has_nvidia_runtime:
             reason = "the DOCKER_HOST engine has no nvidia runtime (dockerd --add-runtime nvidia=runc)"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(reason)
-            pytest.skip(reason)
+            skip_or_fail(reason)
         a = scenario.allocation("nvenv")
         assert scenario.inspect("nvenv")["State"]["Running"] is True
         assert [d["id"] for d in a["devices"]] == ["0", "GPU-8f2c1e4a-0b1c-4d2e"]
@@ -354,9 +359,7 @@ def throwaway_engine() -> Iterator[DockerEngine]:
     try:
         engine = start_engine(default_runtime="nvidia")
     except EngineUnavailable as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and no private engine: {exc}", pytrace=False)
-        pytest.skip(f"cannot start a private engine: {exc}")
+        skip_or_fail(f"cannot start a private engine: {exc}")
     try:
         build_images(engine)
         for i in range(3):
@@ -481,7 +484,7 @@ def test_oom_four_ways_in_one_bundle(docker_engine: DockerEngine, tmp_path: Path
 
         kernel = status(bundle, "kernel")
         if kernel["status"] not in ("ok", "partial") or not bundle.has("kernel/kmsg.txt"):
-            pytest.skip(f"no kernel log here: {kernel.get('error')}")
+            skip_or_fail(f"no kernel log here: {kernel.get('error')}")
         kmsg = bundle.read_text("kernel/kmsg.txt")
         assert re.search(rf"oom-kill:.*task_memcg=[^,]*{cid}", kmsg)
     finally:
