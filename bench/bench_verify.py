@@ -6,8 +6,8 @@ The bundle is written by the real BundleWriter. Two shapes, both 50 MiB on disk:
 - ``text``: compressible JSON lines like sampled evidence (about 6x more content to inflate and
   hash than bytes on disk; the file is grown to 50 MiB).
 For each: verify in-process (``verify_bundle``), the CLI (``python -m forensics verify``, minus
-interpreter start-up), ``sha256sum`` of the file, and ``gzip -dc | sha256sum`` (the floor for any
-verifier that must inflate the members to hash them); ratios to both.
+interpreter start-up), ``sha256sum`` of the file, ``gzip -dc | sha256sum``, and the in-process floor
+of any verifier that must inflate the members to hash them (``sha256(gzip.decompress(file))``).
 
     python3 bench/bench_verify.py        # 5 runs each
     python3 bench/bench_verify.py 9
@@ -17,6 +17,7 @@ Target (issue 2): within 2x of sha256sum. Figures, not a timed test.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -85,7 +86,9 @@ def main() -> None:
             content = sum(len(v) for v in open_bundle(path).members.values())
             sh(["sha256sum", str(path)])  # warm the page cache
             sha = timed(lambda p=path: sh(["sha256sum", str(p)]), runs)
-            # the floor for any verifier of a gzip bundle: inflate everything, hash it
+            # what any verifier of a gzip bundle must do at least: inflate everything and hash it
+            blob = path.read_bytes()
+            floor = timed(lambda blob=blob: hashlib.sha256(gzip.decompress(blob)).digest(), runs)
             zsha = timed(lambda p=path: subprocess.run(f"gzip -dc '{p}' | sha256sum", shell=True, check=True,
                                                        stdout=subprocess.DEVNULL), runs)
             start = timed(lambda: sh([py, "-c", "pass"]), runs)
@@ -98,9 +101,10 @@ def main() -> None:
             print(f"\n[{shape}] {size / 2**20:.1f} MiB on disk, {content / 2**20:.1f} MiB of members "
                   f"(built in {built:.1f} s)")
             print(f"  sha256sum                       {s:.3f} s  ({size / 2**20 / s:.0f} MiB/s)")
-            z = statistics.median(zsha)
-            print(f"  gzip -dc | sha256sum (floor)    {z:.3f} s  = {z / s:.2f}x sha256sum")
-            print(f"  verify_bundle (library)         {lv:.3f} s  = {lv / s:.2f}x sha256sum, {lv / z:.2f}x the floor")
+            z, f = statistics.median(zsha), statistics.median(floor)
+            print(f"  gzip -dc | sha256sum (shell)    {z:.3f} s  = {z / s:.2f}x sha256sum")
+            print(f"  sha256(gzip.decompress(file))   {f:.3f} s  = {f / s:.2f}x sha256sum (inflate + hash, in one buffer)")
+            print(f"  verify_bundle (library)         {lv:.3f} s  = {lv / s:.2f}x sha256sum, {lv / f:.2f}x inflate+hash")
             print(f"    open_bundle (inflate, read)   {statistics.median(read):.3f} s")
             print(f"    check_integrity (hash members) {statistics.median(integ):.3f} s")
             print(f"  gpuforensics verify (CLI)       {cv:.3f} s beyond interpreter start-up "
