@@ -453,3 +453,33 @@ def test_manifest_fields_of_the_wrong_type_never_crash(genuine: Path, tmp_path: 
             assert_one_line_error(p, 2)
         elif args[0] != "analyze":
             assert p.stdout
+
+
+def test_capture_never_overwrites_an_existing_bundle(tmp_path: Path) -> None:
+    """Bundles already named for the next seconds are left alone; capture fails with exit 2."""
+    import socket
+    from datetime import UTC, datetime, timedelta
+
+    from forensics.bundle.format import bundle_stem
+
+    now = datetime.now(UTC)
+    planted = {}
+    for s in range(-1, 30):
+        p = tmp_path / f"{bundle_stem(socket.gethostname(), now + timedelta(seconds=s))}.tgz"
+        p.write_bytes(b"precious evidence")
+        planted[p] = p.stat().st_mtime_ns
+    proc = run_cli("capture", "-o", str(tmp_path), "--only", "host", cwd=tmp_path)
+    assert_one_line_error(proc, 2, "refusing to overwrite")
+    for p, mtime in planted.items():
+        assert p.read_bytes() == b"precious evidence" and p.stat().st_mtime_ns == mtime
+    assert sorted(tmp_path.iterdir()) == sorted(planted)  # no staging directory or partial file left
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--since", "yesterday"], "--since"),
+    (["--set", "novalue"], "--set"),
+    (["--only", "host", "--skip", "nope"], "--skip"),
+])
+def test_capture_option_errors(tmp_path: Path, args: list[str], needle: str) -> None:
+    assert_one_line_error(run_cli("capture", "-o", str(tmp_path), *args, cwd=tmp_path), 2, needle)
+    assert list(tmp_path.iterdir()) == []
