@@ -77,8 +77,11 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         for ps in psamples:
             key = str(ps.pid)
             i = pos[ps.t]
-            per_pid_sm.setdefault(key, [None] * n)[i] = ps.sm_util_pct
-            per_pid_mem.setdefault(key, [None] * n)[i] = ps.used_memory_bytes
+            if key not in per_pid_sm:
+                per_pid_sm[key] = [None] * n
+                per_pid_mem[key] = [None] * n
+            per_pid_sm[key][i] = ps.sm_util_pct
+            per_pid_mem[key][i] = ps.used_memory_bytes
             if ps.sm_util_pct is not None:
                 sm_acc[ps.pid].append(ps.sm_util_pct)
             entry = procs.get(ps.pid)

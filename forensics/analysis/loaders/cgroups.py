@@ -35,39 +35,53 @@ def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
 
 def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, Any], ev: EvidenceRef,
                 cache: dict[str, str | None]) -> None:
-    cid = _container_of(path, cache)
-    cpu = values.get("cpu")
-    if cid and isinstance(cpu, dict):
-        periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
-        if type(periods) is int and type(throttled) is int:
-            t_ns = cpu.get("throttled_ns")
-            model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
-                                               t_ns // 1000 if type(t_ns) is int else None, ev, _CPU_QUOTE))
-    mem = values.get("memory")
-    if cid and isinstance(mem, dict):
-        cur = mem.get("current_bytes")
-        if type(cur) is int:
-            lim = mem.get("limit_bytes")
-            model.memory_samples.append(MemorySample(node, cid, t, cur, lim if type(lim) is int else None))
-    for section, scope in (("pressure", cid), ("host_pressure", "host" if path == "/" else None)):
-        psi = values.get(section)
-        if not scope or not isinstance(psi, dict):
+    """One cgroup's values at time t: CFS counters, memory, PSI (this runs once per cgroup per tick)."""
+    cid = cache[path] if path in cache else _container_of(path, cache)
+    if cid:
+        cpu = values.get("cpu")
+        if cpu.__class__ is dict:
+            periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
+            if periods.__class__ is int and throttled.__class__ is int:
+                t_ns = cpu.get("throttled_ns")
+                model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
+                                                   t_ns // 1000 if t_ns.__class__ is int else None, ev, _CPU_QUOTE))
+        mem = values.get("memory")
+        if mem.__class__ is dict:
+            cur = mem.get("current_bytes")
+            if cur.__class__ is int:
+                lim = mem.get("limit_bytes")
+                model.memory_samples.append(MemorySample(node, cid, t, cur, lim if lim.__class__ is int else None))
+        psi = values.get("pressure")
+        if psi.__class__ is dict:
+            _add_psi(model, node, cid, "pressure", psi, t, ev)
+    if path == "/":
+        psi = values.get("host_pressure")
+        if psi.__class__ is dict:
+            _add_psi(model, node, "host", "host_pressure", psi, t, ev)
+
+
+def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, Any], t: float,
+             ev: EvidenceRef) -> None:
+    info = model.nodes[node]
+    some_floor, full_floor = model.psi_some_floor, model.psi_full_floor
+    for resource, lines in psi.items():
+        if lines.__class__ is not dict:
             continue
-        info = model.node(node)
-        for resource, lines in psi.items():
-            some_line = lines.get("some") if isinstance(lines, dict) else None
-            some = some_line.get("avg10_pct") if isinstance(some_line, dict) else None
-            if not isinstance(some, int | float) or isinstance(some, bool):
-                continue
-            info.psi_readings += 1
-            full_line = lines.get("full")
-            full = full_line.get("avg10_pct") if isinstance(full_line, dict) else None
-            full = float(full) if isinstance(full, int | float) and not isinstance(full, bool) else None
-            # Readings below both floors (the rule's thresholds) can never matter: counted, not kept.
-            if some >= model.psi_some_floor or (full is not None and full >= model.psi_full_floor):
-                quote = _PSI_QUOTES.setdefault((section, resource), (("values", section, resource, "some"),
-                                                                          ("values", section, resource, "full")))
-                model.psi_samples.append(PsiSample(node, scope, resource, t, float(some), full, ev, quote))
+        some_line = lines.get("some")
+        some = some_line.get("avg10_pct") if some_line.__class__ is dict else None
+        if some.__class__ is not float and some.__class__ is not int:
+            continue
+        info.psi_readings += 1
+        full_line = lines.get("full")
+        full = full_line.get("avg10_pct") if full_line.__class__ is dict else None
+        if full.__class__ is not float and full.__class__ is not int:
+            full = None
+        # Readings below both floors (the rule's thresholds) can never matter: counted, not kept.
+        if some >= some_floor or (full is not None and full >= full_floor):
+            quote = _PSI_QUOTES.setdefault((section, resource), (("values", section, resource, "some"),
+                                                                      ("values", section, resource, "full")))
+            model.psi_samples.append(PsiSample(node, scope, resource, t, float(some),
+                                               float(full) if full is not None else None, ev, quote))
 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:
