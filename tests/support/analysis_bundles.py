@@ -100,8 +100,9 @@ class BundleSpec:
         if util_samples:
             nvml["nvmlDeviceGetProcessUtilization"] = {"value": util_samples, "lastSeenTimeStamp": 0}
         else:
-            nvml["nvmlDeviceGetProcessUtilization"] = {"missing": True, "reason": "not_found",
-                                                       "error": "NVMLError_NotFound", "lastSeenTimeStamp": 0}
+            nvml["nvmlDeviceGetProcessUtilization"] = {"missing": "not_found", "error": "NVMLError_NotFound",
+                                                       "nvml_return": 6, "message": "Not Found",
+                                                       "lastSeenTimeStamp": 0}
         line = {"kind": "device", "tick": int(t - self.start), "t": t, "time": iso_from_unix(t),
                 "gpu_index": index, "uuid": uuid, "nvml": nvml,
                 "processes": [{"pid": pid, "usedGpuMemory": mem, "gpuInstanceId": 0xFFFFFFFF,

@@ -110,8 +110,9 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         line_ref = src.ref(member, no, _raw)
         sm = _sm_by_pid(nvml)
         items = _util_items(nvml) if sm else {}
+        # NotFound means "no process was active since lastSeenTimeStamp": SM 0 for the listed ones.
         has_util = _val(nvml, "nvmlDeviceGetProcessUtilization") is not None or \
-            dig(nvml, "nvmlDeviceGetProcessUtilization", "reason") == "not_found"
+            dig(nvml, "nvmlDeviceGetProcessUtilization", "missing") == "not_found"
         seen: set[int] = set()
         procs = line.get("processes")
         for j, p in enumerate(procs if isinstance(procs, list) else []):
