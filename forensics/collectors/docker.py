@@ -545,7 +545,7 @@ class DockerCollector:
                 pool.submit("top", cid, functools.partial(_top, client, cid))
                 if settings.stats:
                     pool.submit("stats", cid, functools.partial(_stats, client, cid), wide=True)
-            if settings.logs_tail > 0 and c.get("State") != "created":
+            if settings.logs_tail > 0 and running:  # exited ones: once inspect shows when
                 pool.submit("logs", cid, functools.partial(_logs, client, cid, start,
                                                            settings.logs_tail))
             img = c.get("ImageID")
@@ -575,6 +575,13 @@ class DockerCollector:
                 doc = _redact_container(result, ctx)
                 inspects[subject] = doc
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/inspect.json", doc)
+                raw_state = doc.get("State")
+                state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
+                finished = _parse_docker_time(state.get("FinishedAt"))
+                if (settings.logs_tail > 0 and not state.get("Running") and finished is not None
+                        and finished >= start):
+                    pool.submit("logs", subject, functools.partial(_logs, client, subject, start,
+                                                                   settings.logs_tail))
                 if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
                     procs = container_processes(int(doc["State"]["Pid"]), mounts,
                                                 container_id=subject)

@@ -245,6 +245,7 @@ class TestSnapshot:
         assert die["Actor"]["Attributes"]["exitCode"] == "137"
         index = scenario.bundle.read_json("docker/index.json")
         assert index["containers"][cid]["why"].startswith("exited")
+        assert scenario.bundle.has(f"docker/containers/{cid}/logs.txt")  # exited in the window
 
     def test_exec_and_child_attributed(self, scenario: Scenario) -> None:
         cid = scenario.ids["tree"]
