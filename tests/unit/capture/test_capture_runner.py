@@ -189,18 +189,18 @@ class TestDeadlines:
 
 class TestSampling:
     def test_sample_is_called_once_per_tick(self, capture: Capture) -> None:
-        res = capture([SamplingCollector("gpu")], duration_s=0.9, interval_s=0.3)
+        res = capture([SamplingCollector("gpu")], duration_s=1.2, interval_s=0.4)
         s = statuses(res)["gpu"]
         assert s["status"] == "ok"
-        assert s["sampling"] == {"ticks": 4, "errors": [], "stopped": None}
+        assert s["sampling"] == {"ticks": 4, "errors": [], "stopped": None}  # t = 0, 0.4, 0.8, 1.2
         b = open_bundle(res.path)
         rows = [o for _, o in b.iter_jsonl("gpu/samples.jsonl")]
         assert [r["index"] for r in rows] == [0, 1, 2, 3]
-        gaps = [b2["t"] - a["t"] for a, b2 in zip(rows, rows[1:], strict=False)]
-        assert all(0.2 < g < 0.6 for g in gaps), gaps
+        span = rows[-1]["t"] - rows[0]["t"]
+        assert 1.1 < span < 1.8, span  # ticks are due on a fixed grid, not drifting by each tick's cost
         assert rows[0]["time"].endswith("Z")
         assert b.read_json("gpu/end.json") == {"seen": [0, 1, 2, 3]}  # same object across ticks
-        assert res.manifest["capture"]["window"] == {"duration_s": 0.9, "interval_s": 0.3, "since": None,
+        assert res.manifest["capture"]["window"] == {"duration_s": 1.2, "interval_s": 0.4, "since": None,
                                                      "lookback_s": 3600.0}
 
     def test_no_duration_means_no_sampling(self, capture: Capture) -> None:
@@ -214,9 +214,9 @@ class TestSampling:
                 hang()
         t0 = time.monotonic()
         res = capture([SamplingCollector("gpu", on_tick), SamplingCollector("cg")],
-                      duration_s=0.6, interval_s=0.2, timeout_s=2.0)
+                      duration_s=1.2, interval_s=0.4, timeout_s=2.0)
         elapsed = time.monotonic() - t0
-        assert elapsed < 0.6 + 2.0 + 4.0, elapsed
+        assert elapsed < 1.2 + 2.0 + 4.0, elapsed
         s = statuses(res)
         assert s["gpu"]["status"] == "partial" and "sampling" in s["gpu"]["error"] and "timed out" in s["gpu"]["error"]
         assert s["cg"]["status"] == "ok" and s["cg"]["sampling"]["ticks"] == 4  # samplers run side by side
@@ -228,15 +228,15 @@ class TestSampling:
         def on_tick(_ctx: CollectContext, tick: Tick) -> None:
             if tick.index == 1:
                 raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
-        s = statuses(capture([SamplingCollector("gpu", on_tick)], duration_s=0.4, interval_s=0.2))["gpu"]
+        s = statuses(capture([SamplingCollector("gpu", on_tick)], duration_s=0.8, interval_s=0.4))["gpu"]
         assert s["status"] == "partial"
         assert s["sampling"]["ticks"] == 2 and s["sampling"]["errors"] == ["tick 1: RuntimeError: NVML_ERROR_GPU_IS_LOST"]
 
     def test_a_source_that_disappears_stops_sampling(self, capture: Capture) -> None:
         def on_tick(_ctx: CollectContext, tick: Tick) -> None:
-            if tick.index == 1:
+            if tick.index >= 1:
                 raise SourceUnavailable("GPU fell off the bus")
-        s = statuses(capture([SamplingCollector("gpu", on_tick)], duration_s=1.0, interval_s=0.2))["gpu"]
+        s = statuses(capture([SamplingCollector("gpu", on_tick)], duration_s=1.2, interval_s=0.4))["gpu"]
         assert s["status"] == "partial" and s["sampling"]["stopped"] == "GPU fell off the bus"
         assert s["sampling"]["ticks"] == 1
 
