@@ -77,7 +77,11 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             alloc = UNKNOWN_ALLOCATION
         if not gpus and alloc.known and (alloc.explicit or alloc.blanket_detail):
             model.limit(f"{node}: no GPU list (NVML) to resolve the GPUs granted to containers")
-        state = as_dict(doc.get("State"))
+        # With --duration the engine was asked again after the window: the later state wins.
+        end_member = f"docker/containers/{cid}/inspect-end.json"
+        end_doc = src.json(end_member)
+        state_member = end_member if isinstance(end_doc, dict) and isinstance(end_doc.get("State"), dict) else member
+        state = as_dict((end_doc if state_member == end_member else doc).get("State"))
         host = as_dict(doc.get("HostConfig"))
         labels = as_dict(dig(doc, "Config", "Labels"))
         pod_uid = as_opt_str(labels.get("io.kubernetes.pod.uid"))
@@ -93,14 +97,14 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             started_at=parse_time(state.get("StartedAt")), finished_at=finished,
             allocation=alloc, cpu_quota_cores=_cpu_quota_cores(host),
             memory_limit_bytes=as_int(host.get("Memory")) or None,
-            evidence=(src.ev_pointer(member, "/State"),),
+            evidence=(src.ev_pointer(state_member, "/State"),),
             k8s_container_name=k8s_name,
         )
         model.containers[(node, cid)] = c
         if c.oom_killed:
             model.ooms.append(OomKill(node, finished, None, None, cid, c.pod_uid, False, None,
                                       c.memory_limit_bytes, None, "docker",
-                                      (src.ev_pointer(member, "/State/OOMKilled"),)))
+                                      (src.ev_pointer(state_member, "/State/OOMKilled"),)))
         _load_processes(src, model, node, cid)
         _load_stats(src, model, node, cid)
         _load_logs(src, model, node, cid)
@@ -155,16 +159,28 @@ def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
 
 
 def _load_events(src: Source, model: Model, node: str) -> None:
-    for no, ev, raw in src.jsonl("docker/events.jsonl"):
+    """``oom`` events from ``docker/events.jsonl`` (look-back) and ``docker/window/events.jsonl``."""
+    seen: set[tuple[object, object, object]] = set()
+    for member in ("docker/events.jsonl", "docker/window/events.jsonl"):
+        _load_events_from(src, model, node, member, seen)
+
+
+def _load_events_from(src: Source, model: Model, node: str, member: str,
+                      seen: set[tuple[object, object, object]]) -> None:
+    for no, ev, raw in src.jsonl(member):
         if ev.get("Type") != "container" or ev.get("Action") != "oom":
             continue
+        key = (dig(ev, "Actor", "ID"), ev.get("Action"), ev.get("timeNano") or ev.get("time"))
+        if key in seen:
+            continue
+        seen.add(key)
         cid = dig(ev, "Actor", "ID") or ev.get("id")
         t_nano = as_int(ev.get("timeNano"))
         t = t_nano / 1e9 if t_nano else parse_time(ev.get("time"))
         if isinstance(cid, str):
             c = model.container(node, cid)
             model.ooms.append(OomKill(node, t, None, None, cid, c.pod_uid if c else None, False, None,
-                                      None, None, "docker", (src.ev_line("docker/events.jsonl", no, raw),)))
+                                      None, None, "docker", (src.ev_line(member, no, raw),)))
 
 
 def _load_samples(src: Source, model: Model, node: str) -> None:
