@@ -215,7 +215,7 @@ class TestHostile:
             report_docs.HOSTILE_MATH,
         ):
             assert hostile in text, hostile
-        assert "49" not in re.findall(r"trainer(\S*)", text)  # {{ 7*7 }} was not evaluated
+        assert "trainer49" not in text  # {{ 7*7 }} was not evaluated
         assert "&lt;img src=file:///etc/passwd&gt;" in html
 
 
