@@ -166,6 +166,50 @@ def _pods(model: Model) -> list[dict[str, Any]]:
     return out
 
 
+_TIMELINE_MAX = 2000
+
+
+def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
+    """Container starts/exits, OOM kills, Xids, CUDA OOM lines and finding starts, in time order."""
+    items: list[tuple[float, dict[str, Any]]] = []
+    for (node, _), c in model.containers.items():
+        subj = c.subject().to_json()
+        if c.started_at is not None:
+            items.append((c.started_at, {"node": node, "kind": "container-start", "text": f"{c.name} started",
+                                         "subject": subj, "finding": None}))
+        if c.finished_at is not None:
+            code = f" with exit code {c.exit_code}" if c.exit_code is not None else ""
+            items.append((c.finished_at, {"node": node, "kind": "container-exit",
+                                          "text": f"{c.name} exited{code}" + (" (OOM-killed)" if c.oom_killed else ""),
+                                          "subject": subj, "finding": None}))
+    for o in model.ooms:
+        if o.t is not None:
+            who = model.container(o.node, o.container_id)
+            text = f"OOM kill of {o.comm or 'a process'}" + (f" (pid {o.pid})" if o.pid else "") + \
+                (f" in {who.name}" if who else "") + f" [{o.source}]"
+            items.append((o.t, {"node": o.node, "kind": "oom-kill", "text": text,
+                                "subject": who.subject().to_json() if who else None, "finding": None}))
+    for x in model.xids:
+        if x.t is not None:
+            gpu = model.gpus.get((x.node, x.gpu_uuid)) if x.gpu_uuid else None
+            items.append((x.t, {"node": x.node, "kind": "xid", "text": f"Xid {x.code}: {x.text[:120]}",
+                                "subject": gpu.subject().to_json() if gpu else None, "finding": None}))
+    for co in model.cuda_ooms:
+        if co.t is not None:
+            who = model.container(co.node, co.container_id)
+            items.append((co.t, {"node": co.node, "kind": "cuda-oom", "text": co.text[:160],
+                                 "subject": who.subject().to_json() if who else None, "finding": None}))
+    for f in findings:
+        if f.start is not None:
+            items.append((f.start, {"node": f.node, "kind": "finding", "text": f.headline or f.summary,
+                                    "subject": None, "finding": f.key}))
+    items.sort(key=lambda it: (it[0], it[1]["kind"] != "finding"))
+    if len(items) > _TIMELINE_MAX:
+        model.limit(f"timeline cut to its first {_TIMELINE_MAX} of {len(items)} entries")
+        items = items[:_TIMELINE_MAX]
+    return [{"time": iso(t), **entry} for t, entry in items]
+
+
 def _unknown_containers(model: Model) -> list[dict[str, Any]]:
     """Container ids named by cgroup paths or the kernel log that no Docker or Kubernetes record describes."""
     seen: dict[tuple[str, str], str] = {}
@@ -218,6 +262,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "verdict": verdict,
         "findings": [_finding_json(f) for f in result.findings],
         "chain": chain,
+        "timeline": _timeline(model, result.findings),
         "ruled_out": ruled_json,
         "limitations": list(model.limitations),
         "collectors": list(model.collectors),

@@ -112,6 +112,8 @@ class Process:
     evidence: tuple[Evidence, ...] = ()
     unresolved_reason: str | None = None
     start_ticks: int | None = None  # /proc/<pid>/stat starttime (ticks since boot)
+    visible_devices: str | None = None  # NVIDIA_VISIBLE_DEVICES in /proc/<pid>/environ
+    visible_devices_evidence: Evidence | None = None
 
     def subject(self) -> Subject:
         return Subject("process", str(self.pid), self.comm or "?", self.node)

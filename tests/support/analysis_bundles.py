@@ -136,7 +136,7 @@ class BundleSpec:
 
     # -- processes and containers ----------------------------------------------------------------
     def process(self, pid: int, comm: str, *, container: str | None = None, cgroup: str | None = None,
-                pod_uid: str | None = None) -> None:
+                pod_uid: str | None = None, environ: list[str] | None = None) -> None:
         """``proc/<pid>/cgroup`` (v2, systemd driver) and ``proc/<pid>/stat``."""
         if cgroup is None:
             if container and pod_uid:
@@ -147,6 +147,8 @@ class BundleSpec:
             else:
                 cgroup = "/user.slice/user-1000.slice/session-3.scope"
         self.members[f"proc/{pid}/cgroup"] = f"0::{cgroup}\n".encode()
+        if environ is not None:
+            self.members[f"proc/{pid}/environ"] = ("\0".join(environ) + "\0").encode()
         self.members[f"proc/{pid}/stat"] = (f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 1 0 0 0 "
                                             f"10 5 0 0 20 0 4 0 100 1000000 100 18446744073709551615\n").encode()
 

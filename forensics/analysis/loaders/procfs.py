@@ -45,6 +45,23 @@ def check_pid_reuse(model: Model, node: str) -> None:
                 f"the GPU process at tick {start}")
 
 
+def _visible_devices(src: Source, pid: int) -> tuple[str | None, Evidence | None]:
+    """NVIDIA_VISIBLE_DEVICES from ``proc/<pid>/environ`` (NUL-separated; set by the runtime even
+    when it came through the OCI spec rather than the container's Config.Env)."""
+    member = f"proc/{pid}/environ"
+    if not src.has(member):
+        return None, None
+    try:
+        data = src.bundle.read_bytes(member)
+    except Exception:
+        return None, None
+    for index, item in enumerate(data.split(b"\0")):
+        if item.startswith(b"NVIDIA_VISIBLE_DEVICES="):
+            value = item.split(b"=", 1)[1].decode("utf-8", "replace")
+            return value, Evidence(src.name, member, f"entry {index + 1}", f"NVIDIA_VISIBLE_DEVICES={value}")
+    return None, None
+
+
 def _comm(src: Source, pid: int) -> str:
     lines = src.text_lines(f"proc/{pid}/stat")
     if lines:
@@ -80,9 +97,11 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
             reason = "cgroup path relative to a private cgroup namespace"
         elif attribution.kind == "unknown":
             reason = f"cgroup path {attribution.cgroup_path} names no known runtime"
+        visible, visible_ev = _visible_devices(src, pid)
         model.processes[(node, pid)] = Process(
             node, pid, _comm(src, pid), attribution.cgroup_path, attribution.container_id,
-            attribution.pod_uid, (src.ev_line(member, line_no),), reason, _start_ticks(src, pid))
+            attribution.pod_uid, (src.ev_line(member, line_no),), reason, _start_ticks(src, pid),
+            visible, visible_ev)
     index = src.json("proc/index.json")
     entries = dig(index, "processes")
     for i, entry in enumerate(entries if isinstance(entries, list) else []):

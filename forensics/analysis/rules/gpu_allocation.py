@@ -112,6 +112,16 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 how = f"it was allocated other GPUs ({alloc.detail})"
             else:
                 how = "its configuration grants no GPU at all"
+            env_ev = []
+            if not alloc.blanket_gpus:
+                for s in samples:
+                    proc = model.processes.get((node, s.pid))
+                    if proc is not None and proc.visible_devices is not None:
+                        how += (f"; its process {s.pid} ran with NVIDIA_VISIBLE_DEVICES="
+                                f"{proc.visible_devices} in its environment")
+                        if proc.visible_devices_evidence is not None:
+                            env_ev.append(proc.visible_devices_evidence)
+                        break
             c = model.container(node, subject.id) if subject.type == "container" else None
             pod = model.pods.get(c.pod_uid) if c is not None and c.pod_uid else None
             if pod is not None and pod.gpu_limit() == 0:
@@ -131,9 +141,10 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 if proc is not None:
                     subjects.append(proc.subject())
             first = min(samples, key=lambda s: s.t)
-            evidence = [first.evidence, *owner.evidence[:2], *alloc.evidence[:3], *alloc.blanket_evidence[:3]]
+            evidence = [first.evidence, *owner.evidence[:2], *alloc.evidence[:3], *alloc.blanket_evidence[:3],
+                        *env_ev]
             for h in holders:
-                evidence.extend(h[1].allocation.evidence[:1])
+                evidence.extend(h[1].allocation.evidence[:2])
             base = 0.95 if holders else 0.85
             findings.append(Finding(
                 kind="unallocated-gpu-use",

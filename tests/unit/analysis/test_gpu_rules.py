@@ -185,3 +185,39 @@ class TestNeverAccuseTheWrongContainer:
         (f,) = of_kind(doc, "unallocated-gpu-use")
         assert names(f, "culprit") == ["notebook"]
         assert [c["name"] for c in doc["verdict"]["culprits"]] == ["notebook"]
+
+
+def test_kubernetes_pod_without_gpu_limit_on_containerd(analyze: Analyze) -> None:
+    """No Docker on the node: the pod spec and the process environment tell the story."""
+    b = BundleSpec()
+    uuid = b.gpu(0)
+    trainer, notebook = cid_of("trainer"), cid_of("jupyter")
+    t_uid, n_uid = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-8999-aaaaaaaaaaaa"
+    b.pod("ml", "trainer-0", t_uid, [("trainer", trainer, 1)])
+    b.pod_devices("ml", "trainer-0", "trainer", [uuid])
+    b.pod("research", "notebook-alice", n_uid, [("jupyter", notebook, 0)], env=[("NVIDIA_VISIBLE_DEVICES", "all")])
+    b.process(31, "torchrun", container=trainer, pod_uid=t_uid)
+    b.process(32, "python", container=notebook, pod_uid=n_uid,
+              environ=["PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "HOME=/root"])
+    b.gpu_series(0, range(20), lambda s: (99, 70 * GIB, {31: (30 * GIB, 9.0), 32: (40 * GIB, 88.0)}))
+    b.status["docker"] = "unavailable"
+    doc = analyze(b)
+    (f,) = of_kind(doc, "unallocated-gpu-use")
+    assert "research/notebook-alice" in names(f, "culprit", "pod")
+    assert "ml/trainer-0" in names(f, "victim", "pod")
+    assert "no nvidia.com/gpu limit" in f["summary"] and "NVIDIA_VISIBLE_DEVICES=all" in f["summary"]
+    assert any(e["member"] == "proc/32/environ" and e["locator"] == "entry 2" for e in f["evidence"])
+    assert any(e["member"] == "kubernetes/podresources/list.json" for e in f["evidence"])
+    assert not any("Docker" in lim for lim in doc["limitations"])  # a containerd node lacks nothing
+
+
+def test_timeline_orders_events_and_findings(analyze: Analyze) -> None:
+    b = secretly_taken()
+    b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=0"], state="exited", exit_code=1, finished=T0 + 59)
+    doc = analyze(b)
+    tl = doc["timeline"]
+    assert [e["time"] for e in tl] == sorted(e["time"] for e in tl)
+    kinds_seen = {e["kind"] for e in tl}
+    assert {"container-start", "container-exit", "finding"} <= kinds_seen
+    assert any(e["kind"] == "container-exit" and "exit code 1" in e["text"] for e in tl)
+    assert {e["finding"] for e in tl if e["kind"] == "finding"} == {f["id"] for f in doc["findings"]}

@@ -51,6 +51,17 @@ def _subjects(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _check_evidence(doc: dict[str, Any]) -> None:
+    members = set(doc["bundles"][0]["members"])
+    for f in doc["findings"]:
+        assert f["evidence"], f["kind"]  # every finding cites its proof
+        for e in f["evidence"]:
+            assert e["member"] in members, e
+    for r in doc["ruled_out"]:
+        for e in r["evidence"]:
+            assert e["member"] in members, e
+
+
 def _check_named_entities_exist(doc: dict[str, Any], text: str) -> None:
     for s in _subjects(doc):
         ident = s["id"]
@@ -71,6 +82,7 @@ def test_any_collector_subset_never_raises_and_names_only_bundle_entities(status
         doc = analyze_bundles([path])
         assert not [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
         _check_named_entities_exist(doc, _bundle_text(path))
+        _check_evidence(doc)
         for name, status in statuses.items():
             containerd_node = name == "docker" and status != "failed" and statuses["kubernetes"] in ("ok", "partial")
             if status in ("failed", "unavailable", "skipped") and name in ("nvml", "docker", "procfs", "kernel",
