@@ -84,8 +84,11 @@ class Source:
         return m if isinstance(m, dict) else {}
 
     # -- reads ---------------------------------------------------------------------------------
-    def text_lines(self, member: str) -> list[str] | None:
-        """The member's lines (UTF-8, undecodable bytes replaced), or None when absent/unreadable."""
+    def text_lines(self, member: str, cache: bool = True) -> list[str] | None:
+        """The member's lines (UTF-8, undecodable bytes replaced), or None when absent/unreadable.
+
+        ``cache=False`` for big members read once (the kernel log): the lines are not kept.
+        """
         if member in self._text_cache:
             return self._text_cache[member]
         lines: list[str] | None = None
@@ -95,7 +98,8 @@ class Source:
                 lines = data.decode("utf-8", errors="replace").splitlines()
             except Exception as exc:  # the reader's BundleError or I/O: keep going, note it
                 self.problems.append(f"{self.name}: cannot read {member}: {exc}")
-        self._text_cache[member] = lines
+        if cache:
+            self._text_cache[member] = lines
         return lines
 
     def json(self, member: str) -> Any:

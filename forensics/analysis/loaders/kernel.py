@@ -53,7 +53,7 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
     count = 0
     bad = 0
     for member, parse in _SOURCES:
-        lines = src.text_lines(member)
+        lines = src.text_lines(member, cache=False)
         if lines is None:
             continue
         for no, line in enumerate(lines, 1):
