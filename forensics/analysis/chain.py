@@ -184,6 +184,11 @@ def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> lis
             out.append({"kind": "oom-kill", "node": node,
                         "statement": f"no OOM kill (container or host) in the kernel log of {node}",
                         "evidence": ev("kernel", "no 'invoked oom-killer' / 'Killed process' record")})
+        elif model.has_source(node, "kernel") and not any(
+                f.kind == "oom-kill" and f.node == node and f.metric("global") for f in findings):
+            out.append({"kind": "oom-kill", "node": node,
+                        "statement": f"no host-wide (global) OOM on {node}: the OOM kills were memory-cgroup limits",
+                        "evidence": ev("kernel", "no 'Out of memory: Killed process' record")})
         if "gpu-memory-pressure" not in kinds and n_gpu_samples:
             out.append({"kind": "gpu-memory-pressure", "node": node,
                         "statement": f"GPU memory stayed below {cfg.gpu_memory_pressure_ratio * 100:.0f}% "
