@@ -75,3 +75,31 @@ def test_document_shape_and_evidence_points_into_the_bundle(analyze: Analyze) ->
     assert doc["nodes"] == [{"host": "gpu-07", "bundles": [doc["bundles"][0]["path"].rsplit("/", 1)[1]],
                              "clock_offset_s": 0.0, "captured_start": "2025-11-29T14:00:00Z",
                              "captured_end": "2025-11-29T14:01:00Z"}]
+
+
+def test_cli_analyze_json_config_and_fail_on(tmp_path: Path) -> None:
+    """The CLI wiring: -f json prints this document, --config applies, --fail-on sets the exit code."""
+    from click.testing import CliRunner
+
+    from forensics.cli import cli
+
+    out = tmp_path / "b"
+    out.mkdir()
+    bundle = secretly_taken().write(out)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["analyze", str(bundle), "-f", "json", "--fail-on", "high"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.output)
+    assert doc["format"] == "gpuforensics-analysis" and doc["verdict"]["culprits"][0]["name"] == "notebook"
+    cfg = tmp_path / "t.toml"
+    cfg.write_text("[thresholds]\ngpu_memory_pressure_ratio = 0.999\n")
+    res = runner.invoke(cli, ["analyze", str(bundle), "-f", "json", "--config", str(cfg), "--fail-on", "critical"])
+    assert res.exit_code == 0, res.output
+    assert "gpu-memory-pressure" not in {f["kind"] for f in json.loads(res.output)["findings"]}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nope": 1}')
+    from forensics.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["analyze", str(bundle), "--config", str(bad)])
+    assert exited.value.code == 2
