@@ -13,7 +13,7 @@ from typing import Any
 
 from forensics.capture.context import CollectContext
 
-__all__ = ["COLLECTOR_MODULES", "BrokenCollector", "load_collectors"]
+__all__ = ["COLLECTOR_MODULES", "BrokenCollector", "NotSelected", "collector_name", "load_collectors"]
 
 COLLECTOR_MODULES: tuple[str, ...] = (
     "forensics.collectors.nvml",
@@ -25,6 +25,27 @@ COLLECTOR_MODULES: tuple[str, ...] = (
     "forensics.collectors.podresources_collector",
     "forensics.collectors.host",
 )
+
+
+# collector names that differ from their module's last component
+_NAMES = {"forensics.collectors.podresources_collector": "podresources"}
+
+
+def collector_name(module: str) -> str:
+    """The name a registry module's collector goes by (``--only``/``--skip``), known without importing it."""
+    return _NAMES.get(module, module.rsplit(".", 1)[-1])
+
+
+@dataclass
+class NotSelected:
+    """A collector left out by ``--only``/``--skip``: never imported, recorded as skipped."""
+
+    name: str
+    order: int = 0
+    timeout_s: float = 0.0
+
+    def snapshot(self, ctx: CollectContext) -> None:  # pragma: no cover - never run
+        raise RuntimeError(f"collector {self.name} was not selected")
 
 
 @dataclass
@@ -40,13 +61,25 @@ class BrokenCollector:
         raise RuntimeError(self.error)
 
 
-def load_collectors(modules: tuple[str, ...] = COLLECTOR_MODULES) -> list[Any]:
-    """Import each listed module that exists and return its ``COLLECTOR``, sorted by ``order``."""
+def load_collectors(
+    modules: tuple[str, ...] = COLLECTOR_MODULES,
+    only: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
+) -> list[Any]:
+    """Import each listed module that exists and return its ``COLLECTOR``, sorted by ``order``.
+
+    With ``only``/``skip``, modules of collectors that will not run are not imported at all (a
+    ``--only host`` capture does not pay for the docker or kubernetes clients); they are returned
+    as :class:`NotSelected` so the manifest still lists them.
+    """
     found: list[Any] = []
     for pos, mod_name in enumerate(modules):
         if importlib.util.find_spec(mod_name) is None:
             continue
-        short = mod_name.rsplit(".", 1)[-1]
+        short = collector_name(mod_name)
+        if (only and short not in only) or short in skip:
+            found.append((pos, NotSelected(short, order=pos * 10)))
+            continue
         try:
             module = importlib.import_module(mod_name)
             collector = module.COLLECTOR

@@ -131,12 +131,18 @@ class _Runner:
         self.options = options
         self.out_dir = out_dir
         self.progress = progress or (lambda _msg: None)
-        self.collectors = collectors if collectors is not None else load_collectors()
+        if collectors is not None:
+            self.collectors = collectors
+        elif options.only or options.skip:
+            self.collectors = load_collectors(only=options.only, skip=options.skip)
+        else:
+            self.collectors = load_collectors()
         self.redactor = Redactor(enabled=options.redact)
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
         self.interrupted = False
         self.children: dict[int, _Child] = {}
+        self.unreaped: list[str] = []
         self.start_mono = time.monotonic()
         self.global_deadline = self.start_mono + options.timeout_s + options.duration_s
 
@@ -226,13 +232,32 @@ class _Runner:
                     limit = child.deadline - child.started_mono
                     self._finish(child, f"timed out after {limit:.1f} s (killed)", on_done)
 
+    def _reap(self, child: _Child, patience_s: float = 2.0) -> int:
+        """Reap the child, but never wait long: a process in uninterruptible sleep (NVML after a
+        GPU fell off the bus) survives SIGKILL until the kernel lets go, and capture must finish."""
+        end = time.monotonic() + patience_s
+        while True:
+            try:
+                pid, status = os.waitpid(child.pid, os.WNOHANG)
+            except ChildProcessError:
+                return 0
+            if pid:
+                return status
+            if time.monotonic() >= end:
+                self._kill(child)
+                self.unreaped.append(child.name)
+                return -1
+            time.sleep(0.02)
+
     def _finish(self, child: _Child, killed_reason: str | None,
                 on_done: Callable[[_Child, dict[str, Any] | None, str | None], None]) -> None:
         self.children.pop(child.fd, None)
         os.close(child.fd)
-        _, status = os.waitpid(child.pid, 0)
+        status = self._reap(child)
         result: dict[str, Any] | None = None
         error = killed_reason
+        if status == -1 and killed_reason is None:
+            killed_reason = "collector process did not exit (uninterruptible sleep?); left behind, not reaped"
         if killed_reason is None:
             try:
                 result = json.loads(bytes(child.buf)) if child.buf else None
@@ -446,6 +471,7 @@ class _Runner:
                 "timeout_s": opts.timeout_s,
                 "argv": self.redactor.argv(list(opts.argv)),
                 "interrupted": self.interrupted,
+                "unreaped_collector_processes": self.unreaped,
                 "uid": os.getuid(),
                 "euid": os.geteuid(),
                 "pid": os.getpid(),
