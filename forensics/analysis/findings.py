@@ -124,7 +124,7 @@ class EvidenceRef:
         locator = f"line {self.line}" if self.line else self.pointer
         if self.paths:
             try:
-                doc = json.loads(p) if isinstance(p, bytes | str) else p
+                doc = json.loads(p) if isinstance(p, bytes | bytearray | str) else p
                 parts = []
                 for path in self.paths:
                     cur = doc
@@ -135,7 +135,7 @@ class EvidenceRef:
                 return Evidence(self.bundle, self.member, locator, shorten(" ".join(parts)))
             except (ValueError, KeyError, IndexError, TypeError):
                 pass
-        if isinstance(p, bytes):
+        if isinstance(p, bytes | bytearray):
             text = p[: EXCERPT_MAX_CHARS * 2].decode("utf-8", "replace")
         elif isinstance(p, str):
             text = p[: EXCERPT_MAX_CHARS * 2]

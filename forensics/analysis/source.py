@@ -163,7 +163,7 @@ class Source:
 
     def ev_line(self, member: str, line_no: int, raw: str | bytes | None = None) -> Evidence:
         """Evidence quoting line ``line_no`` (1-based) of ``member``."""
-        if isinstance(raw, bytes):
+        if isinstance(raw, bytes | bytearray):
             raw = raw[:600].decode("utf-8", "replace")
         if raw is None:
             lines = self.text_lines(member) or []
@@ -177,7 +177,7 @@ class Source:
         A raw line (bytes) of the JSON-lines member being read is not kept: the reference holds its
         byte offset and reads it again from the bundle if it is ever quoted.
         """
-        if isinstance(payload, bytes) and self._cur[0] == member:
+        if isinstance(payload, bytes | bytearray) and self._cur[0] == member:
             return EvidenceRef(self.name, member, line, None, paths, pointer, self, self._cur[1])
         return EvidenceRef(self.name, member, line, payload, paths, pointer)
 
