@@ -142,11 +142,11 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
     victims = _distinct([s for f in ranked for s in f.subjects_with("victim")])
     headline = "; ".join(clauses)
     impact_parts = []
-    for v in victims[:4]:
-        harms = [f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}]
-        descr = ", ".join(sorted({f.kind for f in harms}))
-        first = min((f.start for f in harms if f.start is not None), default=None)
-        impact_parts.append(f"{name_of(v)}: {descr} (from {fmt_time(first)})")
+    for v in [v for v in victims if v.type != "pod"][:4] or victims[:4]:
+        harms = sorted((f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}),
+                       key=lambda f: int(f.key[1:]) if f.key[1:].isdigit() else 0)
+        phrases = list(dict.fromkeys(_harm(f) for f in harms))
+        impact_parts.append(f"{name_of(v)}: {', '.join(phrases)}")
     starts = [f.start for f in significant if f.start is not None]
     ends = [f.end if f.end is not None else f.start for f in significant if (f.end or f.start) is not None]
     verdict = {
@@ -158,6 +158,32 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
         "end": max(e for e in ends if e is not None) if ends else None,
     }
     return ChainResult(tuple(final), chain, verdict)
+
+
+def _harm(f: Finding) -> str:
+    """What a finding did to its victim, in a few words with the numbers."""
+    when = fmt_time(f.start)
+    culprits = ", ".join(name_of(s) for s in f.subjects_with("culprit")) or "another process"
+    gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
+    if f.kind == "gpu-compute-hog":
+        return f"starved of {gpu} compute by {culprits} from {when} (its SM share {f.metric('victim_sm_share_pct')}%)"
+    if f.kind == "unallocated-gpu-use":
+        return f"{gpu}, allocated to it, used by {culprits} from {when}"
+    if f.kind == "overlapping-gpu-allocation":
+        return f"{gpu} also allocated to {culprits}"
+    if f.kind == "oom-kill":
+        return f"OOM-killed at {when}"
+    if f.kind == "gpu-memory-pressure":
+        return f"hit {gpu} memory exhaustion at {when}"
+    if f.kind == "cpu-throttling":
+        ratio = f.metric("throttled_ratio")
+        pct = f"{float(ratio) * 100:.0f}%" if isinstance(ratio, int | float) else "many"
+        return f"CPU-throttled in {pct} of its periods" + (" while its GPU idled" if f.metric("gpu_idle") else "")
+    if f.kind == "gpu-xid-fault":
+        return f"hit by Xid {f.metric('xid')} on {gpu} at {when}"
+    if f.kind == "pressure-stall":
+        return f"stalled on {f.metric('resource')} pressure from {when}"
+    return f"{f.kind} from {when}"
 
 
 def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> list[dict[str, object]]:
