@@ -87,7 +87,7 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
             entry = procs.get(ps.pid)
             if entry is None:
                 owner = owner_of(model, node, ps.pid)
-                proc = model.processes.get((node, ps.pid))
+                proc = model.gpu_process(node, ps.pid)
                 container = model.container(node, proc.container_id) if proc else None
                 entry = {"pid": ps.pid, "name": proc.comm if proc else None,
                          "container": proc.container_id if proc else None,
@@ -245,9 +245,15 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         owner = owner_of(model, s.node, s.pid)
         if owner.attributed:
             continue
-        proc = model.processes.get((s.node, s.pid))
-        reason = (proc.unresolved_reason or f"cgroup {proc.cgroup_path} is not a container's") if proc else \
-            f"no /proc/{s.pid} in the bundle"
+        proc = model.gpu_process(s.node, s.pid)
+        if proc is not None:
+            reason = proc.unresolved_reason or f"cgroup {proc.cgroup_path} is not a container's"
+        elif s.node in model.pid_mismatch_nodes:
+            reason = "NVML's PIDs are not this capture's /proc PIDs (another PID namespace)"
+        elif (s.node, s.pid) in model.pids_absent_at_nvml:
+            reason = f"PID {s.pid} was not in /proc when NVML listed it (exited, or another PID namespace)"
+        else:
+            reason = f"no /proc/{s.pid} in the bundle"
         unattributed.append({"type": "process", "id": str(s.pid), "name": proc.comm if proc else None,
                              "node": s.node, "reason": reason, "gpu": s.gpu_uuid})
     unattributed.extend(_unknown_containers(model))

@@ -329,6 +329,10 @@ class Model:
     # PSI readings below both floors are counted but not kept (set from the thresholds).
     psi_some_floor: float = 0.0
     psi_full_floor: float = 0.0
+    # Nodes whose NVML PIDs are not this capture's /proc PIDs (capture outside the host PID namespace),
+    # and (node, pid) NVML listed while /proc had no such PID: neither may be joined to /proc.
+    pid_mismatch_nodes: set[str] = field(default_factory=set)
+    pids_absent_at_nvml: set[tuple[str, int]] = field(default_factory=set)
     # (node, pid) -> (comm, start ticks) NVML's collector saw: detects a PID reused before procfs read it.
     nvml_identity: dict[tuple[str, int], tuple[str | None, int | None]] = field(default_factory=dict)
     # Derived views shared by several rules within one analysis (never across analyses).
@@ -370,6 +374,12 @@ class Model:
         if not cid:
             return None
         return self.containers.get((node, cid))
+
+    def gpu_process(self, node: str, pid: int) -> Process | None:
+        """The /proc record of a PID NVML reported, unless it cannot be trusted to be that process."""
+        if node in self.pid_mismatch_nodes or (node, pid) in self.pids_absent_at_nvml:
+            return None
+        return self.processes.get((node, pid))
 
     def owner_of_pid(self, node: str, pid: int) -> Subject | None:
         """The container (or pod when only the pod is known) a host PID belongs to, else None."""

@@ -72,6 +72,7 @@ def _sm_by_pid(nvml: Any) -> dict[int, float]:
 
 
 def load_nvml(src: Source, model: Model, node: str) -> None:
+    _pid_namespace(src, model, node)
     devices_doc = src.json("nvml/devices.json")
     devices = dig(devices_doc, "devices")
     for i, dev in enumerate(devices if isinstance(devices, list) else []):
@@ -184,6 +185,20 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
             src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}"),  # (snapshot: few)
             mig_uuid=mig if isinstance(mig, str) else None))
         _note_identity(model, node, pid, p)
+
+
+def _pid_namespace(src: Source, model: Model, node: str) -> None:
+    """The collector's verdict on NVML's PIDs (``processes.json`` ``pid_namespace``)."""
+    verdict = dig(src.json("nvml/processes.json"), "pid_namespace")
+    status = dig(verdict, "status")
+    if status == "mismatch":
+        model.pid_mismatch_nodes.add(node)
+        model.limit(f"{node}: NVML's PIDs are not this capture's /proc PIDs (capture outside the host PID "
+                    "namespace): GPU processes cannot be attributed to containers")
+    missing = dig(verdict, "missing_pids")
+    for pid in missing if isinstance(missing, list) else []:
+        if isinstance(pid, int):
+            model.pids_absent_at_nvml.add((node, pid))
 
 
 def _note_identity(model: Model, node: str, pid: int, p: Any) -> None:

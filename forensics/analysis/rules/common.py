@@ -35,8 +35,9 @@ class Owner:
 
 def owner_of(model: Model, node: str, pid: int, comm_hint: str | None = None) -> Owner:
     """PID -> /proc/<pid>/cgroup -> container (or pod) and its GPU allocation."""
-    proc = model.processes.get((node, pid))
+    proc = model.gpu_process(node, pid)
     if proc is None:
+        # Never join across PID namespaces or to a process that was not there when NVML saw the PID.
         name = comm_hint or "?"
         return Owner(Subject("process", str(pid), name, node), UNKNOWN_ALLOCATION, False, ())
     container = model.container(node, proc.container_id)

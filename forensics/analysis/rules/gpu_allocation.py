@@ -80,7 +80,7 @@ def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:
     pids = sorted({s.pid for s in samples})
     parts = []
     for pid in pids[:3]:
-        proc = model.processes.get((samples[0].node, pid))
+        proc = model.gpu_process(samples[0].node, pid)
         parts.append(f"pid {pid}, {proc.comm}" if proc and proc.comm else f"pid {pid}")
     more = f" and {len(pids) - 3} more" if len(pids) > 3 else ""
     return "; ".join(parts) + more
@@ -115,7 +115,7 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             env_ev = []
             if not alloc.blanket_gpus:
                 for s in samples:
-                    proc = model.processes.get((node, s.pid))
+                    proc = model.gpu_process(node, s.pid)
                     if proc is not None and proc.visible_devices is not None:
                         how += (f"; its process {s.pid} ran with NVIDIA_VISIBLE_DEVICES="
                                 f"{proc.visible_devices} in its environment")
@@ -137,7 +137,7 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             subjects += [s for h in holders for s in with_pod(model, h[0].with_role("victim"))]
             subjects.append(gpu_subject(model, node, uuid))
             for pid in sorted({s.pid for s in samples})[:5]:
-                proc = model.processes.get((node, pid))
+                proc = model.gpu_process(node, pid)
                 if proc is not None:
                     subjects.append(proc.subject())
             first = min(samples, key=lambda s: s.t)
@@ -223,7 +223,7 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
             if owner.attributed:
                 continue
             pid = int(subject.id)
-            proc = model.processes.get((node, pid))
+            proc = model.gpu_process(node, pid)
             holders = explicit_holders(model, node, uuid)
             gl = gpu_label(model, node, uuid)
             peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
@@ -234,8 +234,10 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
                 if proc.unresolved_reason:
                     what += f" ({proc.unresolved_reason})"
             else:
-                what = (f"GPU process {pid} on {gl} cannot be resolved: no /proc/{pid} in the bundle "
-                        "(exited before capture, or captured without the host PID namespace)")
+                what = (f"GPU process {pid} on {gl} cannot be resolved to a container: "
+                        + ("the capture's /proc is not the host's PID namespace" if node in model.pid_mismatch_nodes
+                           else f"no trustworthy /proc/{pid} in the bundle (exited before capture, "
+                                "appeared after procfs read /proc, or another PID namespace)"))
             role: Role = "culprit" if holders and proc is not None else "witness"
             subjects = [subject.with_role(role)]
             subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []

@@ -221,3 +221,16 @@ def test_timeline_orders_events_and_findings(analyze: Analyze) -> None:
     assert {"container-start", "container-exit", "finding"} <= kinds_seen
     assert any(e["kind"] == "container-exit" and "exit code 1" in e["text"] for e in tl)
     assert {e["finding"] for e in tl if e["kind"] == "finding"} == {f["id"] for f in doc["findings"]}
+
+
+def test_pid_namespace_mismatch_attributes_nothing(analyze: Analyze) -> None:
+    """Capture outside the host PID namespace: /proc/<pid> is some other process; never join."""
+    b = secretly_taken()
+    b.add_json("nvml/processes.json", {"t": T0, "processes": [], "devices": [], "pid_namespace": {
+        "status": "mismatch", "reason": "...", "invalid_pids": [], "missing_pids": [4101, 4202],
+        "attributable_pids": []}})
+    doc = analyze(b)
+    assert not of_kind(doc, "unallocated-gpu-use")
+    assert not [s for f in doc["findings"] for s in f["subjects"] if s["type"] == "container"]
+    assert any("PID namespace" in lim for lim in doc["limitations"])
+    assert {u["id"] for u in doc["unattributed"]} == {"4101", "4202"}
