@@ -136,6 +136,8 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             subjects = with_pod(model, subject.with_role("culprit"))
             subjects += [s for h in holders for s in with_pod(model, h[0].with_role("victim"))]
             subjects.append(gpu_subject(model, node, uuid))
+            for mig in sorted({s.mig_uuid for s in samples if s.mig_uuid}):
+                subjects.append(Subject("mig", mig, f"{gl} {mig[:12]}", node))
             for pid in sorted({s.pid for s in samples})[:5]:
                 proc = model.gpu_process(node, pid)
                 if proc is not None:

@@ -234,3 +234,15 @@ def test_pid_namespace_mismatch_attributes_nothing(analyze: Analyze) -> None:
     assert not [s for f in doc["findings"] for s in f["subjects"] if s["type"] == "container"]
     assert any("PID namespace" in lim for lim in doc["limitations"])
     assert {u["id"] for u in doc["unattributed"]} == {"4101", "4202"}
+
+
+def test_mig_slice_used_without_grant_names_the_slice(analyze: Analyze) -> None:
+    b = BundleSpec()
+    b.gpu(0)
+    mig_a, mig_b = "MIG-aaaaaaaa-0a1b-4c2d-8e3f-9a0b1c2d3e4f", "MIG-bbbbbbbb-0a1b-4c2d-8e3f-9a0b1c2d3e4f"
+    c = b.container("infer", env=[f"NVIDIA_VISIBLE_DEVICES={mig_a}"])
+    b.process(10, "python", container=c)
+    b.gpu_series(0, range(10), lambda s: (60, 10 * GIB, {10: (10 * GIB, None)}), mig={10: mig_b})
+    (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+    assert names(f, "culprit") == ["infer"]
+    assert [s["id"] for s in f["subjects"] if s["type"] == "mig"] == [mig_b]
