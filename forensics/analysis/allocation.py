@@ -45,11 +45,11 @@ def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ..
                 tok = tok.split("::", 1)[0]
             if "/" in tok:  # GKE nvidia0/vgpu1
                 tok = tok.split("/", 1)[0]
-            if tok.isdigit():
+            if tok.isascii() and tok.isdigit():
                 match = [g.uuid for g in gpus if g.index == int(tok)]
                 out.setdefault(match[0] if match else f"index {tok}", None)
                 continue
-            if tok.startswith("nvidia") and tok[6:].isdigit():
+            if tok.startswith("nvidia") and tok[6:].isascii() and tok[6:].isdigit():
                 match = [g.uuid for g in gpus if g.index == int(tok[6:])]
                 out.setdefault(match[0] if match else tok, None)
                 continue

@@ -50,7 +50,7 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
                 return None
             cur = cur[part]
         elif isinstance(cur, list):
-            if not part.isdigit() or int(part) >= len(cur):
+            if not (part.isascii() and part.isdigit()) or int(part) >= len(cur):
                 return None
             cur = cur[int(part)]
         else:

@@ -28,7 +28,7 @@ def _start_ticks(src: Source, pid: int) -> int | None:
     if not lines or ")" not in lines[0]:
         return None
     fields = lines[0][lines[0].rindex(")") + 2:].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    return int(fields[19]) if len(fields) > 19 and fields[19].isascii() and fields[19].isdigit() else None
 
 
 def check_pid_reuse(model: Model, node: str) -> None:

@@ -69,3 +69,9 @@ def test_shorten_bounds(text: str) -> None:
 def test_xid_classes() -> None:
     assert xid_meaning(79)[0] == "hardware" and xid_meaning(31)[0] == "application"
     assert xid_meaning(119)[0] == "driver" and xid_meaning(99999)[0] == "unknown"
+
+
+def test_unicode_digits_are_not_numbers() -> None:
+    assert resolve_pointer([1, 2], "/\u00b9") is None
+    assert as_int("\u00b9") is None and as_int("-12") == -12
+    assert resolve_device_ids(["\u00b9"], GPUS) == ("\u00b9",)
