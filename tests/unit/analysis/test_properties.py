@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.analysis import analyze_bundles
-from tests.support.analysis_bundles import ALL_COLLECTORS, GIB, T0, BundleSpec
+from tests.support.analysis_bundles import ALL_COLLECTORS, GIB, T0, BundleSpec, cid_of
 from tests.unit.analysis.conftest import secretly_taken
 
 STATUSES = ("ok", "partial", "failed", "unavailable", "skipped")
@@ -94,10 +94,38 @@ def test_any_collector_subset_never_raises_and_names_only_bundle_entities(status
             assert 0 < f["confidence"] <= 1
 
 
+MEMBERS = ["nvml/samples.jsonl", "nvml/devices.json", "nvml/processes.json", "nvml/events.jsonl",
+           "proc/4202/cgroup", "proc/4202/stat", "proc/4202/environ", "proc/index.json", "kernel/kmsg.txt",
+           "kernel/index.json", "cgroup/samples.jsonl", "cgroup/index.json", "kubernetes/pods.json",
+           "kubernetes/events.json", "kubernetes/podresources/list.json", "host/host.json",
+           "docker/info.json", "docker/events.jsonl", "docker/samples.jsonl",
+           f"docker/containers/{cid_of('notebook')}/inspect.json",
+           f"docker/containers/{cid_of('notebook')}/inspect-end.json",
+           f"docker/containers/{cid_of('notebook')}/logs.txt"]
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                    max_leaves=15)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(member=st.sampled_from(MEMBERS), value=JSON)
+def test_wrong_json_shapes_never_raise(member: str, value: Any) -> None:
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        b = _rich({})
+        b.jsonl.pop(member, None)
+        text = json.dumps(value)
+        b.members[member] = (text + "\n" + text + "\n").encode() if member.endswith(".jsonl") else text.encode()
+        path = b.write(Path(tmp))
+        doc = analyze_bundles([path])
+        assert not [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
+        _check_named_entities_exist(doc, _bundle_text(path))
+        _check_evidence(doc)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(member=st.sampled_from(["nvml/samples.jsonl", "nvml/devices.json", "proc/4202/cgroup", "kernel/kmsg.txt",
-                               "cgroup/samples.jsonl", "kubernetes/pods.json", "host/host.json",
-                               "docker/info.json"]),
+@given(member=st.sampled_from(MEMBERS),
        garbage=st.binary(max_size=300))
 def test_malformed_members_never_raise(member: str, garbage: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
