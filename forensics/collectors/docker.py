@@ -2,57 +2,74 @@
 
 Sources (Engine API, through the docker SDK's low-level ``APIClient`` so the engine's own JSON is
 kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` honoured through
-``docker.from_env``; podman's Docker-compatible socket works the same way):
+``docker.from_env``, ``--set docker.host=URL`` overriding; podman's compatible socket too):
 
-- ``GET /version``, ``GET /info``                   -> ``docker/version.json``, ``docker/info.json``
-- ``GET /containers/json?all=1``                    -> ``docker/containers.json``
-- ``GET /containers/{id}/json``                     -> ``docker/containers/<id>/inspect.json``
-- ``GET /containers/{id}/top?ps_args=...``          -> ``docker/containers/<id>/top.json``
-- ``GET /containers/{id}/stats?stream=0&one-shot=1``-> ``docker/containers/<id>/stats.json``
-- ``GET /images/{id}/json``                         -> ``docker/images/<hex>/inspect.json``
-- ``GET /events?since=..&until=..``                 -> ``docker/events.jsonl`` (one event a line)
-- ``/proc/<State.Pid>/cgroup`` and every hierarchy's ``cgroup.procs`` -> ``docker/containers/<id>/processes.json``
+- ``GET /version``, ``GET /info``                -> ``docker/version.json``, ``docker/info.json``
+- ``GET /containers/json?all=1``                 -> ``docker/containers.json``
+- ``GET /containers/{id}/json``                  -> ``docker/containers/<id>/inspect.json``
+- ``GET /containers/{id}/top?ps_args=...``       -> ``docker/containers/<id>/top.json``
+- ``GET /containers/{id}/stats?stream=0&one-shot=1`` -> ``docker/containers/<id>/stats.json``
+- ``GET /containers/{id}/logs?timestamps=1&tail=N`` -> ``docker/containers/<id>/logs.txt``
+- ``GET /exec/{id}/json`` (inspect's ExecIDs)    -> ``docker/containers/<id>/execs/<exec>.json``
+- ``GET /images/{id}/json``                      -> ``docker/images/<hex>/inspect.json``
+- ``GET /events?since=..&until=..``              -> ``docker/events.jsonl`` (one event a line)
+- ``/proc/<State.Pid>/cgroup`` + each hierarchy's ``cgroup.procs`` (forensics.collectors.docker_pids)
+  -> ``docker/containers/<id>/processes.json``
 
 Derived: ``docker/engine.json`` (cgroup version and driver, runtimes, default runtime),
 ``docker/allocations.json`` (forensics.parsing.gpu_allocation), ``docker/index.json`` (which
-containers were taken and why, every call's outcome and duration). With ``--duration``,
-``sample()`` appends one-shot stats of running containers to ``docker/samples.jsonl``.
+containers were taken and why, every call's outcome and duration). With ``--duration``:
+``docker/samples.jsonl`` (newest frame of a streaming stats connection per running container per
+tick), then ``docker/window/events.jsonl`` and ``inspect-end.json`` of containers with events.
+Layout and field meanings: docs/bundle-format/docker.md.
 
 Containers taken: running (and paused/restarting) ones, plus those created, or exited, within the
 look-back window (``--since``, else capture start minus ``lookback_s``).
 
-Redaction: ``Config.Env`` values except allow-listed names (``NVIDIA_*``, ``CUDA_*``, ``PATH``...),
-secrets in ``Path``/``Args``/``Config.Cmd``/``Config.Entrypoint`` and in top's command column,
-proxy credentials in ``/info``. Registry auth is never read.
-
-Calls run in a thread pool with a per-call timeout and a total budget: a wedged engine costs its
-deadline and the collector reports ``partial`` with what it got; no engine is ``unavailable``.
+Redaction (forensics.collectors.docker_redact) before anything is written; registry auth is
+never read. Calls run in parallel (forensics.collectors.docker_calls) with a per-call timeout and
+a total budget: a wedged engine costs its deadline and the collector reports ``partial`` with
+what it got; no engine is ``unavailable``; an engine that does not answer is ``failed``
+(timed out).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from forensics.bundle.format import iso, iso_from_unix
 from forensics.capture.context import CollectContext, Tick
+from forensics.collectors.docker_calls import (
+    WIDE_WORKERS,
+    Call,
+    CallPool,
+    describe_error,
+    first_line,
+    is_race,
+)
+from forensics.collectors.docker_pids import cgroup_mounts, container_processes, merge_pids
+from forensics.collectors.docker_redact import (
+    redact_container,
+    redact_exec,
+    redact_info,
+    redact_listing,
+    redact_top,
+)
 from forensics.errors import (
     ParseError,
     SourcePermissionDenied,
     SourceTimeout,
     SourceUnavailable,
 )
-from forensics.parsing.attribution import parse_proc_cgroup
-from forensics.parsing.cgroupfs import CgroupMount, parse_cgroup_mounts
-from forensics.parsing.docker_top import TOP_PS_ARGS, parse_top
+from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
 
 __all__ = ["COLLECTOR", "DockerCollector"]
@@ -61,10 +78,8 @@ PREFIX = "docker"
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
-_WIDE_WORKERS = 64  # threads for calls that mostly wait (stats)
 _MAX_LOG_CHARS = 1 << 20  # per container, the newest kept
 _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
-_ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +125,7 @@ def _connect(settings: _Settings) -> Any:
         if settings.docker_host:
             env["DOCKER_HOST"] = settings.docker_host
         client = docker.from_env(timeout=settings.call_timeout_s, environment=env,
-                                 max_pool_size=settings.workers + _WIDE_WORKERS).api
+                                 max_pool_size=settings.workers + WIDE_WORKERS).api
         client.ping()
     except (requests.exceptions.Timeout, TimeoutError) as exc:
         raise SourceTimeout(f"Docker engine at {where} did not answer within "
@@ -118,241 +133,14 @@ def _connect(settings: _Settings) -> Any:
     except docker.errors.DockerException as exc:
         text = str(exc)
         if "Permission denied" in text or "PermissionError" in text:
-            raise SourcePermissionDenied(f"Docker engine at {where}: {_first_line(text)}") from exc
+            raise SourcePermissionDenied(f"Docker engine at {where}: {first_line(text)}") from exc
         if "Read timed out" in text or "timed out" in text.lower():
             raise SourceTimeout(f"Docker engine at {where} did not answer within "
                                 f"{settings.call_timeout_s:g} s") from exc
-        raise SourceUnavailable(f"no Docker engine at {where}: {_first_line(text)}") from exc
+        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(text)}") from exc
     except (requests.exceptions.ConnectionError, OSError) as exc:
-        raise SourceUnavailable(f"no Docker engine at {where}: {_first_line(str(exc))}") from exc
+        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(str(exc))}") from exc
     return client
-
-
-def _is_race(error: str | None) -> bool:
-    """A container removed or stopped between the list and a call on it: not a failure."""
-    return bool(error) and (str(error).startswith("NotFound:") or "is not running" in str(error))
-
-
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or [""])[0][:300]
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_first_line(str(exc))}"
-
-
-# ---------------------------------------------------------------------------------------------
-# parallel calls under a budget
-
-
-@dataclass
-class _Call:
-    key: tuple[str, str]             # (kind, subject)
-    fn: Callable[[], Any]
-    started: float = 0.0
-    duration_s: float | None = None
-    finished_unix: float | None = None
-    error: str | None = None
-
-
-@dataclass
-class _Pool:
-    """Runs calls in threads; ``wait`` returns at the budget whether or not all finished.
-
-    Two executors: ``workers`` threads for calls that make the engine work (inspect, top, ...),
-    and a wide one for calls that mostly wait: one-shot stats return at the engine's next
-    one-second stats tick, so they are all issued at once and come back together.
-    """
-
-    workers: int
-    wide_workers: int = 64  # = _WIDE_WORKERS
-    calls: dict[tuple[str, str], _Call] = field(default_factory=dict)
-    futures: dict[cf.Future[Any], _Call] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.executor = cf.ThreadPoolExecutor(max_workers=self.workers,
-                                              thread_name_prefix="docker-call")
-        self.wide = cf.ThreadPoolExecutor(max_workers=self.wide_workers,
-                                          thread_name_prefix="docker-wait")
-
-    def submit(self, kind: str, subject: str, fn: Callable[[], Any], wide: bool = False) -> None:
-        call = _Call((kind, subject), fn)
-        self.calls[call.key] = call
-
-        def run() -> Any:
-            call.started = time.monotonic()
-            try:
-                return fn()
-            finally:
-                call.duration_s = time.monotonic() - call.started
-                call.finished_unix = time.time()
-
-        self.futures[(self.wide if wide else self.executor).submit(run)] = call
-
-    def wait(self, deadline: float,
-             only: set[tuple[str, str]] | None = None) -> list[tuple[_Call, Any]]:
-        """Results of the calls (all, or those keyed in ``only``) done by ``deadline``."""
-        return list(self.as_completed(deadline, only))
-
-    def as_completed(self, deadline: float,
-                     only: set[tuple[str, str]] | None = None) -> Iterator[tuple[_Call, Any]]:
-        """Yield ``(call, result)`` as calls finish (result None on error, recorded on the call)
-        until all are done or ``deadline`` (monotonic) passes; then, when waiting on every call,
-        the unfinished ones are marked and abandoned. Calls submitted meanwhile are included."""
-        while True:
-            pending = {f for f, c in self.futures.items() if only is None or c.key in only}
-            left = deadline - time.monotonic()
-            if not pending or left <= 0:
-                break
-            done, _ = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
-            for fut in done:
-                call = self.futures.pop(fut)
-                try:
-                    result = fut.result()
-                except Exception as exc:  # noqa: BLE001 - recorded per call
-                    call.error = _err(exc)
-                    result = None
-                yield call, result
-        if only is None:
-            for fut, call in list(self.futures.items()):
-                self.futures.pop(fut)
-                call.error = "did not finish within the collector's budget"
-                fut.cancel()
-
-    def close(self) -> None:
-        # a wedged call keeps its thread until its own socket timeout; never wait for it
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.wide.shutdown(wait=False, cancel_futures=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# redaction
-
-
-def _redact_container(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
-    r = ctx.redactor
-    r.json_env_lists(doc, *_ENV_PATHS)
-    if isinstance(doc.get("Args"), list):
-        doc["Args"] = r.argv([a for a in doc["Args"] if isinstance(a, str)])
-    if isinstance(doc.get("Path"), str):
-        doc["Path"] = r.text(doc["Path"], "argv")
-    for section in ("Config", "ContainerConfig"):
-        conf = doc.get(section)
-        if isinstance(conf, dict):
-            for key in ("Cmd", "Entrypoint"):
-                if isinstance(conf.get(key), list):
-                    conf[key] = r.argv([a for a in conf[key] if isinstance(a, str)])
-    return doc
-
-
-def _redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
-    titles = doc.get("Titles")
-    rows = doc.get("Processes")
-    if isinstance(titles, list) and isinstance(rows, list) and titles and ctx.redactor.enabled:
-        last = len(titles) - 1
-        for row in rows:
-            if isinstance(row, list) and len(row) > last and isinstance(row[last], str):
-                row[last] = _redact_command(row[last], ctx)
-    return doc
-
-
-def _redact_command(command: str, ctx: CollectContext) -> str:
-    """A command line that dockerd joined with spaces (list ``Command``, top's last column)."""
-    return " ".join(ctx.redactor.argv(command.split(" "))) if ctx.redactor.enabled else command
-
-
-def _redact_listing(listing: list[Any], ctx: CollectContext) -> list[Any]:
-    for item in listing:
-        if isinstance(item, dict) and isinstance(item.get("Command"), str):
-            item["Command"] = _redact_command(item["Command"], ctx)
-    return listing
-
-
-def _redact_exec(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
-    """``GET /exec/{id}/json``: ``ProcessConfig.entrypoint``/``arguments`` redacted like argv."""
-    pc = doc.get("ProcessConfig")
-    if isinstance(pc, dict):
-        if isinstance(pc.get("arguments"), list):
-            pc["arguments"] = ctx.redactor.argv([a for a in pc["arguments"] if isinstance(a, str)])
-        if isinstance(pc.get("entrypoint"), str):
-            pc["entrypoint"] = ctx.redactor.text(pc["entrypoint"], "argv")
-    return doc
-
-
-def _redact_info(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
-    for key in ("HttpProxy", "HttpsProxy", "NoProxy"):
-        if isinstance(doc.get(key), str):
-            doc[key] = ctx.redactor.text(doc[key])
-    return doc
-
-
-# ---------------------------------------------------------------------------------------------
-# container PIDs from the kernel's view
-
-
-def _cgroup_dirs(cgroup_text: str, mounts: tuple[CgroupMount, ...]) -> dict[str, tuple[str, str]]:
-    """hierarchy label -> (cgroup path, directory) for every line of /proc/<pid>/cgroup."""
-    out: dict[str, tuple[str, str]] = {}
-    for line in parse_proc_cgroup(cgroup_text):
-        label = ",".join(line.controllers) if line.controllers else "unified"
-        want = set(line.controllers)
-        for m in mounts:
-            if (line.is_v2 and m.version == 2) or (not line.is_v2 and m.version == 1
-                                                   and want and want == set(m.controllers)):
-                root = m.root.rstrip("/")
-                if root and not line.path.startswith(root + "/") and line.path != root:
-                    continue
-                rel = line.path[len(root):] if root else line.path
-                out[label] = (line.path, m.mount_point.rstrip("/") + rel)
-                break
-    return out
-
-
-def _read_text(path: str, limit: int = 4 << 20) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read(limit)
-
-
-def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
-                        proc_root: str = "/proc", container_id: str | None = None) -> dict[str, Any]:
-    """Every PID in the cgroups of ``state_pid`` (all hierarchies), with the files read.
-
-    Source: ``/proc/<State.Pid>/cgroup``, then ``<mount>/<path>/cgroup.procs`` per hierarchy.
-    With ``container_id``, the cgroup file must name it: otherwise this /proc is not the
-    engine's host (a remote engine, or another PID namespace) and the PID means something else.
-    """
-    result: dict[str, Any] = {"state_pid": state_pid, "cgroup_paths": {}, "pids": {},
-                              "errors": {}}
-    try:
-        text = _read_text(f"{proc_root}/{state_pid}/cgroup")
-    except OSError as exc:
-        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = _err(exc)
-        return result
-    result["proc_cgroup"] = text
-    if container_id is not None and container_id not in text:
-        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = (
-            "does not name the container: this /proc is not the engine's (remote engine or "
-            "another PID namespace); PIDs not attributed")
-        return result
-    try:
-        dirs = _cgroup_dirs(text, mounts)
-    except ParseError as exc:
-        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = str(exc)
-        return result
-    pids: dict[int, list[str]] = {}
-    for label, (cg_path, directory) in sorted(dirs.items()):
-        result["cgroup_paths"][label] = cg_path
-        procs = f"{directory}/cgroup.procs"
-        try:
-            content = _read_text(procs)
-        except OSError as exc:
-            result["errors"][procs] = _err(exc)
-            continue
-        for tok in content.split():
-            if tok.isdigit():
-                pids.setdefault(int(tok), []).append(procs)
-    result["pids"] = {str(p): sorted(set(srcs)) for p, srcs in sorted(pids.items())}
-    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,7 +238,7 @@ class _StatsStream:
                     self.frames += 1
         except Exception as exc:  # noqa: BLE001 - recorded on the next tick's line
             with self.lock:
-                self.error = _err(exc)
+                self.error = describe_error(exc)
         else:
             with self.lock:
                 self.error = "stats stream ended (container stopped?)"
@@ -480,7 +268,7 @@ class DockerCollector:
         # leave a margin before the runner's hard deadline so the index is always written
         budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
         client = _connect(settings)
-        pool = _Pool(settings.workers)
+        pool = CallPool(settings.workers)
         index: dict[str, Any] = {
             "docker_host": ctx.redactor.text(settings.docker_host or "(docker.from_env default)"),
             "call_timeout_s": settings.call_timeout_s,
@@ -497,10 +285,10 @@ class DockerCollector:
             index["calls"] = [
                 {"kind": c.key[0], "subject": c.key[1],
                  "duration_s": None if c.duration_s is None else round(c.duration_s, 4),
-                 "error": c.error, "race": _is_race(c.error)}
+                 "error": c.error, "race": is_race(c.error)}
                 for c in sorted(pool.calls.values(), key=lambda c: c.key)
             ]
-            failed = [c for c in pool.calls.values() if c.error and not _is_race(c.error)]
+            failed = [c for c in pool.calls.values() if c.error and not is_race(c.error)]
             if failed:
                 first = failed[0]
                 ctx.partial(f"{len(failed)} of {len(pool.calls)} engine calls failed "
@@ -508,7 +296,7 @@ class DockerCollector:
             ctx.sink.write_json(f"{PREFIX}/index.json", index)
             client.close()
 
-    def _collect(self, ctx: CollectContext, client: Any, pool: _Pool, budget_end: float,
+    def _collect(self, ctx: CollectContext, client: Any, pool: CallPool, budget_end: float,
                  index: dict[str, Any], settings: _Settings) -> None:
         start = _window_start(ctx)
         until = datetime.now(UTC)
@@ -524,7 +312,7 @@ class DockerCollector:
         version = wave1.get(("version", "engine"))
         listing = wave1.get(("list", "containers"))
         if isinstance(info, dict):
-            ctx.sink.write_json(f"{PREFIX}/info.json", _redact_info(info, ctx))
+            ctx.sink.write_json(f"{PREFIX}/info.json", redact_info(info, ctx))
         if isinstance(version, dict):
             ctx.sink.write_json(f"{PREFIX}/version.json", version)
         ctx.sink.write_json(f"{PREFIX}/engine.json", _engine_essentials(info, version, index))
@@ -533,7 +321,7 @@ class DockerCollector:
             if "time" in err.lower() or "budget" in err:
                 raise SourceTimeout(f"container list: {err}")
             raise SourceUnavailable(f"container list failed: {err}")
-        ctx.sink.write_json(f"{PREFIX}/containers.json", _redact_listing(listing, ctx))
+        ctx.sink.write_json(f"{PREFIX}/containers.json", redact_listing(listing, ctx))
 
         chosen = self._choose(listing, start)
         images: set[str] = set()
@@ -558,7 +346,7 @@ class DockerCollector:
                 index["containers"][str(c.get("Id"))] = {
                     "taken": False, "why": f"over the cap of {_MAX_CONTAINERS} newest containers"}
 
-        mounts = _cgroup_mounts()
+        mounts = cgroup_mounts()
         scratch: dict[str, dict[str, Any]] = {}
         inspects: dict[str, dict[str, Any]] = {}
         image_docs: dict[str, dict[str, Any]] = {}
@@ -572,7 +360,7 @@ class DockerCollector:
             if result is None:
                 continue
             if kind == "inspect":
-                doc = _redact_container(result, ctx)
+                doc = redact_container(result, ctx)
                 inspects[subject] = doc
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/inspect.json", doc)
                 raw_state = doc.get("State")
@@ -592,11 +380,11 @@ class DockerCollector:
                                         functools.partial(client.exec_inspect, exec_id))
             elif kind == "top":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/top.json",
-                                    _redact_top(result, ctx))
+                                    redact_top(result, ctx))
                 scratch.setdefault(subject, {}).update(
                     top=result, top_time=iso_from_unix(call.finished_unix or time.time()))
             elif kind == "exec":
-                doc = _redact_exec(result, ctx)
+                doc = redact_exec(result, ctx)
                 owner = doc.get("ContainerID")
                 if isinstance(owner, str) and owner.isalnum():
                     ctx.sink.write_json(f"{PREFIX}/containers/{owner}/execs/{subject}.json", doc)
@@ -611,7 +399,7 @@ class DockerCollector:
             elif kind == "stats":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
             elif kind == "image":
-                image_docs[subject] = _redact_container(result, ctx)
+                image_docs[subject] = redact_container(result, ctx)
                 ctx.sink.write_json(f"{PREFIX}/images/{_image_hex(subject)}/inspect.json",
                                     image_docs[subject])
         if not events_done:
@@ -641,7 +429,7 @@ class DockerCollector:
             response.close()
         return out
 
-    def _write_events(self, ctx: CollectContext, events: Any, call: _Call,
+    def _write_events(self, ctx: CollectContext, events: Any, call: Call,
                       index: dict[str, Any]) -> None:
         if not isinstance(events, list):
             index["events"] = {"complete": False, "error": call.error}
@@ -705,7 +493,7 @@ class DockerCollector:
             seen = scratch.get(cid, {})
             procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
             if procs is not None or top_doc is not None:
-                processes = _merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
+                processes = merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
                 ctx.sink.write_json(f"{PREFIX}/containers/{cid}/processes.json", processes)
                 pids.update(int(p) for p in processes["pids"])
                 cgroup_paths.update(processes["cgroup_paths"].values())
@@ -773,10 +561,10 @@ class DockerCollector:
                 try:
                     doc = client.inspect_container(cid)
                 except Exception as exc:  # noqa: BLE001 - removed containers are expected
-                    ctx.note(f"end of sampling: inspect {cid[:12]}: {_err(exc)}")
+                    ctx.note(f"end of sampling: inspect {cid[:12]}: {describe_error(exc)}")
                     continue
                 ctx.sink.write_json(f"{PREFIX}/containers/{cid}/inspect-end.json",
-                                    _redact_container(doc, ctx))
+                                    redact_container(doc, ctx))
         finally:
             for stream in self._streams.values():
                 stream.close()
@@ -788,13 +576,6 @@ class DockerCollector:
 def pool_call_timeout(client: Any) -> float:
     timeout = getattr(client, "timeout", None)
     return float(timeout) if isinstance(timeout, (int, float)) else 5.0
-
-
-def _cgroup_mounts() -> tuple[CgroupMount, ...]:
-    try:
-        return parse_cgroup_mounts(_read_text("/proc/self/mountinfo"))
-    except (OSError, ParseError):
-        return ()
 
 
 def _drop_container_members(ctx: CollectContext, cid: str) -> None:
@@ -823,45 +604,6 @@ def _drop_container_members(ctx: CollectContext, cid: str) -> None:
             d.rmdir()
     with contextlib.suppress(OSError):
         directory.rmdir()
-
-
-def _merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None,
-                execs: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """One list of the container's host PIDs, each with where it was seen (``cgroup.procs``
-    files, ``top``, ``exec:<id>`` for the main process of a ``docker exec``)."""
-    pids: dict[int, dict[str, Any]] = {}
-    out: dict[str, Any] = {"state_pid": None, "cgroup_paths": {}, "errors": {}, "top_time": top_time}
-    if procs is not None:
-        out["state_pid"] = procs.get("state_pid")
-        out["cgroup_paths"] = dict(procs.get("cgroup_paths") or {})
-        out["errors"] = dict(procs.get("errors") or {})
-        if "proc_cgroup" in procs:
-            out["proc_cgroup"] = procs["proc_cgroup"]
-        for p, srcs in (procs.get("pids") or {}).items():
-            pids.setdefault(int(p), {"sources": []})["sources"].extend(srcs)
-    if top_doc is not None:
-        try:
-            rows = parse_top(top_doc)
-        except ParseError as exc:
-            out["errors"]["top"] = str(exc)
-            rows = ()
-        top_unix = None
-        if top_time:
-            top_unix = datetime.fromisoformat(top_time.rstrip("Z")).replace(tzinfo=UTC).timestamp()
-        for row in rows:
-            rec = pids.setdefault(row.pid, {"sources": []})
-            rec["sources"].append("top")
-            rec.update(ppid=row.ppid, user=row.user, cpu_percent=row.cpu_percent,
-                       rss_bytes=row.rss_bytes, elapsed_s=row.elapsed_s)
-            if top_unix is not None and row.elapsed_s is not None:
-                rec["start_time_approx"] = iso_from_unix(top_unix - row.elapsed_s)
-    for ex in execs or []:
-        pid = ex.get("Pid")
-        if isinstance(pid, int) and pid > 0 and ex.get("Running"):
-            rec = pids.setdefault(pid, {"sources": []})
-            rec["sources"].append(f"exec:{ex.get('ID')}")
-    out["pids"] = {str(p): pids[p] for p in sorted(pids)}
-    return out
 
 
 def _engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dict[str, Any]:

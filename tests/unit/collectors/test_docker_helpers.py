@@ -6,14 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.redact import Redactor
-from forensics.collectors.docker import (
-    _merge_pids,
-    _parse_docker_time,
-    _redact_container,
-    _redact_listing,
-    _redact_top,
-    container_processes,
-)
+from forensics.collectors.docker import _parse_docker_time
+from forensics.collectors.docker_pids import container_processes, merge_pids
+from forensics.collectors.docker_redact import redact_container, redact_listing, redact_top
 from forensics.parsing.cgroupfs import parse_cgroup_mounts
 
 CID = "1949ad951dca5b0e8155513647f7e531501f57d38c6cd0c2f60e40891dac83e1"
@@ -82,7 +77,7 @@ def test_merge_with_top() -> None:
     top = {"Titles": ["PID", "PPID", "USER", "%CPU", "RSS", "ELAPSED", "COMMAND"],
            "Processes": [["100", "90", "root", "0.0", "4", "10", "sleep 9"],
                          ["102", "100", "root", "0.0", "4", "1", "sleep 1"]]}
-    out = _merge_pids(procs, top, "2026-11-30T05:00:10.000000Z")
+    out = merge_pids(procs, top, "2026-11-30T05:00:10.000000Z")
     assert out["pids"]["100"]["sources"] == ["/m/cgroup.procs", "top"]
     assert out["pids"]["100"]["start_time_approx"] == "2026-11-30T05:00:00.000000Z"
     assert out["pids"]["101"] == {"sources": ["/m/cgroup.procs"]}
@@ -94,14 +89,14 @@ def test_redaction_of_inspect_top_and_list() -> None:
     doc = {"Path": "python", "Args": ["train.py", "--api-token", "s3cr3t"],
            "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all", "AWS_SECRET_ACCESS_KEY=abc", "PATH=/bin"],
                       "Cmd": ["python", "--password=hunter2"], "Entrypoint": None}}
-    out = _redact_container(doc, ctx)
+    out = redact_container(doc, ctx)
     assert out["Config"]["Env"][0] == "NVIDIA_VISIBLE_DEVICES=all"
     assert out["Config"]["Env"][1].startswith("AWS_SECRET_ACCESS_KEY=<redacted:")
     assert "hunter2" not in str(out) and "s3cr3t" not in str(out)
     top = {"Titles": ["PID", "COMMAND"], "Processes": [["1", "python --password=hunter2 x"]]}
-    assert "hunter2" not in str(_redact_top(top, ctx))
+    assert "hunter2" not in str(redact_top(top, ctx))
     listing = [{"Command": "sh -c 'x --token=abcdef'"}]
-    assert "abcdef" not in str(_redact_listing(listing, ctx))
+    assert "abcdef" not in str(redact_listing(listing, ctx))
 
 
 def test_docker_time() -> None:

@@ -1,0 +1,133 @@
+"""A container's host PIDs from the kernel's view, for the docker collector.
+
+Sources: ``/proc/self/mountinfo`` (where each cgroup hierarchy is mounted),
+``/proc/<State.Pid>/cgroup`` (the main process's cgroup in every hierarchy), each hierarchy's
+``cgroup.procs`` (every process in the container: children of the main process and ``docker
+exec`` processes alike), merged with ``docker top`` rows and exec sessions' PIDs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from forensics.bundle.format import iso_from_unix
+from forensics.collectors.docker_calls import describe_error
+from forensics.errors import ParseError
+from forensics.parsing.attribution import parse_proc_cgroup
+from forensics.parsing.cgroupfs import CgroupMount, parse_cgroup_mounts
+from forensics.parsing.docker_top import parse_top
+
+__all__ = ["cgroup_dirs", "cgroup_mounts", "container_processes", "merge_pids", "read_text"]
+
+
+def cgroup_dirs(cgroup_text: str, mounts: tuple[CgroupMount, ...]) -> dict[str, tuple[str, str]]:
+    """hierarchy label -> (cgroup path, directory) for every line of /proc/<pid>/cgroup."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in parse_proc_cgroup(cgroup_text):
+        label = ",".join(line.controllers) if line.controllers else "unified"
+        want = set(line.controllers)
+        for m in mounts:
+            if (line.is_v2 and m.version == 2) or (not line.is_v2 and m.version == 1
+                                                   and want and want == set(m.controllers)):
+                root = m.root.rstrip("/")
+                if root and not line.path.startswith(root + "/") and line.path != root:
+                    continue
+                rel = line.path[len(root):] if root else line.path
+                out[label] = (line.path, m.mount_point.rstrip("/") + rel)
+                break
+    return out
+
+
+def read_text(path: str, limit: int = 4 << 20) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(limit)
+
+
+def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
+                        proc_root: str = "/proc", container_id: str | None = None) -> dict[str, Any]:
+    """Every PID in the cgroups of ``state_pid`` (all hierarchies), with the files read.
+
+    Source: ``/proc/<State.Pid>/cgroup``, then ``<mount>/<path>/cgroup.procs`` per hierarchy.
+    With ``container_id``, the cgroup file must name it: otherwise this /proc is not the
+    engine's host (a remote engine, or another PID namespace) and the PID means something else.
+    """
+    result: dict[str, Any] = {"state_pid": state_pid, "cgroup_paths": {}, "pids": {},
+                              "errors": {}}
+    try:
+        text = read_text(f"{proc_root}/{state_pid}/cgroup")
+    except OSError as exc:
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = describe_error(exc)
+        return result
+    result["proc_cgroup"] = text
+    if container_id is not None and container_id not in text:
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = (
+            "does not name the container: this /proc is not the engine's (remote engine or "
+            "another PID namespace); PIDs not attributed")
+        return result
+    try:
+        dirs = cgroup_dirs(text, mounts)
+    except ParseError as exc:
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = str(exc)
+        return result
+    pids: dict[int, list[str]] = {}
+    for label, (cg_path, directory) in sorted(dirs.items()):
+        result["cgroup_paths"][label] = cg_path
+        procs = f"{directory}/cgroup.procs"
+        try:
+            content = read_text(procs)
+        except OSError as exc:
+            result["errors"][procs] = describe_error(exc)
+            continue
+        for tok in content.split():
+            if tok.isdigit():
+                pids.setdefault(int(tok), []).append(procs)
+    result["pids"] = {str(p): sorted(set(srcs)) for p, srcs in sorted(pids.items())}
+    return result
+
+
+def cgroup_mounts() -> tuple[CgroupMount, ...]:
+    try:
+        return parse_cgroup_mounts(read_text("/proc/self/mountinfo"))
+    except (OSError, ParseError):
+        return ()
+
+
+def merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None,
+                execs: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """One list of the container's host PIDs, each with where it was seen (``cgroup.procs``
+    files, ``top``, ``exec:<id>`` for the main process of a ``docker exec``)."""
+    pids: dict[int, dict[str, Any]] = {}
+    out: dict[str, Any] = {"state_pid": None, "cgroup_paths": {}, "errors": {}, "top_time": top_time}
+    if procs is not None:
+        out["state_pid"] = procs.get("state_pid")
+        out["cgroup_paths"] = dict(procs.get("cgroup_paths") or {})
+        out["errors"] = dict(procs.get("errors") or {})
+        if "proc_cgroup" in procs:
+            out["proc_cgroup"] = procs["proc_cgroup"]
+        for p, srcs in (procs.get("pids") or {}).items():
+            pids.setdefault(int(p), {"sources": []})["sources"].extend(srcs)
+    if top_doc is not None:
+        try:
+            rows = parse_top(top_doc)
+        except ParseError as exc:
+            out["errors"]["top"] = str(exc)
+            rows = ()
+        top_unix = None
+        if top_time:
+            top_unix = datetime.fromisoformat(top_time.rstrip("Z")).replace(tzinfo=UTC).timestamp()
+        for row in rows:
+            rec = pids.setdefault(row.pid, {"sources": []})
+            rec["sources"].append("top")
+            rec.update(ppid=row.ppid, user=row.user, cpu_percent=row.cpu_percent,
+                       rss_bytes=row.rss_bytes, elapsed_s=row.elapsed_s)
+            if top_unix is not None and row.elapsed_s is not None:
+                rec["start_time_approx"] = iso_from_unix(top_unix - row.elapsed_s)
+    for ex in execs or []:
+        pid = ex.get("Pid")
+        if isinstance(pid, int) and pid > 0 and ex.get("Running"):
+            rec = pids.setdefault(pid, {"sources": []})
+            rec["sources"].append(f"exec:{ex.get('ID')}")
+    out["pids"] = {str(p): pids[p] for p in sorted(pids)}
+    return out

@@ -1,0 +1,76 @@
+"""Redaction of Engine API documents before they are written (uses ``ctx.redactor``).
+
+``Config.Env``/``ContainerConfig.Env`` values except allow-listed names (``NVIDIA_*``, ``CUDA_*``,
+``PATH``... see forensics/bundle/redact.py); secrets in ``Path``, ``Args``, ``Cmd``,
+``Entrypoint``, in command lines dockerd joined with spaces (the list's ``Command``, top's last
+column), in exec ``ProcessConfig``; proxy credentials in ``/info``. Values are replaced in place by
+the capture's keyed pseudonyms; everything else is left as the engine returned it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.capture.context import CollectContext
+
+__all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_exec", "redact_info",
+           "redact_listing", "redact_top"]
+
+ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
+
+
+def redact_container(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    r = ctx.redactor
+    r.json_env_lists(doc, *ENV_PATHS)
+    if isinstance(doc.get("Args"), list):
+        doc["Args"] = r.argv([a for a in doc["Args"] if isinstance(a, str)])
+    if isinstance(doc.get("Path"), str):
+        doc["Path"] = r.text(doc["Path"], "argv")
+    for section in ("Config", "ContainerConfig"):
+        conf = doc.get(section)
+        if isinstance(conf, dict):
+            for key in ("Cmd", "Entrypoint"):
+                if isinstance(conf.get(key), list):
+                    conf[key] = r.argv([a for a in conf[key] if isinstance(a, str)])
+    return doc
+
+
+def redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    titles = doc.get("Titles")
+    rows = doc.get("Processes")
+    if isinstance(titles, list) and isinstance(rows, list) and titles and ctx.redactor.enabled:
+        last = len(titles) - 1
+        for row in rows:
+            if isinstance(row, list) and len(row) > last and isinstance(row[last], str):
+                row[last] = redact_command(row[last], ctx)
+    return doc
+
+
+def redact_command(command: str, ctx: CollectContext) -> str:
+    """A command line that dockerd joined with spaces (list ``Command``, top's last column)."""
+    return " ".join(ctx.redactor.argv(command.split(" "))) if ctx.redactor.enabled else command
+
+
+def redact_listing(listing: list[Any], ctx: CollectContext) -> list[Any]:
+    for item in listing:
+        if isinstance(item, dict) and isinstance(item.get("Command"), str):
+            item["Command"] = redact_command(item["Command"], ctx)
+    return listing
+
+
+def redact_exec(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    """``GET /exec/{id}/json``: ``ProcessConfig.entrypoint``/``arguments`` redacted like argv."""
+    pc = doc.get("ProcessConfig")
+    if isinstance(pc, dict):
+        if isinstance(pc.get("arguments"), list):
+            pc["arguments"] = ctx.redactor.argv([a for a in pc["arguments"] if isinstance(a, str)])
+        if isinstance(pc.get("entrypoint"), str):
+            pc["entrypoint"] = ctx.redactor.text(pc["entrypoint"], "argv")
+    return doc
+
+
+def redact_info(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    for key in ("HttpProxy", "HttpsProxy", "NoProxy"):
+        if isinstance(doc.get(key), str):
+            doc[key] = ctx.redactor.text(doc[key])
+    return doc
