@@ -267,8 +267,10 @@ class TestSnapshot:
         exec_doc = scenario.bundle.read_json(execs[0])
         assert exec_doc["Pid"] == scenario.exec_pid
         assert exec_doc["ProcessConfig"]["arguments"] == ["602"]
-        if scenario.bundle.has(f"proc/{scenario.exec_pid}/cgroup"):  # procfs followed the hint
-            assert cid in scenario.bundle.read_text(f"proc/{scenario.exec_pid}/cgroup")
+        if not any(c["name"] == "procfs" for c in scenario.bundle.collectors()):
+            return
+        for pid in (scenario.child_pid, scenario.exec_pid):  # procfs followed the hint
+            assert cid in scenario.bundle.read_text(f"proc/{pid}/cgroup")
 
     def test_logs_with_timestamps_redacted(self, scenario: Scenario) -> None:
         cid = scenario.ids["logger"]
