@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext
+from forensics.capture.context import CollectContext, Tick
 from forensics.errors import ParseError
 from forensics.parsing.attribution import Attribution, CgroupLine, attribute_proc_cgroup
 from forensics.parsing.procfs import (
@@ -235,6 +235,7 @@ class ProcfsCollector:
         }
         ctx.sink.write_json("proc/index.json", index)
         self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
+        ctx.publish("procfs_recorded_pids", [e["pid"] for e in entries if e.get("files") == "written"])
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
                  f"{stats.scanned} scanned")
 
@@ -321,6 +322,53 @@ class ProcfsCollector:
         record["files"] = "written"
         if errors:
             record["errors"] = errors
+
+    # -- sampling: processes born during the window ------------------------------------------
+    def sample(self, ctx: CollectContext, tick: Tick) -> None:
+        """Record every process that starts during the sampling window (a GPU job launched with
+        ``docker exec`` mid-incident, a host process grabbing a GPU): its files are written under
+        ``proc/<pid>/`` like the snapshot's, and a line goes to ``proc/window.jsonl``. Only PIDs
+        unseen so far are read (their ``stat`` once), so a tick costs one ``/proc`` listing."""
+        if self._window_seen is None:
+            self._window_seen = {p for p in ctx.hint("procfs_recorded_pids") if isinstance(p, int)}
+            self._window_boot = _boot_time_unix(self.proc_root)
+            self._window_written = 0
+            self._window_own = {os.getpid(), os.getppid()}
+        seen = self._window_seen
+        own = self._window_own
+        start_unix = ctx.options.capture_start.timestamp() - 1.0
+        ticks = os.sysconf("SC_CLK_TCK")
+        page = os.sysconf("SC_PAGE_SIZE")
+        try:
+            cap = int(ctx.options.extra.get("procfs.max_window_pids", DEFAULT_MAX_PID_DIRS))
+        except ValueError:
+            cap = DEFAULT_MAX_PID_DIRS
+        for pid in _pid_dirs(self.proc_root):
+            if pid in seen:
+                continue
+            seen.add(pid)
+            if self._window_boot is None or self._window_written >= cap:
+                continue
+            try:
+                stat = parse_stat(read_small(f"{self.proc_root}/{pid}/stat", 1 << 16).decode("utf-8", "replace"))
+            except (OSError, ParseError):
+                continue
+            if stat.ppid in own or pid in own:
+                own.add(pid)  # capture's own collector processes and their children
+                continue
+            if start_time_unix(stat.start_time_ticks, ticks, self._window_boot) < start_unix:
+                continue  # older than the capture: the snapshot decided about it
+            record: dict[str, Any] = {"pid": pid, "reasons": ["born-during-window"], "t": tick.time_unix,
+                                      "seen_at": tick.time_iso}
+            self._collect_pid(ctx, pid, None, record, self._window_boot, ticks, page)
+            if record.get("files") == "written":
+                self._window_written += 1
+            ctx.sink.append_jsonl("proc/window.jsonl", record)
+
+    _window_seen: set[int] | None = None
+    _window_boot: float | None = None
+    _window_written: int = 0
+    _window_own: set[int] = set()  # noqa: RUF012 - replaced per sampling child
 
     def _publish(self, ctx: CollectContext, entries: Any) -> None:
         paths: list[str] = []
