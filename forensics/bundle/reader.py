@@ -145,6 +145,26 @@ class _SafeTarInfo(tarfile.TarInfo):
         return info
 
 
+def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo, bundle_name: str, member: str) -> bytes:
+    """Read one member into a buffer of its exact size (no intermediate copies: a one-hour
+    recording's samples are hundreds of MiB, and peak memory is what a laptop notices)."""
+    f = tar.extractfile(info)
+    buf = bytearray(info.size)
+    view = memoryview(buf)
+    pos = 0
+    if f is not None:
+        while pos < info.size:
+            n = f.readinto(view[pos:pos + (1 << 20)])  # type: ignore[attr-defined]
+            if not n:
+                break
+            pos += n
+    view.release()
+    if pos != info.size:
+        raise BundleInvalid(f"{bundle_name}: member {member} is truncated")
+    # a bytearray (bytes-like for every reader; mypy's strict_bytes is off for this) without a copy
+    return buf
+
+
 def _check_type(info: tarfile.TarInfo) -> None:
     if info.issym() or info.islnk():
         raise BundleUnsafe(f"link member refused: {info.name!r} -> {info.linkname!r}")
@@ -219,11 +239,7 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
                         )
                     if rest in members:
                         raise BundleInvalid(f"{path.name}: duplicate member {rest}")
-                    f = tar.extractfile(info)
-                    data = f.read() if f is not None else b""
-                    if len(data) != info.size:
-                        raise BundleInvalid(f"{path.name}: member {rest} is truncated")
-                    members[rest] = data
+                    members[rest] = _read_member(tar, info, path.name, rest)
             # inflate to the end, so gzip checks its CRC and length (a cut-off trailer is an error)
             while chunk := counting.read(1 << 16):
                 if chunk.strip(b"\0"):
