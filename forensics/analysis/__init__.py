@@ -83,7 +83,7 @@ def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None =
     gc.disable()  # rules and the document also make many acyclic records (see build_model)
     try:
         findings = run_rules(model, cfg)
-        result = build_chain(findings, cfg)
+        result = build_chain(findings, cfg, model)
         ruled = ruled_out(model, list(result.findings), cfg)
         return build_document(model, result, ruled, cfg, generated_at=time.time())
     finally:

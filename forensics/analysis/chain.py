@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from forensics.analysis.findings import Evidence, Finding, Subject, severity_rank
 from forensics.analysis.model import Model, NodeInfo
-from forensics.analysis.rules.common import fmt_time, name_of
+from forensics.analysis.rules.common import cap, collapse_pods, fmt_time, label, name_of
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["CAUSES", "ChainResult", "build_chain", "ruled_out"]
@@ -82,8 +82,9 @@ def _distinct(subjects: list[Subject]) -> list[Subject]:
     return list(seen.values())
 
 
-def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
-    """Order findings, assign ids F1.., link causes, and write the verdict."""
+def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | None = None) -> ChainResult:
+    """Order findings, assign ids F1.., link causes, and write the verdict (naming pods and
+    removed containers as the model knows them, when given)."""
     # Keys must be unique before linking (two rules could, in theory, produce the same key).
     uniq: list[Finding] = []
     seen_keys: set[str] = set()
@@ -105,7 +106,7 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
     for f in final:
         if f.severity == "info":
             continue
-        chain.append({"finding": f.key, "time": f.start, "text": f.headline or f.summary,
+        chain.append({"finding": f.key, "time": f.start, "text": cap(f.headline or f.summary),
                       "leads_to": list(f.cause_keys)})
 
     significant = [f for f in final if severity_rank(f.severity) <= severity_rank("medium")]
@@ -127,26 +128,36 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
                    key=lambda f: (not f.cause_keys, not f.subjects_with("culprit"),
                                   severity_rank(f.severity), _order_key(f)))
     root = roots[0] if roots else significant[0]
-    clauses = [root.headline or root.summary]
-    for eid in root.cause_keys:
-        e = by_id[eid]
+    effects = [by_id[eid] for eid in root.cause_keys]
+    root_culprits = {s.key() for s in root.subjects_with("culprit")}
+    # An effect of the same culprit continues the root's sentence with its numbers:
+    # "container notebook, which had no GPU allocation, took GPU 0 (allocated to trainer): 92% of its compute; ..."
+    joined = next((e for e in effects if root.lead and e.follow and root_culprits
+                   and {s.key() for s in e.subjects_with("culprit")} == root_culprits), None)
+    clauses = [f"{root.lead}: {joined.follow}" if joined is not None else (root.headline or root.summary)]
+    for e in effects:
+        if e is joined:
+            continue
         delay = ""
         if e.start is not None and root.start is not None and e.start - root.start >= 1.0:
             delay = f" {e.start - root.start:.0f} s later"
         clauses.append((e.headline or e.summary) + delay)
-    # Culprits and victims: those of the root's chain first, then by severity.
-    in_chain = [root] + [by_id[e] for e in root.cause_keys]
+    # Culprits and victims: those of the root's chain first, then by severity; a container whose
+    # pod is listed is represented by its pod.
+    in_chain = [root, *effects]
     ranked = in_chain + sorted((f for f in significant if f not in in_chain),
                                key=lambda f: (severity_rank(f.severity), _order_key(f)))
     culprits = _distinct([s for f in ranked for s in f.subjects_with("culprit")])
     victims = _distinct([s for f in ranked for s in f.subjects_with("victim")])
-    headline = "; ".join(clauses)
+    if model is not None:
+        culprits, victims = collapse_pods(model, culprits), collapse_pods(model, victims)
+    headline = cap("; ".join(clauses))
     impact_parts = []
-    for v in [v for v in victims if v.type != "pod"][:4] or victims[:4]:
+    for v in victims[:4]:
         harms = sorted((f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}),
                        key=lambda f: int(f.key[1:]) if f.key[1:].isdigit() else 0)
-        phrases = list(dict.fromkeys(_harm(f) for f in harms))
-        impact_parts.append(f"{name_of(v)}: {', '.join(phrases)}")
+        phrases = list(dict.fromkeys(_harm(f, model) for f in harms))
+        impact_parts.append(f"{_name(model, v, long=False)}: {', '.join(phrases)}")
     starts = [f.start for f in significant if f.start is not None]
     ends = [f.end if f.end is not None else f.start for f in significant if (f.end or f.start) is not None]
     verdict = {
@@ -160,10 +171,17 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig) -> ChainResult:
     return ChainResult(tuple(final), chain, verdict)
 
 
-def _harm(f: Finding) -> str:
+def _name(model: Model | None, s: Subject, long: bool = True) -> str:
+    return label(model, s, long=long) if model is not None else name_of(s)
+
+
+def _harm(f: Finding, model: Model | None = None) -> str:
     """What a finding did to its victim, in a few words with the numbers."""
     when = fmt_time(f.start)
-    culprits = ", ".join(name_of(s) for s in f.subjects_with("culprit")) or "another process"
+    culprit_subjects = list(f.subjects_with("culprit"))
+    if model is not None:
+        culprit_subjects = collapse_pods(model, culprit_subjects)
+    culprits = ", ".join(_name(model, s, long=False) for s in culprit_subjects) or "another process"
     gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
     if f.kind == "gpu-compute-hog":
         return f"starved of {gpu} compute by {culprits} from {when} (its SM share {f.metric('victim_sm_share_pct')}%)"

@@ -164,7 +164,13 @@ class Finding:
     metrics: tuple[tuple[str, float | int | str | None], ...] = ()
     key: str = ""
     cause_keys: tuple[str, ...] = field(default=())
-    headline: str = ""  # a short clause for the verdict ("notebook took GPU 0 from trainer")
+    headline: str = ""  # one sentence for the verdict and the chain, with the numbers
+    # When an effect with the same culprit follows it in the verdict, ``lead`` (the headline
+    # without its numbers) is joined with the effect's ``follow`` clause, which brings them:
+    # "container notebook, which had no GPU allocation, took GPU 0 (allocated to trainer)"
+    # + ": " + "92% of its compute; trainer fell from 95% to 7% SM".
+    lead: str = ""
+    follow: str = ""
 
     def subjects_with(self, role: Role) -> tuple[Subject, ...]:
         return tuple(s for s in self.subjects if s.role == role)

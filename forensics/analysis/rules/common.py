@@ -8,17 +8,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from forensics.analysis.findings import Evidence, Subject
-from forensics.analysis.model import UNKNOWN_ALLOCATION, GpuAllocation, Model, ProcessGpuSample
+from forensics.analysis.model import UNKNOWN_ALLOCATION, GpuAllocation, Model, Pod, ProcessGpuSample
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = [
     "Owner",
+    "cap",
+    "collapse_pods",
     "confidence",
     "fmt_bytes",
     "fmt_time",
     "gpu_subject",
+    "label",
     "owner_of",
     "owners_on_gpu",
+    "pod_of",
     "with_pod",
 ]
 
@@ -123,7 +127,7 @@ def dedupe_subjects(items: Iterable[Subject]) -> tuple[Subject, ...]:
 
 
 def name_of(s: Subject) -> str:
-    """How a summary names a subject: ``trainer``, ``pod ml/trainer-0``, ``process 4242 (python)``."""
+    """How a summary names a subject without the model: ``trainer``, ``pod ml/trainer-0``, ``host process 4242 (python)``."""
     if s.type == "container":
         return s.name
     if s.type == "pod":
@@ -133,11 +137,89 @@ def name_of(s: Subject) -> str:
     return s.name
 
 
+def pod_of(model: Model, subject: Subject) -> Pod | None:
+    """The pod a container subject belongs to (kubelet labels, a pod status's container id, or the
+    process cgroup's pod UID on containerd/CRI-O), when that pod is in the bundle."""
+    if subject.type == "pod":
+        return model.pods.get(subject.id)
+    if subject.type != "container":
+        return None
+    c = model.container(subject.node, subject.id)
+    if c is not None and c.pod_uid and c.pod_uid in model.pods:
+        return model.pods[c.pod_uid]
+    for proc in model.processes.values():  # a container only a cgroup path names (no runtime data)
+        if proc.node == subject.node and proc.container_id == subject.id and proc.pod_uid in model.pods:
+            return model.pods[proc.pod_uid]
+    return None
+
+
+def container_in_pod(model: Model, subject: Subject) -> str:
+    """The Kubernetes name of a pod's container (``jupyter``), else its runtime name."""
+    c = model.container(subject.node, subject.id)
+    if c is not None and c.k8s_container_name:
+        return c.k8s_container_name
+    pod = pod_of(model, subject)
+    if pod is not None:
+        for cname, cid in pod.container_ids:
+            if cid == subject.id:
+                return cname
+    return c.name if c is not None else subject.id[:12]
+
+
+def label(model: Model, s: Subject, *, long: bool = True) -> str:
+    """How a sentence names a subject, knowing the model.
+
+    A container of a pod is named by its pod, as a Kubernetes operator thinks of it
+    (``pod research/notebook-alice (container jupyter)``; short: ``pod research/notebook-alice``);
+    a Docker container ``container notebook`` (short: ``notebook``); a container the bundle only
+    knows by id (a kernel OOM line, a cgroup path) ``container 3f9a0c1b2d4e (no longer present)``.
+    """
+    if s.type == "container":
+        pod = pod_of(model, s)
+        if pod is not None:
+            whole = f"pod {pod.namespace}/{pod.name}"
+            return f"{whole} (container {container_in_pod(model, s)})" if long else whole
+        if model.container(s.node, s.id) is not None:
+            return f"container {s.name}" if long else s.name
+        return f"container {s.id[:12]} ({absent_reason(model, s)})"
+    return name_of(s)
+
+
+def absent_reason(model: Model, s: Subject) -> str:
+    """Why a container named only by its id is not described in the bundle."""
+    if any(p.node == s.node and p.container_id == s.id for p in model.processes.values()):
+        return "not described by Docker or Kubernetes in the bundle"
+    if model.has_source(s.node, "docker") or model.has_source(s.node, "kubernetes"):
+        return "no longer present"
+    return "no container runtime data in the bundle"
+
+
+def cap(text: str) -> str:
+    """``text`` with its first letter upper-cased (a headline starts a sentence)."""
+    return text[:1].upper() + text[1:]
+
+
 def with_pod(model: Model, subject: Subject) -> list[Subject]:
-    """A container subject followed by its pod's subject (same role) when the pod is known."""
-    out = [subject]
-    if subject.type == "container":
-        c = model.container(subject.node, subject.id)
-        if c is not None and c.pod_uid and c.pod_uid in model.pods:
-            out.append(model.pods[c.pod_uid].subject().with_role(subject.role))
+    """A container subject preceded by its pod's subject (same role) when the pod is known: in
+    Kubernetes the pod is the party an operator acts on; the container stays as a further subject."""
+    pod = pod_of(model, subject) if subject.type == "container" else None
+    if pod is None:
+        return [subject]
+    return [pod.subject().with_role(subject.role), subject]
+
+
+def collapse_pods(model: Model, subjects: Iterable[Subject]) -> list[Subject]:
+    """Distinct subjects, a container left out when its pod is listed too (verdict lists, impact)."""
+    out: list[Subject] = []
+    seen: set[tuple[str, str, str]] = set()
+    items = list(subjects)
+    pods = {s.key() for s in items if s.type == "pod"}
+    for s in items:
+        if s.key() in seen:
+            continue
+        pod = pod_of(model, s) if s.type == "container" else None
+        if pod is not None and pod.subject().key() in pods:
+            continue
+        seen.add(s.key())
+        out.append(s)
     return out

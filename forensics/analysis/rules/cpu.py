@@ -18,8 +18,9 @@ from forensics.analysis.rules.common import (
     fmt_time,
     gpu_label,
     gpu_subject,
-    name_of,
+    label,
     owner_of,
+    with_pod,
 )
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -79,7 +80,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         if intervals and all(i[0].throttled_usec is not None and i[1].throttled_usec is not None for i in intervals):
             throttled_s = sum((i[1].throttled_usec or 0) - (i[0].throttled_usec or 0) for i in intervals) / 1e6
         quota = f" (quota {c.cpu_quota_cores:g} CPUs)" if c is not None and c.cpu_quota_cores else ""
-        summary = (f"{name_of(subj)} was CPU-throttled in {ratio * 100:.0f}% of its CFS periods "
+        summary = (f"{label(model, subj)} was CPU-throttled in {ratio * 100:.0f}% of its CFS periods "
                    f"({throttled}/{periods}) {basis}{quota}")
         if throttled_s is not None:
             summary += f", {throttled_s:.1f} s throttled"
@@ -92,7 +93,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         ev = [samples[0].evidence, samples[-1].evidence]
         if worst is not None:
             ev = [worst[0].evidence, worst[1].evidence, samples[-1].evidence]
-        subjects = [subj.with_role("victim"), *[gpu_subject(model, node, u) for u, _ in idle_gpus]]
+        subjects = [*with_pod(model, subj.with_role("victim")), *[gpu_subject(model, node, u) for u, _ in idle_gpus]]
         findings.append(Finding(
             kind="cpu-throttling", severity=severity,
             confidence=confidence(model, node, 0.9, ("cgroups",), cfg),
@@ -102,7 +103,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                      ("nr_throttled", throttled), ("throttled_s", throttled_s),
                      ("gpu_idle", bool(idle_gpus))),
             key=f"throttle:{node}:{cid}",
-            headline=f"{name_of(subj)} was CPU-throttled {ratio * 100:.0f}% of the time"
+            headline=f"{label(model, subj)} was CPU-throttled {ratio * 100:.0f}% of the time"
                      + (" while its GPU sat idle" if idle_gpus else ""),
         ))
     return findings
@@ -128,7 +129,7 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         else:
             c = model.container(node, scope)
             subj = c.subject() if c is not None else Subject("container", scope, scope[:12], node)
-            where = name_of(subj)
+            where = label(model, subj)
         full_txt = f", full {peak.full_avg10_pct:.1f}%" if peak.full_avg10_pct is not None else ""
         summary = (f"{where} stalled on {resource}: PSI some avg10 peaked at {peak.some_avg10_pct:.1f}%"
                    f"{full_txt} at {fmt_time(peak.t)}; {len(hot)} of {len(samples)} readings over the threshold")
@@ -136,7 +137,7 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             kind="pressure-stall", severity="medium" if full_hit else "low",
             confidence=confidence(model, node, 0.85, ("cgroups",), cfg),
             summary=summary, start=hot[0].t, end=hot[-1].t, node=node,
-            subjects=(subj.with_role("victim"),),
+            subjects=dedupe_subjects(with_pod(model, subj.with_role("victim"))),
             evidence=dedupe_evidence([peak.evidence, hot[0].evidence]),
             metrics=(("resource", resource), ("some_avg10_pct_peak", peak.some_avg10_pct),
                      ("full_avg10_pct_peak", peak.full_avg10_pct), ("readings_over", len(hot))),

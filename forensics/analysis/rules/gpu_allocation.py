@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Role, Subject
-from forensics.analysis.model import Model, ProcessGpuSample
+from forensics.analysis.model import GpuAllocation, Model, Pod, ProcessGpuSample
 from forensics.analysis.rules.common import (
     Owner,
     confidence,
@@ -19,8 +19,10 @@ from forensics.analysis.rules.common import (
     fmt_bytes,
     gpu_label,
     gpu_subject,
+    label,
     name_of,
     owner_of,
+    pod_of,
     span,
     with_pod,
 )
@@ -86,6 +88,60 @@ def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:
     return "; ".join(parts) + more
 
 
+def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, pod: Pod | None,
+                     visible: tuple[int, str] | None) -> tuple[str, str]:
+    """Why the owner's use of GPU ``uuid`` was not allocated: (the summary's clause, the headline's).
+
+    In Kubernetes terms for a pod (its ``nvidia.com/gpu`` limit, how it still sees the GPU), in
+    Docker terms otherwise (no grant, a blanket grant, other GPUs granted).
+    """
+    gl = gpu_label(model, node, uuid)
+    node_gpus = {g.uuid for g in model.node_gpus(node)}
+    sees = ""
+    if uuid in alloc.blanket_gpus:
+        every = bool(node_gpus) and node_gpus <= set(alloc.blanket_gpus)
+        sees = (f"sees every GPU through {alloc.blanket_detail}" if every
+                else f"reaches {gl} through {alloc.blanket_detail}")
+    elif visible is not None:
+        pid, value = visible
+        sees = (f"sees every GPU through NVIDIA_VISIBLE_DEVICES={value} in its process {pid}'s environment"
+                if value.strip().lower() == "all"
+                else f"its process {pid} ran with NVIDIA_VISIBLE_DEVICES={value} in its environment")
+    if pod is not None:
+        limit = pod.gpu_limit()
+        if limit == 0:
+            short = "has no nvidia.com/gpu limit"
+        else:
+            short = f"was allocated {_gpu_list(model, node, alloc.gpus)} (nvidia.com/gpu: {limit})"
+        return f"pod {pod.namespace}/{pod.name} {short}" + (f"; it {sees}" if sees else ""), short
+    if alloc.explicit:
+        short = f"was allocated {_gpu_list(model, node, alloc.gpus)}"
+        return f"it {short} ({alloc.detail})" + (f"; it {sees}" if sees else ""), short
+    if uuid in alloc.blanket_gpus:
+        return f"it requested no GPU, and its GPU access came only from a blanket grant ({alloc.blanket_detail})", \
+            "had no GPU allocation"
+    return "its configuration grants no GPU at all" + (f"; {sees}" if sees else ""), "had no GPU allocation"
+
+
+def _gpu_list(model: Model, node: str, uuids: tuple[str, ...]) -> str:
+    labels = [gpu_label(model, node, u) for u in uuids]
+    return ", ".join(labels) if labels else "GPUs the bundle does not name"
+
+
+def _assigned_text(model: Model, uuid: str, holders: list[tuple[Subject, Owner]]) -> str:
+    """Who ``uuid`` was explicitly given to, and by what (the kubelet's pod-resources, docker inspect)."""
+    parts = []
+    for subj, owner in holders:
+        alloc = owner.allocation
+        gl = gpu_label(model, subj.node, uuid)
+        if alloc.source == "pod-resources":
+            parts.append(f"the kubelet assigned {gl} to {label(model, subj)}, "
+                         f"per its pod-resources list ({alloc.detail})")
+        else:
+            parts.append(f"{gl} was allocated to {label(model, subj)} ({alloc.detail})")
+    return "; ".join(parts)
+
+
 def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A container/pod process on a GPU its owner was not explicitly allocated (the "secretly taken" GPU)."""
     findings: list[Finding] = []
@@ -106,33 +162,36 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
             sm_vals = [s.sm_util_pct for s in samples if s.sm_util_pct is not None]
             gl = gpu_label(model, node, uuid)
-            if uuid in alloc.blanket_gpus:
-                how = f"its GPU access came only from a blanket grant ({alloc.blanket_detail})"
-            elif alloc.explicit:
-                how = f"it was allocated other GPUs ({alloc.detail})"
-            else:
-                how = "its configuration grants no GPU at all"
-            env_ev = []
-            if not alloc.blanket_gpus:
-                for s in samples:
-                    proc = model.gpu_process(node, s.pid)
-                    if proc is not None and proc.visible_devices is not None:
-                        how += (f"; its process {s.pid} ran with NVIDIA_VISIBLE_DEVICES="
-                                f"{proc.visible_devices} in its environment")
-                        if proc.visible_devices_evidence is not None:
-                            env_ev.append(proc.visible_devices_evidence)
-                        break
-            c = model.container(node, subject.id) if subject.type == "container" else None
-            pod = model.pods.get(c.pod_uid) if c is not None and c.pod_uid else None
-            if pod is not None and pod.gpu_limit() == 0:
-                how += f"; pod {pod.namespace}/{pod.name} has no nvidia.com/gpu limit"
-            victim_text = ""
+            pod = pod_of(model, subject)
+            env_ev: list[Evidence] = []
+            visible = None
+            for s in samples:
+                proc = model.gpu_process(node, s.pid)
+                if proc is not None and proc.visible_devices is not None:
+                    visible = (s.pid, proc.visible_devices)
+                    if proc.visible_devices_evidence is not None:
+                        env_ev.append(proc.visible_devices_evidence)
+                    break
+            why, why_short = _why_unallocated(model, node, uuid, alloc, pod, visible)
+            who = label(model, subject)
+            who_brief = label(model, subject, long=False) if pod is not None else who
+            holder_names = ", ".join(label(model, h[0], long=False) for h in holders)
             if holders:
-                victim_text = ", allocated to " + ", ".join(name_of(h[0]) for h in holders)
-            summary = (f"{name_of(subject)} ({_pids_text(samples, model)}) used {gl}{victim_text} "
-                       f"without an allocation of it; {how}; peak {fmt_bytes(peak_mem)} of GPU memory"
-                       + (f", SM {sum(sm_vals) / len(sm_vals):.0f}% on average" if sm_vals else ""))
-            headline = f"{name_of(subject)} used {gl}{victim_text} without a GPU allocation"
+                assigned = _assigned_text(model, uuid, holders)
+                took = (f"took {gl} from {holder_names}" if pod is not None and all(
+                    pod_of(model, h[0]) is not None for h in holders)
+                    else f"took {gl} (allocated to {', '.join(label(model, h[0], long=False) for h in holders)})")
+            else:
+                assigned = f"{gl} was allocated to no container or pod"
+                took = f"used {gl}"
+            sm_avg = sum(sm_vals) / len(sm_vals) if sm_vals else None
+            numbers = f"peak {fmt_bytes(peak_mem)} of GPU memory" + (
+                f", SM {sm_avg:.0f}% on average" if sm_avg is not None else "")
+            summary = (f"{who} ({_pids_text(samples, model)}) used {gl} without an allocation of it: {why}; "
+                       f"{assigned}; {numbers}")
+            lead = f"{who_brief}, which {why_short}, {'also ' if alloc.explicit else ''}{took}"
+            headline = lead + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else "") + (
+                f" at {sm_avg:.0f}% SM" if sm_avg is not None else "")
             subjects = with_pod(model, subject.with_role("culprit"))
             subjects += [s for h in holders for s in with_pod(model, h[0].with_role("victim"))]
             subjects.append(gpu_subject(model, node, uuid))
@@ -160,7 +219,7 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                          ("sm_util_avg_pct", round(sum(sm_vals) / len(sm_vals), 1) if sm_vals else None),
                          ("allocation_kind", alloc.kind)),
                 key=f"unallocated:{node}:{uuid}:{subject.id}",
-                headline=headline,
+                headline=headline, lead=lead,
             ))
     return findings
 

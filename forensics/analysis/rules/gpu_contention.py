@@ -19,8 +19,9 @@ from forensics.analysis.rules.common import (
     fmt_time,
     gpu_label,
     gpu_subject,
-    name_of,
+    label,
     owner_of,
+    pod_of,
     with_pod,
 )
 from forensics.analysis.thresholds import AnalysisConfig
@@ -119,16 +120,25 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         all_ticks = sorted({t for v in victims for t in v[4]})
         start, end = all_ticks[0], all_ticks[-1]
         parts = []
+        falls = []
         confirmed_drop = False
+        hog_name = label(model, hog, long=False)
         for other, o_share, before, during, _ in victims:
-            text = f"{name_of(other)} got {o_share * 100:.0f}% (SM {during or 0:.0f}% on average)"
+            other_name = label(model, other, long=False)
+            text = f"{other_name} got {o_share * 100:.0f}% (SM {during or 0:.0f}% on average)"
             if before is not None:
-                text += f", down from SM {before:.0f}% before {name_of(hog)} arrived"
+                text += f", down from SM {before:.0f}% before {hog_name} arrived"
+                falls.append(f"{other_name} fell from {before:.0f}% to {during or 0:.0f}% SM")
                 if during is not None and before >= 2 * max(during, 1.0):
                     confirmed_drop = True
+            else:
+                falls.append(f"{other_name} got {during or 0:.0f}% SM")
             parts.append(text)
-        summary = (f"{name_of(hog)} held {share * 100:.0f}% of {gl}'s SM time over {end - start:.0f} s "
+        summary = (f"{label(model, hog)} held {share * 100:.0f}% of {gl}'s SM time over {end - start:.0f} s "
                    f"({len(all_ticks)} samples) while " + "; ".join(parts))
+        follow = f"{share * 100:.0f}% of its compute; " + "; ".join(falls)
+        headline = (f"{label(model, hog, long=False) if pod_of(model, hog) else label(model, hog)} took "
+                    f"{share * 100:.0f}% of {gl}'s compute; " + "; ".join(falls))
         hog_alloc = owner_of(model, node, per_owner[hog][0].pid).allocation
         victim_explicit = any(
             (va := owner_of(model, node, per_owner[v[0]][0].pid).allocation).explicit and uuid in va.gpus
@@ -159,8 +169,7 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                      ("victim_sm_share_pct", round(min(v[1] for v in victims) * 100, 1)),
                      ("samples", len(all_ticks))),
             key=f"hog:{node}:{uuid}",
-            headline=f"{name_of(hog)} took {share * 100:.0f}% of {gl}'s compute, starving "
-                     + ", ".join(name_of(v[0]) for v in victims),
+            headline=headline, follow=follow,
         ))
     return findings
 
@@ -196,7 +205,7 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             c = model.container(node, oom.container_id)
             if oom.node == node and c is not None and c.subject() in owners_on:
                 if oom.t is None or start - 60 <= oom.t <= end + cfg.chain_link_window_s:
-                    victims.append((c.subject(), oom.evidence, "CUDA out of memory", oom.t))
+                    victims.append((c.subject(), oom.evidence, "hit a CUDA out-of-memory error", oom.t))
         victim_keys = {v[0].key() for v in victims}
         for subj in owners_on:
             c = model.container(node, subj.id) if subj.type == "container" else None
@@ -205,11 +214,11 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 victims.append((subj, c.evidence[0] if c.evidence else peak.evidence,
                                 f"exited with code {c.exit_code}", c.finished_at))
         gl = gpu_label(model, node, uuid)
-        holder_text = ", ".join(f"{name_of(s)} {fmt_bytes(m)}" for s, (m, _) in ranked[:3]) or "holders unknown"
+        holder_text = ", ".join(f"{label(model, s, long=False)} {fmt_bytes(m)}" for s, (m, _) in ranked[:3]) or "holders unknown"
         summary = (f"{gl} memory reached {peak_ratio * 100:.0f}% ({fmt_bytes(peak.memory_used_bytes)} of "
                    f"{fmt_bytes(total)}) at {fmt_time(peak.t)}; held by {holder_text}")
         if victims:
-            summary += "; " + "; ".join(f"{name_of(v[0])}: {v[2]} at {fmt_time(v[3])}" for v in victims)
+            summary += "; " + "; ".join(f"{label(model, v[0], long=False)}: {v[2]} at {fmt_time(v[3])}" for v in victims)
         victim_set = {v[0].key() for v in victims}
         culprits: list[Subject] = []
         if ranked and (victims or len(ranked) > 1):
@@ -222,9 +231,9 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if (top.key() not in victim_set and top_mem >= 0.5 * sum(m for _, (m, _) in ranked)
                     and (not top_owns or victims_own)):
                 culprits.append(top)
-        subjects = ([c.with_role("culprit") for c in culprits]
-                    + [v[0].with_role("victim") for v in victims]
-                    + [s.with_role("witness") for s, _ in ranked[:3]]
+        subjects = ([x for c in culprits for x in with_pod(model, c.with_role("culprit"))]
+                    + [x for v in victims for x in with_pod(model, v[0].with_role("victim"))]
+                    + [x for s, _ in ranked[:3] for x in with_pod(model, s.with_role("witness"))]
                     + [gpu_subject(model, node, uuid)])
         mseverity: Severity = "high" if victims else ("medium" if len(ranked) > 1 else "low")
         ev = [peak.evidence, *[p.evidence for _, (_, p) in ranked[:3]], *[v[1] for v in victims]]
@@ -237,6 +246,7 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                      ("memory_total_bytes", total), ("peak_ratio", round(peak_ratio, 3)),
                      ("samples_over_threshold", len(hot))),
             key=f"gpumem:{node}:{uuid}",
-            headline=(f"{gl} memory ran full" + (", " + "; ".join(f"{name_of(v[0])} hit {v[2]}" for v in victims) if victims else "")),
+            headline=(f"{gl} memory {peak_ratio * 100:.0f}% full" + (
+                ", " + "; ".join(f"{label(model, v[0], long=False)} {v[2]}" for v in victims) if victims else "")),
         ))
     return findings

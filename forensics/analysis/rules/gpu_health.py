@@ -18,6 +18,7 @@ from forensics.analysis.rules.common import (
     fmt_time,
     gpu_label,
     owner_of,
+    with_pod,
 )
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -104,12 +105,12 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         for pid in pids[:3]:
             owner = owner_of(model, node, pid, next((e.proc_name for g in events for e in g if e.pid == pid and e.proc_name), None))
             role: Role = "witness" if cls == "application" else "victim"
-            subjects.append(owner.subject.with_role(role))
+            subjects.extend(with_pod(model, owner.subject.with_role(role)))
         if uuid is not None and cls in ("hardware", "driver") and start is not None:
             # Whoever was running on the faulted GPU then was harmed by it.
             for ps in model.proc_samples:
                 if ps.node == node and ps.gpu_uuid == uuid and start - 30 <= ps.t <= start + 5:
-                    subjects.append(owner_of(model, node, ps.pid).subject.with_role("victim"))
+                    subjects.extend(with_pod(model, owner_of(model, node, ps.pid).subject.with_role("victim")))
         if not subjects:
             subjects.append(Subject("host", node, node, node))
         where = gpu_label(model, node, uuid) if uuid else (f"PCI {first.pci_bus_id}" if first.pci_bus_id else "an unidentified GPU")

@@ -16,7 +16,8 @@ from forensics.analysis.rules.common import (
     dedupe_subjects,
     fmt_bytes,
     fmt_time,
-    name_of,
+    label,
+    with_pod,
 )
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -74,11 +75,7 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         global_oom = any(o.global_oom for o in g)
         subjects: list[Subject] = []
         if who is not None:
-            subjects.append(who.with_role("victim"))
-            who_c = model.container(node, who.id) if who.type == "container" else None
-            pod_uid = who.id if who.type == "pod" else (who_c.pod_uid if who_c is not None else None)
-            if pod_uid and pod_uid in model.pods and who.type != "pod":
-                subjects.append(model.pods[pod_uid].subject().with_role("victim"))
+            subjects.extend(with_pod(model, who.with_role("victim")))
         if pid is not None:
             proc = model.processes.get((node, pid))
             subjects.append(Subject("process", str(pid), comm or (proc.comm if proc else "?"), node,
@@ -88,7 +85,7 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         if not subjects:
             continue
         what = f"process {pid} ({comm})" if pid is not None else "a process"
-        whose = f" of {name_of(who)}" if who is not None else ""
+        whose = f" of {label(model, who)}" if who is not None else ""
         scope = "host-wide (global) OOM" if global_oom else "OOM"
         summary = f"{scope} killed {what}{whose} at {fmt_time(t)}"
         if usage is not None and limit is not None:
@@ -107,6 +104,7 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             metrics=(("pid", pid), ("usage_bytes", usage), ("limit_bytes", limit),
                      ("global", global_oom), ("sources", ",".join(sources))),
             key=f"oom:{node}:{who.id if who else pid}:{t}",
-            headline=f"{name_of(who) if who else what} was OOM-killed",
+            headline=f"{label(model, who) if who else what} was OOM-killed"
+                     + (f" ({fmt_bytes(usage)} of {fmt_bytes(limit)})" if usage is not None and limit is not None else ""),
         ))
     return findings

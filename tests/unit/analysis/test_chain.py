@@ -18,8 +18,13 @@ def test_worked_example_chain_and_headline(analyze: Analyze) -> None:
     assert v["clean"] is False
     assert [c["name"] for c in v["culprits"]] == ["notebook"]
     assert v["victims"][0]["name"] == "trainer"
-    assert v["headline"].startswith("notebook used GPU 0, allocated to trainer")
-    assert "starving trainer" in v["headline"]
+    # One sentence that reads naturally, with the numbers: who took what from whom, then the harm.
+    assert v["headline"].startswith(
+        "Container notebook, which had no GPU allocation, took GPU 0 (allocated to trainer): 9"), v["headline"]
+    assert "% of its compute; trainer fell from 95% to 7% SM; GPU 0 memory 9" in v["headline"], v["headline"]
+    assert "trainer exited with code 1" in v["headline"], v["headline"]
+    assert "without a GPU allocation" not in v["headline"] and ". " not in v["headline"]
+    assert root["summary"].startswith("container notebook (pid 4202, python) used GPU 0 without an allocation")
     chain_ids = [c["finding"] for c in doc["chain"]]
     assert chain_ids.index(root["id"]) < chain_ids.index(hog["id"])
     times = [c["time"] for c in doc["chain"]]
