@@ -73,6 +73,7 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
         container_ids: list[tuple[str, str]] = []
         limits: list[tuple[str, int]] = []
         devs: list[tuple[str, tuple[str, ...]]] = []
+        grant_ev: list[Evidence] = []  # the pod's spec resources and pod-resources devices
         for ce in entry.containers:
             if ce.kind != "container":
                 continue
@@ -84,6 +85,7 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
             j = spec_index.get(ce.name)
             ev_spec = src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/spec/containers/{j}/resources", doc) if j is not None else None
             evidence = tuple(e for e in (ev_spec, dev_ev) if e is not None)
+            grant_ev.extend(evidence)
             alloc = kubernetes_allocation(ce.gpu_limit_count + sum(ce.mig_limits.values()), dev_ids, gpus,
                                           evidence, podresources_present)
             for cid in (ce.container_id, ce.last_container_id):
@@ -122,7 +124,8 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                                           k8s_container_name=ce.name))
         model.pods[entry.uid] = Pod(node, entry.uid, entry.namespace, entry.name, entry.phase or "unknown",
                                     tuple(container_ids), tuple(limits), tuple(devs),
-                                    (src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/metadata/uid", doc),))
+                                    (src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/metadata/uid", doc),
+                                     *grant_ev))
 
 
 _OOM_EVENT = re.compile(r"victim process: (?P<comm>[^,]+), pid: (?P<pid>\d+)|Killed process (?P<pid2>\d+) \((?P<comm2>[^)]*)\)")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.findings import Evidence, Subject
 from forensics.analysis.model import UNKNOWN_ALLOCATION, GpuAllocation, Model, Pod, ProcessGpuSample
 from forensics.analysis.thresholds import AnalysisConfig
@@ -22,6 +23,7 @@ __all__ = [
     "label",
     "owner_of",
     "owners_on_gpu",
+    "pod_allocation",
     "pod_of",
     "with_pod",
 ]
@@ -48,12 +50,33 @@ def owner_of(model: Model, node: str, pid: int, comm_hint: str | None = None) ->
     if container is not None:
         return Owner(container.subject(), container.allocation, True, proc.evidence)
     if proc.pod_uid and proc.pod_uid in model.pods:
-        return Owner(model.pods[proc.pod_uid].subject(), UNKNOWN_ALLOCATION, True, proc.evidence)
+        # containerd/CRI-O: the cgroup names the pod UID, but no pod status lists this container id
+        # (yet): the pod as a whole is the owner, with what its spec grants as a whole.
+        pod = model.pods[proc.pod_uid]
+        return Owner(pod.subject(), pod_allocation(model, pod), True, proc.evidence)
     if proc.container_id:
         # A container the cgroup names but no other source describes: kept, by its id.
         subj = Subject("container", proc.container_id, proc.container_id[:12], node)
         return Owner(subj, UNKNOWN_ALLOCATION, True, proc.evidence)
     return Owner(proc.subject(), UNKNOWN_ALLOCATION, False, proc.evidence)
+
+
+def pod_allocation(model: Model, pod: Pod) -> GpuAllocation:
+    """What a pod as a whole was granted (pods.json ``nvidia.com/gpu`` limits, pod-resources devices).
+
+    No limit in any container: ``none``. Limits with every container's devices known: the union
+    of those devices. Otherwise the devices are unknown (no verdict on which GPU is whose).
+    """
+    evidence = pod.evidence[1:] or pod.evidence  # spec resources and pod-resources devices (after the UID)
+    limit = pod.gpu_limit()
+    if limit <= 0 and not pod.gpu_devices:
+        return GpuAllocation("none", False, (), "pod spec", "pod with no nvidia.com/gpu limit", evidence)
+    ids = [d for _, devs in pod.gpu_devices for d in devs]
+    with_limit = {name for name, n in pod.gpu_limits if n > 0}
+    if ids and with_limit <= {name for name, _ in pod.gpu_devices}:
+        return kubernetes_allocation(limit, ids, model.node_gpus(pod.node), evidence, True)
+    return GpuAllocation("kubernetes", True, (), "pod spec",
+                         f"nvidia.com/gpu: {limit} (devices unknown)", evidence, devices_known=False)
 
 
 def owners_on_gpu(model: Model, samples: Sequence[ProcessGpuSample]) -> dict[Subject, list[ProcessGpuSample]]:

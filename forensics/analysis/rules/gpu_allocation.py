@@ -22,6 +22,7 @@ from forensics.analysis.rules.common import (
     label,
     name_of,
     owner_of,
+    pod_allocation,
     pod_of,
     span,
     with_pod,
@@ -75,6 +76,15 @@ def explicit_holders(model: Model, node: str, uuid: str) -> list[tuple[Subject, 
     for (n, _), c in sorted(model.containers.items(), key=lambda kv: (kv[1].name, kv[1].id)):
         if n == node and c.allocation.explicit and uuid in c.allocation.gpus:
             holders.append((c.subject(), Owner(c.subject(), c.allocation, True, c.evidence)))
+    # Pods no container record describes (containerd/CRI-O: statuses without container ids yet):
+    # the pod's own grant, as its processes' cgroups name the pod.
+    described = {c.pod_uid for (n, _), c in model.containers.items() if n == node and c.pod_uid}
+    for pod in sorted(model.pods.values(), key=lambda p: (p.namespace, p.name)):
+        if pod.node != node or pod.uid in described:
+            continue
+        alloc = pod_allocation(model, pod)
+        if alloc.explicit and uuid in alloc.gpus:
+            holders.append((pod.subject(), Owner(pod.subject(), alloc, True, alloc.evidence)))
     return holders
 
 
