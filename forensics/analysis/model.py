@@ -239,6 +239,7 @@ class PsiSample(NamedTuple):
     full_avg10_pct: float | None
     ref: EvidenceRef
     quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
+    from_counters: bool = False  # the pcts are an interval's stall share from total_usec counters
 
     @property
     def evidence(self) -> Evidence:

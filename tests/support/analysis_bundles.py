@@ -64,6 +64,7 @@ class BundleSpec:
     pods: list[dict[str, Any]] = field(default_factory=list)
     podresources: list[dict[str, Any]] = field(default_factory=list)
     _seq: int = 1000
+    _psi: dict[tuple[str, bool, str], tuple[float, int, int]] = field(default_factory=dict)
 
     # -- NVML -----------------------------------------------------------------------------------
     def gpu(self, index: int, memory_total: int = 80 * GIB, name: str = "NVIDIA H100 80GB HBM3") -> str:
@@ -192,11 +193,19 @@ class BundleSpec:
         if memory is not None:
             values["memory"] = {"current_bytes": memory}
         if psi:
-            values["host_pressure" if host_psi else "pressure"] = {
-                res: {"some": {"avg10_pct": s, "avg60_pct": s, "avg300_pct": s, "total_usec": 1},
-                      **({"full": {"avg10_pct": f, "avg60_pct": f, "avg300_pct": f, "total_usec": 1}}
-                         if f is not None else {})}
-                for res, (s, f) in psi.items()}
+            # As the cgroups collector samples PSI: cumulative stall counters, advanced here so
+            # that each interval's stall share is the given percentage.
+            section: dict[str, Any] = {}
+            for res, (some_pct, full_pct) in psi.items():
+                key = (cgroup, host_psi, res)
+                last_t, some_total, full_total = self._psi.get(key, (t - 1.0, 1_000_000, 500_000))
+                dt_us = (t - last_t) * 1e6
+                some_total += round(some_pct / 100 * dt_us)
+                full_total += round((full_pct or 0.0) / 100 * dt_us)
+                self._psi[key] = (t, some_total, full_total)
+                section[res] = {"some_total_usec": some_total,
+                                **({"full_total_usec": full_total} if full_pct is not None else {})}
+            values["host_pressure" if host_psi else "pressure"] = section
         self.add_jsonl("cgroup/samples.jsonl", {"t": t, "time": iso_from_unix(t), "tick": int(t - self.start),
                                                 "cgroup": cgroup, "values": values})
 

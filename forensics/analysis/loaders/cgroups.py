@@ -7,7 +7,7 @@ Each cgroup path is re-attributed with :func:`forensics.parsing.attribution.attr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from forensics.analysis.findings import EvidenceRef
 from forensics.analysis.loaders.common import as_float, as_int, dig, parse_time
@@ -20,7 +20,7 @@ __all__ = ["load_cgroups"]
 
 _CPU_QUOTE: tuple[tuple[str | int, ...], ...] = (
     ("values", "cpu", "nr_periods"), ("values", "cpu", "nr_throttled"), ("values", "cpu", "throttled_ns"))
-_PSI_QUOTES: dict[tuple[str, str], tuple[tuple[str | int, ...], ...]] = {}
+_PSI_QUOTES: dict[tuple[str, ...], tuple[tuple[str | int, ...], ...]] = {}
 
 
 def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
@@ -67,6 +67,9 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
     for resource, lines in psi.items():
         if lines.__class__ is not dict:
             continue
+        if "some_total_usec" in lines:
+            _add_psi_counters(model, node, scope, section, resource, lines, t, ev)
+            continue
         some_line = lines.get("some")
         some = some_line.get("avg10_pct") if some_line.__class__ is dict else None
         if some.__class__ is not float and some.__class__ is not int:
@@ -82,6 +85,37 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
                                                                       ("values", section, resource, "full")))
             model.psi_samples.append(PsiSample(node, scope, resource, t, float(some),
                                                float(full) if full is not None else None, ev, quote))
+
+
+_PSI_PREV = "psi_counters"  # model.cache key: (node, scope, resource) -> (t, some_total_usec, full_total_usec)
+
+
+def _add_psi_counters(model: Model, node: str, scope: str, section: str, resource: str,
+                      counters: dict[str, Any], t: float, ev: EvidenceRef) -> None:
+    """A ``cgroup/samples.jsonl`` PSI reading: cumulative ``some_total_usec``/``full_total_usec``
+    (``<cgroup>/<resource>.pressure``, ``/proc/pressure/<resource>``). The stall share of the
+    interval since the previous tick, ``Δtotal_usec / (1e6 * Δt)``, is kept as a percentage in the
+    ``*_avg10_pct`` fields (the snapshot's avg10 is the kernel's 10 s average of the same share)."""
+    some, full = counters.get("some_total_usec"), counters.get("full_total_usec")
+    if some.__class__ is not int:
+        return
+    full_total = full if full.__class__ is int else None
+    prev_all = cast(dict[tuple[str, str, str], tuple[float, int, int | None]],
+                    model.cache.setdefault(_PSI_PREV, {}))
+    key = (node, scope, resource)
+    prev = prev_all.get(key)
+    prev_all[key] = (t, some, full_total)
+    if prev is None or t <= prev[0] or some < prev[1]:
+        return  # the first tick (or a counter reset): no interval yet
+    dt_us = (t - prev[0]) * 1e6
+    some_pct = min(100.0, (some - prev[1]) * 100.0 / dt_us)
+    full_pct = (min(100.0, (full_total - prev[2]) * 100.0 / dt_us)
+                if full_total is not None and prev[2] is not None and full_total >= prev[2] else None)
+    model.nodes[node].psi_readings += 1
+    if some_pct >= model.psi_some_floor or (full_pct is not None and full_pct >= model.psi_full_floor):
+        quote = _PSI_QUOTES.setdefault((section, resource, "counters"), (
+            ("values", section, resource, "some_total_usec"), ("values", section, resource, "full_total_usec")))
+        model.psi_samples.append(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:

@@ -131,7 +131,8 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             subj = c.subject() if c is not None else Subject("container", scope, scope[:12], node)
             where = label(model, subj)
         full_txt = f", full {peak.full_avg10_pct:.1f}%" if peak.full_avg10_pct is not None else ""
-        summary = (f"{where} stalled on {resource}: PSI some avg10 peaked at {peak.some_avg10_pct:.1f}%"
+        measure = "stall share per sampling interval" if peak.from_counters else "avg10"
+        summary = (f"{where} stalled on {resource}: PSI some {measure} peaked at {peak.some_avg10_pct:.1f}%"
                    f"{full_txt} at {fmt_time(peak.t)}; {len(hot)} of {len(samples)} readings over the threshold")
         findings.append(Finding(
             kind="pressure-stall", severity="medium" if full_hit else "low",

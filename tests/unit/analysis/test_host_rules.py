@@ -119,6 +119,9 @@ class TestPressureStall:
             b.cgroup_tick(T0 + s, f"/system.slice/docker-{c}.scope", psi={"memory": (45.0, 30.0)})
         (f,) = of_kind(analyze(b), "pressure-stall")
         assert names(f, "victim") == ["etl"] and f["severity"] == "medium"
+        # samples carry the kernel's cumulative counters (the collector's form): shares per interval
+        assert "stall share per sampling interval peaked at 45.0%, full 30.0%" in f["summary"], f["summary"]
+        assert '"some_total_usec":' in f["evidence"][0]["excerpt"]
 
     def test_host_pressure_low(self, analyze: Analyze) -> None:
         b = BundleSpec()
