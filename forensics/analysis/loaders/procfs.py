@@ -9,6 +9,7 @@ whose files were not stored.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import as_int, dig
@@ -75,8 +76,24 @@ def _comm(src: Source, pid: int) -> str:
     return ""
 
 
+def _index_env(src: Source, index: Any, i: int, entry: Any) -> tuple[str | None, Evidence | None]:
+    """NVIDIA_VISIBLE_DEVICES from a ``proc/index.json`` entry's ``gpu_env`` (read from
+    /proc/<pid>/environ by the procfs collector), with a JSON-pointer evidence."""
+    value = dig(entry, "gpu_env", "NVIDIA_VISIBLE_DEVICES")
+    if not isinstance(value, str):
+        return None, None
+    return value, src.ev_pointer("proc/index.json", f"/processes/{i}/gpu_env/NVIDIA_VISIBLE_DEVICES", index)
+
+
 def load_procfs(src: Source, model: Model, node: str) -> None:
     """Fill ``model.processes`` for every PID with a stored cgroup file or an index entry."""
+    index = src.json("proc/index.json")
+    entries = dig(index, "processes")
+    by_pid: dict[int, tuple[int, Any]] = {}
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        entry_pid = as_int(dig(entry, "pid"))
+        if entry_pid is not None:
+            by_pid.setdefault(entry_pid, (i, entry))
     for member in src.under("proc/"):
         m = _PID_DIR.match(member)
         if not m:
@@ -98,17 +115,15 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
         elif attribution.kind == "unknown":
             reason = f"cgroup path {attribution.cgroup_path} names no known runtime"
         visible, visible_ev = _visible_devices(src, pid)
+        if visible is None and pid in by_pid:
+            visible, visible_ev = _index_env(src, index, *by_pid[pid])
         model.processes[(node, pid)] = Process(
             node, pid, _comm(src, pid), attribution.cgroup_path, attribution.container_id,
             attribution.pod_uid, (src.ev_line(member, line_no),), reason, _start_ticks(src, pid),
             visible, visible_ev)
-    index = src.json("proc/index.json")
-    entries = dig(index, "processes")
-    for i, entry in enumerate(entries if isinstance(entries, list) else []):
-        index_pid = as_int(dig(entry, "pid"))
-        if index_pid is None or (node, index_pid) in model.processes:
+    for pid, (i, entry) in by_pid.items():
+        if (node, pid) in model.processes:
             continue
-        pid = index_pid
         att = dig(entry, "attribution")
         if not isinstance(att, dict):
             continue
@@ -116,5 +131,12 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
         cid = att.get("container_id") if isinstance(att.get("container_id"), str) else None
         uid = att.get("pod_uid") if isinstance(att.get("pod_uid"), str) else None
         path = att.get("cgroup_path") if isinstance(att.get("cgroup_path"), str) else None
-        model.processes[(node, pid)] = Process(node, pid, "", path, cid, uid, (ev,), None)
+        comm = dig(entry, "comm")
+        reason = None
+        if att.get("namespace_relative") is True:
+            reason = "cgroup path relative to a private cgroup namespace"
+        visible, visible_ev = _index_env(src, index, i, entry)
+        model.processes[(node, pid)] = Process(
+            node, pid, comm if isinstance(comm, str) else "", path, cid, uid, (ev,), reason,
+            as_int(dig(entry, "start_time_ticks")), visible, visible_ev)
     check_pid_reuse(model, node)

@@ -134,3 +134,27 @@ def test_oom_of_a_removed_container_says_so(analyze: Analyze) -> None:
     assert f"of container {gone[:12]} (no longer present)" in f["summary"], f["summary"]
     assert f"container {gone[:12]} (no longer present): OOM-killed" in doc["verdict"]["impact"]
     assert [s["id"] for s in f["subjects"] if s["type"] == "container"] == [gone]
+
+
+def test_index_only_process_keeps_comm_start_and_gpu_env(analyze: Analyze) -> None:
+    """``proc/index.json`` entries whose files were not written (over the cap) still give the
+    process name, its start tick and NVIDIA_VISIBLE_DEVICES (``gpu_env``), as the collector wrote them."""
+    b = BundleSpec()
+    uuid = b.gpu(0)
+    trainer, notebook = cid_of("trainer"), cid_of("jupyter")
+    b.pod("ml", "trainer-0", T_UID, [("trainer", trainer, 1)])
+    b.pod_devices("ml", "trainer-0", "trainer", [uuid])
+    b.pod("research", "notebook-alice", N_UID, [("jupyter", notebook, 0)])
+    b.process(31, "torchrun", container=trainer, pod_uid=T_UID)
+    b.add_json("proc/index.json", {"boot_time_unix": T0 - 86_400, "processes": [
+        {"pid": 32, "reasons": ["hint"], "files": "omitted", "comm": "python", "start_time_ticks": 777,
+         "attribution": {"kind": "container", "runtime": "containerd", "container_id": notebook,
+                         "pod_uid": N_UID, "cgroup_path": "/kubepods.slice/x.scope", "namespace_relative": False},
+         "gpu_env": {"NVIDIA_VISIBLE_DEVICES": "all"}}]})
+    _takeover(b, 31, 32)
+    b.status["docker"] = "unavailable"
+    (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+    assert "(pid 32, python)" in f["summary"], f["summary"]
+    assert "sees every GPU through NVIDIA_VISIBLE_DEVICES=all in its process 32's environment" in f["summary"]
+    assert {"member": "proc/index.json", "locator": "/processes/0/gpu_env/NVIDIA_VISIBLE_DEVICES"} in \
+        [{"member": e["member"], "locator": e["locator"]} for e in f["evidence"]]
