@@ -73,18 +73,45 @@ def report_stem(doc: Mapping[str, Any], bundle_paths: Sequence[str | os.PathLike
 def output_paths(
     doc: Mapping[str, Any],
     formats: Sequence[str],
-    out: Path,
+    out: Path | str,
     bundle_paths: Sequence[str | os.PathLike[str]] = (),
 ) -> dict[str, Path]:
     """format -> the path it will be written to (see the module docstring)."""
     names = normalise_formats(formats)
+    # "-o reports/" names a directory even before it exists (Path() would drop the slash)
+    wants_dir = isinstance(out, str) and out.endswith(("/", os.sep))
     out = Path(out)
-    if len(names) == 1 and not out.is_dir() and not str(out).endswith(os.sep):
+    if len(names) == 1 and not out.is_dir() and not wants_dir:
+        _refuse_evidence(out, bundle_paths)
         return {names[0]: out}
     if out.exists() and not out.is_dir():
         raise ReportError(f"{out} is a file; several formats need an output directory")
     stem = report_stem(doc, bundle_paths)
-    return {name: out / (stem + FORMATS[name]) for name in names}
+    targets = {name: out / (stem + FORMATS[name]) for name in names}
+    for path in targets.values():
+        _refuse_evidence(path, bundle_paths)
+    return targets
+
+
+def _refuse_evidence(path: Path, bundle_paths: Sequence[str | os.PathLike[str]]) -> None:
+    """A report never replaces evidence: neither a bundle being analyzed nor any other gzip file
+    (``-o bundle.tgz`` by mistake would otherwise destroy the only copy)."""
+    if not path.is_file():
+        return
+    for bundle in bundle_paths:
+        try:
+            same = os.path.samefile(path, bundle)
+        except OSError:
+            continue
+        if same:
+            raise ReportError(f"refusing to write the report over the bundle it reads: {path}")
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(2)
+    except OSError:
+        return
+    if magic == b"\x1f\x8b":
+        raise ReportError(f"refusing to overwrite {path}: it is a gzip file (a bundle?), not a report")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -108,7 +135,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def render(
     doc: Mapping[str, Any],
     formats: Sequence[str],
-    out: Path,
+    out: Path | str,
     bundle_paths: Sequence[str | os.PathLike[str]] = (),
     paper: str = "a4",
 ) -> list[Path]:
@@ -120,7 +147,7 @@ def render(
     from forensics.report.html import page_size, render_html_view
     from forensics.report.view import build_view
 
-    targets = output_paths(doc, formats, Path(out), bundle_paths)
+    targets = output_paths(doc, formats, out, bundle_paths)
     page_size(paper)  # validate before any work
     view = build_view(doc)
     payloads: dict[str, bytes] = {}
