@@ -47,6 +47,11 @@ def test_golden(bundle: Path) -> None:
         assert matching, f"{req} not among {[(f['kind'], f['summary']) for f in doc['findings']]}"
         if "severity" in req:
             assert any(f["severity"] == req["severity"] for f in matching), matching
+        if want.get("pods_only"):  # each pod party is followed by its container(s), with the same role
+            for f in matching:
+                for role in ("culprit", "victim"):
+                    types = [s["type"] for s in f["subjects"] if s["role"] == role]
+                    assert types.count("container") >= types.count("pod") > 0 or not types, f["subjects"]
     for f in doc["findings"]:
         if f["kind"] in want["forbidden"]:
             assert not _names(f["subjects"]) & ours, f"forbidden {f['kind']}: {f['summary']}"

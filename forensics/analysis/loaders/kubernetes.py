@@ -143,8 +143,8 @@ def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
         m = _OOM_EVENT.search(message) if isinstance(message, str) else None
         pid = int(m.group("pid") or m.group("pid2")) if m else None
         comm = (m.group("comm") or m.group("comm2")) if m else None
-        t = parse_time(dig(ev, "lastTimestamp")) or parse_time(dig(ev, "eventTime")) or \
-            parse_time(dig(ev, "firstTimestamp"))
+        t = parse_time(dig(ev, "lastTimestamp")) or parse_time(dig(ev, "series", "lastObservedTime")) or \
+            parse_time(dig(ev, "eventTime")) or parse_time(dig(ev, "firstTimestamp"))
         model.ooms.append(OomKill(node, t, pid, comm, None, None, reason == "SystemOOM", None, None, None,
                                   "kubernetes", (src.ev_pointer("kubernetes/events.json", f"/items/{i}/message", doc),)))
 

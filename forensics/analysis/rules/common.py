@@ -210,7 +210,13 @@ def label(model: Model, s: Subject, *, long: bool = True) -> str:
 
 def absent_reason(model: Model, s: Subject) -> str:
     """Why a container named only by its id is not described in the bundle."""
-    if any(p.node == s.node and p.container_id == s.id for p in model.processes.values()):
+    seen = model.cache.get("containers_seen_running")
+    if not isinstance(seen, set):
+        seen = {(p.node, p.container_id) for p in model.processes.values() if p.container_id}
+        seen |= {(c.node, c.container_id) for c in model.cpu_samples}
+        seen |= {(m.node, m.container_id) for m in model.memory_samples}
+        model.cache["containers_seen_running"] = seen
+    if (s.node, s.id) in seen:  # its processes or cgroup were there: another runtime's, or unlisted
         return "not described by Docker or Kubernetes in the bundle"
     if model.has_source(s.node, "docker") or model.has_source(s.node, "kubernetes"):
         return "no longer present"

@@ -152,3 +152,16 @@ def test_containers_only_in_cgroups_are_kept_as_unattributed(analyze: Analyze) -
     assert [u["id"] for u in doc["unattributed"] if u["type"] == "container"] == [ghost]
     (f,) = of_kind(doc, "cpu-throttling")
     assert names(f, "victim") == [ghost[:12]]
+    assert f["summary"].startswith(f"container {ghost[:12]} (not described by Docker or Kubernetes in the bundle)")
+
+
+def test_kubernetes_event_series_time(analyze: Analyze) -> None:
+    """events.k8s.io-style events carry their time in series.lastObservedTime (kubernetes.md)."""
+    b = BundleSpec()
+    b.add_json("kubernetes/events.json", {"kind": "EventList", "items": [{
+        "reason": "SystemOOM", "type": "Warning", "lastTimestamp": None, "eventTime": None,
+        "series": {"count": 2, "lastObservedTime": "2025-11-29T14:00:40.000000Z"},
+        "message": "System OOM encountered, victim process: python, pid: 4242",
+        "involvedObject": {"kind": "Node", "name": "gpu-07"}}]})
+    (f,) = of_kind(analyze(b), "oom-kill")
+    assert f["start"] == "2025-11-29T14:00:40Z"
