@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` t
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -34,13 +35,28 @@ def _parse_since(value: str | None) -> datetime | None:
     if not value:
         return None
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    now = datetime.now(UTC)
     if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
-        return datetime.now(UTC) - timedelta(seconds=float(value[:-1]) * units[value[-1]])
+        try:
+            return now - timedelta(seconds=float(value[:-1]) * units[value[-1]])
+        except (OverflowError, ValueError):  # 99999999999d: before year 1
+            raise UsageError(f"--since: duration too long: {value!r}") from None
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--since: not an ISO 8601 time or a duration like 30m: {value!r}") from None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    if dt > now:
+        raise UsageError(f"--since: {value!r} is in the future (now {now:%Y-%m-%dT%H:%M:%SZ}); nothing would be kept")
+    return dt
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Refuse nan and inf (click's FloatRange lets them through): they would sample forever or
+    land in the manifest as JSON no strict reader accepts."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def _progress_printer(enabled: bool) -> Any:
@@ -75,17 +91,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @cli.command()
 @click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Directory to write the bundle into.")
-@click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, callback=_finite,
               help="Seconds to sample GPU, process and cgroup figures (0: one snapshot).")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, callback=_finite,
               help="Seconds between samples within --duration.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, callback=_finite,
               help="Time budget for collection beyond the sampling window; a hung source is killed.")
 @click.option("--only", help="Comma-separated collectors to run (see `gpuforensics collectors`).")
 @click.option("--skip", help="Comma-separated collectors not to run.")
 @click.option("--all-processes", is_flag=True, help="Record every process on the host, not only GPU and container processes.")
 @click.option("--since", help="Oldest kernel-log record and event to keep: ISO time or a duration (30m, 2h).")
-@click.option("--lookback", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+@click.option("--lookback", type=click.FloatRange(min=0), default=3600.0, show_default=True, callback=_finite,
               help="Seconds of history to collect (exited containers, engine and cluster events).")
 @click.option("--no-redact", is_flag=True, help="Keep secrets (env values, passwords in command lines) verbatim.")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config).")
@@ -194,15 +210,15 @@ def _split_formats(value: str) -> list[str]:
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-f", "--format", "fmt", default="text", show_default=True,
               help="Comma-separated: text, json, html, pdf, md.")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Output file (one format) or directory (several); text and json go to stdout without it.")
+@click.option("-o", "--output", type=click.Path(),
+              help="Output file (one format) or directory (several, or a path ending in /); text and json go to stdout without it.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Thresholds file (TOML or JSON) overriding the rules' defaults.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), help="Exit 1 when a finding of this severity or worse exists.")
 @click.option("--page-size", type=click.Choice(["A4", "Letter"], case_sensitive=False), default="A4", show_default=True,
               help="PDF page size.")
 @_with_limits
-def analyze(bundles: tuple[Path, ...], fmt: str, output: Path | None, config_path: Path | None,
+def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path: Path | None,
             fail_on: str | None, page_size: str, max_bundle_mb: int | None, max_members: int | None) -> None:
     """Analyze one or more bundles: who held which GPU, who suffered, and the proof.
 
