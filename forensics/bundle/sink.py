@@ -68,15 +68,7 @@ class EvidenceSink:
 
     def append_jsonl(self, member: str, obj: Any) -> None:
         """Append one JSON line (flushed, so a killed collector keeps every complete line)."""
-        line = (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape")
-        path = self._path(member)
-        self._account(len(line))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
-        self.members.add(member)
+        self.append_bytes(member, (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape"))
 
     def append_bytes(self, member: str, data: bytes) -> None:
         """Append raw bytes (verbatim logs and streams)."""
