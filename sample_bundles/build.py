@@ -138,7 +138,13 @@ def clean_host(st: Stage, sc: nvmlsim.Scenario) -> str:
 def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
     """On a Kubernetes node, a pod with no nvidia.com/gpu limit uses the GPU given to another pod."""
     from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
-    from tests.support.kube_objects import ClusterState, ContainerSpec, make_event, make_node, make_pod
+    from tests.support.kube_objects import (
+        ClusterState,
+        ContainerSpec,
+        make_event,
+        make_node,
+        make_pod,
+    )
     from tests.support.podresources_server import PodResourcesServer
 
     two_gpus(sc, gpu0_util=[(0, 96), (4, 99)], gpu1_util=0)
