@@ -238,6 +238,8 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
         raise UsageError("several formats need -o DIRECTORY")
     if output is None and any(f in ("html", "pdf", "md") for f in formats):
         raise UsageError(f"--format {fmt} needs -o PATH (a file or a directory)")
+    if formats == ["text"] and output is not None:
+        raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
     from forensics.analysis import analyze_bundles, load_config
 
     config = load_config(config_path) if config_path else None

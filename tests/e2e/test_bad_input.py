@@ -84,3 +84,67 @@ class TestReportNeverReplacesEvidence:
         assert code == 0, err
         assert json.loads(target.read_text())["bundles"]
         assert out.strip() == str(target)
+
+
+class TestCaptureOptions:
+    """Option values that cannot mean anything are refused before any collector runs."""
+
+    @pytest.mark.parametrize(("args", "needle"), [
+        (["--duration", "nan"], "--duration"),
+        (["--duration", "inf"], "--duration"),   # would sample until killed
+        (["--interval", "nan"], "--interval"),
+        (["--timeout", "inf"], "--timeout"),
+        (["--lookback", "nan"], "--lookback"),  # was written into the manifest as NaN (not JSON)
+        (["--duration", "-1"], "--duration"),
+        (["--duration", "2", "--interval", "0"], "--interval"),
+        (["--since", "garbage"], "--since"),
+        (["--since", "99999999999999d"], "too long"),  # was OverflowError, exit 70
+        (["--since", "2099-01-01"], "future"),          # nothing would be kept
+        (["--only", "bogus"], "bogus"),
+        (["--skip", "bogus"], "bogus"),
+        (["--set", "noequals"], "KEY=VALUE"),
+    ])
+    def test_refused(self, capsys: pytest.CaptureFixture[str], out_dir: Path, args: list[str],
+                     needle: str) -> None:
+        code, out, err = cli(capsys, "capture", "-o", str(out_dir), *args)
+        one_error_line(code, err, needle)
+        assert code == 2
+        assert out == ""
+        assert list(out_dir.iterdir()) == []
+
+    def test_output_is_a_file(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        f = tmp_path / "file"
+        f.write_text("x")
+        code, _, err = cli(capsys, "capture", "-o", str(f))
+        one_error_line(code, err, str(f))
+
+
+class TestAnalyzeOptions:
+    def test_text_with_output_file_is_refused_not_ignored(self, capsys: pytest.CaptureFixture[str],
+                                                           bundle: Path, tmp_path: Path) -> None:
+        target = tmp_path / "summary.txt"
+        code, out, err = cli(capsys, "analyze", str(bundle), "-o", str(target))
+        one_error_line(code, err, "text")
+        assert not target.exists() and out == ""
+
+    @pytest.mark.parametrize("fmt", ["garbage", "", ",,", "html,garbage"])
+    def test_unknown_format(self, capsys: pytest.CaptureFixture[str], bundle: Path, tmp_path: Path,
+                            fmt: str) -> None:
+        code, _, err = cli(capsys, "analyze", str(bundle), "-f", fmt, "-o", str(tmp_path / "r"))
+        one_error_line(code, err, "--format")
+        assert not (tmp_path / "r").exists()
+
+    @pytest.mark.parametrize(("text", "needle"), [
+        ("a = [\n", "TOML"),
+        ("nonsense_key = 3\n", "unknown threshold"),
+        ('cpu_throttled_ratio = "high"\n', "number"),
+        ("cpu_throttled_ratio = true\n", "number"),
+        ("cpu_throttled_ratio = -5\n", "negative"),
+    ])
+    def test_bad_config(self, capsys: pytest.CaptureFixture[str], bundle: Path, tmp_path: Path,
+                        text: str, needle: str) -> None:
+        cfg = tmp_path / "t.toml"
+        cfg.write_text(text)
+        code, _, err = cli(capsys, "analyze", str(bundle), "--config", str(cfg))
+        one_error_line(code, err, needle)
+        assert code == 2
