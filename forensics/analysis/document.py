@@ -10,7 +10,7 @@ from forensics._version import __version__
 from forensics.analysis.chain import ChainResult
 from forensics.analysis.findings import Finding, Subject
 from forensics.analysis.model import Model
-from forensics.analysis.rules.common import owner_of
+from forensics.analysis.rules.common import cap, label, owner_of
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]
@@ -174,19 +174,23 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
     items: list[tuple[float, dict[str, Any]]] = []
     for (node, _), c in model.containers.items():
         subj = c.subject().to_json()
+        name = label(model, c.subject())
         if c.started_at is not None:
-            items.append((c.started_at, {"node": node, "kind": "container-start", "text": f"{c.name} started",
+            items.append((c.started_at, {"node": node, "kind": "container-start", "text": f"{cap(name)} started",
                                          "subject": subj, "finding": None}))
         if c.finished_at is not None:
             code = f" with exit code {c.exit_code}" if c.exit_code is not None else ""
             items.append((c.finished_at, {"node": node, "kind": "container-exit",
-                                          "text": f"{c.name} exited{code}" + (" (OOM-killed)" if c.oom_killed else ""),
+                                          "text": f"{cap(name)} exited{code}" + (" (OOM-killed)" if c.oom_killed else ""),
                                           "subject": subj, "finding": None}))
     for o in model.ooms:
         if o.t is not None:
             who = model.container(o.node, o.container_id)
+            where = (label(model, who.subject()) if who else
+                     label(model, Subject("container", o.container_id, o.container_id[:12], o.node))
+                     if o.container_id else "")
             text = f"OOM kill of {o.comm or 'a process'}" + (f" (pid {o.pid})" if o.pid else "") + \
-                (f" in {who.name}" if who else "") + f" [{o.source}]"
+                (f" in {where}" if where else "") + f" [{o.source}]"
             items.append((o.t, {"node": o.node, "kind": "oom-kill", "text": text,
                                 "subject": who.subject().to_json() if who else None, "finding": None}))
     for x in model.xids:
@@ -201,7 +205,7 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
                                  "subject": who.subject().to_json() if who else None, "finding": None}))
     for f in findings:
         if f.start is not None:
-            items.append((f.start, {"node": f.node, "kind": "finding", "text": f.headline or f.summary,
+            items.append((f.start, {"node": f.node, "kind": "finding", "text": cap(f.headline or f.summary),
                                     "subject": None, "finding": f.key}))
     items.sort(key=lambda it: (it[0], it[1]["kind"] != "finding"))
     if len(items) > _TIMELINE_MAX:

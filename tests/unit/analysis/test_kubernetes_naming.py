@@ -75,6 +75,7 @@ def test_kubelet_docker_containers_are_reported_as_their_pods(analyze: Analyze) 
                                     "took GPU 0 from pod ml/trainer-0: 9"), v["headline"]
     assert "pod ml/trainer-0 fell from 94% to 10% SM" in v["headline"]
     assert "k8s_" not in v["headline"] and "k8s_" not in v["impact"]
+    assert not [e["text"] for e in doc["timeline"] if "k8s_" in e["text"]]
     (hog,) = of_kind(doc, "gpu-compute-hog")
     assert names(hog, "culprit") == ["research/notebook-alice", NOTEBOOK_DOCKER]
 
@@ -134,6 +135,8 @@ def test_oom_of_a_removed_container_says_so(analyze: Analyze) -> None:
     assert f"of container {gone[:12]} (no longer present)" in f["summary"], f["summary"]
     assert f"container {gone[:12]} (no longer present): OOM-killed" in doc["verdict"]["impact"]
     assert [s["id"] for s in f["subjects"] if s["type"] == "container"] == [gone]
+    assert any(e["kind"] == "oom-kill" and f"in container {gone[:12]} (no longer present)" in e["text"]
+               for e in doc["timeline"]), doc["timeline"]
 
 
 def test_index_only_process_keeps_comm_start_and_gpu_env(analyze: Analyze) -> None:
