@@ -1,0 +1,32 @@
+"""The layering and typing rules hold: ruff (incl. banned imports outside their layer) and mypy strict."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.env import need
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ruff_including_layer_bans() -> None:
+    need(shutil.which("ruff") is not None or _module("ruff"), "ruff not installed (test extra)")
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_mypy_strict_on_the_package(tmp_path: Path) -> None:
+    need(_module("mypy"), "mypy not installed (test extra)")
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def _module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
