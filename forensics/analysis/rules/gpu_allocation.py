@@ -326,6 +326,8 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
                 evidence=dedupe_evidence([first.evidence, *owner.evidence[:2]]),
                 metrics=(("gpu", gl), ("pid", pid), ("peak_gpu_memory_bytes", peak_mem)),
                 key=f"unattributed:{node}:{uuid}:{pid}",
-                headline=(f"host process {pid} used {gl}" if proc is not None else f"unresolved PID {pid} used {gl}"),
+                headline=(f"host process {pid} ({proc.comm or '?'}) used {gl} outside any container"
+                          if proc is not None else f"unresolved PID {pid} used {gl}")
+                         + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else ""),
             ))
     return findings

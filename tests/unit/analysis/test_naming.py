@@ -1,4 +1,4 @@
-"""Kubernetes: the parties of a finding are pods (``namespace/name``, UID), their containers further
+"""How findings and the verdict name their parties. Kubernetes: the parties of a finding are pods (``namespace/name``, UID), their containers further
 subjects; the summary says why a pod's GPU use was unallocated in Kubernetes terms and whom the
 kubelet assigned the GPU to (pod-resources), on Docker (kubelet-named containers) and on
 containerd/CRI-O (the cgroup path names the pod UID)."""
@@ -161,3 +161,47 @@ def test_index_only_process_keeps_comm_start_and_gpu_env(analyze: Analyze) -> No
     assert "sees every GPU through NVIDIA_VISIBLE_DEVICES=all in its process 32's environment" in f["summary"]
     assert {"member": "proc/index.json", "locator": "/processes/0/gpu_env/NVIDIA_VISIBLE_DEVICES"} in \
         [{"member": e["member"], "locator": e["locator"]} for e in f["evidence"]]
+
+
+class TestDockerHeadlines:
+    """Verdict headlines read as one natural sentence with the numbers (issue 7 follow-up)."""
+
+    def test_container_with_other_gpus_also_took_one(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu(1)
+        trainer = b.container("trainer", image_env=["PATH=/bin"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+        greedy = b.container("greedy", image_env=["PATH=/bin"], env=["NVIDIA_VISIBLE_DEVICES=1"])
+        b.process(1, "python", container=trainer)
+        b.process(2, "python", container=greedy)
+        b.process(3, "python", container=greedy)
+        b.gpu_series(0, range(20), lambda s: (99, 50 * GIB, {1: (30 * GIB, 90.0), 3: (20 * GIB, 5.0)}))
+        b.gpu_series(1, range(20), lambda s: (90, 20 * GIB, {2: (20 * GIB, 90.0)}))
+        doc = analyze(b)
+        (f,) = of_kind(doc, "unallocated-gpu-use")
+        assert f["summary"].startswith("container greedy (pid 3, python) used GPU 0 without an allocation of it: "
+                                       "it was allocated GPU 1"), f["summary"]
+        assert doc["verdict"]["headline"] == ("Container greedy, which was allocated GPU 1, also took GPU 0 "
+                                              "(allocated to trainer), holding 20.0 GiB at 5% SM")
+
+    def test_unowned_gpu_is_used_not_taken(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        notebook = b.container("notebook")
+        b.process(2, "python", container=notebook)
+        b.gpu_series(0, range(20), lambda s: (80, 10 * GIB, {2: (10 * GIB, 80.0)}))
+        (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+        assert f["severity"] == "medium"
+        assert "GPU 0 was allocated to no container or pod" in f["summary"]
+
+    def test_host_process_headline_has_its_numbers(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        trainer = b.container("trainer", image_env=["PATH=/bin"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+        b.process(1, "python", container=trainer)
+        b.process(9, "stress")
+        b.gpu_series(0, range(20), lambda s: (99, 40 * GIB, {1: (30 * GIB, 50.0), 9: (10 * GIB, 45.0)}))
+        doc = analyze(b)
+        (f,) = of_kind(doc, "unattributed-gpu-process")
+        assert any(c["text"] == "Host process 9 (stress) used GPU 0 outside any container, holding 10.0 GiB"
+                   for c in doc["chain"]), doc["chain"]
