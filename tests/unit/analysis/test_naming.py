@@ -1,7 +1,10 @@
-"""How findings and the verdict name their parties. Kubernetes: the parties of a finding are pods (``namespace/name``, UID), their containers further
+"""How findings and the verdict name their parties, in one natural sentence with the numbers.
+
+Kubernetes: the parties of a finding are pods (``namespace/name``, UID), their containers further
 subjects; the summary says why a pod's GPU use was unallocated in Kubernetes terms and whom the
 kubelet assigned the GPU to (pod-resources), on Docker (kubelet-named containers) and on
-containerd/CRI-O (the cgroup path names the pod UID)."""
+containerd/CRI-O (the cgroup path names the pod UID). Docker: "Container notebook, which had no
+GPU allocation, took GPU 0 (allocated to trainer): ...". Removed containers: "(no longer present)"."""
 
 from __future__ import annotations
 
