@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.bundle.format import iso, iso_from_unix, utc_now
+from forensics.bundle.format import bundle_stem, iso, iso_from_unix, utc_now
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
@@ -43,6 +43,8 @@ from forensics.errors import (
 )
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
+
+_NAME_WAIT_TRIES = 3  # seconds waited at most for a free bundle name
 
 _RESULT_CAP = 8 << 20  # bytes a child may report over its pipe
 _GRACE_S = 5.0
@@ -428,6 +430,13 @@ class _Runner:
     def run(self) -> CaptureResult:
         started = utc_now()
         hostname = socket.gethostname()
+        for _ in range(_NAME_WAIT_TRIES):
+            if not (self.out_dir / f"{bundle_stem(hostname, started)}.tgz").exists():
+                break
+            # a capture earlier in this second wrote here (names have one-second resolution):
+            # start at the next second, so the name still tells when this capture started
+            time.sleep(1.0 - started.microsecond / 1e6)
+            started = utc_now()
         writer = BundleWriter(self.out_dir, hostname, when=started)
         old_int = signal.signal(signal.SIGINT, self._on_signal)
         old_term = signal.signal(signal.SIGTERM, self._on_signal)

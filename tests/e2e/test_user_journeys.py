@@ -1,0 +1,128 @@
+"""What a first user and an on-call engineer do, end to end through ``python -m forensics``.
+
+Each test is a journey that tripped someone: capture twice in a row, capture then verify, inspect
+and analyze what was captured, and capture bounded in time with no child left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from forensics.bundle.format import bundle_stem
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "GPUFORENSICS_DEBUG"}
+    full_env["PYTHONPATH"] = str(REPO)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class TestCaptureTwiceInARow:
+    def test_a_second_capture_in_the_same_second_gets_its_own_bundle(self, out_dir: Path) -> None:
+        """Names have one-second resolution; a capture that finds its name taken (an earlier
+        capture this second) used to fail with "refusing to overwrite". Names for this second
+        and the next are taken here; the capture still writes a bundle of its own."""
+        import socket
+
+        now = datetime.now(UTC)
+        taken = [out_dir / f"{bundle_stem(socket.gethostname(), now + timedelta(seconds=s))}.tgz"
+                 for s in (0, 1)]
+        for t in taken:
+            t.write_bytes(b"earlier bundle")
+        proc = run_cli("capture", "-o", str(out_dir), "--only", "host", "--quiet", cwd=out_dir)
+        assert proc.returncode == 0, proc.stderr
+        path = Path(proc.stdout.strip())
+        assert path.parent == out_dir and path not in taken and path.is_file()
+        assert all(t.read_bytes() == b"earlier bundle" for t in taken)
+
+    def test_back_to_back_captures(self, out_dir: Path) -> None:
+        paths = []
+        for _ in range(2):
+            proc = run_cli("capture", "-o", str(out_dir), "--only", "host", "--quiet", cwd=out_dir)
+            assert proc.returncode == 0, proc.stderr
+            paths.append(proc.stdout.strip())
+        assert len(set(paths)) == 2
+        assert sorted(p.name for p in out_dir.iterdir()) == sorted(Path(p).name for p in paths)
+
+
+class TestCaptureThenRead:
+    def test_capture_verify_inspect_analyze(self, out_dir: Path, tmp_path: Path) -> None:
+        proc = run_cli("capture", "-o", str(out_dir), "--only", "host,procfs,kernel", "--quiet",
+                       cwd=out_dir)
+        assert proc.returncode == 0, proc.stderr
+        bundle = proc.stdout.strip()
+        v = run_cli("verify", bundle, cwd=tmp_path)
+        assert v.returncode == 0 and v.stdout.startswith("OK "), v.stderr
+        i = run_cli("inspect", bundle, "-f", "json", cwd=tmp_path)
+        assert i.returncode == 0, i.stderr
+        statuses = {c["name"]: c["status"] for c in json.loads(i.stdout)["collectors"]}
+        assert statuses["host"] == "ok" and statuses["nvml"] == "skipped"
+        a = run_cli("analyze", bundle, "-f", "json", cwd=tmp_path)
+        assert a.returncode == 0, a.stderr
+        doc = json.loads(a.stdout)
+        assert doc["bundles"][0]["path"] == bundle
+
+
+class TestCaptureBounded:
+    def test_timeout_bounds_a_hung_source_and_no_child_is_left(self, out_dir: Path,
+                                                             tmp_path: Path) -> None:
+        """A Docker socket that accepts and never answers: capture ends by --timeout plus the
+        window (and startup), records docker as failed, and leaves no process behind."""
+        import socket
+
+        sock_path = tmp_path / "hang.sock"
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(sock_path))
+        server.listen(64)
+        try:
+            start = time.monotonic()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "forensics", "capture", "-o", str(out_dir), "--only", "docker,host",
+                 "--timeout", "3", "--quiet"],
+                cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "PYTHONPATH": str(REPO), "DOCKER_HOST": f"unix://{sock_path}"},
+                start_new_session=True)
+            try:
+                out, err = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+            elapsed = time.monotonic() - start
+        finally:
+            server.close()
+        assert proc.returncode == 0, err
+        assert elapsed < 3 + 6, f"capture took {elapsed:.1f} s with --timeout 3"
+        bundle = Path(out.strip())
+        assert bundle.is_file()
+        # nothing of the capture's session is still alive
+        leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _session_of(int(p)) == proc.pid]
+        assert leftovers == [], f"processes left behind: {leftovers}"
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[3])  # state ppid pgrp session
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_staging(out_dir: Path):
+    yield
+    assert not [p for p in out_dir.iterdir() if p.name.startswith(".gpuforensics-staging-")]
