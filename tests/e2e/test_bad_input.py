@@ -29,9 +29,15 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return (code if isinstance(code, int) else 1), out, err
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 60,
+            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m forensics ARGS`` as a user would (for capture: signals, children)."""
     env = {k: v for k, v in os.environ.items() if k != "GPUFORENSICS_DEBUG"}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -148,3 +154,48 @@ class TestAnalyzeOptions:
         code, _, err = cli(capsys, "analyze", str(bundle), "--config", str(cfg))
         one_error_line(code, err, needle)
         assert code == 2
+
+
+def _manifest_of(stdout: str) -> dict[str, object]:
+    path = Path(stdout.strip())
+    assert path.is_file(), stdout
+    return hb.manifest_of(path)
+
+
+class TestCaptureWithBadSources:
+    """A bad source costs only its collector: the bundle is written, the manifest says why."""
+
+    @pytest.mark.parametrize(("text", "needle"), [
+        ("garbage: [\n  - : :\n", "not valid YAML"),        # was 'failed: ParserError: ...'
+        ("apiVersion: v1\nkind: Config\nclusters: 5\n", "not usable"),
+        ("- 1\n- 2\n", "not usable"),
+    ])
+    def test_bad_kubeconfig(self, out_dir: Path, tmp_path: Path, text: str, needle: str) -> None:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(text)
+        proc = run_cli("capture", "-o", str(out_dir), "--only", "kubernetes,host", "--quiet",
+                       cwd=tmp_path, env_extra={"KUBECONFIG": str(kubeconfig)})
+        assert proc.returncode == 0, proc.stderr
+        collectors = {c["name"]: c for c in _manifest_of(proc.stdout)["collectors"]}  # type: ignore[union-attr]
+        kube = collectors["kubernetes"]
+        assert kube["status"] == "unavailable"
+        assert needle in kube["error"] and str(kubeconfig) in kube["error"]
+        assert collectors["host"]["status"] == "ok"
+
+    def test_dead_docker_socket_and_bad_nvml_library(self, out_dir: Path, tmp_path: Path) -> None:
+        import socket
+
+        dead = tmp_path / "dead.sock"
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(dead))
+        s.close()  # the path exists; nothing listens
+        proc = run_cli("capture", "-o", str(out_dir), "--only", "docker,nvml,host", "--quiet",
+                       "--nvml-library", "/bin/ls", cwd=tmp_path,
+                       env_extra={"DOCKER_HOST": f"unix://{dead}"})
+        assert proc.returncode == 0, proc.stderr
+        collectors = {c["name"]: c for c in _manifest_of(proc.stdout)["collectors"]}  # type: ignore[union-attr]
+        assert collectors["docker"]["status"] == "unavailable"
+        assert str(dead) in collectors["docker"]["error"]
+        assert collectors["nvml"]["status"] == "unavailable"
+        assert "/bin/ls" in collectors["nvml"]["error"]
+        assert collectors["host"]["status"] == "ok"

@@ -62,13 +62,16 @@ def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
     from kubernetes import client
     from kubernetes import config as _config
     from kubernetes.config.config_exception import ConfigException
+    from yaml import YAMLError
 
     config: Any = _config  # untyped library functions
     cfg = client.Configuration()
     env_kubeconfig = os.environ.get("KUBECONFIG", "")
     home_kubeconfig = os.path.expanduser("~/.kube/config")
+    where = ""  # which file was tried, for the error
     try:
         if kubeconfig:
+            where = f" ({kubeconfig}, --kubeconfig)"
             config.load_kube_config(config_file=kubeconfig, context=context,
                                     client_configuration=cfg, persist_config=False)
             source = f"kubeconfig:{kubeconfig}"
@@ -76,10 +79,12 @@ def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
             config.load_incluster_config(client_configuration=cfg)
             source = "in-cluster"
         elif env_kubeconfig:
+            where = f" ({env_kubeconfig}, from KUBECONFIG)"
             config.load_kube_config(config_file=env_kubeconfig, context=context,
                                     client_configuration=cfg, persist_config=False)
             source = f"kubeconfig:{env_kubeconfig}"
         elif os.path.exists(home_kubeconfig):
+            where = f" ({home_kubeconfig})"
             config.load_kube_config(config_file=home_kubeconfig, context=context,
                                     client_configuration=cfg, persist_config=False)
             source = f"kubeconfig:{home_kubeconfig}"
@@ -88,8 +93,11 @@ def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
                 "no Kubernetes configuration (not in a cluster; no --kubeconfig, KUBECONFIG "
                 "or ~/.kube/config)"
             )
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-        raise SourceUnavailable(f"Kubernetes configuration not usable: {exc}") from None
+    except YAMLError as exc:  # a kubeconfig that is not YAML at all
+        first = " ".join(str(exc).split())[:200]
+        raise SourceUnavailable(f"Kubernetes configuration not usable{where}: not valid YAML: {first}") from None
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise SourceUnavailable(f"Kubernetes configuration not usable{where}: {exc}") from None
     cfg.retries = False  # one attempt per call: the budget is ours, not urllib3's
     return LoadedConfig(cfg, source, context)
 
