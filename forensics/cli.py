@@ -135,7 +135,11 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         extra[key.strip()] = value
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
-    if not output.is_dir():
+    try:
+        is_dir = output.is_dir()
+    except OSError as exc:  # a name over NAME_MAX, a directory we may not search
+        raise UsageError(f"--output: {output}: {exc.strerror or exc}") from None
+    if not is_dir:
         raise UsageError(f"--output: directory does not exist: {output}")
     options = CaptureOptions(
         duration_s=duration, interval_s=interval, timeout_s=timeout, redact=not no_redact,

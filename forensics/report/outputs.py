@@ -81,15 +81,18 @@ def output_paths(
     # "-o reports/" names a directory even before it exists (Path() would drop the slash)
     wants_dir = isinstance(out, str) and out.endswith(("/", os.sep))
     out = Path(out)
-    if len(names) == 1 and not out.is_dir() and not wants_dir:
-        _refuse_evidence(out, bundle_paths)
-        return {names[0]: out}
-    if out.exists() and not out.is_dir():
-        raise ReportError(f"{out} is a file; several formats need an output directory")
-    stem = report_stem(doc, bundle_paths)
-    targets = {name: out / (stem + FORMATS[name]) for name in names}
-    for path in targets.values():
-        _refuse_evidence(path, bundle_paths)
+    try:  # probing a path under a directory we may not search raises PermissionError
+        if len(names) == 1 and not out.is_dir() and not wants_dir:
+            _refuse_evidence(out, bundle_paths)
+            return {names[0]: out}
+        if out.exists() and not out.is_dir():
+            raise ReportError(f"{out} is a file; several formats need an output directory")
+        stem = report_stem(doc, bundle_paths)
+        targets = {name: out / (stem + FORMATS[name]) for name in names}
+        for path in targets.values():
+            _refuse_evidence(path, bundle_paths)
+    except OSError as exc:
+        raise ReportError(f"cannot write reports to {out}: {exc.strerror or exc}") from exc
     return targets
 
 

@@ -199,3 +199,29 @@ class TestCaptureWithBadSources:
         assert collectors["nvml"]["status"] == "unavailable"
         assert "/bin/ls" in collectors["nvml"]["error"]
         assert collectors["host"]["status"] == "ok"
+
+
+class TestUnusableOutputPath:
+    """An output path the system refuses to even look at (a name over NAME_MAX here; EACCES for
+    an unprivileged user under a 0700 directory) used to escape as OSError, exit 70."""
+
+    @pytest.mark.parametrize("fmt", ["json", "json,md"])
+    def test_name_too_long(self, capsys: pytest.CaptureFixture[str], bundle: Path, tmp_path: Path,
+                           fmt: str) -> None:
+        target = tmp_path / ("a" * 300) / "x.json"
+        code, out, err = cli(capsys, "analyze", str(bundle), "-f", fmt, "-o", str(target))
+        one_error_line(code, err, "File name too long")
+        assert code == 2 and out == ""
+
+    @pytest.mark.parametrize("command", ["verify", "inspect", "analyze"])
+    def test_bundle_name_too_long(self, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                  command: str) -> None:
+        code, _, err = cli(capsys, command, str(tmp_path / ("b" * 300 + ".tgz")))
+        one_error_line(code, err)
+        assert code == 2
+
+    def test_capture_output_name_too_long(self, capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+        code, _, err = cli(capsys, "capture", "-o", str(tmp_path / ("c" * 300)))
+        one_error_line(code, err)
+        assert code == 2
