@@ -14,6 +14,7 @@ SVG's ids are prefixed with the chart id so several charts can live in one HTML 
 from __future__ import annotations
 
 import io
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -269,6 +270,10 @@ def render_svg(spec: ChartSpec) -> str:
     """Draw ``spec`` and return the ``<svg>`` element (no XML prolog), safe to inline."""
     if not spec.panels:
         raise ReportError(f"chart {spec.chart_id}: no panel to draw")
+    # With no writable config directory (HOME read-only, another user's HOME under sudo -u)
+    # matplotlib logs two warnings to stderr and carries on with a temporary one: the report is
+    # unaffected, and the CLI's stderr stays one line per problem.
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     try:
         import matplotlib
         from matplotlib import dates

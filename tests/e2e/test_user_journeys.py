@@ -26,6 +26,7 @@ def run_cli(*args: str, cwd: Path, timeout: float = 120,
     full_env = {k: v for k, v in os.environ.items() if k != "GPUFORENSICS_DEBUG"}
     full_env["PYTHONPATH"] = str(REPO)
     full_env.update(env or {})
+    full_env = {k: v for k, v in full_env.items() if v != ""}  # "" in env: unset it
     return subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -126,3 +127,19 @@ def _session_of(pid: int) -> int | None:
 def _no_stray_staging(out_dir: Path):
     yield
     assert not [p for p in out_dir.iterdir() if p.name.startswith(".gpuforensics-staging-")]
+
+
+class TestReportsWhereHomeIsNotWritable:
+    def test_html_report_stderr_is_quiet(self, tmp_path: Path) -> None:
+        """``sudo -u oncall gpuforensics analyze ...`` or a read-only HOME: matplotlib cannot make
+        its config directory and used to print two warnings around the CLI's own output."""
+        sample = REPO / "sample_bundles" / "clean-host.tgz"
+        if not sample.is_file():
+            pytest.fail(f"sample bundle missing: {sample}")
+        env = {"XDG_CONFIG_HOME": "/dev/null/config", "XDG_CACHE_HOME": "/dev/null/cache",
+               "HOME": "/dev/null/home", "TMPDIR": str(tmp_path), "MPLCONFIGDIR": ""}
+        proc = run_cli("analyze", str(sample), "-f", "html", "-o", str(tmp_path / "r.html"),
+                       cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""
+        assert "<svg" in (tmp_path / "r.html").read_text()
