@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import traceback
 from datetime import UTC, datetime, timedelta
@@ -252,10 +253,10 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
         if formats == ["json"]:
             click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
         else:
-            click.echo(_text_summary(doc))
+            click.echo(_text_summary(_printable(doc)))
     else:
         if "text" in formats:
-            click.echo(_text_summary(doc), err=bool(files))
+            click.echo(_text_summary(_printable(doc)), err=bool(files))
         if files:
             from forensics.report import render
 
@@ -266,6 +267,22 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
                     default=len(SEVERITIES))
         if worst <= SEVERITIES.index(fail_on):
             sys.exit(EXIT_FINDINGS)
+
+
+# C0/C1 controls and the bidi overrides: a bundle is untrusted, and a process name such as
+# "\x1b[2J" or "x\rVerdict: ..." in it must not drive the on-call engineer's terminal.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with every string's control characters shown as escapes (for terminal views)."""
+    if isinstance(value, str):
+        return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1] if m.group() not in "\t" else " ", value)
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _text_summary(doc: dict[str, Any]) -> str:
@@ -320,7 +337,7 @@ def inspect(bundle: Path, fmt: str, max_bundle_mb: int | None, max_members: int 
     from forensics.inventory import describe_bundle, format_inventory
 
     desc = describe_bundle(open_bundle(bundle, _limits(max_bundle_mb, max_members)))
-    click.echo(json.dumps(desc, indent=1, sort_keys=True) if fmt == "json" else format_inventory(desc))
+    click.echo(json.dumps(desc, indent=1, sort_keys=True) if fmt == "json" else format_inventory(_printable(desc)))
 
 
 @cli.command()

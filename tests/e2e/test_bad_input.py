@@ -225,3 +225,35 @@ class TestUnusableOutputPath:
         code, _, err = cli(capsys, "capture", "-o", str(tmp_path / ("c" * 300)))
         one_error_line(code, err)
         assert code == 2
+
+
+class TestTerminalInjection:
+    """Strings from a bundle (host name, process names in the kernel log, collector errors) reach
+    the terminal views escaped: no escape sequence or carriage return from a bundle is printed."""
+
+    ESC = "\x1b[2J\x1b]0;pwned\x07\x1b[31mRED\r\nVerdict: all fine\u202e"
+
+    @pytest.fixture
+    def hostile(self, tmp_path: Path) -> Path:
+        d = tmp_path / "hostile"
+        d.mkdir()
+        return hb.build_bundle(d, members={"host/host.json": json.dumps({"hostname": self.ESC}).encode()},
+                               manifest_fields={"host": {"hostname": self.ESC},
+                                                "collectors": [{"name": "host", "status": "ok",
+                                                                "duration_s": 0.1, "error": self.ESC}]})
+
+    @pytest.mark.parametrize("args", [["inspect"], ["analyze"]])
+    def test_escaped(self, capsys: pytest.CaptureFixture[str], hostile: Path, args: list[str]) -> None:
+        code, out, err = cli(capsys, *args, str(hostile))
+        assert code == 0, err
+        for bad in ("\x1b", "\x07", "\r", "\u202e"):
+            assert bad not in out
+        assert "\\x1b[2J" in out  # shown, not hidden: it is evidence too
+        assert not any(line.startswith("Verdict: all fine") for line in out.splitlines())
+
+    def test_json_output_keeps_the_exact_string(self, capsys: pytest.CaptureFixture[str],
+                                                hostile: Path) -> None:
+        code, out, _ = cli(capsys, "inspect", str(hostile), "-f", "json")
+        assert code == 0
+        assert "\x1b" not in out  # JSON escapes it as \u001b
+        assert json.loads(out)["collectors"][0]["error"] == self.ESC
