@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` t
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -15,7 +16,7 @@ import sys
 import traceback
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -379,13 +380,31 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(EXIT_OK)
+    except OSError as exc:
+        # Our own file writes map to CaptureError/ReportError; what is left is stdout on a full
+        # or failing disk (`analyze -f json > findings.json` while /var is full): not a bug.
+        if exc.errno not in _OUTPUT_ERRNOS:
+            _internal_error(exc, debug)
+        try:  # the interpreter's final flush of stdout would fail again, with a traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        click.echo(f"gpuforensics: error: cannot write the output: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug, said so in one line
-        if debug:
-            traceback.print_exc()
-        click.echo(f"gpuforensics: internal error (a bug, please report it; rerun with --debug): "
-                   f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", err=True)
-        sys.exit(EXIT_BUG)
+        _internal_error(exc, debug)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _internal_error(exc: BaseException, debug: bool) -> NoReturn:
+    if debug:
+        traceback.print_exception(exc)
+    click.echo(f"gpuforensics: internal error (a bug, please report it; rerun with --debug): "
+               f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", err=True)
+    sys.exit(EXIT_BUG)
 
 
 if __name__ == "__main__":

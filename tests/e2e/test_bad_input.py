@@ -257,3 +257,20 @@ class TestTerminalInjection:
         assert code == 0
         assert "\x1b" not in out  # JSON escapes it as \u001b
         assert json.loads(out)["collectors"][0]["error"] == self.ESC
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+class TestStdoutOnAFullDisk:
+    """``analyze -f json > findings.json`` while the disk is full (often the incident itself)
+    was exit 70, "a bug, please report it"."""
+
+    @pytest.mark.parametrize("args", [["analyze", "-f", "json"], ["analyze"], ["inspect"], ["verify"]])
+    def test_one_line_error(self, bundle: Path, tmp_path: Path, args: list[str]) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "GPUFORENSICS_DEBUG"}
+        env["PYTHONPATH"] = str(REPO)
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "forensics", args[0], str(bundle), *args[1:]],
+                                  cwd=tmp_path, env=env, stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=60)
+        one_error_line(proc.returncode, proc.stderr, "No space left on device")
+        assert proc.returncode == 2

@@ -62,7 +62,7 @@ def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
     from kubernetes import client
     from kubernetes import config as _config
     from kubernetes.config.config_exception import ConfigException
-    from yaml import YAMLError
+    from yaml import YAMLError  # type: ignore[import-untyped]
 
     config: Any = _config  # untyped library functions
     cfg = client.Configuration()
