@@ -367,7 +367,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("gpuforensics: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        click.echo(f"gpuforensics: error: {exc.format_message()}", err=True)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `gpuforensics`
+            click.echo(exc.format_message(), err=True)  # the help, not "error: Usage: ..."
+        else:
+            click.echo(f"gpuforensics: error: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
     except ForensicsError as exc:
         if debug:

@@ -143,3 +143,23 @@ class TestReportsWhereHomeIsNotWritable:
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr == ""
         assert "<svg" in (tmp_path / "r.html").read_text()
+
+
+class TestFirstContact:
+    def test_bare_command_shows_help_not_an_error(self, tmp_path: Path) -> None:
+        proc = run_cli(cwd=tmp_path)
+        text = proc.stdout + proc.stderr
+        assert "Usage: gpuforensics" in text and "capture" in text
+        assert "error" not in text.splitlines()[0]
+        assert proc.returncode in (0, 2)
+
+    def test_help_is_fast(self, tmp_path: Path) -> None:
+        """--help imports no heavy library (weasyprint, matplotlib, docker, kubernetes)."""
+        code = ("import sys, forensics.cli as c; sys.argv=['gpuforensics', '--help']\n"
+                "try:\n    c.main()\nexcept SystemExit:\n    pass\n"
+                "heavy = [m for m in ('weasyprint', 'matplotlib', 'docker', 'kubernetes', 'pynvml', 'grpc', 'jinja2') if m in sys.modules]\n"
+                "print(heavy, file=sys.stderr)\n")
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+        assert proc.returncode == 0
+        assert proc.stderr.strip().splitlines()[-1] == "[]"
