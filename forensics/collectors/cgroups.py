@@ -1,7 +1,10 @@
 """``cgroups``: CPU throttling, memory limits and OOM counters, PIDs and pressure of every container
 and pod cgroup (and the host root), on cgroup v1, v2 and hybrid hosts; sampled per tick.
 
-Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted), the cgroup interface files
+Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted) or, with
+``--set cgroups.root=DIR`` / ``GPUFORENSICS_CGROUP_ROOT=DIR`` (a capture pod with the host's tree
+mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.collectors.cgroupns`, which
+also resolves namespace-relative ``/../..`` paths to host paths); the cgroup interface files
 under ``/sys/fs/cgroup/<path>`` (v2) and ``/sys/fs/cgroup/<controller>/<path>`` (v1):
 v2 ``cpu.stat cpu.max cpu.weight memory.current memory.max memory.high memory.peak
 memory.events memory.events.local memory.stat memory.oom.group pids.current pids.max cpu.pressure
@@ -27,6 +30,7 @@ from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
+from forensics.collectors.cgroupns import NamespaceResolver, make_resolver
 from forensics.collectors.procfs import (
     attributed_paths,
     describe_os_error,
@@ -35,7 +39,7 @@ from forensics.collectors.procfs import (
 )
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import cgroupfs
-from forensics.parsing.attribution import attribute_path
+from forensics.parsing.attribution import attribute_path, relative_to
 from forensics.parsing.cgroupfs import CgroupMount
 from forensics.parsing.cgroupfs import file_values as interpret
 
@@ -135,6 +139,7 @@ def pod_ancestor(path: str) -> str | None:
 class _Target:
     path: str
     member: str
+    namespace_path: str | None = None  # as read, when ``path`` was resolved from it
     files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)
     # (hierarchy name, version, file, absolute path, per tick)
 
@@ -147,10 +152,14 @@ class CgroupsCollector:
     timeout_s = 30.0
 
     def __init__(self, mountinfo_path: str = "/proc/self/mountinfo",
-                 pressure_root: str = "/proc/pressure", proc_root: str = "/proc") -> None:
+                 pressure_root: str = "/proc/pressure", proc_root: str = "/proc",
+                 cgroup_root: str | None = None) -> None:
         self.mountinfo_path = mountinfo_path
         self.pressure_root = pressure_root
         self.proc_root = proc_root
+        # the host cgroup tree to read instead of the mountinfo mounts (None: the option
+        # ``cgroups.root``, then GPUFORENSICS_CGROUP_ROOT, then mountinfo)
+        self.cgroup_root = cgroup_root
         self._plan: list[_Target] | None = None
         self._fds: dict[str, int] = {}
         # per cgroup: the bytes read at the previous tick and the values JSON made from them
@@ -169,7 +178,14 @@ class CgroupsCollector:
         except ParseError as error:
             raise SourceUnavailable(f"cannot read cgroup mounts: {error}") from None
 
-    def _target_paths(self, ctx: CollectContext) -> tuple[list[str], str]:
+    def _target_paths(self, ctx: CollectContext, resolver: NamespaceResolver | None
+                      ) -> tuple[list[str], str, dict[str, str], list[dict[str, Any]]]:
+        """Target paths (host paths where resolved), where they came from, the namespace path of
+        each resolved target (and of the pod cgroup above it), and one record per resolution.
+
+        A hinted path names no hierarchy, so a relative one is resolved against the primary
+        hierarchy's namespace root (v2, else memory, cpu, pids) and the host path is then read in
+        every hierarchy, as an absolute hint is."""
         paths: list[str] = ["/"]
         hinted = [p for p in ctx.hint("cgroup_paths") if isinstance(p, str) and p.startswith("/")]
         source = "hints"
@@ -178,16 +194,45 @@ class CgroupsCollector:
             for entry in scan_proc_cgroups(self.proc_root):
                 if entry.attribution.kind in ("container", "pod"):
                     hinted.extend(attributed_paths(entry))
+        namespace: dict[str, str] = {}
+        resolutions: list[dict[str, Any]] = []
+        seen: set[str] = set()
         for path in hinted:
-            for candidate in (pod_ancestor(path), path):
+            host: str | None = path
+            if resolver is not None and member_path(path) is None:
+                host, why = resolver.resolve(None, path)
+                if path not in seen:
+                    seen.add(path)
+                    resolutions.append({"namespace_path": path, "path": host}
+                                       if host is not None else
+                                       {"namespace_path": path, "path": None, "error": why})
+            if host is None:
+                host = path  # kept as read: skipped below and reported
+            elif host != path:
+                namespace.setdefault(host, path)
+            ancestor = pod_ancestor(host)
+            if ancestor is not None and host in namespace and resolver is not None:
+                root = resolver.own(resolver.primary or "").namespace_root
+                if root is not None:
+                    namespace.setdefault(ancestor, relative_to(root, ancestor))
+            for candidate in (ancestor, host):
                 if candidate is not None and candidate not in paths:
                     paths.append(candidate)
-        return paths, source
+        return paths, source, namespace, resolutions
 
     def _build_plan(self, ctx: CollectContext) -> tuple[list[_Target], dict[str, Any]]:
-        mounts = self._mounts()
+        resolver = make_resolver(ctx, self.proc_root, self.cgroup_root)
+        if resolver is not None:
+            if resolver.error is not None:
+                raise SourceUnavailable(f"cgroup root from {resolver.origin}: {resolver.error}")
+            mounts = tuple(CgroupMount(h.directory, h.version, h.controllers, "/")
+                           for h in resolver.hierarchies)
+        else:
+            mounts = self._mounts()
         found = hierarchies(mounts)
-        paths, source = self._target_paths(ctx)
+        if resolver is not None and resolver.primary is not None:
+            resolver.own(resolver.primary)  # recorded even when no path needs it
+        paths, source, namespace, resolutions = self._target_paths(ctx, resolver)
         try:
             cap = int(ctx.options.extra.get("cgroups.max_cgroups", DEFAULT_MAX_CGROUPS))
         except ValueError:
@@ -200,9 +245,12 @@ class CgroupsCollector:
         for path in paths:
             member = member_path(path)
             if member is None:
-                skipped.append({"path": path, "reason": "relative to a private cgroup namespace"})
+                reason = "relative to a private cgroup namespace"
+                if resolver is not None:
+                    reason += "; not resolved (see cgroup_namespace.resolved)"
+                skipped.append({"path": path, "reason": reason})
                 continue
-            target = _Target(path, member)
+            target = _Target(path, member, namespace.get(path))
             for hierarchy in found:
                 directory = _dir_for(hierarchy, path)
                 if directory is None or not os.path.isdir(directory):
@@ -215,14 +263,20 @@ class CgroupsCollector:
                     target.files.append(("host", 0, f"pressure/{resource}",
                                          f"{self.pressure_root}/{resource}", True))
             plan.append(target)
-        info = {
+        unresolved = sum(1 for r in resolutions if r["path"] is None)
+        if unresolved:
+            ctx.partial(f"{unresolved} namespace-relative cgroup paths not resolved to host paths")
+        info: dict[str, Any] = {
             "layout": cgroupfs.cgroup_layout(mounts),
             "mounts": [{"mount_point": m.mount_point, "version": m.version,
                         "controllers": list(m.controllers), "root": m.root} for m in mounts],
             "hierarchies_read": [h.name for h in found],
             "targets_from": source,
+            "hierarchies_from": resolver.origin if resolver is not None else "mountinfo",
             "skipped": skipped,
         }
+        if resolver is not None:
+            info["cgroup_namespace"] = {**resolver.to_json(), "resolved": resolutions}
         return plan, info
 
     # -- snapshot ----------------------------------------------------------------------------
@@ -258,8 +312,11 @@ class CgroupsCollector:
                 if parsed is not None:
                     _merge(values, *parsed)
             attribution = attribute_path(target.path)
+            record: dict[str, Any] = {"path": target.path}
+            if target.namespace_path is not None:
+                record["namespace_path"] = target.namespace_path
             cgroups.append({
-                "path": target.path,
+                **record,
                 "attribution": attribution.to_json(),
                 "present": any(f[0] != "host" for f in target.files) or target.path == "/",
                 "files": files,

@@ -10,6 +10,11 @@ every PID whose cgroup attributes to a container or pod, and every PID with ``--
 Members: ``proc/<pid>/{cgroup,stat,status}`` verbatim, ``proc/<pid>/{cmdline,environ}``
 (NUL-separated, after redaction), ``proc/<pid>/ns.json``, and the derived ``proc/index.json``. Publishes the hints
 ``cgroup_paths``, ``container_ids`` and ``pod_uids``. See docs/bundle-format/host-evidence.md.
+
+With a host cgroup root (``--set cgroups.root=DIR`` or ``GPUFORENSICS_CGROUP_ROOT``: a capture pod
+in a private cgroup namespace), namespace-relative paths (``0::/../../kubepods-...``) are also
+resolved to host paths (:mod:`forensics.collectors.cgroupns`); the verbatim files, ``attribution``
+and the published hints keep the paths as read.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import errno
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext, Tick
@@ -31,6 +36,9 @@ from forensics.parsing.procfs import (
     parse_status,
     start_time_unix,
 )
+
+if TYPE_CHECKING:
+    from forensics.collectors.cgroupns import NamespaceResolver
 
 __all__ = ["COLLECTOR", "ProcessCgroup", "ProcfsCollector", "read_small", "scan_proc_cgroups"]
 
@@ -166,8 +174,12 @@ class ProcfsCollector:
     order = 30
     timeout_s = 30.0
 
-    def __init__(self, proc_root: str = "/proc") -> None:
+    def __init__(self, proc_root: str = "/proc", cgroup_root: str | None = None) -> None:
         self.proc_root = proc_root
+        # host cgroup tree for resolving namespace-relative paths (None: the option
+        # ``cgroups.root``, then GPUFORENSICS_CGROUP_ROOT, then no resolution)
+        self.cgroup_root = cgroup_root
+        self._resolver: NamespaceResolver | None = None
 
     def snapshot(self, ctx: CollectContext) -> None:
         """Scan every PID's cgroup once, then write the files of each PID of interest."""
@@ -175,6 +187,9 @@ class ProcfsCollector:
             from forensics.errors import SourceUnavailable
 
             raise SourceUnavailable(f"{self.proc_root} is not mounted")
+        from forensics.collectors.cgroupns import make_resolver
+
+        self._resolver = make_resolver(ctx, self.proc_root, self.cgroup_root)
         stats = ScanStats()
         reasons: dict[int, set[str]] = {}
         scanned: dict[int, ProcessCgroup] = {}
@@ -210,6 +225,7 @@ class ProcfsCollector:
             if entry is not None:
                 record["attribution"] = entry.attribution.to_json()
                 record["cgroup_paths"] = hierarchy_paths(entry.lines)
+                self._resolve(record, entry)
             if written >= cap or ctx.remaining() < 2.0:
                 if not cut_short:
                     why = (f"PID cap of {cap} reached" if written >= cap
@@ -233,6 +249,15 @@ class ProcfsCollector:
             "pid_dir_cap": cap,
             "processes": entries,
         }
+        if self._resolver is not None:
+            resolved = sum(1 for e in entries if "host_cgroup_paths" in e)
+            unresolved = sum(1 for e in entries if "unresolved_cgroup_paths" in e)
+            index["cgroup_namespace"] = {**self._resolver.to_json(),
+                                         "processes_resolved": resolved,
+                                         "processes_unresolved": unresolved}
+            if unresolved:
+                ctx.note(f"{unresolved} processes have namespace-relative cgroup paths not "
+                         "resolved to host paths")
         ctx.sink.write_json("proc/index.json", index)
         self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
         ctx.publish("procfs_recorded_pids", [e["pid"] for e in entries if e.get("files") == "written"])
@@ -250,6 +275,7 @@ class ProcfsCollector:
                 entry_attr, lines = attribute_proc_cgroup(raw_cgroup.decode("utf-8", "replace"))
                 entry = ProcessCgroup(pid, raw_cgroup, lines, entry_attr)
                 record["attribution"] = entry_attr.to_json()
+                self._resolve(record, entry)
             except OSError as error:
                 record["files"] = "absent"
                 record["error"] = describe_os_error(error)
@@ -334,6 +360,9 @@ class ProcfsCollector:
             self._window_boot = _boot_time_unix(self.proc_root)
             self._window_written = 0
             self._window_own = {os.getpid(), os.getppid()}
+            from forensics.collectors.cgroupns import make_resolver
+
+            self._resolver = make_resolver(ctx, self.proc_root, self.cgroup_root)
         seen = self._window_seen
         own = self._window_own
         start_unix = ctx.options.capture_start.timestamp() - 1.0
@@ -369,6 +398,34 @@ class ProcfsCollector:
     _window_boot: float | None = None
     _window_written: int = 0
     _window_own: set[int] = set()  # noqa: RUF012 - replaced per sampling child
+
+    def _resolve(self, record: dict[str, Any], entry: ProcessCgroup) -> None:
+        """Add ``host_cgroup_paths`` (per hierarchy), ``host_attribution`` and, for paths that
+        could not be resolved, ``unresolved_cgroup_paths`` to a record whose cgroup lines hold
+        namespace-relative paths (only with a host cgroup root)."""
+        resolver = self._resolver
+        if resolver is None:
+            return
+        paths = hierarchy_paths(entry.lines)
+        host_paths: dict[str, str] = {}
+        unresolved: dict[str, dict[str, str | None]] = {}
+        for key, path in paths.items():
+            if ".." not in path.split("/"):
+                continue
+            host, why = resolver.resolve(key, path)
+            if host is None:
+                unresolved[key] = {"path": path, "error": why}
+            else:
+                host_paths[key] = host
+        if host_paths:
+            record["host_cgroup_paths"] = host_paths
+            best = next((k for k, p in paths.items() if p == entry.attribution.cgroup_path), None)
+            if best in host_paths:
+                from forensics.parsing.attribution import attribute_path
+
+                record["host_attribution"] = attribute_path(host_paths[best]).to_json()
+        if unresolved:
+            record["unresolved_cgroup_paths"] = unresolved
 
     def _publish(self, ctx: CollectContext, entries: Any) -> None:
         paths: list[str] = []

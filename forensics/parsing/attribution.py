@@ -21,6 +21,13 @@ kind nodes) / ``kubepods-pod<uid>.slice``
 directly under ``kubepods`` is QoS ``guaranteed``. Nested runtimes (kind: Kubernetes inside a
 Docker container) are attributed to the innermost container; every container seen is listed.
 
+Namespace-relative paths: inside a private cgroup namespace (a pod on a cgroup v2 node) the
+kernel shows other processes' cgroups relative to the namespace root, e.g.
+``/../../kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope``. Given the namespace root
+in host terms, :func:`resolve_relative` joins and normalises such a path into the host path;
+:func:`namespace_root` derives that root from the capture's own cgroup (host and namespace view);
+:func:`relative_to` is the inverse (the kernel's namespace view of a host path).
+
 Everything here is pure and total: bad input raises :class:`forensics.errors.ParseError`.
 """
 
@@ -37,7 +44,10 @@ __all__ = [
     "ContainerRef",
     "attribute_path",
     "attribute_proc_cgroup",
+    "namespace_root",
     "parse_proc_cgroup",
+    "relative_to",
+    "resolve_relative",
 ]
 
 _HEX64 = r"[0-9a-f]{64}"
@@ -270,3 +280,66 @@ def attribute_proc_cgroup(text: str) -> tuple[Attribution, tuple[CgroupLine, ...
             best = (key[0], key[1], attribution)
     assert best is not None  # parse_proc_cgroup never returns an empty tuple
     return best[2], lines
+
+
+# ------------------------------------------------------------------ namespace-relative paths
+
+
+def _host_segments(path: str, what: str) -> list[str]:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ParseError(f"{what} must start with '/': {str(path)[:80]!r}")
+    segments = [s for s in path.split("/") if s and s != "."]
+    if ".." in segments:
+        raise ParseError(f"{what} holds '..': {path[:80]!r}")
+    return segments
+
+
+def resolve_relative(own_path: str, relative_path: str) -> str:
+    """Join a cgroup namespace's root (a host path) with a path read inside that namespace.
+
+    ``resolve_relative("/a/b/c", "/../../x") == "/a/x"``; ``relative_path`` may start with ``/``
+    (as in ``/proc/<pid>/cgroup``) or not. Empty and ``.`` segments are dropped. Raises ParseError
+    when ``own_path`` is not an absolute path free of ``..``, or when ``relative_path`` climbs
+    above the host root (the path then names nothing on this host: it is never clamped).
+    """
+    segments = _host_segments(own_path, "namespace root")
+    if not isinstance(relative_path, str):
+        raise ParseError(f"relative cgroup path: expected text, got {type(relative_path).__name__}")
+    for seg in relative_path.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if not segments:
+                raise ParseError(f"{relative_path[:80]!r} climbs above the root of "
+                                 f"{own_path[:80]!r}")
+            segments.pop()
+        else:
+            segments.append(seg)
+    return "/" + "/".join(segments)
+
+
+def relative_to(root: str, host_path: str) -> str:
+    """The namespace view of ``host_path`` from a namespace rooted at ``root`` (both host paths),
+    as the kernel writes it: ``/sub/dir`` below the root, ``/../../x`` elsewhere, ``/`` for the
+    root itself. The inverse of :func:`resolve_relative`."""
+    base = _host_segments(root, "namespace root")
+    target = _host_segments(host_path, "host cgroup path")
+    common = 0
+    while common < min(len(base), len(target)) and base[common] == target[common]:
+        common += 1
+    return "/" + "/".join([".."] * (len(base) - common) + target[common:])
+
+
+def namespace_root(own_host_path: str, own_namespace_path: str) -> str | None:
+    """The host path of a cgroup namespace's root, from one process seen both ways: its host
+    cgroup (``own_host_path``) and its cgroup as read inside the namespace (``own_namespace_path``,
+    ``/`` when the process sits at the namespace root). None when the two cannot be the same
+    cgroup (the namespace path holds ``..`` or is not a suffix of the host path)."""
+    host = _host_segments(own_host_path, "host cgroup path")
+    if not isinstance(own_namespace_path, str) or not own_namespace_path.startswith("/"):
+        raise ParseError(f"namespace cgroup path must start with '/': "
+                         f"{str(own_namespace_path)[:80]!r}")
+    inner = [s for s in own_namespace_path.split("/") if s and s != "."]
+    if ".." in inner or len(inner) > len(host) or host[len(host) - len(inner):] != inner:
+        return None
+    return "/" + "/".join(host[:len(host) - len(inner)])

@@ -13,7 +13,10 @@ from forensics.errors import ParseError
 from forensics.parsing.attribution import (
     attribute_path,
     attribute_proc_cgroup,
+    namespace_root,
     parse_proc_cgroup,
+    relative_to,
+    resolve_relative,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup" / "proc_cgroup"
@@ -122,3 +125,85 @@ def test_mutated_fixtures_raise_only_parse_error(name: str, at: int, insert: str
         attribute_proc_cgroup(text[:at] + insert + text[at + 1:])
     except ParseError:
         pass
+
+
+# ------------------------------------------------------------- namespace-relative resolution
+
+name_segment = st.one_of(
+    st.sampled_from(["kubepods.slice", "kubepods-besteffort.slice", "system.slice", "a", "b"]),
+    st.text(alphabet=HEX + "-_.:", min_size=1, max_size=12).filter(lambda s: s not in (".", "..")),
+)
+host_path = st.lists(name_segment, max_size=6).map(lambda segs: "/" + "/".join(segs))
+
+
+def test_resolve_relative_examples() -> None:
+    assert resolve_relative("/a/b/c", "../../x") == "/a/x"
+    assert resolve_relative("/a/b/c", "/../../x") == "/a/x"
+    assert resolve_relative("/a/b/c", "/") == "/a/b/c"
+    assert resolve_relative("/a/b/c", "/../../..") == "/"
+    assert resolve_relative("/", "/x//./y/") == "/x/y"
+    k = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podA.slice/cri-containerd-X.scope"
+    assert resolve_relative(k, "/../../kubepods-besteffort-podB.slice/cri-containerd-Y.scope") == (
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podB.slice/"
+        "cri-containerd-Y.scope")
+
+
+@pytest.mark.parametrize(("own", "relative"), [
+    ("/a", "/../../x"), ("/", "/.."), ("relative", "/x"), ("/a/../b", "/x"), ("", "/x")])
+def test_resolve_relative_refuses(own: str, relative: str) -> None:
+    with pytest.raises(ParseError):
+        resolve_relative(own, relative)
+
+
+@settings(max_examples=400, deadline=None)
+@given(host_path, host_path)
+def test_relative_to_round_trips(root: str, target: str) -> None:
+    """The kernel's namespace view of a host path, joined back with the namespace root, is the
+    host path again; and a view holds '..' exactly when the target is outside the root."""
+    view = relative_to(root, target)
+    assert view.startswith("/")
+    assert resolve_relative(root, view) == target
+    inside = target == root or target.startswith(root.rstrip("/") + "/")
+    assert (".." in view.split("/")) == (not inside)
+
+
+@settings(max_examples=400, deadline=None)
+@given(host_path, st.lists(st.one_of(name_segment, st.sampled_from(["..", ".", ""])), max_size=8))
+def test_resolve_relative_normalises_or_refuses(root: str, parts: list[str]) -> None:
+    """The result is an absolute path with no empty, '.' or '..' segment; climbing past the
+    host root raises ParseError (never clamped)."""
+    relative = "/" + "/".join(parts)
+    depth = len([s for s in root.split("/") if s])
+    lowest = depth
+    for part in parts:
+        if part == "..":
+            depth -= 1
+            lowest = min(lowest, depth)
+        elif part not in (".", ""):
+            depth += 1
+    try:
+        resolved = resolve_relative(root, relative)
+    except ParseError:
+        assert lowest < 0
+        return
+    assert lowest >= 0
+    segments = resolved.split("/")
+    assert resolved.startswith("/") and (resolved == "/" or "" not in segments[1:])
+    assert not {".", ".."} & set(segments)
+    assert len([s for s in segments if s]) == depth
+
+
+@settings(max_examples=300, deadline=None)
+@given(host_path, st.lists(name_segment, max_size=3))
+def test_namespace_root_strips_the_inner_path(root: str, inner: list[str]) -> None:
+    own_host = (root.rstrip("/") + "/" + "/".join(inner)) if inner else root
+    assert namespace_root(own_host, "/" + "/".join(inner)) == root
+
+
+def test_namespace_root_refuses_inconsistent_views() -> None:
+    assert namespace_root("/a/b", "/c") is None
+    assert namespace_root("/a/b", "/../b") is None
+    assert namespace_root("/a", "/a/b") is None
+    assert namespace_root("/a/b", "/") == "/a/b"
+    with pytest.raises(ParseError):
+        namespace_root("/a", "b")
