@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from forensics.collectors.cgroupns import ENV_CGROUP_ROOT
 from forensics.collectors.kubernetes import KubernetesCollector
 from forensics.collectors.podresources.client import DEFAULT_SOCKET
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
@@ -112,6 +113,9 @@ class TestPodSpecs:
             "the collector's default socket path works in the pod without --set"
         env = {e["name"]: e for e in container["env"]}
         assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        cgroup_mount = mounts[next(n for n, p in host_paths.items() if p == "/sys/fs/cgroup")]
+        assert env[ENV_CGROUP_ROOT]["value"] == cgroup_mount["mountPath"], \
+            "the cgroup collectors read the host's tree, not the pod's own subtree"
         assert "nvidia.com/gpu" not in str(container["resources"]), "takes no GPU from the scheduler"
 
     def test_daemonset_targets_gpu_nodes_and_stays_ready(self):
