@@ -377,3 +377,21 @@ def test_absolute_hints_are_not_rewritten(tmp_path: Path) -> None:
     job = {c["path"]: c for c in index["cgroups"]}[JOB_V2]
     assert "namespace_path" not in job and job["values"]["memory"]["limit_bytes"] == 2147483648
     assert index["cgroup_namespace"]["resolved"] == []
+
+
+def test_processes_read_later_are_resolved_too(tmp_path: Path) -> None:
+    """A PID read outside the /proc scan (a hinted PID, a process born during the window) goes
+    through the same resolution."""
+    from forensics.collectors.cgroupns import make_resolver
+
+    root = host_v2(tmp_path)
+    proc = v2_proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, extra={"cgroups.root": str(root)})
+    collector = ProcfsCollector(str(proc))
+    collector._resolver = make_resolver(ctx, str(proc))
+    record: dict[str, object] = {"pid": 6161}
+    collector._collect_pid(ctx, 6161, None, record, 1796000000.0, 100, 4096)
+    assert record["files"] == "written"
+    assert record["host_cgroup_paths"] == {"unified": PEER_V2}
+    assert record["host_attribution"]["cgroup_path"] == PEER_V2  # type: ignore[index]
