@@ -291,6 +291,8 @@ class _Runner:
                 rec.error = "skipped (--skip)"
             else:
                 chosen.append(c)
+        if not chosen:  # --only host --skip host: an empty bundle would look like a capture
+            raise UsageError("--only and --skip leave no collector to run")
         return chosen
 
     def _merge_result(self, rec: CollectorRecord, result: dict[str, Any] | None) -> None:

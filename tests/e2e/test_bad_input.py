@@ -109,6 +109,7 @@ class TestCaptureOptions:
         (["--only", "bogus"], "bogus"),
         (["--skip", "bogus"], "bogus"),
         (["--set", "noequals"], "KEY=VALUE"),
+        (["--only", "host", "--skip", "host"], "no collector"),  # was an empty bundle, exit 0
     ])
     def test_refused(self, capsys: pytest.CaptureFixture[str], out_dir: Path, args: list[str],
                      needle: str) -> None:
