@@ -54,7 +54,7 @@ def format_inventory(desc: dict[str, Any]) -> str:
     """Plain-text rendering of :func:`describe_bundle` for the terminal."""
     lines = [
         f"Bundle   {desc['path']}",
-        f"Host     {desc.get('host')}    captured {desc.get('captured_start')} -> {desc.get('captured_end')}"
+        f"Host     {_shown(desc.get('host'))}    captured {_shown(desc.get('captured_start'))} -> {_shown(desc.get('captured_end'))}"
         + ("    [INTERRUPTED]" if desc.get("interrupted") else ""),
         f"SHA-256  {desc['file_sha256']}    members {desc['member_count']}",
         "Collectors:",
@@ -62,8 +62,14 @@ def format_inventory(desc: dict[str, Any]) -> str:
     for c in desc["collectors"]:
         err = f"  {c['error']}" if c.get("error") else ""
         dur = c.get("duration_s")
-        lines.append(f"  {c['name'] or '?':<14} {c['status'] or '?':<12} {dur if dur is not None else '':>8}{err}")
+        shown = f"{dur:.2f} s" if isinstance(dur, int | float) and not isinstance(dur, bool) else _shown(dur, "")
+        lines.append(f"  {c['name'] or '?':<14} {c['status'] or '?':<12} {shown:>9}{err}")
     lines.append("Evidence by source:")
     for src, v in desc["sources"].items():
         lines.append(f"  {src:<14} {v['members']:>6} members {v['bytes']:>12} bytes")
     return "\n".join(lines)
+
+
+def _shown(value: Any, missing: str = "?") -> str:
+    """A manifest value for the terminal: ``?`` (not ``None``) when the bundle lacks it."""
+    return missing if value is None or value == "" else str(value)

@@ -163,3 +163,17 @@ class TestFirstContact:
                               env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
         assert proc.returncode == 0
         assert proc.stderr.strip().splitlines()[-1] == "[]"
+
+
+class TestInspectReadsWell:
+    def test_durations_have_units_and_missing_values_are_not_none(self, tmp_path: Path) -> None:
+        from tests.support import hostile_bundles as hb
+
+        d = tmp_path / "b"
+        d.mkdir()
+        bundle = hb.build_bundle(d)  # its manifest has no capture end
+        proc = run_cli("inspect", str(bundle), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "None" not in proc.stdout
+        host_line = next(line for line in proc.stdout.splitlines() if line.lstrip().startswith("host "))
+        assert "0.01 s" in host_line
