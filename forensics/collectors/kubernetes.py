@@ -43,7 +43,10 @@ MAX_EVENT_NAMESPACES = 20
 
 
 class KubernetesCollector:
-    """See the module docstring. ``call_timeout_s`` bounds each call, ``budget_s`` all of them."""
+    """``kubernetes``: this node, its pods, their events and metrics, as the API server sent them.
+
+    See the module docstring. ``call_timeout_s`` bounds each call, ``budget_s`` all of them.
+    """
 
     name = "kubernetes"
     order = 60

@@ -26,7 +26,10 @@ _MEMBERS = {"List": "list.json", "GetAllocatableResources": "allocatable.json"}
 
 
 class PodResourcesCollector:
-    """See the module docstring."""
+    """``podresources``: the kubelet's own map of which container holds which device.
+
+    See the module docstring.
+    """
 
     name = "podresources"
     order = 65

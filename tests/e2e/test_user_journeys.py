@@ -177,3 +177,15 @@ class TestInspectReadsWell:
         assert "None" not in proc.stdout
         host_line = next(line for line in proc.stdout.splitlines() if line.lstrip().startswith("host "))
         assert "0.01 s" in host_line
+
+
+class TestCollectorsListing:
+    def test_each_collector_says_what_it_collects(self, tmp_path: Path) -> None:
+        proc = run_cli("collectors", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.strip().splitlines()
+        assert len(lines) >= 7
+        for line in lines:
+            assert "See the module docstring" not in line, line
+            summary = line.split(" s  ", 1)[1] if " s  " in line else ""
+            assert len(summary.split()) >= 4, line  # a real one-line summary
