@@ -430,16 +430,13 @@ class _Runner:
 
     # -- the whole capture ------------------------------------------------------------------
     def run(self) -> CaptureResult:
-        started = utc_now()
         hostname = socket.gethostname()
-        for _ in range(_NAME_WAIT_TRIES):
-            if not (self.out_dir / f"{bundle_stem(hostname, started)}.tgz").exists():
-                break
-            # a capture earlier in this second wrote here (names have one-second resolution):
-            # start at the next second, so the name still tells when this capture started
-            time.sleep(1.0 - started.microsecond / 1e6)
-            started = utc_now()
-        writer = BundleWriter(self.out_dir, hostname, when=started)
+        started, reservation = self._reserve_name(hostname)
+        try:
+            writer = BundleWriter(self.out_dir, hostname, when=started)
+        except BaseException:
+            _unlink_quietly(reservation)
+            raise
         old_int = signal.signal(signal.SIGINT, self._on_signal)
         old_term = signal.signal(signal.SIGTERM, self._on_signal)
         try:
@@ -461,7 +458,34 @@ class _Runner:
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
+            _unlink_quietly(reservation)
         return CaptureResult(path=path, manifest=manifest, interrupted=self.interrupted)
+
+    def _reserve_name(self, hostname: str) -> tuple[Any, Path | None]:
+        """The capture's start time and a reservation of its bundle name.
+
+        Names have one-second resolution. A name already taken (a capture earlier this second)
+        or reserved (one running now, started this same second: two alerts firing together)
+        moves this capture to the next second, so the name still tells when it started and the
+        other capture's bundle is neither replaced nor lost at the final rename. The reservation
+        is an empty ``.<name>.reserved`` file in the output directory, removed at the end.
+        """
+        started = utc_now()
+        for _ in range(_NAME_WAIT_TRIES):
+            final = self.out_dir / f"{bundle_stem(hostname, started)}.tgz"
+            if not final.exists():
+                mark = final.with_name(f".{final.name}.reserved")
+                try:
+                    os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                except FileExistsError:
+                    pass
+                except OSError:  # not writable: BundleWriter says so in its own words
+                    return started, None
+                else:
+                    return started, mark
+            time.sleep(1.0 - started.microsecond / 1e6)
+            started = utc_now()
+        return started, None
 
     def _manifest(self, hostname: str, started: Any, finished: Any) -> dict[str, Any]:
         opts = self.options
@@ -515,6 +539,14 @@ def _host_identity(hostname: str) -> dict[str, Any]:
         "captured_at_unix": round(time.time(), 6),
         "time_zone_offset_s": -time.timezone,
     }
+
+
+def _unlink_quietly(path: Path | None) -> None:
+    if path is not None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def run_capture(

@@ -59,6 +59,32 @@ class TestCaptureTwiceInARow:
         assert sorted(p.name for p in out_dir.iterdir()) == sorted(Path(p).name for p in paths)
 
 
+class TestConcurrentCaptures:
+    def test_three_captures_started_together_each_keep_their_bundle(self, out_dir: Path) -> None:
+        """Two alerts fire at once and automation starts two captures in the same second: the
+        later one used to collect for its whole window, then fail at the final rename ("refusing
+        to overwrite existing bundle") and lose everything it had collected."""
+        env = {k: v for k, v in os.environ.items() if k != "GPUFORENSICS_DEBUG"}
+        env["PYTHONPATH"] = str(REPO)
+        procs = [subprocess.Popen([sys.executable, "-m", "forensics", "capture", "-o", str(out_dir),
+                                   "--only", "host", "--duration", "1.5", "--quiet"],
+                                  cwd=out_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(3)]
+        results = []
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            results.append((proc.returncode, out.strip(), err))
+        assert [r[0] for r in results] == [0, 0, 0], results
+        paths = {r[1] for r in results}
+        assert len(paths) == 3
+        assert sorted(p.name for p in out_dir.iterdir()) == sorted(Path(p).name for p in paths)
+
+
 class TestCaptureThenRead:
     def test_capture_verify_inspect_analyze(self, out_dir: Path, tmp_path: Path) -> None:
         proc = run_cli("capture", "-o", str(out_dir), "--only", "host,procfs,kernel", "--quiet",
