@@ -83,7 +83,10 @@ class BundleWriter:
         self.final_path = self.out_dir / f"{self.stem}.tgz"
         if self.final_path.exists():
             raise CaptureError(f"refusing to overwrite existing bundle: {self.final_path}")
-        self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.out_dir))
+        try:  # /proc, /sys, a full disk: access() said yes, the file system says no
+            self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.out_dir))
+        except OSError as exc:
+            raise CaptureError(f"cannot write into {self.out_dir}: {exc.strerror or exc}") from exc
         os.chmod(self.staging, 0o700)
         self.sink = EvidenceSink(self.staging, max_bytes=max_bytes)
 

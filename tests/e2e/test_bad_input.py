@@ -275,3 +275,15 @@ class TestStdoutOnAFullDisk:
                                   text=True, timeout=60)
         one_error_line(proc.returncode, proc.stderr, "No space left on device")
         assert proc.returncode == 2
+
+
+class TestCaptureIntoAPseudoFileSystem:
+    @pytest.mark.parametrize("target", ["/proc", "/sys/kernel"])
+    def test_one_line_error(self, capsys: pytest.CaptureFixture[str], target: str) -> None:
+        """access() says writable to root, mkdir says no: was FileNotFoundError/PermissionError,
+        exit 70."""
+        if not os.path.isdir(target):
+            pytest.skip(f"{target} is not mounted here")
+        code, out, err = cli(capsys, "capture", "-o", target, "--only", "host")
+        one_error_line(code, err, "cannot write into")
+        assert code == 2 and out == ""
