@@ -146,3 +146,63 @@ def test_top_falls_back_without_ps_args() -> None:
         pass
     else:
         raise AssertionError("a 404 (no such container) must not be retried")
+
+
+class _FakeLogsClient:
+    """Stands in for the APIClient internals ``_logs`` uses; any inspect is a failure."""
+
+    def __init__(self) -> None:
+        self.gets: list[tuple[str, dict[str, Any]]] = []
+        self.tty: list[bool] = []
+
+    def _url(self, path: str, *args: str) -> str:
+        return path.format(*args)
+
+    def _get(self, url: str, params: dict[str, Any], stream: bool) -> str:
+        self.gets.append((url, params))
+        return "response"
+
+    def _get_result_tty(self, stream: bool, response: str, is_tty: bool) -> bytes:
+        self.tty.append(is_tty)
+        return b"2026-11-30T05:00:00.000000000Z hello\n"
+
+    def inspect_container(self, cid: str) -> dict[str, Any]:
+        raise AssertionError("logs must not inspect the container again")
+
+
+def test_logs_uses_the_known_tty_and_no_second_inspect() -> None:
+    from datetime import UTC, datetime
+
+    from forensics.collectors.docker import _logs
+
+    client = _FakeLogsClient()
+    since = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+    assert _logs(client, CID, since, 1000, tty=True).endswith(b"hello\n")
+    assert client.tty == [True]
+    url, params = client.gets[0]
+    assert url == f"/containers/{CID}/logs"
+    assert params == {"stderr": 1, "stdout": 1, "timestamps": 1, "follow": 0, "tail": 1000,
+                      "since": int(since.timestamp())}
+
+
+class _OldEngineStats:
+    """An SDK client bound to API < 1.41: one_shot is refused before any request is made."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def stats(self, cid: str, **kw: Any) -> dict[str, Any]:
+        self.calls.append(kw)
+        if kw.get("one_shot"):
+            raise ValueError("one_shot is not supported for API version < 1.41")
+        return {"id": cid, "precpu_stats": {"cpu_usage": {"total_usage": 5}}}
+
+
+def test_stats_without_one_shot_is_recorded() -> None:
+    from forensics.collectors.docker import _stats
+
+    client = _OldEngineStats()
+    fallbacks: dict[str, str] = {}
+    assert _stats(client, CID, fallbacks)["id"] == CID
+    assert client.calls == [{"stream": False, "one_shot": True}, {"stream": False}]
+    assert "precpu_stats filled" in fallbacks[CID]
