@@ -215,3 +215,24 @@ class TestCollectorsListing:
             assert "See the module docstring" not in line, line
             summary = line.split(" s  ", 1)[1] if " s  " in line else ""
             assert len(summary.split()) >= 4, line  # a real one-line summary
+
+
+class TestReportOfUnnamedContainers:
+    def test_a_container_known_only_by_its_id_is_not_shown_twice(self) -> None:
+        """With no Docker data (docker unavailable), a container's label is its short id; the
+        subject line read "container feed3a894dcc feed3a894dcc" for each of 24 victims."""
+        from forensics.report.html import render_html
+        from tests.support.report_docs import build_incident_doc
+
+        doc = build_incident_doc()
+        shorts = []
+        for finding in doc["findings"]:
+            for s in finding.get("subjects", []):
+                if s.get("type") == "container":
+                    s["name"] = s["id"][:12]
+                    shorts.append(s["name"])
+        assert shorts
+        html = render_html(doc)
+        for short in set(shorts):
+            assert f'{short}</strong> <span class="mono dim">{short}' not in html
+            assert f"<strong>{short}</strong>" in html
