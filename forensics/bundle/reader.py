@@ -66,6 +66,13 @@ class _HashingReader:
             pass
 
 
+def _not_a_number(constant: str) -> None:
+    """``NaN``/``Infinity``/``-Infinity`` are not JSON (RFC 8259), though Python writes and reads
+    them: read them as null, so nothing downstream (``analyze -f json``, ``inspect -f json``, the
+    JSON report) carries a value no strict JSON reader accepts."""
+    return None
+
+
 @dataclass
 class Bundle:
     """A bundle held in memory: the manifest, and every member's bytes by path."""
@@ -94,7 +101,7 @@ class Bundle:
 
     def read_json(self, member: str) -> Any:
         try:
-            return json.loads(self.read_bytes(member))
+            return json.loads(self.read_bytes(member), parse_constant=_not_a_number)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise BundleInvalid(f"{self.path.name}: member {member} is not valid JSON: {exc}") from None
 
@@ -104,7 +111,7 @@ class Bundle:
             if not line.strip():
                 continue
             try:
-                yield n, json.loads(line)
+                yield n, json.loads(line, parse_constant=_not_a_number)
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
                 raise BundleInvalid(
                     f"{self.path.name}: member {member} line {n} is not valid JSON: {exc}"
@@ -256,7 +263,7 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
     if top is None or MANIFEST not in members:
         raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (no manifest.json)")
     try:
-        manifest = json.loads(members.pop(MANIFEST))
+        manifest = json.loads(members.pop(MANIFEST), parse_constant=_not_a_number)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise BundleInvalid(f"{path.name}: manifest.json is not valid JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:

@@ -287,3 +287,43 @@ class TestCaptureIntoAPseudoFileSystem:
         code, out, err = cli(capsys, "capture", "-o", target, "--only", "host")
         one_error_line(code, err, "cannot write into")
         assert code == 2 and out == ""
+
+
+class TestNonFiniteNumbersInABundle:
+    """``NaN``/``Infinity`` in a manifest or member (Python writes them; an older capture wrote
+    ``--duration nan`` into its manifest) made ``-f json`` print invalid JSON and the JSON report
+    fail altogether ("not JSON-serialisable")."""
+
+    @pytest.fixture
+    def nan_bundle(self, tmp_path: Path) -> Path:
+        d = tmp_path / "nan"
+        d.mkdir()
+        return hb.build_bundle(
+            d, members={"host/host.json": b'{"hostname": "gpu-07", "uptime_s": NaN, "boot_time_unix": Infinity}'},
+            manifest_fields={"collectors": [{"name": "host", "status": "ok", "duration_s": float("nan"), "error": None}],
+                             "capture": {"started": "2026-11-29T14:05:00.000000Z", "interrupted": False,
+                                         "window": {"duration_s": float("inf")}}})
+
+    @staticmethod
+    def strict(text: str) -> object:
+        def refuse(constant: str) -> object:
+            raise AssertionError(f"not JSON: {constant}")
+        return json.loads(text, parse_constant=refuse)
+
+    @pytest.mark.parametrize("args", [["inspect", "-f", "json"], ["analyze", "-f", "json"]])
+    def test_stdout_is_strict_json(self, capsys: pytest.CaptureFixture[str], nan_bundle: Path,
+                                   args: list[str]) -> None:
+        code, out, err = cli(capsys, args[0], str(nan_bundle), *args[1:])
+        assert code == 0, err
+        self.strict(out)
+
+    def test_json_report_is_written(self, capsys: pytest.CaptureFixture[str], nan_bundle: Path,
+                                    tmp_path: Path) -> None:
+        target = tmp_path / "r.json"
+        code, _, err = cli(capsys, "analyze", str(nan_bundle), "-f", "json", "-o", str(target))
+        assert code == 0, err
+        self.strict(target.read_text())
+
+    def test_verify_still_checks_the_bytes(self, capsys: pytest.CaptureFixture[str], nan_bundle: Path) -> None:
+        code, out, err = cli(capsys, "verify", str(nan_bundle))
+        assert code == 0 and out.startswith("OK "), err
