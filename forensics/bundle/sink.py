@@ -35,13 +35,17 @@ class EvidenceSink:
         self.max_bytes = max_bytes
         self.bytes_written = 0
         self.members: set[str] = set()
+        self._dirs: set[Path] = set()
 
     def _path(self, member: str) -> Path:
         check_member_name(member)
         if member == MANIFEST:
             raise BundleUnsafe("collectors may not write manifest.json")
         path = self.root / member
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        parent = path.parent
+        if parent not in self._dirs:  # one mkdir per directory, not per member
+            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._dirs.add(parent)
         return path
 
     def _account(self, n: int) -> None:
