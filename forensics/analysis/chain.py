@@ -214,10 +214,20 @@ def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> lis
             member = info.members_used.get(family)
             return [Evidence(bundle, member, "", excerpt)] if member else []
         n_gpu_samples = sum(1 for s in model.gpu_samples if s.node == node)
-        if "gpu-xid-fault" not in kinds and model.has_source(node, "kernel"):
-            out.append({"kind": "gpu-xid-fault", "node": node,
-                        "statement": f"no Xid error in the kernel log of {node} ({info.kernel_records} records)",
-                        "evidence": ev("kernel", f"{info.kernel_records} records, no 'NVRM: Xid'")})
+        watched = info.xid_watch_gpus
+        if "gpu-xid-fault" not in kinds and (model.has_source(node, "kernel") or watched):
+            parts: list[str] = []
+            evidence: list[Evidence] = []
+            if model.has_source(node, "kernel"):
+                parts.append(f"no Xid error in the kernel log of {node} ({info.kernel_records} records"
+                             + ("; an empty log window proves little on its own)" if not info.kernel_records else ")"))
+                evidence += ev("kernel", f"{info.kernel_records} records, no 'NVRM: Xid'")
+            if watched and info.xid_watch_evidence is not None:
+                parts.append(f"no XidCriticalError event from NVML on the {watched} GPU(s) it watched "
+                             "during the sampling window")
+                evidence.append(info.xid_watch_evidence)
+            out.append({"kind": "gpu-xid-fault", "node": node, "statement": "; ".join(parts),
+                        "evidence": evidence})
         if "gpu-clock-throttle" not in kinds and any(
                 s.node == node and s.clocks_event_reasons is not None for s in model.gpu_samples):
             out.append({"kind": "gpu-clock-throttle", "node": node,

@@ -210,7 +210,14 @@ def _note_identity(model: Model, node: str, pid: int, p: Any) -> None:
 
 def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:
     member = "nvml/events.jsonl"
+    info = model.nodes.get(node)
     for no, ev, raw in src.jsonl(member):
+        decoded = ev.get("mask_decoded")
+        if (ev.get("kind") == "registration" and info is not None and isinstance(decoded, list)
+                and "XidCriticalError" in decoded):
+            info.xid_watch_gpus += 1
+            if info.xid_watch_evidence is None:
+                info.xid_watch_evidence = src.ev_line(member, no, raw)
         xid = as_int(ev.get("xid"))
         if ev.get("kind") != "event" or xid is None:
             continue
