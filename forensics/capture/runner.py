@@ -35,6 +35,7 @@ from forensics.bundle.writer import BundleWriter
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
 from forensics.capture.registry import load_collectors
 from forensics.errors import (
+    CaptureError,
     CollectorError,
     SourcePermissionDenied,
     SourceTimeout,
@@ -44,7 +45,7 @@ from forensics.errors import (
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
 
-_NAME_WAIT_TRIES = 3  # seconds waited at most for a free bundle name
+_NAME_WAIT_TRIES = 5  # seconds waited at most for a free bundle name
 
 _RESULT_CAP = 8 << 20  # bytes a child may report over its pipe
 _GRACE_S = 5.0
@@ -485,7 +486,9 @@ class _Runner:
                     return started, mark
             time.sleep(1.0 - started.microsecond / 1e6)
             started = utc_now()
-        return started, None
+        # refuse now rather than collect for the whole window and fail at the final rename
+        raise CaptureError(f"no free bundle name in {self.out_dir} after {_NAME_WAIT_TRIES} s: "
+                           "other captures keep starting there; use another --output directory")
 
     def _manifest(self, hostname: str, started: Any, finished: Any) -> dict[str, Any]:
         opts = self.options

@@ -49,6 +49,22 @@ class TestCaptureTwiceInARow:
         assert path.parent == out_dir and path not in taken and path.is_file()
         assert all(t.read_bytes() == b"earlier bundle" for t in taken)
 
+    def test_no_free_name_is_refused_before_collecting(self, out_dir: Path) -> None:
+        """Every name for the next seconds taken: refuse at the start, in one line, rather than
+        collect for the whole window and fail at the final rename."""
+        import socket
+
+        now = datetime.now(UTC)
+        taken = [out_dir / f"{bundle_stem(socket.gethostname(), now + timedelta(seconds=s))}.tgz"
+                 for s in range(9)]
+        for t in taken:
+            t.write_bytes(b"earlier bundle")
+        proc = run_cli("capture", "-o", str(out_dir), "--only", "host", "--duration", "30", "--quiet",
+                       cwd=out_dir)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("gpuforensics: error: no free bundle name")
+        assert sorted(out_dir.iterdir()) == sorted(taken)  # no staging, no reservation left
+
     def test_back_to_back_captures(self, out_dir: Path) -> None:
         paths = []
         for _ in range(2):
