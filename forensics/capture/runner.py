@@ -49,6 +49,7 @@ _NAME_WAIT_TRIES = 5  # seconds waited at most for a free bundle name
 
 _RESULT_CAP = 8 << 20  # bytes a child may report over its pipe
 _GRACE_S = 5.0
+_MIN_SLOT_S = 2.0  # seconds of --timeout kept back for each collector still to run
 
 
 @dataclass
@@ -305,7 +306,7 @@ class _Runner:
             self.redactor.counts[cat] += int(n)
 
     def _snapshot_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
-        for collector in chosen:
+        for position, collector in enumerate(chosen):
             rec = self.records[collector.name]
             if self.interrupted:
                 rec.status, rec.error = "skipped", "capture interrupted before this collector ran"
@@ -315,6 +316,11 @@ class _Runner:
             if deadline - now < 0.05:
                 rec.status, rec.error = "skipped", "no time left in the global --timeout"
                 continue
+            # The collector paces itself by ``deadline``; it is killed at ``kill_at``, which keeps
+            # back a slot of the budget for each later collector, so one hung source does not
+            # spend all of --timeout and leave the rest "skipped" (no effect on a generous budget).
+            kill_at = min(deadline, self.global_deadline - _reserve_for_later(
+                self.global_deadline - now, len(chosen) - position - 1))
             before = _staged_files(sink.root)
             rec.started = iso(utc_now())
             self.progress(f"{collector.name}: collecting")
@@ -344,7 +350,7 @@ class _Runner:
                     rec.error = error
                 self.progress(f"{rec.name}: {rec.status}{' - ' + rec.error if rec.error else ''}")
 
-            self._spawn(collector.name, deadline, body)
+            self._spawn(collector.name, kill_at, body)
             self._wait_all(done)
 
     def _sampling_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
@@ -487,8 +493,8 @@ class _Runner:
             time.sleep(1.0 - started.microsecond / 1e6)
             started = utc_now()
         # refuse now rather than collect for the whole window and fail at the final rename
-        raise CaptureError(f"no free bundle name in {self.out_dir} after {_NAME_WAIT_TRIES} s: "
-                           "other captures keep starting there; use another --output directory")
+        raise CaptureError(f"refusing to overwrite existing bundles: no free bundle name in {self.out_dir} "
+                           f"after {_NAME_WAIT_TRIES} s; use another --output directory")
 
     def _manifest(self, hostname: str, started: Any, finished: Any) -> dict[str, Any]:
         opts = self.options
@@ -542,6 +548,14 @@ def _host_identity(hostname: str) -> dict[str, Any]:
         "captured_at_unix": round(time.time(), 6),
         "time_zone_offset_s": -time.timezone,
     }
+
+
+def _reserve_for_later(left_s: float, later: int) -> float:
+    """Seconds of the remaining budget kept back for the ``later`` snapshot collectors: up to
+    ``_MIN_SLOT_S`` each, or an equal share of ``left_s`` when the budget is smaller."""
+    if later <= 0 or left_s <= 0:
+        return 0.0
+    return later * min(_MIN_SLOT_S, left_s / (later + 1))
 
 
 def _unlink_quietly(path: Path | None) -> None:

@@ -62,7 +62,7 @@ class TestCaptureTwiceInARow:
         proc = run_cli("capture", "-o", str(out_dir), "--only", "host", "--duration", "30", "--quiet",
                        cwd=out_dir)
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.startswith("gpuforensics: error: no free bundle name")
+        assert proc.stderr.startswith("gpuforensics: error: refusing to overwrite existing bundles: no free")
         assert sorted(out_dir.iterdir()) == sorted(taken)  # no staging, no reservation left
 
     def test_back_to_back_captures(self, out_dir: Path) -> None:
@@ -133,8 +133,8 @@ class TestCaptureBounded:
         try:
             start = time.monotonic()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "forensics", "capture", "-o", str(out_dir), "--only", "docker,host",
-                 "--timeout", "3", "--quiet"],
+                [sys.executable, "-m", "forensics", "capture", "-o", str(out_dir), "--only",
+                 "docker,procfs,kernel,host", "--timeout", "3", "--quiet"],
                 cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 env={**os.environ, "PYTHONPATH": str(REPO), "DOCKER_HOST": f"unix://{sock_path}"},
                 start_new_session=True)
@@ -151,6 +151,13 @@ class TestCaptureBounded:
         assert elapsed < 3 + 6, f"capture took {elapsed:.1f} s with --timeout 3"
         bundle = Path(out.strip())
         assert bundle.is_file()
+        # the hung source is killed early enough that every later collector still runs (with
+        # --timeout 3 they were all "skipped: no time left in the global --timeout")
+        from tests.support import hostile_bundles as hb
+
+        status = {c["name"]: c["status"] for c in hb.manifest_of(bundle)["collectors"]}
+        assert status["docker"] == "failed"
+        assert all(status[n] not in ("skipped", "failed") for n in ("procfs", "kernel", "host")), status
         # nothing of the capture's session is still alive
         leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _session_of(int(p)) == proc.pid]
         assert leftovers == [], f"processes left behind: {leftovers}"

@@ -166,7 +166,8 @@ class TestDeadlines:
         assert elapsed < 1.5 + 4.0, elapsed
         s = statuses(res)
         assert s["slow1"]["status"] == "failed" and "timed out" in s["slow1"]["error"]
-        assert s["slow2"]["status"] == "skipped" and "no time left" in s["slow2"]["error"]
+        # slow1 is killed with a slot of the budget kept back, so slow2 runs (and times out) too
+        assert s["slow2"]["status"] == "failed" and "timed out" in s["slow2"]["error"]
 
     def test_grandchildren_of_a_hanging_collector_are_killed_too(self, capture: Capture, tmp_path: Path) -> None:
         """The deadline kills the collector's process group, so a helper it spawned does not linger."""
