@@ -153,7 +153,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     show = sys.stderr.isatty() if progress is None else progress
     result = run_capture(options, output, progress=_progress_printer(show))
     failed = [c for c in result.manifest["collectors"] if c["status"] in ("failed", "partial")]
-    if failed and show:
+    if failed and progress is not False:  # also in cron and DaemonSet logs; --quiet silences it
         click.echo("gpuforensics: incomplete: " + ", ".join(f"{c['name']} {c['status']}" for c in failed), err=True)
     click.echo(str(result.path))
     if result.interrupted:

@@ -23,6 +23,7 @@ from forensics.analysis.rules import RULES
 from forensics.analysis.source import Source
 from forensics.analysis.thresholds import AnalysisConfig, load_config
 from forensics.bundle.reader import ReadLimits, open_bundle
+from forensics.bundle.verify import check_integrity
 
 __all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "run_rules"]
 
@@ -45,12 +46,24 @@ def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
 
 
 def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | None) -> None:
+    seen_files: dict[str, str] = {}
     for raw in paths:
         path = Path(raw)
         bundle = open_bundle(path, limits)
+        if bundle.file_sha256 in seen_files:  # the same bundle twice (or a copy): count it once
+            model.limit(f"{path.name} is the same bundle as {seen_files[bundle.file_sha256]} "
+                        "(identical SHA-256); analysed once")
+            continue
+        seen_files[bundle.file_sha256] = path.name
+        problems = check_integrity(bundle)
+        if problems:
+            model.limit(f"{path.name}: INTEGRITY CHECK FAILED, {len(problems)} member(s) do not match "
+                        f"the manifest ({'; '.join(problems[:3])}): the evidence was altered or "
+                        "damaged after capture; run `gpuforensics verify` and treat the findings as untrusted")
         src = Source(bundle, path.name, bundle.members.keys())
         hashes = {m: bundle.sha256(m) for m in sorted(bundle.members)}
         node = load_manifest(src, model, path.resolve(), bundle.file_sha256, hashes)
+        model.bundles[-1]["integrity"] = {"ok": not problems, "problems": problems[:20]}
         load_source(src, model, node)
         del bundle, src
     finalize(model)

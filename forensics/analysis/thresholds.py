@@ -11,6 +11,7 @@ optionally under a ``[thresholds]`` table::
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -85,6 +86,8 @@ def config_from_mapping(data: Any, origin: str = "config") -> AnalysisConfig:
         default = getattr(AnalysisConfig(), name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise UsageError(f"{origin}: threshold {name!r} must be a number, got {value!r}")
+        if not math.isfinite(value):  # nan/inf would silently switch the rule off
+            raise UsageError(f"{origin}: threshold {name!r} must be a finite number, got {value!r}")
         if isinstance(default, int) and not isinstance(default, bool):
             if int(value) != value:
                 raise UsageError(f"{origin}: threshold {name!r} must be an integer")

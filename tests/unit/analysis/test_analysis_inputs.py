@@ -1,0 +1,50 @@
+"""What `analyze` accepts: each bundle checked against its manifest, a bundle given twice counted once, finite thresholds."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from forensics.analysis import analyze_bundles
+from tests.support.hostile_bundles import build_bundle, full, rewrite
+
+
+def test_tampered_member_is_a_loud_limitation(tmp_path: Path) -> None:
+    good = build_bundle(tmp_path)
+    bad = tmp_path / "tampered.tgz"
+
+    def tamper(top: str, members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        return [(name, b"0.00 0.00 0.00 1/1 1\n" if name.endswith("loadavg") else data)
+                for name, data in full(top, members)]
+
+    rewrite(good, bad, tamper)  # type: ignore[arg-type]
+    doc = analyze_bundles([bad])
+    assert doc["bundles"][0]["integrity"]["ok"] is False
+    assert any("hash mismatch: host/proc/loadavg" in p for p in doc["bundles"][0]["integrity"]["problems"])
+    assert any("INTEGRITY CHECK FAILED" in lim and "tampered.tgz" in lim for lim in doc["limitations"])
+
+    clean = analyze_bundles([good])
+    assert clean["bundles"][0]["integrity"] == {"ok": True, "problems": []}
+    assert not any("INTEGRITY" in lim for lim in clean["limitations"])
+
+
+def test_same_bundle_twice_is_analysed_once(tmp_path: Path) -> None:
+    good = build_bundle(tmp_path)
+    copy = tmp_path / "copy.tgz"
+    shutil.copyfile(good, copy)
+    doc = analyze_bundles([good, copy])
+    assert len(doc["bundles"]) == 1
+    assert any("copy.tgz is the same bundle as" in lim for lim in doc["limitations"])
+
+
+def test_config_refuses_non_finite_thresholds(tmp_path: Path) -> None:
+    import pytest
+
+    from forensics.analysis import load_config
+    from forensics.errors import UsageError
+
+    for text in ("gpu_hog_share_ratio = nan\n", "gpu_hog_share_ratio = inf\n"):
+        cfg = tmp_path / "t.toml"
+        cfg.write_text(text)
+        with pytest.raises(UsageError, match="finite"):
+            load_config(cfg)
