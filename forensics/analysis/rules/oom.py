@@ -8,7 +8,9 @@ from several sources (same container or PID within ``_MERGE_S`` seconds) become 
 
 from __future__ import annotations
 
-from forensics.analysis.findings import Finding, Subject
+from dataclasses import replace
+
+from forensics.analysis.findings import Finding, Subject, severity_rank
 from forensics.analysis.model import Model, OomKill
 from forensics.analysis.rules.common import (
     confidence,
@@ -107,4 +109,60 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             headline=f"{label(model, who) if who else what} was OOM-killed"
                      + (f" ({fmt_bytes(usage)} of {fmt_bytes(limit)})" if usage is not None and limit is not None else ""),
         ))
-    return findings
+    return _collapse_repeats(model, findings)
+
+
+_MAX_REPEAT_EVIDENCE = 8
+_MAX_REPEAT_PROCESSES = 5
+
+
+def _collapse_repeats(model: Model, findings: list[Finding]) -> list[Finding]:
+    """Several kills of one container or pod (a crash-looping job, a leaking worker pool) become
+    one finding that counts them, cites the first and the last, and spans the whole period:
+    twenty identical findings hide the rest of the report."""
+    by_victim: dict[tuple[str, tuple[str, str]], list[Finding]] = {}
+    order: list[tuple[str, tuple[str, str]]] = []
+    singles: list[Finding] = []
+    for f in findings:
+        victim = next((s for s in f.subjects if s.role == "victim" and s.type in ("container", "pod")), None)
+        if victim is None:
+            singles.append(f)
+            continue
+        k = (f.node, (victim.type, victim.id))
+        if k not in by_victim:
+            by_victim[k] = []
+            order.append(k)
+        by_victim[k].append(f)
+    out = list(singles)
+    for k in order:
+        group = sorted(by_victim[k], key=lambda f: (f.start is None, f.start or 0.0))
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        first, last = group[0], group[-1]
+        victim = next(s for s in first.subjects if s.role == "victim" and s.type in ("container", "pod"))
+        n = len(group)
+        starts = [f.start for f in group if f.start is not None]
+        ends = [f.end for f in group if f.end is not None]
+        pids = [str(f.metric("pid")) for f in group if f.metric("pid") is not None]
+        keep_evidence = list(first.evidence) + list(last.evidence)
+        subjects = [s for s in first.subjects if s.type != "process"]
+        procs = [s for f in group for s in f.subjects if s.type == "process"]
+        subjects += procs[:_MAX_REPEAT_PROCESSES]
+        if any(s.type == "host" for f in group for s in f.subjects):
+            subjects += [s for f in group for s in f.subjects if s.type == "host"][:1]
+        name = label(model, victim)
+        summary = (f"{n} OOM kills of {name} between {fmt_time(min(starts) if starts else None)} and "
+                   f"{fmt_time(max(ends) if ends else None)} (PIDs {', '.join(pids[:10])}"
+                   f"{', ...' if len(pids) > 10 else ''}); the last: {last.summary}")
+        worst = min((f.severity for f in group), key=severity_rank)
+        out.append(replace(
+            last, severity=worst, confidence=max(f.confidence for f in group), summary=summary,
+            start=min(starts) if starts else None, end=max(ends) if ends else None,
+            subjects=dedupe_subjects(subjects),
+            evidence=dedupe_evidence(keep_evidence[:_MAX_REPEAT_EVIDENCE]),
+            metrics=(*last.metrics, ("kills", n)),
+            key=f"oom:{first.node}:{victim.id}:{first.start}",
+            headline=f"{name} was OOM-killed {n} times",
+        ))
+    return sorted(out, key=lambda f: (f.start is None, f.start or 0.0))

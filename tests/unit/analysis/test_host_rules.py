@@ -48,6 +48,23 @@ class TestOomKill:
         assert "32.0 MiB" in f["summary"] and "kernel" in f["metrics"]["sources"]
         assert any("Killed process 777" in e["excerpt"] for e in f["evidence"])
 
+    def test_repeated_kills_of_one_container_are_one_counted_finding(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        c = b.container("worker", image_env=["PATH=/bin"], memory=32 << 20)
+        other = b.container("etl", image_env=["PATH=/bin"], memory=32 << 20)
+        for i, t in enumerate((5, 300, 600)):  # far apart: not one kill seen by several sources
+            b.kernel_oom(T0 + t, 900 + i, "python", f"/system.slice/docker-{c}.scope", 32_600, 32_768)
+        b.kernel_oom(T0 + 50, 990, "sort", f"/system.slice/docker-{other}.scope", 32_600, 32_768)
+        found = of_kind(analyze(b), "oom-kill")
+        assert len(found) == 2
+        (rep,) = [f for f in found if names(f, "victim", "container") == ["worker"]]
+        assert rep["summary"].startswith("3 OOM kills of container worker")
+        assert "900, 901, 902" in rep["summary"] and rep["metrics"]["kills"] == 3
+        excerpts = " ".join(e["excerpt"] for e in rep["evidence"])
+        assert "Killed process 900" in excerpts and "Killed process 902" in excerpts  # first and last cited
+        (single,) = [f for f in found if names(f, "victim", "container") == ["etl"]]
+        assert "kills" not in single["metrics"]
+
     def test_kubernetes_oomkilled_status(self, analyze: Analyze) -> None:
         b = BundleSpec()
         uid = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
