@@ -128,6 +128,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     """
     from forensics.capture.context import CaptureOptions
     from forensics.capture.runner import run_capture
+    from forensics.capture.settings import validate_settings
 
     extra: dict[str, str] = {}
     for item in settings:
@@ -135,6 +136,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         if not sep or not key:
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
         extra[key.strip()] = value
+    validate_settings(extra)
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
     try:
@@ -342,13 +344,22 @@ def inspect(bundle: Path, fmt: str, max_bundle_mb: int | None, max_members: int 
 
 
 @cli.command()
-def collectors() -> None:
+@click.option("--settings", "show_settings", is_flag=True,
+              help="List the settings `capture --set KEY=VALUE` accepts instead.")
+def collectors(show_settings: bool) -> None:
     """List the collectors capture runs, in order, with their deadlines.
 
     \b
     Example:
       gpuforensics collectors
+      gpuforensics collectors --settings
     """
+    if show_settings:
+        from forensics.capture.settings import SETTINGS
+
+        for key, setting in sorted(SETTINGS.items()):
+            click.echo(f"{key:<28} {setting.kind:<18} {setting.help}")
+        return
     from forensics.capture.registry import load_collectors
 
     for c in load_collectors():
