@@ -234,6 +234,15 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+_OVERLAP_TOLERANCE_S = 2.0  # two sampling intervals at the default 1 s
+
+
+def _distinct_names(subjects: list[Subject]) -> list[str]:
+    """Names, with a short id added where two subjects share one (a recreated container)."""
+    names = [name_of(s) for s in subjects]
+    return [f"{n} ({s.id[:12]})" if names.count(n) > 1 else n for n, s in zip(names, subjects, strict=True)]
+
+
 def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """Two containers/pods explicitly allocated the same GPU, both active on it."""
     findings: list[Finding] = []
@@ -241,6 +250,13 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
     for (node, uuid), owners in sorted(active.items()):
         holders = explicit_holders(model, node, uuid)
         active_holders = [(subj, owners[subj]) for subj, _ in holders if subj in owners]
+        # "both active on it" means at the same time: a container recreated later (a new id,
+        # often the same name, as in two captures of one host) shares nothing with its predecessor
+        spans = {subj: (min(s.t for s in ss), max(s.t for s in ss)) for subj, (_, ss) in active_holders}
+        active_holders = [
+            h for h in active_holders
+            if any(o[0] != h[0] and spans[h[0]][0] <= spans[o[0]][1] + _OVERLAP_TOLERANCE_S
+                   and spans[o[0]][0] <= spans[h[0]][1] + _OVERLAP_TOLERANCE_S for o in active_holders)]
         if len(active_holders) < 2:
             continue
         if all(h[1].allocation.time_sliced for h in holders):
@@ -281,7 +297,7 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(evidence),
             metrics=(("gpu", gl), ("holders", len(ordered))),
             key=f"overlap:{node}:{uuid}",
-            headline=f"{gl} was allocated to both " + " and ".join(name_of(s) for s, _ in ordered),
+            headline=f"{gl} was allocated to both " + " and ".join(_distinct_names([s for s, _ in ordered])),
         ))
     return findings
 
