@@ -8,6 +8,7 @@ or an abandoned hang could leave the simulated library's refcount up, and with i
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,18 @@ def nvml_clean() -> Iterator[None]:
     shutdown_all()
     yield
     shutdown_all()
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[int]]:
+    """Two real processes to stand for GPU workloads (simulated NVML can name real PIDs); killed by PID afterwards."""
+    procs = [subprocess.Popen(["sleep", "120"]) for _ in range(2)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def make_ctx(root: Path, lib: Path | None, **options: Any) -> CollectContext:

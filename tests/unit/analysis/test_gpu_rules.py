@@ -48,7 +48,9 @@ class TestUnallocatedGpuUse:
 
 
 class TestOverlappingAllocation:
-    def _two(self, active_second: bool) -> BundleSpec:
+    def _two(self, active_second: bool, sequential: bool = False) -> BundleSpec:
+        """job-a and job-b both asked for ``--gpus 2`` (so both got GPUs 0 and 1); job-b runs on
+        GPU 0 alongside job-a, or not at all, or (``sequential``) only after job-a has finished."""
         b = BundleSpec()
         b.gpu(0)
         b.gpu(1)
@@ -57,6 +59,10 @@ class TestOverlappingAllocation:
         c = b.container("job-b", device_requests=req, started=T0 - 60)
         b.process(11, "python", container=a)
         b.process(12, "python", container=c)
+        if sequential:
+            b.gpu_series(0, range(12), lambda s: (95, 10 * GIB, {11: (10 * GIB, 50.0)} if s < 4 else
+                                                   ({} if s < 8 else {12: (10 * GIB, 45.0)})))
+            return b
         procs = {11: (10 * GIB, 50.0)}
         if active_second:
             procs[12] = (10 * GIB, 45.0)
@@ -73,19 +79,7 @@ class TestOverlappingAllocation:
 
     def test_active_one_after_the_other_does_not_fire(self, analyze: Analyze) -> None:
         """A job that ended before the next one started shared nothing (e.g. a recreated container)."""
-        b = self._two(True)
-        b2 = BundleSpec()
-        b2.gpu(0)
-        b2.gpu(1)
-        req = [{"Driver": "", "Count": 2, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
-        a = b2.container("job-a", device_requests=req, started=T0 - 600)
-        c = b2.container("job-b", device_requests=req, started=T0 - 60)
-        b2.process(11, "python", container=a)
-        b2.process(12, "python", container=c)
-        b2.gpu_series(0, range(12), lambda s: (95, 10 * GIB, {11: (10 * GIB, 50.0)} if s < 4 else
-                                                ({} if s < 8 else {12: (10 * GIB, 45.0)})))
-        assert "overlapping-gpu-allocation" in kinds(analyze(b))
-        assert "overlapping-gpu-allocation" not in kinds(analyze(b2))
+        assert "overlapping-gpu-allocation" not in kinds(analyze(self._two(True, sequential=True)))
 
 
 class TestUnattributedProcess:

@@ -4,8 +4,6 @@ libnvidia-ml.so.1 (tests/support/nvmlsim), with two real host processes standing
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +19,12 @@ from tests.support.nvmlsim import fixtures as nvf
 
 sim_lib = nvf.sim_lib
 nvml_clean = nvf.nvml_clean
+sleepers = nvf.sleepers
 pytestmark = [pytest.mark.usefixtures("nvml_clean"), pytest.mark.slow]
 
 GIB = 1 << 30
 
 
-@pytest.fixture
-def sleepers() -> Iterator[list[int]]:
-    """Two real processes; killed by PID afterwards."""
-    procs = [subprocess.Popen(["sleep", "120"]) for _ in range(2)]
-    try:
-        yield [p.pid for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def test_host_processes_sharing_a_gpu(sim_lib: Path, tmp_path: Path, sleepers: list[int]) -> None:

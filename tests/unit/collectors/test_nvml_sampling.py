@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +17,12 @@ from tests.support.nvmlsim import fixtures as nvf
 
 sim_lib = nvf.sim_lib
 nvml_clean = nvf.nvml_clean
+sleepers = nvf.sleepers
 pytestmark = [pytest.mark.usefixtures("nvml_clean"), pytest.mark.slow]
 
 GiB = 1 << 30
 
 
-@pytest.fixture
-def sleepers() -> Iterator[list[int]]:
-    """Two real processes to stand for GPU workloads; killed by PID afterwards."""
-    procs = [subprocess.Popen(["sleep", "120"]) for _ in range(2)]
-    try:
-        yield [p.pid for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def capture(sc: Scenario, tmp_path: Path, lib: Path, collector: NvmlCollector | None = None,
