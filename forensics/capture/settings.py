@@ -31,6 +31,7 @@ SETTINGS: dict[str, Setting] = {
     "kubernetes.budget_s": Setting("positive-seconds", "total time for all Kubernetes API calls"),
     "podresources.socket": Setting("path", "kubelet pod-resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)"),
     "podresources.call_timeout_s": Setting("positive-seconds", "deadline of each pod-resources call"),
+    "nvml.call_timeout_s": Setting("positive-seconds", "how long one NVML call may hang before the GPU is taken as wedged (default 10)"),
     "procfs.max_pids": Setting("positive-int", "processes whose /proc files are stored (default 2000)"),
     "procfs.max_window_pids": Setting("positive-int", "processes born during the window that are stored (default 2000)"),
     "cgroups.max_cgroups": Setting("positive-int", "cgroups read (default: see docs)"),

@@ -98,6 +98,10 @@ class GpuProcess:
     proc_start_ticks: int | None
 
 
+#: How long one NVML call may run before the GPU is taken as wedged (``--set nvml.call_timeout_s``).
+DEFAULT_CALL_TIMEOUT_S = 10.0
+
+
 class _Abandoned(Exception):
     """The collector stopped waiting for NVML; the worker thread must not touch the results."""
 
@@ -106,10 +110,12 @@ class _Session:
     """One NVML session. ``query`` is the only way values are read; results are stored under a
     lock that the collector takes over when it stops waiting, so a late worker cannot change them."""
 
-    def __init__(self, nv: Any) -> None:
+    def __init__(self, nv: Any, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
         self.nv = nv
+        self.call_timeout_s = call_timeout_s
         self.lock = threading.Lock()
         self.current: str | None = None
+        self.current_since = 0.0
         self.abandoned = False
         self.hung: str | None = None
         self.lost: dict[str, str] = {}
@@ -123,6 +129,7 @@ class _Session:
             if self.abandoned:
                 raise _Abandoned
             self.current = call if device is None else f"{call} on {device}"
+            self.current_since = time.monotonic()
             self.calls += 1
         try:
             raw = fn()
@@ -180,7 +187,20 @@ class _Session:
 
         worker = threading.Thread(target=target, name="nvml-reads", daemon=True)
         worker.start()
-        worker.join(max(budget_s, 0.0))
+        # Stop waiting at the budget, or as soon as one call has hung for call_timeout_s: NVML
+        # answers in milliseconds, and a call that hangs (a GPU fallen off the bus, Xid 79/45)
+        # would hang the next one too, so waiting out the whole deadline only delays the
+        # collectors after this one.
+        end = time.monotonic() + max(budget_s, 0.0)
+        while worker.is_alive():
+            now = time.monotonic()
+            if now >= end:
+                break
+            with self.lock:
+                stalled = self.current is not None and now - self.current_since > self.call_timeout_s
+            if stalled:
+                break
+            worker.join(min(0.05, end - now))
         if worker.is_alive():
             with self.lock:
                 self.abandoned = True
@@ -324,7 +344,11 @@ class NvmlCollector:
                 if nv.nvmlLib is not None and getattr(nv.nvmlLib, "_name", None) != lib._name:
                     nv._nvmlGetFunctionPointer_cache.clear()
                 nv.nvmlLib = lib
-        session = _Session(nv)
+        try:
+            call_timeout = float(ctx.options.extra.get("nvml.call_timeout_s", DEFAULT_CALL_TIMEOUT_S))
+        except ValueError:
+            call_timeout = DEFAULT_CALL_TIMEOUT_S
+        session = _Session(nv, call_timeout)
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:

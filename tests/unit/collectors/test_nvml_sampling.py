@@ -120,6 +120,22 @@ class TestDeadlines:
         assert doc["devices"][-1]["timed_out"]["missing"] == "timed_out"
         assert "processes.json" in m  # written from what was read
 
+    def test_one_hung_call_ends_the_wait_long_before_the_deadline(self, sim_lib: Path, tmp_path: Path,
+                                                                  sleepers: list[int]) -> None:
+        """A wedged GPU (Xid 79/45) hangs every later call: waiting out a 30 s deadline would only
+        delay the collectors after NVML, so one call hung past nvml.call_timeout_s is enough."""
+        sc = (Scenario().add_gpu().add_gpu()
+              .add_process(pid=sleepers[0], gpu=0)
+              .hang("nvmlDeviceGetTemperature", seconds=60, gpu=1))
+        collector = NvmlCollector()
+        collector.timeout_s = 30.0
+        rec, m, elapsed = capture(sc, tmp_path, sim_lib, collector=collector,
+                                  extra={"nvml.call_timeout_s": "1.5"})
+        assert elapsed < 10, elapsed  # not the 30 s deadline
+        assert rec["status"] == "partial"
+        assert "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) on GPU 1 did not return" in rec["error"]
+        assert m["devices.json"]["devices"][1]["nvml"]["nvmlDeviceGetUUID"]["value"] == sc.gpu_uuid(1)
+
     def test_hanging_init_fails_the_collector_not_the_capture(self, sim_lib: Path, tmp_path: Path) -> None:
         sc = Scenario().add_gpu().hang("nvmlInit", seconds=60)
         collector = NvmlCollector()
