@@ -328,9 +328,13 @@ class ContainerView:
     finding_ids: tuple[str, ...]
     findings: tuple[FindingView, ...]
     chart: ChartSpec | None
+    pod_name: str = ""  # namespace/name of the pod it belongs to, when the analysis knows it
+    pod_container: str = ""  # its name inside the pod
 
     @property
     def label(self) -> str:
+        if self.pod_name:  # an SRE on Kubernetes thinks in pods, not in kubelet container names
+            return f"pod {self.pod_name} (container {self.pod_container or self.name or self.id[:12]})"
         return self.name or self.id[:12] or "(unnamed)"
 
     @property
@@ -808,7 +812,10 @@ class _Builder:
                 key, _str(d, "name"), panels, _window(self.verdict, t), _markers(related, t)
             )
         oom_killed = _bool(d, "oom_killed")
+        pod_name, pod_container = self._pod_of(_str(d, "pod"), _str(d, "id"))
         return ContainerView(
+            pod_name=pod_name,
+            pod_container=pod_container,
             key=key,
             id=_str(d, "id"),
             name=_str(d, "name"),
@@ -834,6 +841,22 @@ class _Builder:
             findings=tuple(_sorted_findings(related)),
             chart=chart,
         )
+
+    def _pod_of(self, uid: str, container_id: str) -> tuple[str, str]:
+        """(``namespace/name``, container name in the pod) from the document's ``pods``."""
+        if not uid:
+            return "", ""
+        for p in _dicts(self.doc, "pods"):
+            if _str(p, "uid") != uid:
+                continue
+            ids, names = p.get("containers"), p.get("container_names")
+            cname = ""
+            if isinstance(ids, list) and isinstance(names, list) and container_id in ids:
+                i = ids.index(container_id)
+                cname = str(names[i]) if i < len(names) else ""
+            ns, name = _str(p, "namespace"), _str(p, "name")
+            return (f"{ns}/{name}" if ns and name else name), cname
+        return "", ""
 
     def containers(self) -> Split[ContainerView]:
         raw = _dicts(self.doc, "containers")
