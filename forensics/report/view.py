@@ -794,7 +794,9 @@ class _Builder:
             memory = _values(series.get("memory_bytes"), len(t))
             panels = (
                 Panel(
-                    "CPU throttling (share of CFS periods throttled)",
+                    "CPU throttling (share of CFS periods throttled)"
+                    if _num(d, "cpu_quota_cores") is not None or any(v is not None for v in throttled)
+                    else "CPU throttling: none possible (no CPU quota, so CFS never throttles it)",
                     "%",
                     (
                         Line(
