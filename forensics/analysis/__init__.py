@@ -11,12 +11,13 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from forensics.analysis.chain import build_chain, ruled_out
 from forensics.analysis.document import build_document
-from forensics.analysis.findings import Finding
+from forensics.analysis.findings import Finding, severity_rank
 from forensics.analysis.loaders import finalize, load_manifest, load_source, note_missing_sources
 from forensics.analysis.model import Model
 from forensics.analysis.rules import RULES
@@ -25,7 +26,7 @@ from forensics.analysis.thresholds import AnalysisConfig, load_config
 from forensics.bundle.reader import ReadLimits, open_bundle
 from forensics.bundle.verify import check_integrity
 
-__all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "run_rules"]
+__all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "mark_history", "run_rules"]
 
 
 def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
@@ -87,6 +88,27 @@ def run_rules(model: Model, config: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+def mark_history(model: Model, findings: list[Finding]) -> list[Finding]:
+    """Findings that ended before the capture's look-back window (``--lookback``, default 1 h: a
+    kernel ring buffer often holds days of records) are history, not this incident: kept and
+    cited, but as ``low`` and said to be earlier, so they do not become the verdict."""
+    out: list[Finding] = []
+    for f in findings:
+        info = model.nodes.get(f.node)
+        last = f.end if f.end is not None else f.start
+        if (info is not None and info.start is not None and info.lookback_s is not None and last is not None
+                and last < info.start - info.lookback_s
+                and severity_rank(f.severity) < severity_rank("low")):
+            hours = (info.start - last) / 3600
+            when = f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
+            f = replace(f, severity="low",
+                        summary=f"earlier history ({when} before the capture, outside its "
+                                f"{info.lookback_s / 60:g}-minute look-back): {f.summary}",
+                        headline=f"earlier, {when} before the capture: {f.headline or f.summary}")
+        out.append(f)
+    return out
+
+
 def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None = None,
                     limits: ReadLimits | None = None) -> dict[str, Any]:
     """Analyse one or more bundles and return the analysis JSON document (a dict)."""
@@ -95,7 +117,7 @@ def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None =
     was_enabled = gc.isenabled()
     gc.disable()  # rules and the document also make many acyclic records (see build_model)
     try:
-        findings = run_rules(model, cfg)
+        findings = mark_history(model, run_rules(model, cfg))
         result = build_chain(findings, cfg, model)
         ruled = ruled_out(model, list(result.findings), cfg)
         return build_document(model, result, ruled, cfg, generated_at=time.time())

@@ -305,6 +305,7 @@ class NodeInfo:
     psi_readings: int = 0
     members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
     kernel_window: tuple[float, float] | None = None
+    lookback_s: float | None = None  # capture --lookback: older evidence is history, not the incident
     # GPUs whose NVML event set was registered for XidCriticalError during sampling, and where
     xid_watch_gpus: int = 0
     xid_watch_evidence: Evidence | None = None

@@ -56,6 +56,7 @@ class BundleSpec:
     start: float = T0
     duration_s: float = 60.0
     default_runtime: str = "nvidia"
+    lookback_s: float | None = None  # capture --lookback, recorded in the manifest when set
     status: dict[str, str] = field(default_factory=lambda: {c: "ok" for c in ALL_COLLECTORS})
     members: dict[str, bytes] = field(default_factory=dict)
     jsonl: dict[str, list[str]] = field(default_factory=dict)
@@ -305,6 +306,7 @@ class BundleSpec:
                      "captured_at_unix": self.start, "time_zone_offset_s": 0},
             "capture": {"started": iso_from_unix(self.start), "finished": iso_from_unix(self.start + self.duration_s),
                         "elapsed_s": self.duration_s, "interrupted": False,
-                        "window": {"duration_s": self.duration_s, "interval_s": 1}},
+                        "window": {"duration_s": self.duration_s, "interval_s": 1,
+                                   **({"lookback_s": self.lookback_s} if self.lookback_s is not None else {})}},
             "collectors": collectors,
         })

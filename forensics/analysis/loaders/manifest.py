@@ -36,6 +36,9 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
         info.start = start if info.start is None else min(info.start, start)
     if end is not None:
         info.end = end if info.end is None else max(info.end, end)
+    lookback = dig(manifest, "capture", "window", "lookback_s")
+    if isinstance(lookback, int | float) and not isinstance(lookback, bool) and lookback >= 0:
+        info.lookback_s = float(lookback) if info.lookback_s is None else max(info.lookback_s, float(lookback))
     interrupted = bool(dig(manifest, "capture", "interrupted"))
     model.bundles.append({
         "path": str(path),

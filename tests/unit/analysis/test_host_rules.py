@@ -65,6 +65,19 @@ class TestOomKill:
         (single,) = [f for f in found if names(f, "victim", "container") == ["etl"]]
         assert "kills" not in single["metrics"]
 
+    def test_kill_hours_before_the_capture_is_history_not_the_verdict(self, analyze: Analyze) -> None:
+        b = BundleSpec(lookback_s=3600)
+        old = b.container("batch", image_env=["PATH=/bin"], memory=32 << 20)
+        new = b.container("etl", image_env=["PATH=/bin"], memory=32 << 20)
+        b.kernel_oom(T0 - 20 * 3600, 700, "sort", f"/system.slice/docker-{old}.scope", 32_600, 32_768)
+        b.kernel_oom(T0 + 12, 777, "python", f"/system.slice/docker-{new}.scope", 32_600, 32_768)
+        doc = analyze(b)
+        by_victim = {names(f, "victim", "container")[0]: f for f in of_kind(doc, "oom-kill")}
+        assert by_victim["batch"]["severity"] == "low"
+        assert by_victim["batch"]["summary"].startswith("earlier history (20.0 h before the capture")
+        assert by_victim["etl"]["severity"] == "high"
+        assert "etl" in doc["verdict"]["headline"] and "batch" not in doc["verdict"]["headline"]
+
     def test_kubernetes_oomkilled_status(self, analyze: Analyze) -> None:
         b = BundleSpec()
         uid = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
