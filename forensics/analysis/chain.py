@@ -82,6 +82,9 @@ def _distinct(subjects: list[Subject]) -> list[Subject]:
     return list(seen.values())
 
 
+_OOM_SUMMARY_MIN = 3  # OOM-kill findings from which the verdict counts them rather than naming one
+
+
 def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | None = None) -> ChainResult:
     """Order findings, assign ids F1.., link causes, and write the verdict (naming pods and
     removed containers as the model knows them, when given)."""
@@ -152,6 +155,16 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
     if model is not None:
         culprits, victims = collapse_pods(model, culprits), collapse_pods(model, victims)
     headline = cap("; ".join(clauses))
+    ooms = [f for f in significant if f.kind == "oom-kill"]
+    if root.kind == "oom-kill" and len(ooms) >= _OOM_SUMMARY_MIN:
+        # many kills (a leaking job restarted again and again, a node under memory pressure):
+        # the count and the latest say more than the first one alone
+        latest = max(ooms, key=lambda f: f.start if f.start is not None else -math.inf)
+        kills = sum(int(k) if isinstance(k := f.metric("kills"), int) else 1 for f in ooms)
+        times = [f.start for f in ooms if f.start is not None]
+        span_text = f" from {fmt_time(min(times))} to {fmt_time(max(times))}" if times else ""
+        headline = cap(f"{kills} OOM kills in {len(ooms)} containers or pods{span_text}; "
+                       f"the latest: {latest.headline or latest.summary}")
     impact_parts = []
     for v in victims[:4]:
         harms = sorted((f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}),

@@ -78,6 +78,15 @@ class TestOomKill:
         assert by_victim["etl"]["severity"] == "high"
         assert "etl" in doc["verdict"]["headline"] and "batch" not in doc["verdict"]["headline"]
 
+    def test_many_containers_killed_the_verdict_counts_them(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        for i, name in enumerate(("a", "b", "c")):
+            cid = b.container(name, image_env=["PATH=/bin"], memory=32 << 20)
+            b.kernel_oom(T0 + 10 * (i + 1), 800 + i, "python", f"/system.slice/docker-{cid}.scope", 32_600, 32_768)
+        headline = analyze(b)["verdict"]["headline"]
+        assert headline.startswith("3 OOM kills in 3 containers or pods from ")
+        assert "the latest: container c was OOM-killed" in headline
+
     def test_kubernetes_oomkilled_status(self, analyze: Analyze) -> None:
         b = BundleSpec()
         uid = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
