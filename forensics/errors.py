@@ -18,14 +18,12 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      │    └── SourceTimeout          the source did not answer in time      status "failed"/"partial"
      ├── ParseError                  the only error a parser raises on bad input
      ├── CaptureError                the bundle itself could not be written
-     ├── AnalysisError
      └── ReportError
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "AnalysisError",
     "BundleError",
     "BundleIntegrityError",
     "BundleInvalid",
@@ -101,10 +99,6 @@ class ParseError(ForensicsError):
 
 class CaptureError(ForensicsError):
     """The bundle itself could not be written (output directory, disk full, ...)."""
-
-
-class AnalysisError(ForensicsError):
-    """The analysis could not be completed."""
 
 
 class ReportError(ForensicsError):

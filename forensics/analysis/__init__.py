@@ -18,6 +18,7 @@ from typing import Any
 from forensics.analysis.chain import build_chain, ruled_out
 from forensics.analysis.document import build_document
 from forensics.analysis.findings import Finding, severity_rank
+from forensics.analysis.joins import resolve_joins
 from forensics.analysis.loaders import finalize, load_manifest, load_source, note_missing_sources
 from forensics.analysis.model import Model
 from forensics.analysis.rules import RULES
@@ -31,7 +32,8 @@ __all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "m
 
 def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
                 config: AnalysisConfig | None = None) -> Model:
-    """Open each bundle and load every source into one model (several bundles of a host: one timeline)."""
+    """Open each bundle and load every source into one model (several bundles of a host: one timeline),
+    then resolve its joins (process -> container -> pod -> allocation) once."""
     cfg = config or AnalysisConfig()
     model = Model(psi_some_floor=cfg.psi_some_avg10_pct, psi_full_floor=cfg.psi_full_avg10_pct)
     # Loading creates hundreds of thousands of small, acyclic records: the cyclic collector would
@@ -40,6 +42,7 @@ def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
     gc.disable()
     try:
         _load_all(model, paths, limits)
+        resolve_joins(model)
     finally:
         if was_enabled:
             gc.enable()

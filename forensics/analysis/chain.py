@@ -1,8 +1,10 @@
 """The evidence chain: findings in time order, cause -> effect links, the verdict, what was ruled out.
 
-Links are drawn only between kinds that can cause one another (``CAUSES``), when the effect starts
-after the cause began (within ``chain_link_window_s`` of its end) and the two share the entity the
-harm travelled through: the same GPU, or the cause's victim being the effect's subject.
+Links are drawn only between kinds that can cause one another (``CAUSES``, from each kind's
+declaration), when the effect starts after the cause began (within ``chain_link_window_s`` of its
+end) and the two share the entity the harm travelled through: the same GPU, or the cause's victim
+being the effect's subject. The impact line words each harm, and ``ruled_out`` each confounder
+not found, as the kind's declaration says (:mod:`forensics.analysis.kinds`).
 """
 
 from __future__ import annotations
@@ -10,25 +12,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from forensics.analysis.findings import Evidence, Finding, Subject, severity_rank
-from forensics.analysis.model import Model, NodeInfo
-from forensics.analysis.rules.common import cap, collapse_pods, fmt_time, label, name_of
+from forensics.analysis.findings import Finding, Subject, severity_rank
+from forensics.analysis.kinds import Harm, RuledOutCheck
+from forensics.analysis.model import Model
+from forensics.analysis.naming import cap, collapse_pods, fmt_time, label, name_of
+from forensics.analysis.rules import CAUSES, SPECS
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["CAUSES", "ChainResult", "build_chain", "ruled_out"]
 
-CAUSES: dict[str, frozenset[str]] = {
-    "unallocated-gpu-use": frozenset({"gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault"}),
-    "overlapping-gpu-allocation": frozenset({"gpu-compute-hog", "gpu-memory-pressure", "oom-kill"}),
-    "unattributed-gpu-process": frozenset({"gpu-compute-hog", "gpu-memory-pressure"}),
-    "gpu-compute-hog": frozenset({"oom-kill"}),
-    "gpu-memory-pressure": frozenset({"oom-kill", "gpu-xid-fault"}),
-    "pressure-stall": frozenset({"oom-kill"}),
-    "gpu-clock-throttle": frozenset(),
-    "cpu-throttling": frozenset(),
-    "oom-kill": frozenset(),
-    "gpu-xid-fault": frozenset(),
-}
+_HARM = {k.id: k.harm_wording for k in SPECS if k.harm_wording is not None}
+_RULED_OUT = sorted(((k.id, k.not_found) for k in SPECS if k.not_found is not None), key=lambda kc: kc[1].rank)
 # How far before the cause's start an effect may begin (sampling jitter).
 _SLACK_S = 5.0
 
@@ -189,95 +183,29 @@ def _name(model: Model | None, s: Subject, long: bool = True) -> str:
 
 
 def _harm(f: Finding, model: Model | None = None) -> str:
-    """What a finding did to its victim, in a few words with the numbers."""
+    """What a finding did to its victim, in a few words with the numbers (its kind's harm wording)."""
     when = fmt_time(f.start)
+    wording = _HARM.get(f.kind)
+    if wording is None:
+        return f"{f.kind} from {when}"
     culprit_subjects = list(f.subjects_with("culprit"))
     if model is not None:
         culprit_subjects = collapse_pods(model, culprit_subjects)
     culprits = ", ".join(_name(model, s, long=False) for s in culprit_subjects) or "another process"
     gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
-    if f.kind == "gpu-compute-hog":
-        return f"starved of {gpu} compute by {culprits} from {when} (its SM share {f.metric('victim_sm_share_pct')}%)"
-    if f.kind == "unallocated-gpu-use":
-        return f"{gpu}, allocated to it, used by {culprits} from {when}"
-    if f.kind == "overlapping-gpu-allocation":
-        return f"{gpu} also allocated to {culprits}"
-    if f.kind == "oom-kill":
-        return f"OOM-killed at {when}"
-    if f.kind == "gpu-memory-pressure":
-        return f"hit {gpu} memory exhaustion at {when}"
-    if f.kind == "cpu-throttling":
-        ratio = f.metric("throttled_ratio")
-        pct = f"{float(ratio) * 100:.0f}%" if isinstance(ratio, int | float) else "many"
-        return f"CPU-throttled in {pct} of its periods" + (" while its GPU idled" if f.metric("gpu_idle") else "")
-    if f.kind == "gpu-xid-fault":
-        return f"hit by Xid {f.metric('xid')} on {gpu} at {when}"
-    if f.kind == "pressure-stall":
-        return f"stalled on {f.metric('resource')} pressure from {when}"
-    return f"{f.kind} from {when}"
+    return wording(f, Harm(when, culprits, gpu))
 
 
 def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> list[dict[str, object]]:
-    """Confounders checked and not found, with the evidence examined (only where the source exists)."""
-    kinds = {f.kind for f in findings}
+    """Confounders checked and not found, with the evidence examined (only where the source exists):
+    per node, each kind's ruled-out check in rank order."""
+    found = frozenset(f.kind for f in findings)
     out: list[dict[str, object]] = []
     for node, info in sorted(model.nodes.items()):
-        bundle = info.bundles[0] if info.bundles else ""
-        def ev(family: str, excerpt: str, info: NodeInfo = info, bundle: str = bundle) -> list[Evidence]:
-            member = info.members_used.get(family)
-            return [Evidence(bundle, member, "", excerpt)] if member else []
-        n_gpu_samples = sum(1 for s in model.gpu_samples if s.node == node)
-        watched = info.xid_watch_gpus
-        if "gpu-xid-fault" not in kinds and (model.has_source(node, "kernel") or watched):
-            parts: list[str] = []
-            evidence: list[Evidence] = []
-            if model.has_source(node, "kernel"):
-                parts.append(f"no Xid error in the kernel log of {node} ({info.kernel_records} records"
-                             + ("; an empty log window proves little on its own)" if not info.kernel_records else ")"))
-                evidence += ev("kernel", f"{info.kernel_records} records, no 'NVRM: Xid'")
-            if watched and info.xid_watch_evidence is not None:
-                parts.append(f"no XidCriticalError event from NVML on the {watched} GPU(s) it watched "
-                             "during the sampling window")
-                evidence.append(info.xid_watch_evidence)
-            out.append({"kind": "gpu-xid-fault", "node": node, "statement": "; ".join(parts),
-                        "evidence": evidence})
-        if "gpu-clock-throttle" not in kinds and any(
-                s.node == node and s.clocks_event_reasons is not None for s in model.gpu_samples):
-            out.append({"kind": "gpu-clock-throttle", "node": node,
-                        "statement": f"no thermal, power or hardware clock slowdown on any GPU of {node} "
-                                     f"({n_gpu_samples} samples)",
-                        "evidence": ev("nvml", f"{n_gpu_samples} samples, no slowdown reason bits")})
-        if "oom-kill" not in kinds and model.has_source(node, "kernel"):
-            out.append({"kind": "oom-kill", "node": node,
-                        "statement": f"no OOM kill (container or host) in the kernel log of {node}",
-                        "evidence": ev("kernel", "no 'invoked oom-killer' / 'Killed process' record")})
-        elif model.has_source(node, "kernel") and not any(
-                f.kind == "oom-kill" and f.node == node and f.metric("global") for f in findings):
-            out.append({"kind": "oom-kill", "node": node,
-                        "statement": f"no host-wide (global) OOM on {node}: the OOM kills were memory-cgroup limits",
-                        "evidence": ev("kernel", "no 'Out of memory: Killed process' record")})
-        if "gpu-memory-pressure" not in kinds and n_gpu_samples:
-            out.append({"kind": "gpu-memory-pressure", "node": node,
-                        "statement": f"GPU memory stayed below {cfg.gpu_memory_pressure_ratio * 100:.0f}% "
-                                     f"on every GPU of {node}",
-                        "evidence": ev("nvml", f"{n_gpu_samples} samples")})
-        n_cpu = sum(1 for s in model.cpu_samples if s.node == node)
-        if "cpu-throttling" not in kinds and n_cpu:
-            out.append({"kind": "cpu-throttling", "node": node,
-                        "statement": f"no container CPU-throttled in {cfg.cpu_throttled_ratio * 100:.0f}% "
-                                     f"or more of its periods on {node}",
-                        "evidence": ev("cgroups", f"{n_cpu} cpu.stat readings")})
-        n_psi = info.psi_readings
-        if "pressure-stall" not in kinds and n_psi:
-            out.append({"kind": "pressure-stall", "node": node,
-                        "statement": f"no CPU, memory or IO pressure stall on {node} "
-                                     f"(PSI some avg10 below {cfg.psi_some_avg10_pct:g}%)",
-                        "evidence": ev("psi", f"{n_psi} PSI readings")})
-        n_proc = sum(1 for s in model.proc_samples if s.node == node)
-        if (not kinds & {"unallocated-gpu-use", "unattributed-gpu-process"} and n_proc
-                and model.has_source(node, "procfs")
-                and (model.has_source(node, "docker") or model.has_source(node, "kubernetes"))):
-            out.append({"kind": "unallocated-gpu-use", "node": node,
-                        "statement": f"every GPU process on {node} ran in a container allocated that GPU",
-                        "evidence": ev("nvml", f"{n_proc} process samples")})
+        check = RuledOutCheck(model, node, info, found, tuple(findings), cfg)
+        for kind, not_found in _RULED_OUT:
+            said = not_found.check(check)
+            if said is not None:
+                statement, evidence = said
+                out.append({"kind": kind, "node": node, "statement": statement, "evidence": evidence})
     return out

@@ -9,8 +9,9 @@ from typing import Any
 from forensics._version import __version__
 from forensics.analysis.chain import ChainResult
 from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.joins import owner_of
 from forensics.analysis.model import Model
-from forensics.analysis.rules.common import cap, label, owner_of
+from forensics.analysis.naming import cap, label
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]

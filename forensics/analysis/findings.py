@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
-    "KINDS",
     "ROLES",
     "SEVERITIES",
     "Evidence",
@@ -26,18 +25,8 @@ Role = Literal["culprit", "victim", "witness"]
 
 SEVERITIES: tuple[Severity, ...] = ("critical", "high", "medium", "low", "info")
 ROLES: tuple[Role, ...] = ("culprit", "victim", "witness")
-KINDS: tuple[str, ...] = (
-    "unallocated-gpu-use",
-    "overlapping-gpu-allocation",
-    "unattributed-gpu-process",
-    "gpu-compute-hog",
-    "gpu-memory-pressure",
-    "cpu-throttling",
-    "oom-kill",
-    "gpu-xid-fault",
-    "gpu-clock-throttle",
-    "pressure-stall",
-)
+# The finding kinds are declared beside their rules (forensics/analysis/kinds.py); the list of
+# their ids is forensics.analysis.rules.KINDS.
 
 EXCERPT_MAX_CHARS = 240
 

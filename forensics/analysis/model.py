@@ -3,17 +3,22 @@
 Entities (GPU, process, container, pod, node) are frozen records; samples and events carry unix
 seconds (``t``) and the evidence they were read from. :class:`Model` holds them, keyed by node,
 plus what is known about which sources were present (collector status) and the limitations met.
-Loaders (forensics/analysis/loaders/) fill it; joins (forensics/analysis/joins.py) link
-PID -> cgroup -> container -> pod and containers/pods -> GPU allocation.
+Loaders (forensics/analysis/loaders/) fill it; then :func:`forensics.analysis.joins.resolve_joins`
+links PID -> cgroup -> container -> pod -> GPU allocation once, into ``Model.joins``, which rules,
+the chain and the document read (they never build joins themselves).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
 
 from forensics.analysis.findings import Evidence, EvidenceRef, Subject
+
+if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
+    from forensics.analysis.joins import Joins
 
 __all__ = [
     "Container",
@@ -340,8 +345,11 @@ class Model:
     pids_absent_at_nvml: set[tuple[str, int]] = field(default_factory=set)
     # (node, pid) -> (comm, start ticks) NVML's collector saw: detects a PID reused before procfs read it.
     nvml_identity: dict[tuple[str, int], tuple[str | None, int | None]] = field(default_factory=dict)
-    # Derived views shared by several rules within one analysis (never across analyses).
-    cache: dict[object, object] = field(default_factory=dict)
+    # (node, scope, resource) -> (t, some_total_usec, full_total_usec) of the previous PSI counter
+    # reading: the cgroups loader turns cumulative counters into per-interval stall shares.
+    psi_counters: dict[tuple[str, str, str], tuple[float, int, int | None]] = field(default_factory=dict)
+    # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins).
+    joins: Joins = field(init=False, repr=False, compare=False)
 
     # -- sources -------------------------------------------------------------------------------
     def node(self, host: str) -> NodeInfo:
@@ -386,41 +394,40 @@ class Model:
             return None
         return self.processes.get((node, pid))
 
-    def owner_of_pid(self, node: str, pid: int) -> Subject | None:
-        """The container (or pod when only the pod is known) a host PID belongs to, else None."""
-        proc = self.processes.get((node, pid))
-        if proc is None:
-            return None
-        c = self.container(node, proc.container_id)
-        if c is not None:
-            return c.subject()
-        if proc.pod_uid and proc.pod_uid in self.pods:
-            return self.pods[proc.pod_uid].subject()
-        return None
-
+    # -- views built on first use, after loading (within one analysis, never across analyses) --
     def samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
-        cached = self.cache.get("samples_by_gpu")
-        if cached is not None:
-            return cached  # type: ignore[return-value]
+        """(node, GPU UUID) -> its device samples in time order."""
+        return self._samples_by_gpu
+
+    def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
+        """(node, GPU UUID) -> its process samples in (time, PID) order."""
+        return self._proc_samples_by_gpu
+
+    def gpu_sample_count(self, node: str) -> int:
+        """How many device samples the node's bundles hold."""
+        return self._gpu_sample_counts[node]
+
+    @cached_property
+    def _samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
         out: dict[tuple[str, str], list[GpuSample]] = defaultdict(list)
         for s in self.gpu_samples:
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=lambda s: s.t)
-        self.cache["samples_by_gpu"] = out
         return out
 
-    def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
-        cached = self.cache.get("proc_samples_by_gpu")
-        if cached is not None:
-            return cached  # type: ignore[return-value]
+    @cached_property
+    def _proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         out: dict[tuple[str, str], list[ProcessGpuSample]] = defaultdict(list)
         for s in self.proc_samples:
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=lambda s: (s.t, s.pid))
-        self.cache["proc_samples_by_gpu"] = out
         return out
+
+    @cached_property
+    def _gpu_sample_counts(self) -> Counter[str]:
+        return Counter(s.node for s in self.gpu_samples)
 
 
 def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evidence:

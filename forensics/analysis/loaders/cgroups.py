@@ -7,7 +7,7 @@ Each cgroup path is re-attributed with :func:`forensics.parsing.attribution.attr
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from forensics.analysis.findings import EvidenceRef
 from forensics.analysis.loaders.common import as_float, as_int, dig, parse_time
@@ -87,9 +87,6 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
                                                float(full) if full is not None else None, ev, quote))
 
 
-_PSI_PREV = "psi_counters"  # model.cache key: (node, scope, resource) -> (t, some_total_usec, full_total_usec)
-
-
 def _add_psi_counters(model: Model, node: str, scope: str, section: str, resource: str,
                       counters: dict[str, Any], t: float, ev: EvidenceRef) -> None:
     """A ``cgroup/samples.jsonl`` PSI reading: cumulative ``some_total_usec``/``full_total_usec``
@@ -100,8 +97,7 @@ def _add_psi_counters(model: Model, node: str, scope: str, section: str, resourc
     if some.__class__ is not int:
         return
     full_total = full if full.__class__ is int else None
-    prev_all = cast(dict[tuple[str, str, str], tuple[float, int, int | None]],
-                    model.cache.setdefault(_PSI_PREV, {}))
+    prev_all = model.psi_counters
     key = (node, scope, resource)
     prev = prev_all.get(key)
     prev_all[key] = (t, some, full_total)

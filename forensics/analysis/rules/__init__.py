@@ -1,36 +1,24 @@
-"""The rules: small pure functions ``(Model, AnalysisConfig) -> list[Finding]``, one module per family."""
+"""The rules: small pure functions ``(Model, AnalysisConfig) -> list[Finding]``, one module per family.
+
+Each module declares its finding kinds with :class:`forensics.analysis.kinds.FindingKind` beside
+their rules. Every module of this package is imported here (no hand-kept list), and the tables
+about kinds are derived from those declarations: ``KINDS`` (the kind ids, by rank), ``RULES``
+(kind -> rule, in the order rules run) and ``CAUSES`` (kind -> the kinds it can cause).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
 
-from forensics.analysis.findings import Finding
-from forensics.analysis.model import Model
-from forensics.analysis.rules.cpu import cpu_throttling, pressure_stall
-from forensics.analysis.rules.gpu_allocation import (
-    overlapping_gpu_allocation,
-    unallocated_gpu_use,
-    unattributed_gpu_process,
-)
-from forensics.analysis.rules.gpu_contention import gpu_compute_hog, gpu_memory_pressure
-from forensics.analysis.rules.gpu_health import gpu_clock_throttle, gpu_xid_fault
-from forensics.analysis.rules.oom import oom_kill
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.analysis.kinds import FindingKind, Rule, registered
 
-__all__ = ["RULES", "Rule"]
+__all__ = ["CAUSES", "KINDS", "RULES", "SPECS", "Rule"]
 
-Rule = Callable[[Model, AnalysisConfig], list[Finding]]
+for _module in pkgutil.iter_modules(__path__, f"{__name__}."):
+    importlib.import_module(_module.name)
 
-# kind -> rule; the order is the order findings are produced in before time-sorting.
-RULES: dict[str, Rule] = {
-    "unallocated-gpu-use": unallocated_gpu_use,
-    "overlapping-gpu-allocation": overlapping_gpu_allocation,
-    "unattributed-gpu-process": unattributed_gpu_process,
-    "gpu-compute-hog": gpu_compute_hog,
-    "gpu-memory-pressure": gpu_memory_pressure,
-    "cpu-throttling": cpu_throttling,
-    "oom-kill": oom_kill,
-    "gpu-xid-fault": gpu_xid_fault,
-    "gpu-clock-throttle": gpu_clock_throttle,
-    "pressure-stall": pressure_stall,
-}
+SPECS: tuple[FindingKind, ...] = registered()
+KINDS: tuple[str, ...] = tuple(k.id for k in SPECS)
+RULES: dict[str, Rule] = {k.id: k.run for k in SPECS if k.run is not None}
+CAUSES: dict[str, frozenset[str]] = {k.id: k.causes for k in SPECS}

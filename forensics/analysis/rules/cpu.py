@@ -9,34 +9,31 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Finding, Severity, Subject
+from forensics.analysis.findings import Evidence, Finding, Severity, Subject
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import CpuSample, Model, PsiSample
-from forensics.analysis.rules.common import (
-    confidence,
-    dedupe_evidence,
-    dedupe_subjects,
-    fmt_time,
-    gpu_label,
-    gpu_subject,
-    label,
-    owner_of,
-    with_pod,
-)
+from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["cpu_throttling", "pressure_stall"]
+__all__ = ["CPU_THROTTLING", "PRESSURE_STALL", "cpu_throttling", "pressure_stall"]
+
+CPU_THROTTLING = FindingKind("cpu-throttling", severity="medium", needs=("cgroups",), rank=60)
+PRESSURE_STALL = FindingKind("pressure-stall", severity="low", needs=("cgroups",), rank=100,
+                             causes=("oom-kill",))
 
 
 def _container_gpus(model: Model, node: str, cid: str) -> set[str]:
     out = set()
     for s in model.proc_samples:
         if s.node == node:
-            subj = owner_of(model, node, s.pid).subject
+            subj = model.joins.owner(node, s.pid).subject
             if subj.type == "container" and subj.id == cid:
                 out.add(s.gpu_uuid)
     return out
 
 
+@CPU_THROTTLING.rule
 def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A container whose CFS quota throttled it in a large share of periods (it is the victim)."""
     findings: list[Finding] = []
@@ -88,15 +85,16 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             summary += "; meanwhile its " + ", ".join(
                 f"{gpu_label(model, node, u)} averaged {util:.0f}% utilization" for u, util in idle_gpus
             ) + ": the GPU was starved by its CPU feeder"
-        severity: Severity = "high" if idle_gpus or ratio >= cfg.cpu_throttled_ratio_high else "medium"
+        severity: Severity = ("high" if idle_gpus or ratio >= cfg.cpu_throttled_ratio_high
+                              else CPU_THROTTLING.severity)
         worst = max(hot, key=lambda i: i[3] / i[2]) if hot else None
         ev = [samples[0].evidence, samples[-1].evidence]
         if worst is not None:
             ev = [worst[0].evidence, worst[1].evidence, samples[-1].evidence]
         subjects = [*with_pod(model, subj.with_role("victim")), *[gpu_subject(model, node, u) for u, _ in idle_gpus]]
         findings.append(Finding(
-            kind="cpu-throttling", severity=severity,
-            confidence=confidence(model, node, 0.9, ("cgroups",), cfg),
+            kind=CPU_THROTTLING.id, severity=severity,
+            confidence=CPU_THROTTLING.confidence(model, node, 0.9, cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(ev),
             metrics=(("throttled_ratio", round(ratio, 3)), ("nr_periods", periods),
@@ -109,6 +107,23 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+@CPU_THROTTLING.harm
+def _throttling_harm(f: Finding, h: Harm) -> str:
+    ratio = f.metric("throttled_ratio")
+    pct = f"{float(ratio) * 100:.0f}%" if isinstance(ratio, int | float) else "many"
+    return f"CPU-throttled in {pct} of its periods" + (" while its GPU idled" if f.metric("gpu_idle") else "")
+
+
+@CPU_THROTTLING.ruled_out(rank=50)
+def _no_throttling(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    n_cpu = sum(1 for s in c.model.cpu_samples if s.node == c.node)
+    if CPU_THROTTLING.id in c.found or not n_cpu:
+        return None
+    return (f"no container CPU-throttled in {c.cfg.cpu_throttled_ratio * 100:.0f}% or more of its periods "
+            f"on {c.node}", c.evidence("cgroups", f"{n_cpu} cpu.stat readings"))
+
+
+@PRESSURE_STALL.rule
 def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """PSI ``some``/``full`` avg10 at or above the thresholds on the host or a container."""
     findings: list[Finding] = []
@@ -135,8 +150,8 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         summary = (f"{where} stalled on {resource}: PSI some {measure} peaked at {peak.some_avg10_pct:.1f}%"
                    f"{full_txt} at {fmt_time(peak.t)}; {len(hot)} of {len(samples)} readings over the threshold")
         findings.append(Finding(
-            kind="pressure-stall", severity="medium" if full_hit else "low",
-            confidence=confidence(model, node, 0.85, ("cgroups",), cfg),
+            kind=PRESSURE_STALL.id, severity="medium" if full_hit else PRESSURE_STALL.severity,
+            confidence=PRESSURE_STALL.confidence(model, node, 0.85, cfg),
             summary=summary, start=hot[0].t, end=hot[-1].t, node=node,
             subjects=dedupe_subjects(with_pod(model, subj.with_role("victim"))),
             evidence=dedupe_evidence([peak.evidence, hot[0].evidence]),
@@ -146,3 +161,17 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             headline=f"{where} stalled on {resource} pressure",
         ))
     return findings
+
+
+@PRESSURE_STALL.harm
+def _stall_harm(f: Finding, h: Harm) -> str:
+    return f"stalled on {f.metric('resource')} pressure from {h.when}"
+
+
+@PRESSURE_STALL.ruled_out(rank=60)
+def _no_stall(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    n_psi = c.info.psi_readings
+    if PRESSURE_STALL.id in c.found or not n_psi:
+        return None
+    return (f"no CPU, memory or IO pressure stall on {c.node} "
+            f"(PSI some avg10 below {c.cfg.psi_some_avg10_pct:g}%)", c.evidence("psi", f"{n_psi} PSI readings"))

@@ -7,85 +7,32 @@ NVML process samples (nvmlDeviceGetComputeRunningProcesses), the PID -> cgroup -
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from forensics.analysis.findings import Evidence, Finding, Role, Subject
+from forensics.analysis.joins import Owner
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuAllocation, Model, Pod, ProcessGpuSample
-from forensics.analysis.rules.common import (
-    Owner,
-    confidence,
-    dedupe_evidence,
-    dedupe_subjects,
-    fmt_bytes,
-    gpu_label,
-    gpu_subject,
-    label,
-    name_of,
-    owner_of,
-    pod_allocation,
-    pod_of,
-    span,
-    with_pod,
-)
+from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, name_of, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["overlapping_gpu_allocation", "unallocated_gpu_use", "unattributed_gpu_process"]
+__all__ = [
+    "OVERLAPPING_GPU_ALLOCATION",
+    "UNALLOCATED_GPU_USE",
+    "UNATTRIBUTED_GPU_PROCESS",
+    "overlapping_gpu_allocation",
+    "unallocated_gpu_use",
+    "unattributed_gpu_process",
+]
 
-
-def is_active(s: ProcessGpuSample, cfg: AnalysisConfig) -> bool:
-    """A process sample counts as GPU use when it holds memory or has SM time (or NVML said nothing more)."""
-    if s.used_memory_bytes is None and s.sm_util_pct is None:
-        return True
-    return bool((s.used_memory_bytes or 0) > 0 or (s.sm_util_pct or 0) >= cfg.process_active_sm_pct)
-
-
-def _active_by_owner(model: Model, cfg: AnalysisConfig) -> dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]]:
-    """(node, gpu uuid) -> owner subject -> (owner, its active samples on that GPU)."""
-    key = ("active_by_owner", cfg.process_active_sm_pct)
-    cached = model.cache.get(key)
-    if cached is not None:
-        return cached  # type: ignore[return-value]
-    out: dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]] = defaultdict(dict)
-    owners: dict[tuple[str, int], Owner] = {}
-    min_sm = cfg.process_active_sm_pct
-    for (node, uuid), samples in model.proc_samples_by_gpu().items():
-        by_pid: dict[int, list[ProcessGpuSample]] = defaultdict(list)
-        for s in samples:
-            mem, sm = s.used_memory_bytes, s.sm_util_pct
-            if (mem is None and sm is None) or (mem or 0) > 0 or (sm or 0) >= min_sm:
-                by_pid[s.pid].append(s)
-        per_gpu = out[(node, uuid)]
-        for pid, ss in by_pid.items():
-            okey = (node, pid)
-            if okey not in owners:
-                owners[okey] = owner_of(model, node, pid)
-            owner = owners[okey]
-            entry = per_gpu.get(owner.subject)
-            if entry is None:
-                per_gpu[owner.subject] = (owner, ss)
-            else:
-                entry[1].extend(ss)
-                entry[1].sort(key=lambda x: x.t)
-    model.cache[key] = out
-    return out
-
-
-def explicit_holders(model: Model, node: str, uuid: str) -> list[tuple[Subject, Owner]]:
-    """Containers on ``node`` whose explicit allocation names GPU ``uuid`` (sorted by name)."""
-    holders: list[tuple[Subject, Owner]] = []
-    for (n, _), c in sorted(model.containers.items(), key=lambda kv: (kv[1].name, kv[1].id)):
-        if n == node and c.allocation.explicit and uuid in c.allocation.gpus:
-            holders.append((c.subject(), Owner(c.subject(), c.allocation, True, c.evidence)))
-    # Pods no container record describes (containerd/CRI-O: statuses without container ids yet):
-    # the pod's own grant, as its processes' cgroups name the pod.
-    described = {c.pod_uid for (n, _), c in model.containers.items() if n == node and c.pod_uid}
-    for pod in sorted(model.pods.values(), key=lambda p: (p.namespace, p.name)):
-        if pod.node != node or pod.uid in described:
-            continue
-        alloc = pod_allocation(model, pod)
-        if alloc.explicit and uuid in alloc.gpus:
-            holders.append((pod.subject(), Owner(pod.subject(), alloc, True, alloc.evidence)))
-    return holders
+UNALLOCATED_GPU_USE = FindingKind(
+    "unallocated-gpu-use", severity="medium", needs=("nvml", "procfs", "docker"), rank=10,
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault"))
+OVERLAPPING_GPU_ALLOCATION = FindingKind(
+    "overlapping-gpu-allocation", severity="medium", needs=("nvml", "procfs", "docker"), rank=20,
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill"))
+UNATTRIBUTED_GPU_PROCESS = FindingKind(
+    "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
+    causes=("gpu-compute-hog", "gpu-memory-pressure"))
 
 
 def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:
@@ -152,10 +99,12 @@ def _assigned_text(model: Model, uuid: str, holders: list[tuple[Subject, Owner]]
     return "; ".join(parts)
 
 
+@UNALLOCATED_GPU_USE.rule
 def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A container/pod process on a GPU its owner was not explicitly allocated (the "secretly taken" GPU)."""
     findings: list[Finding] = []
-    for (node, uuid), owners in sorted(_active_by_owner(model, cfg).items()):
+    joins = model.joins
+    for (node, uuid), owners in sorted(joins.active_owners(cfg.process_active_sm_pct).items()):
         for subject, (owner, samples) in owners.items():
             if not owner.attributed or subject.type == "process":
                 continue  # unattributed-gpu-process covers these
@@ -167,12 +116,12 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             samples = [s for s in samples if not alloc.grants(uuid, s.mig_uuid)]
             if not samples:
                 continue
-            holders = [h for h in explicit_holders(model, node, uuid) if h[0].key() != subject.key()]
+            holders = [h for h in joins.explicit_holders(node, uuid) if h[0].key() != subject.key()]
             start, end = span(s.t for s in samples)
             peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
             sm_vals = [s.sm_util_pct for s in samples if s.sm_util_pct is not None]
             gl = gpu_label(model, node, uuid)
-            pod = pod_of(model, subject)
+            pod = joins.pod_of(subject)
             env_ev: list[Evidence] = []
             visible = None
             for s in samples:
@@ -189,7 +138,7 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if holders:
                 assigned = _assigned_text(model, uuid, holders)
                 took = (f"took {gl} from {holder_names}" if pod is not None and all(
-                    pod_of(model, h[0]) is not None for h in holders)
+                    joins.pod_of(h[0]) is not None for h in holders)
                     else f"took {gl} (allocated to {', '.join(label(model, h[0], long=False) for h in holders)})")
             else:
                 assigned = f"{gl} was allocated to no container or pod"
@@ -218,9 +167,9 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 evidence.extend(h[1].allocation.evidence[:2])
             base = 0.95 if holders else 0.85
             findings.append(Finding(
-                kind="unallocated-gpu-use",
-                severity="high" if holders else "medium",
-                confidence=confidence(model, node, base, ("nvml", "procfs", "docker"), cfg),
+                kind=UNALLOCATED_GPU_USE.id,
+                severity="high" if holders else UNALLOCATED_GPU_USE.severity,
+                confidence=UNALLOCATED_GPU_USE.confidence(model, node, base, cfg),
                 summary=summary,
                 start=start, end=end, node=node,
                 subjects=dedupe_subjects(subjects),
@@ -234,6 +183,24 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+@UNALLOCATED_GPU_USE.harm
+def _unallocated_harm(f: Finding, h: Harm) -> str:
+    return f"{h.gpu}, allocated to it, used by {h.culprits} from {h.when}"
+
+
+@UNALLOCATED_GPU_USE.ruled_out(rank=70)
+def _every_gpu_process_allocated(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    model, node = c.model, c.node
+    if c.found & {UNALLOCATED_GPU_USE.id, UNATTRIBUTED_GPU_PROCESS.id}:
+        return None
+    n_proc = sum(1 for s in model.proc_samples if s.node == node)
+    if (n_proc and model.has_source(node, "procfs")
+            and (model.has_source(node, "docker") or model.has_source(node, "kubernetes"))):
+        return (f"every GPU process on {node} ran in a container allocated that GPU",
+                c.evidence("nvml", f"{n_proc} process samples"))
+    return None
+
+
 _OVERLAP_TOLERANCE_S = 2.0  # two sampling intervals at the default 1 s
 
 
@@ -243,12 +210,13 @@ def _distinct_names(subjects: list[Subject]) -> list[str]:
     return [f"{n} ({s.id[:12]})" if names.count(n) > 1 else n for n, s in zip(names, subjects, strict=True)]
 
 
+@OVERLAPPING_GPU_ALLOCATION.rule
 def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """Two containers/pods explicitly allocated the same GPU, both active on it."""
     findings: list[Finding] = []
-    active = _active_by_owner(model, cfg)
+    active = model.joins.active_owners(cfg.process_active_sm_pct)
     for (node, uuid), owners in sorted(active.items()):
-        holders = explicit_holders(model, node, uuid)
+        holders = model.joins.explicit_holders(node, uuid)
         active_holders = [(subj, owners[subj]) for subj, _ in holders if subj in owners]
         # "both active on it" means at the same time: a container recreated later (a new id,
         # often the same name, as in two captures of one host) shares nothing with its predecessor
@@ -291,8 +259,8 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
             evidence.extend(owner.allocation.evidence[:1])
             evidence.append(min(ss, key=lambda s: s.t).evidence)
         findings.append(Finding(
-            kind="overlapping-gpu-allocation", severity="medium",
-            confidence=confidence(model, node, 0.9, ("nvml", "procfs", "docker"), cfg),
+            kind=OVERLAPPING_GPU_ALLOCATION.id, severity=OVERLAPPING_GPU_ALLOCATION.severity,
+            confidence=OVERLAPPING_GPU_ALLOCATION.confidence(model, node, 0.9, cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(evidence),
             metrics=(("gpu", gl), ("holders", len(ordered))),
@@ -302,16 +270,22 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
     return findings
 
 
+@OVERLAPPING_GPU_ALLOCATION.harm
+def _overlapping_harm(f: Finding, h: Harm) -> str:
+    return f"{h.gpu} also allocated to {h.culprits}"
+
+
+@UNATTRIBUTED_GPU_PROCESS.rule
 def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A GPU process in no container (a host process) or whose PID cannot be resolved."""
     findings: list[Finding] = []
-    for (node, uuid), owners in sorted(_active_by_owner(model, cfg).items()):
+    for (node, uuid), owners in sorted(model.joins.active_owners(cfg.process_active_sm_pct).items()):
         for subject, (owner, samples) in owners.items():
             if owner.attributed:
                 continue
             pid = int(subject.id)
             proc = model.gpu_process(node, pid)
-            holders = explicit_holders(model, node, uuid)
+            holders = model.joins.explicit_holders(node, uuid)
             gl = gpu_label(model, node, uuid)
             peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
             start, end = span(s.t for s in samples)
@@ -334,9 +308,9 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
             summary = f"{what}; peak {fmt_bytes(peak_mem)} of GPU memory"
             first = min(samples, key=lambda s: s.t)
             findings.append(Finding(
-                kind="unattributed-gpu-process",
-                severity="medium" if role == "culprit" else "low",
-                confidence=confidence(model, node, 0.9 if proc is not None else 0.6, ("nvml", "procfs"), cfg),
+                kind=UNATTRIBUTED_GPU_PROCESS.id,
+                severity="medium" if role == "culprit" else UNATTRIBUTED_GPU_PROCESS.severity,
+                confidence=UNATTRIBUTED_GPU_PROCESS.confidence(model, node, 0.9 if proc is not None else 0.6, cfg),
                 summary=summary, start=start, end=end, node=node,
                 subjects=dedupe_subjects(subjects),
                 evidence=dedupe_evidence([first.evidence, *owner.evidence[:2]]),

@@ -10,23 +10,18 @@ from __future__ import annotations
 from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model, ProcessGpuSample
-from forensics.analysis.rules.common import (
-    confidence,
-    dedupe_evidence,
-    dedupe_subjects,
-    fmt_bytes,
-    fmt_time,
-    gpu_label,
-    gpu_subject,
-    label,
-    owner_of,
-    pod_of,
-    with_pod,
-)
+from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["gpu_compute_hog", "gpu_memory_pressure"]
+__all__ = ["GPU_COMPUTE_HOG", "GPU_MEMORY_PRESSURE", "gpu_compute_hog", "gpu_memory_pressure"]
+
+GPU_COMPUTE_HOG = FindingKind("gpu-compute-hog", severity="medium", needs=("nvml", "procfs"), rank=40,
+                              causes=("oom-kill",))
+GPU_MEMORY_PRESSURE = FindingKind("gpu-memory-pressure", severity="low", needs=("nvml",), rank=50,
+                                  causes=("oom-kill", "gpu-xid-fault"))
 
 # (victim, its SM share while contested, its mean SM before the hog came, during, contested ticks)
 _Victim = tuple[Subject, float, float | None, float | None, list[float]]
@@ -44,7 +39,7 @@ def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float,
     ticks: dict[float, dict[Subject, float]] = defaultdict(dict)
     has_sm: set[float] = set()
     for pid, ss in by_pid.items():
-        subj = owner_of(model, ss[0].node, pid).subject
+        subj = model.joins.owner(ss[0].node, pid).subject
         per_owner[subj].extend(ss)
         for s in ss:
             row = ticks[s.t]
@@ -57,6 +52,7 @@ def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float,
     return {t: row for t, row in ticks.items() if t in has_sm}, per_owner
 
 
+@GPU_COMPUTE_HOG.rule
 def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One owner holds most of a shared GPU's SM time while another owner present on it is starved."""
     findings: list[Finding] = []
@@ -79,7 +75,8 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     sums[o] += v
                     total += v
             stats.append((members, ts, sums, total))
-        granted = {o: owner_of(model, node, ss[0].pid).allocation.grants(uuid, ss[0].mig_uuid)
+        owner = model.joins.owner
+        granted = {o: owner(node, ss[0].pid).allocation.grants(uuid, ss[0].mig_uuid)
                    for o, ss in per_owner.items()}
         best: tuple[float, Subject, list[_Victim]] | None = None
         for hog in per_owner:
@@ -137,13 +134,14 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         summary = (f"{label(model, hog)} held {share * 100:.0f}% of {gl}'s SM time over {end - start:.0f} s "
                    f"({len(all_ticks)} samples) while " + "; ".join(parts))
         follow = f"{share * 100:.0f}% of its compute; " + "; ".join(falls)
-        headline = (f"{label(model, hog, long=False) if pod_of(model, hog) else label(model, hog)} took "
+        headline = (f"{label(model, hog, long=False) if model.joins.pod_of(hog) else label(model, hog)} took "
                     f"{share * 100:.0f}% of {gl}'s compute; " + "; ".join(falls))
-        hog_alloc = owner_of(model, node, per_owner[hog][0].pid).allocation
+        hog_alloc = owner(node, per_owner[hog][0].pid).allocation
         victim_explicit = any(
-            (va := owner_of(model, node, per_owner[v[0]][0].pid).allocation).explicit and uuid in va.gpus
+            (va := owner(node, per_owner[v[0]][0].pid).allocation).explicit and uuid in va.gpus
             for v in victims)
-        severity: Severity = "high" if victim_explicit and uuid not in hog_alloc.gpus else "medium"
+        severity: Severity = ("high" if victim_explicit and uuid not in hog_alloc.gpus
+                              else GPU_COMPUTE_HOG.severity)
         ev: list[Evidence] = []
         tick_set = set(all_ticks)
         hog_s = [s for s in per_owner[hog] if s.t in tick_set]
@@ -161,8 +159,8 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     *[s for v in victims for s in with_pod(model, v[0].with_role("victim"))],
                     gpu_subject(model, node, uuid)]
         findings.append(Finding(
-            kind="gpu-compute-hog", severity=severity,
-            confidence=confidence(model, node, base, ("nvml", "procfs"), cfg),
+            kind=GPU_COMPUTE_HOG.id, severity=severity,
+            confidence=GPU_COMPUTE_HOG.confidence(model, node, base, cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(ev),
             metrics=(("gpu", gl), ("hog_sm_share_pct", round(share * 100, 1)),
@@ -174,9 +172,17 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+@GPU_COMPUTE_HOG.harm
+def _hog_harm(f: Finding, h: Harm) -> str:
+    return (f"starved of {h.gpu} compute by {h.culprits} from {h.when} "
+            f"(its SM share {f.metric('victim_sm_share_pct')}%)")
+
+
+@GPU_MEMORY_PRESSURE.rule
 def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """GPU memory at or above ``gpu_memory_pressure_ratio`` of total: who holds it, who suffered."""
     findings: list[Finding] = []
+    owner = model.joins.owner
     proc_by_gpu = model.proc_samples_by_gpu()
     for (node, uuid), gsamples in sorted(model.samples_by_gpu().items()):
         gpu = model.gpus.get((node, uuid))
@@ -193,13 +199,13 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         holders: dict[Subject, tuple[int, ProcessGpuSample]] = {}
         for ps in proc_by_gpu.get((node, uuid), []):
             if start - 1 <= ps.t <= end + 1 and ps.used_memory_bytes:
-                subj = owner_of(model, node, ps.pid).subject
+                subj = owner(node, ps.pid).subject
                 cur = holders.get(subj)
                 if cur is None or ps.used_memory_bytes > cur[0]:
                     holders[subj] = (ps.used_memory_bytes, ps)
         ranked = sorted(holders.items(), key=lambda kv: -kv[1][0])
         # Victims: CUDA OOM messages of owners on this GPU, or their containers dying non-zero then.
-        owners_on = {owner_of(model, node, ps.pid).subject for ps in proc_by_gpu.get((node, uuid), [])}
+        owners_on = {owner(node, ps.pid).subject for ps in proc_by_gpu.get((node, uuid), [])}
         victims: list[tuple[Subject, Evidence, str, float | None]] = []
         for oom in model.cuda_ooms:
             c = model.container(node, oom.container_id)
@@ -223,8 +229,8 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         culprits: list[Subject] = []
         if ranked and (victims or len(ranked) > 1):
             top, (top_mem, top_sample) = ranked[0]
-            top_owns = owner_of(model, node, top_sample.pid).allocation.grants(uuid, top_sample.mig_uuid)
-            victims_own = any(owner_of(model, node, p.pid).allocation.grants(uuid, p.mig_uuid)
+            top_owns = owner(node, top_sample.pid).allocation.grants(uuid, top_sample.mig_uuid)
+            victims_own = any(owner(node, p.pid).allocation.grants(uuid, p.mig_uuid)
                               for s_, (_, p) in ranked if s_.key() in victim_set)
             # The GPU's own (explicitly granted) job filling its memory is not to blame unless
             # another job with a grant of that GPU suffered from it.
@@ -235,11 +241,11 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     + [x for v in victims for x in with_pod(model, v[0].with_role("victim"))]
                     + [x for s, _ in ranked[:3] for x in with_pod(model, s.with_role("witness"))]
                     + [gpu_subject(model, node, uuid)])
-        mseverity: Severity = "high" if victims else ("medium" if len(ranked) > 1 else "low")
+        mseverity: Severity = "high" if victims else ("medium" if len(ranked) > 1 else GPU_MEMORY_PRESSURE.severity)
         ev = [peak.evidence, *[p.evidence for _, (_, p) in ranked[:3]], *[v[1] for v in victims]]
         findings.append(Finding(
-            kind="gpu-memory-pressure", severity=mseverity,
-            confidence=confidence(model, node, 0.9, ("nvml",), cfg),
+            kind=GPU_MEMORY_PRESSURE.id, severity=mseverity,
+            confidence=GPU_MEMORY_PRESSURE.confidence(model, node, 0.9, cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(ev),
             metrics=(("gpu", gl), ("peak_memory_used_bytes", peak.memory_used_bytes),
@@ -250,3 +256,17 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 ", " + "; ".join(f"{label(model, v[0], long=False)} {v[2]}" for v in victims) if victims else "")),
         ))
     return findings
+
+
+@GPU_MEMORY_PRESSURE.harm
+def _memory_harm(f: Finding, h: Harm) -> str:
+    return f"hit {h.gpu} memory exhaustion at {h.when}"
+
+
+@GPU_MEMORY_PRESSURE.ruled_out(rank=40)
+def _memory_below_threshold(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    n_gpu_samples = c.model.gpu_sample_count(c.node)
+    if GPU_MEMORY_PRESSURE.id in c.found or not n_gpu_samples:
+        return None
+    return (f"GPU memory stayed below {c.cfg.gpu_memory_pressure_ratio * 100:.0f}% on every GPU of {c.node}",
+            c.evidence("nvml", f"{n_gpu_samples} samples"))

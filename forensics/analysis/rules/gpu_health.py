@@ -9,20 +9,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Finding, Role, Severity, Subject
+from forensics.analysis.findings import Evidence, Finding, Role, Severity, Subject
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model, XidEvent
-from forensics.analysis.rules.common import (
-    confidence,
-    dedupe_evidence,
-    dedupe_subjects,
-    fmt_time,
-    gpu_label,
-    owner_of,
-    with_pod,
-)
+from forensics.analysis.naming import fmt_time, gpu_label, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["CLOCK_REASONS", "XID_CATALOG", "gpu_clock_throttle", "gpu_xid_fault", "xid_meaning"]
+__all__ = [
+    "CLOCK_REASONS",
+    "GPU_CLOCK_THROTTLE",
+    "GPU_XID_FAULT",
+    "XID_CATALOG",
+    "gpu_clock_throttle",
+    "gpu_xid_fault",
+    "xid_meaning",
+]
+
+GPU_XID_FAULT = FindingKind("gpu-xid-fault", severity="medium", needs=(), rank=80)
+GPU_CLOCK_THROTTLE = FindingKind("gpu-clock-throttle", severity="low", needs=("nvml",), rank=90)
 
 # code -> (class, meaning). Class: hardware, driver, application.
 XID_CATALOG: dict[int, tuple[str, str]] = {
@@ -85,6 +90,7 @@ def _merge_xids(xids: list[XidEvent]) -> list[list[XidEvent]]:
     return groups
 
 
+@GPU_XID_FAULT.rule
 def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One finding per (node, GPU, Xid code), with the code's meaning and class."""
     by_key: dict[tuple[str, str | None, int], list[list[XidEvent]]] = defaultdict(list)
@@ -103,14 +109,14 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             subjects.append(gpu.subject() if gpu else Subject("gpu", uuid, uuid, node))
         pids = sorted({e.pid for g in events for e in g if e.pid is not None})
         for pid in pids[:3]:
-            owner = owner_of(model, node, pid, next((e.proc_name for g in events for e in g if e.pid == pid and e.proc_name), None))
+            owner = model.joins.owner(node, pid, next((e.proc_name for g in events for e in g if e.pid == pid and e.proc_name), None))
             role: Role = "witness" if cls == "application" else "victim"
             subjects.extend(with_pod(model, owner.subject.with_role(role)))
         if uuid is not None and cls in ("hardware", "driver") and start is not None:
             # Whoever was running on the faulted GPU then was harmed by it.
             for ps in model.proc_samples:
                 if ps.node == node and ps.gpu_uuid == uuid and start - 30 <= ps.t <= start + 5:
-                    subjects.extend(with_pod(model, owner_of(model, node, ps.pid).subject.with_role("victim")))
+                    subjects.extend(with_pod(model, model.joins.owner(node, ps.pid).subject.with_role("victim")))
         if not subjects:
             subjects.append(Subject("host", node, node, node))
         where = gpu_label(model, node, uuid) if uuid else (f"PCI {first.pci_bus_id}" if first.pci_bus_id else "an unidentified GPU")
@@ -123,13 +129,11 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             severity = "critical"
         elif cls in ("hardware", "driver"):
             severity = "high"
-        elif cls == "application":
-            severity = "medium"
-        else:
-            severity = "medium"
+        else:  # application faults and codes outside the catalog
+            severity = GPU_XID_FAULT.severity
         findings.append(Finding(
-            kind="gpu-xid-fault", severity=severity,
-            confidence=confidence(model, node, 0.95 if uuid else 0.75, (), cfg),
+            kind=GPU_XID_FAULT.id, severity=severity,
+            confidence=GPU_XID_FAULT.confidence(model, node, 0.95 if uuid else 0.75, cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(sorted(subjects, key=lambda s: ("victim", "culprit", "witness").index(s.role))),
             evidence=dedupe_evidence(e.evidence for g in events for e in g),
@@ -140,6 +144,33 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+@GPU_XID_FAULT.harm
+def _xid_harm(f: Finding, h: Harm) -> str:
+    return f"hit by Xid {f.metric('xid')} on {h.gpu} at {h.when}"
+
+
+@GPU_XID_FAULT.ruled_out(rank=10)
+def _no_xid(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    """No Xid in the kernel log, nor from NVML's XidCriticalError events, where either was read."""
+    model, node, info = c.model, c.node, c.info
+    watched = info.xid_watch_gpus
+    has_kernel = model.has_source(node, "kernel")
+    if GPU_XID_FAULT.id in c.found or not (has_kernel or watched):
+        return None
+    parts: list[str] = []
+    evidence: list[Evidence] = []
+    if has_kernel:
+        parts.append(f"no Xid error in the kernel log of {node} ({info.kernel_records} records"
+                     + ("; an empty log window proves little on its own)" if not info.kernel_records else ")"))
+        evidence += c.evidence("kernel", f"{info.kernel_records} records, no 'NVRM: Xid'")
+    if watched and info.xid_watch_evidence is not None:
+        parts.append(f"no XidCriticalError event from NVML on the {watched} GPU(s) it watched "
+                     "during the sampling window")
+        evidence.append(info.xid_watch_evidence)
+    return "; ".join(parts), evidence
+
+
+@GPU_CLOCK_THROTTLE.rule
 def gpu_clock_throttle(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A GPU whose clocks were held down by thermal, power or hardware slowdown in enough samples."""
     findings: list[Finding] = []
@@ -166,8 +197,8 @@ def gpu_clock_throttle(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         gpu = model.gpus.get((node, uuid))
         subj = gpu.subject() if gpu else Subject("gpu", uuid, uuid, node)
         findings.append(Finding(
-            kind="gpu-clock-throttle", severity="medium" if bits & _SEVERE_CLOCK_BITS else "low",
-            confidence=confidence(model, node, 0.9, ("nvml",), cfg),
+            kind=GPU_CLOCK_THROTTLE.id, severity="medium" if bits & _SEVERE_CLOCK_BITS else GPU_CLOCK_THROTTLE.severity,
+            confidence=GPU_CLOCK_THROTTLE.confidence(model, node, 0.9, cfg),
             summary=summary, start=hot[0].t, end=hot[-1].t, node=node,
             subjects=(subj,), evidence=dedupe_evidence([hot[0].evidence, hot[-1].evidence]),
             metrics=(("gpu", gl), ("reasons_mask", bits), ("samples_throttled", len(hot)),
@@ -176,3 +207,13 @@ def gpu_clock_throttle(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             headline=f"{gl} was clock-throttled ({', '.join(reasons)})",
         ))
     return findings
+
+
+@GPU_CLOCK_THROTTLE.ruled_out(rank=20)
+def _no_clock_slowdown(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    if GPU_CLOCK_THROTTLE.id in c.found or not any(
+            s.node == c.node and s.clocks_event_reasons is not None for s in c.model.gpu_samples):
+        return None
+    n = c.model.gpu_sample_count(c.node)
+    return (f"no thermal, power or hardware clock slowdown on any GPU of {c.node} ({n} samples)",
+            c.evidence("nvml", f"{n} samples, no slowdown reason bits"))

@@ -10,20 +10,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from forensics.analysis.findings import Finding, Subject, severity_rank
+from forensics.analysis.findings import Evidence, Finding, Subject, severity_rank
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model, OomKill
-from forensics.analysis.rules.common import (
-    confidence,
-    dedupe_evidence,
-    dedupe_subjects,
-    fmt_bytes,
-    fmt_time,
-    label,
-    with_pod,
-)
+from forensics.analysis.naming import fmt_bytes, fmt_time, label, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["oom_kill"]
+__all__ = ["OOM_KILL", "oom_kill"]
+
+OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), rank=70)
 
 _MERGE_S = 120.0
 _SOURCE_ORDER = {"kernel": 0, "docker": 1, "kubernetes": 2}
@@ -53,6 +49,7 @@ def _same(model: Model, a: OomKill, b: OomKill) -> bool:
     return False
 
 
+@OOM_KILL.rule
 def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One finding per OOM kill (merged across sources), the killed container/pod/process as victim."""
     groups: list[list[OomKill]] = []
@@ -98,8 +95,8 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         summary += f" (seen in: {', '.join(sources)})"
         base = 0.95 if "kernel" in sources or len(sources) > 1 else 0.8
         findings.append(Finding(
-            kind="oom-kill", severity="critical" if global_oom else "high",
-            confidence=confidence(model, node, base, (), cfg),
+            kind=OOM_KILL.id, severity="critical" if global_oom else OOM_KILL.severity,
+            confidence=OOM_KILL.confidence(model, node, base, cfg),
             summary=summary, start=t, end=t, node=node,
             subjects=dedupe_subjects(subjects),
             evidence=dedupe_evidence(e for o in g for e in o.evidence),
@@ -110,6 +107,25 @@ def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                      + (f" ({fmt_bytes(usage)} of {fmt_bytes(limit)})" if usage is not None and limit is not None else ""),
         ))
     return _collapse_repeats(model, findings)
+
+
+@OOM_KILL.harm
+def _oom_harm(f: Finding, h: Harm) -> str:
+    return f"OOM-killed at {h.when}"
+
+
+@OOM_KILL.ruled_out(rank=30)
+def _no_oom(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    """No OOM kill at all, or (with memcg kills) none host-wide."""
+    if not c.model.has_source(c.node, "kernel"):
+        return None
+    if OOM_KILL.id not in c.found:
+        return (f"no OOM kill (container or host) in the kernel log of {c.node}",
+                c.evidence("kernel", "no 'invoked oom-killer' / 'Killed process' record"))
+    if not any(f.kind == OOM_KILL.id and f.node == c.node and f.metric("global") for f in c.findings):
+        return (f"no host-wide (global) OOM on {c.node}: the OOM kills were memory-cgroup limits",
+                c.evidence("kernel", "no 'Out of memory: Killed process' record"))
+    return None
 
 
 _MAX_REPEAT_EVIDENCE = 8

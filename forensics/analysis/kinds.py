@@ -1,0 +1,154 @@
+"""Finding kinds: each declared once, beside its rule, and every table about kinds derived from that.
+
+A rule module under ``forensics/analysis/rules/`` declares a kind with :class:`FindingKind` and
+attaches its pieces with decorators::
+
+    OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), causes=(), rank=70)
+
+    @OOM_KILL.rule
+    def oom_kill(model, cfg): ...          # (Model, AnalysisConfig) -> list[Finding]
+
+    @OOM_KILL.harm
+    def _harm(f, h): return f"OOM-killed at {h.when}"      # the verdict's impact phrase
+
+    @OOM_KILL.ruled_out(rank=30)
+    def _not_found(c): ...                 # (RuledOutCheck) -> (statement, evidence) | None
+
+Declaring registers the kind here; :mod:`forensics.analysis.rules` imports every module of its
+package (no hand-kept list) and derives ``KINDS``, ``RULES`` and ``CAUSES`` from the registry; the
+chain (:mod:`forensics.analysis.chain`) takes harm phrases and ruled-out statements from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from forensics.analysis.findings import Evidence, Finding, Severity
+from forensics.analysis.model import Model, NodeInfo
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = [
+    "FindingKind",
+    "Harm",
+    "Rule",
+    "RuledOut",
+    "RuledOutCheck",
+    "registered",
+]
+
+Rule = Callable[[Model, AnalysisConfig], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Harm:
+    """What the verdict's impact line knows of a finding when it words the harm to a victim:
+    ``when`` its start (``14:02:10Z``), ``culprits`` their short names (``notebook, pod ml/x``,
+    else ``another process``), ``gpu`` the GPU it names (``GPU 0``, else ``its GPU``)."""
+
+    when: str
+    culprits: str
+    gpu: str
+
+
+@dataclass(frozen=True)
+class RuledOutCheck:
+    """What a ruled-out check of one node sees: the model, the node, every kind found (on any
+    node), the findings and the thresholds. ``evidence(family, excerpt)`` cites the member the
+    node's ``family`` (nvml, kernel, cgroups, psi) was read from, or nothing when none was."""
+
+    model: Model
+    node: str
+    info: NodeInfo
+    found: frozenset[str]
+    findings: tuple[Finding, ...]
+    cfg: AnalysisConfig
+
+    def evidence(self, family: str, excerpt: str) -> list[Evidence]:
+        member = self.info.members_used.get(family)
+        bundle = self.info.bundles[0] if self.info.bundles else ""
+        return [Evidence(bundle, member, "", excerpt)] if member else []
+
+
+HarmWording = Callable[[Finding, Harm], str]
+# A statement that the kind was looked for on the node and not found, with the evidence examined;
+# None when the kind was found or its source is missing (then it is a limitation, not ruled out).
+RuledOutWording = Callable[[RuledOutCheck], "tuple[str, list[Evidence]] | None"]
+
+
+@dataclass(frozen=True)
+class RuledOut:
+    """A kind's ruled-out check and its place (``rank``, ascending) in ``ruled_out[]``."""
+
+    rank: int
+    check: RuledOutWording
+
+
+_REGISTRY: dict[str, FindingKind] = {}
+
+
+class FindingKind:
+    """One finding kind, declared once in its rule module.
+
+    ``id``: the stable kind id of ``findings[].kind``; ``severity``: the severity its findings get
+    unless the rule raises or lowers it; ``needs``: the collectors whose absence on a node lowers a
+    finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause
+    (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run.
+    The rule, the harm wording and the ruled-out check are attached with the decorators.
+    """
+
+    __slots__ = ("causes", "harm_wording", "id", "needs", "not_found", "rank", "run", "severity")
+
+    def __init__(self, id: str, *, severity: Severity, needs: Iterable[str] = (),  # noqa: A002 - the kind's id
+                 causes: Iterable[str] = (), rank: int) -> None:
+        if id in _REGISTRY:
+            raise ValueError(f"finding kind {id!r} is declared twice")
+        self.id = id
+        self.severity: Severity = severity
+        self.needs = tuple(needs)
+        self.causes = frozenset(causes)
+        self.rank = rank
+        self.run: Rule | None = None
+        self.harm_wording: HarmWording | None = None
+        self.not_found: RuledOut | None = None
+        _REGISTRY[id] = self
+
+    def __repr__(self) -> str:
+        return f"FindingKind({self.id!r})"
+
+    def rule(self, fn: Rule) -> Rule:
+        """Decorator: ``fn`` is the kind's rule."""
+        self.run = fn
+        return fn
+
+    def harm(self, fn: HarmWording) -> HarmWording:
+        """Decorator: ``fn(finding, Harm)`` words what a finding of this kind did to its victim."""
+        self.harm_wording = fn
+        return fn
+
+    def ruled_out(self, *, rank: int) -> Callable[[RuledOutWording], RuledOutWording]:
+        """Decorator: the kind's ruled-out check, at place ``rank`` among the node's statements."""
+        def attach(fn: RuledOutWording) -> RuledOutWording:
+            self.not_found = RuledOut(rank, fn)
+            return fn
+        return attach
+
+    def confidence(self, model: Model, node: str, base: float, cfg: AnalysisConfig) -> float:
+        """``base`` lowered by ``missing_source_confidence_factor`` for each of ``needs`` absent on ``node``."""
+        c = base
+        for name in self.needs:
+            if not model.has_source(node, name):
+                c *= cfg.missing_source_confidence_factor
+        return round(max(0.05, min(1.0, c)), 2)
+
+
+def registered() -> tuple[FindingKind, ...]:
+    """Every declared kind, by rank; a kind without a rule or causing an undeclared kind is an error."""
+    kinds = sorted(_REGISTRY.values(), key=lambda k: (k.rank, k.id))
+    for k in kinds:
+        if k.run is None:
+            raise ValueError(f"finding kind {k.id!r} has no rule")
+        unknown = sorted(k.causes - _REGISTRY.keys())
+        if unknown:
+            raise ValueError(f"finding kind {k.id!r} causes undeclared kinds {unknown}")
+    return tuple(kinds)

@@ -1,0 +1,138 @@
+"""How the analysis's sentences name things: subjects (containers by their pods, as a Kubernetes
+operator thinks of them), GPUs, sizes and times. Read by the rules, the chain and the document;
+the pods come from the resolved joins (``Model.joins``), never looked up here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from forensics.analysis.findings import Subject
+from forensics.analysis.model import Model
+
+__all__ = [
+    "absent_reason",
+    "cap",
+    "collapse_pods",
+    "container_in_pod",
+    "fmt_bytes",
+    "fmt_time",
+    "gpu_label",
+    "gpu_subject",
+    "label",
+    "name_of",
+    "with_pod",
+]
+
+
+def cap(text: str) -> str:
+    """``text`` with its first letter upper-cased (a headline starts a sentence)."""
+    return text[:1].upper() + text[1:]
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "an unknown time"
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%SZ")
+
+
+def gpu_subject(model: Model, node: str, uuid: str) -> Subject:
+    gpu = model.gpus.get((node, uuid))
+    if gpu is not None:
+        return gpu.subject()
+    return Subject("gpu", uuid, uuid, node)
+
+
+def gpu_label(model: Model, node: str, uuid: str) -> str:
+    gpu = model.gpus.get((node, uuid))
+    return f"GPU {gpu.index}" if gpu is not None else uuid
+
+
+def name_of(s: Subject) -> str:
+    """How a summary names a subject without the model: ``trainer``, ``pod ml/trainer-0``, ``host process 4242 (python)``."""
+    if s.type == "container":
+        return s.name
+    if s.type == "pod":
+        return f"pod {s.name}"
+    if s.type == "process":
+        return f"host process {s.id} ({s.name})"
+    return s.name
+
+
+def container_in_pod(model: Model, subject: Subject) -> str:
+    """The Kubernetes name of a pod's container (``jupyter``), else its runtime name."""
+    c = model.container(subject.node, subject.id)
+    if c is not None and c.k8s_container_name:
+        return c.k8s_container_name
+    pod = model.joins.pod_of(subject)
+    if pod is not None:
+        for cname, cid in pod.container_ids:
+            if cid == subject.id:
+                return cname
+    return c.name if c is not None else subject.id[:12]
+
+
+def label(model: Model, s: Subject, *, long: bool = True) -> str:
+    """How a sentence names a subject, knowing the model.
+
+    A container of a pod is named by its pod, as a Kubernetes operator thinks of it
+    (``pod research/notebook-alice (container jupyter)``; short: ``pod research/notebook-alice``);
+    a Docker container ``container notebook`` (short: ``notebook``); a container the bundle only
+    knows by id (a kernel OOM line, a cgroup path) ``container 3f9a0c1b2d4e (no longer present)``.
+    """
+    if s.type == "container":
+        pod = model.joins.pod_of(s)
+        if pod is not None:
+            whole = f"pod {pod.namespace}/{pod.name}"
+            return f"{whole} (container {container_in_pod(model, s)})" if long else whole
+        if model.container(s.node, s.id) is not None:
+            return f"container {s.name}" if long else s.name
+        return f"container {s.id[:12]} ({absent_reason(model, s)})"
+    return name_of(s)
+
+
+def absent_reason(model: Model, s: Subject) -> str:
+    """Why a container named only by its id is not described in the bundle."""
+    if (s.node, s.id) in model.joins.seen_running:  # its processes or cgroup were there: another runtime's, or unlisted
+        return "not described by Docker or Kubernetes in the bundle"
+    if model.has_source(s.node, "docker") or model.has_source(s.node, "kubernetes"):
+        return "no longer present"
+    return "no container runtime data in the bundle"
+
+
+def with_pod(model: Model, subject: Subject) -> list[Subject]:
+    """A container subject preceded by its pod's subject (same role) when the pod is known: in
+    Kubernetes the pod is the party an operator acts on; the container stays as a further subject."""
+    pod = model.joins.pod_of(subject) if subject.type == "container" else None
+    if pod is None:
+        return [subject]
+    return [pod.subject().with_role(subject.role), subject]
+
+
+def collapse_pods(model: Model, subjects: Iterable[Subject]) -> list[Subject]:
+    """Distinct subjects, a container left out when its pod is listed too (verdict lists, impact)."""
+    out: list[Subject] = []
+    seen: set[tuple[str, str, str]] = set()
+    items = list(subjects)
+    pods = {s.key() for s in items if s.type == "pod"}
+    for s in items:
+        if s.key() in seen:
+            continue
+        pod = model.joins.pod_of(s) if s.type == "container" else None
+        if pod is not None and pod.subject().key() in pods:
+            continue
+        seen.add(s.key())
+        out.append(s)
+    return out
