@@ -84,6 +84,9 @@ class Joins:
             | {(c.node, c.container_id) for c in model.cpu_samples}
             | {(m.node, m.container_id) for m in model.memory_samples})
         self._active: dict[float, ActiveOwners] = {}
+        self._gpus_used: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+        for ps in model.proc_samples:
+            self._gpus_used[self.owner(ps.node, ps.pid).subject.key()].add(ps.gpu_uuid)
 
     def _resolve_owner(self, node: str, pid: int) -> Owner | None:
         model = self._model
@@ -142,6 +145,10 @@ class Joins:
         """Containers (by name), then pods without container records (by namespace/name), on ``node``
         whose explicit allocation names GPU ``uuid``."""
         return self._holders.get((node, uuid), ())
+
+    def gpus_used_by(self, node: str, subject_type: str, subject_id: str) -> frozenset[str]:
+        """The GPUs (UUIDs) NVML listed a process of this owner on (container, pod or process)."""
+        return frozenset(self._gpus_used.get((node, subject_type, subject_id), ()))
 
     def active_owners(self, min_sm_pct: float) -> ActiveOwners:
         """Per GPU, each owner's samples that count as use: holding memory, at least ``min_sm_pct``

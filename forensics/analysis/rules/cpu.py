@@ -23,16 +23,6 @@ PRESSURE_STALL = FindingKind("pressure-stall", severity="low", needs=("cgroups",
                              causes=("oom-kill",))
 
 
-def _container_gpus(model: Model, node: str, cid: str) -> set[str]:
-    out = set()
-    for s in model.proc_samples:
-        if s.node == node:
-            subj = model.joins.owner(node, s.pid).subject
-            if subj.type == "container" and subj.id == cid:
-                out.add(s.gpu_uuid)
-    return out
-
-
 @CPU_THROTTLING.rule
 def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A container whose CFS quota throttled it in a large share of periods (it is the victim)."""
@@ -68,7 +58,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         subj = c.subject() if c is not None else Subject("container", cid, cid[:12], node)
         # Did its own GPU sit idle while it was throttled?
         idle_gpus: list[tuple[str, float]] = []
-        for uuid in sorted(_container_gpus(model, node, cid)):
+        for uuid in sorted(model.joins.gpus_used_by(node, "container", cid)):
             utils = [g.util_gpu_pct for g in gpu_samples.get((node, uuid), [])
                      if g.util_gpu_pct is not None and any(i[0].t <= g.t <= i[1].t for i in hot)]
             if utils and sum(utils) / len(utils) <= cfg.gpu_idle_util_pct:
