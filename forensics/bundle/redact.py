@@ -11,8 +11,16 @@ What is redacted by default:
   guessed at (too many false positives), ``KEY=value`` arguments whose key looks secret;
 - environment values, except names on an allow-list (``NVIDIA_*``, ``CUDA_*``, ``PATH``, ...): those
   are evidence (GPU grants, library paths) and carry no secrets;
-- credentials in URLs (``scheme://user:password@host``), ``Authorization: Bearer ...``, and
-  ``name=value`` pairs whose name looks secret, in any free text.
+- credentials in URLs (``scheme://user:password@host``), ``Authorization: Bearer ...``,
+  ``name=value`` pairs whose name looks secret, and values shaped like credentials whatever
+  surrounds them (JWTs, AWS access key ids ``AKIA...``/``ASIA...``, the body of PEM blocks), in any
+  free text;
+- label, annotation and event-attribute values (:meth:`Redactor.label_value`) whose key looks
+  secret (:data:`LABEL_SECRET_WORDS`, case-insensitive, any separator: ``db.password``,
+  ``API_KEY``, ``vault.io/agent-token``), whole; the values of other keys go through the free-text
+  rules above, so a JWT under ``note`` is caught too. Keys are always kept. A few well-known keys
+  that contain one of those words but never hold a secret stay readable
+  (:data:`LABEL_KEYS_NOT_SECRET`).
 
 The manifest records how many values were redacted per category, never the values.
 """
@@ -27,7 +35,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["ENV_ALLOW_PREFIXES", "ENV_ALLOW_NAMES", "Redactor", "looks_secret_name"]
+__all__ = ["ENV_ALLOW_NAMES", "ENV_ALLOW_PREFIXES", "LABEL_KEYS_NOT_SECRET", "LABEL_SECRET_WORDS",
+           "Redactor", "looks_secret_label_key", "looks_secret_name"]
 
 ENV_ALLOW_PREFIXES = ("NVIDIA_", "CUDA_", "NCCL_", "LC_", "OMP_", "MKL_", "KUBERNETES_SERVICE_")
 ENV_ALLOW_NAMES = frozenset(
@@ -59,6 +68,25 @@ _PAIR_RE = re.compile(
     re.IGNORECASE,
 )
 _PSEUDONYM_RE = re.compile(r"^<redacted:[0-9a-f]{16}>$")
+# credential shapes, whatever the name around them
+_JWT_RE = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
+_AWS_KEY_ID_RE = re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")
+_PEM_RE = re.compile(
+    r"(?P<begin>-----BEGIN (?P<label>[A-Z0-9 ]{1,64})-----)(?P<body>.*?)(?P<end>-----END (?P=label)-----)",
+    re.DOTALL,
+)
+
+#: Words that make a label, annotation or event-attribute key secret (lower case, matched as a
+#: substring of the lower-cased key, so any separator or none: ``db.password``, ``apiKey``).
+LABEL_SECRET_WORDS = ("token", "secret", "password", "passwd", "key", "credential", "auth", "cookie",
+                      "session", "private", "cert")
+_LABEL_SECRET_RE = re.compile("|".join(re.escape(w) for w in LABEL_SECRET_WORDS))
+#: Well-known keys that contain one of those words and never hold a secret, with the reason.
+LABEL_KEYS_NOT_SECRET: dict[str, str] = {
+    # OCI image-spec pre-defined annotation (also set as a Docker image label by buildx and
+    # most Dockerfiles): "contact details of the people or organization responsible for the image"
+    "org.opencontainers.image.authors": "OCI image spec: the image's authors' contact details",
+}
 
 
 def looks_secret_name(name: str) -> bool:
@@ -67,6 +95,15 @@ def looks_secret_name(name: str) -> bool:
     if not bare or _NOT_SECRET_RE.match(bare):
         return False
     return bool(_SECRET_NAME_RE.search(bare))
+
+
+def looks_secret_label_key(key: str) -> bool:
+    """True for label/annotation/attribute keys such as ``token``, ``db.password``, ``API_KEY``,
+    ``vault.hashicorp.com/agent-inject-token`` (see :data:`LABEL_SECRET_WORDS`); False for
+    ``io.kubernetes.pod.name`` and the well-known keys in :data:`LABEL_KEYS_NOT_SECRET`."""
+    if key in LABEL_KEYS_NOT_SECRET:
+        return False
+    return bool(_LABEL_SECRET_RE.search(key.lower()))
 
 
 def env_name_allowed(name: str) -> bool:
@@ -157,6 +194,7 @@ class Redactor:
             lambda m: f"{m['scheme']}{m['user']}:{self.pseudonym(m['pw'], category)}@", s
         )
         s = _BEARER_RE.sub(lambda m: f"{m.group(1)} {self.pseudonym(m['tok'], category)}", s)
+        s = self._credential_shapes(s, category)
 
         def pair(m: re.Match[str]) -> str:
             name = m["name"]
@@ -166,6 +204,32 @@ class Redactor:
             return f"{name}{m['sep']}{m['q'] or ''}{self.pseudonym(val, category)}"
 
         return _PAIR_RE.sub(pair, s)
+
+    def _credential_shapes(self, s: str, category: str) -> str:
+        """JWTs, AWS access key ids and PEM block bodies (BEGIN/END lines kept: they say what it was)."""
+        if "-----BEGIN " in s:
+            s = _PEM_RE.sub(lambda m: f"{m['begin']}{self.pseudonym(m['body'], category)}{m['end']}", s)
+        if "eyJ" in s:
+            s = _JWT_RE.sub(lambda m: self.pseudonym(m.group(0), category), s)
+        return _AWS_KEY_ID_RE.sub(lambda m: self.pseudonym(m.group(0), category), s)
+
+    # -- labels, annotations, event attributes ----------------------------------------------
+    def label_value(self, key: str, value: Any, category: str = "labels") -> Any:
+        """A secret-looking key's value becomes a pseudonym, whole; any other value goes through
+        :meth:`text` (credential shapes, URL credentials, bearer tokens). Non-strings are kept."""
+        if not self.enabled or not isinstance(value, str) or value == "":
+            return value
+        if looks_secret_label_key(str(key)):
+            return self.pseudonym(value, category)
+        return self.text(value, category)
+
+    def label_map(self, labels: Any, category: str = "labels") -> Any:
+        """Redact a ``{key: value}`` map (Docker ``Labels``, ``Actor.Attributes``, Kubernetes
+        ``labels``/``annotations``) in place and return it; anything but a dict is returned as is."""
+        if self.enabled and isinstance(labels, dict):
+            for key, value in labels.items():
+                labels[key] = self.label_value(key, value, category)
+        return labels
 
     def json_env_lists(self, obj: Any, *paths: tuple[str, ...]) -> Any:
         """Redact the env lists found at the given key paths of a JSON object, in place; returns it."""

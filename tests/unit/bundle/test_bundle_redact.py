@@ -199,3 +199,80 @@ def test_redaction_never_raises(s: str) -> None:
     assert len(r.argv(s.split(" "))) == len(s.split(" "))
     r.env_list([s, f"{s}={s}"])
     assert Redactor(enabled=False).text(s) == s
+
+
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+PEM = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n"
+       "-----END PRIVATE KEY-----")
+
+
+class TestLabels:
+    @pytest.mark.parametrize("key", [
+        "token", "TOKEN", "db.password", "db-passwd", "DB_PASSWORD", "dbPassword", "api_key", "apiKey",
+        "com.example.secret", "aws.credentials", "x-auth", "Authorization", "session-id", "cookie",
+        "private.repo", "tls.cert", "vault.hashicorp.com/agent-inject-token", "SSH_KEY",
+    ])
+    def test_a_secret_looking_key_loses_its_value_and_keeps_the_key(self, key: str) -> None:
+        r = Redactor(key=KEY)
+        labels = {key: "tok-1234", "app": "trainer"}
+        assert r.label_map(labels) is labels  # in place
+        assert PSEUDO.fullmatch(labels[key]) and labels["app"] == "trainer"
+        assert r.counts == {"labels": 1}
+
+    @pytest.mark.parametrize("key", [
+        "io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid",
+        "io.kubernetes.container.name", "com.docker.compose.project", "app.kubernetes.io/name",
+        "org.opencontainers.image.authors", "org.opencontainers.image.source", "maintainer",
+        "pod-template-hash", "image", "name", "exitCode",
+    ])
+    def test_attribution_and_well_known_keys_stay_readable(self, key: str) -> None:
+        """The analyzer joins containers to pods by ``io.kubernetes.*``; OCI ``authors`` holds an
+        e-mail address, not a credential, though it contains "auth"."""
+        r = Redactor(key=KEY)
+        assert r.label_map({key: "Jane Doe <jane@example.com>"}) == {key: "Jane Doe <jane@example.com>"}
+        assert r.counts == {}
+
+    def test_the_allow_list_is_exact_not_a_prefix(self) -> None:
+        r = Redactor(key=KEY)
+        out = r.label_map({"org.opencontainers.image.authors.token": "tok-1"})
+        assert PSEUDO.fullmatch(out["org.opencontainers.image.authors.token"])
+
+    @pytest.mark.parametrize(("value", "secret"), [
+        (JWT, JWT),
+        ("id AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE"),
+        ("ASIAY34FZKBOKMUTVV7A", "ASIAY34FZKBOKMUTVV7A"),
+        (PEM, "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"),
+        ("Bearer abcdefgh12345678", "abcdefgh12345678"),
+        ("https://deploy:hunter22@git.example.com/repo.git", "hunter22"),
+    ])
+    def test_credential_shaped_values_are_caught_whatever_the_key(self, value: str, secret: str) -> None:
+        r = Redactor(key=KEY)
+        out = r.label_map({"note": value})
+        assert secret not in out["note"] and PSEUDO.search(out["note"])
+        assert r.counts["labels"] >= 1
+
+    def test_pem_keeps_its_armour_lines(self) -> None:
+        out = Redactor(key=KEY).text(f"cert:\n{PEM}\nafter")
+        assert out.startswith("cert:\n-----BEGIN PRIVATE KEY-----<redacted:")
+        assert out.endswith(">-----END PRIVATE KEY-----\nafter")
+
+    def test_things_that_only_resemble_credentials_are_kept(self) -> None:
+        r = Redactor(key=KEY)
+        kept = {"note": "AKIA is a prefix", "ver": "eyJ", "sha": "sha256:" + "a" * 64,
+                "uid": "0f5a3c1e-2b8d-4e6f-9a7b-1c2d3e4f5a6b"}
+        assert r.label_map(dict(kept)) == kept
+        assert r.counts == {}
+
+    def test_one_value_under_a_label_and_an_env_var_gets_one_pseudonym(self) -> None:
+        r = Redactor(key=KEY)
+        (env,) = r.env_list(["API_TOKEN=tok-shared-1"]) or []
+        label = r.label_value("token", "tok-shared-1")
+        attr = r.label_map({"token": "tok-shared-1"}, "labels")["token"]
+        assert env.removeprefix("API_TOKEN=") == label == attr
+
+    def test_non_strings_and_no_redact(self) -> None:
+        assert Redactor(key=KEY).label_map({"token": 3, "key": None}) == {"token": 3, "key": None}
+        r = Redactor(enabled=False)
+        assert r.label_map({"token": "tok-1", "note": JWT}) == {"token": "tok-1", "note": JWT}
+        assert r.label_map(None) is None and r.label_map(["x"]) == ["x"]
