@@ -2,7 +2,9 @@
 
 The archive is written to a temporary file in the target directory (mode 0600), fsynced, then
 hard-linked to its final name, which fails rather than replace an existing bundle; the temporary
-name is removed. A capture killed at any point leaves no file under the final name.
+name is removed. A capture killed at any point leaves no file under the final name; what it
+leaves under temporary names carries its owner's token (forensics/bundle/leftovers.py), so the
+next capture into that directory removes it.
 """
 
 from __future__ import annotations
@@ -29,12 +31,11 @@ from forensics.bundle.format import (
     check_member_name,
     utc_now,
 )
+from forensics.bundle.leftovers import STAGING_PREFIX, owner_token
 from forensics.bundle.sink import EvidenceSink, dumps_json
 from forensics.errors import CaptureError
 
 __all__ = ["BundleWriter", "STAGING_PREFIX"]
-
-STAGING_PREFIX = ".gpuforensics-staging-"
 _CHUNK = 1 << 20
 
 
@@ -83,8 +84,9 @@ class BundleWriter:
         self.final_path = self.out_dir / f"{self.stem}.tgz"
         if self.final_path.exists():
             raise CaptureError(f"refusing to overwrite existing bundle: {self.final_path}")
+        self.owner = owner_token()
         try:  # /proc, /sys, a full disk: access() said yes, the file system says no
-            self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.out_dir))
+            self.staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{self.owner}-", dir=self.out_dir))
         except OSError as exc:
             raise CaptureError(f"cannot write into {self.out_dir}: {exc.strerror or exc}") from exc
         os.chmod(self.staging, 0o700)
@@ -111,7 +113,8 @@ class BundleWriter:
         manifest["members"] = members
         manifest_bytes = (dumps_json(manifest, indent=1) + "\n").encode("utf-8")
         mtime = int(self.when.timestamp())
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{self.stem}.", suffix=".tgz.partial", dir=self.out_dir)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{self.stem}.{self.owner}.",
+                                       suffix=".tgz.partial", dir=self.out_dir)
         tmp = Path(tmp_name)
         try:
             os.fchmod(fd, 0o600)

@@ -10,6 +10,10 @@ Phases: snapshots, one collector after another in order of volatility (hints flo
 collectors to later ones); then, with ``--duration``, one sampling child per collector that can
 sample, all running together over the window. The bundle is written even if every collector
 failed, and on SIGINT/SIGTERM from whatever was collected, marked interrupted.
+
+Nothing outlives the capture: every child is set to die with it (forensics/capture/lifeline.py),
+and a capture starts by removing the staging directories, partial archives and name reservations
+that captures killed earlier left in its output directory (forensics/bundle/leftovers.py).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.format import bundle_stem, iso, iso_from_unix, utc_now
+from forensics.bundle.leftovers import owner_token, sweep_abandoned
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
+from forensics.capture.lifeline import die_with_parent
 from forensics.capture.registry import load_collectors
 from forensics.errors import (
     CaptureError,
@@ -131,10 +137,13 @@ class _Runner:
         out_dir: Path,
         collectors: list[Any] | None,
         progress: Callable[[str], None] | None,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.options = options
         self.out_dir = out_dir
         self.progress = progress or (lambda _msg: None)
+        self.notice = notice or _stderr_notice
+        self.swept: list[str] = []
         if collectors is not None:
             self.collectors = collectors
         elif options.only or options.skip:
@@ -160,10 +169,12 @@ class _Runner:
         r, w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # child
             code = 0
             try:
+                die_with_parent(parent)  # first: a SIGKILLed capture takes its collectors with it
                 os.close(r)
                 os.setpgid(0, 0)
                 os.dup2(2, 1)  # a chatty library must never reach capture's stdout (the bundle path)
@@ -436,8 +447,16 @@ class _Runner:
         }
 
     # -- the whole capture ------------------------------------------------------------------
+    def _sweep(self) -> None:
+        """Remove what captures killed earlier left in the output directory, and say so."""
+        for left in sweep_abandoned(self.out_dir):
+            self.swept.append(left.path.name)
+            self.notice(f"removed {left.kind} {left.path.name} left by capture process "
+                        f"{left.owner_pid}, which is gone")
+
     def run(self) -> CaptureResult:
         hostname = socket.gethostname()
+        self._sweep()
         started, reservation = self._reserve_name(hostname)
         try:
             writer = BundleWriter(self.out_dir, hostname, when=started)
@@ -475,7 +494,8 @@ class _Runner:
         or reserved (one running now, started this same second: two alerts firing together)
         moves this capture to the next second, so the name still tells when it started and the
         other capture's bundle is neither replaced nor lost at the final rename. The reservation
-        is an empty ``.<name>.reserved`` file in the output directory, removed at the end.
+        is a ``.<name>.reserved`` file in the output directory holding its owner's token, removed at
+        the end.
         """
         started = utc_now()
         for _ in range(_NAME_WAIT_TRIES):
@@ -483,7 +503,13 @@ class _Runner:
             if not final.exists():
                 mark = final.with_name(f".{final.name}.reserved")
                 try:
-                    os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    try:  # who holds it: a capture killed later leaves it for the next to remove
+                        os.write(fd, (owner_token() + "\n").encode("ascii"))
+                    except OSError:  # full disk: an empty reservation still reserves the name
+                        pass
+                    finally:
+                        os.close(fd)
                 except FileExistsError:
                     pass
                 except OSError:  # not writable: BundleWriter says so in its own words
@@ -516,6 +542,7 @@ class _Runner:
                 "argv": self.redactor.argv(list(opts.argv)),
                 "interrupted": self.interrupted,
                 "unreaped_collector_processes": self.unreaped,
+                "removed_leftovers": self.swept,
                 "uid": os.getuid(),
                 "euid": os.geteuid(),
                 "pid": os.getpid(),
@@ -558,6 +585,10 @@ def _reserve_for_later(left_s: float, later: int) -> float:
     return later * min(_MIN_SLOT_S, left_s / (later + 1))
 
 
+def _stderr_notice(message: str) -> None:
+    print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
+
+
 def _unlink_quietly(path: Path | None) -> None:
     if path is not None:
         try:
@@ -571,13 +602,16 @@ def run_capture(
     out_dir: Path | str = ".",
     collectors: list[Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> CaptureResult:
     """Run every selected collector and write the bundle; return its path and manifest.
 
     ``collectors`` replaces the registry (tests hand in their own); ``progress`` receives one-line
-    status messages (the CLI prints them on stderr when it is a terminal).
+    status messages (the CLI prints them on stderr when it is a terminal); ``notice`` receives
+    what must be said even without a terminal (removed leftovers of killed captures; default:
+    printed on stderr as ``gpuforensics: ...``).
     """
-    return _Runner(options, Path(out_dir), collectors, progress).run()
+    return _Runner(options, Path(out_dir), collectors, progress, notice).run()
 
 
 __all__ += ["iso_from_unix"]

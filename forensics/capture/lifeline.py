@@ -1,0 +1,54 @@
+"""A collector process never outlives the capture that forked it.
+
+Each collector runs in a child process in its own process group (so the runner can kill it and
+whatever it started). If the capture itself dies without cleaning up (SIGKILL, the OOM killer, a
+crash in the interpreter), nothing would stop those children: they would keep sampling into an
+abandoned staging directory for the rest of the window. :func:`die_with_parent`, called in the
+child right after ``fork``, asks the kernel to send it SIGKILL when its parent dies
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``), then checks that the parent is still the process that
+forked it: a parent that died between ``fork`` and ``prctl`` would otherwise go unnoticed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+
+__all__ = ["die_with_parent", "parent_death_signal"]
+
+_PR_SET_PDEATHSIG = 1
+_PR_GET_PDEATHSIG = 2
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # loaded in the parent: the child must not search the file system after fork
+
+
+def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
+    """In a freshly forked child: be sent ``signum`` when the parent dies; exit at once if it
+    already has. Returns False where the kernel offers no such thing (not Linux): the runner's
+    own deadlines still apply there."""
+    armed = False
+    if _LIBC is not None:
+        armed = _LIBC.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signum), 0, 0, 0) == 0
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+    return armed
+
+
+def parent_death_signal() -> int:
+    """The signal this process is set to receive when its parent dies (0: none)."""
+    if _LIBC is None:
+        return 0
+    value = ctypes.c_int(0)
+    if _LIBC.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) != 0:
+        return 0
+    return value.value
