@@ -2,12 +2,12 @@
 
 Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` threshold reached;
 2 usage error or an unreadable/invalid bundle; 3 capture interrupted (a bundle was still written);
+4 the bundle or the output could not be written (disk full, quota, I/O error, read-only file system);
 70 internal error (a bug: please report it with ``--debug`` output).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -21,9 +21,9 @@ from typing import Any, NoReturn
 import click
 
 from forensics._version import __version__
-from forensics.errors import ForensicsError, UsageError
+from forensics.errors import STORAGE_ERRNOS, ForensicsError, UsageError
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BUG = 0, 1, 2, 3, 70
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_NOT_WRITTEN, EXIT_BUG = 0, 1, 2, 3, 4, 70
 FORMATS = ("text", "json", "html", "pdf", "md")
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 
@@ -397,20 +397,18 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # Our own file writes map to CaptureError/ReportError; what is left is stdout on a full
         # or failing disk (`analyze -f json > findings.json` while /var is full): not a bug.
-        if exc.errno not in _OUTPUT_ERRNOS:
+        if exc.errno not in STORAGE_ERRNOS:
             _internal_error(exc, debug)
         try:  # the interpreter's final flush of stdout would fail again, with a traceback
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):
             pass
         click.echo(f"gpuforensics: error: cannot write the output: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(EXIT_NOT_WRITTEN)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug, said so in one line
         _internal_error(exc, debug)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
-
-_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
 def _internal_error(exc: BaseException, debug: bool) -> NoReturn:

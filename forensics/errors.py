@@ -17,28 +17,44 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      │    ├── SourcePermissionDenied not allowed to read the source         status "unavailable"
      │    └── SourceTimeout          the source did not answer in time      status "failed"/"partial"
      ├── ParseError                  the only error a parser raises on bad input
-     ├── CaptureError                the bundle itself could not be written
+     ├── CaptureError                the bundle could not be made (no such output directory, ...)
+     ├── OutputNotWritten            the storage refused a write: disk full (ENOSPC), quota (EDQUOT),
+     │    │                          I/O error (EIO), read-only file system (EROFS), file too large
+     │    │                          (EFBIG)                                             exit 4
+     │    ├── BundleNotWritten       a bundle (capture); also a CaptureError
+     │    └── ReportNotWritten       a report or ``analyze`` output; also a ReportError
      └── ReportError
 """
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "BundleError",
     "BundleIntegrityError",
     "BundleInvalid",
+    "BundleNotWritten",
     "BundleTooLarge",
     "BundleUnsafe",
     "CaptureError",
     "CollectorError",
     "ForensicsError",
+    "OutputNotWritten",
     "ParseError",
     "ReportError",
+    "ReportNotWritten",
+    "STORAGE_ERRNOS",
     "SourcePermissionDenied",
     "SourceTimeout",
     "SourceUnavailable",
     "UsageError",
+    "storage_refused",
+    "write_failure",
 ]
+
+#: errno values that mean the storage refused a write (not a wrong argument): exit 4.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
 
 
 class ForensicsError(Exception):
@@ -101,5 +117,32 @@ class CaptureError(ForensicsError):
     """The bundle itself could not be written (output directory, disk full, ...)."""
 
 
+class OutputNotWritten(ForensicsError):
+    """The storage refused to take the output: full disk, quota, I/O error, read-only."""
+
+    exit_code = 4
+
+
+class BundleNotWritten(OutputNotWritten, CaptureError):
+    """The bundle could not be written: the storage refused it."""
+
+
 class ReportError(ForensicsError):
     """A report could not be rendered or written."""
+
+
+class ReportNotWritten(OutputNotWritten, ReportError):
+    """A report (or ``analyze`` output) could not be written: the storage refused it."""
+
+
+def storage_refused(exc: BaseException) -> bool:
+    """True for an ``OSError`` whose errno is in :data:`STORAGE_ERRNOS`."""
+    return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
+
+
+def write_failure(what: str, exc: OSError, refused: type[OutputNotWritten],
+                  otherwise: type[ForensicsError]) -> ForensicsError:
+    """``what: <strerror>`` as ``refused`` (exit 4) when the storage refused the write, else as
+    ``otherwise``: one seam for every writer of bundles and reports."""
+    cls = refused if storage_refused(exc) else otherwise
+    return cls(f"{what}: {exc.strerror or exc}")

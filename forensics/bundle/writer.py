@@ -33,7 +33,7 @@ from forensics.bundle.format import (
 )
 from forensics.bundle.leftovers import STAGING_PREFIX, owner_token
 from forensics.bundle.sink import EvidenceSink, dumps_json
-from forensics.errors import CaptureError
+from forensics.errors import BundleNotWritten, CaptureError, write_failure
 
 __all__ = ["BundleWriter", "STAGING_PREFIX"]
 _CHUNK = 1 << 20
@@ -48,6 +48,14 @@ def _walk_members(root: Path) -> Iterator[tuple[str, Path]]:
             if full.is_symlink() or not full.is_file():
                 continue
             yield rel, full
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
 
 
 def _hash_file(path: Path) -> tuple[str, int]:
@@ -80,6 +88,8 @@ class BundleWriter:
         if not self.out_dir.is_dir():
             raise CaptureError(f"output directory does not exist: {self.out_dir}")
         if not os.access(self.out_dir, os.W_OK):
+            if _read_only(self.out_dir):
+                raise BundleNotWritten(f"cannot write into {self.out_dir}: Read-only file system")
             raise CaptureError(f"output directory is not writable: {self.out_dir}")
         self.final_path = self.out_dir / f"{self.stem}.tgz"
         if self.final_path.exists():
@@ -88,7 +98,7 @@ class BundleWriter:
         try:  # /proc, /sys, a full disk: access() said yes, the file system says no
             self.staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{self.owner}-", dir=self.out_dir))
         except OSError as exc:
-            raise CaptureError(f"cannot write into {self.out_dir}: {exc.strerror or exc}") from exc
+            raise write_failure(f"cannot write into {self.out_dir}", exc, BundleNotWritten, CaptureError) from exc
         os.chmod(self.staging, 0o700)
         self.sink = EvidenceSink(self.staging, max_bytes=max_bytes)
 
@@ -113,8 +123,11 @@ class BundleWriter:
         manifest["members"] = members
         manifest_bytes = (dumps_json(manifest, indent=1) + "\n").encode("utf-8")
         mtime = int(self.when.timestamp())
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{self.stem}.{self.owner}.",
-                                       suffix=".tgz.partial", dir=self.out_dir)
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{self.stem}.{self.owner}.",
+                                           suffix=".tgz.partial", dir=self.out_dir)
+        except OSError as exc:
+            raise write_failure(f"cannot write bundle {self.final_path}", exc, BundleNotWritten, CaptureError) from exc
         tmp = Path(tmp_name)
         try:
             os.fchmod(fd, 0o600)
@@ -130,7 +143,7 @@ class BundleWriter:
             self._publish(tmp)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise CaptureError(f"cannot write bundle {self.final_path}: {exc.strerror or exc}") from exc
+            raise write_failure(f"cannot write bundle {self.final_path}", exc, BundleNotWritten, CaptureError) from exc
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import ReportError
+from forensics.errors import ReportError, ReportNotWritten, write_failure
 
 __all__ = ["FORMATS", "output_paths", "render", "report_stem"]
 
@@ -92,7 +92,7 @@ def output_paths(
         for path in targets.values():
             _refuse_evidence(path, bundle_paths)
     except OSError as exc:
-        raise ReportError(f"cannot write reports to {out}: {exc.strerror or exc}") from exc
+        raise write_failure(f"cannot write reports to {out}", exc, ReportNotWritten, ReportError) from exc
     return targets
 
 
@@ -183,6 +183,7 @@ def render(
         try:
             _write_atomic(path, payloads[name])
         except OSError as exc:
-            raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from exc
+            raise write_failure(f"cannot write {path}", exc, ReportNotWritten, ReportError) from exc
         written.append(path)
     return written
+
