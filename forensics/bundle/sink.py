@@ -15,7 +15,11 @@ from typing import Any
 from forensics.bundle.format import MANIFEST, check_member_name
 from forensics.errors import BundleUnsafe, CaptureError
 
-__all__ = ["EvidenceSink", "dumps_json"]
+__all__ = ["EvidenceSink", "TEMP_PREFIX", "dumps_json"]
+
+#: Prefix of the temporary files :meth:`EvidenceSink.replace_json` renames into place; one left
+#: by a collector killed mid-write is not a member (the bundle writer skips it).
+TEMP_PREFIX = ".gf-tmp-"
 
 
 def dumps_json(obj: Any, indent: int | None = None) -> str:
@@ -36,6 +40,7 @@ class EvidenceSink:
         self.bytes_written = 0
         self.members: set[str] = set()
         self._dirs: set[Path] = set()
+        self._replaced: dict[str, int] = {}
 
     def _path(self, member: str) -> Path:
         check_member_name(member)
@@ -69,6 +74,25 @@ class EvidenceSink:
 
     def write_json(self, member: str, obj: Any) -> None:
         self.write_bytes(member, (dumps_json(obj) + "\n").encode("utf-8", "surrogateescape"))
+
+    def replace_json(self, member: str, obj: Any) -> None:
+        """Write (or rewrite) one JSON member atomically: temporary file, then rename. A collector
+        that saves what it has read so far, again and again as it reads more, uses this, so a
+        kill at any moment leaves the last complete version, never half of one."""
+        path = self._path(member)
+        data = (dumps_json(obj) + "\n").encode("utf-8", "surrogateescape")
+        self._account(len(data) - self._replaced.get(member, 0))
+        tmp = path.with_name(f"{TEMP_PREFIX}{os.getpid()}-{path.name}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._replaced[member] = len(data)
+        self.members.add(member)
 
     def append_jsonl(self, member: str, obj: Any) -> None:
         """Append one JSON line (flushed, so a killed collector keeps every complete line)."""

@@ -32,7 +32,7 @@ from forensics.bundle.format import (
     utc_now,
 )
 from forensics.bundle.leftovers import STAGING_PREFIX, owner_token
-from forensics.bundle.sink import EvidenceSink, dumps_json
+from forensics.bundle.sink import TEMP_PREFIX, EvidenceSink, dumps_json
 from forensics.errors import BundleNotWritten, CaptureError, write_failure
 
 __all__ = ["BundleWriter", "STAGING_PREFIX"]
@@ -43,6 +43,8 @@ def _walk_members(root: Path) -> Iterator[tuple[str, Path]]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for fn in sorted(filenames):
+            if fn.startswith(TEMP_PREFIX):  # a rewrite cut short by a kill: the old version stands
+                continue
             full = Path(dirpath) / fn
             rel = full.relative_to(root).as_posix()
             if full.is_symlink() or not full.is_file():

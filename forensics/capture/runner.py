@@ -327,9 +327,12 @@ class _Runner:
             if deadline - now < 0.05:
                 rec.status, rec.error = "skipped", "no time left in the global --timeout"
                 continue
-            # The collector paces itself by ``deadline``; it is killed at ``kill_at``, which keeps
-            # back a slot of the budget for each later collector, so one hung source does not
-            # spend all of --timeout and leave the rest "skipped" (no effect on a generous budget).
+            # The collector is killed at ``kill_at``, which keeps back a slot of the budget for
+            # each later collector, so one hung source does not spend all of --timeout and leave
+            # the rest "skipped" (no effect on a generous budget). ``kill_at`` is also the
+            # deadline its context reports: a collector paces itself by it (NVML shrinks its
+            # per-call timeout to fit), so it stops waiting and writes what it read before the
+            # runner's SIGKILL would throw that away.
             kill_at = min(deadline, self.global_deadline - _reserve_for_later(
                 self.global_deadline - now, len(chosen) - position - 1))
             before = _staged_files(sink.root)
@@ -338,7 +341,7 @@ class _Runner:
             hints = {k: list(v) for k, v in self.hints.items()}
 
             def body(collector: Any = collector, hints: dict[str, list[Any]] = hints,
-                     deadline: float = deadline) -> dict[str, Any]:
+                     deadline: float = kill_at) -> dict[str, Any]:
                 ctx = self._context(collector.name, sink, hints, deadline)
                 try:
                     collector.snapshot(ctx)

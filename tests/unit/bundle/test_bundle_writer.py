@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from forensics.bundle.format import bundle_stem, check_member_name, iso
 from forensics.bundle.reader import open_bundle
-from forensics.bundle.sink import EvidenceSink
+from forensics.bundle.sink import TEMP_PREFIX, EvidenceSink
 from forensics.bundle.verify import verify_bundle
 from forensics.bundle.writer import STAGING_PREFIX, BundleWriter
 from forensics.errors import BundleUnsafe, CaptureError
@@ -204,3 +204,20 @@ class TestFormat:
         stem = bundle_stem(host, WHEN)
         assert "/" not in stem and stem.startswith("gpuforensics-") and ".." not in stem.split("-")
         check_member_name(stem)
+
+
+class TestReplaceJson:
+    def test_rewrites_atomically_and_counts_only_the_growth(self, tmp_path: Path) -> None:
+        sink = EvidenceSink(tmp_path, max_bytes=200)
+        for n in range(20):  # 20 rewrites of ~60 bytes fit a 200-byte cap: only growth counts
+            sink.replace_json("nvml/devices.json", {"complete": False, "devices": list(range(n % 5))})
+        assert json.loads((tmp_path / "nvml/devices.json").read_text())["devices"] == [0, 1, 2, 3]
+        assert sorted(p.name for p in (tmp_path / "nvml").iterdir()) == ["devices.json"]
+
+    def test_a_temporary_left_by_a_kill_is_not_packed(self, tmp_path: Path) -> None:
+        w = _writer(tmp_path)
+        w.sink.replace_json("nvml/devices.json", {"complete": False})
+        (w.staging / "nvml" / f"{TEMP_PREFIX}123-devices.json").write_text('{"comp')  # cut short
+        b = open_bundle(w.finish({}))
+        assert b.names() == ["nvml/devices.json"]
+        assert b.read_json("nvml/devices.json") == {"complete": False}
