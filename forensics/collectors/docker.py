@@ -59,6 +59,7 @@ from forensics.collectors.docker_calls import (
 from forensics.collectors.docker_pids import cgroup_mounts, container_processes, merge_pids
 from forensics.collectors.docker_redact import (
     redact_container,
+    redact_events,
     redact_exec,
     redact_info,
     redact_listing,
@@ -427,9 +428,9 @@ class DockerCollector:
                 text = result.decode("utf-8", "replace") if isinstance(result, bytes) else ""
                 if len(text) > _MAX_LOG_CHARS:
                     text = text[-_MAX_LOG_CHARS:].split("\n", 1)[-1]
+                # the whole text at once: a PEM block spans lines
                 ctx.sink.write_text(f"{PREFIX}/containers/{subject}/logs.txt",
-                                    "\n".join(ctx.redactor.text(line, "logs")
-                                              for line in text.split("\n")))
+                                    ctx.redactor.text(text, "logs"))
             elif kind == "stats":
                 ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
             elif kind == "image":
@@ -468,7 +469,7 @@ class DockerCollector:
         if not isinstance(events, list):
             index["events"] = {"complete": False, "error": call.error}
             return
-        lines = [ev for ev in events if isinstance(ev, dict)]
+        lines = redact_events([ev for ev in events if isinstance(ev, dict)], ctx)
         # the lines append_jsonl would write, in one write: the events are all in hand, and one
         # open per line cost more than every other member of the collector together
         ctx.sink.write_text(f"{PREFIX}/events.jsonl",
@@ -578,7 +579,7 @@ class DockerCollector:
             until = datetime.now(UTC)
             events = self._events(client, since, until, ctx.deadline - 1.0)
             ids: list[str] = []
-            kept = [ev for ev in events if isinstance(ev, dict)]
+            kept = redact_events([ev for ev in events if isinstance(ev, dict)], ctx)
             ctx.sink.write_text(f"{PREFIX}/window/events.jsonl",
                                 "".join(dumps_json(ev) + "\n" for ev in kept))
             for ev in kept:

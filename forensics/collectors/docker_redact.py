@@ -3,8 +3,11 @@
 ``Config.Env``/``ContainerConfig.Env`` values except allow-listed names (``NVIDIA_*``, ``CUDA_*``,
 ``PATH``... see forensics/bundle/redact.py); secrets in ``Path``, ``Args``, ``Cmd``,
 ``Entrypoint``, in command lines dockerd joined with spaces (the list's ``Command``, top's last
-column), in exec ``ProcessConfig``; proxy credentials in ``/info``. Values are replaced in place by
-the capture's keyed pseudonyms; everything else is left as the engine returned it.
+column), in exec ``ProcessConfig``, in the command an ``exec_create``/``exec_start`` event's
+``Action`` carries; label values (``Config.Labels``, the list's ``Labels``, events'
+``Actor.Attributes``, which copy every label) under secret-looking keys or shaped like
+credentials (``Redactor.label_map``); proxy credentials in ``/info``. Values are replaced in place
+by the capture's keyed pseudonyms; everything else is left as the engine returned it.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from typing import Any
 
 from forensics.capture.context import CollectContext
 
-__all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_exec", "redact_info",
-           "redact_listing", "redact_top"]
+__all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_events", "redact_exec",
+           "redact_info", "redact_listing", "redact_top"]
 
 ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
 
@@ -29,6 +32,7 @@ def redact_container(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]
     for section in ("Config", "ContainerConfig"):
         conf = doc.get(section)
         if isinstance(conf, dict):
+            r.label_map(conf.get("Labels"))
             for key in ("Cmd", "Entrypoint"):
                 if isinstance(conf.get(key), list):
                     conf[key] = r.argv([a for a in conf[key] if isinstance(a, str)])
@@ -48,14 +52,42 @@ def redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
 
 def redact_command(command: str, ctx: CollectContext) -> str:
     """A command line that dockerd joined with spaces (list ``Command``, top's last column)."""
-    return " ".join(ctx.redactor.argv(command.split(" "))) if ctx.redactor.enabled else command
+    if not ctx.redactor.enabled:
+        return command
+    # argv word by word, then the joined line as text: "Bearer <token>" and a PEM block span words
+    return ctx.redactor.text(" ".join(ctx.redactor.argv(command.split(" "))), "argv")
 
 
 def redact_listing(listing: list[Any], ctx: CollectContext) -> list[Any]:
     for item in listing:
-        if isinstance(item, dict) and isinstance(item.get("Command"), str):
-            item["Command"] = redact_command(item["Command"], ctx)
+        if isinstance(item, dict):
+            if isinstance(item.get("Command"), str):
+                item["Command"] = redact_command(item["Command"], ctx)
+            ctx.redactor.label_map(item.get("Labels"))
     return listing
+
+
+_EXEC_ACTIONS = ("exec_create: ", "exec_start: ")
+
+
+def redact_events(events: list[Any], ctx: CollectContext) -> list[Any]:
+    """``GET /events`` records: ``Actor.Attributes`` (every label of the container, plus ``name``,
+    ``image``, ``exitCode``...) like labels; the command line after ``exec_create: ``/``exec_start: ``
+    in ``Action`` (and the legacy ``status``) like argv."""
+    if not ctx.redactor.enabled:
+        return events
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        actor = ev.get("Actor")
+        if isinstance(actor, dict):
+            ctx.redactor.label_map(actor.get("Attributes"))
+        for key in ("Action", "status"):
+            value = ev.get(key)
+            if isinstance(value, str) and value.startswith(_EXEC_ACTIONS):
+                head, _, command = value.partition(": ")
+                ev[key] = f"{head}: {redact_command(command, ctx)}"
+    return events
 
 
 def redact_exec(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:

@@ -6,7 +6,10 @@ What carries secrets in a Pod as the API returns it (``GET /api/v1/pods``):
   values (``valueFrom`` references name a Secret or ConfigMap key, never its value: kept);
 - ``metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]``: the JSON that
   ``kubectl apply`` sent, env values included; its env values are redacted the same way, and an
-  annotation that is not JSON is replaced as a whole.
+  annotation that is not JSON is replaced as a whole;
+- ``metadata.labels`` and ``metadata.annotations`` (and those inside the last-applied JSON, of
+  the object and of its pod template): values under secret-looking keys, and values shaped like
+  credentials, through ``Redactor.label_map`` (category ``labels``; keys are kept).
 
 Allow-listed names (``NVIDIA_VISIBLE_DEVICES``, ``CUDA_*``, ...) stay verbatim: they are the
 evidence of GPU grants. Secrets themselves are never fetched.
@@ -53,13 +56,21 @@ def _redact_last_applied(meta: Any, redactor: Redactor) -> None:
         return
     if isinstance(applied, dict):
         _redact_spec_env(applied.get("spec"), redactor)
+        _redact_meta_labels(applied.get("metadata"), redactor)
         # a Deployment/StatefulSet/Job/... carries the pod spec in spec.template.spec
         spec = applied.get("spec")
         if isinstance(spec, dict) and isinstance(spec.get("template"), dict):
             _redact_spec_env(spec["template"].get("spec"), redactor)
+            _redact_meta_labels(spec["template"].get("metadata"), redactor)
     annotations[LAST_APPLIED] = json.dumps(applied, separators=(",", ":"), sort_keys=True) + (
         "\n" if raw.endswith("\n") else ""
     )
+
+
+def _redact_meta_labels(meta: Any, redactor: Redactor) -> None:
+    if isinstance(meta, dict):
+        redactor.label_map(meta.get("labels"))
+        redactor.label_map(meta.get("annotations"))
 
 
 def redact_pod(pod: Any, redactor: Redactor) -> Any:
@@ -68,6 +79,7 @@ def redact_pod(pod: Any, redactor: Redactor) -> Any:
         return pod
     _redact_spec_env(pod.get("spec"), redactor)
     _redact_last_applied(pod.get("metadata"), redactor)
+    _redact_meta_labels(pod.get("metadata"), redactor)
     return pod
 
 
