@@ -16,6 +16,10 @@ a value NVML did not give is recorded with *why* (``nvml_errors.MissingValue``).
 Every NVML read goes through :meth:`_Session.query`. NVML can block for minutes once a GPU has
 fallen off the bus, so the reads run in a worker thread that the collector stops waiting for at
 its deadline: what was read is written, the call that hung is named, and NVML is not touched again.
+The wait for one call is ``nvml.call_timeout_s``, shrunk to fit the deadline the runner gives the
+collector (the moment it would kill it), so the collector always stops waiting first. The
+snapshot saves ``nvml/devices.json`` after each GPU it has read (``complete: false`` until the
+end), so even a collector killed from outside keeps every device read before the hang.
 NVML reports host PIDs whatever namespace it runs in: PIDs that are not in this ``/proc`` (or are 0)
 are recorded as a PID-namespace mismatch and never handed on for attribution.
 """
@@ -118,6 +122,7 @@ class _Session:
         self.current_since = 0.0
         self.abandoned = False
         self.hung: str | None = None
+        self.hung_for_s = 0.0  # how long the hung call had run when the collector stopped waiting
         self.lost: dict[str, str] = {}
         self.calls = 0
 
@@ -174,7 +179,8 @@ class _Session:
 
     def run_guarded(self, work: Callable[[], None], budget_s: float) -> str | None:
         """Run ``work`` in a daemon thread for at most ``budget_s``; None when it finished, else
-        the NVML call it is stuck in (the session is then abandoned for good)."""
+        the NVML call it is stuck in (the session is then abandoned for good; ``hung_for_s`` says
+        how long that call had run)."""
         errors: list[BaseException] = []
 
         def target() -> None:
@@ -186,6 +192,7 @@ class _Session:
                 errors.append(exc)
 
         worker = threading.Thread(target=target, name="nvml-reads", daemon=True)
+        started = time.monotonic()
         worker.start()
         # Stop waiting at the budget, or as soon as one call has hung for call_timeout_s: NVML
         # answers in milliseconds, and a call that hangs (a GPU fallen off the bus, Xid 79/45)
@@ -205,6 +212,7 @@ class _Session:
             with self.lock:
                 self.abandoned = True
                 self.hung = self.current or "NVML"
+                self.hung_for_s = time.monotonic() - (self.current_since if self.current else started)
             return self.hung
         if errors:
             raise errors[0]
@@ -387,6 +395,7 @@ class NvmlCollector:
         started = time.time()
         session = self._open_guarded(ctx)
         state = _Snapshot(session, ctx)
+        state.started = started
         budget = max(ctx.remaining() - 1.0, 0.5)
         stuck = session.run_guarded(state.read_all, budget)
         state.write(ctx, started, stuck, budget)
@@ -424,6 +433,7 @@ class _Snapshot:
         self.proc_devices: list[dict[str, Any]] = []
         self.processes: list[dict[str, Any]] = []
         self.accounting: list[dict[str, Any]] = []
+        self.started = time.time()
 
     def read_all(self) -> None:
         s, nv = self.s, self.nv
@@ -438,6 +448,7 @@ class _Snapshot:
             rec: dict[str, Any] = {"index": gpu.index, "nvml": {}, "mig_devices": []}
             s.add(self.devices, rec)
             read_device(s, gpu, rec)
+            self.checkpoint()
         for gpu in self.gpus:
             prec: dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid, "nvml": {}, "mig_devices": []}
             s.add(self.proc_devices, prec)
@@ -451,18 +462,29 @@ class _Snapshot:
             if arec is not None:
                 s.add(self.accounting, arec)
 
+    def _devices_doc(self, complete: bool) -> dict[str, Any]:
+        return {
+            "time": iso_from_unix(self.started), "t": self.started, "complete": complete,
+            "library": self.ctx.options.nvml_library or "libnvidia-ml.so.1 (dynamic loader search)",
+            "pynvml_version": _pynvml_version(self.nv),
+            "system": self.system, "devices": self.devices,
+        }
+
+    def checkpoint(self) -> None:
+        """In the reading thread: save what was read so far (``complete: false``), atomically."""
+        with self.s.lock:
+            if self.s.abandoned:
+                raise _Abandoned
+            self.ctx.sink.replace_json("nvml/devices.json", self._devices_doc(complete=False))
+
     def write(self, ctx: CollectContext, started: float, stuck: str | None, budget: float) -> None:
-        nv = self.nv
-        lib = ctx.options.nvml_library or "libnvidia-ml.so.1 (dynamic loader search)"
         complete = stuck is None
         if stuck is not None:
-            ctx.partial(f"NVML call {stuck} did not return within {budget:.1f} s; later reads skipped")
-            self.devices.append({"timed_out": timed_out(stuck, budget).as_json()})
-        ctx.sink.write_json("nvml/devices.json", {
-            "time": iso_from_unix(started), "t": started, "complete": complete,
-            "library": lib, "pynvml_version": _pynvml_version(nv),
-            "system": self.system, "devices": self.devices,
-        })
+            waited = self.s.hung_for_s
+            ctx.partial(f"NVML call {stuck} did not return within {waited:.1f} s "
+                        f"(of a {budget:.1f} s budget); later reads skipped")
+            self.devices.append({"timed_out": timed_out(stuck, waited).as_json()})
+        ctx.sink.replace_json("nvml/devices.json", self._devices_doc(complete))
         pids = [int(p["pid"]) for p in self.processes]
         identity = {pid: _proc_identity(pid) for pid in set(pids)}
         in_proc = {pid: ident[0] for pid, ident in identity.items()}
@@ -799,10 +821,11 @@ class _Sampler:
                 self.noted_lost.add(device)
                 ctx.note(f"nvml: {device} lost at tick {tick.index} ({call} answered GpuIsLost)")
         if stuck is not None:
+            waited = self.s.hung_for_s
             ctx.sink.append_jsonl("nvml/samples.jsonl", {
                 "kind": "timeout", "tick": tick.index, "t": tick.time_unix, "time": tick.time_iso,
-                **timed_out(stuck, budget).as_json()})
-            raise SourceTimeout(f"{stuck} did not return within {budget:.1f} s; sampling stopped")
+                **timed_out(stuck, waited).as_json()})
+            raise SourceTimeout(f"{stuck} did not return within {waited:.1f} s; sampling stopped")
 
     def _read_tick(self, tick: Tick, lines: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         s, nv = self.s, self.s.nv

@@ -96,7 +96,7 @@ def missing_from(exc: BaseException, nvml: Any) -> MissingValue:
 
 
 def timed_out(call: str, budget_s: float) -> MissingValue:
-    """The value a call would have given, had it returned within the collector's budget."""
+    """The value a call would have given, had it returned within the ``budget_s`` it was waited for."""
     return MissingValue("timed_out", "TimedOut", None,
                         f"{call} did not return within {budget_s:.1f} s")
 

@@ -72,3 +72,45 @@ def test_a_hung_call_under_a_tight_timeout_keeps_the_devices(sim_lib: Path, tmp_
     # and it did not take the later collectors' time: they ran
     later = {c["name"]: c["status"] for c in manifest["collectors"] if c["name"] != "nvml"}
     assert "skipped" not in later.values(), later
+
+
+def test_a_snapshot_killed_from_outside_keeps_every_device_read_before_the_hang(
+        sim_lib: Path, tmp_path: Path) -> None:
+    """SIGKILL while NVML hangs on GPU 1: GPU 0, read before, is on disk as a whole JSON."""
+    import os
+    import signal
+
+    from tests.support.nvmlsim import activate
+
+    uuids = ["GPU-00000000-aaaa-bbbb-cccc-000000000000", "GPU-00000001-aaaa-bbbb-cccc-000000000001"]
+    sc = Scenario().add_gpu(uuid=uuids[0]).add_gpu(uuid=uuids[1]).hang("nvmlDeviceGetTemperature", seconds=120, gpu=1)
+    activate(sc.write(tmp_path / "sc.tsv"))
+    root = tmp_path / "stage"
+    root.mkdir()
+    pid = os.fork()
+    if pid == 0:  # the collector, with all the time in the world: only a kill stops it
+        try:
+            from forensics.collectors.nvml import NvmlCollector
+
+            ctx = nvf.make_ctx(root, sim_lib, timeout_s=300.0, extra={"nvml.call_timeout_s": "300"})
+            NvmlCollector().snapshot(ctx)
+        finally:
+            os._exit(0)
+    try:
+        member = root / "nvml" / "devices.json"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not member.exists():
+            time.sleep(0.05)
+        time.sleep(1.0)  # inside the hang on GPU 1 by now
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    doc = json.loads(member.read_text())
+    assert doc["complete"] is False
+    assert doc["devices"][0]["nvml"]["nvmlDeviceGetUUID"]["value"] == uuids[0]
+    assert "nvmlDeviceGetMemoryInfo_v2" in doc["devices"][0]["nvml"]
+    assert sorted(p.name for p in (root / "nvml").iterdir()) == ["devices.json"]
