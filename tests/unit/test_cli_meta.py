@@ -79,7 +79,8 @@ def _leaf_errors() -> list[type[errors.ForensicsError]]:
 def test_every_library_error_maps_to_its_exit_code_in_one_line(
         exc_type: type[errors.ForensicsError], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    expected = 1 if issubclass(exc_type, errors.BundleIntegrityError) else 2
+    expected = (1 if issubclass(exc_type, errors.BundleIntegrityError)
+                else 4 if issubclass(exc_type, errors.OutputNotWritten) else 2)  # README: exit codes
 
     @cli.command("raise-for-test")
     def _raise() -> None:
