@@ -23,7 +23,7 @@ import pytest
 from forensics.bundle.reader import Bundle, open_bundle
 from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
-from forensics.collectors.docker import COLLECTOR, DockerCollector
+from forensics.collectors.docker.docker import COLLECTOR, DockerCollector
 from tests.support.docker_engine import (
     BUSYBOX_IMAGE,
     CUDA_LIKE_IMAGE,

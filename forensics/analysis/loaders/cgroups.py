@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.analysis.findings import EvidenceRef
-from forensics.analysis.loaders.common import as_float, as_int, dig, parse_time
+from forensics.analysis.loaders.common import Loader, as_float, as_int, dig, parse_time
 from forensics.analysis.model import CpuSample, MemorySample, Model, OomKill, PsiSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_path
 
-__all__ = ["load_cgroups"]
+__all__ = ["LOADER", "load_cgroups"]
 
 _CPU_QUOTE: tuple[tuple[str | int, ...], ...] = (
     ("values", "cpu", "nr_periods"), ("values", "cpu", "nr_throttled"), ("values", "cpu", "throttled_ns"))
@@ -149,3 +149,6 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
                                           as_int(dig(values, "memory", "limit_bytes")), path, "cgroup",
                                           (src.ev_pointer("cgroup/index.json", f"/cgroups/{i}/values/memory", index),)))
                 break  # one record: the count is in the evidence
+
+
+LOADER = Loader("cgroups", load_cgroups, needs=())

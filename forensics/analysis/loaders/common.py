@@ -1,12 +1,34 @@
-"""Small tolerant readers shared by the loaders: timestamps, numbers, nested lookups."""
+"""What the loaders share: the :class:`Loader` declaration and small tolerant readers
+(timestamps, numbers, nested lookups)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["as_dict", "as_float", "as_int", "as_str", "dig", "parse_time"]
+if TYPE_CHECKING:
+    from forensics.analysis.model import Model
+    from forensics.analysis.source import Source
+
+__all__ = ["Loader", "as_dict", "as_float", "as_int", "as_str", "dig", "parse_time"]
+
+
+@dataclass(frozen=True)
+class Loader:
+    """A source's loader: ``load(src, model, node)`` reads that source's members into the model.
+
+    ``needs`` names the sources whose model entities it reads (the docker loader resolves grants
+    against NVML's GPUs): it runs after their loaders. The order of all loaders is derived from
+    these declarations (:func:`forensics.analysis.loaders.loader_order`), ties broken by the
+    sources' volatility order.
+    """
+
+    source: str
+    load: Callable[[Source, Model, str], None]
+    needs: tuple[str, ...] = ()
 
 
 def as_str(value: Any, default: str = "") -> str:

@@ -12,7 +12,15 @@ from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import as_dict, as_int, as_opt_str, as_str, dig, parse_time
+from forensics.analysis.loaders.common import (
+    Loader,
+    as_dict,
+    as_int,
+    as_opt_str,
+    as_str,
+    dig,
+    parse_time,
+)
 from forensics.analysis.model import (
     UNKNOWN_ALLOCATION,
     Container,
@@ -27,7 +35,7 @@ from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect
 
-__all__ = ["CUDA_OOM", "load_docker"]
+__all__ = ["LOADER", "CUDA_OOM", "load_docker"]
 
 _INSPECT = re.compile(r"^docker/containers/([0-9a-f]{64})/inspect\.json$")
 CUDA_OOM = re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
@@ -199,3 +207,7 @@ def _load_samples(src: Source, model: Model, node: str) -> None:
         if usage is not None:
             model.memory_samples.append(MemorySample(node, cid, float(t), usage,
                                                      as_int(dig(stats, "memory_stats", "limit"))))
+
+
+# needs: grants resolve against NVML's GPUs; its process lists only fill PIDs /proc did not record
+LOADER = Loader("docker", load_docker, needs=("nvml", "procfs"))

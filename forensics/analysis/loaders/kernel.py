@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from forensics.analysis.loaders.common import as_float, dig
+from forensics.analysis.loaders.common import Loader, as_float, dig
 from forensics.analysis.model import Model, OomKill, XidEvent
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg
 from forensics.parsing.attribution import attribute_path
 
-__all__ = ["load_kernel"]
+__all__ = ["LOADER", "load_kernel"]
 
 _SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
     ("kernel/kmsg.txt", kmsg.parse_kmsg_record),
@@ -114,3 +114,7 @@ def _add_oom(src: Source, model: Model, node: str, member: str, kill: kmsg.OomKi
         global_oom=kill.scope == "global", usage_bytes=kill.memcg_usage_bytes,
         limit_bytes=kill.memcg_limit_bytes, task_memcg=kill.task_memcg, source="kernel",
         evidence=evidence))
+
+
+# needs: Xid lines name PCI bus ids that resolve to NVML's GPUs
+LOADER = Loader("kernel", load_kernel, needs=("nvml",))

@@ -1,5 +1,5 @@
 """Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
-collector's pure :func:`forensics.collectors.kube.podindex.index_pod`) and the kubelet
+collector's pure :func:`forensics.parsing.podindex.index_pod`) and the kubelet
 pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
@@ -13,13 +13,13 @@ from typing import Any
 
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import dig, parse_time
+from forensics.analysis.loaders.common import Loader, dig, parse_time
 from forensics.analysis.model import Container, Model, OomKill, Pod
 from forensics.analysis.source import Source
-from forensics.collectors.kube.podindex import index_pod
 from forensics.errors import ParseError
+from forensics.parsing.podindex import index_pod
 
-__all__ = ["load_kubernetes", "load_kubernetes_events"]
+__all__ = ["LOADER", "load_kubernetes", "load_kubernetes_events"]
 
 _GPU = "nvidia.com/gpu"
 _LIST = "kubernetes/podresources/list.json"
@@ -152,3 +152,7 @@ def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
 def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
     from dataclasses import replace
     return replace(c, allocation=alloc, pod_uid=pod_uid, k8s_container_name=k8s_name)
+
+
+# needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's containers
+LOADER = Loader("kubernetes", load_kubernetes, needs=("nvml", "docker"))

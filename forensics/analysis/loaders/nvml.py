@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from forensics.analysis.loaders.common import as_float, as_int, dig
+from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
 from forensics.analysis.model import Gpu, GpuSample, Model, ProcessGpuSample, XidEvent
 from forensics.analysis.source import Source
 
-__all__ = ["load_nvml"]
+__all__ = ["LOADER", "load_nvml"]
 
 _INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
 _QUOTED = ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
@@ -225,3 +225,6 @@ def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> N
         gpu = model.gpus.get((node, uuid)) if uuid else None
         model.xids.append(XidEvent(node, as_float(ev.get("t")), xid, gpu.pci_bus_id if gpu else None, uuid,
                                    None, None, f"NVML XidCriticalError {xid}", src.ev_line(member, no, raw)))
+
+
+LOADER = Loader("nvml", load_nvml, needs=())

@@ -12,13 +12,13 @@ import re
 from typing import Any
 
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import as_int, dig
+from forensics.analysis.loaders.common import Loader, as_int, dig
 from forensics.analysis.model import Model, Process
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_proc_cgroup
 
-__all__ = ["load_procfs"]
+__all__ = ["LOADER", "load_procfs"]
 
 _PID_DIR = re.compile(r"^proc/(\d+)/cgroup$")
 
@@ -140,3 +140,7 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
             node, pid, comm if isinstance(comm, str) else "", path, cid, uid, (ev,), reason,
             as_int(dig(entry, "start_time_ticks")), visible, visible_ev)
     check_pid_reuse(model, node)
+
+
+# needs: NVML's PID-namespace verdict decides which PIDs are comparable
+LOADER = Loader("procfs", load_procfs, needs=("nvml",))

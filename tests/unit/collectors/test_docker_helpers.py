@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.redact import Redactor
-from forensics.collectors.docker import _parse_docker_time
-from forensics.collectors.docker_pids import container_processes, merge_pids
-from forensics.collectors.docker_redact import redact_container, redact_listing, redact_top
+from forensics.collectors.docker.docker import _parse_docker_time
+from forensics.collectors.docker.pids import container_processes, merge_pids
+from forensics.collectors.docker.redact import redact_container, redact_listing, redact_top
 from forensics.parsing.cgroupfs import parse_cgroup_mounts
 
 CID = "1949ad951dca5b0e8155513647f7e531501f57d38c6cd0c2f60e40891dac83e1"
@@ -132,7 +132,7 @@ class _FakeTopClient:
 
 
 def test_top_falls_back_without_ps_args() -> None:
-    from forensics.collectors.docker import _top
+    from forensics.collectors.docker.docker import _top
     from forensics.parsing.docker_top import TOP_PS_ARGS
 
     ok = _FakeTopClient(None)
@@ -173,7 +173,7 @@ class _FakeLogsClient:
 def test_logs_uses_the_known_tty_and_no_second_inspect() -> None:
     from datetime import UTC, datetime
 
-    from forensics.collectors.docker import _logs
+    from forensics.collectors.docker.docker import _logs
 
     client = _FakeLogsClient()
     since = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
@@ -199,7 +199,7 @@ class _OldEngineStats:
 
 
 def test_stats_without_one_shot_is_recorded() -> None:
-    from forensics.collectors.docker import _stats
+    from forensics.collectors.docker.docker import _stats
 
     client = _OldEngineStats()
     fallbacks: dict[str, str] = {}

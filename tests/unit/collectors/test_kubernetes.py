@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.collectors.kubernetes import KubernetesCollector
+from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import gpu_node_scenario
@@ -266,7 +266,7 @@ class TestConfiguration:
 
 
 def test_pagination_follows_continue(tmp_path, clean_kube_env):
-    from forensics.collectors.kube.api import KubeAPI, load_config
+    from forensics.collectors.kubernetes.api import KubeAPI, load_config
 
     with KubeAPIServer(gpu_node_scenario(extra_pods=9)) as api:
         loaded = load_config(str(write_kubeconfig(tmp_path / "kc", api.url)), None)
@@ -285,7 +285,7 @@ class TestInCluster:
     def in_cluster(self, tmp_path, clean_kube_env, monkeypatch):
         import kubernetes.config.incluster_config as incluster
 
-        import forensics.collectors.kube.api as kube_api_module
+        import forensics.collectors.kubernetes.api as kube_api_module
 
         token, cert = tmp_path / "token", tmp_path / "ca.crt"
         token.write_text("sa-token-abc")
@@ -297,7 +297,7 @@ class TestInCluster:
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
 
     def test_service_account_is_used_in_a_pod(self, in_cluster, tmp_path, monkeypatch):
-        from forensics.collectors.kube.api import load_config
+        from forensics.collectors.kubernetes.api import load_config
 
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")))
         loaded = load_config(None, None)
@@ -307,7 +307,7 @@ class TestInCluster:
         assert loaded.configuration.retries is False
 
     def test_explicit_kubeconfig_wins(self, in_cluster, tmp_path):
-        from forensics.collectors.kube.api import load_config
+        from forensics.collectors.kubernetes.api import load_config
 
         kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
         loaded = load_config(str(kc), None)

@@ -12,7 +12,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from forensics.collectors.nvml import NvmlCollector, assess_pid_namespace
+from forensics.collectors.nvml.nvml import NvmlCollector, assess_pid_namespace
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from tests.support.nvmlsim import Scenario, fixtures, subprocess_env
 from tests.support.nvmlsim.fixtures import find_bundle_dir, make_ctx, snapshot
@@ -294,7 +294,7 @@ class TestLibrary:
     def test_no_driver_on_the_default_search_is_unavailable(self, tmp_path: Path) -> None:
         """A fresh interpreter (pynvml not preloaded) on this GPU-less machine."""
         code = (
-            "from forensics.collectors.nvml import NvmlCollector\n"
+            "from forensics.collectors.nvml.nvml import NvmlCollector\n"
             "from tests.support.nvmlsim.fixtures import make_ctx\n"
             "from forensics.errors import SourceUnavailable\n"
             "import pathlib, sys\n"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.collectors.docker_calls import describe_error
+from forensics.collectors.docker.calls import describe_error
 from forensics.errors import ParseError
 from forensics.parsing.attribution import parse_proc_cgroup
 from forensics.parsing.cgroupfs import CgroupMount, parse_cgroup_mounts

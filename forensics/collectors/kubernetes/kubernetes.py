@@ -29,10 +29,10 @@ from datetime import timedelta
 from typing import Any
 
 from forensics.capture.context import CollectContext
-from forensics.collectors.kube.events import select_events
-from forensics.collectors.kube.podindex import build_pods_index
-from forensics.collectors.kube.redaction import redact_pod_list
+from forensics.collectors.kubernetes.events import select_events
+from forensics.collectors.kubernetes.redaction import redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
+from forensics.parsing.podindex import build_pods_index
 
 __all__ = ["COLLECTOR", "KubernetesCollector"]
 
@@ -60,7 +60,7 @@ class KubernetesCollector:
 
     # ------------------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
-        from forensics.collectors.kube.api import CallFailed, KubeAPI, load_config
+        from forensics.collectors.kubernetes.api import CallFailed, KubeAPI, load_config
 
         opts = ctx.options
         extra = opts.extra or {}
@@ -138,7 +138,7 @@ class KubernetesCollector:
 
     # ------------------------------------------------------------------------------------------
     def _node_name(self, ctx: CollectContext, api: Any) -> str:
-        from forensics.collectors.kube.api import CallFailed
+        from forensics.collectors.kubernetes.api import CallFailed
 
         name = ctx.options.node_name or os.environ.get("NODE_NAME")
         if name:
@@ -164,7 +164,7 @@ class KubernetesCollector:
 
     def _events(self, ctx: CollectContext, api: Any, node_name: str, pod_uids: list[str],
                 namespaces: list[str], since: Any, failures: dict[str, Any]) -> None:
-        from forensics.collectors.kube.api import CallFailed
+        from forensics.collectors.kubernetes.api import CallFailed
 
         scopes: list[str | None]
         if len(namespaces) + 1 > MAX_EVENT_NAMESPACES:
@@ -204,7 +204,7 @@ class KubernetesCollector:
 
     def _metrics(self, ctx: CollectContext, api: Any, node_name: str, namespaces: list[str],
                  pod_names: set[tuple[str, str]], failures: dict[str, Any]) -> None:
-        from forensics.collectors.kube.api import CallFailed
+        from forensics.collectors.kubernetes.api import CallFailed
 
         doc: dict[str, Any] = {"node": None, "pods": None}
         path = f"/apis/{METRICS_GROUP}/{METRICS_VERSION}"

@@ -13,7 +13,7 @@ kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`
 - ``GET /exec/{id}/json`` (inspect's ExecIDs)    -> ``docker/containers/<id>/execs/<exec>.json``
 - ``GET /images/{id}/json``                      -> ``docker/images/<hex>/inspect.json``
 - ``GET /events?since=..&until=..``              -> ``docker/events.jsonl`` (one event a line)
-- ``/proc/<State.Pid>/cgroup`` + each hierarchy's ``cgroup.procs`` (forensics.collectors.docker_pids)
+- ``/proc/<State.Pid>/cgroup`` + each hierarchy's ``cgroup.procs`` (forensics.collectors.docker.pids)
   -> ``docker/containers/<id>/processes.json``
 
 Derived: ``docker/engine.json`` (cgroup version and driver, runtimes, default runtime),
@@ -26,8 +26,8 @@ Layout and field meanings: docs/bundle-format/docker.md.
 Containers taken: running (and paused/restarting) ones, plus those created, or exited, within the
 look-back window (``--since``, else capture start minus ``lookback_s``).
 
-Redaction (forensics.collectors.docker_redact) before anything is written; registry auth is
-never read. Calls run in parallel (forensics.collectors.docker_calls) with a per-call timeout and
+Redaction (forensics.collectors.docker.redact) before anything is written; registry auth is
+never read. Calls run in parallel (forensics.collectors.docker.calls) with a per-call timeout and
 a total budget: a wedged engine costs its deadline and the collector reports ``partial`` with
 what it got; no engine is ``unavailable``; an engine that does not answer is ``failed``
 (timed out).
@@ -48,7 +48,7 @@ from typing import Any
 from forensics.bundle.format import iso, iso_from_unix
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.docker_calls import (
+from forensics.collectors.docker.calls import (
     WIDE_WORKERS,
     Call,
     CallPool,
@@ -56,8 +56,8 @@ from forensics.collectors.docker_calls import (
     first_line,
     is_race,
 )
-from forensics.collectors.docker_pids import cgroup_mounts, container_processes, merge_pids
-from forensics.collectors.docker_redact import (
+from forensics.collectors.docker.pids import cgroup_mounts, container_processes, merge_pids
+from forensics.collectors.docker.redact import (
     redact_container,
     redact_exec,
     redact_info,

@@ -32,7 +32,7 @@ from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.nvml_decode import (
+from forensics.collectors.nvml.decode import (
     decode_clocks_event_reasons,
     decode_compute_mode,
     decode_enable_state,
@@ -40,7 +40,7 @@ from forensics.collectors.nvml_decode import (
     to_jsonable,
     xid_description,
 )
-from forensics.collectors.nvml_errors import MissingValue, missing_from, skipped_lost, timed_out
+from forensics.collectors.nvml.errors import MissingValue, missing_from, skipped_lost, timed_out
 from forensics.errors import ParseError, SourcePermissionDenied, SourceTimeout, SourceUnavailable
 
 __all__ = ["COLLECTOR", "GpuProcess", "NvmlCollector", "Reading", "assess_pid_namespace"]
