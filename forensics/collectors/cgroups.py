@@ -42,6 +42,7 @@ from forensics.parsing import cgroupfs
 from forensics.parsing.attribution import attribute_path, relative_to
 from forensics.parsing.cgroupfs import CgroupMount
 from forensics.parsing.cgroupfs import file_values as interpret
+from forensics.specs.cgroups import INDEX, SAMPLES, SPEC, cgroup_member, host_member
 
 __all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]  # interpret: cgroupfs.file_values
 
@@ -65,7 +66,6 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
     "pids": (("pids.current", True), ("pids.max", False)),
 }
 HOST_PRESSURE = ("cpu", "memory", "io")
-DEFAULT_MAX_CGROUPS = 1000
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
 
 
@@ -147,8 +147,8 @@ class _Target:
 class CgroupsCollector:
     """``cgroups``: snapshot of every container cgroup and the host root, then per-tick counters."""
 
-    name = "cgroups"
-    order = 35
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
 
     def __init__(self, mountinfo_path: str = "/proc/self/mountinfo",
@@ -233,10 +233,7 @@ class CgroupsCollector:
         if resolver is not None and resolver.primary is not None:
             resolver.own(resolver.primary)  # recorded even when no path needs it
         paths, source, namespace, resolutions = self._target_paths(ctx, resolver)
-        try:
-            cap = int(ctx.options.extra.get("cgroups.max_cgroups", DEFAULT_MAX_CGROUPS))
-        except ValueError:
-            cap = DEFAULT_MAX_CGROUPS
+        cap = SPEC.read_settings(ctx.options.extra).max_cgroups
         if len(paths) > cap:
             ctx.partial(f"{len(paths)} cgroups found; only the first {cap} are read")
             paths = paths[:cap]
@@ -293,8 +290,7 @@ class CgroupsCollector:
             files: dict[str, dict[str, str]] = {}
             for hierarchy, version, file, absolute, _ in target.files:
                 key = f"{hierarchy}/{file}"
-                member = (f"cgroup/host/{file}" if version == 0 else
-                          "/".join(p for p in ("cgroup", hierarchy, target.member, file) if p))
+                member = host_member(file) if version == 0 else cgroup_member(hierarchy, target.member, file)
                 try:
                     data = read_small(absolute)
                 except OSError as error:
@@ -327,7 +323,7 @@ class CgroupsCollector:
         info["cgroups"] = cgroups
         info["tick_files"] = sorted({f"{h}/{f}" for t in plan for h, _, f, _, tick in t.files
                                      if tick})
-        ctx.sink.write_json("cgroup/index.json", info)
+        ctx.sink.write_json(INDEX, info)
         ctx.note(f"{len(cgroups)} cgroups ({info['layout']} layout, targets from "
                  f"{info['targets_from']})")
 
@@ -386,7 +382,7 @@ class CgroupsCollector:
                 start += f'"errors": {dumps_json(errors, indent=None)}, '
             lines.append(f"{start}{head}{values_json}}}")
         if lines:
-            ctx.sink.append_bytes("cgroup/samples.jsonl",
+            ctx.sink.append_bytes(SAMPLES,
                                   ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
     def _read(self, absolute: str) -> bytes:

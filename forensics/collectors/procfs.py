@@ -36,6 +36,7 @@ from forensics.parsing.procfs import (
     parse_status,
     start_time_unix,
 )
+from forensics.specs.procfs import INDEX, SPEC, WINDOW, pid_member
 
 if TYPE_CHECKING:
     from forensics.collectors.cgroupns import NamespaceResolver
@@ -47,7 +48,6 @@ _NAMESPACES = ("pid", "cgroup", "mnt", "net", "user")
 GPU_ENV_NAMES = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                            "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_CONFIG_DEVICES",
                            "NVIDIA_MIG_MONITOR_DEVICES"})
-DEFAULT_MAX_PID_DIRS = 2000  # proc/<pid>/ member sets; beyond it, index entries only
 
 
 def read_small(path: str, limit: int = 1 << 20) -> bytes:
@@ -170,8 +170,8 @@ def _boot_time_unix(proc_root: str) -> float | None:
 class ProcfsCollector:
     """``procfs``: per-process evidence and PID -> container/pod attribution."""
 
-    name = "procfs"
-    order = 30
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
 
     def __init__(self, proc_root: str = "/proc", cgroup_root: str | None = None) -> None:
@@ -210,10 +210,7 @@ class ProcfsCollector:
         boot = _boot_time_unix(self.proc_root)
         ticks = os.sysconf("SC_CLK_TCK")
         page = os.sysconf("SC_PAGE_SIZE")
-        try:
-            cap = int(ctx.options.extra.get("procfs.max_pids", DEFAULT_MAX_PID_DIRS))
-        except ValueError:
-            cap = DEFAULT_MAX_PID_DIRS
+        cap = SPEC.read_settings(ctx.options.extra).max_pids
         # Hinted PIDs first (GPU processes), then container processes, by PID.
         order = sorted(reasons, key=lambda p: ("hint" not in reasons[p], p))
         entries: list[dict[str, Any]] = []
@@ -258,7 +255,7 @@ class ProcfsCollector:
             if unresolved:
                 ctx.note(f"{unresolved} processes have namespace-relative cgroup paths not "
                          "resolved to host paths")
-        ctx.sink.write_json("proc/index.json", index)
+        ctx.sink.write_json(INDEX, index)
         self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
         ctx.publish("procfs_recorded_pids", [e["pid"] for e in entries if e.get("files") == "written"])
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
@@ -268,7 +265,7 @@ class ProcfsCollector:
                      record: dict[str, Any], boot: float | None, ticks: int, page: int) -> None:
         base = f"{self.proc_root}/{pid}"
         errors: dict[str, str] = {}
-        prefix = f"proc/{pid}"
+        prefix = pid_member(pid)
         if entry is None:
             try:
                 raw_cgroup = read_small(f"{base}/cgroup", 1 << 16)
@@ -368,10 +365,7 @@ class ProcfsCollector:
         start_unix = ctx.options.capture_start.timestamp() - 1.0
         ticks = os.sysconf("SC_CLK_TCK")
         page = os.sysconf("SC_PAGE_SIZE")
-        try:
-            cap = int(ctx.options.extra.get("procfs.max_window_pids", DEFAULT_MAX_PID_DIRS))
-        except ValueError:
-            cap = DEFAULT_MAX_PID_DIRS
+        cap = SPEC.read_settings(ctx.options.extra).max_window_pids
         for pid in _pid_dirs(self.proc_root):
             if pid in seen:
                 continue
@@ -392,7 +386,7 @@ class ProcfsCollector:
             self._collect_pid(ctx, pid, None, record, self._window_boot, ticks, page)
             if record.get("files") == "written":
                 self._window_written += 1
-            ctx.sink.append_jsonl("proc/window.jsonl", record)
+            ctx.sink.append_jsonl(WINDOW, record)
 
     _window_seen: set[int] | None = None
     _window_boot: float | None = None

@@ -8,10 +8,11 @@ from forensics.specs.base import Absence, Excuse, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS
 
 __all__ = [
-    "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "SAMPLES", "SPEC",
+    "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "PREFIX", "SAMPLES", "SPEC",
     "VERSION", "WINDOW_EVENTS", "DockerSettings", "container_member", "exec_member", "image_inspect",
 ]
 
+PREFIX = "docker/"
 INDEX = "docker/index.json"
 INFO = "docker/info.json"
 VERSION = "docker/version.json"

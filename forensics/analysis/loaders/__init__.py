@@ -20,6 +20,7 @@ from forensics.analysis.loaders.manifest import load_manifest, note_missing_sour
 from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.specs import all_specs
+from forensics.specs import docker as docker_spec
 
 __all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
 
@@ -79,9 +80,9 @@ def finalize(model: Model) -> None:
                 out.append(item)
         return out
 
-    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples if not s.ref.member.startswith("docker/")}
+    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples if not s.ref.member.startswith(docker_spec.PREFIX)}
     model.cpu_samples = [s for s in model.cpu_samples
-                         if not (s.ref.member.startswith("docker/") and (s.node, s.container_id) in from_cgroup)]
+                         if not (s.ref.member.startswith(docker_spec.PREFIX) and (s.node, s.container_id) in from_cgroup)]
     if all(len(info.bundles) <= 1 for info in model.nodes.values()):
         return  # one bundle per host: nothing can be there twice
     model.gpu_samples = dedupe(model.gpu_samples, lambda s: (s.node, s.gpu_uuid, round(s.t, 3)))

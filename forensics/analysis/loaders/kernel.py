@@ -16,14 +16,17 @@ from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg
 from forensics.parsing.attribution import attribute_path
+from forensics.specs import host as host_spec
+from forensics.specs import kernel as kernel_spec
+from forensics.specs import procfs as procfs_spec
 
 __all__ = ["LOADER", "load_kernel"]
 
 _SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
-    ("kernel/kmsg.txt", kmsg.parse_kmsg_record),
-    ("kernel/kmsg-window.txt", kmsg.parse_kmsg_record),
-    ("kernel/dmesg.txt", kmsg.parse_dmesg_raw_line),
-    ("kernel/journal.jsonl", kmsg.parse_journal_line),
+    (kernel_spec.KMSG, kmsg.parse_kmsg_record),
+    (kernel_spec.KMSG_WINDOW, kmsg.parse_kmsg_record),
+    (kernel_spec.DMESG, kmsg.parse_dmesg_raw_line),
+    (kernel_spec.JOURNAL, kmsg.parse_journal_line),
 )
 
 
@@ -32,10 +35,10 @@ _KEYWORDS = ("oom", "Killed process", "memory: usage", "Task in ", "Xid")
 
 
 def _boot_time(src: Source) -> float | None:
-    for member, path in (("kernel/index.json", ("clocks", "boot_time_unix")),
-                         ("host/host.json", ("clocks", "boot_time_from_monotonic_unix")),
-                         ("host/host.json", ("boot_time_unix",)),
-                         ("proc/index.json", ("boot_time_unix",))):
+    for member, path in ((kernel_spec.INDEX, ("clocks", "boot_time_unix")),
+                         (host_spec.FACTS, ("clocks", "boot_time_from_monotonic_unix")),
+                         (host_spec.FACTS, ("boot_time_unix",)),
+                         (procfs_spec.INDEX, ("boot_time_unix",))):
         value = as_float(dig(src.json(member), *path))
         if value is not None:
             return value

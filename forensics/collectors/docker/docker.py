@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,10 +72,11 @@ from forensics.errors import (
 )
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
+from forensics.specs import docker as dspec
+from forensics.specs.docker import SPEC, DockerSettings
 
 __all__ = ["COLLECTOR", "DockerCollector"]
 
-PREFIX = "docker"
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
@@ -87,30 +88,14 @@ _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them 
 # settings and the client
 
 
-@dataclass(frozen=True)
-class _Settings:
-    docker_host: str | None
-    call_timeout_s: float
-    workers: int
-    stats: bool
-    logs_tail: int
+def _settings(ctx: CollectContext) -> DockerSettings:
+    """The typed ``docker.*`` settings, ``$DOCKER_HOST`` filling an unset host, bounded."""
+    s = SPEC.read_settings(ctx.options.extra)
+    return replace(s, host=s.host or os.environ.get("DOCKER_HOST"), call_timeout_s=max(0.2, s.call_timeout_s),
+                   workers=max(1, min(s.workers, 32)), logs_tail=max(0, min(s.logs_tail, 100_000)))
 
 
-def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
-    extra = ctx.options.extra or {}
-    host = extra.get("docker.host") or os.environ.get("DOCKER_HOST")
-    try:
-        call_timeout = float(extra.get("docker.call_timeout_s", default_timeout))
-        workers = int(extra.get("docker.workers", 8))
-        logs_tail = int(extra.get("docker.logs_tail", 1000))
-    except ValueError:
-        call_timeout, workers, logs_tail = default_timeout, 8, 1000
-    stats = extra.get("docker.stats", "1").lower() not in ("0", "false", "no", "off")
-    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)), stats,
-                     max(0, min(logs_tail, 100_000)))
-
-
-def _connect(settings: _Settings) -> Any:
+def _connect(settings: DockerSettings) -> Any:
     """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
     ``--set docker.host=...`` overriding), after it has answered ``/version`` and ``/_ping``;
     raises SourceUnavailable, SourcePermissionDenied or SourceTimeout otherwise."""
@@ -120,11 +105,11 @@ def _connect(settings: _Settings) -> Any:
         import requests.exceptions
     except ImportError as exc:
         raise SourceUnavailable(f"the docker SDK is not installed ({exc}); pip install docker") from exc
-    where = settings.docker_host or "unix:///var/run/docker.sock (default)"
+    where = settings.host or "unix:///var/run/docker.sock (default)"
     try:
         env = dict(os.environ)
-        if settings.docker_host:
-            env["DOCKER_HOST"] = settings.docker_host
+        if settings.host:
+            env["DOCKER_HOST"] = settings.host
         client = docker.from_env(timeout=settings.call_timeout_s, environment=env,
                                  max_pool_size=settings.workers + WIDE_WORKERS).api
         client.ping()
@@ -274,10 +259,9 @@ class _StatsStream:
 class DockerCollector:
     """``docker``: inspect, top, stats, image inspect and events of the engine's containers."""
 
-    name = "docker"
-    order = 20
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
-    call_timeout_s = 5.0
 
     def __init__(self) -> None:
         self._sample_client: Any = None
@@ -285,13 +269,13 @@ class DockerCollector:
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
-        settings = _settings(ctx, self.call_timeout_s)
+        settings = _settings(ctx)
         # leave a margin before the runner's hard deadline so the index is always written
         budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
         client = _connect(settings)
         pool = CallPool(settings.workers)
         index: dict[str, Any] = {
-            "docker_host": ctx.redactor.text(settings.docker_host or "(docker.from_env default)"),
+            "docker_host": ctx.redactor.text(settings.host or "(docker.from_env default)"),
             "call_timeout_s": settings.call_timeout_s,
             "top_ps_args": TOP_PS_ARGS,
             "stats": settings.stats,
@@ -314,11 +298,11 @@ class DockerCollector:
                 first = failed[0]
                 ctx.partial(f"{len(failed)} of {len(pool.calls)} engine calls failed "
                             f"(first: {first.key[0]} {first.key[1][:12]}: {first.error})")
-            ctx.sink.write_json(f"{PREFIX}/index.json", index)
+            ctx.sink.write_json(dspec.INDEX, index)
             client.close()
 
     def _collect(self, ctx: CollectContext, client: Any, pool: CallPool, budget_end: float,
-                 index: dict[str, Any], settings: _Settings) -> None:
+                 index: dict[str, Any], settings: DockerSettings) -> None:
         start = _window_start(ctx)
         until = datetime.now(UTC)
         pool.submit("info", "engine", client.info)
@@ -333,16 +317,16 @@ class DockerCollector:
         version = wave1.get(("version", "engine"))
         listing = wave1.get(("list", "containers"))
         if isinstance(info, dict):
-            ctx.sink.write_json(f"{PREFIX}/info.json", redact_info(info, ctx))
+            ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
         if isinstance(version, dict):
-            ctx.sink.write_json(f"{PREFIX}/version.json", version)
-        ctx.sink.write_json(f"{PREFIX}/engine.json", _engine_essentials(info, version, index))
+            ctx.sink.write_json(dspec.VERSION, version)
+        ctx.sink.write_json(dspec.ENGINE, _engine_essentials(info, version, index))
         if not isinstance(listing, list):
             err = pool.calls[("list", "containers")].error or "no answer in time"
             if "time" in err.lower() or "budget" in err:
                 raise SourceTimeout(f"container list: {err}")
             raise SourceUnavailable(f"container list failed: {err}")
-        ctx.sink.write_json(f"{PREFIX}/containers.json", redact_listing(listing, ctx))
+        ctx.sink.write_json(dspec.CONTAINERS, redact_listing(listing, ctx))
         stats_fallbacks: dict[str, str] = {}
         if settings.stats:
             index["stats_request"] = _STATS_REQUEST
@@ -390,7 +374,7 @@ class DockerCollector:
             if kind == "inspect":
                 doc = redact_container(result, ctx)
                 inspects[subject] = doc
-                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/inspect.json", doc)
+                ctx.sink.write_json(dspec.container_member(subject, "inspect.json"), doc)
                 raw_state = doc.get("State")
                 state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
                 finished = _parse_docker_time(state.get("FinishedAt"))
@@ -413,7 +397,7 @@ class DockerCollector:
                             pool.submit("exec", exec_id,
                                         functools.partial(client.exec_inspect, exec_id))
             elif kind == "top":
-                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/top.json",
+                ctx.sink.write_json(dspec.container_member(subject, "top.json"),
                                     redact_top(result, ctx))
                 scratch.setdefault(subject, {}).update(
                     top=result, top_time=iso_from_unix(call.finished_unix or time.time()))
@@ -421,20 +405,20 @@ class DockerCollector:
                 doc = redact_exec(result, ctx)
                 owner = doc.get("ContainerID")
                 if isinstance(owner, str) and owner.isalnum():
-                    ctx.sink.write_json(f"{PREFIX}/containers/{owner}/execs/{subject}.json", doc)
+                    ctx.sink.write_json(dspec.exec_member(owner, subject), doc)
                     scratch.setdefault(owner, {}).setdefault("execs", []).append(doc)
             elif kind == "logs":
                 text = result.decode("utf-8", "replace") if isinstance(result, bytes) else ""
                 if len(text) > _MAX_LOG_CHARS:
                     text = text[-_MAX_LOG_CHARS:].split("\n", 1)[-1]
-                ctx.sink.write_text(f"{PREFIX}/containers/{subject}/logs.txt",
+                ctx.sink.write_text(dspec.container_member(subject, "logs.txt"),
                                     "\n".join(ctx.redactor.text(line, "logs")
                                               for line in text.split("\n")))
             elif kind == "stats":
-                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
+                ctx.sink.write_json(dspec.container_member(subject, "stats.json"), result)
             elif kind == "image":
                 image_docs[subject] = redact_container(result, ctx)
-                ctx.sink.write_json(f"{PREFIX}/images/{_image_hex(subject)}/inspect.json",
+                ctx.sink.write_json(dspec.image_inspect(_image_hex(subject)),
                                     image_docs[subject])
         if not events_done:
             call = pool.calls[("events", "engine")]
@@ -471,7 +455,7 @@ class DockerCollector:
         lines = [ev for ev in events if isinstance(ev, dict)]
         # the lines append_jsonl would write, in one write: the events are all in hand, and one
         # open per line cost more than every other member of the collector together
-        ctx.sink.write_text(f"{PREFIX}/events.jsonl",
+        ctx.sink.write_text(dspec.EVENTS,
                             "".join(dumps_json(ev) + "\n" for ev in lines))
         index["events"] = {"complete": len(lines) < _MAX_EVENTS, "count": len(lines),
                            "error": None}
@@ -528,11 +512,11 @@ class DockerCollector:
             procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
             if procs is not None or top_doc is not None:
                 processes = merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
-                ctx.sink.write_json(f"{PREFIX}/containers/{cid}/processes.json", processes)
+                ctx.sink.write_json(dspec.container_member(cid, "processes.json"), processes)
                 pids.update(int(p) for p in processes["pids"])
                 cgroup_paths.update(processes["cgroup_paths"].values())
                 entry["pids"] = len(processes["pids"])
-        ctx.sink.write_json(f"{PREFIX}/allocations.json", allocations_document(allocations))
+        ctx.sink.write_json(dspec.ALLOCATIONS, allocations_document(allocations))
         ctx.publish("container_ids", container_ids)
         ctx.publish("pids", sorted(pids))
         ctx.publish("cgroup_paths", sorted(cgroup_paths))
@@ -549,7 +533,7 @@ class DockerCollector:
         for the engine's stats tick.
         """
         if self._sample_client is None:
-            self._sample_client = _connect(_settings(ctx, self.call_timeout_s))
+            self._sample_client = _connect(_settings(ctx))
         client = self._sample_client
         running = client.containers(filters={"status": "running"})
         ids = [c["Id"] for c in running if isinstance(c, dict) and isinstance(c.get("Id"), str)]
@@ -560,7 +544,7 @@ class DockerCollector:
             stream = self._streams[cid]
             with stream.lock:
                 frame, error, seen = stream.frame, stream.error, stream.frames
-            ctx.sink.append_jsonl(f"{PREFIX}/samples.jsonl", {
+            ctx.sink.append_jsonl(dspec.SAMPLES, {
                 "t": tick.time_unix, "time": tick.time_iso, "tick": tick.index,
                 "container_id": cid, "frames_seen": seen,
                 "stats": frame, "error": error if frame is None else None})
@@ -579,7 +563,7 @@ class DockerCollector:
             events = self._events(client, since, until, ctx.deadline - 1.0)
             ids: list[str] = []
             kept = [ev for ev in events if isinstance(ev, dict)]
-            ctx.sink.write_text(f"{PREFIX}/window/events.jsonl",
+            ctx.sink.write_text(dspec.WINDOW_EVENTS,
                                 "".join(dumps_json(ev) + "\n" for ev in kept))
             for ev in kept:
                 actor = ev.get("Actor") or {}
@@ -595,7 +579,7 @@ class DockerCollector:
                 except Exception as exc:  # noqa: BLE001 - removed containers are expected
                     ctx.note(f"end of sampling: inspect {cid[:12]}: {describe_error(exc)}")
                     continue
-                ctx.sink.write_json(f"{PREFIX}/containers/{cid}/inspect-end.json",
+                ctx.sink.write_json(dspec.container_member(cid, "inspect-end.json"),
                                     redact_container(doc, ctx))
         finally:
             for stream in self._streams.values():
@@ -615,7 +599,7 @@ def _drop_container_members(ctx: CollectContext, cid: str) -> None:
     root = getattr(ctx.sink, "root", None)
     if root is None:
         return
-    directory = root / PREFIX / "containers" / cid
+    directory = root / dspec.CONTAINERS_DIR / cid
     members = getattr(ctx.sink, "members", None)
     try:
         files = [p for p in directory.rglob("*") if p.is_file()]

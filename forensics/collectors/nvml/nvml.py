@@ -42,6 +42,16 @@ from forensics.collectors.nvml.decode import (
 )
 from forensics.collectors.nvml.errors import MissingValue, missing_from, skipped_lost, timed_out
 from forensics.errors import ParseError, SourcePermissionDenied, SourceTimeout, SourceUnavailable
+from forensics.specs.nvml import (
+    ACCOUNTING,
+    ACCOUNTING_END,
+    DEVICES,
+    EVENTS,
+    PROCESSES,
+    SAMPLES,
+    SPEC,
+    NvmlSettings,
+)
 
 __all__ = ["COLLECTOR", "GpuProcess", "NvmlCollector", "Reading", "assess_pid_namespace"]
 
@@ -99,7 +109,7 @@ class GpuProcess:
 
 
 #: How long one NVML call may run before the GPU is taken as wedged (``--set nvml.call_timeout_s``).
-DEFAULT_CALL_TIMEOUT_S = 10.0
+DEFAULT_CALL_TIMEOUT_S: float = NvmlSettings().call_timeout_s
 
 
 class _Abandoned(Exception):
@@ -305,8 +315,8 @@ def _ecc_pair(v: Any) -> dict[str, str]:
 class NvmlCollector:
     """``nvml``: what NVML says about every GPU and the processes on it."""
 
-    name = "nvml"
-    order = 10
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
     #: how long each tick waits for events (nvmlEventSetWait timeout), in ms
     event_wait_ms = 10
@@ -344,11 +354,7 @@ class NvmlCollector:
                 if nv.nvmlLib is not None and getattr(nv.nvmlLib, "_name", None) != lib._name:
                     nv._nvmlGetFunctionPointer_cache.clear()
                 nv.nvmlLib = lib
-        try:
-            call_timeout = float(ctx.options.extra.get("nvml.call_timeout_s", DEFAULT_CALL_TIMEOUT_S))
-        except ValueError:
-            call_timeout = DEFAULT_CALL_TIMEOUT_S
-        session = _Session(nv, call_timeout)
+        session = _Session(nv, SPEC.read_settings(ctx.options.extra).call_timeout_s)
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:
@@ -458,7 +464,7 @@ class _Snapshot:
         if stuck is not None:
             ctx.partial(f"NVML call {stuck} did not return within {budget:.1f} s; later reads skipped")
             self.devices.append({"timed_out": timed_out(stuck, budget).as_json()})
-        ctx.sink.write_json("nvml/devices.json", {
+        ctx.sink.write_json(DEVICES, {
             "time": iso_from_unix(started), "t": started, "complete": complete,
             "library": lib, "pynvml_version": _pynvml_version(nv),
             "system": self.system, "devices": self.devices,
@@ -468,12 +474,12 @@ class _Snapshot:
         in_proc = {pid: ident[0] for pid, ident in identity.items()}
         namespace = assess_pid_namespace(pids, in_proc)
         derived = [asdict(_gpu_process(p, identity)) for p in self.processes]
-        ctx.sink.write_json("nvml/processes.json", {
+        ctx.sink.write_json(PROCESSES, {
             "time": iso_from_unix(started), "t": started, "complete": complete,
             "devices": self.proc_devices, "processes": derived, "pid_namespace": namespace,
         })
         if self.accounting:
-            ctx.sink.write_json("nvml/accounting.json", _accounting_doc(self.accounting, started, complete))
+            ctx.sink.write_json(ACCOUNTING, _accounting_doc(self.accounting, started, complete))
         if namespace["status"] in ("mismatch", "partial"):
             ctx.note(f"nvml: PID namespace {namespace['status']}: {namespace['reason']}")
         ctx.publish("pids", namespace["attributable_pids"])
@@ -729,7 +735,7 @@ class _Sampler:
         self.s = collector._open_guarded(ctx)
         stuck = self.s.run_guarded(self._setup, max(ctx.remaining() - 1.0, 0.5))
         for line in self.registration:
-            ctx.sink.append_jsonl("nvml/events.jsonl", line)
+            ctx.sink.append_jsonl(EVENTS, line)
         if stuck is not None:
             raise SourceTimeout(f"{stuck} did not return while setting up sampling")
 
@@ -791,15 +797,15 @@ class _Sampler:
         self.s.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
         stuck = self.s.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
         for line in lines:
-            ctx.sink.append_jsonl("nvml/samples.jsonl", line)
+            ctx.sink.append_jsonl(SAMPLES, line)
         for ev in events:
-            ctx.sink.append_jsonl("nvml/events.jsonl", ev)
+            ctx.sink.append_jsonl(EVENTS, ev)
         for device, call in sorted(self.s.lost.items()):
             if device not in self.noted_lost:
                 self.noted_lost.add(device)
                 ctx.note(f"nvml: {device} lost at tick {tick.index} ({call} answered GpuIsLost)")
         if stuck is not None:
-            ctx.sink.append_jsonl("nvml/samples.jsonl", {
+            ctx.sink.append_jsonl(SAMPLES, {
                 "kind": "timeout", "tick": tick.index, "t": tick.time_unix, "time": tick.time_iso,
                 **timed_out(stuck, budget).as_json()})
             raise SourceTimeout(f"{stuck} did not return within {budget:.1f} s; sampling stopped")
@@ -894,7 +900,7 @@ class _Sampler:
 
         stuck = self.s.run_guarded(work, max(ctx.remaining() - 0.5, 0.1))
         if acc:
-            ctx.sink.write_json("nvml/accounting_end.json", _accounting_doc(acc, started, stuck is None))
+            ctx.sink.write_json(ACCOUNTING_END, _accounting_doc(acc, started, stuck is None))
         if stuck is None:
             self.collector.close(self.s)
 
