@@ -43,6 +43,7 @@ from forensics.parsing.attribution import attribute_path, relative_to
 from forensics.parsing.cgroupfs import CgroupMount
 from forensics.parsing.cgroupfs import file_values as interpret
 from forensics.specs.cgroups import INDEX, SAMPLES, SPEC, cgroup_member, host_member
+from forensics.specs.hints import CGROUP_PATHS
 
 __all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]  # interpret: cgroupfs.file_values
 
@@ -187,7 +188,7 @@ class CgroupsCollector:
         hierarchy's namespace root (v2, else memory, cpu, pids) and the host path is then read in
         every hierarchy, as an absolute hint is."""
         paths: list[str] = ["/"]
-        hinted = [p for p in ctx.hint("cgroup_paths") if isinstance(p, str) and p.startswith("/")]
+        hinted = [p for p in CGROUP_PATHS.read(ctx) if p.startswith("/")]
         source = "hints"
         if not hinted:
             source = "scan of /proc/*/cgroup"

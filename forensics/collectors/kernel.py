@@ -31,6 +31,7 @@ from forensics.capture.context import CollectContext, Tick
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing import kmsg
 from forensics.parsing.attribution import attribute_path
+from forensics.specs.hints import KMSG_LAST_SEQ
 from forensics.specs.kernel import (
     DMESG,
     GPU_DRIVER,
@@ -321,7 +322,7 @@ class KernelCollector:
                                 if derived.last_ts is not None else None))
         ctx.sink.write_json(INDEX, index)
         if derived.last_seq is not None:
-            ctx.publish("kmsg_last_seq", [derived.last_seq])
+            KMSG_LAST_SEQ.publish(ctx, [derived.last_seq])
         ctx.note(f"{derived.count} kernel records from {index.get('source')}, "
                  f"{len(derived.ooms)} OOM kills, {len(derived.xids)} Xid events")
 
@@ -381,7 +382,7 @@ class KernelCollector:
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """Append records that arrived since the snapshot (or the previous tick)."""
         if self._window_fd is None:
-            skip = [s for s in ctx.hint("kmsg_last_seq") if isinstance(s, int)]
+            skip = KMSG_LAST_SEQ.read(ctx)
             self._window_skip_seq = max(skip) if skip else -1
             self._window_boot = clock_readings()["boot_time_unix"]
             try:

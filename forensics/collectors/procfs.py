@@ -36,6 +36,7 @@ from forensics.parsing.procfs import (
     parse_status,
     start_time_unix,
 )
+from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
 from forensics.specs.procfs import INDEX, SPEC, WINDOW, pid_member
 
 if TYPE_CHECKING:
@@ -193,8 +194,8 @@ class ProcfsCollector:
         stats = ScanStats()
         reasons: dict[int, set[str]] = {}
         scanned: dict[int, ProcessCgroup] = {}
-        for pid in ctx.hint("pids"):
-            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+        for pid in PIDS.read(ctx):
+            if not isinstance(pid, bool) and pid > 0:
                 reasons.setdefault(pid, set()).add("hint")
         for found in scan_proc_cgroups(self.proc_root, stats):
             interesting = found.attribution.kind in ("container", "pod")
@@ -257,7 +258,7 @@ class ProcfsCollector:
                          "resolved to host paths")
         ctx.sink.write_json(INDEX, index)
         self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
-        ctx.publish("procfs_recorded_pids", [e["pid"] for e in entries if e.get("files") == "written"])
+        PROCFS_RECORDED_PIDS.publish(ctx, [e["pid"] for e in entries if e.get("files") == "written"])
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
                  f"{stats.scanned} scanned")
 
@@ -353,7 +354,7 @@ class ProcfsCollector:
         ``proc/<pid>/`` like the snapshot's, and a line goes to ``proc/window.jsonl``. Only PIDs
         unseen so far are read (their ``stat`` once), so a tick costs one ``/proc`` listing."""
         if self._window_seen is None:
-            self._window_seen = {p for p in ctx.hint("procfs_recorded_pids") if isinstance(p, int)}
+            self._window_seen = set(PROCFS_RECORDED_PIDS.read(ctx))
             self._window_boot = _boot_time_unix(self.proc_root)
             self._window_written = 0
             self._window_own = {os.getpid(), os.getppid()}
@@ -423,22 +424,13 @@ class ProcfsCollector:
 
     def _publish(self, ctx: CollectContext, entries: Any) -> None:
         paths: list[str] = []
-        containers: list[str] = []
-        pods: list[str] = []
         for entry in entries:
-            attribution = entry.attribution
-            if attribution.kind not in ("container", "pod"):
+            if entry.attribution.kind not in ("container", "pod"):
                 continue
             for path in attributed_paths(entry):
                 if path not in paths:
                     paths.append(path)
-            if attribution.container_id and attribution.container_id not in containers:
-                containers.append(attribution.container_id)
-            if attribution.pod_uid and attribution.pod_uid not in pods:
-                pods.append(attribution.pod_uid)
-        ctx.publish("cgroup_paths", paths)
-        ctx.publish("container_ids", containers)
-        ctx.publish("pod_uids", pods)
+        CGROUP_PATHS.publish(ctx, paths)
 
 
 COLLECTOR = ProcfsCollector()

@@ -74,6 +74,7 @@ from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
 from forensics.specs import docker as dspec
 from forensics.specs.docker import SPEC, DockerSettings
+from forensics.specs.hints import CGROUP_PATHS, PIDS
 
 __all__ = ["COLLECTOR", "DockerCollector"]
 
@@ -517,9 +518,8 @@ class DockerCollector:
                 cgroup_paths.update(processes["cgroup_paths"].values())
                 entry["pids"] = len(processes["pids"])
         ctx.sink.write_json(dspec.ALLOCATIONS, allocations_document(allocations))
-        ctx.publish("container_ids", container_ids)
-        ctx.publish("pids", sorted(pids))
-        ctx.publish("cgroup_paths", sorted(cgroup_paths))
+        PIDS.publish(ctx, sorted(pids))
+        CGROUP_PATHS.publish(ctx, sorted(cgroup_paths))
         ctx.note(f"{len(container_ids)} containers taken, {len(pids)} container PIDs")
 
     # -- sampling ---------------------------------------------------------------------------------

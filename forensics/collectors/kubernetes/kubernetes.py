@@ -116,8 +116,6 @@ class KubernetesCollector:
                     pod_uids = [p["uid"] for p in index["pods"]]
                     pod_names = {(p["namespace"], p["name"]) for p in index["pods"]}
                     namespaces = sorted({ns for ns, _ in pod_names})
-                    ctx.publish("pod_uids", pod_uids)
-                    ctx.publish("container_ids", list(index["container_ids"]))
                     ctx.note(f"{len(pod_uids)} pods, {len(index['gpu_pods'])} with GPU limits, "
                              f"{len(index['oom_killed'])} OOMKilled, {len(index['evicted'])} evicted")
 

@@ -42,6 +42,7 @@ from forensics.collectors.nvml.decode import (
 )
 from forensics.collectors.nvml.errors import MissingValue, missing_from, skipped_lost, timed_out
 from forensics.errors import ParseError, SourcePermissionDenied, SourceTimeout, SourceUnavailable
+from forensics.specs.hints import PIDS
 from forensics.specs.nvml import (
     ACCOUNTING,
     ACCOUNTING_END,
@@ -482,8 +483,7 @@ class _Snapshot:
             ctx.sink.write_json(ACCOUNTING, _accounting_doc(self.accounting, started, complete))
         if namespace["status"] in ("mismatch", "partial"):
             ctx.note(f"nvml: PID namespace {namespace['status']}: {namespace['reason']}")
-        ctx.publish("pids", namespace["attributable_pids"])
-        ctx.publish("gpu_pci_bus_ids", [g.pci_bus_id for g in self.gpus if g.pci_bus_id])
+        PIDS.publish(ctx, namespace["attributable_pids"])
         count = self.system.get("nvmlDeviceGetCount_v2", {})
         if "missing" in count:
             ctx.partial(f"nvmlDeviceGetCount_v2: {count['missing']} ({count['error']})")
