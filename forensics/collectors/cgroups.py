@@ -3,7 +3,7 @@ and pod cgroup (and the host root), on cgroup v1, v2 and hybrid hosts; sampled p
 
 Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted) or, with
 ``--set cgroups.root=DIR`` / ``GPUFORENSICS_CGROUP_ROOT=DIR`` (a capture pod with the host's tree
-mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.collectors.cgroupns`, which
+mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.collectors.hostfs.cgroupns`, which
 also resolves namespace-relative ``/../..`` paths to host paths); the cgroup interface files
 under ``/sys/fs/cgroup/<path>`` (v2) and ``/sys/fs/cgroup/<controller>/<path>`` (v1):
 v2 ``cpu.stat cpu.max cpu.weight memory.current memory.max memory.high memory.peak
@@ -30,13 +30,10 @@ from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.procfs import (
-    attributed_paths,
-    describe_os_error,
-    read_small,
-    scan_proc_cgroups,
-)
+from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
+from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
+from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import cgroupfs
 from forensics.parsing.attribution import attribute_path, relative_to
@@ -116,13 +113,6 @@ def member_path(path: str) -> str | None:
     return "/".join(_SAFE_SEGMENT.sub("_", s) for s in segments)
 
 
-def _dir_for(hierarchy: Hierarchy, path: str) -> str | None:
-    root = hierarchy.mount.root.rstrip("/")
-    if root and not (path == root or path.startswith(root + "/")):
-        return None  # outside what this mount shows (we are inside a cgroup namespace)
-    return hierarchy.mount.mount_point.rstrip("/") + path[len(root):]
-
-
 def pod_ancestor(path: str) -> str | None:
     """The pod-level cgroup above a container path (``.../kubepods-...-pod<uid>.slice``)."""
     attribution = attribute_path(path)
@@ -171,11 +161,9 @@ class CgroupsCollector:
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
         try:
-            text = read_small(self.mountinfo_path).decode("utf-8", "replace")
+            return mountinfo_mounts(self.mountinfo_path)
         except OSError as error:
             raise SourceUnavailable(f"{self.mountinfo_path}: {describe_os_error(error)}") from None
-        try:
-            return cgroupfs.parse_cgroup_mounts(text)
         except ParseError as error:
             raise SourceUnavailable(f"cannot read cgroup mounts: {error}") from None
 
@@ -226,8 +214,7 @@ class CgroupsCollector:
         if resolver is not None:
             if resolver.error is not None:
                 raise SourceUnavailable(f"cgroup root from {resolver.origin}: {resolver.error}")
-            mounts = tuple(CgroupMount(h.directory, h.version, h.controllers, "/")
-                           for h in resolver.hierarchies)
+            mounts = resolver_mounts(resolver)
         else:
             mounts = self._mounts()
         found = hierarchies(mounts)
@@ -250,7 +237,7 @@ class CgroupsCollector:
                 continue
             target = _Target(path, member, namespace.get(path))
             for hierarchy in found:
-                directory = _dir_for(hierarchy, path)
+                directory = cgroup_dir(hierarchy.mount, path)
                 if directory is None or not os.path.isdir(directory):
                     continue
                 for file, per_tick in hierarchy.files:

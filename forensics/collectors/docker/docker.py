@@ -56,7 +56,7 @@ from forensics.collectors.docker.calls import (
     first_line,
     is_race,
 )
-from forensics.collectors.docker.pids import cgroup_mounts, container_processes, merge_pids
+from forensics.collectors.docker.pids import container_processes, merge_pids
 from forensics.collectors.docker.redact import (
     redact_container,
     redact_exec,
@@ -64,6 +64,7 @@ from forensics.collectors.docker.redact import (
     redact_listing,
     redact_top,
 )
+from forensics.collectors.hostfs.mounts import host_cgroup_mounts
 from forensics.errors import (
     ParseError,
     SourcePermissionDenied,
@@ -359,7 +360,9 @@ class DockerCollector:
                 index["containers"][str(c.get("Id"))] = {
                     "taken": False, "why": f"over the cap of {_MAX_CONTAINERS} newest containers"}
 
-        mounts = cgroup_mounts()
+        mounts, resolver = host_cgroup_mounts(ctx)
+        if resolver is not None and resolver.error is not None:
+            ctx.note(f"cgroup root from {resolver.origin}: {resolver.error}; container PIDs from top only")
         scratch: dict[str, dict[str, Any]] = {}
         inspects: dict[str, dict[str, Any]] = {}
         image_docs: dict[str, dict[str, Any]] = {}
@@ -391,7 +394,7 @@ class DockerCollector:
                         bool(config.get("Tty"))))
                 if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
                     procs = container_processes(int(doc["State"]["Pid"]), mounts,
-                                                container_id=subject)
+                                                container_id=subject, resolver=resolver)
                     scratch.setdefault(subject, {})["cgroup"] = procs
                     for exec_id in (doc.get("ExecIDs") or [])[:_MAX_EXECS]:
                         if isinstance(exec_id, str) and exec_id.isalnum():

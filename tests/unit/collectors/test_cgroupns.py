@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from forensics.capture.context import Tick
-from forensics.collectors.cgroupns import (
+from forensics.collectors.cgroups import CgroupsCollector
+from forensics.collectors.hostfs.cgroupns import (
     ENV_CGROUP_ROOT,
     NamespaceResolver,
     cgroup_root_option,
     find_own_cgroup,
     host_hierarchies,
 )
-from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.procfs import ProcfsCollector
 from forensics.errors import SourceUnavailable
 from forensics.parsing.attribution import relative_to
@@ -382,7 +382,7 @@ def test_absolute_hints_are_not_rewritten(tmp_path: Path) -> None:
 def test_processes_read_later_are_resolved_too(tmp_path: Path) -> None:
     """A PID read outside the /proc scan (a hinted PID, a process born during the window) goes
     through the same resolution."""
-    from forensics.collectors.cgroupns import make_resolver
+    from forensics.collectors.hostfs.cgroupns import make_resolver
 
     root = host_v2(tmp_path)
     proc = v2_proc(tmp_path)

@@ -199,15 +199,16 @@ def test_unparsable_file_is_kept_with_its_error(tmp_path: Path) -> None:
 
 def test_hierarchy_mounted_with_a_non_root_view() -> None:
     """Inside a container, a cgroup mount shows only a subtree: paths outside it are skipped."""
-    from forensics.collectors.cgroups import _dir_for, hierarchies
+    from forensics.collectors.cgroups import hierarchies
+    from forensics.collectors.hostfs.mounts import cgroup_dir
     from forensics.parsing.cgroupfs import parse_cgroup_mounts
 
     mounts = parse_cgroup_mounts(
         "30 1 0:27 /kubepods.slice /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
         "31 1 0:28 / /host/memory rw - cgroup cgroup rw,memory\n")
     unified, memory = hierarchies(mounts)
-    assert _dir_for(unified, f"{POD_SLICE}/x") == f"/sys/fs/cgroup{POD_SLICE[len('/kubepods.slice'):]}/x"
-    assert _dir_for(unified, DOCKER_SCOPE) is None
-    assert _dir_for(memory, DOCKER_SCOPE) == f"/host/memory{DOCKER_SCOPE}"
+    assert cgroup_dir(unified.mount, f"{POD_SLICE}/x") == f"/sys/fs/cgroup{POD_SLICE[len('/kubepods.slice'):]}/x"
+    assert cgroup_dir(unified.mount, DOCKER_SCOPE) is None
+    assert cgroup_dir(memory.mount, DOCKER_SCOPE) == f"/host/memory{DOCKER_SCOPE}"
     assert (memory.name, [f for f, _ in memory.files][:2]) == (
         "memory", ["memory.usage_in_bytes", "memory.limit_in_bytes"])

@@ -6,12 +6,9 @@ import os
 import time
 from pathlib import Path
 
-from forensics.collectors.procfs import (
-    ProcfsCollector,
-    ScanStats,
-    describe_os_error,
-    scan_proc_cgroups,
-)
+from forensics.collectors.hostfs.files import describe_os_error
+from forensics.collectors.hostfs.proc import ScanStats, scan_proc_cgroups
+from forensics.collectors.procfs import ProcfsCollector
 from tests.support.host_evidence import (
     DOCKER_ID,
     DOCKER_SCOPE,
