@@ -143,7 +143,7 @@ def test_real_hierarchy_of_this_host(tmp_path: Path) -> None:
 
 
 def test_tick_and_snapshot_parses_agree() -> None:
-    """The per-tick cpu.stat view equals the dataclass parser's; PSI ticks keep the totals."""
+    """The per-tick cpu.stat view is the snapshot's parse; PSI ticks keep the totals."""
     from forensics.parsing import cgroupfs
     from tests.support.host_evidence import CGROUP_V2
 
@@ -151,9 +151,7 @@ def test_tick_and_snapshot_parses_agree() -> None:
     stat = cgroupfs.parse_cpu_stat(text, 2)
     section, values = interpret(2, "cpu.stat", text, True) or ("", {})
     assert section == "cpu"
-    assert {k: values[k] for k in ("nr_periods", "nr_throttled", "throttled_ns", "usage_ns")} == {
-        "nr_periods": stat.nr_periods, "nr_throttled": stat.nr_throttled,
-        "throttled_ns": stat.throttled_ns, "usage_ns": stat.usage_ns}
+    assert values == stat and stat["nr_periods"] > 0 and stat["throttled_ns"] > 0
     v1 = "nr_periods 5\nnr_throttled 2\nthrottled_time 999\n"
     assert interpret(1, "cpu.stat", v1, True) == ("cpu", {
         "nr_periods": 5, "nr_throttled": 2, "throttled_ns": 999, "stat_version": 1})
