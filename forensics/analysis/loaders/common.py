@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from forensics.parsing.timestamps import parse_iso_unix
 
 if TYPE_CHECKING:
     from forensics.analysis.model import Model
@@ -42,7 +42,6 @@ def as_opt_str(value: Any) -> str | None:
 def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
-_FRACTION = re.compile(r"\.(\d+)")
 
 
 def parse_time(value: Any) -> float | None:
@@ -54,19 +53,7 @@ def parse_time(value: Any) -> float | None:
         return None
     if isinstance(value, int | float):
         return float(value) if value > 0 else None
-    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
-        return None
-    text = value.strip()
-    if text[-1:] in ("Z", "z"):
-        text = text[:-1] + "+00:00"
-    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6], text, count=1)
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    return parse_iso_unix(value)
 
 
 def as_int(value: Any) -> int | None:

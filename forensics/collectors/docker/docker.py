@@ -73,6 +73,7 @@ from forensics.errors import (
 )
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
+from forensics.parsing.timestamps import is_zero_time, parse_iso
 from forensics.specs import docker as dspec
 from forensics.specs.docker import SPEC, DockerSettings
 from forensics.specs.hints import CGROUP_PATHS, PIDS
@@ -143,17 +144,9 @@ def _window_start(ctx: CollectContext) -> datetime:
 
 def _parse_docker_time(value: Any) -> datetime | None:
     """``2026-11-30T05:31:14.123456789Z`` (nanoseconds) -> datetime; zero time -> None."""
-    if not isinstance(value, str) or not value or value.startswith("0001-"):
+    if not isinstance(value, str) or is_zero_time(value):
         return None
-    text = value.rstrip("Z")
-    if "." in text:
-        head, frac = text.split(".", 1)
-        frac = "".join(c for c in frac if c.isdigit())[:6]
-        text = f"{head}.{frac}" if frac else head
-    try:
-        return datetime.fromisoformat(text).replace(tzinfo=UTC)
-    except ValueError:
-        return None
+    return parse_iso(value)
 
 
 def _top(client: Any, cid: str) -> Any:

@@ -10,7 +10,6 @@ exec`` processes alike), merged with ``docker top`` rows and exec sessions' PIDs
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
@@ -20,6 +19,7 @@ from forensics.collectors.hostfs.mounts import cgroup_dirs
 from forensics.errors import ParseError
 from forensics.parsing.cgroupfs import CgroupMount
 from forensics.parsing.docker_top import parse_top
+from forensics.parsing.timestamps import parse_iso_unix
 
 __all__ = ["container_processes", "merge_pids"]
 
@@ -88,9 +88,7 @@ def merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | No
         except ParseError as exc:
             out["errors"]["top"] = str(exc)
             rows = ()
-        top_unix = None
-        if top_time:
-            top_unix = datetime.fromisoformat(top_time.rstrip("Z")).replace(tzinfo=UTC).timestamp()
+        top_unix = parse_iso_unix(top_time) if top_time else None
         for row in rows:
             rec = pids.setdefault(row.pid, {"sources": []})
             rec["sources"].append("top")
