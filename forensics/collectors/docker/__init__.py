@@ -1,3 +1,4 @@
 """The ``docker`` source: the collector (docker.py, the only module that imports the Docker SDK,
-lazily), bounded API calls (calls.py), container PIDs from cgroup files (pids.py) and redaction
+lazily), the Engine API calls (engine.py), the bounded call pool (calls.py), container PIDs from cgroup
+files (pids.py) and redaction
 of inspect documents (redact.py)."""

@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -49,12 +48,20 @@ from forensics.bundle.format import iso, iso_from_unix
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.docker.calls import (
-    WIDE_WORKERS,
     Call,
     CallPool,
     describe_error,
-    first_line,
     is_race,
+)
+from forensics.collectors.docker.engine import (
+    STATS_REQUEST,
+    StatsStream,
+    connect,
+    image_hex,
+    logs,
+    pool_call_timeout,
+    stats,
+    top,
 )
 from forensics.collectors.docker.pids import container_processes, merge_pids
 from forensics.collectors.docker.redact import (
@@ -67,7 +74,6 @@ from forensics.collectors.docker.redact import (
 from forensics.collectors.hostfs.mounts import host_cgroup_mounts
 from forensics.errors import (
     ParseError,
-    SourcePermissionDenied,
     SourceTimeout,
     SourceUnavailable,
 )
@@ -98,44 +104,6 @@ def _settings(ctx: CollectContext) -> DockerSettings:
                    workers=max(1, min(s.workers, 32)), logs_tail=max(0, min(s.logs_tail, 100_000)))
 
 
-def _connect(settings: DockerSettings) -> Any:
-    """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
-    ``--set docker.host=...`` overriding), after it has answered ``/version`` and ``/_ping``;
-    raises SourceUnavailable, SourcePermissionDenied or SourceTimeout otherwise."""
-    try:
-        import docker
-        import docker.errors
-        import requests.exceptions
-    except ImportError as exc:
-        raise SourceUnavailable(f"the docker SDK is not installed ({exc}); pip install docker") from exc
-    where = settings.host or "unix:///var/run/docker.sock (default)"
-    try:
-        env = dict(os.environ)
-        if settings.host:
-            env["DOCKER_HOST"] = settings.host
-        client = docker.from_env(timeout=settings.call_timeout_s, environment=env,
-                                 max_pool_size=settings.workers + WIDE_WORKERS).api
-        client.ping()
-    except (requests.exceptions.Timeout, TimeoutError) as exc:
-        raise SourceTimeout(f"Docker engine at {where} did not answer within "
-                            f"{settings.call_timeout_s:g} s") from exc
-    except docker.errors.DockerException as exc:
-        text = str(exc)
-        if "Permission denied" in text or "PermissionError" in text:
-            raise SourcePermissionDenied(f"Docker engine at {where}: {first_line(text)}") from exc
-        if "Read timed out" in text or "timed out" in text.lower():
-            raise SourceTimeout(f"Docker engine at {where} did not answer within "
-                                f"{settings.call_timeout_s:g} s") from exc
-        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(text)}") from exc
-    except (requests.exceptions.ConnectionError, OSError) as exc:
-        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(str(exc))}") from exc
-    return client
-
-
-# ---------------------------------------------------------------------------------------------
-# the collector
-
-
 def _window_start(ctx: CollectContext) -> datetime:
     if ctx.options.since is not None:
         return ctx.options.since.astimezone(UTC)
@@ -149,108 +117,6 @@ def _parse_docker_time(value: Any) -> datetime | None:
     return parse_iso(value)
 
 
-def _top(client: Any, cid: str) -> Any:
-    """``GET /containers/{id}/top?ps_args=...``; engines whose top does not take ``ps`` options
-    (podman's compatible API has its own descriptors) get a second call without them."""
-    try:
-        return client.top(cid, ps_args=TOP_PS_ARGS)
-    except Exception as exc:  # noqa: BLE001 - narrowed below
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        if status not in (400, 500):
-            raise
-        return client.top(cid)
-
-
-def _logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
-    """``GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&tail=N&since=...``: the last
-    lines of both streams, each prefixed by the engine's RFC 3339 nanosecond timestamp. A log
-    driver that cannot be read back (syslog, fluentd...) gives empty bytes, not an error.
-
-    The request the SDK's ``logs()`` makes, minus the container inspect it makes first to learn
-    ``Config.Tty`` (raw stream, or stdout/stderr frames to demultiplex): the collector has the
-    inspect already, and that second inspect per container cost as much as the logs call.
-    """
-    params: dict[str, Any] = {"stderr": 1, "stdout": 1, "timestamps": 1, "follow": 0,
-                              "tail": tail}
-    since_s = int(since.timestamp())
-    if since_s > 0:
-        params["since"] = since_s
-    try:
-        response = client._get(client._url("/containers/{0}/logs", cid), params=params,
-                               stream=False)
-        data = client._get_result_tty(False, response, tty)
-    except Exception as exc:  # noqa: BLE001 - narrowed below
-        if "does not support reading" in str(exc) or "configured logging driver" in str(exc):
-            return b""
-        raise
-    return data if isinstance(data, bytes) else b""
-
-
-def _image_hex(image_id: str) -> str:
-    return image_id.split(":", 1)[-1]
-
-
-_STATS_REQUEST = ("GET /containers/{id}/stats?stream=0&one-shot=1: one frame; precpu_stats zeroed "
-                  "and preread 0001-01-01 (no CPU delta; samples.jsonl has successive frames)")
-
-
-def _stats(client: Any, cid: str, fallbacks: dict[str, str] | None = None) -> Any:
-    """One stats frame. ``one-shot=1`` (API >= 1.41) returns the engine's next frame without
-    waiting for a second one to fill ``precpu_stats`` (zeroed, so no CPU delta). Engines that
-    reject it get ``stream=0`` alone (two frames, a second more, ``precpu_stats`` filled); those
-    containers are recorded in ``fallbacks``."""
-    try:
-        return client.stats(cid, stream=False, one_shot=True)
-    except Exception as exc:  # noqa: BLE001 - older engines reject one_shot
-        if "one_shot" not in str(exc) and "one-shot" not in str(exc):
-            raise
-        if fallbacks is not None:
-            fallbacks[cid] = f"one-shot rejected ({first_line(str(exc))}): stream=0, precpu_stats filled"
-        return client.stats(cid, stream=False)
-
-
-class _StatsStream:
-    """A streaming ``GET /containers/{id}/stats`` connection read by a daemon thread, which keeps
-    the newest frame. Ends when the container stops, the engine closes it, or ``close()``."""
-
-    def __init__(self, cid: str) -> None:
-        self.cid = cid
-        self.lock = threading.Lock()
-        self.frame: Any = None
-        self.frames = 0
-        self.error: str | None = "no frame yet"
-        self.response: Any = None
-
-    @classmethod
-    def start(cls, client: Any, cid: str) -> _StatsStream:
-        self = cls(cid)
-        threading.Thread(target=self._run, args=(client,), name=f"docker-stats-{cid[:12]}",
-                         daemon=True).start()
-        return self
-
-    def _run(self, client: Any) -> None:
-        try:
-            self.response = client._get(client._url("/containers/{0}/stats", self.cid),
-                                        params={"stream": True}, stream=True)
-            client._raise_for_status(self.response)
-            for frame in client._stream_helper(self.response, decode=True):
-                with self.lock:
-                    self.frame, self.error = frame, None
-                    self.frames += 1
-        except Exception as exc:  # noqa: BLE001 - recorded on the next tick's line
-            with self.lock:
-                self.error = describe_error(exc)
-        else:
-            with self.lock:
-                self.error = "stats stream ended (container stopped?)"
-
-    def close(self) -> None:
-        response = self.response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.close()
-
-
 class DockerCollector:
     """``docker``: inspect, top, stats, image inspect and events of the engine's containers."""
 
@@ -260,14 +126,14 @@ class DockerCollector:
 
     def __init__(self) -> None:
         self._sample_client: Any = None
-        self._streams: dict[str, _StatsStream] = {}
+        self._streams: dict[str, StatsStream] = {}
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
         settings = _settings(ctx)
         # leave a margin before the runner's hard deadline so the index is always written
         budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
-        client = _connect(settings)
+        client = connect(settings)
         pool = CallPool(settings.workers)
         index: dict[str, Any] = {
             "docker_host": ctx.redactor.text(settings.host or "(docker.from_env default)"),
@@ -324,7 +190,7 @@ class DockerCollector:
         ctx.sink.write_json(dspec.CONTAINERS, redact_listing(listing, ctx))
         stats_fallbacks: dict[str, str] = {}
         if settings.stats:
-            index["stats_request"] = _STATS_REQUEST
+            index["stats_request"] = STATS_REQUEST
             index["stats_not_one_shot"] = stats_fallbacks
 
         chosen = self._choose(listing, start)
@@ -334,14 +200,14 @@ class DockerCollector:
             for c in chosen:
                 if c.get("State") in _RUNNING_STATES:
                     pool.submit("stats", c["Id"],
-                                functools.partial(_stats, client, c["Id"], stats_fallbacks), wide=True)
+                                functools.partial(stats, client, c["Id"], stats_fallbacks), wide=True)
         images: set[str] = set()
         for c in chosen:
             cid = c["Id"]
             running = c.get("State") in _RUNNING_STATES
             pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
             if running:
-                pool.submit("top", cid, functools.partial(_top, client, cid))
+                pool.submit("top", cid, functools.partial(top, client, cid))
             img = c.get("ImageID")
             if isinstance(img, str) and img and img not in images:
                 images.add(img)
@@ -383,7 +249,7 @@ class DockerCollector:
                     raw_config = doc.get("Config")
                     config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
                     pool.submit("logs", subject, functools.partial(
-                        _logs, client, subject, start, settings.logs_tail,
+                        logs, client, subject, start, settings.logs_tail,
                         bool(config.get("Tty"))))
                 if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
                     procs = container_processes(int(doc["State"]["Pid"]), mounts,
@@ -415,7 +281,7 @@ class DockerCollector:
                 ctx.sink.write_json(dspec.container_member(subject, "stats.json"), result)
             elif kind == "image":
                 image_docs[subject] = redact_container(result, ctx)
-                ctx.sink.write_json(dspec.image_inspect(_image_hex(subject)),
+                ctx.sink.write_json(dspec.image_inspect(image_hex(subject)),
                                     image_docs[subject])
         if not events_done:
             call = pool.calls[("events", "engine")]
@@ -529,13 +395,13 @@ class DockerCollector:
         for the engine's stats tick.
         """
         if self._sample_client is None:
-            self._sample_client = _connect(_settings(ctx))
+            self._sample_client = connect(_settings(ctx))
         client = self._sample_client
         running = client.containers(filters={"status": "running"})
         ids = [c["Id"] for c in running if isinstance(c, dict) and isinstance(c.get("Id"), str)]
         for cid in ids:
             if cid not in self._streams:
-                self._streams[cid] = _StatsStream.start(client, cid)
+                self._streams[cid] = StatsStream.start(client, cid)
         for cid in sorted(ids):
             stream = self._streams[cid]
             with stream.lock:
@@ -583,11 +449,6 @@ class DockerCollector:
             self._streams.clear()
             client.close()
             self._sample_client = None
-
-
-def pool_call_timeout(client: Any) -> float:
-    timeout = getattr(client, "timeout", None)
-    return float(timeout) if isinstance(timeout, (int, float)) else 5.0
 
 
 def _drop_container_members(ctx: CollectContext, cid: str) -> None:
