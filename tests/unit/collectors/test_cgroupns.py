@@ -395,3 +395,22 @@ def test_processes_read_later_are_resolved_too(tmp_path: Path) -> None:
     assert record["files"] == "written"
     assert record["host_cgroup_paths"] == {"unified": PEER_V2}
     assert record["host_attribution"]["cgroup_path"] == PEER_V2  # type: ignore[index]
+
+
+def test_docker_container_pids_are_read_under_the_cgroup_root(tmp_path: Path) -> None:
+    """The docker collector honours ``cgroups.root`` as procfs and cgroups do: a container's
+    namespace-relative cgroup path is resolved and its ``cgroup.procs`` read in the host tree."""
+    from forensics.collectors.docker.pids import container_processes
+    from forensics.collectors.hostfs.mounts import host_cgroup_mounts
+
+    root = host_v2(tmp_path)
+    proc = v2_proc(tmp_path)
+    ctx = make_context(tmp_path / "stage", extra={"cgroups.root": str(root)})
+    mounts, resolver = host_cgroup_mounts(ctx, str(proc))
+    assert resolver is not None and [m.mount_point for m in mounts] == [str(root)]
+    res = container_processes(5151, mounts, proc_root=str(proc), container_id=JOB_ID, resolver=resolver)
+    assert res["cgroup_paths"] == {"unified": JOB_V2}
+    assert set(res["pids"]) == {"5151", "5152"} and res["errors"] == {}
+    # without the root, the namespace view names no directory this capture can read
+    res = container_processes(5151, (), proc_root=str(proc), container_id=JOB_ID)
+    assert res["pids"] == {}
