@@ -37,7 +37,7 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.capture.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.capture.runner import run_capture  # noqa: E402
-from forensics.collectors.docker import COLLECTOR, DockerCollector  # noqa: E402
+from forensics.collectors.docker.docker import COLLECTOR, DockerCollector  # noqa: E402
 from tests.support.docker_engine import BUSYBOX_IMAGE, acquire_engine, release_engine  # noqa: E402
 
 SHELL_LOOP = "for c in $(docker ps -q); do docker inspect $c; docker top $c; done > /dev/null"

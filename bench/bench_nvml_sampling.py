@@ -30,7 +30,7 @@ import pynvml  # noqa: E402
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
-from forensics.collectors.nvml import NvmlCollector  # noqa: E402
+from forensics.collectors.nvml.nvml import NvmlCollector  # noqa: E402
 from tests.support.nvmlsim import Scenario, activate, build_library  # noqa: E402
 
 

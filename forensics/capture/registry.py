@@ -1,5 +1,8 @@
 """The collectors capture knows, in order of volatility (RFC 3227): most volatile first.
 
+Derived from the source specs (:mod:`forensics.specs`): each spec names its collector module and
+its order, so this module keeps no list of its own.
+
 GPU process tables change fastest, then containers and their processes, cgroup counters, the
 kernel ring buffer (it wraps), cluster state, and last the slow, stable host facts.
 """
@@ -12,28 +15,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.capture.context import CollectContext
+from forensics.specs import all_specs
 
-__all__ = ["COLLECTOR_MODULES", "BrokenCollector", "NotSelected", "collector_name", "load_collectors"]
+__all__ = ["COLLECTOR_MODULES", "BrokenCollector", "NotSelected", "collector_name", "load_collectors", "not_selected"]
 
-COLLECTOR_MODULES: tuple[str, ...] = (
-    "forensics.collectors.nvml",
-    "forensics.collectors.docker",
-    "forensics.collectors.procfs",
-    "forensics.collectors.cgroups",
-    "forensics.collectors.kernel",
-    "forensics.collectors.kubernetes",
-    "forensics.collectors.podresources_collector",
-    "forensics.collectors.host",
-)
+COLLECTOR_MODULES: tuple[str, ...] = tuple(spec.collector for spec in all_specs())
 
-
-# collector names that differ from their module's last component
-_NAMES = {"forensics.collectors.podresources_collector": "podresources"}
+_NAMES = {spec.collector: spec.name for spec in all_specs()}
 
 
 def collector_name(module: str) -> str:
     """The name a registry module's collector goes by (``--only``/``--skip``), known without importing it."""
     return _NAMES.get(module, module.rsplit(".", 1)[-1])
+
+
+def not_selected(name: str, only: tuple[str, ...], skip: tuple[str, ...]) -> str | None:
+    """Why ``--only``/``--skip`` leave collector ``name`` out, or None when it runs."""
+    if only and name not in only:
+        return "not selected (--only)"
+    if name in skip:
+        return "skipped (--skip)"
+    return None
 
 
 @dataclass
@@ -77,7 +79,7 @@ def load_collectors(
         if importlib.util.find_spec(mod_name) is None:
             continue
         short = collector_name(mod_name)
-        if (only and short not in only) or short in skip:
+        if not_selected(short, only, skip):
             found.append((pos, NotSelected(short, order=pos * 10)))
             continue
         try:

@@ -39,7 +39,7 @@ from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
 from forensics.capture.lifeline import die_with_parent
-from forensics.capture.registry import load_collectors
+from forensics.capture.registry import load_collectors, not_selected
 from forensics.errors import (
     CaptureError,
     CollectorError,
@@ -146,10 +146,8 @@ class _Runner:
         self.swept: list[str] = []
         if collectors is not None:
             self.collectors = collectors
-        elif options.only or options.skip:
-            self.collectors = load_collectors(only=options.only, skip=options.skip)
         else:
-            self.collectors = load_collectors()
+            self.collectors = load_collectors(only=options.only, skip=options.skip)
         self.redactor = Redactor(enabled=options.redact)
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
@@ -298,10 +296,9 @@ class _Runner:
         for c in self.collectors:
             rec = CollectorRecord(name=c.name)
             self.records[c.name] = rec
-            if self.options.only and c.name not in self.options.only:
-                rec.error = "not selected (--only)"
-            elif c.name in self.options.skip:
-                rec.error = "skipped (--skip)"
+            reason = not_selected(c.name, self.options.only, self.options.skip)
+            if reason:
+                rec.error = reason
             else:
                 chosen.append(c)
         if not chosen:  # --only host --skip host: an empty bundle would look like a capture

@@ -3,7 +3,7 @@ and pod cgroup (and the host root), on cgroup v1, v2 and hybrid hosts; sampled p
 
 Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted) or, with
 ``--set cgroups.root=DIR`` / ``GPUFORENSICS_CGROUP_ROOT=DIR`` (a capture pod with the host's tree
-mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.collectors.cgroupns`, which
+mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.collectors.hostfs.cgroupns`, which
 also resolves namespace-relative ``/../..`` paths to host paths); the cgroup interface files
 under ``/sys/fs/cgroup/<path>`` (v2) and ``/sys/fs/cgroup/<controller>/<path>`` (v1):
 v2 ``cpu.stat cpu.max cpu.weight memory.current memory.max memory.high memory.peak
@@ -30,18 +30,17 @@ from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.procfs import (
-    attributed_paths,
-    describe_os_error,
-    read_small,
-    scan_proc_cgroups,
-)
+from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
+from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
+from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import cgroupfs
 from forensics.parsing.attribution import attribute_path, relative_to
 from forensics.parsing.cgroupfs import CgroupMount
 from forensics.parsing.cgroupfs import file_values as interpret
+from forensics.specs.cgroups import INDEX, SAMPLES, SPEC, cgroup_member, host_member
+from forensics.specs.hints import CGROUP_PATHS
 
 __all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]  # interpret: cgroupfs.file_values
 
@@ -65,7 +64,6 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
     "pids": (("pids.current", True), ("pids.max", False)),
 }
 HOST_PRESSURE = ("cpu", "memory", "io")
-DEFAULT_MAX_CGROUPS = 1000
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
 
 
@@ -115,13 +113,6 @@ def member_path(path: str) -> str | None:
     return "/".join(_SAFE_SEGMENT.sub("_", s) for s in segments)
 
 
-def _dir_for(hierarchy: Hierarchy, path: str) -> str | None:
-    root = hierarchy.mount.root.rstrip("/")
-    if root and not (path == root or path.startswith(root + "/")):
-        return None  # outside what this mount shows (we are inside a cgroup namespace)
-    return hierarchy.mount.mount_point.rstrip("/") + path[len(root):]
-
-
 def pod_ancestor(path: str) -> str | None:
     """The pod-level cgroup above a container path (``.../kubepods-...-pod<uid>.slice``)."""
     attribution = attribute_path(path)
@@ -147,8 +138,8 @@ class _Target:
 class CgroupsCollector:
     """``cgroups``: snapshot of every container cgroup and the host root, then per-tick counters."""
 
-    name = "cgroups"
-    order = 35
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
 
     def __init__(self, mountinfo_path: str = "/proc/self/mountinfo",
@@ -170,11 +161,9 @@ class CgroupsCollector:
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
         try:
-            text = read_small(self.mountinfo_path).decode("utf-8", "replace")
+            return mountinfo_mounts(self.mountinfo_path)
         except OSError as error:
             raise SourceUnavailable(f"{self.mountinfo_path}: {describe_os_error(error)}") from None
-        try:
-            return cgroupfs.parse_cgroup_mounts(text)
         except ParseError as error:
             raise SourceUnavailable(f"cannot read cgroup mounts: {error}") from None
 
@@ -187,7 +176,7 @@ class CgroupsCollector:
         hierarchy's namespace root (v2, else memory, cpu, pids) and the host path is then read in
         every hierarchy, as an absolute hint is."""
         paths: list[str] = ["/"]
-        hinted = [p for p in ctx.hint("cgroup_paths") if isinstance(p, str) and p.startswith("/")]
+        hinted = [p for p in CGROUP_PATHS.read(ctx) if p.startswith("/")]
         source = "hints"
         if not hinted:
             source = "scan of /proc/*/cgroup"
@@ -225,18 +214,14 @@ class CgroupsCollector:
         if resolver is not None:
             if resolver.error is not None:
                 raise SourceUnavailable(f"cgroup root from {resolver.origin}: {resolver.error}")
-            mounts = tuple(CgroupMount(h.directory, h.version, h.controllers, "/")
-                           for h in resolver.hierarchies)
+            mounts = resolver_mounts(resolver)
         else:
             mounts = self._mounts()
         found = hierarchies(mounts)
         if resolver is not None and resolver.primary is not None:
             resolver.own(resolver.primary)  # recorded even when no path needs it
         paths, source, namespace, resolutions = self._target_paths(ctx, resolver)
-        try:
-            cap = int(ctx.options.extra.get("cgroups.max_cgroups", DEFAULT_MAX_CGROUPS))
-        except ValueError:
-            cap = DEFAULT_MAX_CGROUPS
+        cap = SPEC.read_settings(ctx.options.extra).max_cgroups
         if len(paths) > cap:
             ctx.partial(f"{len(paths)} cgroups found; only the first {cap} are read")
             paths = paths[:cap]
@@ -252,7 +237,7 @@ class CgroupsCollector:
                 continue
             target = _Target(path, member, namespace.get(path))
             for hierarchy in found:
-                directory = _dir_for(hierarchy, path)
+                directory = cgroup_dir(hierarchy.mount, path)
                 if directory is None or not os.path.isdir(directory):
                     continue
                 for file, per_tick in hierarchy.files:
@@ -293,8 +278,7 @@ class CgroupsCollector:
             files: dict[str, dict[str, str]] = {}
             for hierarchy, version, file, absolute, _ in target.files:
                 key = f"{hierarchy}/{file}"
-                member = (f"cgroup/host/{file}" if version == 0 else
-                          "/".join(p for p in ("cgroup", hierarchy, target.member, file) if p))
+                member = host_member(file) if version == 0 else cgroup_member(hierarchy, target.member, file)
                 try:
                     data = read_small(absolute)
                 except OSError as error:
@@ -327,7 +311,7 @@ class CgroupsCollector:
         info["cgroups"] = cgroups
         info["tick_files"] = sorted({f"{h}/{f}" for t in plan for h, _, f, _, tick in t.files
                                      if tick})
-        ctx.sink.write_json("cgroup/index.json", info)
+        ctx.sink.write_json(INDEX, info)
         ctx.note(f"{len(cgroups)} cgroups ({info['layout']} layout, targets from "
                  f"{info['targets_from']})")
 
@@ -386,7 +370,7 @@ class CgroupsCollector:
                 start += f'"errors": {dumps_json(errors, indent=None)}, '
             lines.append(f"{start}{head}{values_json}}}")
         if lines:
-            ctx.sink.append_bytes("cgroup/samples.jsonl",
+            ctx.sink.append_bytes(SAMPLES,
                                   ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
     def _read(self, absolute: str) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext
+from forensics.specs.host import FACTS, OS_RELEASE, SPEC, proc_copy
 
 __all__ = ["COLLECTOR", "HostCollector"]
 
@@ -50,8 +51,8 @@ def _os_release(text: str) -> dict[str, str]:
 class HostCollector:
     """``host``: who and what this machine is, and when it booted."""
 
-    name = "host"
-    order = 90
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 10.0
 
     def snapshot(self, ctx: CollectContext) -> None:
@@ -59,7 +60,7 @@ class HostCollector:
         raw: dict[str, str] = {}
         for rel in _VERBATIM:
             data, err = _read(f"/proc/{rel}")
-            member = f"host/proc/{rel.replace('/', '_')}"
+            member = proc_copy(rel)
             if data is None:
                 errors[f"/proc/{rel}"] = err or "unreadable"
                 continue
@@ -72,7 +73,7 @@ class HostCollector:
             osr, err2 = _read("/usr/lib/os-release")
             err = err2 if osr is None else None
         if osr is not None:
-            ctx.sink.write_bytes("host/etc/os-release", osr)
+            ctx.sink.write_bytes(OS_RELEASE, osr)
         else:
             errors["/etc/os-release"] = err or "unreadable"
 
@@ -128,7 +129,7 @@ class HostCollector:
             },
             "unreadable": errors,
         }
-        ctx.sink.write_json("host/host.json", facts)
+        ctx.sink.write_json(FACTS, facts)
         if errors:
             ctx.partial(f"{len(errors)} host files unreadable: {', '.join(sorted(errors))}")
 

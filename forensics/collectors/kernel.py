@@ -31,11 +31,24 @@ from forensics.capture.context import CollectContext, Tick
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing import kmsg
 from forensics.parsing.attribution import attribute_path
+from forensics.specs.hints import KMSG_LAST_SEQ
+from forensics.specs.kernel import (
+    DMESG,
+    GPU_DRIVER,
+    INDEX,
+    JOURNAL,
+    KMSG,
+    KMSG_WINDOW,
+    OOM,
+    RECORDS,
+    SPEC,
+    WINDOW,
+    XID,
+)
 
 __all__ = ["COLLECTOR", "KernelCollector", "derive", "read_kmsg_records"]
 
 READ_BUFFER_BYTES = 65536
-DEFAULT_MAX_BYTES = 256 << 20
 _DERIVED_CHUNK = 20_000  # records.jsonl lines written per append
 _MAX_DRIVER_MESSAGES = 10_000
 _MAX_EVENTS = 100_000
@@ -229,8 +242,8 @@ def derive(records: Iterable[kmsg.KmsgRecord], boot: float,
 class KernelCollector:
     """``kernel``: ring buffer verbatim; OOM kills, Xid events and driver warnings derived."""
 
-    name = "kernel"
-    order = 40
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 60.0
 
     def __init__(self, kmsg_path: str = "/dev/kmsg",
@@ -256,10 +269,7 @@ class KernelCollector:
         clocks = clock_readings()
         boot = clocks["boot_time_unix"]
         since_usec = self._since_usec(ctx, boot)
-        try:
-            max_bytes = int(ctx.options.extra.get("kernel.max_bytes", DEFAULT_MAX_BYTES))
-        except ValueError:
-            max_bytes = DEFAULT_MAX_BYTES
+        max_bytes = SPEC.read_settings(ctx.options.extra).max_bytes
         attempts: dict[str, str] = {}
         index: dict[str, Any] = {"clocks": clocks, "since_ts_usec": since_usec,
                                  "attempts": attempts}
@@ -281,8 +291,8 @@ class KernelCollector:
                 kept.append(record)
             raw = b"".join(kept)
             del kept
-            ctx.sink.write_bytes("kernel/kmsg.txt", raw)
-            index.update(source=self.kmsg_path, member="kernel/kmsg.txt", read=stats,
+            ctx.sink.write_bytes(KMSG, raw)
+            index.update(source=self.kmsg_path, member=KMSG, read=stats,
                          dropped_before_since=dropped)
             if stats.get("overwritten"):
                 ctx.note(f"{stats['overwritten']} kmsg records were overwritten while reading")
@@ -301,18 +311,18 @@ class KernelCollector:
                 raise SourcePermissionDenied(f"kernel log: {message}")
             raise SourceUnavailable(f"kernel log: {message}")
 
-        ctx.sink.write_json("kernel/oom.json", derived.ooms)
-        ctx.sink.write_json("kernel/xid.json", derived.xids)
-        ctx.sink.write_json("kernel/gpu_driver.json", derived.driver)
+        ctx.sink.write_json(OOM, derived.ooms)
+        ctx.sink.write_json(XID, derived.xids)
+        ctx.sink.write_json(GPU_DRIVER, derived.driver)
         index.update(records=derived.count, oom_kills=len(derived.ooms), xids=len(derived.xids),
                      driver_messages=len(derived.driver), last_seq=derived.last_seq,
                      first_time=(kmsg.wall_time_iso(derived.first_ts, boot)
                                  if derived.first_ts is not None else None),
                      last_time=(kmsg.wall_time_iso(derived.last_ts, boot)
                                 if derived.last_ts is not None else None))
-        ctx.sink.write_json("kernel/index.json", index)
+        ctx.sink.write_json(INDEX, index)
         if derived.last_seq is not None:
-            ctx.publish("kmsg_last_seq", [derived.last_seq])
+            KMSG_LAST_SEQ.publish(ctx, [derived.last_seq])
         ctx.note(f"{derived.count} kernel records from {index.get('source')}, "
                  f"{len(derived.ooms)} OOM kills, {len(derived.xids)} Xid events")
 
@@ -328,9 +338,9 @@ class KernelCollector:
     def _derive(self, ctx: CollectContext, records: Iterable[kmsg.KmsgRecord],
                 boot: float) -> Derived:
         def write(text: str) -> None:
-            ctx.sink.append_bytes("kernel/records.jsonl",
+            ctx.sink.append_bytes(RECORDS,
                                   text.encode("utf-8", "surrogateescape"))
-        ctx.sink.write_bytes("kernel/records.jsonl", b"")
+        ctx.sink.write_bytes(RECORDS, b"")
         return derive(records, boot, write)
 
     def _run(self, argv: tuple[str, ...], ctx: CollectContext) -> bytes:
@@ -348,8 +358,8 @@ class KernelCollector:
             return since_usec is None or record.ts_usec >= since_usec
 
         tried: tuple[tuple[tuple[str, ...], str, Any], ...] = (
-            (self.dmesg_argv, "kernel/dmesg.txt", kmsg.iter_dmesg_raw),
-            (self.journal_argv, "kernel/journal.jsonl", kmsg.iter_journal_json),
+            (self.dmesg_argv, DMESG, kmsg.iter_dmesg_raw),
+            (self.journal_argv, JOURNAL, kmsg.iter_journal_json),
         )
         for argv, member, iterate in tried:
             label = " ".join(argv)
@@ -372,7 +382,7 @@ class KernelCollector:
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """Append records that arrived since the snapshot (or the previous tick)."""
         if self._window_fd is None:
-            skip = [s for s in ctx.hint("kmsg_last_seq") if isinstance(s, int)]
+            skip = KMSG_LAST_SEQ.read(ctx)
             self._window_skip_seq = max(skip) if skip else -1
             self._window_boot = clock_readings()["boot_time_unix"]
             try:
@@ -400,7 +410,7 @@ class KernelCollector:
         if not fresh:
             return
         raw = b"".join(fresh)
-        ctx.sink.append_bytes("kernel/kmsg-window.txt", raw)
+        ctx.sink.append_bytes(KMSG_WINDOW, raw)
         events: list[str] = []
         for parsed in kmsg.iter_kmsg(_lines(raw), lambda n, e: None):
             kill = self._window_tracker.feed(parsed)
@@ -414,7 +424,7 @@ class KernelCollector:
                             time=kmsg.wall_time_iso(xid.ts_usec, self._window_boot))
                 events.append(dumps_json(item, indent=None))
         if events:
-            ctx.sink.append_bytes("kernel/window.jsonl", ("\n".join(events) + "\n").encode())
+            ctx.sink.append_bytes(WINDOW, ("\n".join(events) + "\n").encode())
 
     def end_sampling(self, ctx: CollectContext) -> None:
         """Close /dev/kmsg."""

@@ -13,22 +13,29 @@ Members: ``proc/<pid>/{cgroup,stat,status}`` verbatim, ``proc/<pid>/{cmdline,env
 
 With a host cgroup root (``--set cgroups.root=DIR`` or ``GPUFORENSICS_CGROUP_ROOT``: a capture pod
 in a private cgroup namespace), namespace-relative paths (``0::/../../kubepods-...``) are also
-resolved to host paths (:mod:`forensics.collectors.cgroupns`); the verbatim files, ``attribution``
+resolved to host paths (:mod:`forensics.collectors.hostfs.cgroupns`); the verbatim files, ``attribution``
 and the published hints keep the paths as read.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext, Tick
+from forensics.collectors.hostfs.cgroupns import make_resolver
+from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collectors.hostfs.proc import (
+    ProcessCgroup,
+    ScanStats,
+    attributed_paths,
+    hierarchy_paths,
+    pid_dirs,
+    scan_proc_cgroups,
+)
 from forensics.errors import ParseError
-from forensics.parsing.attribution import Attribution, CgroupLine, attribute_proc_cgroup
+from forensics.parsing.attribution import attribute_proc_cgroup
 from forensics.parsing.procfs import (
     parse_cmdline,
     parse_ns_link,
@@ -36,125 +43,19 @@ from forensics.parsing.procfs import (
     parse_status,
     start_time_unix,
 )
+from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
+from forensics.specs.procfs import INDEX, SPEC, WINDOW, pid_member
 
 if TYPE_CHECKING:
-    from forensics.collectors.cgroupns import NamespaceResolver
+    from forensics.collectors.hostfs.cgroupns import NamespaceResolver
 
-__all__ = ["COLLECTOR", "ProcessCgroup", "ProcfsCollector", "read_small", "scan_proc_cgroups"]
+__all__ = ["COLLECTOR", "ProcfsCollector"]
 
 _NAMESPACES = ("pid", "cgroup", "mnt", "net", "user")
 # Environment variables that say which GPUs a process was given (kept verbatim, see redact.py)
 GPU_ENV_NAMES = frozenset({"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                            "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_CONFIG_DEVICES",
                            "NVIDIA_MIG_MONITOR_DEVICES"})
-DEFAULT_MAX_PID_DIRS = 2000  # proc/<pid>/ member sets; beyond it, index entries only
-
-
-def read_small(path: str, limit: int = 1 << 20) -> bytes:
-    """Read a small kernel file with one open and as few reads as needed (up to ``limit``).
-
-    Raises OSError (FileNotFoundError, PermissionError, ProcessLookupError...) as the kernel says.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        total = 0
-        while total < limit:
-            chunk = os.read(fd, min(65536, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def describe_os_error(error: OSError) -> str:
-    """A short, stable reason for a file that could not be read."""
-    if isinstance(error, PermissionError) or error.errno in (errno.EACCES, errno.EPERM):
-        return f"permission denied: {error.strerror or error}"
-    if error.errno in (errno.ENOENT, errno.ESRCH):
-        return "absent (process exited or file does not exist)"
-    if error.errno == errno.ENODEV:
-        return "removed (the cgroup was deleted while reading)"
-    return f"{type(error).__name__}: {error.strerror or error}"
-
-
-@dataclass(frozen=True)
-class ProcessCgroup:
-    """One PID's ``/proc/<pid>/cgroup``: the verbatim bytes, its lines and attribution."""
-
-    pid: int
-    raw: bytes
-    lines: tuple[CgroupLine, ...]
-    attribution: Attribution
-
-
-@dataclass
-class ScanStats:
-    """What a /proc scan saw (counts only)."""
-
-    scanned: int = 0
-    vanished: int = 0
-    denied: int = 0
-    unparsable: int = 0
-
-
-def _pid_dirs(proc_root: str) -> Iterator[int]:
-    with os.scandir(proc_root) as entries:
-        for entry in entries:
-            if entry.name.isdigit():
-                yield int(entry.name)
-
-
-def scan_proc_cgroups(
-    proc_root: str = "/proc", stats: ScanStats | None = None
-) -> Iterator[ProcessCgroup]:
-    """Read ``/proc/*/cgroup`` once, streaming one :class:`ProcessCgroup` per live PID.
-
-    PIDs that exit meanwhile are counted in ``stats.vanished``; unreadable ones in ``denied``.
-    """
-    stats = stats if stats is not None else ScanStats()
-    for pid in _pid_dirs(proc_root):
-        stats.scanned += 1
-        try:
-            raw = read_small(f"{proc_root}/{pid}/cgroup", 1 << 16)
-        except PermissionError:
-            stats.denied += 1
-            continue
-        except OSError:
-            stats.vanished += 1
-            continue
-        if not raw:  # a zombie or a PID that exited between listdir and read
-            stats.vanished += 1
-            continue
-        try:
-            attribution, lines = attribute_proc_cgroup(raw.decode("utf-8", "replace"))
-        except ParseError:
-            stats.unparsable += 1
-            continue
-        yield ProcessCgroup(pid, raw, lines, attribution)
-
-
-def attributed_paths(entry: ProcessCgroup) -> list[str]:
-    """The distinct cgroup paths of a process that name a container or pod (one per hierarchy
-    where they differ, e.g. v1 ``/docker/<id>`` and v2 ``/system.slice/docker-<id>.scope``)."""
-    from forensics.parsing.attribution import attribute_path
-
-    paths: list[str] = []
-    for line in entry.lines:
-        if line.path in paths:
-            continue
-        if attribute_path(line.path).kind in ("container", "pod"):
-            paths.append(line.path)
-    return paths
-
-
-def hierarchy_paths(lines: tuple[CgroupLine, ...]) -> dict[str, str]:
-    """``{"unified": path, "memory": path, "cpu,cpuacct": path, ...}`` from cgroup lines."""
-    return {("unified" if ln.is_v2 else ",".join(ln.controllers) or str(ln.hierarchy_id)): ln.path
-            for ln in lines}
 
 
 def _boot_time_unix(proc_root: str) -> float | None:
@@ -170,8 +71,8 @@ def _boot_time_unix(proc_root: str) -> float | None:
 class ProcfsCollector:
     """``procfs``: per-process evidence and PID -> container/pod attribution."""
 
-    name = "procfs"
-    order = 30
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
 
     def __init__(self, proc_root: str = "/proc", cgroup_root: str | None = None) -> None:
@@ -187,14 +88,12 @@ class ProcfsCollector:
             from forensics.errors import SourceUnavailable
 
             raise SourceUnavailable(f"{self.proc_root} is not mounted")
-        from forensics.collectors.cgroupns import make_resolver
-
         self._resolver = make_resolver(ctx, self.proc_root, self.cgroup_root)
         stats = ScanStats()
         reasons: dict[int, set[str]] = {}
         scanned: dict[int, ProcessCgroup] = {}
-        for pid in ctx.hint("pids"):
-            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+        for pid in PIDS.read(ctx):
+            if not isinstance(pid, bool) and pid > 0:
                 reasons.setdefault(pid, set()).add("hint")
         for found in scan_proc_cgroups(self.proc_root, stats):
             interesting = found.attribution.kind in ("container", "pod")
@@ -210,10 +109,7 @@ class ProcfsCollector:
         boot = _boot_time_unix(self.proc_root)
         ticks = os.sysconf("SC_CLK_TCK")
         page = os.sysconf("SC_PAGE_SIZE")
-        try:
-            cap = int(ctx.options.extra.get("procfs.max_pids", DEFAULT_MAX_PID_DIRS))
-        except ValueError:
-            cap = DEFAULT_MAX_PID_DIRS
+        cap = SPEC.read_settings(ctx.options.extra).max_pids
         # Hinted PIDs first (GPU processes), then container processes, by PID.
         order = sorted(reasons, key=lambda p: ("hint" not in reasons[p], p))
         entries: list[dict[str, Any]] = []
@@ -258,9 +154,9 @@ class ProcfsCollector:
             if unresolved:
                 ctx.note(f"{unresolved} processes have namespace-relative cgroup paths not "
                          "resolved to host paths")
-        ctx.sink.write_json("proc/index.json", index)
+        ctx.sink.write_json(INDEX, index)
         self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
-        ctx.publish("procfs_recorded_pids", [e["pid"] for e in entries if e.get("files") == "written"])
+        PROCFS_RECORDED_PIDS.publish(ctx, [e["pid"] for e in entries if e.get("files") == "written"])
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
                  f"{stats.scanned} scanned")
 
@@ -268,7 +164,7 @@ class ProcfsCollector:
                      record: dict[str, Any], boot: float | None, ticks: int, page: int) -> None:
         base = f"{self.proc_root}/{pid}"
         errors: dict[str, str] = {}
-        prefix = f"proc/{pid}"
+        prefix = pid_member(pid)
         if entry is None:
             try:
                 raw_cgroup = read_small(f"{base}/cgroup", 1 << 16)
@@ -356,23 +252,18 @@ class ProcfsCollector:
         ``proc/<pid>/`` like the snapshot's, and a line goes to ``proc/window.jsonl``. Only PIDs
         unseen so far are read (their ``stat`` once), so a tick costs one ``/proc`` listing."""
         if self._window_seen is None:
-            self._window_seen = {p for p in ctx.hint("procfs_recorded_pids") if isinstance(p, int)}
+            self._window_seen = set(PROCFS_RECORDED_PIDS.read(ctx))
             self._window_boot = _boot_time_unix(self.proc_root)
             self._window_written = 0
             self._window_own = {os.getpid(), os.getppid()}
-            from forensics.collectors.cgroupns import make_resolver
-
             self._resolver = make_resolver(ctx, self.proc_root, self.cgroup_root)
         seen = self._window_seen
         own = self._window_own
         start_unix = ctx.options.capture_start.timestamp() - 1.0
         ticks = os.sysconf("SC_CLK_TCK")
         page = os.sysconf("SC_PAGE_SIZE")
-        try:
-            cap = int(ctx.options.extra.get("procfs.max_window_pids", DEFAULT_MAX_PID_DIRS))
-        except ValueError:
-            cap = DEFAULT_MAX_PID_DIRS
-        for pid in _pid_dirs(self.proc_root):
+        cap = SPEC.read_settings(ctx.options.extra).max_window_pids
+        for pid in pid_dirs(self.proc_root):
             if pid in seen:
                 continue
             seen.add(pid)
@@ -392,7 +283,7 @@ class ProcfsCollector:
             self._collect_pid(ctx, pid, None, record, self._window_boot, ticks, page)
             if record.get("files") == "written":
                 self._window_written += 1
-            ctx.sink.append_jsonl("proc/window.jsonl", record)
+            ctx.sink.append_jsonl(WINDOW, record)
 
     _window_seen: set[int] | None = None
     _window_boot: float | None = None
@@ -429,22 +320,13 @@ class ProcfsCollector:
 
     def _publish(self, ctx: CollectContext, entries: Any) -> None:
         paths: list[str] = []
-        containers: list[str] = []
-        pods: list[str] = []
         for entry in entries:
-            attribution = entry.attribution
-            if attribution.kind not in ("container", "pod"):
+            if entry.attribution.kind not in ("container", "pod"):
                 continue
             for path in attributed_paths(entry):
                 if path not in paths:
                     paths.append(path)
-            if attribution.container_id and attribution.container_id not in containers:
-                containers.append(attribution.container_id)
-            if attribution.pod_uid and attribution.pod_uid not in pods:
-                pods.append(attribution.pod_uid)
-        ctx.publish("cgroup_paths", paths)
-        ctx.publish("container_ids", containers)
-        ctx.publish("pod_uids", pods)
+        CGROUP_PATHS.publish(ctx, paths)
 
 
 COLLECTOR = ProcfsCollector()

@@ -33,9 +33,6 @@ __all__ = [
     "cgroup_layout",
     "parse_cgroup_mounts",
     "CpuMax",
-    "CpuStat",
-    "MemoryEvents",
-    "OomControl",
     "Pressure",
     "PressureLine",
     "parse_cpu_max",
@@ -128,69 +125,6 @@ def parse_flat_keyed(text: str, what: str = "cgroup file") -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class CpuStat:
-    """``cpu.stat`` of one cgroup, times in nanoseconds (v2 usec * 1000; v1 ns as is).
-
-    ``usage_ns``/``user_ns``/``system_ns`` exist in v2 only (v1 keeps usage in cpuacct).
-    """
-
-    version: int
-    nr_periods: int
-    nr_throttled: int
-    throttled_ns: int
-    nr_bursts: int | None = None
-    burst_ns: int | None = None
-    usage_ns: int | None = None
-    user_ns: int | None = None
-    system_ns: int | None = None
-
-    @property
-    def throttled_ratio(self) -> float | None:
-        """nr_throttled / nr_periods since the cgroup was created (None with no periods)."""
-        return self.nr_throttled / self.nr_periods if self.nr_periods else None
-
-
-def parse_cpu_stat(text: str, version: int) -> CpuStat:
-    """``cpu.stat``: v2 (``throttled_usec``) or v1 (``throttled_time`` in ns)."""
-    if version not in (1, 2):
-        raise ParseError(f"cpu.stat: unknown cgroup version {version!r}")
-    values = parse_flat_keyed(text, "cpu.stat")
-
-    def need(key: str) -> int:
-        if key not in values:
-            raise ParseError(f"cpu.stat (v{version}): missing {key}")
-        return values[key]
-
-    def opt(key: str, scale: int) -> int | None:
-        return values[key] * scale if key in values else None
-
-    if version == 2:
-        if "nr_periods" not in values:
-            # No cpu controller enabled: usage only (the v2 root, or a cgroup without cpu).
-            return CpuStat(2, 0, 0, 0, usage_ns=need("usage_usec") * 1000,
-                           user_ns=opt("user_usec", 1000), system_ns=opt("system_usec", 1000))
-        return CpuStat(
-            version=2,
-            nr_periods=need("nr_periods"),
-            nr_throttled=need("nr_throttled"),
-            throttled_ns=need("throttled_usec") * 1000,
-            nr_bursts=opt("nr_bursts", 1),
-            burst_ns=opt("burst_usec", 1000),
-            usage_ns=opt("usage_usec", 1000),
-            user_ns=opt("user_usec", 1000),
-            system_ns=opt("system_usec", 1000),
-        )
-    return CpuStat(
-        version=1,
-        nr_periods=need("nr_periods"),
-        nr_throttled=need("nr_throttled"),
-        throttled_ns=need("throttled_time"),
-        nr_bursts=opt("nr_bursts", 1),
-        burst_ns=opt("burst_time", 1),
-    )
-
-
-@dataclass(frozen=True)
 class CpuMax:
     """v2 ``cpu.max``: quota per period in microseconds; ``quota_usec`` None = unlimited."""
 
@@ -213,47 +147,6 @@ def parse_cpu_max(text: str) -> CpuMax:
     quota = None if parts[0] == "max" else _to_int(parts[0], "cpu.max quota")
     period = _to_int(parts[1], "cpu.max period") if len(parts) == 2 else 100000
     return CpuMax(quota, period)
-
-
-@dataclass(frozen=True)
-class MemoryEvents:
-    """v2 ``memory.events`` / ``memory.events.local`` counters (oom_group_kill: 5.17+)."""
-
-    low: int
-    high: int
-    max: int
-    oom: int
-    oom_kill: int
-    oom_group_kill: int | None = None
-
-
-def parse_memory_events(text: str, what: str = "memory.events") -> MemoryEvents:
-    """``memory.events``: low, high, max, oom, oom_kill[, oom_group_kill]."""
-    values = parse_flat_keyed(text, what)
-    try:
-        return MemoryEvents(values["low"], values["high"], values["max"], values["oom"],
-                            values["oom_kill"], values.get("oom_group_kill"))
-    except KeyError as missing:
-        raise ParseError(f"{what}: missing {missing.args[0]}") from None
-
-
-@dataclass(frozen=True)
-class OomControl:
-    """v1 ``memory.oom_control``; ``oom_kill`` (kills in this memcg) exists since 4.13."""
-
-    oom_kill_disable: bool
-    under_oom: bool
-    oom_kill: int | None
-
-
-def parse_oom_control(text: str) -> OomControl:
-    """``memory.oom_control``: oom_kill_disable, under_oom[, oom_kill]."""
-    values = parse_flat_keyed(text, "memory.oom_control")
-    try:
-        return OomControl(bool(values["oom_kill_disable"]), bool(values["under_oom"]),
-                          values.get("oom_kill"))
-    except KeyError as missing:
-        raise ParseError(f"memory.oom_control: missing {missing.args[0]}") from None
 
 
 @dataclass(frozen=True)
@@ -449,8 +342,9 @@ _CPU_STAT_V1 = (("nr_periods", "nr_periods", 1), ("nr_throttled", "nr_throttled"
 _EVENT_KEYS = ("low", "high", "max", "oom", "oom_kill")
 
 
-def _memory_events(text: str, what: str) -> dict[str, int | None]:
-    """Same result as ``vars(parse_memory_events(text))``, without the dataclass (per tick)."""
+def parse_memory_events(text: str, what: str = "memory.events") -> dict[str, int | None]:
+    """v2 ``memory.events`` / ``memory.events.local``: low, high, max, oom, oom_kill and
+    ``oom_group_kill`` (5.17+; None before)."""
     raw = parse_flat_keyed(text, what)
     for key in _EVENT_KEYS:
         if key not in raw:
@@ -460,8 +354,9 @@ def _memory_events(text: str, what: str) -> dict[str, int | None]:
     return values
 
 
-def _oom_control(text: str) -> dict[str, Any]:
-    """Same result as ``vars(parse_oom_control(text))``, without the dataclass (per tick)."""
+def parse_oom_control(text: str) -> dict[str, Any]:
+    """v1 ``memory.oom_control``: oom_kill_disable, under_oom and ``oom_kill`` (kills in this
+    memcg, 4.13+; None before)."""
     raw = parse_flat_keyed(text, "memory.oom_control")
     if "oom_kill_disable" not in raw or "under_oom" not in raw:
         raise ParseError("memory.oom_control: missing oom_kill_disable or under_oom")
@@ -469,9 +364,12 @@ def _oom_control(text: str) -> dict[str, Any]:
             "under_oom": bool(raw["under_oom"]), "oom_kill": raw.get("oom_kill")}
 
 
-def _cpu_stat(text: str, version: int) -> dict[str, Any]:
-    """cpu.stat with times in ns. Same checks as ``parse_cpu_stat`` (required keys),
-    built straight from the flat-keyed values (this runs for every cgroup on every tick)."""
+def parse_cpu_stat(text: str, version: int) -> dict[str, Any]:
+    """``cpu.stat`` with times in ns: v2 (``*_usec`` times 1000) or v1 (``throttled_time`` in ns)
+    as ``nr_periods``, ``nr_throttled``, ``throttled_ns``, ``nr_bursts``, ``burst_ns`` and (v2)
+    ``usage_ns``/``user_ns``/``system_ns``, plus ``stat_version``; a v2 cgroup without the cpu
+    controller (the root) gives its usage only. Built straight from the flat-keyed values: this
+    runs for every cgroup on every tick."""
     raw = parse_flat_keyed(text, "cpu.stat")
     if version == 2 and "nr_periods" not in raw:
         if "usage_usec" not in raw:
@@ -492,8 +390,8 @@ _pressure = pressure_values
 # file name -> (section, function(text) -> dict merged into that section)
 _Interpreter = Callable[[str], dict[str, Any]]
 _FILE_VALUES: dict[tuple[int, str], tuple[str, _Interpreter]] = {
-    (2, "cpu.stat"): ("cpu", lambda t: _cpu_stat(t, 2)),
-    (1, "cpu.stat"): ("cpu", lambda t: _cpu_stat(t, 1)),
+    (2, "cpu.stat"): ("cpu", lambda t: parse_cpu_stat(t, 2)),
+    (1, "cpu.stat"): ("cpu", lambda t: parse_cpu_stat(t, 1)),
     (2, "cpu.max"): ("cpu", lambda t: vars(parse_cpu_max(t))),
     (1, "cpu.cfs_quota_us"): ("cpu", lambda t: {"quota_usec": parse_v1_quota_usec(t)}),
     (1, "cpu.cfs_period_us"): ("cpu", lambda t: {"period_usec": parse_int(t)}),
@@ -509,11 +407,11 @@ _FILE_VALUES: dict[tuple[int, str], tuple[str, _Interpreter]] = {
     (2, "memory.peak"): ("memory", lambda t: {"peak_bytes": parse_int(t)}),
     (1, "memory.max_usage_in_bytes"): ("memory", lambda t: {"peak_bytes": parse_int(t)}),
     (2, "memory.swap.current"): ("memory", lambda t: {"swap_bytes": parse_int(t)}),
-    (2, "memory.events"): ("memory", lambda t: {"events": _memory_events(t, "memory.events")}),
+    (2, "memory.events"): ("memory", lambda t: {"events": parse_memory_events(t, "memory.events")}),
     (2, "memory.events.local"): ("memory", lambda t: {
-        "events_local": _memory_events(t, "memory.events.local")}),
+        "events_local": parse_memory_events(t, "memory.events.local")}),
     (1, "memory.failcnt"): ("memory", lambda t: {"failcnt": parse_int(t)}),
-    (1, "memory.oom_control"): ("memory", lambda t: _oom_control(t)),
+    (1, "memory.oom_control"): ("memory", parse_oom_control),
     (2, "memory.oom.group"): ("memory", lambda t: {"oom_group": bool(parse_int(t))}),
     (2, "memory.stat"): ("memory", lambda t: {"stat": select(
         parse_flat_keyed(t, "memory.stat"), MEMORY_STAT_KEYS)}),

@@ -23,7 +23,7 @@ import pytest
 from forensics.bundle.reader import Bundle, open_bundle
 from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
-from forensics.collectors.docker import COLLECTOR, DockerCollector
+from forensics.collectors.docker.docker import COLLECTOR, DockerCollector
 from tests.support.docker_engine import (
     BUSYBOX_IMAGE,
     CUDA_LIKE_IMAGE,
@@ -259,7 +259,8 @@ class TestSnapshot:
         assert pids[scenario.exec_pid]["ppid"] != state_pid  # exec'd by the shim, not a descendant
         hints = scenario.bundle.manifest["hints"]
         assert {scenario.exec_pid, scenario.child_pid} <= set(hints["pids"])
-        assert cid in hints["container_ids"]
+        assert scenario.bundle.read_json("docker/index.json")["containers"][cid]["taken"] is True
+        assert "container_ids" not in hints  # nothing reads container ids: they are not handed on
         assert any(cid in p for p in hints["cgroup_paths"])
         assert any(src.startswith("exec:") for src in pids[scenario.exec_pid]["sources"])
         execs = [n for n in scenario.bundle.names() if n.startswith(f"docker/containers/{cid}/execs/")]
@@ -528,7 +529,7 @@ def test_containers_that_ended_before_the_window_are_left_out(docker_engine: Doc
         assert index["containers"][old]["taken"] is False
         assert "before the window" in index["containers"][old]["why"]
         assert not [n for n in bundle.names() if n.startswith(f"docker/containers/{old}/")]
-        assert old not in bundle.manifest["hints"].get("container_ids", [])
+        assert not any(old in p for p in bundle.manifest["hints"].get("cgroup_paths", []))
         assert status(bundle)["status"] == "ok"
     finally:
         docker_engine.cli("rm", "-f", old, check=False)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from forensics.collectors.cgroupns import ENV_CGROUP_ROOT
-from forensics.collectors.kubernetes import KubernetesCollector
+from forensics.collectors.hostfs.cgroupns import ENV_CGROUP_ROOT
+from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.collectors.podresources.client import DEFAULT_SOCKET
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import ContainerSpec, gpu_node_scenario, make_pod

@@ -1,43 +1,66 @@
 """Loaders: one per source, each reading only its own members of a bundle into the model.
 
-Order matters: NVML first (GPU UUIDs and PCI ids resolve Docker grants and Xid lines), then
-processes, containers, pods, cgroups and the kernel log. A loader that meets something it
-cannot read records a problem and goes on; :func:`load_source` never raises for bundle content.
+Each loader module declares a ``LOADER`` (:class:`~forensics.analysis.loaders.common.Loader`)
+naming its source and the sources whose entities it reads; :func:`loader_order` finds them by
+walking this package and orders them from those declarations (NVML first: GPU UUIDs and PCI ids
+resolve Docker grants and Xid lines; then processes, containers, pods, ...), ties broken by the
+sources' volatility order. A loader that meets something it cannot read records a problem and
+goes on; :func:`load_source` never raises for bundle content.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
+from functools import cache
 
-from forensics.analysis.loaders.cgroups import load_cgroups
-from forensics.analysis.loaders.docker import load_docker
-from forensics.analysis.loaders.kernel import load_kernel
-from forensics.analysis.loaders.kubernetes import load_kubernetes
+from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
-from forensics.analysis.loaders.nvml import load_nvml
-from forensics.analysis.loaders.procfs import load_procfs
 from forensics.analysis.model import Model
 from forensics.analysis.source import Source
+from forensics.specs import all_specs
+from forensics.specs import docker as docker_spec
 
-__all__ = ["LOADERS", "finalize", "load_manifest", "load_source", "note_missing_sources"]
+__all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
 
-Loader = Callable[[Source, Model, str], None]
 
-LOADERS: tuple[tuple[str, Loader], ...] = (
-    ("nvml", load_nvml),
-    ("procfs", load_procfs),
-    ("docker", load_docker),
-    ("kubernetes", load_kubernetes),
-    ("cgroups", load_cgroups),
-    ("kernel", load_kernel),
-)
+def _declared() -> list[Loader]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        loader = getattr(importlib.import_module(f"{__name__}.{info.name}"), "LOADER", None)
+        if isinstance(loader, Loader):
+            found.append(loader)
+    return found
+
+
+@cache
+def loader_order() -> tuple[Loader, ...]:
+    """Every declared loader, each after the loaders of the sources it ``needs`` (a topological
+    order; among the ready ones the most volatile source first, as capture ran them)."""
+    rank = {spec.name: (spec.order, spec.name) for spec in all_specs()}
+    pending = {ld.source: ld for ld in _declared()}
+    for ld in pending.values():
+        unknown = [n for n in (ld.source, *ld.needs) if n not in rank]
+        if unknown:
+            raise RuntimeError(f"loader {ld.source} names sources without a spec: {unknown}")
+    done: list[Loader] = []
+    while pending:
+        ready = [ld for ld in pending.values()
+                 if not any(n in pending and n != ld.source for n in ld.needs)]
+        if not ready:
+            raise RuntimeError(f"loaders need each other in a circle: {sorted(pending)}")
+        first = min(ready, key=lambda ld: rank[ld.source])
+        done.append(pending.pop(first.source))
+    return tuple(done)
 
 
 def load_source(src: Source, model: Model, node: str) -> None:
     """Run every loader over one bundle; a loader's failure becomes a limitation, never an exception."""
-    for name, loader in LOADERS:
+    for loader in loader_order():
+        name = loader.source
         try:
-            loader(src, model, node)
+            loader.load(src, model, node)
         except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
             model.limit(f"{src.name}: the {name} evidence could not be read "
                         f"({type(exc).__name__}: {str(exc)[:200]}); its findings are missing")
@@ -57,9 +80,9 @@ def finalize(model: Model) -> None:
                 out.append(item)
         return out
 
-    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples if not s.ref.member.startswith("docker/")}
+    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples if not s.ref.member.startswith(docker_spec.PREFIX)}
     model.cpu_samples = [s for s in model.cpu_samples
-                         if not (s.ref.member.startswith("docker/") and (s.node, s.container_id) in from_cgroup)]
+                         if not (s.ref.member.startswith(docker_spec.PREFIX) and (s.node, s.container_id) in from_cgroup)]
     if all(len(info.bundles) <= 1 for info in model.nodes.values()):
         return  # one bundle per host: nothing can be there twice
     model.gpu_samples = dedupe(model.gpu_samples, lambda s: (s.node, s.gpu_uuid, round(s.t, 3)))

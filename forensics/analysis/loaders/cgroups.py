@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.analysis.findings import EvidenceRef
-from forensics.analysis.loaders.common import as_float, as_int, dig, parse_time
+from forensics.analysis.loaders.common import Loader, as_float, as_int, dig, parse_time
 from forensics.analysis.model import CpuSample, MemorySample, Model, OomKill, PsiSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_path
+from forensics.specs import cgroups as cgroup_spec
 
-__all__ = ["load_cgroups"]
+__all__ = ["LOADER", "load_cgroups"]
 
 _CPU_QUOTE: tuple[tuple[str | int, ...], ...] = (
     ("values", "cpu", "nr_periods"), ("values", "cpu", "nr_throttled"), ("values", "cpu", "throttled_ns"))
@@ -118,17 +119,17 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
     cache: dict[str, str | None] = {}
     times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
     sampled = False
-    for no, rec, raw in src.jsonl("cgroup/samples.jsonl"):
+    for no, rec, raw in src.jsonl(cgroup_spec.SAMPLES):
         path, t, values = rec.get("cgroup"), as_float(rec.get("t")), rec.get("values")
         if not isinstance(path, str) or t is None or not isinstance(values, dict):
             continue
         t = times.setdefault(t, t)
         sampled = True
-        _add_values(model, node, path, t, values, src.ref("cgroup/samples.jsonl", no, raw), cache)
+        _add_values(model, node, path, t, values, src.ref(cgroup_spec.SAMPLES, no, raw), cache)
     if sampled:
-        model.node(node).members_used.setdefault("cgroups", "cgroup/samples.jsonl")
-        model.node(node).members_used.setdefault("psi", "cgroup/samples.jsonl")
-    index = src.json("cgroup/index.json")
+        model.node(node).members_used.setdefault("cgroups", cgroup_spec.SAMPLES)
+        model.node(node).members_used.setdefault("psi", cgroup_spec.SAMPLES)
+    index = src.json(cgroup_spec.INDEX)
     cgroups = dig(index, "cgroups")
     t_snap = model.node(node).start or parse_time(dig(src.manifest, "capture", "started")) or 0.0
     for i, entry in enumerate(cgroups if isinstance(cgroups, list) else []):
@@ -136,16 +137,19 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
         if not isinstance(path, str) or not isinstance(values, dict):
             continue
         cid = _container_of(path, cache)
-        ev = src.ref("cgroup/index.json", 0, values, pointer=f"/cgroups/{i}/values")
+        ev = src.ref(cgroup_spec.INDEX, 0, values, pointer=f"/cgroups/{i}/values")
         if not sampled:
             _add_values(model, node, path, t_snap, values, ev, cache)
-            model.node(node).members_used.setdefault("cgroups", "cgroup/index.json")
-            model.node(node).members_used.setdefault("psi", "cgroup/index.json")
+            model.node(node).members_used.setdefault("cgroups", cgroup_spec.INDEX)
+            model.node(node).members_used.setdefault("psi", cgroup_spec.INDEX)
         oom_kills = as_int(dig(values, "memory", "events", "oom_kill")) or as_int(dig(values, "memory", "oom_kill"))
         if cid and oom_kills:
             for _ in range(min(oom_kills, 5)):
                 model.ooms.append(OomKill(node, None, None, None, cid, None, False,
                                           as_int(dig(values, "memory", "peak_bytes")),
                                           as_int(dig(values, "memory", "limit_bytes")), path, "cgroup",
-                                          (src.ev_pointer("cgroup/index.json", f"/cgroups/{i}/values/memory", index),)))
+                                          (src.ev_pointer(cgroup_spec.INDEX, f"/cgroups/{i}/values/memory", index),)))
                 break  # one record: the count is in the evidence
+
+
+LOADER = Loader("cgroups", load_cgroups, needs=())

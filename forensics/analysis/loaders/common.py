@@ -1,12 +1,34 @@
-"""Small tolerant readers shared by the loaders: timestamps, numbers, nested lookups."""
+"""What the loaders share: the :class:`Loader` declaration and small tolerant readers
+(timestamps, numbers, nested lookups)."""
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["as_dict", "as_float", "as_int", "as_str", "dig", "parse_time"]
+from forensics.parsing.timestamps import parse_iso_unix
+
+if TYPE_CHECKING:
+    from forensics.analysis.model import Model
+    from forensics.analysis.source import Source
+
+__all__ = ["Loader", "as_dict", "as_float", "as_int", "as_str", "dig", "parse_time"]
+
+
+@dataclass(frozen=True)
+class Loader:
+    """A source's loader: ``load(src, model, node)`` reads that source's members into the model.
+
+    ``needs`` names the sources whose model entities it reads (the docker loader resolves grants
+    against NVML's GPUs): it runs after their loaders. The order of all loaders is derived from
+    these declarations (:func:`forensics.analysis.loaders.loader_order`), ties broken by the
+    sources' volatility order.
+    """
+
+    source: str
+    load: Callable[[Source, Model, str], None]
+    needs: tuple[str, ...] = ()
 
 
 def as_str(value: Any, default: str = "") -> str:
@@ -20,7 +42,6 @@ def as_opt_str(value: Any) -> str | None:
 def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
-_FRACTION = re.compile(r"\.(\d+)")
 
 
 def parse_time(value: Any) -> float | None:
@@ -32,19 +53,7 @@ def parse_time(value: Any) -> float | None:
         return None
     if isinstance(value, int | float):
         return float(value) if value > 0 else None
-    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
-        return None
-    text = value.strip()
-    if text[-1:] in ("Z", "z"):
-        text = text[:-1] + "+00:00"
-    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6], text, count=1)
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    return parse_iso_unix(value)
 
 
 def as_int(value: Any) -> int | None:

@@ -12,7 +12,15 @@ from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import as_dict, as_int, as_opt_str, as_str, dig, parse_time
+from forensics.analysis.loaders.common import (
+    Loader,
+    as_dict,
+    as_int,
+    as_opt_str,
+    as_str,
+    dig,
+    parse_time,
+)
 from forensics.analysis.model import (
     UNKNOWN_ALLOCATION,
     Container,
@@ -26,8 +34,9 @@ from forensics.analysis.model import (
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect
+from forensics.specs import docker as docker_spec
 
-__all__ = ["CUDA_OOM", "load_docker"]
+__all__ = ["LOADER", "CUDA_OOM", "load_docker"]
 
 _INSPECT = re.compile(r"^docker/containers/([0-9a-f]{64})/inspect\.json$")
 CUDA_OOM = re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
@@ -45,10 +54,10 @@ def _cpu_quota_cores(host: dict[str, Any]) -> float | None:
 
 
 def load_docker(src: Source, model: Model, node: str) -> None:
-    info = src.json("docker/info.json")
+    info = src.json(docker_spec.INFO)
     info_doc = info if isinstance(info, dict) else None
     gpus = model.node_gpus(node)
-    for member in src.under("docker/containers/"):
+    for member in src.under(docker_spec.CONTAINERS_DIR):
         m = _INSPECT.match(member)
         if not m:
             continue
@@ -57,9 +66,9 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             continue
         cid = as_str(doc.get("Id"), m.group(1))
         image_id = as_str(doc.get("Image"))
-        image_member = f"docker/images/{image_id.split(':', 1)[-1]}/inspect.json"
+        image_member = docker_spec.image_inspect(image_id.split(':', 1)[-1])
         image_doc = src.json(image_member)
-        members = {"container-inspect": member, "image-inspect": image_member, "engine-info": "docker/info.json"}
+        members = {"container-inspect": member, "image-inspect": image_member, "engine-info": docker_spec.INFO}
 
         def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members,
                          _member: str = member) -> Evidence:
@@ -78,7 +87,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
         if not gpus and alloc.known and (alloc.explicit or alloc.blanket_detail):
             model.limit(f"{node}: no GPU list (NVML) to resolve the GPUs granted to containers")
         # With --duration the engine was asked again after the window: the later state wins.
-        end_member = f"docker/containers/{cid}/inspect-end.json"
+        end_member = docker_spec.container_member(cid, "inspect-end.json")
         end_doc = src.json(end_member)
         state_member = end_member if isinstance(end_doc, dict) and isinstance(end_doc.get("State"), dict) else member
         state = as_dict((end_doc if state_member == end_member else doc).get("State"))
@@ -114,7 +123,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
 
 def _load_processes(src: Source, model: Model, node: str, cid: str) -> None:
     """Container PIDs the engine reported (top / cgroup.procs), for PIDs procfs did not store."""
-    member = f"docker/containers/{cid}/processes.json"
+    member = docker_spec.container_member(cid, "processes.json")
     doc = src.json(member)
     pids = dig(doc, "pids")
     if not isinstance(pids, dict):
@@ -138,7 +147,7 @@ def _throttling(stats: Any) -> tuple[int, int, int] | None:
 
 
 def _load_stats(src: Source, model: Model, node: str, cid: str) -> None:
-    member = f"docker/containers/{cid}/stats.json"
+    member = docker_spec.container_member(cid, "stats.json")
     stats = src.json(member)
     if not isinstance(stats, dict):
         return
@@ -151,7 +160,7 @@ def _load_stats(src: Source, model: Model, node: str, cid: str) -> None:
 
 
 def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
-    for member in src.under(f"docker/containers/{cid}/log"):
+    for member in src.under(docker_spec.container_member(cid, "log")):
         for no, line in enumerate(src.text_lines(member) or [], 1):
             if CUDA_OOM.search(line):
                 t = parse_time(line.split(" ", 1)[0]) if line[:1].isdigit() else None
@@ -161,7 +170,7 @@ def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
 def _load_events(src: Source, model: Model, node: str) -> None:
     """``oom`` events from ``docker/events.jsonl`` (look-back) and ``docker/window/events.jsonl``."""
     seen: set[tuple[object, object, object]] = set()
-    for member in ("docker/events.jsonl", "docker/window/events.jsonl"):
+    for member in (docker_spec.EVENTS, docker_spec.WINDOW_EVENTS):
         _load_events_from(src, model, node, member, seen)
 
 
@@ -184,14 +193,14 @@ def _load_events_from(src: Source, model: Model, node: str, member: str,
 
 
 def _load_samples(src: Source, model: Model, node: str) -> None:
-    for no, rec, raw in src.jsonl("docker/samples.jsonl"):
+    for no, rec, raw in src.jsonl(docker_spec.SAMPLES):
         cid = rec.get("container_id")
         t = rec.get("t")
         if not isinstance(cid, str) or not isinstance(t, int | float):
             continue
         stats = rec.get("stats")
         th = _throttling(stats)
-        ev = src.ref("docker/samples.jsonl", no, raw)
+        ev = src.ref(docker_spec.SAMPLES, no, raw)
         if th is not None:
             model.cpu_samples.append(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev,
                                                (("container_id",), ("stats", "cpu_stats", "throttling_data"))))
@@ -199,3 +208,7 @@ def _load_samples(src: Source, model: Model, node: str) -> None:
         if usage is not None:
             model.memory_samples.append(MemorySample(node, cid, float(t), usage,
                                                      as_int(dig(stats, "memory_stats", "limit"))))
+
+
+# needs: grants resolve against NVML's GPUs; its process lists only fill PIDs /proc did not record
+LOADER = Loader("docker", load_docker, needs=("nvml", "procfs"))

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from forensics.analysis.loaders.common import as_float, dig
+from forensics.analysis.loaders.common import Loader, as_float, dig
 from forensics.analysis.model import Model, OomKill, XidEvent
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg
 from forensics.parsing.attribution import attribute_path
+from forensics.specs import host as host_spec
+from forensics.specs import kernel as kernel_spec
+from forensics.specs import procfs as procfs_spec
 
-__all__ = ["load_kernel"]
+__all__ = ["LOADER", "load_kernel"]
 
 _SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
-    ("kernel/kmsg.txt", kmsg.parse_kmsg_record),
-    ("kernel/kmsg-window.txt", kmsg.parse_kmsg_record),
-    ("kernel/dmesg.txt", kmsg.parse_dmesg_raw_line),
-    ("kernel/journal.jsonl", kmsg.parse_journal_line),
+    (kernel_spec.KMSG, kmsg.parse_kmsg_record),
+    (kernel_spec.KMSG_WINDOW, kmsg.parse_kmsg_record),
+    (kernel_spec.DMESG, kmsg.parse_dmesg_raw_line),
+    (kernel_spec.JOURNAL, kmsg.parse_journal_line),
 )
 
 
@@ -32,10 +35,10 @@ _KEYWORDS = ("oom", "Killed process", "memory: usage", "Task in ", "Xid")
 
 
 def _boot_time(src: Source) -> float | None:
-    for member, path in (("kernel/index.json", ("clocks", "boot_time_unix")),
-                         ("host/host.json", ("clocks", "boot_time_from_monotonic_unix")),
-                         ("host/host.json", ("boot_time_unix",)),
-                         ("proc/index.json", ("boot_time_unix",))):
+    for member, path in ((kernel_spec.INDEX, ("clocks", "boot_time_unix")),
+                         (host_spec.FACTS, ("clocks", "boot_time_from_monotonic_unix")),
+                         (host_spec.FACTS, ("boot_time_unix",)),
+                         (procfs_spec.INDEX, ("boot_time_unix",))):
         value = as_float(dig(src.json(member), *path))
         if value is not None:
             return value
@@ -114,3 +117,7 @@ def _add_oom(src: Source, model: Model, node: str, member: str, kill: kmsg.OomKi
         global_oom=kill.scope == "global", usage_bytes=kill.memcg_usage_bytes,
         limit_bytes=kill.memcg_limit_bytes, task_memcg=kill.task_memcg, source="kernel",
         evidence=evidence))
+
+
+# needs: Xid lines name PCI bus ids that resolve to NVML's GPUs
+LOADER = Loader("kernel", load_kernel, needs=("nvml",))

@@ -1,5 +1,5 @@
 """Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
-collector's pure :func:`forensics.collectors.kube.podindex.index_pod`) and the kubelet
+collector's pure :func:`forensics.parsing.podindex.index_pod`) and the kubelet
 pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
@@ -13,16 +13,18 @@ from typing import Any
 
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import dig, parse_time
+from forensics.analysis.loaders.common import Loader, dig, parse_time
 from forensics.analysis.model import Container, Model, OomKill, Pod
 from forensics.analysis.source import Source
-from forensics.collectors.kube.podindex import index_pod
 from forensics.errors import ParseError
+from forensics.parsing.podindex import index_pod
+from forensics.specs import kubernetes as kube_spec
+from forensics.specs import podresources as podresources_spec
 
-__all__ = ["load_kubernetes", "load_kubernetes_events"]
+__all__ = ["LOADER", "load_kubernetes", "load_kubernetes_events"]
 
 _GPU = "nvidia.com/gpu"
-_LIST = "kubernetes/podresources/list.json"
+_LIST = podresources_spec.LIST
 
 
 def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Evidence]]:
@@ -52,7 +54,7 @@ def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Ev
 
 def load_kubernetes(src: Source, model: Model, node: str) -> None:
     load_kubernetes_events(src, model, node)
-    doc = src.json("kubernetes/pods.json")
+    doc = src.json(kube_spec.PODS)
     items = dig(doc, "items")
     if not isinstance(items, list):
         return
@@ -83,7 +85,7 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
             if dev_ids:
                 devs.append((ce.name, tuple(dev_ids)))
             j = spec_index.get(ce.name)
-            ev_spec = src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/spec/containers/{j}/resources", doc) if j is not None else None
+            ev_spec = src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/spec/containers/{j}/resources", doc) if j is not None else None
             evidence = tuple(e for e in (ev_spec, dev_ev) if e is not None)
             grant_ev.extend(evidence)
             alloc = kubernetes_allocation(ce.gpu_limit_count + sum(ce.mig_limits.values()), dev_ids, gpus,
@@ -111,7 +113,7 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                     finished_at=parse_time(ce.last_terminated_finished_at) if not current else None,
                     allocation=alloc, cpu_quota_cores=(ce.cpu_limit_millicores / 1000) if ce.cpu_limit_millicores else None,
                     memory_limit_bytes=ce.memory_limit_bytes,
-                    evidence=(src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/status", doc),),
+                    evidence=(src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/status", doc),),
                     k8s_container_name=ce.name)
             if ce.last_terminated_reason == "OOMKilled" or ce.oom_killed:
                 j2 = status_index.get(ce.name)
@@ -120,11 +122,11 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                 cid = ce.last_container_id if ce.last_terminated_reason == "OOMKilled" else ce.container_id
                 t = parse_time(ce.last_terminated_finished_at) if ce.last_terminated_reason == "OOMKilled" else None
                 model.ooms.append(OomKill(node, t, None, None, cid, entry.uid, False, None, ce.memory_limit_bytes,
-                                          None, "kubernetes", (src.ev_pointer("kubernetes/pods.json", ptr, doc),),
+                                          None, "kubernetes", (src.ev_pointer(kube_spec.PODS, ptr, doc),),
                                           k8s_container_name=ce.name))
         model.pods[entry.uid] = Pod(node, entry.uid, entry.namespace, entry.name, entry.phase or "unknown",
                                     tuple(container_ids), tuple(limits), tuple(devs),
-                                    (src.ev_pointer("kubernetes/pods.json", f"{pod_ptr}/metadata/uid", doc),
+                                    (src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/metadata/uid", doc),
                                      *grant_ev))
 
 
@@ -133,7 +135,7 @@ _OOM_EVENT = re.compile(r"victim process: (?P<comm>[^,]+), pid: (?P<pid>\d+)|Kil
 
 def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
     """Node OOM events (kubelet ``SystemOOM``, node-problem-detector ``OOMKilling``) from ``kubernetes/events.json``."""
-    doc = src.json("kubernetes/events.json")
+    doc = src.json(kube_spec.EVENTS)
     items = dig(doc, "items")
     for i, ev in enumerate(items if isinstance(items, list) else []):
         reason = dig(ev, "reason")
@@ -146,9 +148,13 @@ def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
         t = parse_time(dig(ev, "lastTimestamp")) or parse_time(dig(ev, "series", "lastObservedTime")) or \
             parse_time(dig(ev, "eventTime")) or parse_time(dig(ev, "firstTimestamp"))
         model.ooms.append(OomKill(node, t, pid, comm, None, None, reason == "SystemOOM", None, None, None,
-                                  "kubernetes", (src.ev_pointer("kubernetes/events.json", f"/items/{i}/message", doc),)))
+                                  "kubernetes", (src.ev_pointer(kube_spec.EVENTS, f"/items/{i}/message", doc),)))
 
 
 def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
     from dataclasses import replace
     return replace(c, allocation=alloc, pod_uid=pod_uid, k8s_container_name=k8s_name)
+
+
+# needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's containers
+LOADER = Loader("kubernetes", load_kubernetes, needs=("nvml", "docker"))

@@ -8,19 +8,9 @@ from typing import Any
 from forensics.analysis.loaders.common import as_float, dig, parse_time
 from forensics.analysis.model import Model
 from forensics.analysis.source import Source
+from forensics.specs import Absence, all_specs
 
 __all__ = ["load_manifest"]
-
-# What a missing collector costs the analysis.
-_MISSING_MEANS = {
-    "nvml": "no NVML data: GPU attribution not possible",
-    "procfs": "no /proc data: GPU processes cannot be joined to containers",
-    "docker": "no Docker data: container GPU allocations unknown",
-    "cgroups": "no cgroup data: CPU throttling and pressure cannot be assessed",
-    "kernel": "no kernel log: OOM kills and Xid errors cannot be ruled in or out",
-    "kubernetes": "no Kubernetes data: pod allocations and OOMKilled statuses unknown",
-}
-
 
 def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
                   member_hashes: dict[str, str]) -> str:
@@ -73,18 +63,28 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
     return node
 
 
+def _absences() -> list[tuple[str, Absence]]:
+    """Each source whose absence costs the analysis something, in the order its loader runs."""
+    from forensics.analysis.loaders import loader_order  # the package imports this module
+
+    by_name = {spec.name: spec for spec in all_specs()}
+    names = [ld.source for ld in loader_order()]
+    names += [spec.name for spec in all_specs() if spec.name not in names]
+    return [(n, a) for n in names if (a := by_name[n].absence) is not None]
+
+
 def note_missing_sources(model: Model) -> None:
-    """One limitation per needed collector that is absent or failed on a node."""
+    """One limitation per needed collector that is absent or failed on a node (what its absence
+    means, and when it costs nothing, is declared in its spec)."""
+    absences = _absences()
     for node, info in sorted(model.nodes.items()):
-        for name, meaning in _MISSING_MEANS.items():
+        for name, absence in absences:
             status = info.collector_status.get(name)
             if status in ("ok", "partial"):
                 if status == "partial":
                     model.limit(f"{node}: collector {name} was partial: some of its evidence is missing")
                 continue
-            if name == "kubernetes" and status in (None, "unavailable", "skipped"):
-                continue  # not a Kubernetes node: nothing lost
-            if name == "docker" and status in ("unavailable", "skipped") and info.collector_status.get("kubernetes") in ("ok", "partial"):
-                continue  # a containerd/CRI-O Kubernetes node: allocations come from the pods
+            if not absence.costs(status, info.collector_status):
+                continue
             why = f"collector {name} {status}" if status else f"no {name} collector in the bundle"
-            model.limit(f"{node}: {meaning} ({why})")
+            model.limit(f"{node}: {absence.meaning} ({why})")

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from forensics.analysis.loaders.common import as_float, as_int, dig
+from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
 from forensics.analysis.model import Gpu, GpuSample, Model, ProcessGpuSample, XidEvent
 from forensics.analysis.source import Source
+from forensics.specs import nvml as nvml_spec
 
-__all__ = ["load_nvml"]
+__all__ = ["LOADER", "load_nvml"]
 
 _INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
 _QUOTED = ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
@@ -73,7 +74,7 @@ def _sm_by_pid(nvml: Any) -> dict[int, float]:
 
 def load_nvml(src: Source, model: Model, node: str) -> None:
     _pid_namespace(src, model, node)
-    devices_doc = src.json("nvml/devices.json")
+    devices_doc = src.json(nvml_spec.DEVICES)
     devices = dig(devices_doc, "devices")
     for i, dev in enumerate(devices if isinstance(devices, list) else []):
         nvml = dig(dev, "nvml")
@@ -89,10 +90,10 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             node=node, index=index, uuid=uuid, name=name if isinstance(name, str) else "",
             pci_bus_id=pci if isinstance(pci, str) else None, memory_total_bytes=total,
             mig_enabled=isinstance(mig, list) and bool(mig) and mig[0] == 1,
-            evidence=src.ev_pointer("nvml/devices.json", f"/devices/{i}/nvml/nvmlDeviceGetUUID", devices_doc))
+            evidence=src.ev_pointer(nvml_spec.DEVICES, f"/devices/{i}/nvml/nvmlDeviceGetUUID", devices_doc))
     by_index = {g.index: g.uuid for (n, _), g in model.gpus.items() if n == node}
     sampled = False
-    member = "nvml/samples.jsonl"
+    member = nvml_spec.SAMPLES
     for no, line, _raw in src.jsonl(member):
         if line.get("kind", "device") != "device":
             continue
@@ -135,7 +136,7 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
                     node, uuid, pid, t, None, value, line_ref, -1, items.get(pid, -1)))
     if sampled:
         model.node(node).members_used.setdefault("nvml", member)
-        pdoc = src.json("nvml/processes.json")
+        pdoc = src.json(nvml_spec.PROCESSES)
         procs_doc = dig(pdoc, "processes")
         for p in procs_doc if isinstance(procs_doc, list) else []:
             pid = as_int(dig(p, "pid"))
@@ -161,10 +162,10 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         model.gpu_samples.append(GpuSample(
             node, uuid, t, as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu")), used, total,
             _reasons(nvml), as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")),
-            _power_w(nvml), src.ref("nvml/devices.json", 0, dev, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml),
+            _power_w(nvml), src.ref(nvml_spec.DEVICES, 0, dev, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml),
                     pointer=f"/devices/{i}/nvml")))
-        model.node(node).members_used.setdefault("nvml", "nvml/devices.json")
-    pdoc = src.json("nvml/processes.json")
+        model.node(node).members_used.setdefault("nvml", nvml_spec.DEVICES)
+    pdoc = src.json(nvml_spec.PROCESSES)
     pt = as_float(dig(pdoc, "t")) or t
     sm_by_gpu: dict[str, dict[int, float]] = {}
     pdevs = dig(pdoc, "devices")
@@ -182,14 +183,14 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         mig = dig(p, "mig_uuid")
         model.proc_samples.append(ProcessGpuSample(
             node, uuid, pid, pt, as_int(dig(p, "used_memory_bytes")), sm.get(pid),
-            src.ref("nvml/processes.json", 0, p, pointer=f"/processes/{j}"),  # (snapshot: few)
+            src.ref(nvml_spec.PROCESSES, 0, p, pointer=f"/processes/{j}"),  # (snapshot: few)
             mig_uuid=mig if isinstance(mig, str) else None))
         _note_identity(model, node, pid, p)
 
 
 def _pid_namespace(src: Source, model: Model, node: str) -> None:
     """The collector's verdict on NVML's PIDs (``processes.json`` ``pid_namespace``)."""
-    verdict = dig(src.json("nvml/processes.json"), "pid_namespace")
+    verdict = dig(src.json(nvml_spec.PROCESSES), "pid_namespace")
     status = dig(verdict, "status")
     if status == "mismatch":
         model.pid_mismatch_nodes.add(node)
@@ -209,7 +210,7 @@ def _note_identity(model: Model, node: str, pid: int, p: Any) -> None:
 
 
 def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:
-    member = "nvml/events.jsonl"
+    member = nvml_spec.EVENTS
     info = model.nodes.get(node)
     for no, ev, raw in src.jsonl(member):
         decoded = ev.get("mask_decoded")
@@ -225,3 +226,6 @@ def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> N
         gpu = model.gpus.get((node, uuid)) if uuid else None
         model.xids.append(XidEvent(node, as_float(ev.get("t")), xid, gpu.pci_bus_id if gpu else None, uuid,
                                    None, None, f"NVML XidCriticalError {xid}", src.ev_line(member, no, raw)))
+
+
+LOADER = Loader("nvml", load_nvml, needs=())

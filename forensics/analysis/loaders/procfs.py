@@ -12,20 +12,21 @@ import re
 from typing import Any
 
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import as_int, dig
+from forensics.analysis.loaders.common import Loader, as_int, dig
 from forensics.analysis.model import Model, Process
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_proc_cgroup
+from forensics.specs import procfs as procfs_spec
 
-__all__ = ["load_procfs"]
+__all__ = ["LOADER", "load_procfs"]
 
 _PID_DIR = re.compile(r"^proc/(\d+)/cgroup$")
 
 
 def _start_ticks(src: Source, pid: int) -> int | None:
     """Field 22 (starttime) of ``proc/<pid>/stat``."""
-    lines = src.text_lines(f"proc/{pid}/stat")
+    lines = src.text_lines(procfs_spec.pid_member(pid, "stat"))
     if not lines or ")" not in lines[0]:
         return None
     fields = lines[0][lines[0].rindex(")") + 2:].split()
@@ -49,7 +50,7 @@ def check_pid_reuse(model: Model, node: str) -> None:
 def _visible_devices(src: Source, pid: int) -> tuple[str | None, Evidence | None]:
     """NVIDIA_VISIBLE_DEVICES from ``proc/<pid>/environ`` (NUL-separated; set by the runtime even
     when it came through the OCI spec rather than the container's Config.Env)."""
-    member = f"proc/{pid}/environ"
+    member = procfs_spec.pid_member(pid, "environ")
     if not src.has(member):
         return None, None
     try:
@@ -64,12 +65,12 @@ def _visible_devices(src: Source, pid: int) -> tuple[str | None, Evidence | None
 
 
 def _comm(src: Source, pid: int) -> str:
-    lines = src.text_lines(f"proc/{pid}/stat")
+    lines = src.text_lines(procfs_spec.pid_member(pid, "stat"))
     if lines:
         text = lines[0]
         if "(" in text and ")" in text:
             return text[text.index("(") + 1: text.rindex(")")]
-    status = src.text_lines(f"proc/{pid}/status") or []
+    status = src.text_lines(procfs_spec.pid_member(pid, "status")) or []
     for line in status:
         if line.startswith("Name:"):
             return line.split(":", 1)[1].strip()
@@ -82,19 +83,19 @@ def _index_env(src: Source, index: Any, i: int, entry: Any) -> tuple[str | None,
     value = dig(entry, "gpu_env", "NVIDIA_VISIBLE_DEVICES")
     if not isinstance(value, str):
         return None, None
-    return value, src.ev_pointer("proc/index.json", f"/processes/{i}/gpu_env/NVIDIA_VISIBLE_DEVICES", index)
+    return value, src.ev_pointer(procfs_spec.INDEX, f"/processes/{i}/gpu_env/NVIDIA_VISIBLE_DEVICES", index)
 
 
 def load_procfs(src: Source, model: Model, node: str) -> None:
     """Fill ``model.processes`` for every PID with a stored cgroup file or an index entry."""
-    index = src.json("proc/index.json")
+    index = src.json(procfs_spec.INDEX)
     entries = dig(index, "processes")
     by_pid: dict[int, tuple[int, Any]] = {}
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
         entry_pid = as_int(dig(entry, "pid"))
         if entry_pid is not None:
             by_pid.setdefault(entry_pid, (i, entry))
-    for member in src.under("proc/"):
+    for member in src.under(procfs_spec.PREFIX):
         m = _PID_DIR.match(member)
         if not m:
             continue
@@ -127,7 +128,7 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
         att = dig(entry, "attribution")
         if not isinstance(att, dict):
             continue
-        ev: Evidence = src.ev_pointer("proc/index.json", f"/processes/{i}/attribution", index)
+        ev: Evidence = src.ev_pointer(procfs_spec.INDEX, f"/processes/{i}/attribution", index)
         cid = att.get("container_id") if isinstance(att.get("container_id"), str) else None
         uid = att.get("pod_uid") if isinstance(att.get("pod_uid"), str) else None
         path = att.get("cgroup_path") if isinstance(att.get("cgroup_path"), str) else None
@@ -140,3 +141,7 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
             node, pid, comm if isinstance(comm, str) else "", path, cid, uid, (ev,), reason,
             as_int(dig(entry, "start_time_ticks")), visible, visible_ev)
     check_pid_reuse(model, node)
+
+
+# needs: NVML's PID-namespace verdict decides which PIDs are comparable
+LOADER = Loader("procfs", load_procfs, needs=("nvml",))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
+from forensics.specs.podresources import DEFAULT_SOCKET
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -33,7 +34,7 @@ __all__ = [
     "fetch",
 ]
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own limit for this API
 METHODS = ("List", "GetAllocatableResources")
 

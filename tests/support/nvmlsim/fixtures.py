@@ -71,7 +71,7 @@ def make_ctx(root: Path, lib: Path | None, **options: Any) -> CollectContext:
 def snapshot(sc: Scenario, tmp_path: Path, lib: Path, collector: Any = None,
              name: str = "stage") -> tuple[CollectContext, dict[str, Any]]:
     """Run the nvml collector's snapshot in this process; return its context and members (parsed)."""
-    from forensics.collectors.nvml import NvmlCollector
+    from forensics.collectors.nvml.nvml import NvmlCollector
 
     activate(sc.write(tmp_path / f"{name}.tsv"))
     root = tmp_path / name

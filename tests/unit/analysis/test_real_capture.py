@@ -12,7 +12,7 @@ from forensics.analysis import analyze_bundles
 from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
 from forensics.collectors.cgroups import CgroupsCollector
-from forensics.collectors.nvml import NvmlCollector
+from forensics.collectors.nvml.nvml import NvmlCollector
 from forensics.collectors.procfs import ProcfsCollector
 from tests.support.nvmlsim import Scenario, activate
 from tests.support.nvmlsim import fixtures as nvf

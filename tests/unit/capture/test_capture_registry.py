@@ -12,7 +12,12 @@ import pytest
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.capture.context import CaptureOptions, CollectContext, Collector, Tick, merge_hints
-from forensics.capture.registry import COLLECTOR_MODULES, BrokenCollector, load_collectors
+from forensics.capture.registry import (
+    COLLECTOR_MODULES,
+    BrokenCollector,
+    collector_name,
+    load_collectors,
+)
 from forensics.capture.runner import CaptureResult
 
 PKG = "gf_test_collectors"
@@ -80,7 +85,7 @@ class TestRegistry:
 
     def test_registry_lists_volatile_sources_first(self) -> None:
         """RFC 3227: GPU process tables before containers, processes and cgroups; host facts last."""
-        short = [m.rsplit(".", 1)[1] for m in COLLECTOR_MODULES]
+        short = [collector_name(m) for m in COLLECTOR_MODULES]
         assert short[0] == "nvml" and short[-1] == "host"
         assert short.index("procfs") < short.index("kernel") < short.index("kubernetes")
 

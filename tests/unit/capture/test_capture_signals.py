@@ -121,7 +121,7 @@ _SCRIPT = textwrap.dedent('''
                     time.sleep(3600)
 
     host = [c for c in load_collectors() if c.name == "host"]
-    runner.load_collectors = lambda: host + [Test()]
+    runner.load_collectors = lambda **_: host + [Test()]
     from forensics.cli import main
     main(["capture", "-o", out, "--quiet"])
 ''')

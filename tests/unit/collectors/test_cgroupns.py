@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from forensics.capture.context import Tick
-from forensics.collectors.cgroupns import (
+from forensics.collectors.cgroups import CgroupsCollector
+from forensics.collectors.hostfs.cgroupns import (
     ENV_CGROUP_ROOT,
     NamespaceResolver,
     cgroup_root_option,
     find_own_cgroup,
     host_hierarchies,
 )
-from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.procfs import ProcfsCollector
 from forensics.errors import SourceUnavailable
 from forensics.parsing.attribution import relative_to
@@ -382,7 +382,7 @@ def test_absolute_hints_are_not_rewritten(tmp_path: Path) -> None:
 def test_processes_read_later_are_resolved_too(tmp_path: Path) -> None:
     """A PID read outside the /proc scan (a hinted PID, a process born during the window) goes
     through the same resolution."""
-    from forensics.collectors.cgroupns import make_resolver
+    from forensics.collectors.hostfs.cgroupns import make_resolver
 
     root = host_v2(tmp_path)
     proc = v2_proc(tmp_path)
@@ -395,3 +395,22 @@ def test_processes_read_later_are_resolved_too(tmp_path: Path) -> None:
     assert record["files"] == "written"
     assert record["host_cgroup_paths"] == {"unified": PEER_V2}
     assert record["host_attribution"]["cgroup_path"] == PEER_V2  # type: ignore[index]
+
+
+def test_docker_container_pids_are_read_under_the_cgroup_root(tmp_path: Path) -> None:
+    """The docker collector honours ``cgroups.root`` as procfs and cgroups do: a container's
+    namespace-relative cgroup path is resolved and its ``cgroup.procs`` read in the host tree."""
+    from forensics.collectors.docker.pids import container_processes
+    from forensics.collectors.hostfs.mounts import host_cgroup_mounts
+
+    root = host_v2(tmp_path)
+    proc = v2_proc(tmp_path)
+    ctx = make_context(tmp_path / "stage", extra={"cgroups.root": str(root)})
+    mounts, resolver = host_cgroup_mounts(ctx, str(proc))
+    assert resolver is not None and [m.mount_point for m in mounts] == [str(root)]
+    res = container_processes(5151, mounts, proc_root=str(proc), container_id=JOB_ID, resolver=resolver)
+    assert res["cgroup_paths"] == {"unified": JOB_V2}
+    assert set(res["pids"]) == {"5151", "5152"} and res["errors"] == {}
+    # without the root, the namespace view names no directory this capture can read
+    res = container_processes(5151, (), proc_root=str(proc), container_id=JOB_ID)
+    assert res["pids"] == {}

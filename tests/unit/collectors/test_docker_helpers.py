@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.redact import Redactor
-from forensics.collectors.docker import _parse_docker_time
-from forensics.collectors.docker_pids import container_processes, merge_pids
-from forensics.collectors.docker_redact import redact_container, redact_listing, redact_top
+from forensics.collectors.docker.docker import _parse_docker_time
+from forensics.collectors.docker.pids import container_processes, merge_pids
+from forensics.collectors.docker.redact import redact_container, redact_listing, redact_top
 from forensics.parsing.cgroupfs import parse_cgroup_mounts
 
 CID = "1949ad951dca5b0e8155513647f7e531501f57d38c6cd0c2f60e40891dac83e1"
@@ -132,16 +132,16 @@ class _FakeTopClient:
 
 
 def test_top_falls_back_without_ps_args() -> None:
-    from forensics.collectors.docker import _top
+    from forensics.collectors.docker.engine import top
     from forensics.parsing.docker_top import TOP_PS_ARGS
 
     ok = _FakeTopClient(None)
-    assert _top(ok, CID)["Processes"] == [["1"]] and ok.calls == [TOP_PS_ARGS]
+    assert top(ok, CID)["Processes"] == [["1"]] and ok.calls == [TOP_PS_ARGS]
     podman = _FakeTopClient(500)
-    assert _top(podman, CID)["Titles"] == ["PID"] and podman.calls == [TOP_PS_ARGS, None]
+    assert top(podman, CID)["Titles"] == ["PID"] and podman.calls == [TOP_PS_ARGS, None]
     gone = _FakeTopClient(404)
     try:
-        _top(gone, CID)
+        top(gone, CID)
     except _TopRefused:
         pass
     else:
@@ -149,7 +149,7 @@ def test_top_falls_back_without_ps_args() -> None:
 
 
 class _FakeLogsClient:
-    """Stands in for the APIClient internals ``_logs`` uses; any inspect is a failure."""
+    """Stands in for the APIClient internals ``logs`` uses; any inspect is a failure."""
 
     def __init__(self) -> None:
         self.gets: list[tuple[str, dict[str, Any]]] = []
@@ -173,11 +173,11 @@ class _FakeLogsClient:
 def test_logs_uses_the_known_tty_and_no_second_inspect() -> None:
     from datetime import UTC, datetime
 
-    from forensics.collectors.docker import _logs
+    from forensics.collectors.docker.engine import logs
 
     client = _FakeLogsClient()
     since = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
-    assert _logs(client, CID, since, 1000, tty=True).endswith(b"hello\n")
+    assert logs(client, CID, since, 1000, tty=True).endswith(b"hello\n")
     assert client.tty == [True]
     url, params = client.gets[0]
     assert url == f"/containers/{CID}/logs"
@@ -199,10 +199,10 @@ class _OldEngineStats:
 
 
 def test_stats_without_one_shot_is_recorded() -> None:
-    from forensics.collectors.docker import _stats
+    from forensics.collectors.docker.engine import stats
 
     client = _OldEngineStats()
     fallbacks: dict[str, str] = {}
-    assert _stats(client, CID, fallbacks)["id"] == CID
+    assert stats(client, CID, fallbacks)["id"] == CID
     assert client.calls == [{"stream": False, "one_shot": True}, {"stream": False}]
     assert "precpu_stats filled" in fallbacks[CID]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.collectors.kubernetes import KubernetesCollector
+from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import gpu_node_scenario
@@ -71,10 +71,10 @@ class TestFullCapture:
         raw_id = raw_status["status"]["containerStatuses"][0]["containerID"]
         assert raw_id == f"containerd://{server['container_id']}" and len(server["container_id"]) == 64
         assert server["restart_count"] == 3 and server["memory_limit_bytes"] == 24 * 2**30
-        # hints for the collectors after this one
-        assert sorted(staged.ctx.published["pod_uids"]) == sorted(p["uid"] for p in index["pods"])
-        assert server["container_id"] in staged.ctx.published["container_ids"]
-        assert server["last_container_id"] in staged.ctx.published["container_ids"]
+        # the index names every container, the restarted one's previous id too
+        assert server["container_id"] in index["container_ids"]
+        assert server["last_container_id"] in index["container_ids"]
+        assert staged.ctx.published == {}  # no later collector reads pod uids or container ids
 
     def test_events_of_node_and_its_pods_within_window(self, tmp_path, kube_api):
         api, kubeconfig = kube_api
@@ -266,7 +266,7 @@ class TestConfiguration:
 
 
 def test_pagination_follows_continue(tmp_path, clean_kube_env):
-    from forensics.collectors.kube.api import KubeAPI, load_config
+    from forensics.collectors.kubernetes.api import KubeAPI, load_config
 
     with KubeAPIServer(gpu_node_scenario(extra_pods=9)) as api:
         loaded = load_config(str(write_kubeconfig(tmp_path / "kc", api.url)), None)
@@ -285,7 +285,7 @@ class TestInCluster:
     def in_cluster(self, tmp_path, clean_kube_env, monkeypatch):
         import kubernetes.config.incluster_config as incluster
 
-        import forensics.collectors.kube.api as kube_api_module
+        import forensics.collectors.kubernetes.api as kube_api_module
 
         token, cert = tmp_path / "token", tmp_path / "ca.crt"
         token.write_text("sa-token-abc")
@@ -297,7 +297,7 @@ class TestInCluster:
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
 
     def test_service_account_is_used_in_a_pod(self, in_cluster, tmp_path, monkeypatch):
-        from forensics.collectors.kube.api import load_config
+        from forensics.collectors.kubernetes.api import load_config
 
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")))
         loaded = load_config(None, None)
@@ -307,7 +307,7 @@ class TestInCluster:
         assert loaded.configuration.retries is False
 
     def test_explicit_kubeconfig_wins(self, in_cluster, tmp_path):
-        from forensics.collectors.kube.api import load_config
+        from forensics.collectors.kubernetes.api import load_config
 
         kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
         loaded = load_config(str(kc), None)
@@ -324,7 +324,7 @@ def test_objects_can_be_replaced_between_captures(tmp_path, kube_api):
                                   limits={"nvidia.com/gpu": "1"})])
     api.set_objects(pods=[pod], events=[])
     staged = run(tmp_path, kubeconfig)
-    assert staged.ctx.published["container_ids"] == [real_id]
+    assert list(staged.json("kubernetes/pods-index.json")["container_ids"]) == [real_id]
     assert staged.json("kubernetes/events.json")["items"] == []
     with pytest.raises(TypeError):
         api.set_objects(configmaps=[])

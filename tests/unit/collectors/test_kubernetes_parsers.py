@@ -12,16 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.bundle.redact import Redactor
-from forensics.collectors.kube.events import event_time, parse_time, select_events
-from forensics.collectors.kube.podindex import build_pods_index, index_pod, split_container_id
-from forensics.collectors.kube.quantity import (
+from forensics.collectors.kubernetes.events import event_time, parse_time, select_events
+from forensics.collectors.kubernetes.redaction import LAST_APPLIED, redact_pod
+from forensics.errors import ParseError
+from forensics.parsing.podindex import build_pods_index, index_pod, split_container_id
+from forensics.parsing.quantity import (
     parse_quantity,
     quantity_bytes,
     quantity_count,
     quantity_millicores,
 )
-from forensics.collectors.kube.redaction import LAST_APPLIED, redact_pod
-from forensics.errors import ParseError
 from tests.support.kube_objects import ContainerSpec, gpu_node_scenario, make_event, make_pod
 
 NOW = datetime(2026, 11, 29, 14, 5, tzinfo=UTC)

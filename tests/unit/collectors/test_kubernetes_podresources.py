@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from forensics.collectors.podresources.client import check_socket, fetch
-from forensics.collectors.podresources_collector import PodResourcesCollector
+from forensics.collectors.podresources.collector import PodResourcesCollector
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from tests.support.kube_objects import gpu_node_scenario
 from tests.support.kube_testing import Staged, make_ctx

@@ -12,8 +12,8 @@ from typing import Any
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.capture.context import CaptureOptions, CollectContext
-from forensics.collectors.docker_redact import redact_container, redact_events, redact_listing
-from forensics.collectors.kube.redaction import LAST_APPLIED, redact_pod
+from forensics.collectors.docker.redact import redact_container, redact_events, redact_listing
+from forensics.collectors.kubernetes.redaction import LAST_APPLIED, redact_pod
 
 PSEUDO = re.compile(r"<redacted:[0-9a-f]{16}>")
 TOKEN = "tok-unit-5f2e9a"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forensics.collectors.nvml_decode import (
+from forensics.collectors.nvml.decode import (
     CLOCKS_EVENT_REASONS,
     EVENT_TYPES,
     decode_bitmask,
@@ -20,7 +20,7 @@ from forensics.collectors.nvml_decode import (
     to_jsonable,
     xid_description,
 )
-from forensics.collectors.nvml_errors import (
+from forensics.collectors.nvml.errors import (
     REASONS,
     MissingValue,
     missing_from,

@@ -90,7 +90,7 @@ def test_a_snapshot_killed_from_outside_keeps_every_device_read_before_the_hang(
     pid = os.fork()
     if pid == 0:  # the collector, with all the time in the world: only a kill stops it
         try:
-            from forensics.collectors.nvml import NvmlCollector
+            from forensics.collectors.nvml.nvml import NvmlCollector
 
             ctx = nvf.make_ctx(root, sim_lib, timeout_s=300.0, extra={"nvml.call_timeout_s": "300"})
             NvmlCollector().snapshot(ctx)

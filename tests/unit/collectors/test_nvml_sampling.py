@@ -11,7 +11,7 @@ import pytest
 
 from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
-from forensics.collectors.nvml import NvmlCollector
+from forensics.collectors.nvml.nvml import NvmlCollector
 from tests.support.nvmlsim import Scenario, activate
 from tests.support.nvmlsim import fixtures as nvf
 

@@ -12,7 +12,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from forensics.collectors.nvml import NvmlCollector, assess_pid_namespace
+from forensics.collectors.nvml.nvml import NvmlCollector, assess_pid_namespace
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from tests.support.nvmlsim import Scenario, fixtures, subprocess_env
 from tests.support.nvmlsim.fixtures import find_bundle_dir, make_ctx, snapshot
@@ -146,7 +146,9 @@ class TestEveryFieldDecoded:
         assert len({u["timeStamp"] for u in util}) == len(util) >= 3
         assert doc["pid_namespace"]["status"] == "host"
         assert sorted(ctx.published["pids"]) == sorted({os.getpid(), os.getppid()})
-        assert ctx.published["gpu_pci_bus_ids"] == ["00000000:3B:00.0", "00000000:BE:00.0"]
+        assert [d["nvml"]["nvmlDeviceGetPciInfo_v3"]["value"]["busId"] for d in m["devices.json"]["devices"]] == [
+            "00000000:3B:00.0", "00000000:BE:00.0"]
+        assert set(ctx.published) == {"pids"}
 
     def test_mig_devices_and_their_processes(self, sim_lib: Path, tmp_path: Path) -> None:
         _ctx, m = snapshot(full_scenario(), tmp_path, sim_lib)
@@ -230,8 +232,8 @@ class TestErrorsPerCall:
         assert m["devices.json"]["devices"][1]["nvml"]["nvmlDeviceGetHandleByIndex_v2"]["missing"] == "gpu_is_lost"
         assert "value" in m["devices.json"]["devices"][0]["nvml"]["nvmlDeviceGetUUID"]
         assert ctx.partial_reasons == ["GPU is lost: GPU 1"]
-        assert ctx.published["gpu_pci_bus_ids"] == [m["devices.json"]["devices"][0]["nvml"]
-                                                    ["nvmlDeviceGetPciInfo_v3"]["value"]["busId"]]
+        assert "value" in m["devices.json"]["devices"][0]["nvml"]["nvmlDeviceGetPciInfo_v3"]
+        assert "nvmlDeviceGetPciInfo_v3" not in m["devices.json"]["devices"][1]["nvml"]
 
     def test_absent_feature_is_not_supported(self, sim_lib: Path, tmp_path: Path) -> None:
         sc = Scenario().add_gpu(ecc=False, remapped_rows=None, accounting=None, pcie_replay_counter=None)
@@ -294,7 +296,7 @@ class TestLibrary:
     def test_no_driver_on_the_default_search_is_unavailable(self, tmp_path: Path) -> None:
         """A fresh interpreter (pynvml not preloaded) on this GPU-less machine."""
         code = (
-            "from forensics.collectors.nvml import NvmlCollector\n"
+            "from forensics.collectors.nvml.nvml import NvmlCollector\n"
             "from tests.support.nvmlsim.fixtures import make_ctx\n"
             "from forensics.errors import SourceUnavailable\n"
             "import pathlib, sys\n"

@@ -6,12 +6,9 @@ import os
 import time
 from pathlib import Path
 
-from forensics.collectors.procfs import (
-    ProcfsCollector,
-    ScanStats,
-    describe_os_error,
-    scan_proc_cgroups,
-)
+from forensics.collectors.hostfs.files import describe_os_error
+from forensics.collectors.hostfs.proc import ScanStats, scan_proc_cgroups
+from forensics.collectors.procfs import ProcfsCollector
 from tests.support.host_evidence import (
     DOCKER_ID,
     DOCKER_SCOPE,
@@ -41,8 +38,8 @@ def test_pids_of_interest_attribution_and_hints(tmp_path: Path) -> None:
     assert by_pid[4242]["start_time"].startswith("2026-")
     assert index["scan"]["scanned"] == 3
     assert ctx.published["cgroup_paths"] == [DOCKER_SCOPE, POD_SCOPE]
-    assert ctx.published["container_ids"] == [DOCKER_ID, POD_CONTAINER_ID]
-    assert ctx.published["pod_uids"] == [POD_UID]
+    assert [by_pid[p]["attribution"]["container_id"] for p in (4242, 5151)] == [DOCKER_ID, POD_CONTAINER_ID]
+    assert set(ctx.published) == {"cgroup_paths", "procfs_recorded_pids"}  # ids and uids: nobody reads them
 
 
 def test_raw_files_verbatim_and_cmdline_redacted(tmp_path: Path) -> None:

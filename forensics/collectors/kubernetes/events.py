@@ -10,10 +10,11 @@ node's kubelet (``source.host``: pods deleted since), or the Node itself.
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from forensics.errors import ParseError
+from forensics.parsing.timestamps import parse_iso
 
 __all__ = ["event_time", "parse_time", "select_events"]
 
@@ -22,16 +23,12 @@ def parse_time(value: Any) -> datetime:
     """metav1.Time / MicroTime (RFC 3339, ``Z`` or offset, optional fraction) -> aware UTC."""
     if not isinstance(value, str) or not value:
         raise ParseError(f"not a timestamp: {value!r}")
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise ParseError(f"not a timestamp: {value!r}") from None
-    if t.tzinfo is None:
-        raise ParseError(f"timestamp without a zone: {value!r}")
-    return t.astimezone(UTC)
+    t = parse_iso(value, require_zone=True)
+    if t is None:
+        if parse_iso(value) is not None:
+            raise ParseError(f"timestamp without a zone: {value!r}")
+        raise ParseError(f"not a timestamp: {value!r}")
+    return t
 
 
 def event_time(event: Any) -> datetime | None:

@@ -1,6 +1,7 @@
 """A container's host PIDs from the kernel's view, for the docker collector.
 
-Sources: ``/proc/self/mountinfo`` (where each cgroup hierarchy is mounted),
+Sources: ``/proc/self/mountinfo`` (where each cgroup hierarchy is mounted; the ``cgroups.root``
+tree instead when that is set),
 ``/proc/<State.Pid>/cgroup`` (the main process's cgroup in every hierarchy), each hierarchy's
 ``cgroup.procs`` (every process in the container: children of the main process and ``docker
 exec`` processes alike), merged with ``docker top`` rows and exec sessions' PIDs.
@@ -9,48 +10,28 @@ exec`` processes alike), merged with ``docker top`` rows and exec sessions' PIDs
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.collectors.docker_calls import describe_error
+from forensics.collectors.hostfs.cgroupns import NamespaceResolver
+from forensics.collectors.hostfs.files import describe_os_error, read_text
+from forensics.collectors.hostfs.mounts import cgroup_dirs
 from forensics.errors import ParseError
-from forensics.parsing.attribution import parse_proc_cgroup
-from forensics.parsing.cgroupfs import CgroupMount, parse_cgroup_mounts
+from forensics.parsing.cgroupfs import CgroupMount
 from forensics.parsing.docker_top import parse_top
+from forensics.parsing.timestamps import parse_iso_unix
 
-__all__ = ["cgroup_dirs", "cgroup_mounts", "container_processes", "merge_pids", "read_text"]
-
-
-def cgroup_dirs(cgroup_text: str, mounts: tuple[CgroupMount, ...]) -> dict[str, tuple[str, str]]:
-    """hierarchy label -> (cgroup path, directory) for every line of /proc/<pid>/cgroup."""
-    out: dict[str, tuple[str, str]] = {}
-    for line in parse_proc_cgroup(cgroup_text):
-        label = ",".join(line.controllers) if line.controllers else "unified"
-        want = set(line.controllers)
-        for m in mounts:
-            if (line.is_v2 and m.version == 2) or (not line.is_v2 and m.version == 1
-                                                   and want and want == set(m.controllers)):
-                root = m.root.rstrip("/")
-                if root and not line.path.startswith(root + "/") and line.path != root:
-                    continue
-                rel = line.path[len(root):] if root else line.path
-                out[label] = (line.path, m.mount_point.rstrip("/") + rel)
-                break
-    return out
-
-
-def read_text(path: str, limit: int = 4 << 20) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read(limit)
+__all__ = ["container_processes", "merge_pids"]
 
 
 def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
-                        proc_root: str = "/proc", container_id: str | None = None) -> dict[str, Any]:
+                        proc_root: str = "/proc", container_id: str | None = None,
+                        resolver: NamespaceResolver | None = None) -> dict[str, Any]:
     """Every PID in the cgroups of ``state_pid`` (all hierarchies), with the files read.
 
     Source: ``/proc/<State.Pid>/cgroup``, then ``<mount>/<path>/cgroup.procs`` per hierarchy.
-    With ``container_id``, the cgroup file must name it: otherwise this /proc is not the
+    The mounts and resolver are :func:`forensics.collectors.hostfs.mounts.host_cgroup_mounts`'s
+    (``--set cgroups.root`` honoured). With ``container_id``, the cgroup file must name it: otherwise this /proc is not the
     engine's host (a remote engine, or another PID namespace) and the PID means something else.
     """
     result: dict[str, Any] = {"state_pid": state_pid, "cgroup_paths": {}, "pids": {},
@@ -58,7 +39,7 @@ def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
     try:
         text = read_text(f"{proc_root}/{state_pid}/cgroup")
     except OSError as exc:
-        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = describe_error(exc)
+        result["errors"][f"{proc_root}/{state_pid}/cgroup"] = describe_os_error(exc)
         return result
     result["proc_cgroup"] = text
     if container_id is not None and container_id not in text:
@@ -67,7 +48,7 @@ def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
             "another PID namespace); PIDs not attributed")
         return result
     try:
-        dirs = cgroup_dirs(text, mounts)
+        dirs = cgroup_dirs(text, mounts, resolver)
     except ParseError as exc:
         result["errors"][f"{proc_root}/{state_pid}/cgroup"] = str(exc)
         return result
@@ -78,20 +59,13 @@ def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
         try:
             content = read_text(procs)
         except OSError as exc:
-            result["errors"][procs] = describe_error(exc)
+            result["errors"][procs] = describe_os_error(exc)
             continue
         for tok in content.split():
             if tok.isdigit():
                 pids.setdefault(int(tok), []).append(procs)
     result["pids"] = {str(p): sorted(set(srcs)) for p, srcs in sorted(pids.items())}
     return result
-
-
-def cgroup_mounts() -> tuple[CgroupMount, ...]:
-    try:
-        return parse_cgroup_mounts(read_text("/proc/self/mountinfo"))
-    except (OSError, ParseError):
-        return ()
 
 
 def merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | None,
@@ -114,9 +88,7 @@ def merge_pids(procs: Mapping[str, Any] | None, top_doc: Any, top_time: str | No
         except ParseError as exc:
             out["errors"]["top"] = str(exc)
             rows = ()
-        top_unix = None
-        if top_time:
-            top_unix = datetime.fromisoformat(top_time.rstrip("Z")).replace(tzinfo=UTC).timestamp()
+        top_unix = parse_iso_unix(top_time) if top_time else None
         for row in rows:
             rec = pids.setdefault(row.pid, {"sources": []})
             rec["sources"].append("top")

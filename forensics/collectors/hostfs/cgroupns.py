@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.capture.context import CollectContext
-from forensics.collectors.procfs import describe_os_error, read_small
+from forensics.collectors.hostfs.files import describe_os_error, read_small
 from forensics.errors import ParseError
 from forensics.parsing.attribution import namespace_root, parse_proc_cgroup, resolve_relative
+from forensics.specs.cgroups import SPEC as CGROUPS
 
 __all__ = [
     "ENV_CGROUP_ROOT",
@@ -42,7 +43,7 @@ __all__ = [
     "host_hierarchies",
 ]
 
-OPTION_CGROUP_ROOT = "cgroups.root"
+OPTION_CGROUP_ROOT = "cgroups.root"  # the spec's setting, as --set spells it
 ENV_CGROUP_ROOT = "GPUFORENSICS_CGROUP_ROOT"
 DEFAULT_SEARCH_DEPTH = 6
 DEFAULT_SEARCH_DIRS = 5000
@@ -54,7 +55,7 @@ _PREFERENCE = ("unified", "memory", "cpu,cpuacct", "cpu", "pids", "cpuacct")
 def cgroup_root_option(ctx: CollectContext) -> tuple[str | None, str | None]:
     """The host cgroup root to read and where it came from: ``--set cgroups.root=DIR`` first,
     then the environment variable; ``(None, None)`` when neither is set (or both are empty)."""
-    value = ctx.options.extra.get(OPTION_CGROUP_ROOT, "").strip()
+    value = (CGROUPS.read_settings(ctx.options.extra).root or "").strip()
     if value:
         return value.rstrip("/") or "/", f"--set {OPTION_CGROUP_ROOT}"
     value = os.environ.get(ENV_CGROUP_ROOT, "").strip()

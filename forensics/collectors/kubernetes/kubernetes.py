@@ -29,14 +29,15 @@ from datetime import timedelta
 from typing import Any
 
 from forensics.capture.context import CollectContext
-from forensics.collectors.kube.events import select_events
-from forensics.collectors.kube.podindex import build_pods_index
-from forensics.collectors.kube.redaction import redact_pod_list
+from forensics.collectors.kubernetes.events import select_events
+from forensics.collectors.kubernetes.redaction import redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
+from forensics.parsing.podindex import build_pods_index
+from forensics.specs import kubernetes as kspec
+from forensics.specs.kubernetes import SPEC
 
 __all__ = ["COLLECTOR", "KubernetesCollector"]
 
-PREFIX = "kubernetes"
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 # events are listed per namespace unless the node's pods span more namespaces than this
 MAX_EVENT_NAMESPACES = 20
@@ -48,25 +49,25 @@ class KubernetesCollector:
     See the module docstring. ``call_timeout_s`` bounds each call, ``budget_s`` all of them.
     """
 
-    name = "kubernetes"
-    order = 60
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 45.0
 
-    def __init__(self, call_timeout_s: float = 10.0, connect_timeout_s: float = 3.0,
-                 budget_s: float = 40.0) -> None:
+    def __init__(self, call_timeout_s: float | None = None, connect_timeout_s: float = 3.0,
+                 budget_s: float | None = None) -> None:
+        # None: the spec's default; ``--set kubernetes.*`` wins over both
         self.call_timeout_s = call_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.budget_s = budget_s
 
     # ------------------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
-        from forensics.collectors.kube.api import CallFailed, KubeAPI, load_config
+        from forensics.collectors.kubernetes.api import CallFailed, KubeAPI, load_config
 
         opts = ctx.options
-        extra = opts.extra or {}
-        call_timeout = float(extra.get("kubernetes.call_timeout_s", self.call_timeout_s))
-        budget = float(extra.get("kubernetes.budget_s", self.budget_s))
-        deadline = min(time.monotonic() + budget, ctx.deadline - 1.0)
+        settings = SPEC.read_settings(opts.extra, call_timeout_s=self.call_timeout_s, budget_s=self.budget_s)
+        call_timeout = settings.call_timeout_s
+        deadline = min(time.monotonic() + settings.budget_s, ctx.deadline - 1.0)
 
         loaded = load_config(opts.kubeconfig, opts.kube_context)
         api = KubeAPI(loaded, deadline, call_timeout, self.connect_timeout_s)
@@ -79,7 +80,7 @@ class KubernetesCollector:
             # -- the Node ---------------------------------------------------------------------
             try:
                 raw = api.get(f"/api/v1/nodes/{node_name}")
-                ctx.sink.write_bytes(f"{PREFIX}/node.json", raw)
+                ctx.sink.write_bytes(kspec.NODE, raw)
             except CallFailed as exc:
                 if exc.kind == "unreachable" or (exc.kind == "timed-out" and not api.log[:-1]):
                     raise SourceUnavailable(f"Kubernetes API server {api.server} {exc}") from None
@@ -105,18 +106,16 @@ class KubernetesCollector:
             pod_names: set[tuple[str, str]] = set()
             if pod_list is not None:
                 redact_pod_list(pod_list, ctx.redactor)
-                ctx.sink.write_json(f"{PREFIX}/pods.json", pod_list)
+                ctx.sink.write_json(kspec.PODS, pod_list)
                 try:
                     index = build_pods_index(pod_list, node_name)
                 except ParseError as exc:
                     ctx.partial(f"pods-index.json not derived: {exc}")
                 else:
-                    ctx.sink.write_json(f"{PREFIX}/pods-index.json", index)
+                    ctx.sink.write_json(kspec.PODS_INDEX, index)
                     pod_uids = [p["uid"] for p in index["pods"]]
                     pod_names = {(p["namespace"], p["name"]) for p in index["pods"]}
                     namespaces = sorted({ns for ns, _ in pod_names})
-                    ctx.publish("pod_uids", pod_uids)
-                    ctx.publish("container_ids", list(index["container_ids"]))
                     ctx.note(f"{len(pod_uids)} pods, {len(index['gpu_pods'])} with GPU limits, "
                              f"{len(index['oom_killed'])} OOMKilled, {len(index['evicted'])} evicted")
 
@@ -127,7 +126,7 @@ class KubernetesCollector:
             # -- metrics.k8s.io ---------------------------------------------------------------
             self._metrics(ctx, api, node_name, namespaces, pod_names, failures)
         finally:
-            ctx.sink.write_json(f"{PREFIX}/requests.json",
+            ctx.sink.write_json(kspec.REQUESTS,
                                 {"server": api.server, "config": loaded.source,
                                  "requests": [asdict(r) for r in api.log]})
             api.close()
@@ -138,7 +137,7 @@ class KubernetesCollector:
 
     # ------------------------------------------------------------------------------------------
     def _node_name(self, ctx: CollectContext, api: Any) -> str:
-        from forensics.collectors.kube.api import CallFailed
+        from forensics.collectors.kubernetes.api import CallFailed
 
         name = ctx.options.node_name or os.environ.get("NODE_NAME")
         if name:
@@ -164,7 +163,7 @@ class KubernetesCollector:
 
     def _events(self, ctx: CollectContext, api: Any, node_name: str, pod_uids: list[str],
                 namespaces: list[str], since: Any, failures: dict[str, Any]) -> None:
-        from forensics.collectors.kube.api import CallFailed
+        from forensics.collectors.kubernetes.api import CallFailed
 
         scopes: list[str | None]
         if len(namespaces) + 1 > MAX_EVENT_NAMESPACES:
@@ -193,7 +192,7 @@ class KubernetesCollector:
             ctx.partial(_summary("events", errors, len(scopes)))
         if len(errors) == len(scopes) or (errors and not listed):
             return
-        ctx.sink.write_json(f"{PREFIX}/events.json", {
+        ctx.sink.write_json(kspec.EVENTS, {
             "apiVersion": "v1", "kind": "EventList", "metadata": {},
             "items": kept,
             "selection": {"node": node_name, "since": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -204,7 +203,7 @@ class KubernetesCollector:
 
     def _metrics(self, ctx: CollectContext, api: Any, node_name: str, namespaces: list[str],
                  pod_names: set[tuple[str, str]], failures: dict[str, Any]) -> None:
-        from forensics.collectors.kube.api import CallFailed
+        from forensics.collectors.kubernetes.api import CallFailed
 
         doc: dict[str, Any] = {"node": None, "pods": None}
         path = f"/apis/{METRICS_GROUP}/{METRICS_VERSION}"
@@ -245,7 +244,7 @@ class KubernetesCollector:
             doc["pods"] = {"apiVersion": f"{METRICS_GROUP}/{METRICS_VERSION}",
                            "kind": "PodMetricsList", "metadata": {}, "items": items}
         if doc["node"] is not None or doc["pods"] is not None:
-            ctx.sink.write_json(f"{PREFIX}/metrics.json", doc)
+            ctx.sink.write_json(kspec.METRICS, doc)
 
 
 def _summary(what: str, errors: list[str], scopes: int) -> str:

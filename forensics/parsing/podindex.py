@@ -18,8 +18,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forensics.collectors.kube.quantity import quantity_bytes, quantity_count, quantity_millicores
 from forensics.errors import ParseError
+from forensics.parsing.quantity import quantity_bytes, quantity_count, quantity_millicores
 
 __all__ = [
     "ContainerEntry",

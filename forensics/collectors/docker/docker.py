@@ -13,7 +13,7 @@ kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`
 - ``GET /exec/{id}/json`` (inspect's ExecIDs)    -> ``docker/containers/<id>/execs/<exec>.json``
 - ``GET /images/{id}/json``                      -> ``docker/images/<hex>/inspect.json``
 - ``GET /events?since=..&until=..``              -> ``docker/events.jsonl`` (one event a line)
-- ``/proc/<State.Pid>/cgroup`` + each hierarchy's ``cgroup.procs`` (forensics.collectors.docker_pids)
+- ``/proc/<State.Pid>/cgroup`` + each hierarchy's ``cgroup.procs`` (forensics.collectors.docker.pids)
   -> ``docker/containers/<id>/processes.json``
 
 Derived: ``docker/engine.json`` (cgroup version and driver, runtimes, default runtime),
@@ -26,8 +26,8 @@ Layout and field meanings: docs/bundle-format/docker.md.
 Containers taken: running (and paused/restarting) ones, plus those created, or exited, within the
 look-back window (``--since``, else capture start minus ``lookback_s``).
 
-Redaction (forensics.collectors.docker_redact) before anything is written; registry auth is
-never read. Calls run in parallel (forensics.collectors.docker_calls) with a per-call timeout and
+Redaction (forensics.collectors.docker.redact) before anything is written; registry auth is
+never read. Calls run in parallel (forensics.collectors.docker.calls) with a per-call timeout and
 a total budget: a wedged engine costs its deadline and the collector reports ``partial`` with
 what it got; no engine is ``unavailable``; an engine that does not answer is ``failed``
 (timed out).
@@ -38,26 +38,33 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from forensics.bundle.format import iso, iso_from_unix
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.docker_calls import (
-    WIDE_WORKERS,
+from forensics.collectors.docker.calls import (
     Call,
     CallPool,
     describe_error,
-    first_line,
     is_race,
 )
-from forensics.collectors.docker_pids import cgroup_mounts, container_processes, merge_pids
-from forensics.collectors.docker_redact import (
+from forensics.collectors.docker.engine import (
+    STATS_REQUEST,
+    StatsStream,
+    connect,
+    image_hex,
+    logs,
+    pool_call_timeout,
+    stats,
+    top,
+)
+from forensics.collectors.docker.pids import container_processes, merge_pids
+from forensics.collectors.docker.redact import (
     redact_container,
     redact_events,
     redact_exec,
@@ -65,18 +72,21 @@ from forensics.collectors.docker_redact import (
     redact_listing,
     redact_top,
 )
+from forensics.collectors.hostfs.mounts import host_cgroup_mounts
 from forensics.errors import (
     ParseError,
-    SourcePermissionDenied,
     SourceTimeout,
     SourceUnavailable,
 )
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
+from forensics.parsing.timestamps import is_zero_time, parse_iso
+from forensics.specs import docker as dspec
+from forensics.specs.docker import SPEC, DockerSettings
+from forensics.specs.hints import CGROUP_PATHS, PIDS
 
 __all__ = ["COLLECTOR", "DockerCollector"]
 
-PREFIX = "docker"
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
@@ -88,65 +98,11 @@ _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them 
 # settings and the client
 
 
-@dataclass(frozen=True)
-class _Settings:
-    docker_host: str | None
-    call_timeout_s: float
-    workers: int
-    stats: bool
-    logs_tail: int
-
-
-def _settings(ctx: CollectContext, default_timeout: float) -> _Settings:
-    extra = ctx.options.extra or {}
-    host = extra.get("docker.host") or os.environ.get("DOCKER_HOST")
-    try:
-        call_timeout = float(extra.get("docker.call_timeout_s", default_timeout))
-        workers = int(extra.get("docker.workers", 8))
-        logs_tail = int(extra.get("docker.logs_tail", 1000))
-    except ValueError:
-        call_timeout, workers, logs_tail = default_timeout, 8, 1000
-    stats = extra.get("docker.stats", "1").lower() not in ("0", "false", "no", "off")
-    return _Settings(host, max(0.2, call_timeout), max(1, min(workers, 32)), stats,
-                     max(0, min(logs_tail, 100_000)))
-
-
-def _connect(settings: _Settings) -> Any:
-    """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
-    ``--set docker.host=...`` overriding), after it has answered ``/version`` and ``/_ping``;
-    raises SourceUnavailable, SourcePermissionDenied or SourceTimeout otherwise."""
-    try:
-        import docker
-        import docker.errors
-        import requests.exceptions
-    except ImportError as exc:
-        raise SourceUnavailable(f"the docker SDK is not installed ({exc}); pip install docker") from exc
-    where = settings.docker_host or "unix:///var/run/docker.sock (default)"
-    try:
-        env = dict(os.environ)
-        if settings.docker_host:
-            env["DOCKER_HOST"] = settings.docker_host
-        client = docker.from_env(timeout=settings.call_timeout_s, environment=env,
-                                 max_pool_size=settings.workers + WIDE_WORKERS).api
-        client.ping()
-    except (requests.exceptions.Timeout, TimeoutError) as exc:
-        raise SourceTimeout(f"Docker engine at {where} did not answer within "
-                            f"{settings.call_timeout_s:g} s") from exc
-    except docker.errors.DockerException as exc:
-        text = str(exc)
-        if "Permission denied" in text or "PermissionError" in text:
-            raise SourcePermissionDenied(f"Docker engine at {where}: {first_line(text)}") from exc
-        if "Read timed out" in text or "timed out" in text.lower():
-            raise SourceTimeout(f"Docker engine at {where} did not answer within "
-                                f"{settings.call_timeout_s:g} s") from exc
-        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(text)}") from exc
-    except (requests.exceptions.ConnectionError, OSError) as exc:
-        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(str(exc))}") from exc
-    return client
-
-
-# ---------------------------------------------------------------------------------------------
-# the collector
+def _settings(ctx: CollectContext) -> DockerSettings:
+    """The typed ``docker.*`` settings, ``$DOCKER_HOST`` filling an unset host, bounded."""
+    s = SPEC.read_settings(ctx.options.extra)
+    return replace(s, host=s.host or os.environ.get("DOCKER_HOST"), call_timeout_s=max(0.2, s.call_timeout_s),
+                   workers=max(1, min(s.workers, 32)), logs_tail=max(0, min(s.logs_tail, 100_000)))
 
 
 def _window_start(ctx: CollectContext) -> datetime:
@@ -157,142 +113,31 @@ def _window_start(ctx: CollectContext) -> datetime:
 
 def _parse_docker_time(value: Any) -> datetime | None:
     """``2026-11-30T05:31:14.123456789Z`` (nanoseconds) -> datetime; zero time -> None."""
-    if not isinstance(value, str) or not value or value.startswith("0001-"):
+    if not isinstance(value, str) or is_zero_time(value):
         return None
-    text = value.rstrip("Z")
-    if "." in text:
-        head, frac = text.split(".", 1)
-        frac = "".join(c for c in frac if c.isdigit())[:6]
-        text = f"{head}.{frac}" if frac else head
-    try:
-        return datetime.fromisoformat(text).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def _top(client: Any, cid: str) -> Any:
-    """``GET /containers/{id}/top?ps_args=...``; engines whose top does not take ``ps`` options
-    (podman's compatible API has its own descriptors) get a second call without them."""
-    try:
-        return client.top(cid, ps_args=TOP_PS_ARGS)
-    except Exception as exc:  # noqa: BLE001 - narrowed below
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        if status not in (400, 500):
-            raise
-        return client.top(cid)
-
-
-def _logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
-    """``GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&tail=N&since=...``: the last
-    lines of both streams, each prefixed by the engine's RFC 3339 nanosecond timestamp. A log
-    driver that cannot be read back (syslog, fluentd...) gives empty bytes, not an error.
-
-    The request the SDK's ``logs()`` makes, minus the container inspect it makes first to learn
-    ``Config.Tty`` (raw stream, or stdout/stderr frames to demultiplex): the collector has the
-    inspect already, and that second inspect per container cost as much as the logs call.
-    """
-    params: dict[str, Any] = {"stderr": 1, "stdout": 1, "timestamps": 1, "follow": 0,
-                              "tail": tail}
-    since_s = int(since.timestamp())
-    if since_s > 0:
-        params["since"] = since_s
-    try:
-        response = client._get(client._url("/containers/{0}/logs", cid), params=params,
-                               stream=False)
-        data = client._get_result_tty(False, response, tty)
-    except Exception as exc:  # noqa: BLE001 - narrowed below
-        if "does not support reading" in str(exc) or "configured logging driver" in str(exc):
-            return b""
-        raise
-    return data if isinstance(data, bytes) else b""
-
-
-def _image_hex(image_id: str) -> str:
-    return image_id.split(":", 1)[-1]
-
-
-_STATS_REQUEST = ("GET /containers/{id}/stats?stream=0&one-shot=1: one frame; precpu_stats zeroed "
-                  "and preread 0001-01-01 (no CPU delta; samples.jsonl has successive frames)")
-
-
-def _stats(client: Any, cid: str, fallbacks: dict[str, str] | None = None) -> Any:
-    """One stats frame. ``one-shot=1`` (API >= 1.41) returns the engine's next frame without
-    waiting for a second one to fill ``precpu_stats`` (zeroed, so no CPU delta). Engines that
-    reject it get ``stream=0`` alone (two frames, a second more, ``precpu_stats`` filled); those
-    containers are recorded in ``fallbacks``."""
-    try:
-        return client.stats(cid, stream=False, one_shot=True)
-    except Exception as exc:  # noqa: BLE001 - older engines reject one_shot
-        if "one_shot" not in str(exc) and "one-shot" not in str(exc):
-            raise
-        if fallbacks is not None:
-            fallbacks[cid] = f"one-shot rejected ({first_line(str(exc))}): stream=0, precpu_stats filled"
-        return client.stats(cid, stream=False)
-
-
-class _StatsStream:
-    """A streaming ``GET /containers/{id}/stats`` connection read by a daemon thread, which keeps
-    the newest frame. Ends when the container stops, the engine closes it, or ``close()``."""
-
-    def __init__(self, cid: str) -> None:
-        self.cid = cid
-        self.lock = threading.Lock()
-        self.frame: Any = None
-        self.frames = 0
-        self.error: str | None = "no frame yet"
-        self.response: Any = None
-
-    @classmethod
-    def start(cls, client: Any, cid: str) -> _StatsStream:
-        self = cls(cid)
-        threading.Thread(target=self._run, args=(client,), name=f"docker-stats-{cid[:12]}",
-                         daemon=True).start()
-        return self
-
-    def _run(self, client: Any) -> None:
-        try:
-            self.response = client._get(client._url("/containers/{0}/stats", self.cid),
-                                        params={"stream": True}, stream=True)
-            client._raise_for_status(self.response)
-            for frame in client._stream_helper(self.response, decode=True):
-                with self.lock:
-                    self.frame, self.error = frame, None
-                    self.frames += 1
-        except Exception as exc:  # noqa: BLE001 - recorded on the next tick's line
-            with self.lock:
-                self.error = describe_error(exc)
-        else:
-            with self.lock:
-                self.error = "stats stream ended (container stopped?)"
-
-    def close(self) -> None:
-        response = self.response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.close()
+    return parse_iso(value)
 
 
 class DockerCollector:
     """``docker``: inspect, top, stats, image inspect and events of the engine's containers."""
 
-    name = "docker"
-    order = 20
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
-    call_timeout_s = 5.0
 
     def __init__(self) -> None:
         self._sample_client: Any = None
-        self._streams: dict[str, _StatsStream] = {}
+        self._streams: dict[str, StatsStream] = {}
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
-        settings = _settings(ctx, self.call_timeout_s)
+        settings = _settings(ctx)
         # leave a margin before the runner's hard deadline so the index is always written
         budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
-        client = _connect(settings)
+        client = connect(settings)
         pool = CallPool(settings.workers)
         index: dict[str, Any] = {
-            "docker_host": ctx.redactor.text(settings.docker_host or "(docker.from_env default)"),
+            "docker_host": ctx.redactor.text(settings.host or "(docker.from_env default)"),
             "call_timeout_s": settings.call_timeout_s,
             "top_ps_args": TOP_PS_ARGS,
             "stats": settings.stats,
@@ -315,11 +160,11 @@ class DockerCollector:
                 first = failed[0]
                 ctx.partial(f"{len(failed)} of {len(pool.calls)} engine calls failed "
                             f"(first: {first.key[0]} {first.key[1][:12]}: {first.error})")
-            ctx.sink.write_json(f"{PREFIX}/index.json", index)
+            ctx.sink.write_json(dspec.INDEX, index)
             client.close()
 
     def _collect(self, ctx: CollectContext, client: Any, pool: CallPool, budget_end: float,
-                 index: dict[str, Any], settings: _Settings) -> None:
+                 index: dict[str, Any], settings: DockerSettings) -> None:
         start = _window_start(ctx)
         until = datetime.now(UTC)
         pool.submit("info", "engine", client.info)
@@ -334,19 +179,19 @@ class DockerCollector:
         version = wave1.get(("version", "engine"))
         listing = wave1.get(("list", "containers"))
         if isinstance(info, dict):
-            ctx.sink.write_json(f"{PREFIX}/info.json", redact_info(info, ctx))
+            ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
         if isinstance(version, dict):
-            ctx.sink.write_json(f"{PREFIX}/version.json", version)
-        ctx.sink.write_json(f"{PREFIX}/engine.json", _engine_essentials(info, version, index))
+            ctx.sink.write_json(dspec.VERSION, version)
+        ctx.sink.write_json(dspec.ENGINE, _engine_essentials(info, version, index))
         if not isinstance(listing, list):
             err = pool.calls[("list", "containers")].error or "no answer in time"
             if "time" in err.lower() or "budget" in err:
                 raise SourceTimeout(f"container list: {err}")
             raise SourceUnavailable(f"container list failed: {err}")
-        ctx.sink.write_json(f"{PREFIX}/containers.json", redact_listing(listing, ctx))
+        ctx.sink.write_json(dspec.CONTAINERS, redact_listing(listing, ctx))
         stats_fallbacks: dict[str, str] = {}
         if settings.stats:
-            index["stats_request"] = _STATS_REQUEST
+            index["stats_request"] = STATS_REQUEST
             index["stats_not_one_shot"] = stats_fallbacks
 
         chosen = self._choose(listing, start)
@@ -356,14 +201,14 @@ class DockerCollector:
             for c in chosen:
                 if c.get("State") in _RUNNING_STATES:
                     pool.submit("stats", c["Id"],
-                                functools.partial(_stats, client, c["Id"], stats_fallbacks), wide=True)
+                                functools.partial(stats, client, c["Id"], stats_fallbacks), wide=True)
         images: set[str] = set()
         for c in chosen:
             cid = c["Id"]
             running = c.get("State") in _RUNNING_STATES
             pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
             if running:
-                pool.submit("top", cid, functools.partial(_top, client, cid))
+                pool.submit("top", cid, functools.partial(top, client, cid))
             img = c.get("ImageID")
             if isinstance(img, str) and img and img not in images:
                 images.add(img)
@@ -375,7 +220,9 @@ class DockerCollector:
                 index["containers"][str(c.get("Id"))] = {
                     "taken": False, "why": f"over the cap of {_MAX_CONTAINERS} newest containers"}
 
-        mounts = cgroup_mounts()
+        mounts, resolver = host_cgroup_mounts(ctx)
+        if resolver is not None and resolver.error is not None:
+            ctx.note(f"cgroup root from {resolver.origin}: {resolver.error}; container PIDs from top only")
         scratch: dict[str, dict[str, Any]] = {}
         inspects: dict[str, dict[str, Any]] = {}
         image_docs: dict[str, dict[str, Any]] = {}
@@ -391,7 +238,7 @@ class DockerCollector:
             if kind == "inspect":
                 doc = redact_container(result, ctx)
                 inspects[subject] = doc
-                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/inspect.json", doc)
+                ctx.sink.write_json(dspec.container_member(subject, "inspect.json"), doc)
                 raw_state = doc.get("State")
                 state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
                 finished = _parse_docker_time(state.get("FinishedAt"))
@@ -403,18 +250,18 @@ class DockerCollector:
                     raw_config = doc.get("Config")
                     config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
                     pool.submit("logs", subject, functools.partial(
-                        _logs, client, subject, start, settings.logs_tail,
+                        logs, client, subject, start, settings.logs_tail,
                         bool(config.get("Tty"))))
                 if doc.get("State", {}).get("Running") and doc["State"].get("Pid"):
                     procs = container_processes(int(doc["State"]["Pid"]), mounts,
-                                                container_id=subject)
+                                                container_id=subject, resolver=resolver)
                     scratch.setdefault(subject, {})["cgroup"] = procs
                     for exec_id in (doc.get("ExecIDs") or [])[:_MAX_EXECS]:
                         if isinstance(exec_id, str) and exec_id.isalnum():
                             pool.submit("exec", exec_id,
                                         functools.partial(client.exec_inspect, exec_id))
             elif kind == "top":
-                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/top.json",
+                ctx.sink.write_json(dspec.container_member(subject, "top.json"),
                                     redact_top(result, ctx))
                 scratch.setdefault(subject, {}).update(
                     top=result, top_time=iso_from_unix(call.finished_unix or time.time()))
@@ -422,20 +269,20 @@ class DockerCollector:
                 doc = redact_exec(result, ctx)
                 owner = doc.get("ContainerID")
                 if isinstance(owner, str) and owner.isalnum():
-                    ctx.sink.write_json(f"{PREFIX}/containers/{owner}/execs/{subject}.json", doc)
+                    ctx.sink.write_json(dspec.exec_member(owner, subject), doc)
                     scratch.setdefault(owner, {}).setdefault("execs", []).append(doc)
             elif kind == "logs":
                 text = result.decode("utf-8", "replace") if isinstance(result, bytes) else ""
                 if len(text) > _MAX_LOG_CHARS:
                     text = text[-_MAX_LOG_CHARS:].split("\n", 1)[-1]
                 # the whole text at once: a PEM block spans lines
-                ctx.sink.write_text(f"{PREFIX}/containers/{subject}/logs.txt",
+                ctx.sink.write_text(dspec.container_member(subject, "logs.txt"),
                                     ctx.redactor.text(text, "logs"))
             elif kind == "stats":
-                ctx.sink.write_json(f"{PREFIX}/containers/{subject}/stats.json", result)
+                ctx.sink.write_json(dspec.container_member(subject, "stats.json"), result)
             elif kind == "image":
                 image_docs[subject] = redact_container(result, ctx)
-                ctx.sink.write_json(f"{PREFIX}/images/{_image_hex(subject)}/inspect.json",
+                ctx.sink.write_json(dspec.image_inspect(image_hex(subject)),
                                     image_docs[subject])
         if not events_done:
             call = pool.calls[("events", "engine")]
@@ -472,7 +319,7 @@ class DockerCollector:
         lines = redact_events([ev for ev in events if isinstance(ev, dict)], ctx)
         # the lines append_jsonl would write, in one write: the events are all in hand, and one
         # open per line cost more than every other member of the collector together
-        ctx.sink.write_text(f"{PREFIX}/events.jsonl",
+        ctx.sink.write_text(dspec.EVENTS,
                             "".join(dumps_json(ev) + "\n" for ev in lines))
         index["events"] = {"complete": len(lines) < _MAX_EVENTS, "count": len(lines),
                            "error": None}
@@ -529,14 +376,13 @@ class DockerCollector:
             procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
             if procs is not None or top_doc is not None:
                 processes = merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
-                ctx.sink.write_json(f"{PREFIX}/containers/{cid}/processes.json", processes)
+                ctx.sink.write_json(dspec.container_member(cid, "processes.json"), processes)
                 pids.update(int(p) for p in processes["pids"])
                 cgroup_paths.update(processes["cgroup_paths"].values())
                 entry["pids"] = len(processes["pids"])
-        ctx.sink.write_json(f"{PREFIX}/allocations.json", allocations_document(allocations))
-        ctx.publish("container_ids", container_ids)
-        ctx.publish("pids", sorted(pids))
-        ctx.publish("cgroup_paths", sorted(cgroup_paths))
+        ctx.sink.write_json(dspec.ALLOCATIONS, allocations_document(allocations))
+        PIDS.publish(ctx, sorted(pids))
+        CGROUP_PATHS.publish(ctx, sorted(cgroup_paths))
         ctx.note(f"{len(container_ids)} containers taken, {len(pids)} container PIDs")
 
     # -- sampling ---------------------------------------------------------------------------------
@@ -550,18 +396,18 @@ class DockerCollector:
         for the engine's stats tick.
         """
         if self._sample_client is None:
-            self._sample_client = _connect(_settings(ctx, self.call_timeout_s))
+            self._sample_client = connect(_settings(ctx))
         client = self._sample_client
         running = client.containers(filters={"status": "running"})
         ids = [c["Id"] for c in running if isinstance(c, dict) and isinstance(c.get("Id"), str)]
         for cid in ids:
             if cid not in self._streams:
-                self._streams[cid] = _StatsStream.start(client, cid)
+                self._streams[cid] = StatsStream.start(client, cid)
         for cid in sorted(ids):
             stream = self._streams[cid]
             with stream.lock:
                 frame, error, seen = stream.frame, stream.error, stream.frames
-            ctx.sink.append_jsonl(f"{PREFIX}/samples.jsonl", {
+            ctx.sink.append_jsonl(dspec.SAMPLES, {
                 "t": tick.time_unix, "time": tick.time_iso, "tick": tick.index,
                 "container_id": cid, "frames_seen": seen,
                 "stats": frame, "error": error if frame is None else None})
@@ -580,7 +426,7 @@ class DockerCollector:
             events = self._events(client, since, until, ctx.deadline - 1.0)
             ids: list[str] = []
             kept = redact_events([ev for ev in events if isinstance(ev, dict)], ctx)
-            ctx.sink.write_text(f"{PREFIX}/window/events.jsonl",
+            ctx.sink.write_text(dspec.WINDOW_EVENTS,
                                 "".join(dumps_json(ev) + "\n" for ev in kept))
             for ev in kept:
                 actor = ev.get("Actor") or {}
@@ -596,7 +442,7 @@ class DockerCollector:
                 except Exception as exc:  # noqa: BLE001 - removed containers are expected
                     ctx.note(f"end of sampling: inspect {cid[:12]}: {describe_error(exc)}")
                     continue
-                ctx.sink.write_json(f"{PREFIX}/containers/{cid}/inspect-end.json",
+                ctx.sink.write_json(dspec.container_member(cid, "inspect-end.json"),
                                     redact_container(doc, ctx))
         finally:
             for stream in self._streams.values():
@@ -606,17 +452,12 @@ class DockerCollector:
             self._sample_client = None
 
 
-def pool_call_timeout(client: Any) -> float:
-    timeout = getattr(client, "timeout", None)
-    return float(timeout) if isinstance(timeout, (int, float)) else 5.0
-
-
 def _drop_container_members(ctx: CollectContext, cid: str) -> None:
     """Containers outside the window were inspected only to learn that; keep the bundle lean."""
     root = getattr(ctx.sink, "root", None)
     if root is None:
         return
-    directory = root / PREFIX / "containers" / cid
+    directory = root / dspec.CONTAINERS_DIR / cid
     members = getattr(ctx.sink, "members", None)
     try:
         files = [p for p in directory.rglob("*") if p.is_file()]

@@ -16,13 +16,13 @@ a pod that sees GPUs through ``NVIDIA_VISIBLE_DEVICES=all`` or privileged mode i
 from __future__ import annotations
 
 from forensics.capture.context import CollectContext
-from forensics.collectors.podresources.client import DEFAULT_SOCKET, OK, fetch
+from forensics.collectors.podresources.client import OK, fetch
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
+from forensics.specs.podresources import ALLOCATABLE, LIST, SPEC
 
 __all__ = ["COLLECTOR", "PodResourcesCollector"]
 
-PREFIX = "kubernetes/podresources"
-_MEMBERS = {"List": "list.json", "GetAllocatableResources": "allocatable.json"}
+_MEMBERS = {"List": LIST, "GetAllocatableResources": ALLOCATABLE}
 
 
 class PodResourcesCollector:
@@ -31,23 +31,22 @@ class PodResourcesCollector:
     See the module docstring.
     """
 
-    name = "podresources"
-    order = 65
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 15.0
 
-    def __init__(self, call_timeout_s: float = 5.0) -> None:
-        self.call_timeout_s = call_timeout_s
+    def __init__(self, call_timeout_s: float | None = None) -> None:
+        self.call_timeout_s = call_timeout_s  # None: the spec's default; --set wins over both
 
     def snapshot(self, ctx: CollectContext) -> None:
-        extra = ctx.options.extra or {}
-        socket_path = extra.get("podresources.socket") or DEFAULT_SOCKET
-        call_timeout = float(extra.get("podresources.call_timeout_s", self.call_timeout_s))
-        result = fetch(socket_path, timeout_s=call_timeout, deadline=ctx.deadline - 1.0)
+        settings = SPEC.read_settings(ctx.options.extra, call_timeout_s=self.call_timeout_s)
+        socket_path = settings.socket
+        result = fetch(socket_path, timeout_s=settings.call_timeout_s, deadline=ctx.deadline - 1.0)
         ctx.note(f"socket {socket_path}")
         written = 0
         for part in result.parts:
             if part.status == OK and part.document is not None:
-                ctx.sink.write_json(f"{PREFIX}/{_MEMBERS[part.method]}", part.document)
+                ctx.sink.write_json(_MEMBERS[part.method], part.document)
                 written += 1
             else:
                 ctx.partial(f"{part.method} {part.status}: {part.error}")

@@ -1,0 +1,172 @@
+"""The Docker Engine API calls the docker collector makes: connect (``/version``, ``/_ping``), ``top``,
+``logs``, one-shot ``stats`` and the streaming stats connection sampling keeps per container.
+Each takes the low-level ``APIClient``; the collector schedules them on its call pool."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from datetime import datetime
+from typing import Any
+
+from forensics.collectors.docker.calls import (
+    WIDE_WORKERS,
+    describe_error,
+    first_line,
+)
+from forensics.errors import (
+    SourcePermissionDenied,
+    SourceTimeout,
+    SourceUnavailable,
+)
+from forensics.parsing.docker_top import TOP_PS_ARGS
+from forensics.specs.docker import DockerSettings
+
+__all__ = ["STATS_REQUEST", "StatsStream", "connect", "image_hex", "logs", "pool_call_timeout", "stats", "top"]
+
+def connect(settings: DockerSettings) -> Any:
+    """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
+    ``--set docker.host=...`` overriding), after it has answered ``/version`` and ``/_ping``;
+    raises SourceUnavailable, SourcePermissionDenied or SourceTimeout otherwise."""
+    try:
+        import docker
+        import docker.errors
+        import requests.exceptions
+    except ImportError as exc:
+        raise SourceUnavailable(f"the docker SDK is not installed ({exc}); pip install docker") from exc
+    where = settings.host or "unix:///var/run/docker.sock (default)"
+    try:
+        env = dict(os.environ)
+        if settings.host:
+            env["DOCKER_HOST"] = settings.host
+        client = docker.from_env(timeout=settings.call_timeout_s, environment=env,
+                                 max_pool_size=settings.workers + WIDE_WORKERS).api
+        client.ping()
+    except (requests.exceptions.Timeout, TimeoutError) as exc:
+        raise SourceTimeout(f"Docker engine at {where} did not answer within "
+                            f"{settings.call_timeout_s:g} s") from exc
+    except docker.errors.DockerException as exc:
+        text = str(exc)
+        if "Permission denied" in text or "PermissionError" in text:
+            raise SourcePermissionDenied(f"Docker engine at {where}: {first_line(text)}") from exc
+        if "Read timed out" in text or "timed out" in text.lower():
+            raise SourceTimeout(f"Docker engine at {where} did not answer within "
+                                f"{settings.call_timeout_s:g} s") from exc
+        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(text)}") from exc
+    except (requests.exceptions.ConnectionError, OSError) as exc:
+        raise SourceUnavailable(f"no Docker engine at {where}: {first_line(str(exc))}") from exc
+    return client
+
+
+# ---------------------------------------------------------------------------------------------
+# the collector
+
+
+def top(client: Any, cid: str) -> Any:
+    """``GET /containers/{id}/top?ps_args=...``; engines whose top does not take ``ps`` options
+    (podman's compatible API has its own descriptors) get a second call without them."""
+    try:
+        return client.top(cid, ps_args=TOP_PS_ARGS)
+    except Exception as exc:  # noqa: BLE001 - narrowed below
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status not in (400, 500):
+            raise
+        return client.top(cid)
+
+
+def logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
+    """``GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&tail=N&since=...``: the last
+    lines of both streams, each prefixed by the engine's RFC 3339 nanosecond timestamp. A log
+    driver that cannot be read back (syslog, fluentd...) gives empty bytes, not an error.
+
+    The request the SDK's ``logs()`` makes, minus the container inspect it makes first to learn
+    ``Config.Tty`` (raw stream, or stdout/stderr frames to demultiplex): the collector has the
+    inspect already, and that second inspect per container cost as much as the logs call.
+    """
+    params: dict[str, Any] = {"stderr": 1, "stdout": 1, "timestamps": 1, "follow": 0,
+                              "tail": tail}
+    since_s = int(since.timestamp())
+    if since_s > 0:
+        params["since"] = since_s
+    try:
+        response = client._get(client._url("/containers/{0}/logs", cid), params=params,
+                               stream=False)
+        data = client._get_result_tty(False, response, tty)
+    except Exception as exc:  # noqa: BLE001 - narrowed below
+        if "does not support reading" in str(exc) or "configured logging driver" in str(exc):
+            return b""
+        raise
+    return data if isinstance(data, bytes) else b""
+
+
+def image_hex(image_id: str) -> str:
+    return image_id.split(":", 1)[-1]
+
+
+STATS_REQUEST = ("GET /containers/{id}/stats?stream=0&one-shot=1: one frame; precpu_stats zeroed "
+                  "and preread 0001-01-01 (no CPU delta; samples.jsonl has successive frames)")
+
+
+def stats(client: Any, cid: str, fallbacks: dict[str, str] | None = None) -> Any:
+    """One stats frame. ``one-shot=1`` (API >= 1.41) returns the engine's next frame without
+    waiting for a second one to fill ``precpu_stats`` (zeroed, so no CPU delta). Engines that
+    reject it get ``stream=0`` alone (two frames, a second more, ``precpu_stats`` filled); those
+    containers are recorded in ``fallbacks``."""
+    try:
+        return client.stats(cid, stream=False, one_shot=True)
+    except Exception as exc:  # noqa: BLE001 - older engines reject one_shot
+        if "one_shot" not in str(exc) and "one-shot" not in str(exc):
+            raise
+        if fallbacks is not None:
+            fallbacks[cid] = f"one-shot rejected ({first_line(str(exc))}): stream=0, precpu_stats filled"
+        return client.stats(cid, stream=False)
+
+
+class StatsStream:
+    """A streaming ``GET /containers/{id}/stats`` connection read by a daemon thread, which keeps
+    the newest frame. Ends when the container stops, the engine closes it, or ``close()``."""
+
+    def __init__(self, cid: str) -> None:
+        self.cid = cid
+        self.lock = threading.Lock()
+        self.frame: Any = None
+        self.frames = 0
+        self.error: str | None = "no frame yet"
+        self.response: Any = None
+
+    @classmethod
+    def start(cls, client: Any, cid: str) -> StatsStream:
+        self = cls(cid)
+        threading.Thread(target=self._run, args=(client,), name=f"docker-stats-{cid[:12]}",
+                         daemon=True).start()
+        return self
+
+    def _run(self, client: Any) -> None:
+        try:
+            self.response = client._get(client._url("/containers/{0}/stats", self.cid),
+                                        params={"stream": True}, stream=True)
+            client._raise_for_status(self.response)
+            for frame in client._stream_helper(self.response, decode=True):
+                with self.lock:
+                    self.frame, self.error = frame, None
+                    self.frames += 1
+        except Exception as exc:  # noqa: BLE001 - recorded on the next tick's line
+            with self.lock:
+                self.error = describe_error(exc)
+        else:
+            with self.lock:
+                self.error = "stats stream ended (container stopped?)"
+
+    def close(self) -> None:
+        response = self.response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.close()
+
+
+def pool_call_timeout(client: Any) -> float:
+    timeout = getattr(client, "timeout", None)
+    return float(timeout) if isinstance(timeout, (int, float)) else 5.0
+
+

@@ -1,0 +1,16 @@
+"""The host's file system as the collectors read it: ``/proc`` and cgroup files, the cgroup
+mounts and directories, and the ``cgroups.root`` resolver. Not a collector.
+
+Why a package of its own, under ``collectors/``: the procfs, cgroups and docker collectors all
+read ``/proc/<pid>/cgroup``, ``cgroup.procs`` and the mount table, and must agree on how (one
+bounded reader, one description of a file that could not be read, one answer to "which
+directory holds this cgroup", the same ``--set cgroups.root`` for all three), yet no collector
+may import another. It stays in the collectors layer because only capture reads the host, and
+the resolver takes the collector's context (its settings). It imports no collector.
+
+* :mod:`.files`: ``read_small``/``read_text`` and ``describe_os_error``;
+* :mod:`.proc`: one streaming scan of ``/proc/*/cgroup`` with attribution;
+* :mod:`.mounts`: the cgroup mounts (``/proc/self/mountinfo`` or the ``cgroups.root`` tree) and
+  a cgroup path's directory in one of them;
+* :mod:`.cgroupns`: the ``cgroups.root`` option and namespace-relative path resolution.
+"""

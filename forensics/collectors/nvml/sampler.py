@@ -1,0 +1,233 @@
+"""Sampling NVML per tick (``nvml/samples.jsonl``, ``nvml/events.jsonl``): state kept across ticks
+in the sampling child."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from forensics.bundle.format import iso_from_unix
+from forensics.capture.context import CollectContext, Tick
+from forensics.collectors.nvml.decode import (
+    decode_event_types,
+    xid_description,
+)
+from forensics.collectors.nvml.errors import timed_out
+from forensics.collectors.nvml.reads import (
+    _accounting_doc,
+    _bind,
+    _Gpu,
+    _handle_key,
+    _instance,
+    read_accounting,
+    read_clock_reasons,
+    read_memory,
+    read_mig_devices,
+    read_processes,
+)
+from forensics.collectors.nvml.session import Reading
+
+if TYPE_CHECKING:
+    from forensics.collectors.nvml.nvml import NvmlCollector
+from forensics.errors import SourceTimeout
+from forensics.specs.nvml import (
+    ACCOUNTING_END,
+    EVENTS,
+    SAMPLES,
+)
+
+__all__ = []
+
+#: Event types worth waiting for (nvmlEventType*): ECC, Xid, retirement, poison, GPU unavailable.
+CRITICAL_EVENTS = 0x1 | 0x2 | 0x8 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x8000
+_SAMPLE_PROCESS_KEYS = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId", "type", "mig_uuid")
+
+
+# -- sampling -----------------------------------------------------------------------------------
+class _Sampler:
+    """State kept across ticks in the sampling child: handles, lastSeenTimeStamp, the event set."""
+
+    def __init__(self, collector: NvmlCollector, ctx: CollectContext) -> None:
+        self.collector = collector
+        self.gpus: list[_Gpu] = []
+        self.last_seen: dict[int, int] = {}
+        self.event_set: Any = None
+        self.handles: dict[int, tuple[int, str | None, str | None]] = {}
+        self.registration: list[dict[str, Any]] = []
+        self.noted_hang = False
+        self.noted_lost: set[str] = set()
+        self.memory_v1: set[int] = set()
+        self.s = collector._open_guarded(ctx)
+        stuck = self.s.run_guarded(self._setup, max(ctx.remaining() - 1.0, 0.5))
+        for line in self.registration:
+            ctx.sink.append_jsonl(EVENTS, line)
+        if stuck is not None:
+            raise SourceTimeout(f"{stuck} did not return while setting up sampling")
+
+    def _setup(self) -> None:
+        s, nv = self.s, self.s.nv
+        count = s.query("nvmlDeviceGetCount_v2", nv.nvmlDeviceGetCount)
+        n = int(count.value) if count.ok else 0
+        self.gpus = [_Gpu(index=i, key=f"GPU {i}") for i in range(n)]
+        es = s.query("nvmlEventSetCreate", nv.nvmlEventSetCreate)
+        self.event_set = es.raw if es.ok else None
+        if not es.ok:
+            s.add(self.registration, {"kind": "registration", "t": time.time(), "nvml": {es.call: es.as_json()}})
+        for gpu in self.gpus:
+            self._open_gpu(gpu)
+
+    def _open_gpu(self, gpu: _Gpu) -> Reading:
+        s, nv = self.s, self.s.nv
+        h = s.query("nvmlDeviceGetHandleByIndex_v2", _bind(nv.nvmlDeviceGetHandleByIndex, gpu.index), device=gpu.key)
+        if not h.ok:
+            return h
+        gpu.handle = h.raw
+        uuid = s.query("nvmlDeviceGetUUID", _bind(nv.nvmlDeviceGetUUID, gpu.handle), device=gpu.key)
+        gpu.uuid = uuid.value if uuid.ok else None
+        key = _handle_key(gpu.handle)
+        if key is not None:
+            self.handles[key] = (gpu.index, gpu.uuid, None)
+        mig = s.query("nvmlDeviceGetMigMode", _bind(nv.nvmlDeviceGetMigMode, gpu.handle), device=gpu.key)
+        if mig.ok and int(mig.value[0]) == 1:
+            read_mig_devices(s, gpu, None)
+            for _slot, mh, muuid in gpu.mig:
+                mkey = _handle_key(mh)
+                if mkey is not None:
+                    self.handles[mkey] = (gpu.index, gpu.uuid, muuid)
+        if self.event_set is not None:
+            reg: dict[str, Any] = {"kind": "registration", "t": time.time(), "gpu_index": gpu.index,
+                                   "uuid": gpu.uuid, "nvml": {}}
+            sup = s.record(reg["nvml"], "nvmlDeviceGetSupportedEventTypes",
+                           _bind(nv.nvmlDeviceGetSupportedEventTypes, gpu.handle), device=gpu.key,
+                           decode=decode_event_types)
+            if sup.ok:
+                mask = int(sup.value) & CRITICAL_EVENTS
+                reg["mask"] = mask
+                reg["mask_decoded"] = decode_event_types(mask)
+                s.record(reg["nvml"], "nvmlDeviceRegisterEvents",
+                         _bind(nv.nvmlDeviceRegisterEvents, gpu.handle, mask, self.event_set), device=gpu.key)
+            s.add(self.registration, reg)
+        return h
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        if self.s.hung is not None:
+            if not self.noted_hang:
+                self.noted_hang = True
+                ctx.note(f"nvml: sampling stopped: {self.s.hung} hung")
+            return
+        lines: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
+        interval = max(ctx.options.interval_s, 0.05)
+        budget = max(min(ctx.remaining() - 0.5, max(5.0, 2 * interval)), 0.1)
+        self.s.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
+        stuck = self.s.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
+        for line in lines:
+            ctx.sink.append_jsonl(SAMPLES, line)
+        for ev in events:
+            ctx.sink.append_jsonl(EVENTS, ev)
+        for device, call in sorted(self.s.lost.items()):
+            if device not in self.noted_lost:
+                self.noted_lost.add(device)
+                ctx.note(f"nvml: {device} lost at tick {tick.index} ({call} answered GpuIsLost)")
+        if stuck is not None:
+            waited = self.s.hung_for_s
+            ctx.sink.append_jsonl(SAMPLES, {
+                "kind": "timeout", "tick": tick.index, "t": tick.time_unix, "time": tick.time_iso,
+                **timed_out(stuck, waited).as_json()})
+            raise SourceTimeout(f"{stuck} did not return within {waited:.1f} s; sampling stopped")
+
+    def _read_tick(self, tick: Tick, lines: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+        s, nv = self.s, self.s.nv
+        for gpu in self.gpus:
+            line: dict[str, Any] = {"kind": "device", "tick": tick.index, "t": tick.time_unix,
+                                    "time": tick.time_iso, "gpu_index": gpu.index, "uuid": gpu.uuid,
+                                    "nvml": {}, "processes": []}
+            if gpu.handle is None:
+                h = self._open_gpu(gpu)
+                line["uuid"] = gpu.uuid
+                if not h.ok:
+                    s.put(line["nvml"], h.call, h)
+                    s.add(lines, line)
+                    continue
+            hd, d, out = gpu.handle, gpu.key, line["nvml"]
+            s.record(out, "nvmlDeviceGetUtilizationRates", _bind(nv.nvmlDeviceGetUtilizationRates, hd), device=d)
+            if gpu.index in self.memory_v1:
+                s.record(out, "nvmlDeviceGetMemoryInfo", _bind(nv.nvmlDeviceGetMemoryInfo, hd), device=d)
+            elif read_memory(s, hd, d, out).call == "nvmlDeviceGetMemoryInfo":
+                self.memory_v1.add(gpu.index)
+            s.record(out, "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
+                     _bind(nv.nvmlDeviceGetClockInfo, hd, nv.NVML_CLOCK_SM), device=d)
+            s.record(out, "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
+                     _bind(nv.nvmlDeviceGetClockInfo, hd, nv.NVML_CLOCK_MEM), device=d)
+            read_clock_reasons(s, hd, d, out)
+            s.record(out, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
+                     _bind(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
+            s.record(out, "nvmlDeviceGetPowerUsage", _bind(nv.nvmlDeviceGetPowerUsage, hd), device=d)
+            prec: dict[str, Any] = {"nvml": out, "mig_devices": []}
+            s.put(line, "processes", [{k: p[k] for k in _SAMPLE_PROCESS_KEYS}
+                                      for p in read_processes(s, gpu, prec, brief=True)])
+            if prec["mig_devices"]:
+                s.put(line, "mig_devices", prec["mig_devices"])
+            last = self.last_seen.get(gpu.index, 0)
+            util = s.query("nvmlDeviceGetProcessUtilization",
+                           _bind(nv.nvmlDeviceGetProcessUtilization, hd, last), device=d)
+            entry = util.as_json()
+            entry["lastSeenTimeStamp"] = last
+            if util.ok:
+                newest = max((int(x["timeStamp"]) for x in util.value), default=last)
+                self.last_seen[gpu.index] = max(last, newest)
+            s.put(out, "nvmlDeviceGetProcessUtilization", entry)
+            s.add(lines, line)
+        self._drain_events(tick, events)
+
+    def _drain_events(self, tick: Tick, events: list[dict[str, Any]]) -> None:
+        """``nvmlEventSetWait_v2`` with a short timeout until it answers Timeout (nothing queued)."""
+        if self.event_set is None:
+            return
+        s, nv = self.s, self.s.nv
+        for _ in range(self.collector.max_events_per_tick):
+            r = s.query("nvmlEventSetWait_v2",
+                        _bind(nv.nvmlEventSetWait_v2, self.event_set, self.collector.event_wait_ms))
+            now = time.time()
+            if r.missing is not None:
+                if r.missing.reason != "timed_out":
+                    s.add(events, {"kind": "error", "tick": tick.index, "t": now, "time": iso_from_unix(now),
+                                   "nvml": {r.call: r.as_json()}})
+                return
+            data = r.raw
+            etype = int(data.eventType)
+            edata = int(data.eventData)
+            gpu_index, uuid, mig_uuid = self.handles.get(_handle_key(data.device) or -1, (None, None, None))
+            ev: dict[str, Any] = {
+                "kind": "event", "tick": tick.index, "t": now, "time": iso_from_unix(now),
+                "gpu_index": gpu_index, "uuid": uuid, "mig_uuid": mig_uuid,
+                "eventType": etype, "eventType_decoded": decode_event_types(etype), "eventData": edata,
+                "gpuInstanceId": _instance(data.gpuInstanceId),
+                "computeInstanceId": _instance(data.computeInstanceId),
+            }
+            if etype & 0x8:
+                ev["xid"] = edata
+                ev["xid_description"] = xid_description(edata)
+            s.add(events, ev)
+
+    def finish(self, ctx: CollectContext) -> None:
+        if self.s.hung is not None:
+            return
+        started = time.time()
+        acc: list[dict[str, Any]] = []
+
+        def work() -> None:
+            for gpu in self.gpus:
+                rec = read_accounting(self.s, gpu)
+                if rec is not None:
+                    self.s.add(acc, rec)
+            if self.event_set is not None:
+                self.s.query("nvmlEventSetFree", _bind(self.s.nv.nvmlEventSetFree, self.event_set))
+
+        stuck = self.s.run_guarded(work, max(ctx.remaining() - 0.5, 0.1))
+        if acc:
+            ctx.sink.write_json(ACCOUNTING_END, _accounting_doc(acc, started, stuck is None))
+        if stuck is None:
+            self.collector.close(self.s)
+
+

@@ -1,0 +1,30 @@
+"""``nvml``: what NVML says about every GPU and the processes on it (bundle members ``nvml/*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from forensics.specs.base import Absence, SourceSpec, setting
+from forensics.specs.hints import PIDS
+
+__all__ = ["ACCOUNTING", "ACCOUNTING_END", "DEVICES", "EVENTS", "PROCESSES", "SAMPLES", "SPEC", "NvmlSettings"]
+
+DEVICES = "nvml/devices.json"
+PROCESSES = "nvml/processes.json"
+ACCOUNTING = "nvml/accounting.json"
+ACCOUNTING_END = "nvml/accounting_end.json"
+EVENTS = "nvml/events.jsonl"
+SAMPLES = "nvml/samples.jsonl"
+
+
+@dataclass(frozen=True)
+class NvmlSettings:
+    call_timeout_s: float = setting("positive-seconds",
+                                    "how long one NVML call may hang before the GPU is taken as wedged", 10.0)
+
+
+SPEC = SourceSpec(
+    name="nvml", order=10, collector="forensics.collectors.nvml.nvml", settings=NvmlSettings,
+    absence=Absence("no NVML data: GPU attribution not possible"),
+    publishes=(PIDS,),
+)

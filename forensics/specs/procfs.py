@@ -1,0 +1,33 @@
+"""``procfs``: per-process evidence and PID -> container/pod attribution (bundle members ``proc/*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from forensics.specs.base import Absence, SourceSpec, setting
+from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
+
+__all__ = ["INDEX", "PREFIX", "SPEC", "WINDOW", "ProcfsSettings", "pid_member"]
+
+PREFIX = "proc/"
+INDEX = "proc/index.json"
+WINDOW = "proc/window.jsonl"
+
+
+def pid_member(pid: int | str, name: str = "") -> str:
+    """``proc/<pid>/<name>`` (``proc/<pid>`` without a name): ``stat``, ``status``, ``cgroup``,
+    ``cmdline``, ``environ``, ``ns.json``."""
+    return f"{PREFIX}{pid}/{name}" if name else f"{PREFIX}{pid}"
+
+
+@dataclass(frozen=True)
+class ProcfsSettings:
+    max_pids: int = setting("positive-int", "processes whose /proc files are stored", 2000)
+    max_window_pids: int = setting("positive-int", "processes born during the window that are stored", 2000)
+
+
+SPEC = SourceSpec(
+    name="procfs", order=30, collector="forensics.collectors.procfs", settings=ProcfsSettings,
+    absence=Absence("no /proc data: GPU processes cannot be joined to containers"),
+    publishes=(CGROUP_PATHS, PROCFS_RECORDED_PIDS), reads=(PIDS, PROCFS_RECORDED_PIDS),
+)
