@@ -15,8 +15,9 @@ from typing import Any
 from forensics.errors import ReportError
 from forensics.report import charts as charts_module
 from forensics.report.environment import make_environment, read_stylesheet
+from forensics.report.records import ReportView
 from forensics.report.sections import SECTIONS, toc
-from forensics.report.view import ReportView, build_view
+from forensics.report.view import build_view
 
 __all__ = ["PAPER_SIZES", "render_html", "render_html_view"]
 

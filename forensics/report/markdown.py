@@ -26,15 +26,9 @@ from forensics.report.formatting import (
     fmt_time_short,
     short_id,
 )
+from forensics.report.records import EvidenceView, FindingView, ReportView, Split, SubjectView
 from forensics.report.sections import SECTIONS, Section
-from forensics.report.view import (
-    EvidenceView,
-    FindingView,
-    ReportView,
-    Split,
-    SubjectView,
-    build_view,
-)
+from forensics.report.view import build_view
 
 __all__ = ["md_code", "md_text", "render_markdown", "render_markdown_view"]
 

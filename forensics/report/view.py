@@ -6,8 +6,9 @@ member's SHA-256 from ``bundles[].members``, container ids -> names, GPU UUIDs -
 :mod:`~forensics.report.findings`), orders content for a reader (the chain first, most severe
 first), summarises long lists (the top entries in the body, the rest in an appendix with a cap)
 and prepares chart specs (:mod:`~forensics.report.hardware`, :mod:`~forensics.report.series`).
-It is pure: no I/O, no matplotlib. The records it returns are in :mod:`~forensics.report.records`
-(re-exported here); every string in them is still untrusted text, and renderers escape it.
+It is pure: no I/O, no matplotlib. The records it returns, and the caps, are in
+:mod:`~forensics.report.records`; every string in them is still untrusted text, and renderers
+escape it.
 """
 
 from __future__ import annotations
@@ -23,55 +24,17 @@ from forensics.report.access import get_bool, get_dict, get_dicts, get_num, get_
 from forensics.report.findings import ViewContext, evidence_views, metric_text, sorted_findings
 from forensics.report.hardware import container_views, gpu_views
 from forensics.report.records import (
-    APPENDIX_CAP,
     BODY_ROWS,
-    CONTAINER_CHART_CAP,
-    EVIDENCE_CAP,
-    EXCERPT_CHARS,
-    GPU_CHART_CAP,
-    MARKER_CAP,
     BundleView,
     ChainStepView,
     CollectorView,
-    ContainerView,
-    EvidenceView,
-    FindingView,
-    GpuView,
-    ProcessView,
     ReportView,
     RuledOutView,
-    Split,
-    SubjectView,
     UnattributedView,
-    VerdictView,
     split,
 )
 
-__all__ = [
-    "APPENDIX_CAP",
-    "BODY_ROWS",
-    "CONTAINER_CHART_CAP",
-    "EVIDENCE_CAP",
-    "EXCERPT_CHARS",
-    "GPU_CHART_CAP",
-    "MARKER_CAP",
-    "BundleView",
-    "ChainStepView",
-    "CollectorView",
-    "ContainerView",
-    "EvidenceView",
-    "FindingView",
-    "GpuView",
-    "ProcessView",
-    "ReportView",
-    "RuledOutView",
-    "Split",
-    "SubjectView",
-    "UnattributedView",
-    "VerdictView",
-    "build_view",
-    "split",
-]
+__all__ = ["build_view"]
 
 
 def _chain(ctx: ViewContext) -> tuple[ChainStepView, ...]:
