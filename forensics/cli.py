@@ -1,5 +1,10 @@
 """The ``gpuforensics`` command line: parses options, calls the library, maps errors to exit codes.
 
+It calls the library only through its public entry points: :mod:`forensics.capture`,
+:mod:`forensics.bundle`, :mod:`forensics.inventory`, :mod:`forensics.analysis`,
+:mod:`forensics.report` and the document contract :mod:`forensics.document_format`; each is
+imported inside the command that needs it, so ``--help`` stays instant.
+
 Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` threshold reached;
 2 usage error or an unreadable/invalid bundle; 3 capture interrupted (a bundle was still written);
 4 the bundle or the output could not be written (disk full, quota, I/O error, read-only file system);
@@ -11,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import sys
 import traceback
 from datetime import UTC, datetime, timedelta
@@ -21,11 +25,10 @@ from typing import Any, NoReturn
 import click
 
 from forensics._version import __version__
+from forensics.document_format import OUTPUT_FORMATS, SEVERITIES, severity_rank, split_formats
 from forensics.errors import STORAGE_ERRNOS, ForensicsError, UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_NOT_WRITTEN, EXIT_BUG = 0, 1, 2, 3, 4, 70
-FORMATS = ("text", "json", "html", "pdf", "md")
-SEVERITIES = ("critical", "high", "medium", "low", "info")
 
 
 def _names(value: str | None) -> tuple[str, ...]:
@@ -43,11 +46,14 @@ def _parse_since(value: str | None) -> datetime | None:
             return now - timedelta(seconds=float(value[:-1]) * units[value[-1]])
         except (OverflowError, ValueError):  # 99999999999d: before year 1
             raise UsageError(f"--since: duration too long: {value!r}") from None
+    from forensics.parsing.timestamps import parse_iso
+
     try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--since: not an ISO 8601 time or a duration like 30m: {value!r}") from None
-    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+        dt = parse_iso(value)
+    except OverflowError:  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC
+        dt = None
+    if dt is None:
+        raise UsageError(f"--since: not an ISO 8601 time or a duration like 30m: {value!r}")
     if dt > now:
         raise UsageError(f"--since: {value!r} is in the future (now {now:%Y-%m-%dT%H:%M:%SZ}); nothing would be kept")
     return dt
@@ -126,9 +132,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     Example:
       sudo gpuforensics capture --duration 60 --interval 1 -o /var/tmp
     """
-    from forensics.capture.context import CaptureOptions
-    from forensics.capture.runner import run_capture
-    from forensics.capture.settings import validate_settings
+    from forensics.capture import CaptureOptions, run_capture, validate_settings
 
     extra: dict[str, str] = {}
     for item in settings:
@@ -164,7 +168,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
 
 
 def _limits(max_bundle_mb: int | None, max_members: int | None) -> Any:
-    from forensics.bundle.reader import ReadLimits
+    from forensics.bundle import ReadLimits
 
     d = ReadLimits()
     return ReadLimits(
@@ -198,7 +202,7 @@ def verify(bundle: Path, max_bundle_mb: int | None, max_members: int | None) -> 
     Example:
       gpuforensics verify gpuforensics-gpu-07-20261129T140500Z.tgz
     """
-    from forensics.bundle.verify import verify_bundle
+    from forensics.bundle import verify_bundle
 
     res = verify_bundle(bundle, _limits(max_bundle_mb, max_members))
     click.echo(f"OK {res.path}: {res.members_checked} members, {res.bytes_checked} bytes verified; "
@@ -206,12 +210,11 @@ def verify(bundle: Path, max_bundle_mb: int | None, max_members: int | None) -> 
 
 
 def _split_formats(value: str) -> list[str]:
-    fmts = [f.strip().lower() for f in value.split(",") if f.strip()]
-    fmts = ["md" if f == "markdown" else f for f in fmts]
-    bad = [f for f in fmts if f not in FORMATS]
+    fmts = split_formats(value)
+    bad = [f for f in fmts if f not in OUTPUT_FORMATS]
     if bad or not fmts:
-        raise UsageError(f"--format: unknown format {', '.join(bad) or value!r} (choose from {', '.join(FORMATS)})")
-    return list(dict.fromkeys(fmts))
+        raise UsageError(f"--format: unknown format {', '.join(bad) or value!r} (choose from {', '.join(OUTPUT_FORMATS)})")
+    return fmts
 
 
 @cli.command()
@@ -249,6 +252,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
     if formats == ["text"] and output is not None:
         raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
     from forensics.analysis import analyze_bundles, load_config
+    from forensics.report import render, render_text
 
     config = load_config(config_path) if config_path else None
     doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members))
@@ -256,73 +260,17 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
         if formats == ["json"]:
             click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
         else:
-            click.echo(_text_summary(_printable(doc)))
+            click.echo(render_text(doc))
     else:
         if "text" in formats:
-            click.echo(_text_summary(_printable(doc)), err=bool(files))
+            click.echo(render_text(doc), err=bool(files))
         if files:
-            from forensics.report import render
-
             for path in render(doc, files, output, bundle_paths=list(bundles), paper=page_size):
                 click.echo(str(path))
     if fail_on:
-        worst = min((SEVERITIES.index(f["severity"]) for f in doc.get("findings", []) if f.get("severity") in SEVERITIES),
-                    default=len(SEVERITIES))
-        if worst <= SEVERITIES.index(fail_on):
+        worst = min((severity_rank(f.get("severity")) for f in doc.get("findings", [])), default=len(SEVERITIES))
+        if worst <= severity_rank(fail_on):
             sys.exit(EXIT_FINDINGS)
-
-
-# C0/C1 controls and the bidi overrides: a bundle is untrusted, and a process name such as
-# "\x1b[2J" or "x\rVerdict: ..." in it must not drive the on-call engineer's terminal.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _printable(value: Any) -> Any:
-    """``value`` with every string's control characters shown as escapes (for terminal views)."""
-    if isinstance(value, str):
-        return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1] if m.group() not in "\t" else " ", value)
-    if isinstance(value, dict):
-        return {k: _printable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_printable(v) for v in value]
-    return value
-
-
-def _text_summary(doc: dict[str, Any]) -> str:
-    """The terminal view: verdict, findings, limitations, collector status."""
-    lines: list[str] = []
-    verdict = doc.get("verdict") or {}
-    for b in doc.get("bundles", []):
-        lines.append(f"Bundle  {b.get('path')}  host {b.get('host')}  {b.get('captured_start')} -> {b.get('captured_end')}"
-                     + ("  [INTERRUPTED]" if b.get("interrupted") else ""))
-    lines.append("")
-    lines.append(f"Verdict: {verdict.get('headline', '(none)')}")
-    if verdict.get("impact"):
-        lines.append(f"Impact:  {verdict['impact']}")
-    findings = doc.get("findings") or []
-    if findings:
-        lines.append("")
-        lines.append("Findings:")
-        for f in findings:
-            lines.append(f"  {f.get('id'):<4} {f.get('severity', ''):<8} {f.get('kind', ''):<28} {f.get('summary', '')}")
-            for ev in (f.get("evidence") or [])[:3]:
-                lines.append(f"         evidence: {ev.get('member')} {ev.get('locator')}: {str(ev.get('excerpt', ''))[:100]}")
-    ruled = doc.get("ruled_out") or []
-    if ruled:
-        lines.append("")
-        lines.append("Ruled out:")
-        lines.extend(f"  - {r.get('statement')}" for r in ruled)
-    lims = doc.get("limitations") or []
-    if lims:
-        lines.append("")
-        lines.append("Limitations:")
-        lines.extend(f"  - {x}" for x in lims)
-    lines.append("")
-    lines.append("Collectors:")
-    for c in doc.get("collectors") or []:
-        err = f"  {c.get('error')}" if c.get("error") else ""
-        lines.append(f"  {c.get('name') or '?':<14} {c.get('status') or '?':<12}{err}")
-    return "\n".join(lines)
 
 
 @cli.command()
@@ -336,11 +284,12 @@ def inspect(bundle: Path, fmt: str, max_bundle_mb: int | None, max_members: int 
     Example:
       gpuforensics inspect bundle.tgz -f json
     """
-    from forensics.bundle.reader import open_bundle
+    from forensics.bundle import open_bundle
     from forensics.inventory import describe_bundle, format_inventory
+    from forensics.report import printable
 
     desc = describe_bundle(open_bundle(bundle, _limits(max_bundle_mb, max_members)))
-    click.echo(json.dumps(desc, indent=1, sort_keys=True) if fmt == "json" else format_inventory(_printable(desc)))
+    click.echo(json.dumps(desc, indent=1, sort_keys=True) if fmt == "json" else format_inventory(printable(desc)))
 
 
 @cli.command()
@@ -355,12 +304,12 @@ def collectors(show_settings: bool) -> None:
       gpuforensics collectors --settings
     """
     if show_settings:
-        from forensics.capture.settings import SETTINGS
+        from forensics.capture import SETTINGS
 
         for key, setting in sorted(SETTINGS.items()):
             click.echo(f"{key:<28} {setting.kind:<18} {setting.help}")
         return
-    from forensics.capture.registry import load_collectors
+    from forensics.capture import load_collectors
 
     for c in load_collectors():
         click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")

@@ -13,21 +13,15 @@ from forensics.analysis.joins import owner_of
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
 from forensics.analysis.thresholds import AnalysisConfig
+from forensics.document_format import FORMAT, FORMAT_VERSION
+from forensics.parsing.timestamps import format_iso
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]
-
-FORMAT = "gpuforensics-analysis"
-FORMAT_VERSION = 1
 
 
 def iso(t: float | None) -> str | None:
     """Unix seconds -> ISO 8601 UTC with ``Z`` (milliseconds kept when present)."""
-    if t is None:
-        return None
-    dt = datetime.fromtimestamp(t, UTC)
-    if dt.microsecond:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_iso(t, precision="milli")
 
 
 def _finding_json(f: Finding) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from forensics.document_format import SEVERITIES, Severity, severity_rank
+
 __all__ = [
     "ROLES",
     "SEVERITIES",
@@ -20,23 +22,13 @@ __all__ = [
     "severity_rank",
 ]
 
-Severity = Literal["critical", "high", "medium", "low", "info"]
 Role = Literal["culprit", "victim", "witness"]
 
-SEVERITIES: tuple[Severity, ...] = ("critical", "high", "medium", "low", "info")
 ROLES: tuple[Role, ...] = ("culprit", "victim", "witness")
 # The finding kinds are declared beside their rules (forensics/analysis/kinds.py); the list of
 # their ids is forensics.analysis.rules.KINDS.
 
 EXCERPT_MAX_CHARS = 240
-
-
-def severity_rank(severity: str) -> int:
-    """0 for critical .. 4 for info (lower is worse); unknown severities rank last."""
-    try:
-        return SEVERITIES.index(severity)  # type: ignore[arg-type,unused-ignore]
-    except ValueError:
-        return len(SEVERITIES)
 
 
 def shorten(text: str, limit: int = EXCERPT_MAX_CHARS) -> str:

@@ -6,10 +6,10 @@ the pods come from the resolved joins (``Model.joins``), never looked up here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 
 from forensics.analysis.findings import Subject
 from forensics.analysis.model import Model
+from forensics.humanize import format_bytes, format_clock
 
 __all__ = [
     "absent_reason",
@@ -32,20 +32,11 @@ def cap(text: str) -> str:
 
 
 def fmt_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    return format_bytes(n, "?", largest="TiB")
 
 
 def fmt_time(t: float | None) -> str:
-    if t is None:
-        return "an unknown time"
-    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%SZ")
+    return format_clock(t, "an unknown time", zone="Z")
 
 
 def gpu_subject(model: Model, node: str, uuid: str) -> Subject:

@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 
 from forensics.errors import BundleUnsafe
+from forensics.parsing.timestamps import format_iso
 
 FORMAT_NAME = "gpuforensics-bundle"
 FORMAT_VERSION = 1
@@ -22,11 +23,18 @@ def utc_now() -> datetime:
 
 def iso(dt: datetime) -> str:
     """ISO 8601 UTC with a ``Z`` and microseconds, the one timestamp form used in bundles."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _format_iso(dt)
 
 
 def iso_from_unix(ts: float) -> str:
-    return iso(datetime.fromtimestamp(ts, UTC))
+    """:func:`iso` of unix seconds."""
+    return _format_iso(datetime.fromtimestamp(ts, UTC))
+
+
+def _format_iso(dt: datetime) -> str:
+    text = format_iso(dt, precision="micro")
+    assert text is not None  # only None for None or a non-finite number
+    return text
 
 
 def bundle_stem(hostname: str, when: datetime) -> str:

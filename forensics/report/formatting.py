@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
+from forensics.humanize import format_bytes, format_clock
+from forensics.parsing.timestamps import parse_iso
+
 __all__ = [
     "UNKNOWN",
     "fmt_bytes",
@@ -25,7 +28,6 @@ __all__ = [
 ]
 
 UNKNOWN = "—"
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def _number(value: object) -> float | None:
@@ -37,14 +39,7 @@ def _number(value: object) -> float | None:
 
 def fmt_bytes(value: object) -> str:
     """``66571993088`` -> ``"62.0 GiB"`` (binary units)."""
-    number = _number(value)
-    if number is None:
-        return UNKNOWN
-    unit = 0
-    while abs(number) >= 1024 and unit < len(_UNITS) - 1:
-        number /= 1024
-        unit += 1
-    return f"{number:.0f} {_UNITS[unit]}" if unit == 0 else f"{number:.1f} {_UNITS[unit]}"
+    return format_bytes(value, UNKNOWN)
 
 
 def fmt_pct(value: object, digits: int = 0) -> str:
@@ -81,16 +76,7 @@ def fmt_duration(value: object) -> str:
 def parse_time(value: object) -> datetime | None:
     """An ISO 8601 string (``Z`` or offset) or unix seconds -> aware UTC datetime, else None."""
     if isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC)
+        return parse_iso(value)
     number = _number(value)
     if number is None:
         return None
@@ -122,7 +108,7 @@ def fmt_time_short(value: object) -> str:
     parsed = parse_time(value)
     if parsed is None:
         return value if isinstance(value, str) and value else UNKNOWN
-    return parsed.strftime("%H:%M:%S")
+    return format_clock(parsed, UNKNOWN)
 
 
 def short_id(value: object, length: int = 12) -> str:

@@ -1,7 +1,9 @@
 """HTML report: one self-contained file (inline CSS and SVG charts, no script, no external fetch).
 
 Source: the analysis document (docs/analysis-format.md) through :func:`view.build_view`; template
-``report_templates/report.html.j2`` with ``report.css`` inlined. The same HTML, with its print
+``report_templates/report.html.j2`` (the page, its header and footer) with one
+``report_templates/sections/<anchor>.html.j2`` per section of :data:`sections.SECTIONS`, in that
+order, and ``report.css`` inlined. The same HTML, with its print
 rules, is what :mod:`forensics.report.pdf` lays out.
 """
 
@@ -13,7 +15,9 @@ from typing import Any
 from forensics.errors import ReportError
 from forensics.report import charts as charts_module
 from forensics.report.environment import make_environment, read_stylesheet
-from forensics.report.view import ReportView, build_view
+from forensics.report.records import ReportView
+from forensics.report.sections import SECTIONS, toc
+from forensics.report.view import build_view
 
 __all__ = ["PAPER_SIZES", "render_html", "render_html_view"]
 
@@ -43,6 +47,8 @@ def render_html_view(view: ReportView, paper: str = "a4") -> str:
     try:
         return template.render(
             v=view,
+            sections=SECTIONS,
+            toc=toc(view),
             css=Markup(read_stylesheet()),
             page_size=page_size(paper),
             charts=svgs,

@@ -13,7 +13,7 @@ any backtick run inside. Newlines are folded so a value never breaks a table row
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from forensics.report.formatting import (
@@ -26,14 +26,9 @@ from forensics.report.formatting import (
     fmt_time_short,
     short_id,
 )
-from forensics.report.view import (
-    EvidenceView,
-    FindingView,
-    ReportView,
-    Split,
-    SubjectView,
-    build_view,
-)
+from forensics.report.records import EvidenceView, FindingView, ReportView, Split, SubjectView
+from forensics.report.sections import SECTIONS, Section
+from forensics.report.view import build_view
 
 __all__ = ["md_code", "md_text", "render_markdown", "render_markdown_view"]
 
@@ -106,22 +101,13 @@ def _finding_head(f: FindingView) -> str:
     return f"**[{f.severity.upper()}] {md_text(f.id)}** {md_code(f.kind, False)}, confidence {fmt_confidence(f.confidence)}, {span}"
 
 
-def render_markdown_view(v: ReportView) -> str:
-    """A prepared view -> the Markdown report."""
+def _verdict(v: ReportView, section: Section) -> list[str]:
+    """The verdict: headline, culprits, victims, impact, span, counts, limits."""
     out: list[str] = []
     add = out.append
-    hosts = ", ".join(md_text(h) for h in v.hosts) or "unknown host"
-    add(f"# GPU incident report: {hosts}")
-    add("")
-    bundles = ", ".join(md_code(b.name, False) for b in v.bundles) or "none recorded"
-    add(f"**Capture window:** {fmt_time(v.capture_start)} – {fmt_time(v.capture_end)}  ")
-    add(f"**Bundle:** {bundles}  ")
-    add(f"**Analysed:** {fmt_time(v.generated_at)} by gpuforensics {md_text(v.tool_version)}")
-    add("")
-
     verdict = v.verdict
     label = "NO INCIDENT FOUND" if verdict.clean else (verdict.severity.upper() or "UNRATED")
-    add(f"## Verdict: {label}")
+    add(f"## {section.title}: {label}")
     add("")
     add(f"**{md_text(verdict.headline)}**")
     add("")
@@ -143,8 +129,15 @@ def render_markdown_view(v: ReportView) -> str:
         rows.append(["Limits", f"collectors that did not complete: {names}"])
     out.extend(_table(["", ""], rows))
     add("")
+    return out
 
-    add("## Evidence chain")
+
+def _chain(v: ReportView, section: Section) -> list[str]:
+    """The evidence chain, step by step, each with its finding and evidence."""
+    out: list[str] = []
+    add = out.append
+    verdict = v.verdict
+    add(f"## {section.title}")
     add("")
     if not v.chain:
         add(
@@ -168,32 +161,43 @@ def render_markdown_view(v: ReportView) -> str:
             add(f"   - leads to {', '.join(md_text(x) for x in step.leads_to)}")
     if v.chain:
         add("")
+    return out
 
-    if v.other_findings.total:
-        add("## Other findings")
-        add("")
-        out.extend(
-            _table(
-                ["ID", "Severity", "Kind", "Start (UTC)", "Summary", "First evidence"],
-                (
-                    [
-                        md_text(f.id),
-                        f.severity.upper(),
-                        md_code(f.kind),
-                        fmt_time_short(f.start),
-                        md_text(f.summary),
-                        (md_code(f.evidence[0].member) + " " + md_code(f.evidence[0].locator))
-                        if f.evidence
-                        else "—",
-                    ]
-                    for f in v.other_findings.body
-                ),
-            )
+
+def _other_findings(v: ReportView, section: Section) -> list[str]:
+    """Findings outside the chain, as a table."""
+    out: list[str] = []
+    add = out.append
+    add(f"## {section.title}")
+    add("")
+    out.extend(
+        _table(
+            ["ID", "Severity", "Kind", "Start (UTC)", "Summary", "First evidence"],
+            (
+                [
+                    md_text(f.id),
+                    f.severity.upper(),
+                    md_code(f.kind),
+                    fmt_time_short(f.start),
+                    md_text(f.summary),
+                    (md_code(f.evidence[0].member) + " " + md_code(f.evidence[0].locator))
+                    if f.evidence
+                    else "—",
+                ]
+                for f in v.other_findings.body
+            ),
         )
-        add("")
-        out.extend(_more(v.other_findings, "findings"))
+    )
+    add("")
+    out.extend(_more(v.other_findings, "findings"))
+    return out
 
-    add("## Ruled out")
+
+def _ruled_out(v: ReportView, section: Section) -> list[str]:
+    """Causes checked and not found, with the evidence examined."""
+    out: list[str] = []
+    add = out.append
+    add(f"## {section.title}")
     add("")
     if not v.ruled_out:
         add("Nothing was explicitly ruled out.")
@@ -202,8 +206,14 @@ def render_markdown_view(v: ReportView) -> str:
         for e in r.evidence:
             add(f"  - {_evidence_line(e)}")
     add("")
+    return out
 
-    add("## GPUs")
+
+def _gpus(v: ReportView, section: Section) -> list[str]:
+    """GPUs (allocation against use) and the processes on each."""
+    out: list[str] = []
+    add = out.append
+    add(f"## {section.title}")
     add("")
     if v.gpus.total:
         out.extend(
@@ -261,8 +271,14 @@ def render_markdown_view(v: ReportView) -> str:
     else:
         add("No GPU in the analysis (no NVML data).")
         add("")
+    return out
 
-    add("## Containers")
+
+def _containers(v: ReportView, section: Section) -> list[str]:
+    """Containers, then what could not be attributed to one."""
+    out: list[str] = []
+    add = out.append
+    add(f"## {section.title}")
     add("")
     if v.containers.total:
         out.extend(
@@ -330,8 +346,14 @@ def render_markdown_view(v: ReportView) -> str:
         )
         add("")
         out.extend(_more(v.unattributed, "entries"))
+    return out
 
-    add("## Collector status")
+
+def _collectors(v: ReportView, section: Section) -> list[str]:
+    """What the report cannot say, and each collector's status."""
+    out: list[str] = []
+    add = out.append
+    add(f"## {section.title}")
     add("")
     if v.limitations:
         add("**What this report cannot say:**")
@@ -354,8 +376,14 @@ def render_markdown_view(v: ReportView) -> str:
     )
     add("")
     out.extend(_more(v.collectors, "collectors"))
+    return out
 
-    add("## Verify the bundle")
+
+def _verify(v: ReportView, section: Section) -> list[str]:
+    """How to check the bundle before relying on the report."""
+    out: list[str] = []
+    add = out.append
+    add(f"## {section.title}")
     add("")
     for b in v.bundles:
         add(
@@ -370,6 +398,38 @@ def render_markdown_view(v: ReportView) -> str:
         add(f"gpuforensics verify {name}")
     add("```")
     add("")
+    return out
+
+
+#: Section anchor -> its Markdown; the order and which sections show come from SECTIONS.
+_SECTIONS: dict[str, Callable[[ReportView, Section], list[str]]] = {
+    "verdict": _verdict,
+    "chain": _chain,
+    "other-findings": _other_findings,
+    "ruled-out": _ruled_out,
+    "gpus": _gpus,
+    "containers": _containers,
+    "collectors": _collectors,
+    "verify": _verify,
+}
+
+
+def render_markdown_view(v: ReportView) -> str:
+    """A prepared view -> the Markdown report."""
+    out: list[str] = []
+    add = out.append
+    hosts = ", ".join(md_text(h) for h in v.hosts) or "unknown host"
+    add(f"# GPU incident report: {hosts}")
+    add("")
+    bundles = ", ".join(md_code(b.name, False) for b in v.bundles) or "none recorded"
+    add(f"**Capture window:** {fmt_time(v.capture_start)} – {fmt_time(v.capture_end)}  ")
+    add(f"**Bundle:** {bundles}  ")
+    add(f"**Analysed:** {fmt_time(v.generated_at)} by gpuforensics {md_text(v.tool_version)}")
+    add("")
+
+    for section in SECTIONS:
+        if section.markdown and section.shown(v):
+            out.extend(_SECTIONS[section.anchor](v, section))
     return "\n".join(out)
 
 

@@ -17,34 +17,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from forensics.document_format import REPORT_FORMATS, split_formats
 from forensics.errors import ReportError, ReportNotWritten, write_failure
 
 __all__ = ["FORMATS", "output_paths", "render", "report_stem"]
 
-#: format name -> file suffix
-FORMATS: dict[str, str] = {
-    "html": ".report.html",
-    "pdf": ".report.pdf",
-    "md": ".report.md",
-    "json": ".report.json",
-}
-_ALIASES = {"markdown": "md", "htm": "html"}
+#: format name -> file suffix (``.report.html`` ...), for the formats of the document contract
+FORMATS: dict[str, str] = {name: f".report.{name}" for name in REPORT_FORMATS}
 
 
 def normalise_formats(formats: Sequence[str]) -> list[str]:
     """``["html", "PDF", "markdown"]`` -> ``["html", "pdf", "md"]`` (order kept, duplicates dropped)."""
-    out: list[str] = []
-    for raw in formats:
-        for part in str(raw).split(","):
-            name = _ALIASES.get(part.strip().lower(), part.strip().lower())
-            if not name:
-                continue
-            if name not in FORMATS:
-                raise ReportError(
-                    f"unknown report format {part.strip()!r} (use: {', '.join(FORMATS)})"
-                )
-            if name not in out:
-                out.append(name)
+    out = split_formats(formats)
+    bad = [name for name in out if name not in FORMATS]
+    if bad:
+        raise ReportError(f"unknown report format {bad[0]!r} (use: {', '.join(FORMATS)})")
     if not out:
         raise ReportError("no report format requested")
     return out

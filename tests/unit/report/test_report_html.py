@@ -171,7 +171,7 @@ class TestContent:
         assert "Showing 12 of 122 containers" in " ".join(" ".join(doc.text).split())
 
     def test_appendix_is_capped(self, make_doc: Callable[[str], dict[str, Any]]) -> None:
-        from forensics.report.view import APPENDIX_CAP, BODY_ROWS
+        from forensics.report.records import APPENDIX_CAP, BODY_ROWS
 
         doc = make_doc("snapshot")
         template = doc["containers"][0]

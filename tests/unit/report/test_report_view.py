@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.errors import ReportError
+from forensics.report import records
 from forensics.report import view as v
 
 Doc = dict[str, Any]
@@ -126,15 +127,15 @@ class TestSnapshotAndClean:
 
 class TestLongTables:
     def test_split_caps(self) -> None:
-        part = v.split(list(range(30)), "x", body_rows=5, cap=10)
+        part = records.split(list(range(30)), "x", body_rows=5, cap=10)
         assert part.body == tuple(range(5)) and part.appendix == tuple(range(5, 15))
         assert part.omitted == 15 and part.total == 30
 
     def test_large_document_is_summarised(self, make_doc: Callable[[str], Doc]) -> None:
         view = v.build_view(make_doc("large"))
-        assert len(view.containers.body) == v.BODY_ROWS
+        assert len(view.containers.body) == records.BODY_ROWS
         assert view.containers.total == 122
-        assert len(view.containers.appendix) == 122 - v.BODY_ROWS
+        assert len(view.containers.appendix) == 122 - records.BODY_ROWS
         cited = view.bundles[0].cited
         assert view.bundles[0].member_count == 3013
         doc = make_doc("large")
@@ -144,8 +145,8 @@ class TestLongTables:
             dict(cited.appendix)["nvml/samples.jsonl"]
             == make_doc("large")["bundles"][0]["members"]["nvml/samples.jsonl"]
         )
-        assert len(view.charts) <= v.GPU_CHART_CAP + v.CONTAINER_CHART_CAP
-        assert all(len(c.markers) <= v.MARKER_CAP for c in view.charts)
+        assert len(view.charts) <= records.GPU_CHART_CAP + records.CONTAINER_CHART_CAP
+        assert all(len(c.markers) <= records.MARKER_CAP for c in view.charts)
 
 
 _json = st.recursive(

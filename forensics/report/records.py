@@ -1,0 +1,355 @@
+"""The report's view records: what :func:`forensics.report.view.build_view` hands the renderers.
+
+Frozen dataclasses, one per thing a reader sees (the verdict, a finding, a chain step, a GPU, a
+container, a bundle), and :class:`Split`, a long list cut into the rows shown in the body and
+those left to the appendix. Every string in them is still untrusted text; renderers escape it.
+The caps below bound what a report shows; the JSON report keeps everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from forensics.report.charts import ChartSpec
+
+__all__ = [
+    "APPENDIX_CAP",
+    "BODY_ROWS",
+    "CONTAINER_CHART_CAP",
+    "EVIDENCE_CAP",
+    "EXCERPT_CHARS",
+    "GPU_CHART_CAP",
+    "MARKER_CAP",
+    "BundleView",
+    "ChainStepView",
+    "CollectorView",
+    "ContainerView",
+    "EvidenceView",
+    "FindingView",
+    "GpuView",
+    "ProcessView",
+    "ReportView",
+    "RuledOutView",
+    "Split",
+    "SubjectView",
+    "UnattributedView",
+    "VerdictView",
+    "split",
+]
+
+#: Rows of a long table shown in the body; the rest goes to the appendix.
+BODY_ROWS = 12
+#: Rows of one table kept in the appendix; beyond that the JSON report has them.
+APPENDIX_CAP = 500
+#: Evidence items shown per finding.
+EVIDENCE_CAP = 12
+#: Charts drawn at most (GPUs, containers); the most relevant first.
+GPU_CHART_CAP = 8
+CONTAINER_CHART_CAP = 4
+#: Finding markers per chart.
+MARKER_CAP = 8
+#: Longest excerpt shown (the analyzer already cuts at 240).
+EXCERPT_CHARS = 400
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Split(Generic[T]):
+    """A long list cut for reading: ``body`` in the report, ``appendix`` (capped) at the end."""
+
+    body: tuple[T, ...]
+    appendix: tuple[T, ...]
+    omitted: int
+    anchor: str
+
+    @property
+    def total(self) -> int:
+        return len(self.body) + len(self.appendix) + self.omitted
+
+    @property
+    def all_shown(self) -> tuple[T, ...]:
+        return self.body + self.appendix
+
+
+def split(
+    items: Sequence[T], anchor: str, body_rows: int = BODY_ROWS, cap: int = APPENDIX_CAP
+) -> Split[T]:
+    """Keep ``body_rows`` items in the body and at most ``cap`` more in the appendix."""
+    body = tuple(items[:body_rows])
+    rest = items[body_rows:]
+    return Split(body, tuple(rest[:cap]), max(0, len(rest) - cap), anchor)
+
+
+@dataclass(frozen=True)
+class SubjectView:
+    """A subject (container, pod, process, gpu, mig, host) as the document names it."""
+
+    role: str
+    type: str
+    id: str
+    name: str
+    node: str
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id or "(unnamed)"
+
+
+@dataclass(frozen=True)
+class EvidenceView:
+    """One evidence reference, with the member's SHA-256 from the bundle manifest when known."""
+
+    bundle: str
+    member: str
+    locator: str
+    excerpt: str
+    member_sha256: str | None
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """One finding (``findings[]``)."""
+
+    id: str
+    kind: str
+    severity: str
+    confidence: float | None
+    summary: str
+    start: str
+    end: str
+    node: str
+    subjects: tuple[SubjectView, ...]
+    metrics: tuple[tuple[str, str], ...]
+    evidence: tuple[EvidenceView, ...]
+    evidence_omitted: int
+    causes: tuple[str, ...]
+
+    @property
+    def culprits(self) -> tuple[SubjectView, ...]:
+        return tuple(s for s in self.subjects if s.role == "culprit")
+
+    @property
+    def victims(self) -> tuple[SubjectView, ...]:
+        return tuple(s for s in self.subjects if s.role == "victim")
+
+
+@dataclass(frozen=True)
+class ChainStepView:
+    """One step of the evidence chain: when, what, which finding backs it, what it led to."""
+
+    time: str
+    text: str
+    finding_id: str
+    finding: FindingView | None
+    leads_to: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RuledOutView:
+    """A confounder checked and not found, with the evidence examined."""
+
+    kind: str
+    statement: str
+    evidence: tuple[EvidenceView, ...]
+
+
+@dataclass(frozen=True)
+class VerdictView:
+    """The verdict block: headline, culprits, victims, impact, span."""
+
+    headline: str
+    clean: bool
+    severity: str
+    culprits: tuple[SubjectView, ...]
+    victims: tuple[SubjectView, ...]
+    impact: str
+    start: str
+    end: str
+    duration: str
+
+
+@dataclass(frozen=True)
+class CollectorView:
+    """A collector's status from a bundle manifest (``collectors[]``)."""
+
+    bundle: str
+    name: str
+    status: str
+    duration_s: float | None
+    error: str
+    notes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """A process seen on a GPU, with its container resolved to a name."""
+
+    pid: str
+    name: str
+    container: str
+    pod: str
+    used_memory_bytes: float | None
+    sm_util_avg_pct: float | None
+    allocated: bool | None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU: who was allocated it, who used it, its processes and its chart."""
+
+    key: str
+    index: str
+    uuid: str
+    name: str
+    node: str
+    pci_bus_id: str
+    memory_total_bytes: float | None
+    mig_enabled: bool | None
+    allocated_to: tuple[SubjectView, ...]
+    used_by: tuple[SubjectView, ...]
+    unallocated_users: tuple[SubjectView, ...]
+    processes: Split[ProcessView]
+    util_avg_pct: float | None
+    util_max_pct: float | None
+    memory_peak_bytes: float | None
+    finding_ids: tuple[str, ...]
+    chart: ChartSpec | None
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}" if self.index else (self.uuid or "GPU")
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One container: allocation, limits, throttling, memory, OOM, related findings."""
+
+    key: str
+    id: str
+    name: str
+    node: str
+    pod: str
+    image: str
+    state: str
+    exit_code: str
+    oom_killed: bool | None
+    oom_kills: int | None
+    allocation_kind: str
+    allocation_explicit: bool | None
+    allocation_gpus: tuple[str, ...]
+    allocation_source: str
+    allocation_detail: str
+    cpu_quota_cores: float | None
+    memory_limit_bytes: float | None
+    throttled_avg_ratio: float | None
+    throttled_max_ratio: float | None
+    memory_peak_bytes: float | None
+    memory_peak_of_limit_ratio: float | None
+    finding_ids: tuple[str, ...]
+    findings: tuple[FindingView, ...]
+    chart: ChartSpec | None
+    pod_name: str = ""  # namespace/name of the pod it belongs to, when the analysis knows it
+    pod_container: str = ""  # its name inside the pod
+
+    @property
+    def label(self) -> str:
+        if self.pod_name:  # an SRE on Kubernetes thinks in pods, not in kubelet container names
+            return f"pod {self.pod_name} (container {self.pod_container or self.name or self.id[:12]})"
+        return self.name or self.id[:12] or "(unnamed)"
+
+    @property
+    def oom_events(self) -> tuple[FindingView, ...]:
+        """OOM kills the analysis found for this container (``oom-kill`` findings)."""
+        return tuple(f for f in self.findings if f.kind == "oom-kill")
+
+    @property
+    def pressure(self) -> tuple[FindingView, ...]:
+        """Pressure stalls (PSI) the analysis found for this container."""
+        return tuple(f for f in self.findings if f.kind == "pressure-stall")
+
+
+@dataclass(frozen=True)
+class UnattributedView:
+    """An entity the analyzer could not join (kept rather than dropped)."""
+
+    type: str
+    id: str
+    name: str
+    node: str
+    reason: str
+    gpu: str
+
+
+@dataclass(frozen=True)
+class BundleView:
+    """One analysed bundle and its manifest digest."""
+
+    path: str
+    name: str
+    file_sha256: str
+    host: str
+    captured_start: str
+    captured_end: str
+    interrupted: bool | None
+    tool_version: str
+    member_count: int
+    cited: Split[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """Everything a renderer needs, in reading order."""
+
+    title: str
+    hosts: tuple[str, ...]
+    tool_version: str
+    generated_at: str
+    capture_start: str
+    capture_end: str
+    primary_sha256: str
+    verdict: VerdictView
+    severity_counts: tuple[tuple[str, int], ...]
+    chain: tuple[ChainStepView, ...]
+    chain_findings: tuple[FindingView, ...]
+    other_findings: Split[FindingView]
+    ruled_out: tuple[RuledOutView, ...]
+    limitations: tuple[str, ...]
+    collectors: Split[CollectorView]
+    collector_problems: tuple[CollectorView, ...]
+    gpus: Split[GpuView]
+    containers: Split[ContainerView]
+    unattributed: Split[UnattributedView]
+    bundles: tuple[BundleView, ...]
+    thresholds: tuple[tuple[str, str], ...]
+    #: Every finding and collector in the document's own order (the terminal summary's order).
+    findings: tuple[FindingView, ...] = ()
+    collectors_in_order: tuple[CollectorView, ...] = ()
+
+    @property
+    def charts(self) -> tuple[ChartSpec, ...]:
+        items: Iterable[GpuView | ContainerView] = (
+            *self.gpus.all_shown,
+            *self.containers.all_shown,
+        )
+        return tuple(item.chart for item in items if item.chart is not None)
+
+    @property
+    def has_appendix(self) -> bool:
+        return any(
+            part.appendix or part.omitted
+            for part in (
+                self.other_findings,
+                self.collectors,
+                self.gpus,
+                self.containers,
+                self.unattributed,
+            )
+        ) or any(b.cited.total for b in self.bundles)
+
