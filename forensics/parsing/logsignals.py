@@ -54,7 +54,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 from forensics.parsing.timestamps import parse_iso_unix
 
@@ -428,6 +428,12 @@ _TRIGGER = re.compile(
 # ---------------------------------------------------------------- one line
 
 
+class _Base(TypedDict):
+    t: float | None
+    rank: int | None
+    local_rank: int | None
+
+
 def _rank(ctx: LineContext, text: str) -> int | None:
     if ctx.rank is not None:
         return ctx.rank
@@ -435,7 +441,7 @@ def _rank(ctx: LineContext, text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _oom(text: str, base: dict[str, object]) -> CudaOom | None:
+def _oom(text: str, base: _Base) -> CudaOom | None:
     m = _OOM_NEW.search(text)
     if m:
         alloc = _OOM_ALLOC_NEW.search(text, m.end())
@@ -446,7 +452,7 @@ def _oom(text: str, base: dict[str, object]) -> CudaOom | None:
                        total_bytes=size_bytes(m.group(3)), free_bytes=size_bytes(m.group(4)),
                        allocated_bytes=allocated,
                        reserved_bytes=None if allocated is None or unalloc is None else allocated + unalloc,
-                       process_used_bytes=size_bytes(proc.group(1)) if proc else None, **base)  # type: ignore[arg-type]
+                       process_used_bytes=size_bytes(proc.group(1)) if proc else None, **base)
     m = _OOM_OLD.search(text)
     if m:
         fields = {f: size_bytes(v) for v, f in _OOM_FIELD.findall(m.group(3))}
@@ -454,7 +460,7 @@ def _oom(text: str, base: dict[str, object]) -> CudaOom | None:
                        total_bytes=fields.get("total capacity"), allocated_bytes=fields.get("already allocated"),
                        free_bytes=fields.get("free"),
                        reserved_bytes=fields.get("reserved in total by PyTorch", fields.get("cached")),
-                       **base)  # type: ignore[arg-type]
+                       **base)
     m = _OOM_TF.search(text)
     if m:
         shape = tuple(int(d) for d in m.group(1).replace(" ", "").split(",") if d.isdigit() and len(d) < 12)
@@ -465,18 +471,18 @@ def _oom(text: str, base: dict[str, object]) -> CudaOom | None:
             for d in shape:
                 requested *= d
         return CudaOom(framework="tensorflow", requested_bytes=requested, cuda_device=int(m.group(3)),
-                       shape=shape, dtype=m.group(2), **base)  # type: ignore[arg-type]
+                       shape=shape, dtype=m.group(2), **base)
     m = _OOM_TF_SE.search(text)
     if m:
-        return CudaOom(framework="tensorflow", requested_bytes=int(m.group(2)), **base)  # type: ignore[arg-type]
+        return CudaOom(framework="tensorflow", requested_bytes=int(m.group(2)), **base)
     if "on host: CUDA_ERROR_OUT_OF_MEMORY" in text:
         return None  # pinned host memory, not the GPU's
     if _OOM_GENERIC.search(text):
-        return CudaOom(framework="pytorch" if "CUDA out of memory" in text else "cuda", **base)  # type: ignore[arg-type]
+        return CudaOom(framework="pytorch" if "CUDA out of memory" in text else "cuda", **base)
     return None
 
 
-def _nccl_warn(text: str, base: dict[str, object]) -> NcclWarn | None:
+def _nccl_warn(text: str, base: _Base) -> NcclWarn | None:
     head = _NCCL_HEAD.search(text)
     if head and head.group(5) == "WARN":
         message = text[head.end():]
@@ -503,10 +509,10 @@ def _nccl_warn(text: str, base: dict[str, object]) -> NcclWarn | None:
         error = error.strip().rstrip(".")
         code = _STRERROR.get(error, code)
     return NcclWarn(message=_cut(message), host=host, pid=pid, cuda_device=dev, source=source, call=call,
-                    error=error, errno=code, **base)  # type: ignore[arg-type]
+                    error=error, errno=code, **base)
 
 
-def _nccl_error(text: str, base: dict[str, object]) -> NcclError | None:
+def _nccl_error(text: str, base: _Base) -> NcclError | None:
     m = _NCCL_CODE.search(text)
     code = m.group(1) if m else None
     if code is None and (e := _NCCL_ERROR_IN.search(text)):
@@ -524,10 +530,10 @@ def _nccl_error(text: str, base: dict[str, object]) -> NcclError | None:
         rest = text[m.end():].lstrip(": ").strip()
         detail = rest or None
     return NcclError(code=code, nccl_version=v.group(1) if v else None,
-                     detail=_cut(detail) if detail else None, **base)  # type: ignore[arg-type]
+                     detail=_cut(detail) if detail else None, **base)
 
 
-def _faults(text: str, base: dict[str, object]) -> list[CudaFault]:
+def _faults(text: str, base: _Base) -> list[CudaFault]:
     out: list[CudaFault] = []
     for fault, pattern in _FAULTS:
         if not pattern.search(text):
@@ -539,13 +545,13 @@ def _faults(text: str, base: dict[str, object]) -> list[CudaFault]:
         pci = _PCI.search(text) if fault == "gpu-lost" else None
         assertion = _ASSERTION.search(text) if fault == "device-side-assert" else None
         out.append(CudaFault(fault=fault, code=code, pci_bus_id=pci.group(1) if pci else None,
-                             detail=_cut(assertion.group(1)) if assertion else None, **base))  # type: ignore[arg-type]
+                             detail=_cut(assertion.group(1)) if assertion else None, **base))
     return out
 
 
 def _parse_text(ctx: LineContext, text: str) -> list[Signal]:
     """Every single-line signal in ``text`` (a line's message after its prefixes)."""
-    base: dict[str, object] = {"t": ctx.t, "rank": _rank(ctx, text), "local_rank": ctx.local_rank}
+    base: _Base = {"t": ctx.t, "rank": _rank(ctx, text), "local_rank": ctx.local_rank}
     out: list[Signal] = []
     if oom := _oom(text, base):
         out.append(oom)
@@ -557,37 +563,37 @@ def _parse_text(ctx: LineContext, text: str) -> list[Signal]:
                                numel_out=_int(numel.get("NumelOut")), timeout_ms=int(w.group(4)),
                                elapsed_ms=int(ran.group(1)) if ran else None,
                                process_group=pg.group(1) if pg else None,
-                               blocking_wait="timed out in blocking wait" in text, **base))  # type: ignore[arg-type]
+                               blocking_wait="timed out in blocking wait" in text, **base))
     if "last completed" in text and (p := _PROGRESS.search(text)):
         pg = _PG.search(text)
         out.append(NcclProgress(failed_seq=_int(p.group(1)), last_enqueued_seq=_int(p.group(2)),
                                 last_completed_seq=_int(p.group(3)), process_group=pg.group(1) if pg else None,
-                                **base))  # type: ignore[arg-type]
+                                **base))
     if "Some NCCL operations have failed or timed out" in text:
-        out.append(NcclAbort(**base))  # type: ignore[arg-type]
+        out.append(NcclAbort(**base))
     if "NCCL WARN" in text and (warn := _nccl_warn(text, base)):
         out.append(warn)
     if "Init COMPLETE" in text and (c := _COMM.search(text)):
         head = _NCCL_HEAD.search(text)
-        cbase = dict(base, rank=int(c.group(2)))
+        cbase: _Base = {"t": ctx.t, "rank": int(c.group(2)), "local_rank": ctx.local_rank}
         out.append(NcclCommInit(nranks=int(c.group(3)), cuda_device=int(c.group(4)),
                                 nvml_device=_int(c.group(5)), bus_id=nccl_bus_id(c.group(6)), comm_id=c.group(7),
                                 host=head.group(1) if head else None, pid=int(head.group(2)) if head else None,
-                                **cbase))  # type: ignore[arg-type]
+                                **cbase))
     if "ccl" in text or "NCCL" in text:
         if err := _nccl_error(text, base):
             out.append(err)
     out.extend(_faults(text, base))
     if m := _CHILD_FAILED.search(text):
         out.append(ProcessEnd(how="child-failed", exit_code=int(m.group(1)), pid=int(m.group(3)),
-                              **dict(base, local_rank=int(m.group(2)))))  # type: ignore[arg-type]
+                              t=ctx.t, rank=base["rank"], local_rank=int(m.group(2))))
     elif m := _WORKER_DIED.search(text):
         out.append(ProcessEnd(how="child-failed", exit_code=int(m.group(2)), pid=int(m.group(1)),
-                              **base))  # type: ignore[arg-type]
+                              **base))
     if m := _TERMINATE.search(text):
-        out.append(ProcessEnd(how="terminate", exc_type=m.group(1), **base))  # type: ignore[arg-type]
+        out.append(ProcessEnd(how="terminate", exc_type=m.group(1), **base))
     if "Killed" in text and (k := _KILLED.search(text)):
-        out.append(ProcessEnd(how="killed", exit_code=137, pid=_int(k.group(1)), **base))  # type: ignore[arg-type]
+        out.append(ProcessEnd(how="killed", exit_code=137, pid=_int(k.group(1)), **base))
     return out
 
 
