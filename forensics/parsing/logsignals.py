@@ -413,16 +413,29 @@ _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Exit|Interru
 _RENDEZVOUS = "Rendezvous complete for workers"
 _KV = re.compile(r"^\s{1,8}(\w{1,40})=(.{0,2000})$")
 
-# One pass over a whole log finds the lines worth parsing (C speed); the patterns above run on
-# those lines only.
-_TRIGGER = re.compile(
-    r"out of memory|OUT_OF_MEMORY|OOM when allocating|cudaErrorMemoryAllocation|WorkNCCL|last completed|"
-    r"Some NCCL operations|NCCL WARN|Init COMPLETE|nccl[A-Z]\w+Error|NCCL [Ee]rror|"
-    r"illegal memory access|ILLEGAL_ADDRESS|IllegalAddress|ECC|device-side assert|Assertion `|GPU is lost|"
-    r"DevicesUnavailable|CUDA-capable|NO_DEVICE|No CUDA GPUs|version mismatch|driver version is insufficient|"
-    r"driver on your system is too old|Traceback \(most recent|Killed|exitcode: |terminate called|"
-    r"died, exit code|Rendezvous complete"
+# The words that make a line worth parsing: found in the whole log with str.find (C speed, about
+# twice a regular-expression alternation's), the patterns above then run on those lines only.
+_TRIGGER_WORDS = (
+    "out of memory", "OUT_OF_MEMORY", "OOM when allocating", "cudaErrorMemoryAllocation", "WorkNCCL",
+    "last completed", "Some NCCL operations", "NCCL WARN", "Init COMPLETE", "ncclSystemError",
+    "ncclInternalError", "ncclRemoteError", "ncclUnhandledCudaError", "ncclInvalid", "NCCL error", "NCCL Error",
+    "illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "ECC", "device-side assert", "Assertion `",
+    "GPU is lost", "DevicesUnavailable", "CUDA-capable", "NO_DEVICE", "No CUDA GPUs", "version mismatch",
+    "driver version is insufficient", "driver on your system is too old", "Traceback (most recent", "Killed",
+    "exitcode: ", "terminate called", "died, exit code", "Rendezvous complete",
 )
+
+
+def _trigger_positions(text: str) -> list[int]:
+    hits: list[int] = []
+    for word in _TRIGGER_WORDS:
+        find = text.find
+        p = find(word)
+        while p >= 0:
+            hits.append(p)
+            p = find(word, p + 1)
+    hits.sort()
+    return hits
 
 
 # ---------------------------------------------------------------- one line
@@ -671,13 +684,13 @@ def scan_log(text: str, *, max_signals: int = 10_000) -> Iterator[tuple[int, Sig
     line_no = 1
     pos = 0  # start of the line numbered line_no
     done_to = 0  # text before this offset is parsed (the rest of a line, a traceback block)
-    for m in _TRIGGER.finditer(text):
-        if m.start() < done_to:
+    for hit in _trigger_positions(text):
+        if hit < done_to:
             continue
-        start = text.rfind("\n", 0, m.start()) + 1
+        start = text.rfind("\n", 0, hit) + 1
         line_no += text.count("\n", pos, start)
         pos = start
-        end = text.find("\n", m.end())
+        end = text.find("\n", hit)
         end = len(text) if end < 0 else end
         done_to = end + 1
         ctx = split_context(text[start:end])
