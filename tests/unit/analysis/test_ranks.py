@@ -96,3 +96,21 @@ def test_missing_ranks_and_nothing_to_decide() -> None:
             for n, p, t in job_logs(stalled=-1)]
     assert find_stalled(ranks_of(same)) is None
     assert find_stalled({}) is None
+
+
+def test_container_logs_in_a_bundle_become_log_signals(tmp_path) -> None:  # noqa: ANN001
+    from forensics.analysis import build_model
+    from tests.support import log_lines as L
+    from tests.support.analysis_bundles import T0, BundleSpec
+
+    b = BundleSpec(host="gpu-12")
+    cid = b.container("train-5")
+    text = "\n".join([f"{iso(T0 + 1)} [rank5]: step 1", f"{iso(T0 + 2)} " + L.ILLEGAL_ADDRESS.text.split("\n")[0],
+                      f"{iso(T0 + 3)} " + L.TORCH_OOM_OLD.text, f"{iso(T0 + 4)} [rank5]: still writi"])
+    b.members[f"docker/containers/{cid}/logs.txt"] = text.encode()
+    model = build_model([b.write(tmp_path)])
+    kinds = [(s.signal.kind, s.evidence.locator) for s in model.log_signals]
+    assert kinds == [("cuda-fault", "line 2"), ("cuda-oom", "line 3")]
+    assert [(o.t, o.container_id) for o in model.cuda_ooms] == [(T0 + 3, cid)]
+    (tail,) = model.log_tails
+    assert tail.t == T0 + 4 and tail.evidence is not None and tail.evidence.locator == "line 4"
