@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
 from forensics.analysis.findings import Evidence, EvidenceRef, Subject
+from forensics.parsing.logsignals import Signal
 
 if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
     from forensics.analysis.joins import Joins
@@ -24,6 +25,8 @@ __all__ = [
     "Container",
     "CpuSample",
     "CudaOom",
+    "LogSignal",
+    "LogTail",
     "Gpu",
     "GpuAllocation",
     "GpuSample",
@@ -296,6 +299,29 @@ class CudaOom:
     evidence: Evidence
 
 
+@dataclass(frozen=True)
+class LogSignal:
+    """One signal of a container's or pod's own log (:mod:`forensics.parsing.logsignals`)."""
+
+    node: str
+    container_id: str | None
+    pod_key: str | None
+    signal: Signal
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """Where one log ends: its last timestamped line (``t`` None when no line had a timestamp)."""
+
+    node: str
+    container_id: str | None
+    pod_key: str | None
+    member: str
+    t: float | None
+    evidence: Evidence | None
+
+
 @dataclass
 class NodeInfo:
     """One host: its bundles, capture window and the collectors' statuses."""
@@ -333,6 +359,8 @@ class Model:
     ooms: list[OomKill] = field(default_factory=list)
     xids: list[XidEvent] = field(default_factory=list)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
+    log_signals: list[LogSignal] = field(default_factory=list)
+    log_tails: list[LogTail] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     collectors: list[dict[str, object]] = field(default_factory=list)
     bundles: list[dict[str, object]] = field(default_factory=list)

@@ -10,6 +10,10 @@ collector reads, serving the objects of a :class:`~tests.support.kube_objects.Cl
   ``involvedObject.*``, ``reason``, ``type``, ``source``)
 - ``GET /apis/metrics.k8s.io/v1beta1/{pods,nodes}``, namespaced pods, one node (404 when
   ``metrics_available`` is False, like a cluster without metrics-server)
+- ``GET /api/v1/namespaces/{ns}/pods/{name}/log`` (``text/plain``: ``container``, ``previous``,
+  ``timestamps``, ``sinceSeconds``, ``sinceTime``, ``tailLines``, ``limitBytes`` as the kubelet
+  reads them) over the lines given to :meth:`KubeAPIServer.set_pod_log`; RBAC resource
+  ``pods/log``;
 - ``GET /api/v1/namespaces/{ns}/secrets[...]`` exists too, so a test can prove it is never asked;
 - ``limit``/``continue`` pagination with opaque continue tokens; unknown field selectors -> 400;
   errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404).
@@ -38,6 +42,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from forensics.parsing.timestamps import parse_iso_unix
 from tests.support.kube_objects import ClusterState, gpu_node_scenario
 
 __all__ = ["KubeAPIServer", "write_kubeconfig"]
@@ -188,6 +193,7 @@ class KubeAPIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._continues: dict[str, int] = {}
+        self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[int, str]]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -251,6 +257,18 @@ class KubeAPIServer:
                     raise TypeError(f"unknown object list {name!r}")
                 setattr(self.state, name, value)
 
+    def set_pod_log(self, ns: str, pod: str, container: str, lines: Iterable[tuple[float, str]],
+                    previous: bool = False) -> None:
+        """What the kubelet holds for one container (``previous``: its last terminated instance):
+        ``(unix time, line)`` pairs, oldest first. Replaces what was there."""
+        with self._lock:
+            self.pod_logs[(ns, pod, container, previous)] = [(_ns(t), text) for t, text in lines]
+
+    def append_pod_log(self, ns: str, pod: str, container: str, t: float, text: str) -> None:
+        """One more line of a log still being written."""
+        with self._lock:
+            self.pod_logs.setdefault((ns, pod, container, False), []).append((_ns(t), text))
+
     def paths_requested(self) -> list[str]:
         return [p for _, p, _ in self.requests]
 
@@ -262,7 +280,7 @@ class KubeAPIServer:
         path = unquote(parts.path)
         with self._lock:
             self.requests.append((req.command, path, query))
-        code, body, resource = 200, b"", ""
+        code, body, resource, content_type = 200, b"", "", "application/json"
         try:
             if req.command != "GET":
                 raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -275,12 +293,15 @@ class KubeAPIServer:
                 time.sleep(self.latency_s)
             self._authorize(resource, path)
             code, obj = 200, handler(query)
-            body = json.dumps(obj, separators=(",", ":")).encode()
+            if isinstance(obj, bytes):
+                body, content_type = obj, "text/plain"
+            else:
+                body = json.dumps(obj, separators=(",", ":")).encode()
         except _HTTPError as err:
             code, body = err.code, json.dumps(err.status, separators=(",", ":")).encode()
         try:
             req.send_response(code)
-            req.send_header("Content-Type", "application/json")
+            req.send_header("Content-Type", content_type)
             req.send_header("Audit-Id", f"{len(self.requests):08d}-0000-4000-8000-000000000000")
             req.send_header("Cache-Control", "no-cache, private")
             req.send_header("X-Kubernetes-Pf-Flowschema-Uid", "2a1f5a3c-8c4e-4d6f-9e1b-7f0a9b8c6d5e")
@@ -296,6 +317,11 @@ class KubeAPIServer:
     def _authorize(self, resource: str, path: str) -> None:
         if resource not in self.forbidden:
             return
+        if resource == "pods/log":
+            segs = path.strip("/").split("/")
+            raise _status(403, "Forbidden", f'pods "{segs[5]}" is forbidden: User "{self.user}" cannot get resource '
+                                            f'"pods/log" in API group "" in the namespace "{segs[3]}"',
+                          {"name": segs[5], "kind": "pods"})
         plural, _, group = resource.partition(".")
         segs = path.strip("/").split("/")
         ns = segs[segs.index("namespaces") + 1] if "namespaces" in segs else None
@@ -322,6 +348,8 @@ class KubeAPIServer:
             ns = None
             if len(rest) >= 3 and rest[0] == "namespaces":
                 ns, rest = rest[1], rest[2:]
+            if ns is not None and len(rest) == 3 and rest[0] == "pods" and rest[2] == "log":
+                return "pods/log", lambda q: self._pod_log(ns, rest[1], q)
             if rest and rest[0] in ("pods", "nodes", "events", "secrets") and len(rest) <= 2:
                 resource = rest[0]
                 items = {"pods": st.pods, "nodes": st.nodes, "events": st.events, "secrets": st.secrets}[resource]
@@ -351,6 +379,43 @@ class KubeAPIServer:
                 return {"kind": kind, "apiVersion": api_version, **item}
         plural = resource.split(".")[0]
         raise _status(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": plural})
+
+    def _pod_log(self, ns: str, name: str, q: dict[str, str]) -> bytes:
+        """The kubelet's ``containerLogs``: select the container (and its previous instance), then
+        ``sinceSeconds``/``sinceTime``, ``tailLines``, the ``timestamps`` prefix, and ``limitBytes``
+        cutting the output after that many bytes (the oldest are kept, possibly mid-line)."""
+        pod = self._get("pods", self.state.pods, ns, name)
+        names = [c["name"] for c in pod["spec"].get("containers", [])]
+        container = q.get("container", "")
+        if not container:
+            if len(names) != 1:
+                raise _status(400, "BadRequest", f"a container name must be specified for pod {name}, "
+                                                 f"choose one of: [{' '.join(names)}]")
+            container = names[0]
+        if container not in names:
+            raise _status(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        previous = q.get("previous", "false").lower() in ("true", "1")
+        with self._lock:
+            lines = list(self.pod_logs.get((ns, name, container, previous), ()))
+        if previous and (ns, name, container, True) not in self.pod_logs:
+            raise _status(400, "BadRequest", f'previous terminated container "{container}" in pod "{name}" not found')
+        since = _positive_int(q, "sinceSeconds")
+        if since is not None:
+            cut = round((time.time() - since) * 1e9)
+            lines = [(t, x) for t, x in lines if t >= cut]
+        elif q.get("sinceTime"):
+            st = parse_iso_unix(q["sinceTime"])
+            if st is None:
+                raise _status(400, "BadRequest", f'sinceTime: Invalid value: "{q["sinceTime"]}"')
+            lines = [(t, x) for t, x in lines if t >= round(st * 1e9)]
+        tail = _positive_int(q, "tailLines")
+        if tail is not None:
+            lines = lines[len(lines) - tail:] if tail else []
+        stamps = q.get("timestamps", "false").lower() in ("true", "1")
+        out = b"".join(((_rfc3339nano(t) + " ") if stamps else "").encode() + x.encode("utf-8", "surrogateescape")
+                       + b"\n" for t, x in lines)
+        limit = _positive_int(q, "limitBytes")
+        return out[:limit] if limit is not None else out
 
     def _list(self, resource: str, items: list[dict[str, Any]], ns: str | None, q: dict[str, str]) -> dict[str, Any]:
         api_version, list_kind, _ = _KINDS[resource]
@@ -385,6 +450,33 @@ class KubeAPIServer:
         if resource.endswith(".metrics.k8s.io"):
             metadata = {}
         return {"apiVersion": api_version, "items": page, "kind": list_kind, "metadata": metadata}
+
+
+def _ns(t: float) -> int:
+    """Unix seconds -> nanoseconds, at the microsecond a float this size can hold."""
+    whole = int(t)
+    return whole * 1_000_000_000 + round((t - whole) * 1e6) * 1000
+
+
+def _rfc3339nano(t_ns: int) -> str:
+    """Go's ``time.RFC3339Nano`` in UTC: trailing zeros of the fraction dropped, none when zero."""
+    sec, ns = divmod(t_ns, 1_000_000_000)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+    frac = f"{ns:09d}".rstrip("0")
+    return f"{base}.{frac}Z" if frac else f"{base}Z"
+
+
+def _positive_int(q: dict[str, str], key: str) -> int | None:
+    if key not in q:
+        return None
+    try:
+        value = int(q[key])
+    except ValueError:
+        raise _status(400, "BadRequest", f'{key}: Invalid value: "{q[key]}": must be an integer') from None
+    if value < (0 if key == "tailLines" else 1):
+        raise _status(422, "Invalid", f"PodLogOptions.{key}: Invalid value: {value}: must be greater than "
+                                      f"{'or equal to ' if key == 'tailLines' else ''}0")
+    return value
 
 
 def write_kubeconfig(path: str | Path, url: str, context: str = "loopback", namespace: str = "default",

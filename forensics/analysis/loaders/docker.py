@@ -2,7 +2,8 @@
 ``docker/images/<hex>/inspect.json``, ``docker/info.json`` (DefaultRuntime), ``docker/events.jsonl``
 (``oom`` events), ``docker/samples.jsonl`` and ``docker/containers/<id>/stats.json``
 (``cpu_stats.throttling_data``, ``memory_stats``), ``docker/containers/<id>/processes.json``
-(the container's host PIDs) and any ``docker/containers/<id>/logs*`` (CUDA out-of-memory lines).
+(the container's host PIDs) and any ``docker/containers/<id>/logs*`` (the workload's own words:
+:mod:`forensics.parsing.logsignals`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from forensics.analysis.model import (
     Container,
     CpuSample,
     CudaOom,
+    LogSignal,
+    LogTail,
     MemorySample,
     Model,
     OomKill,
@@ -34,13 +37,14 @@ from forensics.analysis.model import (
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect
+from forensics.parsing.logsignals import CudaOom as LogCudaOom
+from forensics.parsing.logsignals import last_timestamp, scan_log
 from forensics.specs import docker as docker_spec
 
-__all__ = ["LOADER", "CUDA_OOM", "load_docker"]
+__all__ = ["LOADER", "load_docker", "load_log_signals"]
 
+_MAX_SIGNALS_PER_LOG = 2000  # a crash loop repeats itself; the first thousands say it
 _INSPECT = re.compile(r"^docker/containers/([0-9a-f]{64})/inspect\.json$")
-CUDA_OOM = re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
-                      r"out of memory.*cuda|OutOfMemoryError", re.IGNORECASE)
 
 
 def _cpu_quota_cores(host: dict[str, Any]) -> float | None:
@@ -160,11 +164,28 @@ def _load_stats(src: Source, model: Model, node: str, cid: str) -> None:
 
 
 def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
+    c = model.container(node, cid)
+    pod = c.pod_uid if c else None
     for member in src.under(docker_spec.container_member(cid, "log")):
-        for no, line in enumerate(src.text_lines(member) or [], 1):
-            if CUDA_OOM.search(line):
-                t = parse_time(line.split(" ", 1)[0]) if line[:1].isdigit() else None
-                model.cuda_ooms.append(CudaOom(node, t, cid, line, src.ev_line(member, no, line)))
+        load_log_signals(src, model, node, member, cid, pod)
+
+
+def load_log_signals(src: Source, model: Model, node: str, member: str, container_id: str | None,
+                     pod_key: str | None) -> None:
+    """Every signal of one log member (engine or kubelet ``timestamps=true`` text) and where it ends."""
+    lines = src.text_lines(member, cache=False)
+    if lines is None:
+        return
+    text = "\n".join(lines)
+    for no, sig in scan_log(text, max_signals=_MAX_SIGNALS_PER_LOG):
+        line = lines[no - 1] if 0 < no <= len(lines) else ""
+        ev = src.ev_line(member, no, line)
+        model.log_signals.append(LogSignal(node, container_id, pod_key, sig, ev))
+        if isinstance(sig, LogCudaOom) and container_id is not None:
+            model.cuda_ooms.append(CudaOom(node, sig.t, container_id, line, ev))
+    tail = last_timestamp(text)
+    model.log_tails.append(LogTail(node, container_id, pod_key, member, tail[1] if tail else None,
+                                   src.ev_line(member, tail[0], lines[tail[0] - 1]) if tail else None))
 
 
 def _load_events(src: Source, model: Model, node: str) -> None:
