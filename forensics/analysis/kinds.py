@@ -55,7 +55,8 @@ class Harm:
 class RuledOutCheck:
     """What a ruled-out check of one node sees: the model, the node, every kind found (on any
     node), the findings and the thresholds. ``evidence(family, excerpt)`` cites the member the
-    node's ``family`` (nvml, kernel, cgroups, psi) was read from, or nothing when none was."""
+    node's ``family`` (nvml, kernel, cgroups, psi) was read from, or nothing when none was; the
+    excerpt describes what was examined, so it is marked normalised (not a quotation)."""
 
     model: Model
     node: str
@@ -67,7 +68,7 @@ class RuledOutCheck:
     def evidence(self, family: str, excerpt: str) -> list[Evidence]:
         member = self.info.members_used.get(family)
         bundle = self.info.bundles[0] if self.info.bundles else ""
-        return [Evidence(bundle, member, "", excerpt)] if member else []
+        return [Evidence(bundle, member, "", excerpt, normalised=True)] if member else []
 
 
 HarmWording = Callable[[Finding, Harm], str]

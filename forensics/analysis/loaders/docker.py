@@ -79,7 +79,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             mem = _members.get(document, _member)
             if src.has(mem):
                 return src.ev_pointer(mem, pointer)
-            return Evidence(src.name, mem, pointer, excerpt)
+            return Evidence(src.name, mem, pointer, excerpt, normalised=True)
 
         try:
             alloc = classify_docker_allocation(
