@@ -12,16 +12,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from forensics.analysis.findings import Finding, Subject, severity_rank
+from forensics.analysis.findings import Finding, Role, Subject, severity_rank
 from forensics.analysis.kinds import Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, collapse_pods, fmt_time, label, name_of
 from forensics.analysis.rules import CAUSES, SPECS
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["CAUSES", "ChainResult", "build_chain", "ruled_out"]
+__all__ = ["CAUSES", "ChainResult", "build_chain", "next_step", "ruled_out"]
 
 _HARM = {k.id: k.harm_wording for k in SPECS if k.harm_wording is not None}
+_KIND = {k.id: k for k in SPECS}
 _RULED_OUT = sorted(((k.id, k.not_found) for k in SPECS if k.not_found is not None), key=lambda kc: kc[1].rank)
 # How far before the cause's start an effect may begin (sampling jitter).
 _SLACK_S = 5.0
@@ -95,7 +96,8 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
                                           f.kind, f.key))
     ids = {f.key: f"F{i}" for i, f in enumerate(ordered, 1)}
     final = [replace(f, key=ids[f.key], cause_keys=tuple(sorted((ids[k] for k in effects_of[f.key]),
-                                                                  key=lambda x: int(x[1:]))))
+                                                                  key=lambda x: int(x[1:]))),
+                     next_step=f.next_step or next_step(f, model))
              for f in ordered]
     caused = {e for f in final for e in f.cause_keys}
 
@@ -182,18 +184,31 @@ def _name(model: Model | None, s: Subject, long: bool = True) -> str:
     return label(model, s, long=long) if model is not None else name_of(s)
 
 
+def _context(f: Finding, model: Model | None) -> Harm:
+    """What the kind's wordings know of ``f``: its time, its culprits', victims' and GPU's names."""
+    def names(role: Role) -> str:
+        subjects = list(f.subjects_with(role))
+        if model is not None:
+            subjects = collapse_pods(model, subjects)
+        return ", ".join(_name(model, s, long=False) for s in subjects)
+
+    gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
+    return Harm(fmt_time(f.start), names("culprit") or "another process", gpu,
+                names("victim") or "the affected workload")
+
+
 def _harm(f: Finding, model: Model | None = None) -> str:
     """What a finding did to its victim, in a few words with the numbers (its kind's harm wording)."""
-    when = fmt_time(f.start)
     wording = _HARM.get(f.kind)
     if wording is None:
-        return f"{f.kind} from {when}"
-    culprit_subjects = list(f.subjects_with("culprit"))
-    if model is not None:
-        culprit_subjects = collapse_pods(model, culprit_subjects)
-    culprits = ", ".join(_name(model, s, long=False) for s in culprit_subjects) or "another process"
-    gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
-    return wording(f, Harm(when, culprits, gpu))
+        return f"{f.kind} from {fmt_time(f.start)}"
+    return wording(f, _context(f, model))
+
+
+def next_step(f: Finding, model: Model | None = None) -> str:
+    """The one-line next step for ``f``, as its kind's declaration words it."""
+    kind = _KIND.get(f.kind)
+    return kind.step(f, _context(f, model)) if kind is not None else ""
 
 
 def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> list[dict[str, object]]:

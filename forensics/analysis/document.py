@@ -38,6 +38,7 @@ def _finding_json(f: Finding) -> dict[str, Any]:
         "metrics": {k: v for k, v in f.metrics},
         "evidence": [e.to_json() for e in f.evidence],
         "causes": list(f.cause_keys),
+        "next_step": f.next_step,
     }
 
 

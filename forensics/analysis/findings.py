@@ -192,6 +192,7 @@ class Finding:
     # + ": " + "92% of its compute; trainer fell from 95% to 7% SM".
     lead: str = ""
     follow: str = ""
+    next_step: str = ""  # what an operator does next, one line (its kind's wording; set by the chain)
 
     def subjects_with(self, role: Role) -> tuple[Subject, ...]:
         return tuple(s for s in self.subjects if s.role == role)

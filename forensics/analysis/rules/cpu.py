@@ -153,6 +153,18 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+@CPU_THROTTLING.next_step
+def _throttling_step(f: Finding, h: Harm) -> str:
+    return (f"raise {h.victims}'s CPU quota (docker --cpus, Kubernetes limits.cpu) or give it less CPU work "
+            "(fewer data-loader workers)")
+
+
+@PRESSURE_STALL.next_step
+def _stall_step(f: Finding, h: Harm) -> str:
+    resource = f.metric("resource") or "resource"
+    return (f"relieve {resource} pressure on {h.victims}: raise its {resource} limit or move work off the node")
+
+
 @PRESSURE_STALL.harm
 def _stall_harm(f: Finding, h: Harm) -> str:
     return f"stalled on {f.metric('resource')} pressure from {h.when}"

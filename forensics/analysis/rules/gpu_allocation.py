@@ -188,6 +188,16 @@ def _unallocated_harm(f: Finding, h: Harm) -> str:
     return f"{h.gpu}, allocated to it, used by {h.culprits} from {h.when}"
 
 
+@UNALLOCATED_GPU_USE.next_step
+def _unallocated_step(f: Finding, h: Harm) -> str:
+    how = {"env": "NVIDIA_VISIBLE_DEVICES from its image or environment",
+           "privileged": "privileged mode",
+           "kubernetes": "a pod without an nvidia.com/gpu limit that still sees the GPUs"}.get(
+        str(f.metric("allocation_kind")), "a blanket grant (NVIDIA_VISIBLE_DEVICES=all, the default nvidia runtime)")
+    return (f"close the grant that let {h.culprits} reach {h.gpu} ({how}): set NVIDIA_VISIBLE_DEVICES=void or "
+            "none for jobs without a GPU, and grant GPUs only explicitly (--gpus, nvidia.com/gpu)")
+
+
 @UNALLOCATED_GPU_USE.ruled_out(rank=70)
 def _every_gpu_process_allocated(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     model, node = c.model, c.node
@@ -273,6 +283,20 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
 @OVERLAPPING_GPU_ALLOCATION.harm
 def _overlapping_harm(f: Finding, h: Harm) -> str:
     return f"{h.gpu} also allocated to {h.culprits}"
+
+
+@OVERLAPPING_GPU_ALLOCATION.next_step
+def _overlapping_step(f: Finding, h: Harm) -> str:
+    return (f"give {h.culprits} different GPUs: fix the --gpus / NVIDIA_VISIBLE_DEVICES or device-plugin "
+            f"assignment that handed {h.gpu} to both, or share it deliberately (MIG, MPS)")
+
+
+@UNATTRIBUTED_GPU_PROCESS.next_step
+def _unattributed_step(f: Finding, h: Harm) -> str:
+    pid = f.metric("pid")
+    who = f"PID {pid}" if pid is not None else "the process"
+    return (f"find who runs {who} on {h.gpu} (ps, nvidia-smi on the node; capture in the host PID namespace "
+            "if NVML's PIDs were not found) and run it in a container with an explicit GPU grant, or stop it")
 
 
 @UNATTRIBUTED_GPU_PROCESS.rule

@@ -217,3 +217,27 @@ def _no_clock_slowdown(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     n = c.model.gpu_sample_count(c.node)
     return (f"no thermal, power or hardware clock slowdown on any GPU of {c.node} ({n} samples)",
             c.evidence("nvml", f"{n} samples, no slowdown reason bits"))
+
+
+_XID_STEPS = {
+    "hardware": "drain the node and reboot it; check {gpu}'s PCIe link, power and cooling (nvidia-smi -q, "
+                "the kernel log) and have the GPU replaced if the Xid repeats",
+    "driver": "collect nvidia-bug-report.sh, then reset {gpu} or reboot the node; update the NVIDIA driver "
+              "if the Xid repeats",
+    "application": "debug the application that ran on {gpu} (compute-sanitizer for memory faults); the GPU "
+                   "itself is not at fault",
+}
+
+
+@GPU_XID_FAULT.next_step
+def _xid_step(f: Finding, h: Harm) -> str:
+    wording = _XID_STEPS.get(str(f.metric("xid_class")))
+    if wording is None:
+        return f"look up Xid {f.metric('xid')} in NVIDIA's Xid catalogue and act on {h.gpu} as it says"
+    return wording.format(gpu=h.gpu)
+
+
+@GPU_CLOCK_THROTTLE.next_step
+def _clock_step(f: Finding, h: Harm) -> str:
+    return (f"check {h.gpu}'s cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER): airflow, "
+            "power cap, the node's power supply")

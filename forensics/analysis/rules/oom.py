@@ -114,6 +114,16 @@ def _oom_harm(f: Finding, h: Harm) -> str:
     return f"OOM-killed at {h.when}"
 
 
+@OOM_KILL.next_step
+def _oom_step(f: Finding, h: Harm) -> str:
+    if f.metric("global"):
+        return ("find what filled the host's memory (the kernel log's task list) and set memory limits on "
+                "its containers, or add memory to the node")
+    if any(s.type in ("container", "pod") for s in f.subjects):
+        return f"raise {h.victims}'s memory limit or find its leak (it used what it was given)"
+    return f"find why {h.victims} outgrew its memory cgroup (its limit, or a leak)"
+
+
 @OOM_KILL.ruled_out(rank=30)
 def _no_oom(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     """No OOM kill at all, or (with memcg kills) none host-wide."""
