@@ -61,7 +61,7 @@ def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | No
         seen_files[bundle.file_sha256] = path.name
         problems = check_integrity(bundle)
         if problems:
-            model.limit(f"{path.name}: INTEGRITY CHECK FAILED, {len(problems)} member(s) do not match "
+            model.limit(f"INTEGRITY CHECK FAILED: {path.name}: {len(problems)} member(s) do not match "
                         f"the manifest ({'; '.join(problems[:3])}): the evidence was altered or "
                         "damaged after capture; run `gpuforensics verify` and treat the findings as untrusted")
         src = Source(bundle, path.name, bundle.members.keys())

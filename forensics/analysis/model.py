@@ -431,6 +431,14 @@ class Model:
         """(node, GPU UUID) -> its process samples in (time, PID) order."""
         return self._proc_samples_by_gpu
 
+    def nvml_pid(self, node: str, pid: int) -> bool:
+        """Whether NVML reported ``pid`` as a GPU process of ``node``."""
+        return (node, pid) in self._nvml_pids
+
+    @cached_property
+    def _nvml_pids(self) -> frozenset[tuple[str, int]]:
+        return frozenset((s.node, s.pid) for s in self.proc_samples)
+
     def gpu_sample_count(self, node: str) -> int:
         """How many device samples the node's bundles hold."""
         return self._gpu_sample_counts[node]

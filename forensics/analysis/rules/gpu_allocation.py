@@ -11,7 +11,7 @@ from forensics.analysis.findings import Evidence, Finding, Role, Subject
 from forensics.analysis.joins import Owner
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuAllocation, Model, Pod, ProcessGpuSample
-from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, name_of, with_pod
+from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, name_of, process_label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -341,7 +341,7 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
                 metrics=(("gpu", gl), ("pid", pid), ("peak_gpu_memory_bytes", peak_mem)),
                 key=f"unattributed:{node}:{uuid}:{pid}",
                 headline=(f"host process {pid} ({proc.comm or '?'}) used {gl} outside any container"
-                          if proc is not None else f"unresolved PID {pid} used {gl}")
+                          if proc is not None else f"{process_label(model, node, pid)}, used {gl}")
                          + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else ""),
             ))
     return findings
