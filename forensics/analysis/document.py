@@ -183,7 +183,7 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
         if o.t is not None:
             who = model.container(o.node, o.container_id)
             where = (label(model, who.subject()) if who else
-                     label(model, Subject("container", o.container_id, o.container_id[:12], o.node))
+                     label(model, model.container_subject(o.node, o.container_id))
                      if o.container_id else "")
             text = f"OOM kill of {o.comm or 'a process'}" + (f" (pid {o.pid})" if o.pid else "") + \
                 (f" in {where}" if where else "") + f" [{o.source}]"
@@ -221,9 +221,16 @@ def _unknown_containers(model: Model) -> list[dict[str, Any]]:
     for o in model.ooms:
         if o.container_id:
             seen.setdefault((o.node, o.container_id), "named by an OOM record's memory cgroup only")
-    return [{"type": "container", "id": cid, "name": None, "node": node,
-             "reason": f"{why}: no Docker or Kubernetes record of it in the bundle"}
-            for (node, cid), why in sorted(seen.items()) if (node, cid) not in model.containers]
+    out = []
+    for (node, cid), why in sorted(seen.items()):
+        if (node, cid) in model.containers:
+            continue
+        named = model.event_names.get((node, cid))
+        reason = (f"{why}: no Docker inspect record of it (it existed only between the capture's "
+                  f"snapshots; Docker events name it {named})" if named else
+                  f"{why}: no Docker or Kubernetes record of it in the bundle")
+        out.append({"type": "container", "id": cid, "name": named, "node": node, "reason": reason})
+    return out
 
 
 def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]],

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from forensics.analysis.excerpt import EXCERPT_MAX_CHARS, JsonText, cut, pointer_path, quote
 from forensics.document_format import SEVERITIES, Severity, severity_rank
+from forensics.parsing.timestamps import format_iso
 
 __all__ = [
     "ROLES",
@@ -41,22 +42,35 @@ def shorten(text: str, limit: int = EXCERPT_MAX_CHARS) -> str:
 
 @dataclass(frozen=True, order=True)
 class Subject:
-    """An entity a finding is about: container (64-hex id), pod (UID), process (PID), gpu (UUID), host."""
+    """An entity a finding is about: container (64-hex id), pod (UID), process (PID), gpu (UUID), host.
+
+    ``time`` (unix seconds): in a finding that merges several records (repeated OOM kills), when
+    this subject's own record happened; None otherwise (the finding's start is everyone's time).
+    """
 
     type: str
     id: str
     name: str
     node: str
     role: Role = "witness"
+    time: float | None = None
 
     def with_role(self, role: Role) -> Subject:
-        return Subject(self.type, self.id, self.name, self.node, role)
+        return Subject(self.type, self.id, self.name, self.node, role, self.time)
+
+    def at(self, time: float | None) -> Subject:
+        """The subject with its own record's time."""
+        return Subject(self.type, self.id, self.name, self.node, self.role, time)
 
     def key(self) -> tuple[str, str, str]:
         return (self.node, self.type, self.id)
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "type": self.type, "id": self.id, "name": self.name, "node": self.node}
+        out: dict[str, Any] = {"role": self.role, "type": self.type, "id": self.id, "name": self.name,
+                               "node": self.node}
+        if self.time is not None:
+            out["time"] = format_iso(self.time, precision="milli")
+        return out
 
 
 @dataclass(frozen=True)

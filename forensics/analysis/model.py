@@ -376,6 +376,9 @@ class Model:
     # (node, scope, resource) -> (t, some_total_usec, full_total_usec) of the previous PSI counter
     # reading: the cgroups loader turns cumulative counters into per-interval stall shares.
     psi_counters: dict[tuple[str, str, str], tuple[float, int, int | None]] = field(default_factory=dict)
+    # (node, container id) -> the name Docker events give it (Actor.Attributes.name): names a
+    # container that existed only between two snapshots (created, OOM-killed, removed).
+    event_names: dict[tuple[str, str], str] = field(default_factory=dict)
     # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins).
     joins: Joins = field(init=False, repr=False, compare=False)
 
@@ -415,6 +418,14 @@ class Model:
         if not cid:
             return None
         return self.containers.get((node, cid))
+
+    def container_subject(self, node: str, cid: str) -> Subject:
+        """The container's subject: from its record, else named as its Docker events name it,
+        else by its 12-hex id (a kernel OOM line's memcg, a cgroup path)."""
+        c = self.containers.get((node, cid))
+        if c is not None:
+            return c.subject()
+        return Subject("container", cid, self.event_names.get((node, cid)) or cid[:12], node)
 
     def gpu_process(self, node: str, pid: int) -> Process | None:
         """The /proc record of a PID NVML reported, unless it cannot be trusted to be that process."""

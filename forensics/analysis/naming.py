@@ -107,6 +107,9 @@ def label(model: Model, s: Subject, *, long: bool = True) -> str:
             return f"{whole} (container {container_in_pod(model, s)})" if long else whole
         if model.container(s.node, s.id) is not None:
             return f"container {s.name}" if long else s.name
+        named = model.event_names.get((s.node, s.id))
+        if named is not None:  # existed only between two snapshots: Docker's events name it
+            return f"container {named} ({s.id[:12]}, known only from Docker events)" if long else named
         return f"container {s.id[:12]} ({absent_reason(model, s)})"
     if s.type == "process" and s.id.isdigit():
         return process_label(model, s.node, int(s.id), s.name)

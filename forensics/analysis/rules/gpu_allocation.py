@@ -11,7 +11,15 @@ from forensics.analysis.findings import Evidence, Finding, Role, Subject
 from forensics.analysis.joins import Owner
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuAllocation, Model, Pod, ProcessGpuSample
-from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, name_of, process_label, with_pod
+from forensics.analysis.naming import (
+    fmt_bytes,
+    gpu_label,
+    gpu_subject,
+    label,
+    name_of,
+    process_label,
+    with_pod,
+)
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.thresholds import AnalysisConfig
 
