@@ -256,12 +256,12 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
         gl = gpu_label(model, node, uuid)
         earliest, latest = ordered[0], ordered[-1]
         tie = first_seen(earliest) == first_seen(latest)
+        # The holder that started last joined a GPU already allocated to another: it is the culprit
+        # and the earlier holder its victim. Holders that started together share the blame for the
+        # configuration: both are culprits (never mere witnesses, which would leave the verdict clean).
         subjects: list[Subject] = []
         for i, (subj, _) in enumerate(ordered):
-            if tie:
-                subjects.append(subj.with_role("witness"))
-            else:
-                subjects.append(subj.with_role("victim" if i == 0 else "culprit"))
+            subjects.append(subj.with_role("culprit" if tie or i > 0 else "victim"))
         subjects.append(gpu_subject(model, node, uuid))
         all_samples = [s for _, (_, ss) in ordered for s in ss]
         start, end = span(s.t for s in all_samples)
