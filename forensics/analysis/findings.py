@@ -207,6 +207,7 @@ class Finding:
     lead: str = ""
     follow: str = ""
     next_step: str = ""  # what an operator does next, one line (its kind's wording; set by the chain)
+    before_capture_s: float | None = None  # how long before the capture started it began (None: not before)
 
     def subjects_with(self, role: Role) -> tuple[Subject, ...]:
         return tuple(s for s in self.subjects if s.role == role)

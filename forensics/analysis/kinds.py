@@ -104,14 +104,19 @@ class FindingKind:
     ``id``: the stable kind id of ``findings[].kind``; ``severity``: the severity its findings get
     unless the rule raises or lowers it; ``needs``: the collectors whose absence on a node lowers a
     finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause
-    (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run.
+    (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run;
+    ``hardware``: a critical finding of the kind is a hardware fault (an incident holding one in the
+    capture's lead-up stays on top, :mod:`forensics.analysis.incidents`; an Xid finding says so by
+    its ``xid_class`` metric); ``next_step``: the next step's wording when it needs nothing of the finding.
     The rule, the harm wording and the ruled-out check are attached with the decorators.
     """
 
-    __slots__ = ("causes", "harm_wording", "id", "needs", "not_found", "rank", "run", "severity", "step_wording")
+    __slots__ = ("causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "severity",
+                 "step_wording")
 
     def __init__(self, id: str, *, severity: Severity, needs: Iterable[str] = (),  # noqa: A002 - the kind's id
-                 causes: Iterable[str] = (), rank: int, next_step: str | None = None) -> None:
+                 causes: Iterable[str] = (), rank: int, next_step: str | None = None,
+                 hardware: bool = False) -> None:
         if id in _REGISTRY:
             raise ValueError(f"finding kind {id!r} is declared twice")
         self.id = id
@@ -123,6 +128,7 @@ class FindingKind:
         self.harm_wording: HarmWording | None = None
         self.not_found: RuledOut | None = None
         self.step_wording: StepWording | str | None = next_step
+        self.hardware = hardware
         _REGISTRY[id] = self
 
     def __repr__(self) -> str:

@@ -337,6 +337,15 @@ class NodeInfo:
     members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
     kernel_window: tuple[float, float] | None = None
     lookback_s: float | None = None  # capture --lookback: older evidence is history, not the incident
+    since: float | None = None  # capture --since: the lead-up the capture folded in
+
+    def lead_up_start(self) -> float | None:
+        """Where the capture's lead-up begins: ``--since``, else the look-back before its start."""
+        if self.since is not None:
+            return self.since
+        if self.start is not None and self.lookback_s is not None:
+            return self.start - self.lookback_s
+        return self.start
     # GPUs whose NVML event set was registered for XidCriticalError during sampling, and where
     xid_watch_gpus: int = 0
     xid_watch_evidence: Evidence | None = None

@@ -84,14 +84,28 @@ class TestOomKill:
         assert by_victim["etl"]["severity"] == "high"
         assert "etl" in doc["verdict"]["headline"] and "batch" not in doc["verdict"]["headline"]
 
-    def test_many_containers_killed_the_verdict_counts_them(self, analyze: Analyze) -> None:
+    def test_many_containers_killed_are_as_many_incidents(self, analyze: Analyze) -> None:
+        """Three containers each over their own limit are three causes: the headline names the
+        top one and says how many more there are; the document lists them all."""
         b = BundleSpec()
         for i, name in enumerate(("a", "b", "c")):
             cid = b.container(name, image_env=["PATH=/bin"], memory=32 << 20)
             b.kernel_oom(T0 + 10 * (i + 1), 800 + i, "python", f"/system.slice/docker-{cid}.scope", 32_600, 32_768)
-        headline = analyze(b)["verdict"]["headline"]
-        assert headline.startswith("3 OOM kills in 3 containers or pods from ")
-        assert "the latest: container c was OOM-killed" in headline
+        doc = analyze(b)
+        assert doc["verdict"]["headline"].endswith(" (+2 more incidents)")
+        assert len(doc["incidents"]) == 3 and doc["verdict"]["incident"] == "I1"
+        victims = [[s["name"] for s in i["victims"]] for i in doc["incidents"]]
+        assert sorted(victims) == [["a"], ["b"], ["c"]]
+
+    def test_many_kills_in_one_incident_are_counted(self, analyze: Analyze) -> None:
+        """Host-wide OOM kills share their victim (the host): one incident, counted."""
+        b = BundleSpec()
+        for i in range(3):
+            b.kmsg(T0 + 10 * (i + 1), f"Out of memory: Killed process {800 + i} (python) total-vm:900000kB, "
+                                      "anon-rss:800000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:2000kB", 3)
+        doc = analyze(b)
+        assert len([i for i in doc["incidents"] if "oom-kill" in i["kinds"]]) == 1
+        assert doc["verdict"]["headline"].startswith("3 OOM kills in ")
 
     def test_kubernetes_oomkilled_status(self, analyze: Analyze) -> None:
         b = BundleSpec()
