@@ -63,6 +63,7 @@ __all__ = [
     "PrometheusUnavailable",
     "Series",
     "ensure_prometheus",
+    "misbehaving_prometheus",
     "prometheus_factory",
     "scenario_bench",
     "scenario_nan_and_stale",
@@ -604,6 +605,88 @@ def stop_prometheus(server: PrometheusServer) -> None:
     if server.proc is not None:
         _terminate(server.proc)
     shutil.rmtree(server.tmpdir, ignore_errors=True)
+
+
+# -----------------------------------------------------------------------------------------
+# a Prometheus that misbehaves (what a real one cannot be made to do on demand)
+
+
+@contextlib.contextmanager
+def misbehaving_prometheus(mode: str, huge_bytes: int = 50 * 1000 * 1000) -> Iterator[str]:
+    """A loopback HTTP server answering every request badly; yields its URL.
+
+    ``mode``: ``hang`` (accepts, never answers, until the test ends), ``401`` / ``403`` (Prometheus'
+    JSON error envelope with that status), ``redirect`` (302 to a login page), ``huge`` (a 200 whose
+    body is a well-formed query_range answer of ``huge_bytes`` bytes; buildinfo answers normally),
+    ``not-json`` (a 200 HTML page).
+    """
+    import http.server
+    import json
+    import threading
+
+    release = threading.Event()
+    huge_body = _huge_answer(huge_bytes) if mode == "huge" else b""
+    requests: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json",
+                  headers: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            requests.append(self.path + " auth=" + ("yes" if self.headers.get("Authorization") else "no"))
+            if mode == "hang":
+                release.wait(60)
+                return
+            if mode in ("401", "403"):
+                err = {"status": "error", "errorType": "unauthorized" if mode == "401" else "forbidden",
+                       "error": "authentication required" if mode == "401" else "access denied"}
+                self._send(int(mode), json.dumps(err).encode())
+                return
+            if mode == "redirect":
+                self._send(302, b"", "text/html", {"Location": "https://sso.example/login?next=/prometheus"})
+                return
+            if mode == "not-json":
+                self._send(200, b"<html><body>Grafana</body></html>", "text/html")
+                return
+            if self.path.startswith("/api/v1/status/buildinfo"):
+                self._send(200, b'{"status":"success","data":{"version":"2.42.0"}}')
+            elif self.path.startswith("/api/v1/series"):
+                series = [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "gpu-07", "gpu": "0"}]
+                self._send(200, json.dumps({"status": "success", "data": series}).encode())
+            else:
+                self._send(200, huge_body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        yield url
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _huge_answer(n: int) -> bytes:
+    """A valid query_range matrix answer of at least ``n`` bytes."""
+    head = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL"},"values":['
+    point = b'[1700000000.000,"97"],'
+    count = max(1, (n - len(head)) // len(point) + 1)
+    return head + point * (count - 1) + b'[1700000000.000,"97"]]}]}}'
 
 
 try:  # the fixture only exists under pytest
