@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from forensics.collectors.prometheus.catalogue import METRICS, choose_step, parse_duration_s, query_for
+from forensics.collectors.prometheus.catalogue import (
+    METRICS,
+    choose_step,
+    parse_duration_s,
+    query_for,
+)
 from forensics.collectors.prometheus.client import display_url
 from forensics.collectors.prometheus.collector import PrometheusCollector
 from forensics.errors import SourceTimeout, SourceUnavailable
@@ -122,7 +127,7 @@ class TestScenarios:
 class TestBadPrometheus:
     def test_wrong_url_is_unavailable(self, tmp_path):
         port = _free_port()
-        with pytest.raises(SourceUnavailable, match=r"127\.0\.0\.1:%d: Connection refused" % port):
+        with pytest.raises(SourceUnavailable, match=rf"127\.0\.0\.1:{port}: Connection refused"):
             run(tmp_path, f"http://127.0.0.1:{port}")
         with pytest.raises(SourceUnavailable, match="not an http"):
             run(tmp_path, "prometheus:9090")
