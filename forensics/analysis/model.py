@@ -25,11 +25,12 @@ __all__ = [
     "Container",
     "CpuSample",
     "CudaOom",
-    "LogSignal",
-    "LogTail",
+    "ExporterAttribution",
     "Gpu",
     "GpuAllocation",
     "GpuSample",
+    "LogSignal",
+    "LogTail",
     "MemorySample",
     "Model",
     "NodeInfo",
@@ -268,7 +269,7 @@ class OomKill:
     usage_bytes: int | None
     limit_bytes: int | None
     task_memcg: str | None
-    source: str  # kernel | docker | kubernetes
+    source: str  # kernel | docker | kubernetes | prometheus
     evidence: tuple[Evidence, ...]
     k8s_container_name: str | None = None
 
@@ -286,6 +287,26 @@ class XidEvent:
     proc_name: str | None
     text: str
     evidence: Evidence
+
+
+class ExporterAttribution(NamedTuple):
+    """Whom dcgm-exporter named for a GPU at one Prometheus step (its ``pod``/``namespace``/``container``
+    labels, from the kubelet's pod-resources API), with the GPU's utilization then; None: no pod named."""
+
+    node: str
+    gpu_uuid: str
+    t: float
+    util_pct: float
+    namespace: str | None
+    pod: str | None
+    container: str | None
+    pod_uid: str | None
+    ref: EvidenceRef
+    step_s: float
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
 
 
 @dataclass(frozen=True)
@@ -349,6 +370,8 @@ class NodeInfo:
     # GPUs whose NVML event set was registered for XidCriticalError during sampling, and where
     xid_watch_gpus: int = 0
     xid_watch_evidence: Evidence | None = None
+    # the step of the Prometheus history folded in (None: none): findings resting on it have that resolution
+    history_step_s: float | None = None
 
 
 @dataclass
@@ -370,6 +393,7 @@ class Model:
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)
     log_tails: list[LogTail] = field(default_factory=list)
+    exporter_attribution: list[ExporterAttribution] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     collectors: list[dict[str, object]] = field(default_factory=list)
     bundles: list[dict[str, object]] = field(default_factory=list)
