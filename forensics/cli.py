@@ -35,17 +35,25 @@ def _names(value: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (value or "").split(",") if n.strip())
 
 
-def _parse_since(value: str | None) -> datetime | None:
-    """``--since``: an ISO 8601 time (UTC if no zone) or a duration such as 30m, 2h, 1d."""
+_CLOCK = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])(?::([0-5][0-9]))?$")
+
+
+def _parse_since(value: str | None, opt: str = "--since") -> datetime | None:
+    """``--since``/``--until``: an ISO 8601 time (UTC if no zone), a UTC clock time today (14:00) or a
+    duration ago such as 30m, 2h, 1d."""
     if not value:
         return None
+    clock = _CLOCK.match(value.strip())
+    if clock:
+        today = datetime.now(UTC).replace(microsecond=0)
+        value = today.replace(hour=int(clock[1]), minute=int(clock[2]), second=int(clock[3] or 0)).isoformat()
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     now = datetime.now(UTC)
     if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
         try:
             return now - timedelta(seconds=float(value[:-1]) * units[value[-1]])
         except (OverflowError, ValueError):  # 99999999999d: before year 1
-            raise UsageError(f"--since: duration too long: {value!r}") from None
+            raise UsageError(f"{opt}: duration too long: {value!r}") from None
     from forensics.parsing.timestamps import parse_iso
 
     try:
@@ -53,9 +61,9 @@ def _parse_since(value: str | None) -> datetime | None:
     except OverflowError:  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC
         dt = None
     if dt is None:
-        raise UsageError(f"--since: not an ISO 8601 time or a duration like 30m: {value!r}")
+        raise UsageError(f"{opt}: not an ISO 8601 time, a clock time like 14:00 or a duration like 30m: {value!r}")
     if dt > now:
-        raise UsageError(f"--since: {value!r} is in the future (now {now:%Y-%m-%dT%H:%M:%SZ}); nothing would be kept")
+        raise UsageError(f"{opt}: {value!r} is in the future (now {now:%Y-%m-%dT%H:%M:%SZ}); nothing would be kept")
     return dt
 
 
@@ -117,20 +125,29 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--node", "node_name", help="Kubernetes node name of this host (default: $NODE_NAME, then the host name).")
 @click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector-specific setting, e.g. podresources.socket=/path.")
+@click.option("--prometheus", "prometheus_url", metavar="URL", help="Prometheus to fold this node's exporter history from (dcgm-exporter, cAdvisor, node-exporter, kube-state-metrics).")
+@click.option("--prometheus-token-file", type=click.Path(dir_okay=False), help="File holding a bearer token for --prometheus.")
+@click.option("--prometheus-ca", type=click.Path(dir_okay=False), help="CA bundle to trust for an https --prometheus.")
+@click.option("--until", help="End of the --prometheus history window: ISO time, clock time (15:30, UTC) or a duration ago (default: now).")
 @click.option("--progress/--quiet", default=None, help="Progress on stderr (default: when stderr is a terminal).")
 def capture(output: Path, duration: float, interval: float, timeout: float, only: str | None, skip: str | None,
             all_processes: bool, since: str | None, lookback: float, no_redact: bool, kubeconfig: str | None,
             kube_context: str | None, node_name: str | None, nvml_library: str | None,
-            settings: tuple[str, ...], progress: bool | None) -> None:
+            settings: tuple[str, ...], prometheus_url: str | None, prometheus_token_file: str | None,
+            prometheus_ca: str | None, until: str | None, progress: bool | None) -> None:
     """Snapshot (and optionally sample) this node into an evidence bundle.
 
     Collects NVML GPU state and processes, Docker containers, /proc and cgroup counters, the kernel
     log and Kubernetes pods, each under its own deadline; one dead source never costs the rest.
     Prints the bundle's path on stdout (progress goes to stderr). Run as root for full evidence.
 
+    With --prometheus, the node's exporter history between --since and --until is folded in; with
+    --only prometheus it is a bundle of history alone, which can be made from any machine.
+
     \b
     Example:
       sudo gpuforensics capture --duration 60 --interval 1 -o /var/tmp
+      gpuforensics capture --only prometheus --prometheus http://prom:9090 --node gpu-07 --since 14:00 --until 15:30
     """
     from forensics.capture import CaptureOptions, run_capture, validate_settings
 
@@ -140,6 +157,10 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         if not sep or not key:
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
         extra[key.strip()] = value
+    for key, given in (("prometheus.url", prometheus_url), ("prometheus.token_file", prometheus_token_file),
+                       ("prometheus.ca_file", prometheus_ca)):
+        if given:
+            extra[key] = given
     validate_settings(extra)
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
@@ -151,11 +172,14 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         raise UsageError(f"--output: directory does not exist: {output}")
     options = CaptureOptions(
         duration_s=duration, interval_s=interval, timeout_s=timeout, redact=not no_redact,
-        all_processes=all_processes, since=_parse_since(since), lookback_s=lookback,
+        all_processes=all_processes, since=_parse_since(since), until=_parse_since(until, "--until"),
+        lookback_s=lookback,
         kubeconfig=kubeconfig, kube_context=kube_context, node_name=node_name,
         nvml_library=nvml_library, only=_names(only), skip=_names(skip), extra=extra,
         argv=tuple(["gpuforensics", *sys.argv[1:]]),
     )
+    if options.until is not None and options.since is not None and options.until <= options.since:
+        raise UsageError(f"--until ({until}) is not after --since ({since})")
     show = sys.stderr.isatty() if progress is None else progress
     result = run_capture(options, output, progress=_progress_printer(show))
     failed = [c for c in result.manifest["collectors"] if c["status"] in ("failed", "partial")]

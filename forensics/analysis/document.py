@@ -26,8 +26,19 @@ def iso(t: float | None) -> str | None:
     return format_iso(t, precision="milli")
 
 
-def _finding_json(f: Finding) -> dict[str, Any]:
-    return {
+def _history(model: Model, f: Finding) -> dict[str, Any] | None:
+    """Which history a finding rests on and at what resolution: Prometheus answers it cites, at the step asked."""
+    members = sorted({e.member for e in f.evidence if e.member.startswith("prometheus/")})
+    if not members:
+        return None
+    info = model.nodes.get(f.node)
+    step = info.history_step_s if info is not None else None
+    return {"source": "prometheus", "step_s": step, "members": members,
+            "only": len(members) == len(f.evidence)}
+
+
+def _finding_json(f: Finding, model: Model | None = None) -> dict[str, Any]:
+    out = {
         "id": f.key,
         "kind": f.kind,
         "severity": f.severity,
@@ -43,6 +54,10 @@ def _finding_json(f: Finding) -> dict[str, Any]:
         "next_step": f.next_step,
         "before_capture_s": f.before_capture_s,
     }
+    history = _history(model, f) if model is not None else None
+    if history is not None:
+        out["history"] = history
+    return out
 
 
 def _verdict_json(v: dict[str, Any]) -> dict[str, Any]:
@@ -316,7 +331,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "verdict": verdict,
         "window": window.to_json() if window is not None else None,
         "incidents": incidents_json,
-        "findings": [_finding_json(f) for f in result.findings],
+        "findings": [_finding_json(f, model) for f in result.findings],
         "chain": chain,
         "timeline": _timeline(model, result.findings),
         "ruled_out": ruled_json,
@@ -326,7 +341,8 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "containers": _containers(model),
         "pods": _pods(model),
         "nodes": [{"host": n.host, "bundles": list(n.bundles), "clock_offset_s": n.clock_offset_s,
-                   "captured_start": iso(n.start), "captured_end": iso(n.end)}
+                   "captured_start": iso(n.start), "captured_end": iso(n.end),
+                   **({"history_step_s": n.history_step_s} if n.history_step_s is not None else {})}
                   for _, n in sorted(model.nodes.items())],
         "unattributed": unattributed,
         "thresholds": cfg.to_json(),

@@ -45,6 +45,10 @@ class AnalysisConfig:
     clock_throttle_min_ratio: float = 0.1
     # A GPU process counts as "active" when it has SM utilization above this or holds memory.
     process_active_sm_pct: float = 1.0
+    # gpu-exporter-blind-spot: a GPU counted busy at this utilization (%), for at least this many
+    # consecutive Prometheus steps with no pod named by dcgm-exporter.
+    exporter_busy_util_pct: float = 50.0
+    exporter_blind_min_steps: int = 4
     # Confidence multiplier per missing source relevant to a finding.
     missing_source_confidence_factor: float = 0.7
     # An effect must follow its cause within this many seconds to be linked in the chain.

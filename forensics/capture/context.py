@@ -27,6 +27,7 @@ class CaptureOptions:
     redact: bool = True
     all_processes: bool = False
     since: datetime | None = None
+    until: datetime | None = None  # end of the history window (prometheus); None: the capture's start
     lookback_s: float = 3600.0
     kubeconfig: str | None = None
     kube_context: str | None = None

@@ -455,7 +455,7 @@ class _Runner:
                         f"{left.owner_pid}, which is gone")
 
     def run(self) -> CaptureResult:
-        hostname = socket.gethostname()
+        hostname = history_host(self.options)
         self._sweep()
         started, reservation = self._reserve_name(hostname)
         try:
@@ -567,9 +567,19 @@ def _read_first_line(path: str) -> str | None:
         return None
 
 
+def history_host(opts: CaptureOptions) -> str:
+    """The bundle's host: this machine, except for ``--only prometheus --node N`` (history of N, taken
+    from anywhere, a laptop included), which is N's bundle."""
+    if opts.only == ("prometheus",) and opts.node_name:
+        return opts.node_name
+    return socket.gethostname()
+
+
 def _host_identity(hostname: str) -> dict[str, Any]:
+    here = socket.gethostname()
     return {
         "hostname": hostname,
+        **({"captured_from": here} if here != hostname else {}),
         "machine_id": _read_first_line("/etc/machine-id"),
         "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
         "captured_at_unix": round(time.time(), 6),
