@@ -34,7 +34,7 @@ def _history(model: Model, f: Finding) -> dict[str, Any] | None:
     info = model.nodes.get(f.node)
     step = info.history_step_s if info is not None else None
     return {"source": "prometheus", "step_s": step, "members": members,
-            "only": len(members) == len(f.evidence)}
+            "only": all(e.member.startswith("prometheus/") for e in f.evidence)}
 
 
 def _finding_json(f: Finding, model: Model | None = None) -> dict[str, Any]:
