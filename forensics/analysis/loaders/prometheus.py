@@ -70,32 +70,43 @@ class _Series:
         self.member, self.index, self.labels, self.points = member, index, labels, points
 
     def ref(self, src: Source, j: int, pair: Any) -> EvidenceRef:
-        return src.ref(self.member, 0, pair, pointer=f"/data/result/{self.index}/values/{j}")
+        return EvidenceRef(src.name, self.member, 0, pair, (), f"/data/result/{self.index}/values/{j}")
 
     def label_evidence(self, src: Source) -> Evidence:
         return src.ev_pointer(self.member, f"/data/result/{self.index}/metric")
 
 
-def _read(src: Source, member: str, skipped: list[int]) -> list[_Series]:
+# how much of each answer the loader needs: every point, the labels and the last point, or nothing
+_LABELS_ONLY = frozenset({"kube_pod_info", "kube_pod_container_info", "kube_pod_container_status_last_terminated_reason",
+                          "container_spec_memory_limit_bytes", "kube_pod_container_resource_limits"})
+_UNUSED = frozenset({"kube_pod_container_status_restarts_total"})
+
+
+def _read(src: Source, member: str, skipped: list[int], labels_only: bool = False) -> list[_Series]:
+    """The series of one answer; with ``labels_only`` just the first and the largest finite point."""
     doc = src.json(member)
     result = as_dict(as_dict(doc).get("data")).get("result")
     out: list[_Series] = []
+    isfinite = math.isfinite
     for i, s in enumerate(result if isinstance(result, list) else []):
         if not isinstance(s, dict) or not isinstance(s.get("values"), list):
             continue
         labels = {k: v for k, v in as_dict(s.get("metric")).items() if isinstance(v, str)}
-        pts: list[tuple[float, float, int]] = []
-        for j, pair in enumerate(s["values"]):
-            try:
-                t, v = float(pair[0]), float(pair[1])
-            except (TypeError, ValueError, IndexError):
-                skipped[0] += 1
-                continue
-            if math.isfinite(v) and math.isfinite(t):
-                pts.append((t, v, j))
-            else:
-                skipped[0] += 1
-        out.append(_Series(member, i, labels, pts))
+        values = s["values"]
+        try:
+            pts = [(float(p[0]), float(p[1]), j) for j, p in enumerate(values)]
+        except (TypeError, ValueError, IndexError, KeyError):
+            pts = []
+            for j, p in enumerate(values):
+                try:
+                    pts.append((float(p[0]), float(p[1]), j))
+                except (TypeError, ValueError, IndexError, KeyError):
+                    skipped[0] += 1
+        finite = [p for p in pts if isfinite(p[1]) and isfinite(p[0])]
+        skipped[0] += len(pts) - len(finite)
+        if labels_only and finite:
+            finite = [finite[0], max(finite, key=lambda p: p[1])]
+        out.append(_Series(member, i, labels, finite))
     return out
 
 
@@ -134,7 +145,8 @@ def load_prometheus(src: Source, model: Model, node: str) -> None:
         if isinstance(q, dict) and q.get("status") in ("ok", "partial") and src.has(as_str(q.get("member"))):
             members[as_str(q.get("metric"))] = as_str(q.get("member"))
     skipped = [0]
-    series = {metric: _read(src, member, skipped) for metric, member in members.items()}
+    series = {metric: _read(src, member, skipped, metric in _LABELS_ONLY)
+              for metric, member in members.items() if metric not in _UNUSED}
     if skipped[0]:
         model.limit(f"{src.name}: {skipped[0]} Prometheus points were NaN, infinite or unreadable and were skipped")
     pods = _load_pods(src, model, node, series)
@@ -321,7 +333,7 @@ def _load_containers(src: Source, model: Model, node: str, series: dict[str, lis
     for s in series.get("container_spec_memory_limit_bytes", []):
         key = _container_key(s.labels)
         if key and s.points and s.points[-1][1] > 0:
-            limits[key[0]] = s.points[-1][1]
+            limits[key[0]] = s.points[-1][1]  # labels-only read: the largest limit seen
     for cid, (labels, uid, s) in sorted(seen.items()):
         if (node, cid) in model.containers:
             continue
