@@ -136,6 +136,14 @@ def _counts(doc: dict[str, Any]) -> tuple[int, int, int]:
     return series, points, odd
 
 
+def _raise_if_fatal(exc: CallFailed, what: str) -> None:
+    """An unreachable or refusing Prometheus -> unavailable; one that does not answer -> timed out."""
+    if exc.kind in ("unreachable", "unauthorized", "forbidden", "redirected"):
+        raise SourceUnavailable(f"Prometheus {exc.reason}") from None
+    if exc.kind == "timed-out":
+        raise SourceTimeout(f"{what}: {exc.reason}") from None
+
+
 class PrometheusCollector:
     """``prometheus``: this node's exporter series from Prometheus' HTTP API (see the module docstring)."""
 
@@ -182,10 +190,7 @@ class PrometheusCollector:
         try:
             reply = client.get("/api/v1/status/buildinfo")
         except CallFailed as exc:
-            if exc.kind in ("unreachable", "unauthorized", "forbidden", "redirected"):
-                raise SourceUnavailable(f"Prometheus {exc.reason}") from None
-            if exc.kind == "timed-out":
-                raise SourceTimeout(f"Prometheus {client.base_url} did not answer: {exc.reason}") from None
+            _raise_if_fatal(exc, f"Prometheus {client.base_url} did not answer")
             ctx.note(f"buildinfo not served ({exc.reason})")
             return
         if not reply.truncated:
@@ -203,10 +208,7 @@ class PrometheusCollector:
         try:
             reply = client.get("/api/v1/series", params)
         except CallFailed as exc:
-            if exc.kind in ("unreachable", "unauthorized", "forbidden", "redirected"):
-                raise SourceUnavailable(f"Prometheus {exc.reason}") from None
-            if exc.kind == "timed-out":
-                raise SourceTimeout(f"series discovery: {exc.reason}") from None
+            _raise_if_fatal(exc, "series discovery")
             ctx.partial(f"series discovery failed ({exc.reason}); every metric asked under every node label")
             return {s.name: NODE_LABELS for s in METRICS if s.match == "node"}
         if reply.truncated:
