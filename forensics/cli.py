@@ -18,7 +18,7 @@ import math
 import os
 import sys
 import traceback
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,36 +35,17 @@ def _names(value: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (value or "").split(",") if n.strip())
 
 
-_CLOCK = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])(?::([0-5][0-9]))?$")
-
-
 def _parse_since(value: str | None, opt: str = "--since") -> datetime | None:
-    """``--since``/``--until``: an ISO 8601 time (UTC if no zone), a UTC clock time today (14:00) or a
-    duration ago such as 30m, 2h, 1d."""
+    """``--since``/``--until``: an ISO 8601 time (UTC if no zone), a UTC clock time (14:00) or a
+    duration ago such as 30m, 2h, 1d (:func:`forensics.parsing.timestamps.parse_moment`)."""
     if not value:
         return None
-    clock = _CLOCK.match(value.strip())
-    if clock:
-        today = datetime.now(UTC).replace(microsecond=0)
-        value = today.replace(hour=int(clock[1]), minute=int(clock[2]), second=int(clock[3] or 0)).isoformat()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    now = datetime.now(UTC)
-    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
-        try:
-            return now - timedelta(seconds=float(value[:-1]) * units[value[-1]])
-        except (OverflowError, ValueError):  # 99999999999d: before year 1
-            raise UsageError(f"{opt}: duration too long: {value!r}") from None
-    from forensics.parsing.timestamps import parse_iso
+    from forensics.parsing.timestamps import parse_moment
 
     try:
-        dt = parse_iso(value)
-    except OverflowError:  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC
-        dt = None
-    if dt is None:
-        raise UsageError(f"{opt}: not an ISO 8601 time, a clock time like 14:00 or a duration like 30m: {value!r}")
-    if dt > now:
-        raise UsageError(f"{opt}: {value!r} is in the future (now {now:%Y-%m-%dT%H:%M:%SZ}); nothing would be kept")
-    return dt
+        return parse_moment(value, datetime.now(UTC))
+    except ValueError as exc:
+        raise UsageError(f"{opt}: {exc}") from None
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:

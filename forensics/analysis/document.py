@@ -17,6 +17,7 @@ from forensics.analysis.naming import cap, label
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.document_format import FORMAT, FORMAT_VERSION
 from forensics.parsing.timestamps import format_iso
+from forensics.specs import prometheus as prometheus_spec
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]
 
@@ -28,13 +29,14 @@ def iso(t: float | None) -> str | None:
 
 def _history(model: Model, f: Finding) -> dict[str, Any] | None:
     """Which history a finding rests on and at what resolution: Prometheus answers it cites, at the step asked."""
-    members = sorted({e.member for e in f.evidence if e.member.startswith("prometheus/")})
+    prefix = f"{prometheus_spec.PREFIX}/"
+    members = sorted({e.member for e in f.evidence if e.member.startswith(prefix)})
     if not members:
         return None
     info = model.nodes.get(f.node)
     step = info.history_step_s if info is not None else None
-    return {"source": "prometheus", "step_s": step, "members": members,
-            "only": all(e.member.startswith("prometheus/") for e in f.evidence)}
+    return {"source": prometheus_spec.SPEC.name, "step_s": step, "members": members,
+            "only": all(e.member.startswith(prefix) for e in f.evidence)}
 
 
 def _finding_json(f: Finding, model: Model | None = None) -> dict[str, Any]:

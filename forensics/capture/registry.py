@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from forensics.capture.context import CollectContext
-from forensics.specs import all_specs
+from forensics.specs import all_specs, spec_named
 
 __all__ = ["COLLECTOR_MODULES", "BrokenCollector", "NotSelected", "collector_name", "load_collectors", "not_selected"]
 
@@ -29,13 +30,16 @@ def collector_name(module: str) -> str:
     return _NAMES.get(module, module.rsplit(".", 1)[-1])
 
 
-def not_selected(name: str, only: tuple[str, ...], skip: tuple[str, ...]) -> str | None:
-    """Why ``--only``/``--skip`` leave collector ``name`` out, or None when it runs."""
+def not_selected(name: str, only: tuple[str, ...], skip: tuple[str, ...],
+                 extra: Mapping[str, str] | None = None) -> str | None:
+    """Why ``--only``/``--skip`` leave collector ``name`` out, or its source is not configured (its
+    spec's ``configured_by`` setting not given), or None when it runs."""
     if only and name not in only:
         return "not selected (--only)"
     if name in skip:
         return "skipped (--skip)"
-    return None
+    spec = spec_named(name)
+    return spec.unconfigured(extra) if spec is not None else None
 
 
 @dataclass
@@ -67,19 +71,21 @@ def load_collectors(
     modules: tuple[str, ...] = COLLECTOR_MODULES,
     only: tuple[str, ...] = (),
     skip: tuple[str, ...] = (),
+    extra: Mapping[str, str] | None = None,
 ) -> list[Any]:
     """Import each listed module that exists and return its ``COLLECTOR``, sorted by ``order``.
 
-    With ``only``/``skip``, modules of collectors that will not run are not imported at all (a
-    ``--only host`` capture does not pay for the docker or kubernetes clients); they are returned
-    as :class:`NotSelected` so the manifest still lists them.
+    With ``only``/``skip`` (and ``extra``, the ``--set`` settings, for sources that must be
+    configured), modules of collectors that will not run are not imported at all (a ``--only host``
+    capture does not pay for the docker or kubernetes clients); they are returned as
+    :class:`NotSelected` so the manifest still lists them.
     """
     found: list[Any] = []
     for pos, mod_name in enumerate(modules):
         if importlib.util.find_spec(mod_name) is None:
             continue
         short = collector_name(mod_name)
-        if not_selected(short, only, skip):
+        if not_selected(short, only, skip, extra):
             found.append((pos, NotSelected(short, order=pos * 10)))
             continue
         try:

@@ -147,7 +147,7 @@ class _Runner:
         if collectors is not None:
             self.collectors = collectors
         else:
-            self.collectors = load_collectors(only=options.only, skip=options.skip)
+            self.collectors = load_collectors(only=options.only, skip=options.skip, extra=options.extra)
         self.redactor = Redactor(enabled=options.redact)
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
@@ -296,13 +296,15 @@ class _Runner:
         for c in self.collectors:
             rec = CollectorRecord(name=c.name)
             self.records[c.name] = rec
-            reason = not_selected(c.name, self.options.only, self.options.skip)
+            reason = not_selected(c.name, self.options.only, self.options.skip, self.options.extra)
             if reason:
                 rec.error = reason
             else:
                 chosen.append(c)
         if not chosen:  # --only host --skip host: an empty bundle would look like a capture
-            raise UsageError("--only and --skip leave no collector to run")
+            unconfigured = [f"{name} is {rec.error}" for name, rec in self.records.items()
+                            if name in self.options.only and (rec.error or "").startswith("not configured")]
+            raise UsageError("; ".join(unconfigured) if unconfigured else "--only and --skip leave no collector to run")
         return chosen
 
     def _merge_result(self, rec: CollectorRecord, result: dict[str, Any] | None) -> None:

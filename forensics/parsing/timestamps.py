@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-__all__ = ["format_iso", "parse_iso", "parse_iso_unix", "is_zero_time"]
+__all__ = ["format_iso", "parse_iso", "parse_iso_unix", "is_zero_time", "parse_moment"]
 
 _FRACTION = re.compile(r"\.(\d+)")
 
@@ -45,6 +45,37 @@ def parse_iso(value: object, *, require_zone: bool = False) -> datetime | None:
             return None
         dt = dt.replace(tzinfo=UTC)
     return dt.astimezone(UTC)
+
+
+_CLOCK = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])(?::([0-5][0-9]))?$")
+_AGO_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_moment(value: str, now: datetime) -> datetime:
+    """A moment as ``--since``/``--until`` take it: an ISO 8601 time (UTC without a zone), a UTC
+    clock time (``14:00``, ``14:00:30``: today, or yesterday when that is still to come) or a
+    duration before ``now`` (``30m``, ``2h``, ``1d``). :class:`ValueError` with the reason for
+    anything else, and for a moment after ``now``."""
+    text = value.strip()
+    clock = _CLOCK.match(text)
+    if clock:
+        dt = now.astimezone(UTC).replace(hour=int(clock[1]), minute=int(clock[2]), second=int(clock[3] or 0),
+                                         microsecond=0)
+        return dt - timedelta(days=1) if dt > now else dt
+    if text[-1:] in _AGO_UNITS and text[:-1].replace(".", "", 1).isdigit():
+        try:
+            return now - timedelta(seconds=float(text[:-1]) * _AGO_UNITS[text[-1]])
+        except (OverflowError, ValueError):  # 99999999999d: before year 1
+            raise ValueError(f"duration too long: {value!r}") from None
+    try:
+        moment = parse_iso(text)
+    except OverflowError:  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC
+        moment = None
+    if moment is None:
+        raise ValueError(f"not an ISO 8601 time, a clock time like 14:00 or a duration like 30m: {value!r}")
+    if moment > now:
+        raise ValueError(f"{value!r} is in the future (now {now:%Y-%m-%dT%H:%M:%SZ}); nothing would be kept")
+    return moment
 
 
 def parse_iso_unix(value: object) -> float | None:

@@ -22,12 +22,13 @@ from forensics.specs.base import (
     NoSettings,
     Setting,
     SourceSpec,
+    StandIn,
     check_value,
     setting,
 )
 
 __all__ = [
-    "Absence", "Excuse", "Hint", "NoSettings", "Setting", "SourceSpec", "all_specs", "check_value", "setting",
+    "Absence", "Excuse", "Hint", "NoSettings", "Setting", "SourceSpec", "StandIn", "all_specs", "check_value", "setting",
     "spec_named",
 ]
 

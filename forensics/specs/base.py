@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from forensics.parsing.durations import parse_duration_s
+
 __all__ = [
     "Absence", "Excuse", "Hint", "HintReader", "HintWriter", "NoSettings", "Setting", "SettingKind",
-    "SourceSpec", "check_value", "setting",
+    "SourceSpec", "StandIn", "check_value", "setting",
 ]
 
-SettingKind = Literal["path", "positive-int", "non-negative-int", "positive-seconds", "bool", "url"]
+SettingKind = Literal["path", "positive-int", "non-negative-int", "positive-seconds", "bool", "url", "duration"]
 
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 _PROBLEMS: dict[str, str] = {"positive-int": "expected a positive integer",
@@ -41,6 +43,12 @@ def check_value(kind: SettingKind, value: str) -> str | None:
         except ValueError:
             return "expected a number of seconds"
         return None if 0 < f < 86400 and f == f else "expected seconds between 0 and 86400"
+    if kind == "duration":  # 15s, 1m, 2h, or plain seconds
+        try:
+            parse_duration_s(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
     return None if _CHECKS[kind](value) else _PROBLEMS[kind]
 
 
@@ -49,6 +57,8 @@ def _convert(kind: SettingKind, value: str) -> object:
         return int(value)
     if kind == "positive-seconds":
         return float(value)
+    if kind == "duration":
+        return parse_duration_s(value)
     if kind == "bool":
         return _BOOLS[value.lower()]
     return value
@@ -147,9 +157,23 @@ class Absence:
 
 
 @dataclass(frozen=True)
+class StandIn:
+    """What this source gives back when ``source`` is absent (exporter history stands in for part
+    of NVML's samples): worded after that source's missing-source limitation."""
+
+    source: str
+    gives: str
+
+
+@dataclass(frozen=True)
 class SourceSpec(Generic[S]):
     """One evidence source, declared once. ``collector`` is the dotted module holding its
-    ``COLLECTOR`` (imported lazily, so a missing client library costs only that source)."""
+    ``COLLECTOR`` (imported lazily, so a missing client library costs only that source).
+
+    ``configured_by``: a setting without which the source is not configured (a Prometheus needs its
+    URL): it is then skipped, never imported or run, and recorded as "not configured". ``stands_in``
+    and ``stand_in_label``: what the source gives back of other sources' absence, and what it is
+    called in that sentence."""
 
     name: str
     order: int
@@ -158,6 +182,18 @@ class SourceSpec(Generic[S]):
     absence: Absence | None = None
     publishes: tuple[Hint[Any], ...] = ()
     reads: tuple[Hint[Any], ...] = ()
+    configured_by: str | None = None
+    stands_in: tuple[StandIn, ...] = ()
+    stand_in_label: str = ""
+
+    def unconfigured(self, extra: Mapping[str, str] | None) -> str | None:
+        """Why the source is not configured (its ``configured_by`` setting not given), or None."""
+        if self.configured_by is None:
+            return None
+        key = f"{self.name}.{self.configured_by}"
+        if (extra or {}).get(key, "").strip():
+            return None
+        return f"not configured ({key} not given: {self.setting_table()[key].summary})"
 
     def setting_table(self) -> dict[str, Setting]:
         """``{"SOURCE.NAME": Setting}`` from the fields of the settings dataclass."""

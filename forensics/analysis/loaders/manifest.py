@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.analysis.loaders.common import as_float, dig, parse_time
-from forensics.analysis.model import Model
+from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.source import Source
 from forensics.specs import Absence, all_specs
 
@@ -76,9 +76,22 @@ def _absences() -> list[tuple[str, Absence]]:
     return [(n, a) for n in names if (a := by_name[n].absence) is not None]
 
 
+def _stand_ins(info: NodeInfo, missing: str) -> str:
+    """``; <source> stands in for <what>`` for each source that answered on the node and declares
+    it gives back part of ``missing`` (history: at the step it was asked)."""
+    out = ""
+    for spec in all_specs():
+        gives = [s.gives for s in spec.stands_in if s.source == missing]
+        if gives and info.collector_status.get(spec.name) in ("ok", "partial"):
+            step = f" at a {info.history_step_s:g} s step" if info.history_step_s is not None else ""
+            out += f"; {spec.stand_in_label or spec.name}{step} stands in for {', '.join(gives)}"
+    return out
+
+
 def note_missing_sources(model: Model) -> None:
     """One limitation per needed collector that is absent or failed on a node (what its absence
-    means, and when it costs nothing, is declared in its spec)."""
+    means, when it costs nothing, and which other source stands in for part of it, is declared in
+    the specs)."""
     absences = _absences()
     for node, info in sorted(model.nodes.items()):
         for name, absence in absences:
@@ -90,4 +103,5 @@ def note_missing_sources(model: Model) -> None:
             if not absence.costs(status, info.collector_status):
                 continue
             why = f"collector {name} {status}" if status else f"no {name} collector in the bundle"
+            why += _stand_ins(info, name)
             model.limit(f"{node}: {absence.meaning} ({why})")

@@ -34,7 +34,7 @@ from collections import defaultdict
 from typing import Any
 
 from forensics.analysis.findings import Evidence, EvidenceRef
-from forensics.analysis.loaders.common import as_dict, as_str
+from forensics.analysis.loaders.common import Loader, as_dict, as_str
 from forensics.analysis.model import (
     Container,
     CpuSample,
@@ -52,10 +52,10 @@ from forensics.analysis.model import (
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_path
+from forensics.specs.prometheus import PREFIX, QUERIES, TARGET, query_member
 
-__all__ = ["PREFIX", "load_prometheus"]
+__all__ = ["LOADER", "load_prometheus"]
 
-PREFIX = "prometheus"
 _MIB = 1 << 20
 _GAP_STEPS = 10
 _POD_LABELS = ("pod", "namespace", "container")
@@ -132,10 +132,10 @@ def _exported(dcgm: list[_Series]) -> bool:
 
 def load_prometheus(src: Source, model: Model, node: str) -> None:
     """Map the bundle's Prometheus answers onto ``model`` for ``node`` (see the module docstring)."""
-    index = src.json(f"{PREFIX}/queries.json")
+    index = src.json(QUERIES)
     if not isinstance(index, dict):
         return
-    target = as_dict(src.json(f"{PREFIX}/target.json"))
+    target = as_dict(src.json(TARGET))
     step = target.get("step_s")
     step_s = float(step) if isinstance(step, int | float) and step > 0 else 60.0
     info = model.node(node)
@@ -153,7 +153,7 @@ def load_prometheus(src: Source, model: Model, node: str) -> None:
     _load_gpus(src, model, node, series, step_s, pods)
     _load_containers(src, model, node, series, step_s, pods)
     _load_pressure(src, model, node, series, step_s)
-    info.members_used.setdefault("prometheus", f"{PREFIX}/queries.json")
+    info.members_used.setdefault("prometheus", QUERIES)
 
 
 # -- kube-state-metrics --------------------------------------------------------------------------
@@ -391,10 +391,10 @@ def _allocation(pod: Pod | None, container: str) -> GpuAllocation:
     limit = sum(n for c, n in pod.gpu_limits if c in (container, ""))
     gpus = tuple(g for _, ids in pod.gpu_devices for g in ids)
     if limit:
-        return GpuAllocation("kubernetes", True, gpus, f"{PREFIX}/query_range/kube_pod_container_resource_limits.json",
+        return GpuAllocation("kubernetes", True, gpus, query_member("kube_pod_container_resource_limits"),
                              f"nvidia.com/gpu limit {limit} (kube-state-metrics); devices as dcgm-exporter named them",
                              evidence=pod.evidence, devices_known=bool(gpus))
-    return GpuAllocation("none", False, (), f"{PREFIX}/query_range/kube_pod_info.json",
+    return GpuAllocation("none", False, (), query_member("kube_pod_info"),
                          "no nvidia.com/gpu limit (kube-state-metrics)", evidence=pod.evidence)
 
 
@@ -430,3 +430,7 @@ def _num(t: float) -> float | int:
 
 def _text(v: float) -> str:
     return str(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)
+
+
+# Last: what the live collectors saw wins (their GPUs, pods, containers and NVML's sampled spans).
+LOADER = Loader("prometheus", load_prometheus, needs=("nvml", "procfs", "docker", "kubernetes", "cgroups", "kernel"))

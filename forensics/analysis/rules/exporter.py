@@ -21,22 +21,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.findings import Evidence, Finding, Subject
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import ExporterAttribution, Model, Pod
-from forensics.analysis.rules.common import (
-    confidence,
-    dedupe_evidence,
-    dedupe_subjects,
-    fmt_time,
-    gpu_label,
-    gpu_subject,
-    label,
-    owner_of,
-    with_pod,
-)
+from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["gpu_exporter_blind_spot"]
+__all__ = ["GPU_EXPORTER_BLIND_SPOT", "gpu_exporter_blind_spot"]
+
+# needs: the "another pod named" shape compares with the bundle's own attribution (NVML processes
+# through /proc/<pid>/cgroup); the "no pod named" shape rests on the exporter's series alone.
+GPU_EXPORTER_BLIND_SPOT = FindingKind("gpu-exporter-blind-spot", severity="high", needs=("nvml", "procfs"),
+                                      rank=110)
 
 
 def _runs(steps: list[ExporterAttribution], busy: float, min_steps: int) -> list[list[ExporterAttribution]]:
@@ -59,21 +56,18 @@ def _runs(steps: list[ExporterAttribution], busy: float, min_steps: int) -> list
 def _own_owners(model: Model, node: str, uuid: str, start: float, end: float,
                 cfg: AnalysisConfig) -> dict[Subject, list[float]]:
     """The bundle's own attribution: owners (container or pod) of active NVML process samples in [start, end]."""
-    out: dict[Subject, list[float]] = defaultdict(list)
-    for s in model.proc_samples_by_gpu().get((node, uuid), []):
-        if not start <= s.t <= end:
-            continue
-        if not ((s.used_memory_bytes or 0) > 0 or (s.sm_util_pct or 0) >= cfg.process_active_sm_pct):
-            continue
-        owner = owner_of(model, node, s.pid)
-        if owner.attributed:
-            out[owner.subject].append(s.t)
+    out: dict[Subject, list[float]] = {}
+    for subject, (owner, samples) in model.joins.active_owners(cfg.process_active_sm_pct).get((node, uuid), {}).items():
+        times = [s.t for s in samples if start <= s.t <= end]
+        if owner.attributed and times:
+            out[subject] = times
     return out
 
 
 def _pod_uid_of(model: Model, subject: Subject) -> str | None:
-    if subject.type == "pod":
-        return subject.id
+    pod = model.joins.pod_of(subject)
+    if pod is not None:
+        return pod.uid
     c = model.container(subject.node, subject.id) if subject.type == "container" else None
     return c.pod_uid if c is not None else None
 
@@ -85,6 +79,7 @@ def _pod_by_name(model: Model, node: str, namespace: str | None, name: str | Non
     return None
 
 
+@GPU_EXPORTER_BLIND_SPOT.rule
 def gpu_exporter_blind_spot(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A GPU busy while dcgm-exporter names no pod for it, or names another pod than the bundle's own attribution."""
     findings: list[Finding] = []
@@ -109,7 +104,7 @@ def gpu_exporter_blind_spot(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                        f"({steps_text}) while dcgm-exporter named no pod for it{who}: the GPU was used "
                        "outside the device plugin's allocation, invisible to per-pod dashboards")
             findings.append(Finding(
-                kind="gpu-exporter-blind-spot", severity="high",
+                kind=GPU_EXPORTER_BLIND_SPOT.id, severity=GPU_EXPORTER_BLIND_SPOT.severity,
                 confidence=0.9 if named else 0.75, summary=summary, start=start, end=end, node=node,
                 subjects=dedupe_subjects([*culprits, gpu_subject(model, node, uuid)]),
                 evidence=dedupe_evidence([run[0].evidence, max(run, key=lambda a: a.util_pct).evidence,
@@ -147,8 +142,8 @@ def gpu_exporter_blind_spot(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if other is not None:
                 subjects.append(other.subject().with_role("victim"))
             findings.append(Finding(
-                kind="gpu-exporter-blind-spot", severity="high",
-                confidence=confidence(model, node, 0.85, ("nvml", "procfs"), cfg), summary=summary,
+                kind=GPU_EXPORTER_BLIND_SPOT.id, severity=GPU_EXPORTER_BLIND_SPOT.severity,
+                confidence=GPU_EXPORTER_BLIND_SPOT.confidence(model, node, 0.85, cfg), summary=summary,
                 start=disagree[0].t - disagree[0].step_s, end=disagree[-1].t, node=node,
                 subjects=dedupe_subjects(subjects),
                 evidence=dedupe_evidence([first.evidence, disagree[-1].evidence]),
@@ -158,3 +153,23 @@ def gpu_exporter_blind_spot(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 headline=f"dcgm-exporter credited {gl} to {exporter_pod} while {label(model, subj, long=False)} used it",
             ))
     return findings
+
+
+@GPU_EXPORTER_BLIND_SPOT.harm
+def _blind_spot_harm(f: Finding, h: Harm) -> str:
+    return f"credited by dcgm-exporter with {h.gpu}, used by {h.culprits} from {h.when}"
+
+
+@GPU_EXPORTER_BLIND_SPOT.ruled_out(rank=90)
+def _exporter_labels_agree(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    if GPU_EXPORTER_BLIND_SPOT.id in c.found:
+        return None
+    steps = [a for a in c.model.exporter_attribution if a.node == c.node]
+    if not steps:
+        return None  # no Prometheus history: nothing was looked at
+    busy = sum(1 for a in steps if a.util_pct >= c.cfg.exporter_busy_util_pct)
+    agreed = " and the pods it named agree with the bundle's own attribution" if any(
+        s.node == c.node for s in c.model.proc_samples) else ""
+    return (f"dcgm-exporter named a pod whenever a GPU on {c.node} was busy for "
+            f"{c.cfg.exporter_blind_min_steps} steps or more{agreed}",
+            c.evidence("prometheus", f"{len(steps)} GPU utilization steps, {busy} of them busy"))

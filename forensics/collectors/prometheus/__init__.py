@@ -1,6 +1,4 @@
-"""The prometheus collector: exporter history (dcgm-exporter, cAdvisor, node-exporter,
-kube-state-metrics) for this node from a Prometheus HTTP API; see collector.py."""
-
-from forensics.collectors.prometheus.collector import COLLECTOR, PrometheusCollector
-
-__all__ = ["COLLECTOR", "PrometheusCollector"]
+"""The ``prometheus`` source: exporter history (dcgm-exporter, cAdvisor, node-exporter,
+kube-state-metrics) for this node from a Prometheus HTTP API: the collector (collector.py), what it
+asks for (catalogue.py) and the HTTP seam (client.py). Declared in :mod:`forensics.specs.prometheus`.
+"""

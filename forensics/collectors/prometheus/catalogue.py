@@ -43,7 +43,6 @@ __all__ = [
     "choose_step",
     "discovery_matches",
     "node_matchers",
-    "parse_duration_s",
     "promql_string",
     "query_for",
 ]
@@ -153,18 +152,3 @@ def choose_step(window_s: float, setting_s: float | None = None) -> tuple[float,
         if window_s / step <= _AUTO_POINTS:
             return float(step), "auto"
     return float(math.ceil(window_s / _AUTO_POINTS)), "auto"
-
-
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """``15s``, ``1m``, ``2h``, ``30`` (seconds) -> seconds; :class:`ValueError` otherwise (or if not > 0)."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ValueError(f"not a duration like 15s, 1m or 30: {text!r}")
-    value = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    if not 0 < value <= 86400 * 7:
-        raise ValueError(f"a step must be more than 0 and at most 7 days: {text!r}")
-    return value

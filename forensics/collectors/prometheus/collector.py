@@ -33,7 +33,7 @@ import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from forensics.capture.context import CollectContext
@@ -44,16 +44,15 @@ from forensics.collectors.prometheus.catalogue import (
     choose_step,
     discovery_matches,
     node_matchers,
-    parse_duration_s,
     query_for,
 )
 from forensics.collectors.prometheus.client import CallFailed, PromClient, Reply
 from forensics.errors import SourceTimeout, SourceUnavailable
-from forensics.parsing.timestamps import format_iso, parse_iso
+from forensics.parsing.timestamps import format_iso
+from forensics.specs.prometheus import BUILDINFO, QUERIES, SERIES, SPEC, TARGET, query_member
 
 __all__ = ["COLLECTOR", "PrometheusCollector", "PromTarget", "target_from_context"]
 
-PREFIX = "prometheus"
 _WORKERS = 4
 _RETRY_STEP_FACTOR = 4
 
@@ -75,47 +74,30 @@ class PromTarget:
     max_response_bytes: int
 
 
-def _setting(ctx: CollectContext, key: str) -> str | None:
-    value = (ctx.options.extra or {}).get(f"prometheus.{key}")
-    return value if value not in (None, "") else None
-
-
-def _as_unix(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    dt = parse_iso(str(value))
-    return None if dt is None else dt.timestamp()
-
-
 def target_from_context(ctx: CollectContext) -> PromTarget:
-    """The URL, node, window and step for this capture; :class:`SourceUnavailable` without a URL."""
+    """The URL, node, window and step for this capture; :class:`SourceUnavailable` without a URL
+    (the registry does not run an unconfigured source; a caller that builds the collector itself may)."""
     opts = ctx.options
-    url = getattr(opts, "prometheus_url", None) or _setting(ctx, "url")
-    if not url:
-        raise SourceUnavailable("no Prometheus URL given (--prometheus URL)")
+    settings = SPEC.read_settings(opts.extra)
+    if not settings.url:
+        raise SourceUnavailable(SPEC.unconfigured(opts.extra) or "not configured")
     if opts.node_name:
         node, node_source = opts.node_name, "--node"
     elif os.environ.get("NODE_NAME"):
         node, node_source = os.environ["NODE_NAME"], "NODE_NAME"
     else:
         node, node_source = socket.gethostname(), "hostname"
-    end = _as_unix(getattr(opts, "until", None)) or _as_unix(_setting(ctx, "until")) or opts.capture_start.timestamp()
+    end = (opts.until or opts.capture_start).timestamp()
     since = opts.since or (opts.capture_start - timedelta(seconds=opts.lookback_s))
     start = since.timestamp()
     if end <= start:
         raise SourceUnavailable(f"empty window: until ({format_iso(end, precision='seconds')}) is not after "
                                 f"since ({format_iso(start, precision='seconds')})")
-    step_setting = _setting(ctx, "step")
-    step_s, step_source = choose_step(end - start, parse_duration_s(step_setting) if step_setting else None)
+    step_s, step_source = choose_step(end - start, settings.step)
     return PromTarget(
-        url=url, node=node, node_source=node_source, start=round(start, 3), end=round(end, 3),
-        step_s=step_s, step_source=step_source,
-        token_file=getattr(opts, "prometheus_token_file", None) or _setting(ctx, "token_file"),
-        ca_file=getattr(opts, "prometheus_ca", None) or _setting(ctx, "ca_file"),
-        call_timeout_s=float(_setting(ctx, "call_timeout_s") or 10.0),
-        max_response_bytes=int(_setting(ctx, "max_response_bytes") or (16 << 20)),
+        url=settings.url, node=node, node_source=node_source, start=round(start, 3), end=round(end, 3),
+        step_s=step_s, step_source=step_source, token_file=settings.token_file, ca_file=settings.ca_file,
+        call_timeout_s=settings.call_timeout_s, max_response_bytes=settings.max_response_bytes,
     )
 
 
@@ -147,8 +129,8 @@ def _raise_if_fatal(exc: CallFailed, what: str) -> None:
 class PrometheusCollector:
     """``prometheus``: this node's exporter series from Prometheus' HTTP API (see the module docstring)."""
 
-    name = "prometheus"
-    order = 65
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 60.0
 
     def snapshot(self, ctx: CollectContext) -> None:
@@ -162,7 +144,7 @@ class PrometheusCollector:
         ctx.note(f"Prometheus {client.base_url}, node {target.node} ({target.node_source}), "
                  f"{format_iso(target.start, precision='seconds')} to {format_iso(target.end, precision='seconds')}, "
                  f"step {target.step_s:g} s ({target.step_source})")
-        ctx.sink.write_json(f"{PREFIX}/target.json", {
+        ctx.sink.write_json(TARGET, {
             "url": client.base_url, "node": target.node, "node_source": target.node_source,
             "node_labels": list(NODE_LABELS), "node_matchers": node_matchers(target.node),
             "start": format_iso(target.start), "end": format_iso(target.end),
@@ -172,7 +154,7 @@ class PrometheusCollector:
         self._probe(ctx, client)
         present = self._discover(ctx, client, target)
         entries = self._query_all(ctx, client, target, present)
-        ctx.sink.write_json(f"{PREFIX}/queries.json", {"queries": entries})
+        ctx.sink.write_json(QUERIES, {"queries": entries})
         got = [e for e in entries if e["status"] in ("ok", "partial")]
         failed = [e for e in entries if e["status"] == "failed"]
         absent = [e["metric"] for e in entries if e["status"] == "absent"]
@@ -194,7 +176,7 @@ class PrometheusCollector:
             ctx.note(f"buildinfo not served ({exc.reason})")
             return
         if not reply.truncated:
-            ctx.sink.write_bytes(f"{PREFIX}/buildinfo.json", reply.body)
+            ctx.sink.write_bytes(BUILDINFO, reply.body)
             try:
                 info = reply.json().get("data") or {}
                 ctx.note(f"Prometheus version {info.get('version', '?')}")
@@ -215,7 +197,7 @@ class PrometheusCollector:
             ctx.partial(f"series discovery answer over {client.max_response_bytes} bytes; every metric asked "
                         "under every node label")
             return {s.name: NODE_LABELS for s in METRICS if s.match == "node"}
-        ctx.sink.write_bytes(f"{PREFIX}/series.json", reply.body)
+        ctx.sink.write_bytes(SERIES, reply.body)
         try:
             doc = reply.json()
         except CallFailed as exc:
@@ -275,7 +257,7 @@ class PrometheusCollector:
 
     def _query(self, ctx: CollectContext, client: PromClient, target: PromTarget, spec: MetricSpec,
                query: str) -> dict[str, Any]:
-        member = f"{PREFIX}/query_range/{spec.name}.json"
+        member = query_member(spec.name)
         step = target.step_s
         entry: dict[str, Any] = {"query": query, "member": None}
         reasons: list[str] = []

@@ -15,8 +15,10 @@ from forensics.capture.context import CaptureOptions, CollectContext, Collector,
 from forensics.capture.registry import (
     COLLECTOR_MODULES,
     BrokenCollector,
+    NotSelected,
     collector_name,
     load_collectors,
+    not_selected,
 )
 from forensics.capture.runner import CaptureResult
 
@@ -72,7 +74,7 @@ class TestRegistry:
         assert s["nocollector"]["status"] == "failed"
 
     def test_the_real_registry(self) -> None:
-        found = load_collectors()
+        found = load_collectors(extra={"prometheus.url": "http://127.0.0.1:9"})  # every source configured
         names = [c.name for c in found]
         assert len(names) == len(set(names)), names
         assert "host" in names
@@ -82,6 +84,16 @@ class TestRegistry:
             assert isinstance(c.order, int) and 0 < c.timeout_s <= 600, c.name
             assert (type(c).__doc__ or "").strip(), f"collector {c.name} has no docstring naming its source"
         assert [c.order for c in found] == sorted(c.order for c in found)
+
+    def test_a_source_that_needs_configuring_is_not_run_without_it(self) -> None:
+        """No ``prometheus.url``: the prometheus source is left out as "not configured" (its module
+        never imported), and capture records it as skipped with that reason."""
+        prom = next(c for c in load_collectors() if c.name == "prometheus")
+        assert isinstance(prom, NotSelected)
+        assert not_selected("prometheus", (), ()) == (
+            "not configured (prometheus.url not given: Prometheus base URL, same as --prometheus)")
+        assert not_selected("prometheus", (), (), {"prometheus.url": "http://prom:9090"}) is None
+        assert not_selected("prometheus", ("prometheus",), (), {"prometheus.url": ""}) is not None
 
     def test_registry_lists_volatile_sources_first(self) -> None:
         """RFC 3227: GPU process tables before containers, processes and cgroups; host facts last."""

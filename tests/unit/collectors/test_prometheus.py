@@ -14,12 +14,12 @@ import pytest
 from forensics.collectors.prometheus.catalogue import (
     METRICS,
     choose_step,
-    parse_duration_s,
     query_for,
 )
 from forensics.collectors.prometheus.client import display_url
 from forensics.collectors.prometheus.collector import PrometheusCollector
 from forensics.errors import SourceTimeout, SourceUnavailable
+from forensics.parsing.durations import parse_duration_s
 from tests.support.kube_testing import Staged, make_ctx
 from tests.support.prometheus_server import (
     _free_port,
@@ -39,10 +39,9 @@ def run(tmp_path: Path, url: str, node: str = "gpu-07", since: float | None = No
     now = time.time()
     tmp_path.mkdir(parents=True, exist_ok=True)
     extra = {"prometheus.url": url, **{f"prometheus.{k}": v for k, v in settings.items()}}
-    if until is not None:
-        extra["prometheus.until"] = datetime.fromtimestamp(until, UTC).isoformat()
     staged = make_ctx(tmp_path, timeout_s=timeout_s, node_name=node, extra=extra,
-                      since=datetime.fromtimestamp(since if since is not None else now - 3600, UTC))
+                      since=datetime.fromtimestamp(since if since is not None else now - 3600, UTC),
+                      until=datetime.fromtimestamp(until, UTC) if until is not None else None)
     PrometheusCollector().snapshot(staged.ctx)
     return staged
 

@@ -59,7 +59,7 @@ def test_absence_costs_and_excuses_are_declared() -> None:
         note_missing_sources(model)
         return model.limitations
 
-    every_ok = {s.name: "ok" for s in all_specs()}
+    every_ok = {s.name: "ok" for s in all_specs() if s.name != "prometheus"}
     assert limits(every_ok) == []
     no_kube = {k: v for k, v in every_ok.items() if k != "kubernetes"}
     assert limits(no_kube) == []  # not a Kubernetes node: nothing lost
@@ -68,6 +68,34 @@ def test_absence_costs_and_excuses_are_declared() -> None:
         "n: no Docker data: container GPU allocations unknown (collector docker unavailable)"]
     assert limits({**every_ok, "kubernetes": "failed"}) == [
         "n: no Kubernetes data: pod allocations and OOMKilled statuses unknown (collector kubernetes failed)"]
+
+
+def test_an_optional_source_costs_nothing_unless_asked_and_stands_in_where_it_answered() -> None:
+    def limits(statuses: dict[str, str], step: float | None = None) -> list[str]:
+        model = Model()
+        info = model.node("n")
+        info.collector_status.update(statuses)
+        info.history_step_s = step
+        note_missing_sources(model)
+        return model.limitations
+
+    every_ok = {s.name: "ok" for s in all_specs() if s.name != "prometheus"}
+    assert limits(every_ok) == []  # never configured: no record of it
+    assert limits({**every_ok, "prometheus": "skipped"}) == []  # not configured, or --skip
+    assert limits({**every_ok, "prometheus": "unavailable"}) == [
+        "n: no Prometheus history: the exporters' series of the window are missing (collector prometheus unavailable)"]
+    assert limits({"host": "ok", "prometheus": "ok"}, step=15.0) == [
+        "n: no NVML data: GPU attribution not possible (no nvml collector in the bundle; Prometheus history "
+        "at a 15 s step stands in for GPU utilization, memory, clocks and Xid (no processes))",
+        "n: no /proc data: GPU processes cannot be joined to containers (no procfs collector in the bundle)",
+        "n: no Docker data: container GPU allocations unknown (no docker collector in the bundle; Prometheus history "
+        "at a 15 s step stands in for container ids and images (cAdvisor, kube-state-metrics))",
+        "n: no cgroup data: CPU throttling and pressure cannot be assessed (no cgroups collector in the bundle; "
+        "Prometheus history at a 15 s step stands in for CFS throttling and host pressure)",
+        "n: no kernel log: OOM kills and Xid errors cannot be ruled in or out (no kernel collector in the bundle; "
+        "Prometheus history at a 15 s step stands in for OOM events (cAdvisor, kube-state-metrics) and the last "
+        "Xid (dcgm-exporter))",
+    ]
 
 
 def test_specs_import_nothing_above_them() -> None:
