@@ -78,6 +78,10 @@ class TestHistoryBundle:
         assert [s["name"] for s in f["subjects"] if s["type"] == "pod"] == ["ml/loader-0"]
         assert f["metrics"]["throttled_ratio"] >= 0.2 and f["history"]["step_s"] == 15.0
         assert "pressure-stall" in kinds(doc)
+        agree = [r for r in doc["ruled_out"] if r["statement"].startswith("dcgm-exporter named a pod whenever")]
+        assert agree and agree[0]["evidence"][0]["member"] == "prometheus/queries.json", doc["ruled_out"]
+        stand_in = [lim for lim in doc["limitations"] if "no cgroup data" in lim]
+        assert stand_in and "Prometheus history at a 15 s step stands in for CFS throttling" in stand_in[0]
 
     def test_oom_killed_pod(self, out_dir, prometheus_factory):
         sc = scenario_oom_killed_pod()
@@ -114,6 +118,20 @@ class TestBadInput:
                        "-o", str(out_dir), "--quiet")
         rec = {c["name"]: c for c in _manifest(Path(proc.stdout.strip()))["collectors"]}["prometheus"]
         assert rec["status"] == "unavailable" and "HTTP 401" in rec["error"]
+
+    def test_without_a_url_it_is_not_configured_and_costs_nothing(self, out_dir):
+        proc = cli("capture", "--only", "host,prometheus", "-o", str(out_dir), "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        bundle = Path(proc.stdout.strip())
+        rec = {c["name"]: c for c in _manifest(bundle)["collectors"]}["prometheus"]
+        assert rec["status"] == "skipped" and rec["error"].startswith("not configured (prometheus.url not given")
+        doc = analyze(bundle)
+        assert not [lim for lim in doc["limitations"] if "Prometheus" in lim or "prometheus" in lim]
+
+    def test_only_prometheus_without_a_url_is_a_usage_error(self, out_dir):
+        proc = cli("capture", "--only", "prometheus", "-o", str(out_dir), "--quiet")
+        assert proc.returncode == 2 and "prometheus is not configured" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and not list(out_dir.iterdir())
 
     @pytest.mark.parametrize("args,message", [
         (("--since", "2h", "--until", "3h"), "--until (3h) is not after --since (2h)"),
