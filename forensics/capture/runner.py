@@ -48,6 +48,7 @@ from forensics.errors import (
     SourceUnavailable,
     UsageError,
 )
+from forensics.specs import spec_named
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
 
@@ -570,9 +571,11 @@ def _read_first_line(path: str) -> str | None:
 
 
 def history_host(opts: CaptureOptions) -> str:
-    """The bundle's host: this machine, except for ``--only prometheus --node N`` (history of N, taken
-    from anywhere, a laptop included), which is N's bundle."""
-    if opts.only == ("prometheus",) and opts.node_name:
+    """The bundle's host: this machine, except when ``--only`` names remote sources alone (their spec
+    says ``remote``: Prometheus asked about ``--node N`` from anywhere, a laptop included) and
+    ``--node N`` is given: then it is N's bundle."""
+    specs = [spec_named(name) for name in opts.only]
+    if opts.only and opts.node_name and all(s is not None and s.remote for s in specs):
         return opts.node_name
     return socket.gethostname()
 

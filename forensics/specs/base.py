@@ -173,7 +173,9 @@ class SourceSpec(Generic[S]):
     ``configured_by``: a setting without which the source is not configured (a Prometheus needs its
     URL): it is then skipped, never imported or run, and recorded as "not configured". ``stands_in``
     and ``stand_in_label``: what the source gives back of other sources' absence, and what it is
-    called in that sentence."""
+    called in that sentence. ``remote``: the source asks a service over the network about the node
+    named by ``--node`` (it runs as well from a laptop); a capture of remote sources alone is that
+    node's bundle."""
 
     name: str
     order: int
@@ -185,6 +187,7 @@ class SourceSpec(Generic[S]):
     configured_by: str | None = None
     stands_in: tuple[StandIn, ...] = ()
     stand_in_label: str = ""
+    remote: bool = False
 
     def unconfigured(self, extra: Mapping[str, str] | None) -> str | None:
         """Why the source is not configured (its ``configured_by`` setting not given), or None."""

@@ -43,7 +43,7 @@ class PrometheusSettings:
 
 SPEC = SourceSpec(
     name="prometheus", order=70, collector="forensics.collectors.prometheus.collector",
-    settings=PrometheusSettings, configured_by="url",
+    settings=PrometheusSettings, configured_by="url", remote=True,
     absence=Absence("no Prometheus history: the exporters' series of the window are missing", (
         Excuse(frozenset({None, "skipped"}), "not configured or not selected: nothing was asked"),)),
     stand_in_label="Prometheus history",
