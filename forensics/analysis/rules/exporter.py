@@ -160,6 +160,18 @@ def _blind_spot_harm(f: Finding, h: Harm) -> str:
     return f"credited by dcgm-exporter with {h.gpu}, used by {h.culprits} from {h.when}"
 
 
+@GPU_EXPORTER_BLIND_SPOT.next_step
+def _blind_spot_step(f: Finding, h: Harm) -> str:
+    if f.metric("shape") == "other-pod-named":
+        return (f"stop {h.culprits} from reaching {h.gpu} outside its allocation (no nvidia.com/gpu limit but "
+                "NVIDIA_VISIBLE_DEVICES=all, privileged) and do not bill or debug it from dcgm-exporter's pod labels")
+    if f.metric("own_attribution"):
+        return (f"stop {h.culprits} from using {h.gpu} outside the device plugin's allocation; per-pod "
+                "dashboards did not see it")
+    return (f"find who uses {h.gpu} outside the device plugin: capture on the node while it is busy "
+            "(gpuforensics capture --duration 60); per-pod dashboards did not see it")
+
+
 @GPU_EXPORTER_BLIND_SPOT.ruled_out(rank=90)
 def _exporter_labels_agree(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     if GPU_EXPORTER_BLIND_SPOT.id in c.found:

@@ -52,6 +52,7 @@ def test_exporter_credits_the_allocated_pod_while_another_uses_the_gpu(analyze: 
     assert f["severity"] == "high" and f["confidence"] == 0.85
     assert f["history"]["step_s"] == STEP and f["history"]["only"] is True
     assert {e["member"] for e in f["evidence"]} == {query_member("DCGM_FI_DEV_GPU_UTIL")}
+    assert f["next_step"].startswith("stop notebook-alice") or "from reaching GPU 0 outside" in f["next_step"], f
     assert doc["verdict"]["impact"].startswith("pod ml/trainer-0: credited by dcgm-exporter with GPU 0, used by")
 
 
@@ -65,6 +66,7 @@ def test_busy_gpu_with_no_pod_named_from_history_alone(analyze: Analyze) -> None
     (f,) = of_kind(doc, "gpu-exporter-blind-spot")
     assert f["metrics"]["shape"] == "no-pod-named" and f["metrics"]["steps"] == 6
     assert f["confidence"] == 0.75 and "nothing in the bundle names who used it" in f["summary"]
+    assert f["next_step"].startswith("find who uses GPU 0 outside the device plugin: capture on the node")
     assert f["history"] == {"source": "prometheus", "step_s": STEP, "members": [query_member("DCGM_FI_DEV_GPU_UTIL")],
                             "only": True}
     assert doc["nodes"][0]["history_step_s"] == STEP
