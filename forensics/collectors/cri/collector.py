@@ -110,7 +110,7 @@ class CriCollector:
         if containers:
             ctx.sink.write_json(f"{PREFIX}/containers.json", redact_listing(containers, r))
         sandboxes = [p for p in pods.get("items") or [] if isinstance(p, dict)]
-        ctrs = [c for c in containers.get("items") or [] if isinstance(c, dict)]
+        ctrs = [c for c in containers.get("containers") or [] if isinstance(c, dict)]
         if len(sandboxes) > MAX_SANDBOXES or len(ctrs) > MAX_CONTAINERS:
             ctx.partial(f"{len(sandboxes)} sandboxes and {len(ctrs)} containers; status taken for "
                         f"the first {MAX_SANDBOXES} and {MAX_CONTAINERS}")

@@ -73,10 +73,12 @@ def _redact_info_map(doc: dict[str, Any], redactor: Redactor) -> None:
 
 
 def redact_listing(doc: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """``ListPodSandbox`` / ``ListContainers``: each item's annotations, in place."""
+    """``ListPodSandbox`` (``items``) / ``ListContainers`` (``containers``): each one's
+    annotations, in place."""
     if redactor.enabled:
-        for item in doc.get("items") or []:
-            _redact_annotations(item, redactor)
+        for key in ("items", "containers"):
+            for item in doc.get(key) or []:
+                _redact_annotations(item, redactor)
     return doc
 
 
