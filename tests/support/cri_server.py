@@ -14,8 +14,9 @@ Modes (``mode=``):
 - ``"v1alpha2"``: no ``runtime.v1`` service at all (a runtime before containerd 1.6 / CRI-O
   1.23): every call is UNIMPLEMENTED;
 - ``"old-version"``: ``Version`` answers with ``runtime_api_version: "v1alpha2"``;
-- ``"flaky"``: the first container's status is NOT_FOUND (removed meanwhile) and the second's
-  stats fail with INTERNAL.
+- ``"flaky"``: the first container's status is NOT_FOUND (removed meanwhile),
+  ``ListContainerStats`` is UNIMPLEMENTED and the second container's ``ContainerStats`` fails
+  with INTERNAL.
 
 ``python -m tests.support.cri_server SOCKET [PODS] [CONTAINERS]`` serves until SIGTERM (the
 benchmark runs it in its own process).
@@ -136,6 +137,13 @@ class _Servicer(api_pb2_grpc.RuntimeServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"an error occurred when try to find "
                                                      f"container {request.container_id!r}: not found")
         return resp
+
+    def ListContainerStats(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        self._gate("ListContainerStats", context)
+        if self.s.mode == "flaky":
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListContainerStats not implemented")
+        return api_pb2.ListContainerStatsResponse(
+            stats=[self.s.container_stats[i].stats for i in self.s.ids if i in self.s.container_stats])
 
     def ContainerStats(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         self._gate("ContainerStats", context)

@@ -229,3 +229,7 @@ class CriClient:
 
     def container_stats(self, container_id: str) -> dict[str, Any]:
         return self.call("ContainerStats", self.pb.ContainerStatsRequest(container_id=container_id))
+
+    def list_container_stats(self) -> dict[str, Any]:
+        """``ListContainerStats``: every container's ``ContainerStats`` in one answer."""
+        return self.call("ListContainerStats", self.pb.ListContainerStatsRequest())

@@ -55,18 +55,22 @@ def _redact_info_doc(info: dict[str, Any], redactor: Redactor) -> None:
         _redact_annotations(spec, redactor)
 
 
-def _redact_info_map(doc: dict[str, Any], redactor: Redactor) -> None:
+def _redact_info_map(doc: dict[str, Any], redactor: Redactor,
+                     parsed_info: dict[str, Any] | None) -> None:
     info = doc.get("info")
     if not isinstance(info, dict):
         return
     for key, raw in list(info.items()):
         if not isinstance(raw, str):
             continue
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            info[key] = redactor.pseudonym(raw, "text")
-            continue
+        if key == "info" and parsed_info:
+            parsed: Any = parsed_info  # redacted in place: the caller is done with it
+        else:
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                info[key] = redactor.pseudonym(raw, "text")
+                continue
         if isinstance(parsed, dict):
             _redact_info_doc(parsed, redactor)
             info[key] = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
@@ -82,17 +86,22 @@ def redact_listing(doc: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
     return doc
 
 
-def redact_sandbox_status(doc: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """``PodSandboxStatus`` (verbose): annotations and the ``info`` JSON, in place."""
+def redact_sandbox_status(doc: dict[str, Any], redactor: Redactor,
+                          parsed_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``PodSandboxStatus`` (verbose): annotations and the ``info`` JSON, in place.
+
+    ``parsed_info`` is ``info["info"]`` already parsed, to parse it once (it is redacted too).
+    """
     if redactor.enabled:
         _redact_annotations(doc.get("status"), redactor)
-        _redact_info_map(doc, redactor)
+        _redact_info_map(doc, redactor, parsed_info)
     return doc
 
 
-def redact_container_status(doc: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """``ContainerStatus`` (verbose): annotations and the ``info`` JSON, in place."""
+def redact_container_status(doc: dict[str, Any], redactor: Redactor,
+                            parsed_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``ContainerStatus`` (verbose): annotations and the ``info`` JSON, in place (see above)."""
     if redactor.enabled:
         _redact_annotations(doc.get("status"), redactor)
-        _redact_info_map(doc, redactor)
+        _redact_info_map(doc, redactor, parsed_info)
     return doc
