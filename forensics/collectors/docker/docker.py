@@ -182,7 +182,10 @@ class DockerCollector:
             ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
         if isinstance(version, dict):
             ctx.sink.write_json(dspec.VERSION, version)
-        ctx.sink.write_json(dspec.ENGINE, _engine_essentials(info, version, index))
+        essentials = _engine_essentials(info, version, index)
+        ctx.sink.write_json(dspec.ENGINE, essentials)
+        if essentials["engine"]:
+            ctx.note(f"engine: {essentials['engine']} {essentials['server_version'] or ''}".rstrip())
         if not isinstance(listing, list):
             err = pool.calls[("list", "containers")].error or "no answer in time"
             if "time" in err.lower() or "budget" in err:
@@ -480,12 +483,27 @@ def _drop_container_members(ctx: CollectContext, cid: str) -> None:
         directory.rmdir()
 
 
+def engine_product(version: Any) -> str | None:
+    """Which engine answered the Engine API: ``"podman"`` (its ``/version`` names a ``Podman
+    Engine`` component or platform), ``"docker"`` (any other answer), None (no answer)."""
+    if not isinstance(version, dict) or not version:
+        return None
+    names = [c.get("Name") for c in version.get("Components") or [] if isinstance(c, dict)]
+    platform = version.get("Platform")
+    if isinstance(platform, dict):
+        names.append(platform.get("Name"))
+    if any(isinstance(n, str) and "podman" in n.lower() for n in names):
+        return "podman"
+    return "docker"
+
+
 def _engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dict[str, Any]:
     info = info if isinstance(info, dict) else {}
     version = version if isinstance(version, dict) else {}
     runtimes = info.get("Runtimes") if isinstance(info.get("Runtimes"), dict) else {}
     return {
         "docker_host": index.get("docker_host"),
+        "engine": engine_product(version),
         "name": info.get("Name"),
         "server_version": version.get("Version") or info.get("ServerVersion"),
         "api_version": version.get("ApiVersion"),
