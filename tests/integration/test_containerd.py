@@ -73,11 +73,12 @@ class Node:
 
 
 def _collectors(sim: Path) -> list[Any]:
+    from forensics.collectors.podresources_collector import PodResourcesCollector
+
     from forensics.collectors.cgroups import CgroupsCollector
     from forensics.collectors.kernel import COLLECTOR as KERNEL
     from forensics.collectors.kubernetes import COLLECTOR as KUBERNETES
     from forensics.collectors.nvml import NvmlCollector
-    from forensics.collectors.podresources_collector import PodResourcesCollector
     from forensics.collectors.procfs import ProcfsCollector
 
     return [NvmlCollector(), CriCollector(), ProcfsCollector(), CgroupsCollector(), KERNEL,

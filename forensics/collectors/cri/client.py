@@ -18,29 +18,22 @@ them).
 from __future__ import annotations
 
 import os
-import stat
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
+from forensics.specs.cri import DEFAULT_ENDPOINTS
 
 __all__ = [
     "DEFAULT_ENDPOINTS",
     "MAX_MESSAGE_BYTES",
     "CallFailed",
     "CriClient",
-    "check_socket",
     "resolve_endpoint",
     "socket_path",
 ]
 
-# the sockets the kubelet's --container-runtime-endpoint names on containerd and CRI-O nodes
-DEFAULT_ENDPOINTS = (
-    "unix:///run/containerd/containerd.sock",
-    "unix:///var/run/crio/crio.sock",
-    "unix:///run/crio/crio.sock",
-)
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own limit for CRI responses
 SUPPORTED_API = "v1"
 
@@ -72,23 +65,6 @@ def resolve_endpoint(configured: str | None) -> str:
             return endpoint
     tried = ", ".join(socket_path(e) for e in DEFAULT_ENDPOINTS)
     raise SourceUnavailable(f"no CRI runtime socket ({tried}); set cri.endpoint=unix:///PATH")
-
-
-def check_socket(path: str) -> None:
-    """Raise ``SourceUnavailable`` / ``SourcePermissionDenied`` unless ``path`` is a usable socket."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise SourceUnavailable(f"no CRI runtime socket at {path}") from None
-    except PermissionError as exc:
-        raise SourcePermissionDenied(f"permission denied: {path}: {exc.strerror}") from None
-    except OSError as exc:
-        raise SourceUnavailable(f"cannot stat {path}: {exc.strerror}") from None
-    if not stat.S_ISSOCK(st.st_mode):
-        raise SourceUnavailable(f"{path} is not a unix socket")
-    if not os.access(path, os.R_OK | os.W_OK):
-        raise SourcePermissionDenied(
-            f"permission denied: {path} (connecting needs write access; run as root)")
 
 
 def _rpc_code(exc: Exception) -> tuple[str, str]:

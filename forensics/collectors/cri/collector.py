@@ -24,8 +24,8 @@ No socket, a socket that refuses, one that does not answer ``Version`` in time, 
 that does not speak ``runtime.v1`` -> ``unavailable`` with the reason. A sandbox or container
 removed between the list and its status call is a race, noted, not a failure; any other failed
 call -> ``partial``. Everything is redacted by ``ctx.redactor`` before it is written
-(``redaction.py``). Publishes ``container_ids``, ``pod_uids``, ``cgroup_paths`` and ``pids``
-for the procfs and cgroups collectors.
+(``redaction.py``). Publishes the containers' ``cgroup_paths`` and host ``pids`` for the procfs
+and cgroups collectors. Settings and member paths: forensics.specs.cri.
 """
 
 from __future__ import annotations
@@ -35,22 +35,19 @@ import re
 from typing import Any
 
 from forensics.capture.context import CollectContext
-from forensics.collectors.cri.client import (
-    CallFailed,
-    CriClient,
-    check_socket,
-    resolve_endpoint,
-    socket_path,
-)
+from forensics.collectors.cri.client import CallFailed, CriClient, resolve_endpoint, socket_path
 from forensics.collectors.cri.redaction import (
     redact_container_status,
     redact_listing,
     redact_sandbox_status,
 )
+from forensics.collectors.hostfs.files import check_socket
+from forensics.specs import cri as cspec
+from forensics.specs.cri import SPEC, CriSettings
+from forensics.specs.hints import CGROUP_PATHS, PIDS
 
-__all__ = ["COLLECTOR", "CriCollector", "cgroup_path_of", "MAX_CONTAINERS", "MAX_SANDBOXES", "PREFIX"]
+__all__ = ["COLLECTOR", "MAX_CONTAINERS", "MAX_SANDBOXES", "CriCollector", "cgroup_path_of"]
 
-PREFIX = "cri"
 # bounds: a node runs at most a few hundred pods (the kubelet's default limit is 110)
 MAX_SANDBOXES = 2000
 MAX_CONTAINERS = 4000
@@ -73,25 +70,28 @@ def _verbose_info(doc: dict[str, Any]) -> dict[str, Any]:
 class CriCollector:
     """``cri``: the container runtime's own view of pods and containers. See the module docstring."""
 
-    name = "cri"
-    order = 25
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 30.0
 
-    def __init__(self, call_timeout_s: float = 5.0) -> None:
-        self.call_timeout_s = call_timeout_s
+    def __init__(self, endpoint: str | None = None, call_timeout_s: float | None = None) -> None:
+        self._given = {"endpoint": endpoint, "call_timeout_s": call_timeout_s}
+
+    def settings(self, ctx: CollectContext) -> CriSettings:
+        return SPEC.read_settings(ctx.options.extra, **self._given)
 
     def snapshot(self, ctx: CollectContext) -> None:
-        extra = ctx.options.extra or {}
-        endpoint = resolve_endpoint(extra.get("cri.endpoint"))
-        check_socket(socket_path(endpoint))
-        call_timeout = float(extra.get("cri.call_timeout_s", self.call_timeout_s))
-        with CriClient(endpoint, call_timeout_s=call_timeout, deadline=ctx.deadline - 1.0) as client:
+        settings = self.settings(ctx)
+        endpoint = resolve_endpoint(settings.endpoint)
+        check_socket(socket_path(endpoint), "CRI runtime")
+        with CriClient(endpoint, call_timeout_s=settings.call_timeout_s,
+                       deadline=ctx.deadline - 1.0) as client:
             self._collect(ctx, client)
 
     def _collect(self, ctx: CollectContext, client: CriClient) -> None:
         r = ctx.redactor
         version = client.version()  # raises SourceUnavailable for a runtime we cannot use
-        ctx.sink.write_json(f"{PREFIX}/version.json", version)
+        ctx.sink.write_json(cspec.VERSION, version)
         ctx.note(f"endpoint {client.endpoint}: {version.get('runtime_name')} "
                  f"{version.get('runtime_version')} (CRI {version.get('runtime_api_version')})")
         failures: list[str] = []
@@ -111,9 +111,9 @@ class CriCollector:
         pods = attempt("ListPodSandbox", "", client.list_pod_sandbox) or {}
         containers = attempt("ListContainers", "", client.list_containers) or {}
         if pods:
-            ctx.sink.write_json(f"{PREFIX}/pods.json", redact_listing(pods, r))
+            ctx.sink.write_json(cspec.PODS, redact_listing(pods, r))
         if containers:
-            ctx.sink.write_json(f"{PREFIX}/containers.json", redact_listing(containers, r))
+            ctx.sink.write_json(cspec.CONTAINERS, redact_listing(containers, r))
         sandboxes = [p for p in pods.get("items") or [] if isinstance(p, dict)]
         ctrs = [c for c in containers.get("containers") or [] if isinstance(c, dict)]
         if len(sandboxes) > MAX_SANDBOXES or len(ctrs) > MAX_CONTAINERS:
@@ -121,16 +121,11 @@ class CriCollector:
                         f"the first {MAX_SANDBOXES} and {MAX_CONTAINERS}")
             sandboxes, ctrs = sandboxes[:MAX_SANDBOXES], ctrs[:MAX_CONTAINERS]
 
-        pod_uids: set[str] = set()
         cgroup_paths: set[str] = set()
         pids: set[int] = set()
-        container_ids: list[str] = []
         out_of_time = False
         for sandbox in sandboxes:
             sid = str(sandbox.get("id", ""))
-            uid = (sandbox.get("metadata") or {}).get("uid")
-            if isinstance(uid, str) and uid:
-                pod_uids.add(uid)
             if not _ID_RE.match(sid):
                 failures.append(f"sandbox id {sid[:80]!r} is not a runtime id; status not taken")
                 continue
@@ -142,7 +137,7 @@ class CriCollector:
                 continue
             info = _verbose_info(doc)
             self._note_runtime_view(info, cgroup_paths, pids)
-            ctx.sink.write_json(f"{PREFIX}/pods/{sid}.json", redact_sandbox_status(doc, r, info))
+            ctx.sink.write_json(cspec.sandbox_member(sid), redact_sandbox_status(doc, r, info))
         for container in [] if out_of_time else ctrs:
             cid = str(container.get("id", ""))
             if not _ID_RE.match(cid):
@@ -151,13 +146,11 @@ class CriCollector:
             if ctx.remaining() < 2.0:
                 out_of_time = True
                 break
-            container_ids.append(cid)
             doc = attempt("ContainerStatus", cid[:12], client.container_status, cid)
             if doc is not None:
                 info = _verbose_info(doc)
                 self._note_runtime_view(info, cgroup_paths, pids)
-                ctx.sink.write_json(f"{PREFIX}/containers/{cid}.json",
-                                    redact_container_status(doc, r, info))
+                ctx.sink.write_json(cspec.container_member(cid), redact_container_status(doc, r, info))
         if not out_of_time:
             self._stats(ctx, client, ctrs, attempt)
         if out_of_time:
@@ -166,10 +159,8 @@ class CriCollector:
             ctx.partial(f"{len(failures)} CRI calls failed: " + "; ".join(failures[:5]))
         if races:
             ctx.note(f"gone before their status was taken (removed meanwhile): {', '.join(races[:10])}")
-        ctx.publish("container_ids", sorted(container_ids))
-        ctx.publish("pod_uids", sorted(pod_uids))
-        ctx.publish("cgroup_paths", sorted(cgroup_paths))
-        ctx.publish("pids", sorted(pids))
+        CGROUP_PATHS.publish(ctx, sorted(cgroup_paths))
+        PIDS.publish(ctx, sorted(pids))
         ctx.note(f"{len(sandboxes)} pod sandboxes, {len(ctrs)} containers, "
                  f"{len(client.timings)} CRI calls")
 
@@ -189,7 +180,7 @@ class CriCollector:
                 if doc is not None and isinstance(doc.get("stats"), dict):
                     stats.append(doc["stats"])
             listing = {"stats": stats}
-        ctx.sink.write_json(f"{PREFIX}/stats.json", listing)
+        ctx.sink.write_json(cspec.STATS, listing)
 
     @staticmethod
     def _note_runtime_view(info: dict[str, Any], cgroup_paths: set[str], pids: set[int]) -> None:

@@ -2,10 +2,11 @@
 
 What carries secrets in what the runtime returns:
 
-- ``annotations`` of a sandbox (list and status, and the verbose ``config``): the kubelet hands
-  the runtime every pod annotation, ``kubectl.kubernetes.io/last-applied-configuration`` (the
-  JSON ``kubectl apply`` sent, env values included) among them: redacted as the kubernetes
-  collector redacts it;
+- ``labels`` and ``annotations`` of a sandbox or container (list and status, and the verbose
+  ``config``): the kubelet hands the runtime every pod label and annotation,
+  ``kubectl.kubernetes.io/last-applied-configuration`` (the JSON ``kubectl apply`` sent, env
+  values included) among them: redacted as the kubernetes collector redacts them
+  (forensics.bundle.redact_kubernetes);
 - the verbose ``info`` (a JSON string, containerd's and CRI-O's ``{"info": "..."}``):
   ``config.envs[].value`` (the kubelet's ``KeyValue`` list), ``config.command``/``config.args``
   and ``runtimeSpec.process.args`` (argv rules), ``runtimeSpec.process.env`` (``NAME=value``).
@@ -21,14 +22,17 @@ import json
 from typing import Any
 
 from forensics.bundle.redact import Redactor
-from forensics.collectors.kube.redaction import redact_pod
+from forensics.bundle.redact_kubernetes import redact_object_metadata
 
 __all__ = ["redact_container_status", "redact_listing", "redact_sandbox_status"]
 
 
 def _redact_annotations(holder: Any, redactor: Redactor) -> None:
-    if isinstance(holder, dict) and isinstance(holder.get("annotations"), dict):
-        redact_pod({"metadata": {"annotations": holder["annotations"]}}, redactor)
+    """A sandbox's or container's ``labels`` and ``annotations`` (the pod's, as the kubelet passed
+    them), in place, as Kubernetes object metadata."""
+    if isinstance(holder, dict):
+        redact_object_metadata({"labels": holder.get("labels"), "annotations": holder.get("annotations")},
+                               redactor)
 
 
 def _redact_argv(holder: Any, key: str, redactor: Redactor) -> None:

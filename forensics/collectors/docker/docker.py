@@ -57,6 +57,7 @@ from forensics.collectors.docker.engine import (
     STATS_REQUEST,
     StatsStream,
     connect,
+    engine_product,
     image_hex,
     logs,
     pool_call_timeout,
@@ -481,20 +482,6 @@ def _drop_container_members(ctx: CollectContext, cid: str) -> None:
             d.rmdir()
     with contextlib.suppress(OSError):
         directory.rmdir()
-
-
-def engine_product(version: Any) -> str | None:
-    """Which engine answered the Engine API: ``"podman"`` (its ``/version`` names a ``Podman
-    Engine`` component or platform), ``"docker"`` (any other answer), None (no answer)."""
-    if not isinstance(version, dict) or not version:
-        return None
-    names = [c.get("Name") for c in version.get("Components") or [] if isinstance(c, dict)]
-    platform = version.get("Platform")
-    if isinstance(platform, dict):
-        names.append(platform.get("Name"))
-    if any(isinstance(n, str) and "podman" in n.lower() for n in names):
-        return "podman"
-    return "docker"
 
 
 def _engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dict[str, Any]:

@@ -66,8 +66,7 @@ def test_every_call_written_with_proto_field_names(tmp_path, sock):
     assert "3 pod sandboxes, 6 containers, 13 CRI calls" in staged.ctx.notes
     assert any("containerd 1.6.20~ds1 (CRI v1)" in n for n in staged.ctx.notes)
     hints = staged.ctx.published
-    assert sorted(hints["container_ids"]) == sorted(containers)
-    assert len(hints["pod_uids"]) == 3
+    assert set(hints) == {"cgroup_paths", "pids"}
     assert all(p.startswith("/kubepods/burstable/pod") for p in hints["cgroup_paths"])
     assert len(hints["cgroup_paths"]) == 3 + 6 and hints["pids"]
 
