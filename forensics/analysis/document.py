@@ -193,11 +193,11 @@ def _pods(model: Model) -> list[dict[str, Any]]:
     out = []
     for uid, p in sorted(model.pods.items(), key=lambda kv: (kv[1].node, kv[1].namespace, kv[1].name)):
         oomed = sorted({o.k8s_container_name for o in model.ooms
-                        if o.pod_uid == uid and o.source == "kubernetes" and o.k8s_container_name})
+                        if o.pod_uid == uid and o.source in ("kubernetes", "cri") and o.k8s_container_name})
         out.append({"uid": uid, "namespace": p.namespace, "name": p.name, "node": p.node,
                     "phase": p.phase, "containers": [cid for _, cid in p.container_ids if cid],
                     "container_names": [n for n, _ in p.container_ids],
-                    "gpu_limit": p.gpu_limit(),
+                    "gpu_limit": p.gpu_limit() if p.gpu_limits_known else None,
                     "gpu_devices": sorted({d for _, ds in p.gpu_devices for d in ds}),
                     "oom_killed_containers": oomed})
     return out

@@ -190,7 +190,9 @@ class Container:
 
 @dataclass(frozen=True)
 class Pod:
-    """A pod from the Kubernetes API (pods.json), with pod-resources device ids when present."""
+    """A pod from the Kubernetes API (pods.json), with pod-resources device ids when present, or
+    only from its CRI sandbox (``gpu_limits_known`` false: the runtime does not know the pod spec's
+    limits; its containers' grants are their OCI runtime specs)."""
 
     node: str
     uid: str
@@ -201,6 +203,7 @@ class Pod:
     gpu_limits: tuple[tuple[str, int], ...]  # (container name, nvidia.com/gpu limit)
     gpu_devices: tuple[tuple[str, tuple[str, ...]], ...]  # (container name, device ids)
     evidence: tuple[Evidence, ...] = ()
+    gpu_limits_known: bool = True
 
     def subject(self) -> Subject:
         return Subject("pod", self.uid, f"{self.namespace}/{self.name}", self.node)
@@ -268,7 +271,7 @@ class OomKill:
     usage_bytes: int | None
     limit_bytes: int | None
     task_memcg: str | None
-    source: str  # kernel | docker | kubernetes
+    source: str  # kernel | docker | cri | kubernetes
     evidence: tuple[Evidence, ...]
     k8s_container_name: str | None = None
 

@@ -1,4 +1,5 @@
-"""What GPUs a Docker container was *given*, and why: the allocation model.
+"""What GPUs a Docker container was *given*, and why: the allocation model (a CRI container's, from
+the OCI runtime spec its runtime reports, is built by :mod:`forensics.parsing.oci_allocation`).
 
 Pure: it reads the Engine API's JSON (``GET /containers/{id}/json``, ``GET /images/{id}/json``,
 ``GET /info``) as captured in ``docker/containers/<id>/inspect.json``,
@@ -46,6 +47,7 @@ __all__ = [
     "GrantSource",
     "allocation_from_inspect",
     "allocations_document",
+    "compact_json",
     "is_nvidia_runtime",
     "json_pointer",
     "parse_cdi_name",
@@ -156,7 +158,8 @@ def json_pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _excerpt(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """The compact, key-sorted JSON of a value: the excerpt a grant source quotes."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -287,7 +290,7 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
         for j, cap_set in enumerate(_list(req.get("Capabilities"), where + "/Capabilities")):
             caps.extend(_str_list(cap_set, f"{where}/Capabilities/{j}"))
         src = GrantSource("container-inspect", json_pointer("HostConfig", "DeviceRequests", i),
-                          _excerpt(req))
+                          compact_json(req))
         if driver == "cdi":
             for dev_id in ids:
                 parsed = parse_cdi_name(dev_id)
@@ -328,7 +331,7 @@ def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
         dev = _mapping(dev_any, where, optional=False)
         on_host = _str(dev.get("PathOnHost"), where + "/PathOnHost") or ""
         src = GrantSource("container-inspect", json_pointer("HostConfig", "Devices", i),
-                          _excerpt(dev))
+                          compact_json(dev))
         parsed = parse_cdi_name(on_host) if not on_host.startswith("/") else None
         if parsed is not None:
             g = _cdi_grant(parsed[0], parsed[1], src)
@@ -360,10 +363,10 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
     if runtime:
         if default_runtime is not None and runtime == default_runtime:
             runtime_origin = "engine-default-runtime"
-        sources.append(GrantSource("container-inspect", "/HostConfig/Runtime", _excerpt(runtime),
+        sources.append(GrantSource("container-inspect", "/HostConfig/Runtime", compact_json(runtime),
                                    runtime_origin))
         if runtime_origin == "engine-default-runtime":
-            sources.append(GrantSource("engine-info", "/DefaultRuntime", _excerpt(default_runtime),
+            sources.append(GrantSource("engine-info", "/DefaultRuntime", compact_json(default_runtime),
                                        runtime_origin))
     runtime_why = (
         f"runtime {runtime} (the engine's default runtime)"
@@ -378,10 +381,10 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
         if in_image is not None and in_image[1] == value:
             env_origin = "image"
         sources.append(GrantSource("container-inspect", json_pointer("Config", "Env", idx),
-                                   _excerpt(entry), env_origin))
+                                   compact_json(entry), env_origin))
         if env_origin == "image" and in_image is not None:
             sources.append(GrantSource("image-inspect", json_pointer("Config", "Env", in_image[0]),
-                                       _excerpt(entry), "image"))
+                                       compact_json(entry), "image"))
         scope, refs = parse_visible_devices(value)
         who = "the image's ENV" if env_origin == "image" else "the container's environment"
         if not nvidia:
@@ -397,7 +400,7 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
     if cuda is not None and "NVIDIA_REQUIRE_CUDA" not in env_by_name:
         legacy_origin: Origin = "image" if "CUDA_VERSION" in image_env else "operator"
         sources.append(GrantSource("container-inspect", json_pointer("Config", "Env", cuda[0]),
-                                   _excerpt(f"CUDA_VERSION={cuda[1]}"), legacy_origin))
+                                   compact_json(f"CUDA_VERSION={cuda[1]}"), legacy_origin))
         return GpuGrant("nvidia-runtime-env", "all", (), legacy_origin, True,
                         f"legacy CUDA image (CUDA_VERSION set, no NVIDIA_VISIBLE_DEVICES or "
                         f"NVIDIA_REQUIRE_CUDA) under {runtime_why}: every GPU", tuple(sources))

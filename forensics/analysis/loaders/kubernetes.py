@@ -156,5 +156,5 @@ def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
     return replace(c, allocation=alloc, pod_uid=pod_uid, k8s_container_name=k8s_name)
 
 
-# needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's containers
-LOADER = Loader("kubernetes", load_kubernetes, needs=("nvml", "docker"))
+# needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's and the CRI runtime's containers
+LOADER = Loader("kubernetes", load_kubernetes, needs=("nvml", "docker", "cri"))

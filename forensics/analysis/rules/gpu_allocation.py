@@ -72,7 +72,7 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         sees = (f"sees every GPU through NVIDIA_VISIBLE_DEVICES={value} in its process {pid}'s environment"
                 if value.strip().lower() == "all"
                 else f"its process {pid} ran with NVIDIA_VISIBLE_DEVICES={value} in its environment")
-    if pod is not None:
+    if pod is not None and pod.gpu_limits_known:
         limit = pod.gpu_limit()
         if limit == 0:
             short = "has no nvidia.com/gpu limit"
