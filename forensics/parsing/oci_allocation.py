@@ -83,7 +83,7 @@ def _gpu_minor(dev: Mapping[str, Any]) -> int | None:
         return None
     if major == NVIDIA_MAJOR and minor is not None:
         return None if minor in _CONTROL_MINORS else minor
-    if isinstance(path, str) and path.startswith("/dev/nvidia") and path[11:].isdigit():
+    if isinstance(path, str) and path.startswith("/dev/nvidia") and path[11:].isascii() and path[11:].isdigit():
         return int(path[11:])
     return None
 

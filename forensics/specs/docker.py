@@ -53,7 +53,7 @@ SPEC = SourceSpec(
     absence=Absence("no Docker data: container GPU allocations unknown", (
         Excuse(frozenset({"unavailable", "skipped"}),
                "a containerd/CRI-O Kubernetes node: allocations come from the pods", when_ok="kubernetes"),
-        Excuse(frozenset({"unavailable", "skipped"}),
+        Excuse(frozenset({None, "unavailable", "skipped"}),
                "a containerd/CRI-O node: the runtime describes its containers (cri)", when_ok="cri"))),
     publishes=(PIDS, CGROUP_PATHS),
 )

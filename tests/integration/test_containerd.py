@@ -67,22 +67,26 @@ class Node:
     ids: dict[str, str]
     sandboxes: dict[str, str]
     pids: dict[str, int]
+    bundle_runtime_only: Bundle  # captured without the kubernetes and podresources collectors
+    analysis_runtime_only: dict[str, Any]
 
-    def findings(self, kind: str) -> list[dict[str, Any]]:
-        return [f for f in self.analysis["findings"] if f["kind"] == kind]
+    def findings(self, kind: str, runtime_only: bool = False) -> list[dict[str, Any]]:
+        analysis = self.analysis_runtime_only if runtime_only else self.analysis
+        return [f for f in analysis["findings"] if f["kind"] == kind]
 
 
-def _collectors(sim: Path) -> list[Any]:
-    from forensics.collectors.podresources_collector import PodResourcesCollector
-
+def _collectors(kubernetes: bool) -> list[Any]:
+    """The node's collectors; without ``kubernetes`` neither the API nor the kubelet's pod-resources
+    (a node whose API server is down: only the runtime names pods)."""
     from forensics.collectors.cgroups import CgroupsCollector
     from forensics.collectors.kernel import COLLECTOR as KERNEL
-    from forensics.collectors.kubernetes import COLLECTOR as KUBERNETES
-    from forensics.collectors.nvml import NvmlCollector
+    from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
+    from forensics.collectors.nvml.nvml import NvmlCollector
+    from forensics.collectors.podresources.collector import PodResourcesCollector
     from forensics.collectors.procfs import ProcfsCollector
 
-    return [NvmlCollector(), CriCollector(), ProcfsCollector(), CgroupsCollector(), KERNEL,
-            KUBERNETES, PodResourcesCollector()]
+    base = [NvmlCollector(), CriCollector(), ProcfsCollector(), CgroupsCollector(), KERNEL]
+    return [*base, KubernetesCollector(), PodResourcesCollector()] if kubernetes else base
 
 
 def _wait(predicate: Any, timeout: float = 30.0) -> Any:
@@ -176,9 +180,15 @@ def node(containerd_engine: ContainerdEngine, sim_lib: Path,
                     nvml_library=str(sim_lib), duration_s=4, interval_s=1, timeout_s=90,
                     kubeconfig=str(kubeconfig), node_name=NODE, lookback_s=600,
                     extra={"cri.endpoint": engine.endpoint, "podresources.socket": str(sock)},
-                ), out, collectors=_collectors(sim_lib))
-            analysis = analyze_bundles([result.path])
-            yield Node(engine, open_bundle(result.path), analysis, ids, sandboxes, pids)
+                ), out, collectors=_collectors(kubernetes=True))
+            out2 = tmp / "out-runtime-only"
+            out2.mkdir()
+            alone = run_capture(CaptureOptions(
+                nvml_library=str(sim_lib), duration_s=2, interval_s=1, timeout_s=90, node_name=NODE,
+                lookback_s=600, extra={"cri.endpoint": engine.endpoint},
+            ), out2, collectors=_collectors(kubernetes=False))
+            yield Node(engine, open_bundle(result.path), analyze_bundles([result.path]), ids, sandboxes, pids,
+                       open_bundle(alone.path), analyze_bundles([alone.path]))
         finally:
             cri.remove_all()
 
@@ -231,10 +241,11 @@ class TestCapture:
             if member.startswith("cri/"):
                 assert b"s3cr3t-notebook-token" not in node.bundle.read_bytes(member), member
 
-    def test_hints_reach_procfs(self, node: Node) -> None:
-        manifest = node.bundle.manifest
-        assert set(node.ids.values()) <= set(manifest["hints"]["container_ids"])
-        assert set(UIDS.values()) <= set(manifest["hints"]["pod_uids"])
+    def test_hints_reach_procfs_and_cgroups(self, node: Node) -> None:
+        hints = node.bundle.manifest["hints"]
+        assert {node.pids["train"], node.pids["jupyter"], node.pids["spin"]} <= set(hints["pids"])
+        spin_cgroup = f"/kubepods/burstable/pod{UIDS['spin-0']}/{node.ids['spin']}"
+        assert spin_cgroup in hints["cgroup_paths"]
         for name in ("train", "jupyter"):
             assert f"proc/{node.pids[name]}/cgroup" in node.bundle.names()
 
@@ -267,4 +278,61 @@ class TestAnalysis:
         assert findings, [f["kind"] for f in node.analysis["findings"]]
         subjects = [s for f in findings for s in f["subjects"]]
         assert any(s.get("id") == node.ids["spin"] and "spin-0" in (s.get("name") or "")
+                   for s in subjects), subjects
+
+
+class TestRuntimeOnly:
+    """The same node captured without the Kubernetes API and the kubelet's pod-resources: the CRI
+    runtime alone names pods and containers, and its OCI runtime specs say who was given which GPU."""
+
+    def test_no_kubernetes_members_and_cri_ok(self, node: Node) -> None:
+        bundle = node.bundle_runtime_only
+        assert _status(bundle, "cri")["status"] == "ok"
+        assert not [m for m in bundle.names() if m.startswith("kubernetes/")]
+        limits = node.analysis_runtime_only["limitations"]
+        # neither the runtime's nor Docker's absence costs anything: the runtime described the containers
+        assert not [x for x in limits if "CRI" in x or "container runtime" in x or "Docker" in x], limits
+
+    def test_containers_named_by_pod_and_allocated_by_runtime_spec(self, node: Node) -> None:
+        containers = {c["id"]: c for c in node.analysis_runtime_only["containers"]}
+        train = containers[node.ids["train"]]
+        assert train["name"] == "ml/trainer-0/train"
+        assert train["pod"] == UIDS["trainer-0"]
+        assert train["gpu_allocation"]["explicit"] is True
+        assert train["gpu_allocation"]["gpus"] == [gpu_uuid(0)]
+        assert train["gpu_allocation"]["source"] == "runtime spec"
+        jupyter = containers[node.ids["jupyter"]]
+        assert jupyter["name"] == "research/notebook-alice/jupyter"
+        assert jupyter["gpu_allocation"]["explicit"] is False and not jupyter["gpu_allocation"]["gpus"]
+        pods = {p["uid"]: p for p in node.analysis_runtime_only["pods"]}
+        assert (pods[UIDS["trainer-0"]]["namespace"], pods[UIDS["trainer-0"]]["name"]) == ("ml", "trainer-0")
+        assert pods[UIDS["trainer-0"]]["gpu_limit"] is None  # the runtime does not know the pod spec
+        assert node.ids["train"] in pods[UIDS["trainer-0"]]["containers"]
+
+    def test_notebook_pod_is_the_culprit_on_the_trainers_gpu(self, node: Node) -> None:
+        [finding] = node.findings("unallocated-gpu-use", runtime_only=True)
+        assert finding["severity"] == "high"
+        [culprit] = [s for s in _subjects(finding, "culprit") if s["type"] == "container"]
+        assert (culprit["id"], culprit["name"]) == (node.ids["jupyter"], "research/notebook-alice/jupyter")
+        [pod] = [s for s in _subjects(finding, "culprit") if s["type"] == "pod"]
+        assert (pod["id"], pod["name"]) == (UIDS["notebook-alice"], "research/notebook-alice")
+        victims = _subjects(finding, "victim")
+        assert any(v["id"] == node.ids["train"] and v["name"] == "ml/trainer-0/train" for v in victims)
+        # the trainer's grant is cited from the runtime spec inside the container's status member
+        member = f"cri/containers/{node.ids['train']}.json"
+        assert any(e["member"] == member and e["locator"].startswith("/info/info#/runtimeSpec/linux/")
+                   and "195" in e["excerpt"] for e in finding["evidence"]), finding["evidence"]
+
+    def test_oom_kill_names_pod_and_container(self, node: Node) -> None:
+        findings = node.findings("oom-kill", runtime_only=True)
+        subjects = [s for f in findings for s in f["subjects"]]
+        assert any(s.get("id") == node.ids["eat"] and s.get("name") == "batch/oom-0/eat" for s in subjects), subjects
+        assert any(s.get("type") == "pod" and s.get("id") == UIDS["oom-0"] for s in subjects), subjects
+        pods = {p["uid"]: p for p in node.analysis_runtime_only["pods"]}
+        assert pods[UIDS["oom-0"]]["oom_killed_containers"] == ["eat"]
+
+    def test_cpu_throttling_names_pod_and_container(self, node: Node) -> None:
+        findings = node.findings("cpu-throttling", runtime_only=True)
+        subjects = [s for f in findings for s in f["subjects"]]
+        assert any(s.get("id") == node.ids["spin"] and s.get("name") == "batch/spin-0/spin"
                    for s in subjects), subjects
