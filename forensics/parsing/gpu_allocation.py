@@ -49,6 +49,8 @@ __all__ = [
     "allocations_document",
     "compact_json",
     "is_nvidia_runtime",
+    "json_array",
+    "json_object",
     "json_pointer",
     "parse_cdi_name",
     "parse_visible_devices",
@@ -163,7 +165,8 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _mapping(value: Any, what: str, *, optional: bool = True) -> Mapping[str, Any]:
+def json_object(value: Any, what: str, *, optional: bool = True) -> Mapping[str, Any]:
+    """``value`` as a JSON object ({} for None when ``optional``), else ParseError naming ``what``."""
     if value is None and optional:
         return {}
     if not isinstance(value, Mapping):
@@ -171,7 +174,8 @@ def _mapping(value: Any, what: str, *, optional: bool = True) -> Mapping[str, An
     return value
 
 
-def _list(value: Any, what: str) -> Sequence[Any]:
+def json_array(value: Any, what: str) -> Sequence[Any]:
+    """``value`` as a JSON array (empty for None), else ParseError naming ``what``."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -188,7 +192,7 @@ def _str(value: Any, what: str, *, optional: bool = True) -> str | None:
 
 
 def _str_list(value: Any, what: str) -> tuple[str, ...]:
-    items = _list(value, what)
+    items = json_array(value, what)
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise ParseError(f"{what}/{i}: expected a string, got {type(item).__name__}")
@@ -276,9 +280,9 @@ def _cdi_grant(kind: str, dev: str, source: GrantSource) -> GpuGrant | None:
 
 def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
-    for i, req_any in enumerate(_list(host.get("DeviceRequests"), "/HostConfig/DeviceRequests")):
+    for i, req_any in enumerate(json_array(host.get("DeviceRequests"), "/HostConfig/DeviceRequests")):
         where = f"/HostConfig/DeviceRequests/{i}"
-        req = _mapping(req_any, where, optional=False)
+        req = json_object(req_any, where, optional=False)
         driver = _str(req.get("Driver"), where + "/Driver") or ""
         count = req.get("Count", 0)
         if count is None:
@@ -287,7 +291,7 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
             raise ParseError(f"{where}/Count: expected an integer")
         ids = _str_list(req.get("DeviceIDs"), where + "/DeviceIDs")
         caps: list[str] = []
-        for j, cap_set in enumerate(_list(req.get("Capabilities"), where + "/Capabilities")):
+        for j, cap_set in enumerate(json_array(req.get("Capabilities"), where + "/Capabilities")):
             caps.extend(_str_list(cap_set, f"{where}/Capabilities/{j}"))
         src = GrantSource("container-inspect", json_pointer("HostConfig", "DeviceRequests", i),
                           compact_json(req))
@@ -326,9 +330,9 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
 
 def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
-    for i, dev_any in enumerate(_list(host.get("Devices"), "/HostConfig/Devices")):
+    for i, dev_any in enumerate(json_array(host.get("Devices"), "/HostConfig/Devices")):
         where = f"/HostConfig/Devices/{i}"
-        dev = _mapping(dev_any, where, optional=False)
+        dev = json_object(dev_any, where, optional=False)
         on_host = _str(dev.get("PathOnHost"), where + "/PathOnHost") or ""
         src = GrantSource("container-inspect", json_pointer("HostConfig", "Devices", i),
                           compact_json(dev))
@@ -349,12 +353,12 @@ def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
 def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | None,
                        runtime: str | None, default_runtime: str | None,
                        engine_info: Mapping[str, Any] | None) -> GpuGrant | None:
-    config = _mapping(container.get("Config"), "/Config")
+    config = json_object(container.get("Config"), "/Config")
     env = _str_list(config.get("Env"), "/Config/Env")
     env_by_name = _env_map(env)
     image_env: dict[str, tuple[int, str]] = {}
     if image is not None:
-        image_config = _mapping(image.get("Config"), "image /Config")
+        image_config = json_object(image.get("Config"), "image /Config")
         image_env = _env_map(_str_list(image_config.get("Env"), "image /Config/Env"))
 
     nvidia = is_nvidia_runtime(runtime, engine_info)
@@ -418,13 +422,13 @@ def allocation_from_inspect(container: Any, image: Any = None,
 
     Raises ParseError (only) when the documents do not have the Engine API's shape.
     """
-    c = _mapping(container, "container inspect", optional=False)
-    img = None if image is None else _mapping(image, "image inspect", optional=False)
-    info = None if engine_info is None else _mapping(engine_info, "engine info", optional=False)
+    c = json_object(container, "container inspect", optional=False)
+    img = None if image is None else json_object(image, "image inspect", optional=False)
+    info = None if engine_info is None else json_object(engine_info, "engine info", optional=False)
     cid = _str(c.get("Id"), "/Id", optional=False) or ""
     name = (_str(c.get("Name"), "/Name") or "").lstrip("/")
     image_id = _str(c.get("Image"), "/Image") or ""
-    host = _mapping(c.get("HostConfig"), "/HostConfig")
+    host = json_object(c.get("HostConfig"), "/HostConfig")
     runtime = _str(host.get("Runtime"), "/HostConfig/Runtime")
     default_runtime = _str(info.get("DefaultRuntime"), "info /DefaultRuntime") if info else None
     notes: list[str] = []

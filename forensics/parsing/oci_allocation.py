@@ -27,10 +27,10 @@ Device nodes and cgroup rules a device plugin wrote are the kubelet's grant (ori
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Mapping
 from typing import Any
 
-from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import (
     ContainerAllocation,
     GpuGrant,
@@ -39,12 +39,14 @@ from forensics.parsing.gpu_allocation import (
     Origin,
     Scope,
     compact_json,
+    json_array,
+    json_object,
     json_pointer,
     parse_cdi_name,
     parse_visible_devices,
 )
 
-__all__ = ["RUNTIME_INFO", "allocation_from_runtime_info"]
+__all__ = ["RUNTIME_INFO", "allocation_from_runtime_info", "verbose_info"]
 
 RUNTIME_INFO = "runtime-info"  # GrantSource.document: the parsed verbose info JSON
 NVIDIA_MAJOR = 195
@@ -56,20 +58,17 @@ def _source(value: Any, *parts: str | int, origin: Origin = "operator") -> Grant
     return GrantSource(RUNTIME_INFO, json_pointer(*parts), compact_json(value), origin)
 
 
-def _dict(value: Any, what: str) -> Mapping[str, Any]:
-    if value is None:
+def verbose_info(status: Any) -> dict[str, Any]:
+    """The parsed JSON document a verbose ``ContainerStatus``/``PodSandboxStatus`` answer holds in
+    ``info["info"]`` (containerd's and CRI-O's), or {} when there is none or it is not a JSON object."""
+    raw = (status.get("info") or {}).get("info") if isinstance(status, dict) else None
+    if not isinstance(raw, str):
         return {}
-    if not isinstance(value, Mapping):
-        raise ParseError(f"{what}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, what: str) -> Sequence[Any]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise ParseError(f"{what}: expected a JSON array, got {type(value).__name__}")
-    return value
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _int(value: Any) -> int | None:
@@ -90,8 +89,8 @@ def _gpu_minor(dev: Mapping[str, Any]) -> int | None:
 
 def _device_node_grants(linux: Mapping[str, Any]) -> list[GpuGrant]:
     grants = []
-    for i, dev in enumerate(_list(linux.get("devices"), "/runtimeSpec/linux/devices")):
-        minor = _gpu_minor(_dict(dev, f"/runtimeSpec/linux/devices/{i}"))
+    for i, dev in enumerate(json_array(linux.get("devices"), "/runtimeSpec/linux/devices")):
+        minor = _gpu_minor(json_object(dev, f"/runtimeSpec/linux/devices/{i}"))
         if minor is not None:
             grants.append(GpuGrant("device-node", "devices", (GpuRef(str(minor), "minor"),), "operator", True,
                                    f"OCI linux.devices: {dev.get('path') or 'device'} (195:{minor}) in the container",
@@ -101,13 +100,13 @@ def _device_node_grants(linux: Mapping[str, Any]) -> list[GpuGrant]:
 
 def _cgroup_rule_grant(linux: Mapping[str, Any]) -> GpuGrant | None:
     """The device cgroup rules, in order: which GPU minors (or all) the container may open."""
-    rules = _list(_dict(linux.get("resources"), "/runtimeSpec/linux/resources").get("devices"),
+    rules = json_array(json_object(linux.get("resources"), "/runtimeSpec/linux/resources").get("devices"),
                   "/runtimeSpec/linux/resources/devices")
     everything = False
     minors: dict[int, int] = {}  # minor -> index of the rule that allowed it
     everything_at: int | None = None
     for i, raw in enumerate(rules):
-        rule = _dict(raw, f"/runtimeSpec/linux/resources/devices/{i}")
+        rule = json_object(raw, f"/runtimeSpec/linux/resources/devices/{i}")
         allow = rule.get("allow") is True
         kind = rule.get("type") or "a"
         major, minor = _int(rule.get("major")), _int(rule.get("minor"))
@@ -142,12 +141,12 @@ def _cgroup_rule_grant(linux: Mapping[str, Any]) -> GpuGrant | None:
 
 def _cdi_grants(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[GpuGrant]:
     found: list[tuple[str, GrantSource]] = []
-    for i, dev in enumerate(_list(config.get("CDI_devices") or config.get("cdi_devices"), "/config/CDI_devices")):
+    for i, dev in enumerate(json_array(config.get("CDI_devices") or config.get("cdi_devices"), "/config/CDI_devices")):
         name = dev.get("name") if isinstance(dev, Mapping) else None
         if isinstance(name, str):
             key = "CDI_devices" if "CDI_devices" in config else "cdi_devices"
             found.append((name, _source(dev, "config", key, i)))
-    for key, value in _dict(spec.get("annotations"), "/runtimeSpec/annotations").items():
+    for key, value in json_object(spec.get("annotations"), "/runtimeSpec/annotations").items():
         if key.startswith(_CDI_ANNOTATION) and isinstance(value, str):
             for name in value.split(","):
                 found.append((name.strip(), _source(value, "runtimeSpec", "annotations", key)))
@@ -170,12 +169,12 @@ def _classify_cdi(name: str) -> GpuRef:
 
 def _is_nvidia(info: Mapping[str, Any], spec: Mapping[str, Any], handler: str | None) -> str | None:
     """Why the container ran under NVIDIA's runtime or hook, or None."""
-    options = _dict(info.get("runtimeOptions"), "/runtimeOptions")
+    options = json_object(info.get("runtimeOptions"), "/runtimeOptions")
     for what, value in (("runtime handler", handler), ("runtimeType", info.get("runtimeType")),
                         ("runtimeOptions binary_name", options.get("binary_name") or options.get("BinaryName"))):
         if isinstance(value, str) and "nvidia" in value.rsplit("/", 1)[-1].lower():
             return f"{what} {value}"
-    for stage, hooks in _dict(spec.get("hooks"), "/runtimeSpec/hooks").items():
+    for stage, hooks in json_object(spec.get("hooks"), "/runtimeSpec/hooks").items():
         for hook in hooks if isinstance(hooks, list) else []:
             path = hook.get("path") if isinstance(hook, Mapping) else None
             if isinstance(path, str) and "nvidia" in path.rsplit("/", 1)[-1].lower():
@@ -185,7 +184,7 @@ def _is_nvidia(info: Mapping[str, Any], spec: Mapping[str, Any], handler: str | 
 
 def _env_grant(info: Mapping[str, Any], config: Mapping[str, Any], spec: Mapping[str, Any],
                handler: str | None) -> GpuGrant | None:
-    env = _list(_dict(spec.get("process"), "/runtimeSpec/process").get("env"), "/runtimeSpec/process/env")
+    env = json_array(json_object(spec.get("process"), "/runtimeSpec/process").get("env"), "/runtimeSpec/process/env")
     last: tuple[int, str] | None = None
     for i, item in enumerate(env):
         if isinstance(item, str) and item.startswith("NVIDIA_VISIBLE_DEVICES="):
@@ -194,7 +193,7 @@ def _env_grant(info: Mapping[str, Any], config: Mapping[str, Any], spec: Mapping
         return None
     index, value = last
     entry = f"NVIDIA_VISIBLE_DEVICES={value}"
-    from_kubelet = [j for j, kv in enumerate(_list(config.get("envs"), "/config/envs"))
+    from_kubelet = [j for j, kv in enumerate(json_array(config.get("envs"), "/config/envs"))
                     if isinstance(kv, Mapping) and kv.get("key") == "NVIDIA_VISIBLE_DEVICES"]
     origin: Origin = "operator" if from_kubelet else "image"
     who = "the pod spec's env" if from_kubelet else "the image's ENV"
@@ -218,10 +217,10 @@ def allocation_from_runtime_info(container_id: str, name: str, image: str, info:
     ``runtime_handler`` is the sandbox's (``RunPodSandbox``'s, from the pod's RuntimeClass).
     Raises ParseError (only) when the info does not have the runtime's shape.
     """
-    doc = _dict(info, "verbose info")
-    spec = _dict(doc.get("runtimeSpec"), "/runtimeSpec")
-    config = _dict(doc.get("config"), "/config")
-    linux = _dict(spec.get("linux"), "/runtimeSpec/linux")
+    doc = json_object(info, "verbose info")
+    spec = json_object(doc.get("runtimeSpec"), "/runtimeSpec")
+    config = json_object(doc.get("config"), "/config")
+    linux = json_object(spec.get("linux"), "/runtimeSpec/linux")
     grants: list[GpuGrant] = []
     grants.extend(_cdi_grants(config, spec))
     env_grant = _env_grant(doc, config, spec, runtime_handler)
@@ -231,7 +230,7 @@ def allocation_from_runtime_info(container_id: str, name: str, image: str, info:
     rule_grant = _cgroup_rule_grant(linux)
     if rule_grant is not None:
         grants.append(rule_grant)
-    privileged = _dict(_dict(config.get("linux"), "/config/linux").get("security_context"),
+    privileged = json_object(json_object(config.get("linux"), "/config/linux").get("security_context"),
                        "/config/linux/security_context").get("privileged")
     if privileged is True:
         grants.append(GpuGrant("privileged", "all", (), "operator", True,

@@ -24,7 +24,7 @@ from forensics.analysis import analyze_bundles
 from forensics.bundle.reader import Bundle, open_bundle
 from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
-from forensics.collectors.docker import COLLECTOR
+from forensics.collectors.docker.docker import COLLECTOR
 from tests.support.podman_engine import BUSYBOX_REF, CUDA_LIKE_REF, PodmanEngine, podman_engine
 
 __all__ = ["podman_engine"]

@@ -17,7 +17,6 @@ evidence from it points at ``/info/info#<pointer into that JSON>`` and quotes th
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
@@ -26,7 +25,11 @@ from forensics.analysis.loaders.common import Loader, as_dict, as_int, as_opt_st
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, OomKill, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
-from forensics.parsing.oci_allocation import RUNTIME_INFO, allocation_from_runtime_info
+from forensics.parsing.oci_allocation import (
+    RUNTIME_INFO,
+    allocation_from_runtime_info,
+    verbose_info,
+)
 from forensics.specs import cri as cri_spec
 
 __all__ = ["INFO_POINTER", "LOADER", "load_cri"]
@@ -34,17 +37,6 @@ __all__ = ["INFO_POINTER", "LOADER", "load_cri"]
 INFO_POINTER = "/info/info"  # the verbose info, a JSON string
 _STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running", "CONTAINER_EXITED": "exited",
            "CONTAINER_UNKNOWN": "unknown"}
-
-
-def _info(doc: Any) -> dict[str, Any]:
-    raw = dig(doc, "info", "info")
-    if not isinstance(raw, str):
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _ns_time(value: Any) -> float | None:
@@ -92,7 +84,7 @@ def load_cri(src: Source, model: Model, node: str) -> None:
         cid = as_str(status.get("id"))
         if not cid:
             continue
-        info = _info(doc)
+        info = verbose_info(doc)
         sandbox = sandboxes.get(as_str(info.get("sandboxID")) or listed_sandbox.get(cid, ""))
         labels = as_dict(status.get("labels"))
         k8s_name = as_opt_str(dig(status, "metadata", "name")) or as_opt_str(labels.get("io.kubernetes.container.name"))

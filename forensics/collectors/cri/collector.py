@@ -30,7 +30,6 @@ and cgroups collectors. Settings and member paths: forensics.specs.cri.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -42,6 +41,7 @@ from forensics.collectors.cri.redaction import (
     redact_sandbox_status,
 )
 from forensics.collectors.hostfs.files import check_socket
+from forensics.parsing.oci_allocation import verbose_info
 from forensics.specs import cri as cspec
 from forensics.specs.cri import SPEC, CriSettings
 from forensics.specs.hints import CGROUP_PATHS, PIDS
@@ -53,18 +53,6 @@ MAX_SANDBOXES = 2000
 MAX_CONTAINERS = 4000
 _ID_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$")
 _RUNNING = "CONTAINER_RUNNING"
-
-
-def _verbose_info(doc: dict[str, Any]) -> dict[str, Any]:
-    """The parsed ``info["info"]`` JSON of a verbose status, or {}."""
-    raw = (doc.get("info") or {}).get("info")
-    if not isinstance(raw, str):
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 class CriCollector:
@@ -135,7 +123,7 @@ class CriCollector:
             doc = attempt("PodSandboxStatus", sid[:12], client.pod_sandbox_status, sid)
             if doc is None:
                 continue
-            info = _verbose_info(doc)
+            info = verbose_info(doc)
             self._note_runtime_view(info, cgroup_paths, pids)
             ctx.sink.write_json(cspec.sandbox_member(sid), redact_sandbox_status(doc, r, info))
         for container in [] if out_of_time else ctrs:
@@ -148,7 +136,7 @@ class CriCollector:
                 break
             doc = attempt("ContainerStatus", cid[:12], client.container_status, cid)
             if doc is not None:
-                info = _verbose_info(doc)
+                info = verbose_info(doc)
                 self._note_runtime_view(info, cgroup_paths, pids)
                 ctx.sink.write_json(cspec.container_member(cid), redact_container_status(doc, r, info))
         if not out_of_time:
