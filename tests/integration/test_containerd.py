@@ -323,6 +323,13 @@ class TestRuntimeOnly:
         assert any(e["member"] == member and e["locator"].startswith("/info/info#/runtimeSpec/linux/")
                    and "195" in e["excerpt"] for e in finding["evidence"]), finding["evidence"]
 
+    def test_every_excerpt_is_the_members_own_text(self, node: Node) -> None:
+        for f in node.analysis_runtime_only["findings"]:
+            for e in f["evidence"]:
+                if e["member"].startswith("cri/") and not e["excerpt_normalised"]:
+                    text = node.bundle_runtime_only.read_bytes(e["member"]).decode()
+                    assert e["excerpt"].removesuffix("...") in text, e
+
     def test_oom_kill_names_pod_and_container(self, node: Node) -> None:
         findings = node.findings("oom-kill", runtime_only=True)
         subjects = [s for f in findings for s in f["subjects"]]

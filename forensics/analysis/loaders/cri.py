@@ -12,14 +12,17 @@ the pod spec's limits and the kubelet's device assignment.
 A container's GPU allocation is the OCI runtime spec it was started with
 (forensics.parsing.oci_allocation): ``linux.devices``, the device cgroup rules, CDI devices,
 ``NVIDIA_VISIBLE_DEVICES``. The runtime spec is a JSON string inside the member (``/info/info``):
-evidence from it points at ``/info/info#<pointer into that JSON>`` and quotes the value there.
+evidence from it points at ``/info/info#<pointer into that JSON>`` and quotes the value's text as
+the member holds it (inside the string, its escapes as written).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
+from forensics.analysis.excerpt import JsonText, cut
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_dict, as_int, as_opt_str, as_str, dig
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, OomKill, Pod
@@ -37,6 +40,23 @@ __all__ = ["INFO_POINTER", "LOADER", "load_cri"]
 INFO_POINTER = "/info/info"  # the verbose info, a JSON string
 _STATES = {"CONTAINER_CREATED": "created", "CONTAINER_RUNNING": "running", "CONTAINER_EXITED": "exited",
            "CONTAINER_UNKNOWN": "unknown"}
+
+
+def _in_info(src: Source, member: str, info_text: str, pointer: str, excerpt: str) -> Evidence:
+    """Evidence for the value at ``pointer`` inside the verbose info string of ``member``: its text
+    as the member holds it (the span in the info JSON, escaped as a JSON string is); the parser's
+    compact rendering, said to be normalised, when that text cannot be found in the member."""
+    locator = f"{INFO_POINTER}#{pointer}"
+    span = JsonText(info_text).pointer_span(pointer)
+    member_text = src.json_text(member)
+    if span is not None and member_text is not None:
+        raw = info_text[span[0]:span[1]]
+        if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+            raw = raw[1:-1]
+        escaped = json.dumps(raw, ensure_ascii=False)[1:-1]
+        if escaped in member_text.text:
+            return Evidence(src.name, member, locator, cut(escaped))
+    return Evidence(src.name, member, locator, excerpt, True)
 
 
 def _ns_time(value: Any) -> float | None:
@@ -94,10 +114,12 @@ def load_cri(src: Source, model: Model, node: str) -> None:
         name = f"{namespace}/{pod_name}/{k8s_name}" if namespace and pod_name and k8s_name else (k8s_name or cid[:12])
         image = as_str(dig(status, "image", "image")) or as_str(status.get("image_ref"))
 
+        info_text = as_str(dig(doc, "info", "info"))
+
         def evidence_for(document: str, pointer: str, excerpt: str, _member: str = member,
-                         _doc: Any = doc) -> Evidence:
+                         _doc: Any = doc, _text: str = info_text) -> Evidence:
             if document == RUNTIME_INFO:
-                return Evidence(src.name, _member, f"{INFO_POINTER}#{pointer}", excerpt)
+                return _in_info(src, _member, _text, pointer, excerpt)
             return src.ev_pointer(_member, "/status", _doc)
 
         try:

@@ -63,11 +63,15 @@ def test_container_named_by_its_pod_and_granted_by_its_runtime_spec() -> None:
     member = cri_spec.container_member(c.id)
     locators = [e.locator for e in a.evidence]
     assert "/info/info#/runtimeSpec/linux/devices/0" in locators
-    # the excerpt is the value that pointer names inside the member's info JSON
+    # the excerpt is the member's own text: the value that pointer names inside the info string,
+    # escaped as the member holds it
     info = json.loads(members[member]["info"]["info"])
+    member_text = src.bundle.read_bytes(member).decode()
+    for ev in a.evidence:
+        assert ev.member == member and not ev.normalised
+        assert ev.excerpt.removesuffix("...") in member_text, ev
     ev = next(e for e in a.evidence if e.locator.endswith("/devices/0"))
-    assert ev.member == member
-    assert json.loads(ev.excerpt) == resolve_pointer(info, ev.locator.split("#", 1)[1])
+    assert json.loads(json.loads(f'"{ev.excerpt}"')) == resolve_pointer(info, ev.locator.split("#", 1)[1])
     pod = model.pods[uid]
     assert (pod.namespace, pod.name, pod.container_ids) == ("ml", "trainer-0", (("main", c.id),))
     assert not pod.gpu_limits_known and pod.phase == "SANDBOX_READY"
@@ -96,10 +100,12 @@ def test_no_gpu_granted_cites_the_runtime_spec() -> None:
         linux["resources"]["devices"] = [{"allow": False, "access": "rwm"}]
         status["info"]["info"] = json.dumps(info)
 
-    model, _ = _load(_members(bare))
+    model, src = _load(_members(bare))
     [c] = model.containers.values()
     assert (c.allocation.kind, c.allocation.explicit, c.allocation.gpus) == ("none", False, ())
-    assert c.allocation.evidence[0].locator == "/info/info#/runtimeSpec/linux"
+    [ev] = c.allocation.evidence
+    assert ev.locator == "/info/info#/runtimeSpec/linux" and not ev.normalised
+    assert ev.excerpt.endswith("...") and ev.excerpt[:-3] in src.bundle.read_bytes(ev.member).decode()
 
 
 def test_hostile_members_do_not_raise() -> None:
