@@ -98,7 +98,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 @cli.command()
 @click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Directory to write the bundle into.")
+              show_default=True, help="Directory to write the bundle into; '-' writes the bundle's bytes to stdout.")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, callback=_finite,
               help="Seconds to sample GPU, process and cgroup figures (0: one snapshot).")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, callback=_finite,
@@ -127,10 +127,13 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     Collects NVML GPU state and processes, Docker containers, /proc and cgroup counters, the kernel
     log and Kubernetes pods, each under its own deadline; one dead source never costs the rest.
     Prints the bundle's path on stdout (progress goes to stderr). Run as root for full evidence.
+    With `-o -` the bundle itself goes to stdout (its name, size and SHA-256 to stderr): this is
+    how `cluster capture` streams bundles back through `exec`.
 
     \b
     Example:
       sudo gpuforensics capture --duration 60 --interval 1 -o /var/tmp
+      kubectl exec POD -- gpuforensics capture -o - > node.tgz
     """
     from forensics.capture import CaptureOptions, run_capture, validate_settings
 
@@ -143,8 +146,11 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     validate_settings(extra)
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
+    to_stdout = str(output) == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise UsageError("--output -: refusing to write a bundle to a terminal; redirect stdout to a file or pipe")
     try:
-        is_dir = output.is_dir()
+        is_dir = to_stdout or output.is_dir()
     except OSError as exc:  # a name over NAME_MAX, a directory we may not search
         raise UsageError(f"--output: {output}: {exc.strerror or exc}") from None
     if not is_dir:
@@ -157,12 +163,20 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         argv=tuple(["gpuforensics", *sys.argv[1:]]),
     )
     show = sys.stderr.isatty() if progress is None else progress
-    result = run_capture(options, output, progress=_progress_printer(show))
-    failed = [c for c in result.manifest["collectors"] if c["status"] in ("failed", "partial")]
+    if to_stdout:
+        from forensics.capture.spool import capture_to_stream
+
+        streamed = capture_to_stream(options, sys.stdout.buffer, progress=_progress_printer(show))
+        manifest, interrupted = streamed.manifest, streamed.interrupted
+        where = f"streamed {streamed.name} to stdout: {streamed.size} bytes, sha256 {streamed.sha256}"
+    else:
+        result = run_capture(options, output, progress=_progress_printer(show))
+        manifest, interrupted, where = result.manifest, result.interrupted, str(result.path)
+    failed = [c for c in manifest["collectors"] if c["status"] in ("failed", "partial")]
     if failed and progress is not False:  # also in cron and DaemonSet logs; --quiet silences it
         click.echo("gpuforensics: incomplete: " + ", ".join(f"{c['name']} {c['status']}" for c in failed), err=True)
-    click.echo(str(result.path))
-    if result.interrupted:
+    click.echo(f"gpuforensics: {where}" if to_stdout else where, err=to_stdout)
+    if interrupted:
         click.echo("gpuforensics: capture interrupted; the bundle holds what was collected", err=True)
         sys.exit(EXIT_INTERRUPTED)
 
