@@ -60,8 +60,9 @@ _EXIT_INTERRUPTED = 3
 
 @dataclass(frozen=True)
 class ClusterCaptureOptions:
-    """What to capture where. Exactly one of ``nodes``, ``selector``, ``pods_of`` or none (every
-    node with a capture pod; with ``job``, every node labelled ``nvidia.com/gpu.present=true``)."""
+    """What to capture where. At most one of ``nodes``, ``selector``, ``pods_of``; none means the
+    GPU nodes (labelled ``nvidia.com/gpu.present=true``, the DaemonSet's ``nodeSelector``) and
+    any other node that runs a capture pod."""
 
     out_dir: Path
     namespace: str = "gpuforensics"
@@ -191,17 +192,16 @@ def choose_nodes(kube: Kube, opts: ClusterCaptureOptions, capture_pods: dict[str
             raise ClusterError(f"--pods-of {opts.pods_of}: no scheduled pod matches"
                                + (f" ({len(pods)} pending)" if pods else ""))
         return found
-    if opts.selector or opts.job:
-        sel = opts.selector or GPU_NODE_SELECTOR
-        items = _listing(kube, "/api/v1/nodes", {"labelSelector": sel}, f"nodes {sel!r}")
-        found = sorted(str(n["metadata"]["name"]) for n in items if isinstance(n.get("metadata"), dict))
-        if not found:
-            raise ClusterError(f"no node matches the label selector {sel!r}")
-        return found
-    if not capture_pods:
-        raise ClusterError(f"no capture pod ({opts.pod_selector}) in namespace {opts.namespace}: "
-                           "install deploy/ (kubectl apply -k deploy/), or use --job")
-    return sorted(capture_pods)
+    # --selector, or by default the GPU nodes (the DaemonSet's own nodeSelector) and any node
+    # running a capture pod: a GPU node without one is a row of the summary, not left out
+    sel = opts.selector or GPU_NODE_SELECTOR
+    items = _listing(kube, "/api/v1/nodes", {"labelSelector": sel}, f"nodes {sel!r}")
+    found = {str(n["metadata"]["name"]) for n in items if isinstance(n.get("metadata"), dict)}
+    if not opts.selector:
+        found |= set(capture_pods)
+    if not found:
+        raise ClusterError(f"no node matches the label selector {sel!r}")
+    return sorted(found)
 
 
 def capture_pods_by_node(kube: Kube, opts: ClusterCaptureOptions) -> dict[str, list[dict[str, Any]]]:

@@ -206,6 +206,7 @@ class KubeAPIServer:
         self.exec_runtime = exec_runtime
         self.job_pod_delay_s = job_pod_delay_s
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.bodies: list[bytes] = []  # of POST requests, in order
         self.server_time_s = 0.0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -270,7 +271,7 @@ class KubeAPIServer:
 
     def set_objects(self, **objects: Any) -> None:
         """Replace some of what is served: ``nodes=``, ``pods=``, ``events=``, ``pod_metrics=``,
-        ``node_metrics=``, ``secrets=`` (lists of objects as built by tests/support/kube_objects.py),
+        ``node_metrics=``, ``secrets=``, ``jobs=`` (lists of objects as built by tests/support/kube_objects.py),
         ``metrics_available=``. Takes effect on the next request."""
         with self._lock:
             for name, value in objects.items():
@@ -311,6 +312,9 @@ class KubeAPIServer:
             if req.command != "GET" and not (is_jobs and req.command in ("POST", "DELETE")):
                 raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
             payload = req.rfile.read(int(req.headers.get("Content-Length") or 0)) if req.command == "POST" else b""
+            if payload:
+                with self._lock:
+                    self.bodies.append(payload)
             resource, handler = self._route(path) if not is_jobs else self._jobs_route(req.command, segs, payload)
             if resource in self.hang or "*" in self.hang:
                 self._stopping.wait(3600)

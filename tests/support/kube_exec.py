@@ -44,7 +44,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExecRecord", "ExecRuntime", "SimNode", "V4", "V5"]
+__all__ = ["ExecRecord", "ExecRuntime", "SimNode", "V4", "V5", "session_members"]
 
 V4 = "v4.channel.k8s.io"
 V5 = "v5.channel.k8s.io"
@@ -72,6 +72,7 @@ class ExecRecord:
     subprotocol: str
     exit_code: int | None = None
     stdout_bytes: int = 0
+    pid: int | None = None  # the child's (its session id too)
     outcome: str = "running"  # exited, client-gone, cut, spawn-failed
 
 
@@ -239,6 +240,7 @@ class ExecRuntime:
             sock.sendall(_frame(bytes([_ERROR]) + _status(None, command, f"failed to exec in container: {exc}")))
             sock.sendall(_frame(struct.pack("!H", 1000), 0x8))
             return
+        record.pid = child.pid
         with self._lock:
             self._children.add(child)
         try:
@@ -293,7 +295,7 @@ class ExecRuntime:
         gone.wait(2.0)  # the client answers the close
 
 
-def _session_members(sid: int) -> list[int]:
+def session_members(sid: int) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -321,7 +323,7 @@ def _kill_group(child: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
             child.wait(grace_s)
         except subprocess.TimeoutExpired:
             pass
-    for pid in ([child.pid] if child.poll() is None else []) + _session_members(child.pid):
+    for pid in ([child.pid] if child.poll() is None else []) + session_members(child.pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
