@@ -184,8 +184,9 @@ class Kube:
         permission), ``not-found``, ``http-error`` (a pod not running: 400), ``unreachable``.
         """
         from kubernetes.client.exceptions import ApiException
-        from kubernetes.stream import ws_client
+        from kubernetes.stream import ws_client as _ws
 
+        ws_client: Any = _ws  # untyped
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
         _, url, headers, _, _ = self._api.param_serialize(method="GET", resource_path=path,
                                                           header_params={}, auth_settings=["BearerToken"])

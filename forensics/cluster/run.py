@@ -196,12 +196,12 @@ def choose_nodes(kube: Kube, opts: ClusterCaptureOptions, capture_pods: dict[str
     # running a capture pod: a GPU node without one is a row of the summary, not left out
     sel = opts.selector or GPU_NODE_SELECTOR
     items = _listing(kube, "/api/v1/nodes", {"labelSelector": sel}, f"nodes {sel!r}")
-    found = {str(n["metadata"]["name"]) for n in items if isinstance(n.get("metadata"), dict)}
+    chosen = {str(n["metadata"]["name"]) for n in items if isinstance(n.get("metadata"), dict)}
     if not opts.selector:
-        found |= set(capture_pods)
-    if not found:
+        chosen |= set(capture_pods)
+    if not chosen:
         raise ClusterError(f"no node matches the label selector {sel!r}")
-    return sorted(found)
+    return sorted(chosen)
 
 
 def capture_pods_by_node(kube: Kube, opts: ClusterCaptureOptions) -> dict[str, list[dict[str, Any]]]:

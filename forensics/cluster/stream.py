@@ -53,8 +53,8 @@ def _exit_status(raw: bytes) -> tuple[int | None, str | None]:
     if status.get("status") == "Success":
         return 0, None
     message = status.get("message") if isinstance(status.get("message"), str) else None
-    details = status.get("details") if isinstance(status.get("details"), dict) else {}
-    for cause in details.get("causes") or []:
+    details = status.get("details")
+    for cause in (details.get("causes") if isinstance(details, dict) else None) or []:
         if isinstance(cause, dict) and cause.get("reason") == "ExitCode":
             try:
                 return int(cause.get("message", "")), message
@@ -76,8 +76,8 @@ def receive(ws: Any, out_path: Path, deadline: float, cancel: threading.Event,
     status = bytearray()
     got_status = False
     ended = "cut"
-    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
+        fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb", buffering=1 << 20) as out:
             while True:
                 left = deadline - time.monotonic()
