@@ -2,11 +2,13 @@
 
 It calls the library only through its public entry points: :mod:`forensics.capture`,
 :mod:`forensics.bundle`, :mod:`forensics.inventory`, :mod:`forensics.analysis`,
-:mod:`forensics.report` and the document contract :mod:`forensics.document_format`; each is
-imported inside the command that needs it, so ``--help`` stays instant.
+:mod:`forensics.report`, :mod:`forensics.cluster` and the document contract
+:mod:`forensics.document_format`; each is imported inside the command that needs it, so ``--help``
+stays instant. The ``cluster`` group lives in :mod:`forensics.cli_cluster`.
 
-Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` threshold reached;
-2 usage error or an unreadable/invalid bundle; 3 capture interrupted (a bundle was still written);
+Exit codes: 0 success; 1 ``verify`` integrity failure, ``analyze --fail-on`` threshold reached, or
+a ``cluster capture`` node without a verified bundle; 2 usage error, an unreadable/invalid bundle,
+or a cluster that cannot be asked; 3 capture interrupted (a bundle was still written);
 4 the bundle or the output could not be written (disk full, quota, I/O error, read-only file system);
 70 internal error (a bug: please report it with ``--debug`` output).
 """
@@ -232,7 +234,7 @@ def _split_formats(value: str) -> list[str]:
 
 
 @cli.command()
-@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="BUNDLES|DIR...")
 @click.option("-f", "--format", "fmt", default="text", show_default=True,
               help="Comma-separated: text, json, html, pdf, md.")
 @click.option("-o", "--output", type=click.Path(),
@@ -252,7 +254,8 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
 
     Joins GPU -> PID -> container -> pod -> allocation, runs the rules and builds the evidence
     chain. Several bundles of one host form one timeline; bundles of several nodes, a cluster view.
-    Never talks to a live source.
+    A directory stands for its bundles: those a `cluster capture` kept (its cluster.json), else
+    every *.tgz in it. Never talks to a live source.
 
     \b
     Example:
@@ -260,6 +263,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
       gpuforensics analyze bundle.tgz -f html,pdf,md,json -o reports/
       gpuforensics analyze bundle.tgz -f json --fail-on high > findings.json
       gpuforensics analyze bundle.tgz --window 2026-11-29T14:00Z..2026-11-29T14:30Z
+      gpuforensics analyze incident/ -f html -o report.html   # a cluster capture's directory
     """
     formats = _split_formats(fmt)
     files = [f for f in formats if f not in ("text",)]
@@ -272,6 +276,18 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
     from forensics.analysis import analyze_bundles, load_config, parse_window
     from forensics.report import render, render_text
 
+    paths: list[Path] = []
+    for given in bundles:  # a directory: the bundles of a `cluster capture` (or every *.tgz in it)
+        if given.is_dir():
+            from forensics.cluster.layout import bundles_in_directory
+
+            found, missing = bundles_in_directory(given)
+            paths.extend(found)
+            for line in missing:
+                click.echo(f"gpuforensics: {given}: {line}", err=True)
+        else:
+            paths.append(given)
+    bundles = tuple(paths)
     config = load_config(config_path) if config_path else None
     spec = parse_window(window) if window else None  # a bad value fails before any bundle is read
     doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members), window=spec)
@@ -334,12 +350,19 @@ def collectors(show_settings: bool) -> None:
         click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")
 
 
-def main(argv: list[str] | None = None) -> None:
+from forensics.cli_cluster import cluster as _cluster_group  # noqa: E402
+
+cli.add_command(_cluster_group)
+
+
+def main(argv: list[str] | None = None, prog_name: str = "gpuforensics") -> None:
     """Console entry point: one-line errors, documented exit codes, tracebacks only with --debug."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or bool(os.environ.get("GPUFORENSICS_DEBUG"))
+    if prog_name != "gpuforensics" and args[:2] in (["cluster"], ["cluster", "-h"], ["cluster", "--help"]):
+        args = ["cluster", "--help"]
     try:
-        rv = cli.main(args=args, prog_name="gpuforensics", standalone_mode=False)
+        rv = cli.main(args=args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

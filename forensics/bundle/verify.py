@@ -25,6 +25,8 @@ from forensics.errors import BundleIntegrityError
 
 __all__ = ["VerifyResult", "check_integrity", "verify_bundle"]
 
+_CHUNK = 256 << 10  # per member read: sixteen verifications at once stay within a few MiB
+
 
 @dataclass(frozen=True)
 class VerifyResult:
@@ -78,7 +80,7 @@ def verify_bundle(path: Path | str, limits: ReadLimits | None = None) -> VerifyR
     def take(member: str, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
         h = hashlib.sha256()
         size = 0
-        for chunk in read_member_chunks(tar, info, path.name, member):
+        for chunk in read_member_chunks(tar, info, path.name, member, chunk=_CHUNK):
             if member == MANIFEST:
                 manifest_bytes.extend(chunk)
             else:

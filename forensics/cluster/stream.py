@@ -78,7 +78,7 @@ def receive(ws: Any, out_path: Path, deadline: float, cancel: threading.Event,
     ended = "cut"
     try:
         fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb", buffering=1 << 20) as out:
+        with os.fdopen(fd, "wb", buffering=64 << 10) as out:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -133,3 +133,36 @@ def test_job_mode_creates_a_job_per_node_streams_and_deletes_it(tmp_path: Path, 
         assert node.pod is not None and node.pod.startswith(f"{node.job}-")
     for node in res.nodes:
         assert open_bundle(out / node.bundle).manifest["host"]["node_name"] == node.node
+
+
+def test_kubectl_plugin_then_analyze_the_directory(tmp_path: Path, sim_lib: Path) -> None:
+    """``kubectl gpuforensics capture`` (the plugin entry point, kubectl's flags) exits 1 when a
+    node gave no bundle, prints the table on stderr and the summary's path on stdout; ``analyze
+    DIR`` reads the bundles cluster.json kept and names the node it lacks."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "HOME": str(tmp_path)}
+    env.pop("KUBECONFIG", None)
+    out = tmp_path / "incident"
+    with SimCluster(tmp_path, sim_lib, [NodeSpec("gpu-01"), NodeSpec("gpu-02", capture_pod=False)]) as sim:
+        proc = subprocess.run([sys.executable, "-c", "from forensics.cli_cluster import kubectl_main; kubectl_main()",
+                               "capture", "--kubeconfig", str(sim.kubeconfig), "--context", "loopback",
+                               "-n", "gpuforensics", "-o", str(out), "--", "--skip", "docker"],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.strip() == str(out / "cluster.json")
+    table = proc.stderr.splitlines()
+    assert table[0].split()[:3] == ["NODE", "POD", "STATUS"]
+    assert any(line.split()[:3] == ["gpu-01", sim.capture_pod("gpu-01"), "ok"] for line in table)
+    assert any(line.startswith("gpu-02") and "no-capture-pod" in line for line in table)
+    assert json.loads((out / "cluster.json").read_text())["command"][-2:] == ["--skip", "docker"]
+
+    analyzed = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(out), "-f", "json"],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert analyzed.returncode == 0, analyzed.stderr
+    doc = json.loads(analyzed.stdout)
+    assert [b["host"] for b in doc["bundles"]] == ["gpu-01"]
+    assert "node gpu-02: no bundle (no-capture-pod" in analyzed.stderr
