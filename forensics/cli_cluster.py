@@ -22,7 +22,12 @@ def _names(value: str | None) -> tuple[str, ...]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def cluster() -> None:
-    """Capture many nodes at once through the Kubernetes API (no agent of our own)."""
+    """Capture many nodes at once through the Kubernetes API (no agent of our own).
+
+    \b
+    Example:
+      gpuforensics cluster capture --pods-of ml/job-name=train-42 --duration 60 -o incident/
+    """
 
 
 @cluster.command("capture", context_settings={"ignore_unknown_options": False})
