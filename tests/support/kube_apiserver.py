@@ -333,6 +333,13 @@ class KubeAPIServer:
         except _HTTPError as err:
             code, body = err.code, json.dumps(err.status, separators=(",", ":")).encode()
         try:
+            self._respond(req, code, body)
+        finally:
+            with self._lock:
+                self.server_time_s += time.perf_counter() - t0
+
+    def _respond(self, req: BaseHTTPRequestHandler, code: int, body: bytes) -> None:
+        try:
             req.send_response(code)
             req.send_header("Content-Type", content_type)
             req.send_header("Audit-Id", f"{len(self.requests):08d}-0000-4000-8000-000000000000")
@@ -343,9 +350,6 @@ class KubeAPIServer:
             req.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        finally:
-            with self._lock:
-                self.server_time_s += time.perf_counter() - t0
 
     def _authorize(self, resource: str, path: str, method: str = "GET") -> None:
         if resource not in self.forbidden:
@@ -389,15 +393,7 @@ class KubeAPIServer:
             if self.exec_runtime is None:
                 raise _status(500, "InternalError", "exec is not simulated by this server (no exec_runtime)")
         except _HTTPError as err:
-            body = json.dumps(err.status, separators=(",", ":")).encode()
-            try:
-                req.send_response(err.code)
-                req.send_header("Content-Type", "application/json")
-                req.send_header("Content-Length", str(len(body)))
-                req.end_headers()
-                req.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
+            self._respond(req, err.code, json.dumps(err.status, separators=(",", ":")).encode())
             return
         self.exec_runtime.serve(req, pod, query)
 
