@@ -278,7 +278,11 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
 
     paths: list[Path] = []
     for given in bundles:  # a directory: the bundles of a `cluster capture` (or every *.tgz in it)
-        if given.is_dir():
+        try:
+            is_dir = given.is_dir()
+        except OSError:  # a name over NAME_MAX: the reader says so in its own words
+            is_dir = False
+        if is_dir:
             from forensics.cluster.layout import bundles_in_directory
 
             found, missing = bundles_in_directory(given)
