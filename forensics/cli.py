@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import click
 
 from forensics._version import __version__
+from forensics.cli_cluster import cluster as cluster_group
 from forensics.document_format import OUTPUT_FORMATS, SEVERITIES, severity_rank, split_formats
 from forensics.errors import STORAGE_ERRNOS, ForensicsError, UsageError
 
@@ -166,7 +167,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     )
     show = sys.stderr.isatty() if progress is None else progress
     if to_stdout:
-        from forensics.capture.spool import capture_to_stream
+        from forensics.capture import capture_to_stream
 
         streamed = capture_to_stream(options, sys.stdout.buffer, progress=_progress_printer(show))
         manifest, interrupted = streamed.manifest, streamed.interrupted
@@ -274,27 +275,15 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
     if formats == ["text"] and output is not None:
         raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
     from forensics.analysis import analyze_bundles, load_config, parse_window
+    from forensics.cluster import expand_bundle_arguments
     from forensics.report import render, render_text
 
-    paths: list[Path] = []
-    for given in bundles:  # a directory: the bundles of a `cluster capture` (or every *.tgz in it)
-        try:
-            is_dir = given.is_dir()
-        except OSError:  # a name over NAME_MAX: the reader says so in its own words
-            is_dir = False
-        if is_dir:
-            from forensics.cluster.layout import bundles_in_directory
-
-            found, missing = bundles_in_directory(given)
-            paths.extend(found)
-            for line in missing:
-                click.echo(f"gpuforensics: {given}: {line}", err=True)
-        else:
-            paths.append(given)
-    bundles = tuple(paths)
     config = load_config(config_path) if config_path else None
     spec = parse_window(window) if window else None  # a bad value fails before any bundle is read
-    doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members), window=spec)
+    paths, notes = expand_bundle_arguments(bundles)  # a directory: a `cluster capture`'s bundles
+    for note in notes:
+        click.echo(f"gpuforensics: {note}", err=True)
+    doc = analyze_bundles(paths, config, limits=_limits(max_bundle_mb, max_members), window=spec)
     if output is None:
         if formats == ["json"]:
             click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
@@ -354,9 +343,7 @@ def collectors(show_settings: bool) -> None:
         click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")
 
 
-from forensics.cli_cluster import cluster as _cluster_group  # noqa: E402
-
-cli.add_command(_cluster_group)
+cli.add_command(cluster_group)
 
 
 def main(argv: list[str] | None = None, prog_name: str = "gpuforensics") -> None:
@@ -404,6 +391,14 @@ def main(argv: list[str] | None = None, prog_name: str = "gpuforensics") -> None
         _internal_error(exc, debug)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
+
+def kubectl_main(argv: list[str] | None = None) -> None:
+    """``kubectl-gpuforensics``: ``kubectl gpuforensics capture ...`` (krew's plugin convention:
+    kubectl finds the executable on PATH and passes every argument through to the ``cluster``
+    group)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    front = ["--debug"] if "--debug" in args else []
+    main([*front, "cluster", *(a for a in args if a != "--debug")], prog_name="kubectl gpuforensics")
 
 
 def _internal_error(exc: BaseException, debug: bool) -> NoReturn:

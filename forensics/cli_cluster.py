@@ -1,5 +1,8 @@
-"""``gpuforensics cluster capture`` and the ``kubectl-gpuforensics`` plugin: parse, call
+"""The ``cluster`` command group (``gpuforensics cluster capture``, and ``kubectl gpuforensics
+capture`` through :func:`forensics.cli.kubectl_main`): parse, call
 :func:`forensics.cluster.run_cluster_capture`, print the summary, exit with its verdict.
+:mod:`forensics.cli` adds the group and maps errors to exit codes; this module calls only the
+public entry point :mod:`forensics.cluster`.
 
 Exit codes: 0 every node gave a verified bundle; 1 at least one node did not (the summary says
 which and why); 2 usage error, or the cluster could not be asked at all; 130 interrupted (the
@@ -90,12 +93,3 @@ def cluster_capture(output: Path, selector: str | None, nodes: str | None, pods_
     if not result.all_ok:
         sys.exit(EXIT_NODES_FAILED)
 
-
-def kubectl_main(argv: list[str] | None = None) -> None:
-    """``kubectl-gpuforensics``: ``kubectl gpuforensics capture ...`` (krew's plugin convention:
-    kubectl finds the executable on PATH and passes every argument through)."""
-    from forensics.cli import main
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    front = ["--debug"] if "--debug" in args else []
-    main([*front, "cluster", *(a for a in args if a != "--debug")], prog_name="kubectl gpuforensics")

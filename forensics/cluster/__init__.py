@@ -13,6 +13,7 @@
 Nothing here holds a bundle in memory: stdout goes to disk as it arrives and ``verify`` streams.
 """
 
+from forensics.cluster.layout import bundles_in_directory, expand_bundle_arguments
 from forensics.cluster.run import (
     CLUSTER_JSON,
     STATUSES,
@@ -29,6 +30,8 @@ __all__ = [
     "ClusterCaptureOptions",
     "ClusterResult",
     "NodeResult",
+    "bundles_in_directory",
+    "expand_bundle_arguments",
     "format_table",
     "run_cluster_capture",
 ]

@@ -8,12 +8,13 @@ say which nodes the analysis lacks. Without it: every ``*.tgz`` directly in ``DI
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from forensics.cluster.run import CLUSTER_JSON
 from forensics.errors import BundleInvalid, UsageError
 
-__all__ = ["bundles_in_directory"]
+__all__ = ["bundles_in_directory", "expand_bundle_arguments"]
 
 
 def bundles_in_directory(directory: Path) -> tuple[list[Path], list[str]]:
@@ -27,9 +28,10 @@ def bundles_in_directory(directory: Path) -> tuple[list[Path], list[str]]:
     try:
         doc = json.loads(summary.read_text(encoding="utf-8"))
         nodes = doc["nodes"]
-        assert isinstance(nodes, list)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BundleInvalid(f"{summary}: not a cluster capture summary ({exc})") from None
+    if not isinstance(nodes, list):
+        raise BundleInvalid(f"{summary}: not a cluster capture summary (nodes is not a list)")
     paths, missing = [], []
     for node in nodes:
         if not isinstance(node, dict):
@@ -45,3 +47,23 @@ def bundles_in_directory(directory: Path) -> tuple[list[Path], list[str]]:
     if not paths:
         raise UsageError(f"{directory}: the cluster capture kept no bundle ({'; '.join(missing)[:300]})")
     return paths, missing
+
+
+def expand_bundle_arguments(given: Iterable[Path]) -> tuple[list[Path], list[str]]:
+    """``analyze``'s arguments as bundle paths: a directory stands for its bundles
+    (:func:`bundles_in_directory`), anything else is a bundle for the reader to judge. Returns
+    ``(paths, one note per node a directory's capture left without a bundle)``."""
+    paths: list[Path] = []
+    notes: list[str] = []
+    for path in given:
+        try:
+            is_dir = path.is_dir()
+        except OSError:  # a name over NAME_MAX: the reader says so in its own words
+            is_dir = False
+        if not is_dir:
+            paths.append(path)
+            continue
+        found, missing = bundles_in_directory(path)
+        paths.extend(found)
+        notes.extend(f"{path}: {line}" for line in missing)
+    return paths, notes

@@ -148,7 +148,7 @@ def test_kubectl_plugin_then_analyze_the_directory(tmp_path: Path, sim_lib: Path
     env.pop("KUBECONFIG", None)
     out = tmp_path / "incident"
     with SimCluster(tmp_path, sim_lib, [NodeSpec("gpu-01"), NodeSpec("gpu-02", capture_pod=False)]) as sim:
-        proc = subprocess.run([sys.executable, "-c", "from forensics.cli_cluster import kubectl_main; kubectl_main()",
+        proc = subprocess.run([sys.executable, "-c", "from forensics.cli import kubectl_main; kubectl_main()",
                                "capture", "--kubeconfig", str(sim.kubeconfig), "--context", "loopback",
                                "-n", "gpuforensics", "-o", str(out), "--", "--skip", "docker"],
                               env=env, capture_output=True, text=True, timeout=120)
