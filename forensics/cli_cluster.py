@@ -4,8 +4,10 @@ capture`` through :func:`forensics.cli.kubectl_main`): parse, call
 :mod:`forensics.cli` adds the group and maps errors to exit codes; this module calls only the
 public entry point :mod:`forensics.cluster`.
 
-Exit codes: 0 every node gave a verified bundle; 1 at least one node did not (the summary says
-which and why); 2 usage error, or the cluster could not be asked at all; 130 interrupted (the
+Exit codes (those of :mod:`forensics.cli`): 0 every node gave a verified bundle; 1 at least one
+node did not (the summary says which and why); 2 usage error, or the cluster could not be asked
+at all; 4 the local storage refused a received bundle or ``cluster.json`` (disk full, quota, I/O
+error, read-only file system: :class:`forensics.errors.OutputNotWritten`); 130 interrupted (the
 summary is still written).
 """
 
@@ -65,7 +67,8 @@ def cluster_capture(output: Path, selector: str | None, nodes: str | None, pods_
     the exec connection and verified against its manifest before it is kept as DIR/NODE.tgz.
     The summary (node, pod, status, bundle, SHA-256, duration, error) goes to stderr and
     DIR/cluster.json; nodes without a capture pod, refused, hung or failed are listed, not
-    dropped. Exit 0 only when every node succeeded, 1 otherwise. Options after `--` go to each
+    dropped. Exit 0 only when every node succeeded, 1 otherwise, 4 when the local disk refused a
+bundle or cluster.json. Options after `--` go to each
     capture. Then `gpuforensics analyze DIR` builds the cluster report.
 
     \b
@@ -89,6 +92,8 @@ def cluster_capture(output: Path, selector: str | None, nodes: str | None, pods_
     show = sys.stderr.isatty()
     result = run_cluster_capture(opts, progress=(lambda m: click.echo(f"gpuforensics: {m}", err=True)) if show else None)
     click.echo(format_table(result), err=True)
+    if (refused := result.write_failure()) is not None:
+        raise refused
     click.echo(str(result.path))
     if not result.all_ok:
         sys.exit(EXIT_NODES_FAILED)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import sys
 import tempfile
 import threading
 import time
@@ -30,10 +32,20 @@ from pathlib import Path
 from typing import Any
 
 from forensics._version import __version__
+from forensics.bundle.leftovers import owner_token, sweep_abandoned
 from forensics.cluster.jobspec import job_manifest, job_name
 from forensics.cluster.kube import APIError, Kube, load_client_config
 from forensics.cluster.stream import StreamOutcome, receive
-from forensics.errors import BundleError, ClusterError, UsageError
+from forensics.errors import (
+    BundleError,
+    BundleNotWritten,
+    ClusterError,
+    ForensicsError,
+    OutputNotWritten,
+    UsageError,
+    storage_refused,
+    write_failure,
+)
 
 __all__ = [
     "CAPTURE_POD_SELECTOR",
@@ -117,6 +129,8 @@ class NodeResult:
     job: str | None = None
     subprotocol: str | None = None
     stderr_tail: str = ""
+    #: the local storage refused the received bundle (disk full, quota, I/O error, read-only)
+    not_written: bool = False
 
     @property
     def kept(self) -> bool:
@@ -131,10 +145,23 @@ class ClusterResult:
     nodes: list[NodeResult] = field(default_factory=list)
     interrupted: bool = False
     path: Path | None = None
+    #: ``cluster.json`` could not be written (then ``path`` is None)
+    summary_error: ForensicsError | None = None
 
     @property
     def all_ok(self) -> bool:
         return bool(self.nodes) and all(n.status == "ok" for n in self.nodes) and not self.interrupted
+
+    def write_failure(self) -> ForensicsError | None:
+        """What the local storage refused, as the error the CLI exits with (exit 4, errors.py):
+        ``cluster.json`` itself, else the received bundles; None when everything was written."""
+        if self.summary_error is not None:
+            return self.summary_error
+        refused = [n for n in self.nodes if n.not_written]
+        if not refused:
+            return None
+        return BundleNotWritten(f"{len(refused)} bundle(s) not written into {self.out_dir}: "
+                                + "; ".join(f"{n.node}: {n.error}" for n in refused[:3]))
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for n in self.nodes if n.status == s) for s in STATUSES if any(n.status == s for n in self.nodes)}
@@ -248,9 +275,16 @@ class _NodeRun:
             res.status = "forbidden" if exc.kind in ("forbidden", "unauthorized") else "failed"
             res.error = _one_line(f"exec refused: {exc}" if exc.status else f"exec failed: {exc}")
             return
-        partial = opts.out_dir / f".{res.node}.tgz.partial"
+        # named as capture names its partial archives (the owner token of bundle.leftovers): the
+        # partial of a killed run is removed by the next run into this directory
+        partial = opts.out_dir / f".gpuforensics-{res.node}.{owner_token()}.{secrets.token_hex(4)}.tgz.partial"
         try:
-            outcome = receive(ws, partial, deadline, self.cancel)
+            try:
+                outcome = receive(ws, partial, deadline, self.cancel)
+            except OSError as exc:  # our own disk, not the node: said as such, exit 4 when refused
+                res.not_written = storage_refused(exc)
+                res.error = _one_line(f"cannot write the received bundle into {opts.out_dir}: {exc.strerror or exc}")
+                return
             self._settle(res, outcome, partial)
         finally:
             partial.unlink(missing_ok=True)
@@ -291,6 +325,10 @@ class _NodeRun:
             os.link(partial, final)  # never over an existing file
         except FileExistsError:
             res.error = f"{final.name} already exists in the output directory: bundle not kept"
+            return
+        except OSError as exc:
+            res.not_written = storage_refused(exc)
+            res.error = _one_line(f"cannot keep {final.name}: {exc.strerror or exc}")
             return
         res.bundle, res.bundle_name = final.name, f"{verified.top}.tgz"
         res.sha256, res.members = verified.file_sha256, verified.members_checked
@@ -367,7 +405,7 @@ class _NodeRun:
 
 
 # -- the whole run -----------------------------------------------------------------------------
-def _prepare_dir(out_dir: Path) -> None:
+def _prepare_dir(out_dir: Path, say: Callable[[str], None] | None = None) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -376,15 +414,24 @@ def _prepare_dir(out_dir: Path) -> None:
         raise UsageError(f"--output: {out_dir} is not writable")
     if (out_dir / CLUSTER_JSON).exists():
         raise UsageError(f"--output: {out_dir} already holds a cluster capture ({CLUSTER_JSON}); choose a new directory")
+    for left in sweep_abandoned(out_dir):  # a run killed before its summary: its partial bundles
+        (say or _stderr_notice)(f"removed {left.kind} {left.path.name} left by process {left.owner_pid}, which is gone")
 
 
-def run_cluster_capture(opts: ClusterCaptureOptions, progress: Callable[[str], None] | None = None) -> ClusterResult:
+def _stderr_notice(message: str) -> None:
+    print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
+
+
+def run_cluster_capture(opts: ClusterCaptureOptions, progress: Callable[[str], None] | None = None,
+                        notice: Callable[[str], None] | None = None) -> ClusterResult:
     """Capture every chosen node; write ``DIR/<node>.tgz`` for each verified bundle and
     ``DIR/cluster.json``. Raises :class:`ClusterError` only when the cluster cannot be asked at
-    all; a ``KeyboardInterrupt`` stops the nodes in flight, writes the summary, then propagates."""
+    all; a ``KeyboardInterrupt`` stops the nodes in flight, writes the summary, then propagates.
+    What the local storage refused is in :meth:`ClusterResult.write_failure`. ``notice``
+    receives what must be said even without a terminal (removed leftovers; default: stderr)."""
     _check_options(opts)
-    _prepare_dir(opts.out_dir)
     say = progress or (lambda _msg: None)
+    _prepare_dir(opts.out_dir, notice or _stderr_notice)
     kube = Kube(load_client_config(opts.kubeconfig, opts.context))
     started = _now()
     try:
@@ -431,7 +478,11 @@ def run_cluster_capture(opts: ClusterCaptureOptions, progress: Callable[[str], N
         finally:
             pool.shutdown(wait=True)
             result.finished = _now()
-            result.path = write_summary(result, opts)
+            try:
+                result.path = write_summary(result, opts)
+            except OSError as exc:
+                result.summary_error = write_failure(f"cannot write {opts.out_dir / CLUSTER_JSON}", exc,
+                                                     OutputNotWritten, ClusterError)
         return result
     finally:
         kube.close()
