@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any, BinaryIO
 
 from forensics.bundle.leftovers import STAGING_PREFIX, owner_token, sweep_abandoned
 from forensics.capture.context import CaptureOptions
-from forensics.capture.runner import run_capture
+from forensics.capture.runner import _stderr_notice, run_capture
 from forensics.errors import BundleNotWritten, CaptureError, write_failure
 
 __all__ = ["StreamedBundle", "capture_to_stream", "spool_parent"]
@@ -51,17 +50,13 @@ def spool_parent() -> Path:
     return cwd if os.access(cwd, os.W_OK | os.X_OK) else Path(tempfile.gettempdir())
 
 
-def _say(message: str) -> None:
-    print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
-
-
 def capture_to_stream(options: CaptureOptions, stream: BinaryIO,
                       progress: Callable[[str], None] | None = None,
                       collectors: list[Any] | None = None,
                       notice: Callable[[str], None] | None = None) -> StreamedBundle:
     """Capture, write the bundle's bytes to ``stream``, remove the spooled file. ``notice`` as
     for :func:`run_capture` (spools of killed captures removed; default: stderr)."""
-    say = notice or _say
+    say = notice or _stderr_notice
     parent = spool_parent()
     for left in sweep_abandoned(parent):
         say(f"removed {left.kind} {left.path.name} left by capture process {left.owner_pid}, which is gone")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import io
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,15 +22,7 @@ from forensics.cluster import ClusterCaptureOptions, ClusterResult, NodeResult, 
 from forensics.cluster.run import _NodeRun, _prepare_dir
 from forensics.errors import BundleNotWritten, OutputNotWritten
 from tests.support.kube_cluster import NodeSpec, SimCluster
-from tests.unit.capture.capture_helpers import FnCollector
-
-
-def _dead_token() -> str:
-    p = subprocess.Popen(["sleep", "30"])
-    token = owner_token(p.pid)
-    p.kill()
-    p.wait()
-    return token
+from tests.unit.capture.capture_helpers import FnCollector, dead_owner_token
 
 
 class _OneExec:
@@ -89,7 +80,7 @@ def test_a_summary_the_disk_refuses_still_prints_the_table_then_exits_4(
 
 
 def test_the_partials_of_a_killed_run_are_removed_by_the_next(tmp_path: Path) -> None:
-    dead, live = _dead_token(), owner_token()
+    dead, live = dead_owner_token(), owner_token()
     out = tmp_path / "incident"
     out.mkdir()
     (out / f".gpuforensics-gpu-01.{dead}.0a1b2c3d.tgz.partial").write_bytes(b"half a bundle")
@@ -103,7 +94,7 @@ def test_the_partials_of_a_killed_run_are_removed_by_the_next(tmp_path: Path) ->
 
 def test_capture_to_stdout_removes_the_spool_of_a_killed_capture_and_leaves_none(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    dead = _dead_token()
+    dead = dead_owner_token()
     abandoned = tmp_path / f"{STAGING_PREFIX}{dead}-spool-x1y2"
     abandoned.mkdir()
     (abandoned / "evidence").write_text("unredacted")
