@@ -333,12 +333,13 @@ class KubeAPIServer:
         except _HTTPError as err:
             code, body = err.code, json.dumps(err.status, separators=(",", ":")).encode()
         try:
-            self._respond(req, code, body)
+            self._respond(req, code, body, content_type)
         finally:
             with self._lock:
                 self.server_time_s += time.perf_counter() - t0
 
-    def _respond(self, req: BaseHTTPRequestHandler, code: int, body: bytes) -> None:
+    def _respond(self, req: BaseHTTPRequestHandler, code: int, body: bytes,
+                 content_type: str = "application/json") -> None:
         try:
             req.send_response(code)
             req.send_header("Content-Type", content_type)
