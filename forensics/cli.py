@@ -2,11 +2,13 @@
 
 It calls the library only through its public entry points: :mod:`forensics.capture`,
 :mod:`forensics.bundle`, :mod:`forensics.inventory`, :mod:`forensics.analysis`,
-:mod:`forensics.report` and the document contract :mod:`forensics.document_format`; each is
-imported inside the command that needs it, so ``--help`` stays instant.
+:mod:`forensics.report`, :mod:`forensics.cluster` and the document contract
+:mod:`forensics.document_format`; each is imported inside the command that needs it, so ``--help``
+stays instant. The ``cluster`` group lives in :mod:`forensics.cli_cluster`.
 
-Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` threshold reached;
-2 usage error or an unreadable/invalid bundle; 3 capture interrupted (a bundle was still written);
+Exit codes: 0 success; 1 ``verify`` integrity failure, ``analyze --fail-on`` threshold reached, or
+a ``cluster capture`` node without a verified bundle; 2 usage error, an unreadable/invalid bundle,
+or a cluster that cannot be asked; 3 capture interrupted (a bundle was still written);
 4 the bundle or the output could not be written (disk full, quota, I/O error, read-only file system);
 70 internal error (a bug: please report it with ``--debug`` output).
 """
@@ -25,6 +27,7 @@ from typing import Any, NoReturn
 import click
 
 from forensics._version import __version__
+from forensics.cli_cluster import cluster as cluster_group
 from forensics.document_format import OUTPUT_FORMATS, SEVERITIES, severity_rank, split_formats
 from forensics.errors import STORAGE_ERRNOS, ForensicsError, UsageError
 
@@ -98,7 +101,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 @cli.command()
 @click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Directory to write the bundle into.")
+              show_default=True, help="Directory to write the bundle into; '-' writes the bundle's bytes to stdout.")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, callback=_finite,
               help="Seconds to sample GPU, process and cgroup figures (0: one snapshot).")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, callback=_finite,
@@ -127,10 +130,13 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     Collects NVML GPU state and processes, Docker containers, /proc and cgroup counters, the kernel
     log and Kubernetes pods, each under its own deadline; one dead source never costs the rest.
     Prints the bundle's path on stdout (progress goes to stderr). Run as root for full evidence.
+    With `-o -` the bundle itself goes to stdout (its name, size and SHA-256 to stderr): this is
+    how `cluster capture` streams bundles back through `exec`.
 
     \b
     Example:
       sudo gpuforensics capture --duration 60 --interval 1 -o /var/tmp
+      kubectl exec POD -- gpuforensics capture -o - > node.tgz
     """
     from forensics.capture import CaptureOptions, run_capture, validate_settings
 
@@ -143,8 +149,11 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     validate_settings(extra)
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
+    to_stdout = str(output) == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise UsageError("--output -: refusing to write a bundle to a terminal; redirect stdout to a file or pipe")
     try:
-        is_dir = output.is_dir()
+        is_dir = to_stdout or output.is_dir()
     except OSError as exc:  # a name over NAME_MAX, a directory we may not search
         raise UsageError(f"--output: {output}: {exc.strerror or exc}") from None
     if not is_dir:
@@ -157,12 +166,20 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         argv=tuple(["gpuforensics", *sys.argv[1:]]),
     )
     show = sys.stderr.isatty() if progress is None else progress
-    result = run_capture(options, output, progress=_progress_printer(show))
-    failed = [c for c in result.manifest["collectors"] if c["status"] in ("failed", "partial")]
+    if to_stdout:
+        from forensics.capture import capture_to_stream
+
+        streamed = capture_to_stream(options, sys.stdout.buffer, progress=_progress_printer(show))
+        manifest, interrupted = streamed.manifest, streamed.interrupted
+        where = f"streamed {streamed.name} to stdout: {streamed.size} bytes, sha256 {streamed.sha256}"
+    else:
+        result = run_capture(options, output, progress=_progress_printer(show))
+        manifest, interrupted, where = result.manifest, result.interrupted, str(result.path)
+    failed = [c for c in manifest["collectors"] if c["status"] in ("failed", "partial")]
     if failed and progress is not False:  # also in cron and DaemonSet logs; --quiet silences it
         click.echo("gpuforensics: incomplete: " + ", ".join(f"{c['name']} {c['status']}" for c in failed), err=True)
-    click.echo(str(result.path))
-    if result.interrupted:
+    click.echo(f"gpuforensics: {where}" if to_stdout else where, err=to_stdout)
+    if interrupted:
         click.echo("gpuforensics: capture interrupted; the bundle holds what was collected", err=True)
         sys.exit(EXIT_INTERRUPTED)
 
@@ -218,7 +235,7 @@ def _split_formats(value: str) -> list[str]:
 
 
 @cli.command()
-@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="BUNDLES|DIR...")
 @click.option("-f", "--format", "fmt", default="text", show_default=True,
               help="Comma-separated: text, json, html, pdf, md.")
 @click.option("-o", "--output", type=click.Path(),
@@ -238,7 +255,8 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
 
     Joins GPU -> PID -> container -> pod -> allocation, runs the rules and builds the evidence
     chain. Several bundles of one host form one timeline; bundles of several nodes, a cluster view.
-    Never talks to a live source.
+    A directory stands for its bundles: those a `cluster capture` kept (its cluster.json), else
+    every *.tgz in it. Never talks to a live source.
 
     \b
     Example:
@@ -246,6 +264,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
       gpuforensics analyze bundle.tgz -f html,pdf,md,json -o reports/
       gpuforensics analyze bundle.tgz -f json --fail-on high > findings.json
       gpuforensics analyze bundle.tgz --window 2026-11-29T14:00Z..2026-11-29T14:30Z
+      gpuforensics analyze incident/ -f html -o report.html   # a cluster capture's directory
     """
     formats = _split_formats(fmt)
     files = [f for f in formats if f not in ("text",)]
@@ -256,11 +275,15 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
     if formats == ["text"] and output is not None:
         raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
     from forensics.analysis import analyze_bundles, load_config, parse_window
+    from forensics.cluster import expand_bundle_arguments
     from forensics.report import render, render_text
 
     config = load_config(config_path) if config_path else None
     spec = parse_window(window) if window else None  # a bad value fails before any bundle is read
-    doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members), window=spec)
+    paths, notes = expand_bundle_arguments(bundles)  # a directory: a `cluster capture`'s bundles
+    for note in notes:
+        click.echo(f"gpuforensics: {note}", err=True)
+    doc = analyze_bundles(paths, config, limits=_limits(max_bundle_mb, max_members), window=spec)
     if output is None:
         if formats == ["json"]:
             click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
@@ -320,12 +343,17 @@ def collectors(show_settings: bool) -> None:
         click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")
 
 
-def main(argv: list[str] | None = None) -> None:
+cli.add_command(cluster_group)
+
+
+def main(argv: list[str] | None = None, prog_name: str = "gpuforensics") -> None:
     """Console entry point: one-line errors, documented exit codes, tracebacks only with --debug."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or bool(os.environ.get("GPUFORENSICS_DEBUG"))
+    if prog_name != "gpuforensics" and args[:2] in (["cluster"], ["cluster", "-h"], ["cluster", "--help"]):
+        args = ["cluster", "--help"]
     try:
-        rv = cli.main(args=args, prog_name="gpuforensics", standalone_mode=False)
+        rv = cli.main(args=args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -363,6 +391,14 @@ def main(argv: list[str] | None = None) -> None:
         _internal_error(exc, debug)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
+
+def kubectl_main(argv: list[str] | None = None) -> None:
+    """``kubectl-gpuforensics``: ``kubectl gpuforensics capture ...`` (krew's plugin convention:
+    kubectl finds the executable on PATH and passes every argument through to the ``cluster``
+    group)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    front = ["--debug"] if "--debug" in args else []
+    main([*front, "cluster", *(a for a in args if a != "--debug")], prog_name="kubectl gpuforensics")
 
 
 def _internal_error(exc: BaseException, debug: bool) -> NoReturn:

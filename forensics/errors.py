@@ -23,6 +23,8 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      │    │                          (EFBIG)                                             exit 4
      │    ├── BundleNotWritten       a bundle (capture); also a CaptureError
      │    └── ReportNotWritten       a report or ``analyze`` output; also a ReportError
+     ├── ClusterError                cluster capture cannot ask the cluster at all (no kubeconfig,
+     │                               API unreachable, nodes or pods not listable)    exit 2
      └── ReportError
 """
 
@@ -38,6 +40,7 @@ __all__ = [
     "BundleTooLarge",
     "BundleUnsafe",
     "CaptureError",
+    "ClusterError",
     "CollectorError",
     "ForensicsError",
     "OutputNotWritten",
@@ -125,6 +128,11 @@ class OutputNotWritten(ForensicsError):
 
 class BundleNotWritten(OutputNotWritten, CaptureError):
     """The bundle could not be written: the storage refused it."""
+
+
+class ClusterError(ForensicsError):
+    """``cluster capture`` could not start: no configuration, the API unreachable, a listing
+    refused. A node that fails is not an error but a row of the summary."""
 
 
 class ReportError(ForensicsError):

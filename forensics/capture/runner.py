@@ -527,7 +527,7 @@ class _Runner:
         own = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
-            "host": _host_identity(hostname),
+            "host": _host_identity(hostname, opts.node_name or os.environ.get("NODE_NAME") or None),
             "capture": {
                 "started": iso(started),
                 "finished": iso(finished),
@@ -567,9 +567,12 @@ def _read_first_line(path: str) -> str | None:
         return None
 
 
-def _host_identity(hostname: str) -> dict[str, Any]:
+def _host_identity(hostname: str, node_name: str | None) -> dict[str, Any]:
+    """``node_name``: the Kubernetes node (``--node``, ``$NODE_NAME``); in a pod the host name is
+    the pod's name, so the analysis names the node by this when it is known."""
     return {
         "hostname": hostname,
+        "node_name": node_name,
         "machine_id": _read_first_line("/etc/machine-id"),
         "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
         "captured_at_unix": round(time.time(), 6),

@@ -16,7 +16,8 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
                   member_hashes: dict[str, str]) -> str:
     """Register the bundle and its node; return the node (host name)."""
     manifest = src.manifest
-    host = dig(manifest, "host", "hostname")
+    # the Kubernetes node name when the capture knew it (in a pod, hostname is the pod's name)
+    host = dig(manifest, "host", "node_name") or dig(manifest, "host", "hostname")
     node = host if isinstance(host, str) and host else src.name
     info = model.node(node)
     info.bundles.append(src.name)
