@@ -23,6 +23,7 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      │    │                          (EFBIG)                                             exit 4
      │    ├── BundleNotWritten       a bundle (capture); also a CaptureError
      │    └── ReportNotWritten       a report or ``analyze`` output; also a ReportError
+     ├── RingError                   the recorder's ring cannot be opened, locked or read  exit 2
      └── ReportError
 """
 
@@ -44,6 +45,7 @@ __all__ = [
     "ParseError",
     "ReportError",
     "ReportNotWritten",
+    "RingError",
     "STORAGE_ERRNOS",
     "SourcePermissionDenied",
     "SourceTimeout",
@@ -121,6 +123,10 @@ class OutputNotWritten(ForensicsError):
     """The storage refused to take the output: full disk, quota, I/O error, read-only."""
 
     exit_code = 4
+
+
+class RingError(ForensicsError):
+    """The flight recorder's ring cannot be opened, locked or read (``record``, ``ring``)."""
 
 
 class BundleNotWritten(OutputNotWritten, CaptureError):
