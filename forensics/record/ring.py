@@ -254,6 +254,10 @@ class RingWriter:
         self._opened_mono = 0.0
         self._last_sync = 0.0
         self._sealed: list[SegmentInfo] = []
+        # the latest "write" record of each member (device lists, container inspects): written
+        # again at the top of every new segment, so any segment read alone holds the state
+        self._state: dict[str, tuple[float, float, str, str, bytes]] = {}
+        self.state_max_bytes = self.segment_bytes // 2
 
     # -- opening ----------------------------------------------------------------------------
     def open(self) -> RingWriter:
@@ -323,6 +327,34 @@ class RingWriter:
                 continue
             info = _info_from_lines(f, int(m.group(1)), lines)
             self._seal_file(path, data[:good], info)
+        self._load_state()
+
+    def _load_state(self) -> None:
+        """The state (latest writes) as the last sealed segment left it."""
+        if not self._sealed:
+            return
+        last = self._sealed[-1]
+        try:
+            data = gzip.decompress((self.root / last.name).read_bytes())
+        except (OSError, EOFError, zlib.error):
+            return
+        _, lines = _valid_prefix(data)
+        for _, rec in lines[1:]:
+            if rec["op"] == "write":
+                self._remember((float(rec["t"]), float(rec["mono"]), rec["member"], "write",
+                                rec["data"].encode("utf-8", "surrogateescape")))
+
+    def _remember(self, record: tuple[float, float, str, str, bytes]) -> None:
+        self._state.pop(record[2], None)
+        self._state[record[2]] = record  # insertion order: oldest first
+        total = sum(len(r[4]) for r in self._state.values())
+        horizon = time.time() - self.retention_s
+        for member in list(self._state):
+            rec = self._state[member]
+            if total <= self.state_max_bytes and rec[0] >= horizon:
+                break
+            total -= len(rec[4])
+            del self._state[member]
 
     def _next_seq(self) -> int:
         seqs = [s.seq for s in self._sealed]
@@ -351,9 +383,11 @@ class RingWriter:
         self._active = SegmentInfo(name=name, seq=seq, sealed=False, run=self.run, boot_id=_boot_id())
         self._opened_mono = time.monotonic()
         self._last_sync = self._opened_mono
+        if self._state:
+            self.append(list(self._state.values()), remember=False)
 
     # -- writing ----------------------------------------------------------------------------
-    def append(self, records: Iterable[tuple[float, float, str, str, bytes]]) -> int:
+    def append(self, records: Iterable[tuple[float, float, str, str, bytes]], remember: bool = True) -> int:
         """Append records ``(wall, mono, member, op, data)`` with one write; returns the bytes
         written. Raises OSError (ENOSPC...) after cutting any partial write, so the segment
         stays whole."""
@@ -362,8 +396,11 @@ class RingWriter:
         assert self._fd is not None and self._active is not None
         chunks: list[bytes] = []
         info = self._active
+        writes = []
         for t, mono, member, op, data in records:
             chunks.append(encode_record(t, mono, member, op, data))
+            if op == "write" and remember:
+                writes.append((t, mono, member, op, data))
             info.records += 1
             info.min_t = t if info.min_t is None else min(info.min_t, t)
             info.max_t = t if info.max_t is None else max(info.max_t, t)
@@ -382,11 +419,13 @@ class RingWriter:
                 pass
             raise
         self._size += len(blob)
+        for w in writes:
+            self._remember(w)
         now = time.monotonic()
         if now - self._last_sync >= self.fsync_s:
             os.fdatasync(self._fd)
             self._last_sync = now
-        if self._size >= self.segment_bytes or now - self._opened_mono >= self.segment_age_s:
+        if remember and (self._size >= self.segment_bytes or now - self._opened_mono >= self.segment_age_s):
             self.rotate()
         return len(blob)
 
@@ -599,9 +638,11 @@ class RingReader:
         return lines, sha
 
     def records(self, since: float | None = None, until: float | None = None,
-                members: tuple[str, ...] = ()) -> Iterator[RingRecord]:
+                members: tuple[str, ...] = (), keep_writes: bool = False) -> Iterator[RingRecord]:
         """Records whose wall time is in [since, until], in the order they were written
-        (which is the monotonic order of one run; runs follow each other)."""
+        (which is the monotonic order of one run; runs follow each other). ``keep_writes``: also
+        the "write" records older than ``since`` in the segments read (the state then: device
+        lists, container inspects; every segment starts with a copy of it)."""
         done: set[str] = set()
         for _attempt in range(3):
             retry = False
@@ -625,7 +666,8 @@ class RingReader:
                 first = last = None
                 for no, rec in lines[1:]:
                     t = float(rec["t"])
-                    if (since is not None and t < since) or (until is not None and t > until):
+                    if (until is not None and t > until) or (since is not None and t < since and not (
+                            keep_writes and rec["op"] == "write")):
                         continue
                     if members and not rec["member"].startswith(members):
                         continue
