@@ -148,7 +148,7 @@ class _Runner:
             self.collectors = collectors
         else:
             self.collectors = load_collectors(only=options.only, skip=options.skip)
-        self.redactor = Redactor(enabled=options.redact)
+        self.redactor = Redactor(enabled=options.redact, key=_ring_key(options))
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
         self.interrupted = False
@@ -587,6 +587,21 @@ def _reserve_for_later(left_s: float, later: int) -> float:
 
 def _stderr_notice(message: str) -> None:
     print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
+
+
+def _ring_key(options: CaptureOptions) -> bytes | None:
+    """The flight recorder ring's pseudonym key, so a value redacted in the ring and in this
+    capture gets the same pseudonym; None (a fresh per-capture key) when there is no readable ring
+    or ``--only``/``--skip`` leave the ring out."""
+    if (options.only and "ring" not in options.only) or "ring" in options.skip:
+        return None
+    from forensics.record.fold import ring_dir
+    from forensics.record.ring import load_key
+
+    try:
+        return load_key(ring_dir(options))
+    except Exception:  # noqa: BLE001 - an unreadable key: the ring collector reports the ring
+        return None
 
 
 def _unlink_quietly(path: Path | None) -> None:
