@@ -1,0 +1,139 @@
+"""Recorder cost at 1 Hz: 8 simulated GPUs x 64 processes, N container-like cgroups (real cgroups
+named like Docker's, one sleeping process each), measured from /proc/<pid>/stat and status of the
+recorder and its sampler children; disk per 24 h extrapolated from the ring's growth; and, when
+Debian's prometheus-node-exporter is installed, the same figures for it answering one scrape/s.
+
+    sudo python bench/bench_recorder.py --seconds 60 --cgroups 200
+Targets (issue 14): < 0.5 % of one core, < 60 MB RSS, < 300 MB per 24 h.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support import nvmlsim  # noqa: E402
+from tests.support.record_support import start_recorder  # noqa: E402
+
+CG = Path("/sys/fs/cgroup/gfbench.slice")
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    out = [pid]
+    for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split():
+        out.extend(tree(int(p)))
+    return out
+
+
+def cpu_rss(pids: list[int]) -> tuple[float, int]:
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += (int(f[11]) + int(f[12])) / TCK
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1]) * 1024
+        except (OSError, IndexError):
+            pass
+    return cpu, rss
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--cgroups", type=int, default=200)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gfbench-"))
+    sleepers: list[subprocess.Popen[bytes]] = []
+    made: list[Path] = []
+    try:
+        CG.mkdir(exist_ok=True)
+        for i in range(args.cgroups):
+            d = CG / f"docker-{i:064x}.scope"
+            d.mkdir(exist_ok=True)
+            made.append(d)
+            p = subprocess.Popen(["sleep", "3600"])
+            (d / "cgroup.procs").write_text(str(p.pid))
+            sleepers.append(p)
+        lib = nvmlsim.build_library(tmp / "lib")
+        sc = nvmlsim.Scenario()
+        for g in range(8):
+            sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=[(0, 50), (30, 90)])
+        for k in range(8 * 64):
+            sc.add_process(pid=sleepers[k % len(sleepers)].pid if sleepers else 100000 + k, gpu=k // 64,
+                           used_memory_bytes=1 << 28, sm_util=10, mem_util=5)
+        env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
+        ring = tmp / "ring"
+        rec = start_recorder(ring, env=env, interval_s=1.0, nvml_library=str(lib),
+                             sources=["nvml", "procfs", "cgroups", "kernel"])
+        time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
+        c0, _ = cpu_rss(tree(rec.pid))
+        s0 = sum(f.stat().st_size for f in ring.glob("seg-*"))
+        t0 = time.monotonic()
+        peak = 0
+        while time.monotonic() - t0 < args.seconds:
+            time.sleep(5)
+            peak = max(peak, cpu_rss(tree(rec.pid))[1])
+        c1, rss = cpu_rss(tree(rec.pid))
+        el = time.monotonic() - t0
+        s1 = sum(f.stat().st_size for f in ring.glob("seg-*"))
+        rec.send_signal(signal.SIGTERM)
+        rec.communicate(timeout=20)
+        sealed = sum(f.stat().st_size for f in ring.glob("seg-*.gz"))
+        raw_rate = (s1 - s0) / el  # active segment is uncompressed: an upper bound
+        cpu_pct = 100 * (c1 - c0) / el
+        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups")
+        print(f"  CPU {cpu_pct:.2f} % of one core (target 0.5 %: ratio {cpu_pct / 0.5:.1f}x)")
+        print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
+        print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h uncompressed upper bound; sealed total {sealed} bytes "
+              f"(target 300 MB: ratio {raw_rate * 86400 / 300e6:.2f}x before compression)")
+        exe = shutil.which("prometheus-node-exporter")
+        if exe:
+            ne = subprocess.Popen([exe, "--web.listen-address=127.0.0.1:19100"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+            time.sleep(2)
+            n0, _ = cpu_rss([ne.pid])
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < min(args.seconds, 60):
+                urllib.request.urlopen("http://127.0.0.1:19100/metrics", timeout=5).read()
+                time.sleep(1)
+            n1, nrss = cpu_rss([ne.pid])
+            ne.terminate()
+            ne.wait()
+            ne_pct = 100 * (n1 - n0) / (time.monotonic() - t0)
+            print(f"node-exporter, 1 scrape/s: CPU {ne_pct:.2f} %, RSS {nrss / 1e6:.1f} MB; "
+                  f"recorder/node-exporter CPU ratio {cpu_pct / max(ne_pct, 1e-6):.2f}x")
+        else:
+            print("prometheus-node-exporter not installed: apt-get install --no-install-recommends prometheus-node-exporter")
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        try:
+            CG.rmdir()
+        except OSError:
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
