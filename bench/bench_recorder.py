@@ -70,7 +70,7 @@ def main() -> int:
             sleepers.append(p)
         lib = nvmlsim.build_library(tmp / "lib")
         sc = nvmlsim.Scenario()
-        for g in range(8):
+        for _ in range(8):
             sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=[(0, 50), (30, 90)])
         for k in range(8 * 64):
             sc.add_process(pid=sleepers[k % len(sleepers)].pid if sleepers else 100000 + k, gpu=k // 64,

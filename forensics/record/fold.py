@@ -43,8 +43,11 @@ def ring_dir(ctx_options: Any) -> Path:
 
 
 class RingFold:
+    """``ring``: the flight recorder's records for the capture window, from the ring directory
+    (``index.jsonl`` and ``seg-*.jsonl[.gz]``, see forensics.record.ring)."""
+
     name = "ring"
-    order = 95  # least volatile: the ring keeps its records whatever happens now
+    order = 85  # after the live sources (the ring keeps its records whatever happens now), before host facts
     timeout_s = 60.0
 
     def snapshot(self, ctx: CollectContext) -> None:
