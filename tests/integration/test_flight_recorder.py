@@ -28,6 +28,25 @@ GIB = 1 << 30
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _no_recorder_left(monkeypatch: pytest.MonkeyPatch):
+    """Every recorder a test starts is stopped (killed by PID) when the test ends, pass or fail."""
+    started: list[subprocess.Popen[str]] = []
+    original = start_recorder
+
+    def tracked(*args, **kwargs):
+        proc = original(*args, **kwargs)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setitem(globals(), "start_recorder", tracked)
+    yield
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+
 def _stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> tuple[dict, str]:
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=timeout)
@@ -192,7 +211,11 @@ def test_recorder_kill_9_leaves_no_child_and_an_intact_ring(tmp_path: Path) -> N
     rnd = random.Random(9)
     for _ in range(4):
         rec = start_recorder(ring, interval_s=0.2, sources=["cgroups", "procfs"])
-        time.sleep(rnd.uniform(0.8, 2.0))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not ring.is_dir()
+                                               or (RingReader(ring).writer() or {}).get("pid") != rec.pid):
+            time.sleep(0.05)  # a loaded machine can take a while to start Python
+        time.sleep(rnd.uniform(0.5, 1.5))
         children = subprocess.run(["pgrep", "-P", str(rec.pid)], capture_output=True, text=True).stdout.split()
         os.kill(rec.pid, signal.SIGKILL)
         rec.wait()
