@@ -15,10 +15,9 @@ from typing import Any
 
 from forensics.analysis.findings import Evidence, EvidenceRef
 from forensics.analysis.source import Source
+from forensics.specs.ring import PREFIX as RING_PREFIX
 
 __all__ = ["RING_PREFIX", "RingSource", "ring_view"]
-
-RING_PREFIX = "ring/"
 
 
 class _PrefixBundle:

@@ -37,7 +37,6 @@ class CaptureOptions:
     capture_start: datetime = field(default_factory=lambda: datetime.now(UTC))
     extra: dict[str, str] = field(default_factory=dict)
     argv: tuple[str, ...] = ()
-    ring_dir: str | None = None  # the flight recorder's ring (None: $GPUFORENSICS_RING, else the default)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ from forensics.errors import (
     SourceUnavailable,
     UsageError,
 )
+from forensics.ring import load_key, resolve_ring_dir
+from forensics.specs import ring as ring_spec
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
 
@@ -592,14 +594,11 @@ def _stderr_notice(message: str) -> None:
 def _ring_key(options: CaptureOptions) -> bytes | None:
     """The flight recorder ring's pseudonym key, so a value redacted in the ring and in this
     capture gets the same pseudonym; None (a fresh per-capture key) when there is no readable ring
-    or ``--only``/``--skip`` leave the ring out."""
-    if (options.only and "ring" not in options.only) or "ring" in options.skip:
+    or ``--only``/``--skip`` leave the ``ring`` source out."""
+    if not_selected(ring_spec.SPEC.name, options.only, options.skip):
         return None
-    from forensics.record.fold import ring_dir
-    from forensics.record.ring import load_key
-
     try:
-        return load_key(ring_dir(options))
+        return load_key(resolve_ring_dir(ring_spec.SPEC.read_settings(options.extra).dir))
     except Exception:  # noqa: BLE001 - an unreadable key: the ring collector reports the ring
         return None
 

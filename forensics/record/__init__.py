@@ -1,7 +1,11 @@
 """The flight recorder: ``gpuforensics record`` samples what capture samples into a bounded,
-crash-safe ring on the node; ``capture --since`` folds the ring back into a bundle.
+crash-safe ring on the node; ``capture --since`` folds the ring back into a bundle (the ``ring``
+collector, forensics.collectors.ring).
 
-- :mod:`forensics.record.ring`: the ring store (segments, index, key, reader).
+This package drives collectors as capture does (it sits beside :mod:`forensics.capture` in the
+layers and uses its collector API, ``capture.context``, and its ``lifeline``); the ring store it
+writes is :mod:`forensics.ring`.
+
 - :mod:`forensics.record.child`: one sampler process per source, the sink that turns collector
   writes into records.
 - :mod:`forensics.record.sources`: which collector code each source runs per tick.
@@ -10,6 +14,7 @@ crash-safe ring on the node; ``capture --since`` folds the ring back into a bund
 """
 
 from forensics.record.recorder import RecordOptions, run_recorder
-from forensics.record.ring import RingReader, RingWriter
+from forensics.record.sources import SOURCE_NAMES
+from forensics.record.status import format_status, ring_status
 
-__all__ = ["RecordOptions", "RingReader", "RingWriter", "run_recorder"]
+__all__ = ["SOURCE_NAMES", "RecordOptions", "format_status", "ring_status", "run_recorder"]

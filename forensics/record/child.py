@@ -14,13 +14,13 @@ Protocol (pipes; the child is the only reader of its command pipe):
   ``{"kind": "hello"|"tick"|"fatal", "tick": i, "records": [[t, mono, member, op, data], ...],
   "notes": [...], "error": str|None, "hints": {...}}``.
 
-A child dies with its parent (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), runs at nice 10 and is killed
-by the parent when it does not answer a tick in time (a hung NVML call).
+A child dies with its parent (:func:`forensics.capture.lifeline.die_with_parent`, the rule every
+capture collector child obeys), runs in its own process group at nice 10 and is killed (the
+whole group) by the parent when it does not answer a tick in time (a hung NVML call).
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -34,22 +34,13 @@ from typing import Any
 
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
+from forensics.capture.lifeline import die_with_parent
 from forensics.errors import BundleUnsafe
 
-__all__ = ["RecordSink", "SourceProcess", "set_parent_death_signal", "spawn"]
+__all__ = ["RecordSink", "SourceProcess", "spawn"]
 
-PR_SET_PDEATHSIG = 1
 _FRAME = struct.Struct(">I")
 MAX_FRAME = 64 << 20
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
-    """``prctl(PR_SET_PDEATHSIG, sig)``: the kernel kills this process when its parent exits."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
 
 
 class RecordSink:
@@ -203,9 +194,7 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     if pid == 0:  # child
         code = 0
         try:
-            set_parent_death_signal()
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os._exit(1)
+            die_with_parent(parent)
             os.setpgid(0, 0)
             os.close(cmd_w)
             os.close(out_r)

@@ -32,12 +32,14 @@ from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.errors import UsageError
 from forensics.record.child import RecordSink, SourceProcess, child_loop, spawn
-from forensics.record.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S, RingReader, RingWriter
 from forensics.record.sources import SOURCE_NAMES, make_driver
+from forensics.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S, RingReader, RingWriter
+from forensics.specs.kernel import KMSG_WINDOW
+from forensics.specs.ring import RECORDER_EVENTS
 
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
 
-EVENTS = "recorder/events.jsonl"
+EVENTS = RECORDER_EVENTS
 
 
 @dataclass(frozen=True)
@@ -427,7 +429,7 @@ def _last_kmsg_seq(ring: Path) -> int | None:
         except OSError:
             continue
         for _, rec in lines[1:]:
-            if rec.get("member") == "kernel/kmsg-window.txt":
+            if rec.get("member") == KMSG_WINDOW:
                 for line in str(rec["data"]).splitlines():
                     head = line.split(";", 1)[0].split(",")
                     if len(head) > 1 and head[1].isdigit() and not line.startswith(" "):

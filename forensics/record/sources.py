@@ -16,20 +16,44 @@ Each driver runs inside its source's child process (forensics.record.child) and 
   cgroups is planned again every ``replan_s`` (new containers).
 - ``kernel``: ``KernelCollector.sample`` each tick (``kernel/kmsg-window.txt`` verbatim,
   ``kernel/window.jsonl`` OOM kills and Xids), resuming after the last sequence number in the ring.
-- ``docker``: :class:`forensics.collectors.docker_follow.DockerFollower` (events as they happen,
+- ``docker``: :class:`forensics.collectors.docker.follow.DockerFollower` (events as they happen,
   inspect at first sight).
+
+:data:`DRIVERS` is the one list of what the recorder records, keyed by the sources' spec names;
+:data:`SOURCE_NAMES` (the default of ``record --sources``) follows from it in volatility order.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any
 
 from forensics.capture.context import CollectContext, Tick
+from forensics.specs import cgroups as cgroups_spec
+from forensics.specs import docker as docker_spec
+from forensics.specs import kernel as kernel_spec
+from forensics.specs import nvml as nvml_spec
+from forensics.specs import procfs as procfs_spec
+from forensics.specs.base import Hint, SourceSpec
+from forensics.specs.hints import CGROUP_PATHS
 
-__all__ = ["DRIVERS", "SOURCE_NAMES", "make_driver"]
+__all__ = ["ATTRIBUTE_PIDS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver"]
 
-SOURCE_NAMES = ("nvml", "procfs", "cgroups", "kernel", "docker")
+#: modules the recorder uses beside the sources' collectors, loaded by name as capture loads
+#: collectors (nothing outside capture and the recorder imports forensics.collectors)
+HOSTFS_PROC = "forensics.collectors.hostfs.proc"
+DOCKER_FOLLOWER = "forensics.collectors.docker.follow"
+
+#: recorder-only hints, between the parent loop and its sampler children
+GPU_PIDS = Hint("gpu_pids", int, "the PIDs NVML saw on a GPU this tick (nvml child -> recorder)")
+ATTRIBUTE_PIDS = Hint("attribute_pids", int, "GPU PIDs seen for the first time (recorder -> procfs child)")
+
+
+def fresh_collector(spec: SourceSpec[Any]) -> Any:
+    """A new instance of the source's collector (its spec names the module), in the sampler child:
+    per-source state (NVML's ``lastSeenTimeStamp`` cursor, the cgroup plan) lives on it."""
+    return type(importlib.import_module(spec.collector).COLLECTOR)()
 
 
 class _Driver:
@@ -45,13 +69,11 @@ class _Driver:
 
 class NvmlDriver(_Driver):
     def __init__(self) -> None:
-        from forensics.collectors.nvml import NvmlCollector
-
-        self.collector = NvmlCollector()
+        self.collector = fresh_collector(nvml_spec.SPEC)
         self.pids: set[int] = set()
 
     def _watch(self, member: str, obj: Any) -> None:
-        if member != "nvml/samples.jsonl" or not isinstance(obj, dict):
+        if member != nvml_spec.SAMPLES or not isinstance(obj, dict):
             return
         for p in obj.get("processes") or []:
             pid = p.get("pid") if isinstance(p, dict) else None
@@ -68,46 +90,43 @@ class NvmlDriver(_Driver):
         try:
             self.collector.sample(ctx, tick)
         finally:
-            ctx.publish("gpu_pids", sorted(self.pids))
+            GPU_PIDS.publish(ctx, sorted(self.pids))
 
 
 class ProcfsDriver(_Driver):
     def __init__(self) -> None:
-        from forensics.collectors.procfs import ProcfsCollector
-
-        self.collector = ProcfsCollector()
+        self.collector = fresh_collector(procfs_spec.SPEC)
         self.done: set[int] = set()
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
-        wanted = [p for p in ctx.hint("attribute_pids") if isinstance(p, int) and p not in self.done]
-        ctx.hints["attribute_pids"] = []
+        wanted = [p for p in ATTRIBUTE_PIDS.read(ctx) if p not in self.done]
+        ctx.hints[ATTRIBUTE_PIDS.key] = []
         paths: list[str] = []
         for pid in wanted:
             self.done.add(pid)
             rec = self.collector.record_pid(ctx, pid, ["gpu-process-first-seen"], time.time())
-            ctx.sink.append_jsonl("proc/window.jsonl", rec)
+            ctx.sink.append_jsonl(procfs_spec.WINDOW, rec)
             path = (rec.get("attribution") or {}).get("cgroup_path")
             if isinstance(path, str) and path.startswith("/") and path != "/":
                 paths.append(path)
         if len(self.done) > 100_000:
             self.done.clear()
         if paths:
-            ctx.publish("cgroup_paths", paths)
+            CGROUP_PATHS.publish(ctx, paths)
 
 
 class CgroupsDriver(_Driver):
     replan_s = 10.0
 
     def __init__(self) -> None:
-        from forensics.collectors.cgroups import CgroupsCollector
-
-        self.collector = CgroupsCollector()
+        self.collector = fresh_collector(cgroups_spec.SPEC)
         self.planned = 0.0
         self.extra: list[str] = []
         self.known: set[str] = set()
 
     def _hints(self) -> list[str]:
-        from forensics.collectors.procfs import attributed_paths, scan_proc_cgroups
+        proc = importlib.import_module(HOSTFS_PROC)
+        attributed_paths, scan_proc_cgroups = proc.attributed_paths, proc.scan_proc_cgroups
 
         paths: list[str] = []
         for entry in scan_proc_cgroups(self.collector.proc_root):
@@ -117,18 +136,18 @@ class CgroupsDriver(_Driver):
         return paths
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
-        fresh = [p for p in ctx.hint("cgroup_paths") if isinstance(p, str) and p not in self.known]
-        ctx.hints["cgroup_paths"] = []
+        fresh = [p for p in CGROUP_PATHS.read(ctx) if p not in self.known]
+        ctx.hints[CGROUP_PATHS.key] = []
         if fresh:
             self.known.update(fresh)
             self.extra.extend(fresh)
         now = time.monotonic()
         if fresh or now - self.planned >= self.replan_s:
             self.collector.end_sampling(ctx)  # forget the plan and the kept-open descriptors
-            ctx.hints["cgroup_paths"] = self._hints()
+            ctx.hints[CGROUP_PATHS.key] = self._hints()
             self.planned = now
         self.collector.sample(ctx, tick)
-        ctx.hints["cgroup_paths"] = []
+        ctx.hints[CGROUP_PATHS.key] = []
 
     def stop(self) -> None:
         pass
@@ -136,9 +155,7 @@ class CgroupsDriver(_Driver):
 
 class KernelDriver(_Driver):
     def __init__(self) -> None:
-        from forensics.collectors.kernel import KernelCollector
-
-        self.collector = KernelCollector()
+        self.collector = fresh_collector(kernel_spec.SPEC)
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
         self.collector.sample(ctx, tick)
@@ -146,9 +163,7 @@ class KernelDriver(_Driver):
 
 class DockerDriver(_Driver):
     def __init__(self) -> None:
-        from forensics.collectors.docker_follow import DockerFollower
-
-        self.follower = DockerFollower()
+        self.follower = importlib.import_module(DOCKER_FOLLOWER).DockerFollower()
 
     def start(self, ctx: CollectContext) -> None:
         self.follower.start(ctx)
@@ -160,10 +175,12 @@ class DockerDriver(_Driver):
         self.follower.stop()
 
 
-DRIVERS: dict[str, type[_Driver]] = {
-    "nvml": NvmlDriver, "procfs": ProcfsDriver, "cgroups": CgroupsDriver,
-    "kernel": KernelDriver, "docker": DockerDriver,
-}
+_BY_SPEC: tuple[tuple[SourceSpec[Any], type[_Driver]], ...] = (
+    (nvml_spec.SPEC, NvmlDriver), (procfs_spec.SPEC, ProcfsDriver), (cgroups_spec.SPEC, CgroupsDriver),
+    (kernel_spec.SPEC, KernelDriver), (docker_spec.SPEC, DockerDriver),
+)
+DRIVERS: dict[str, type[_Driver]] = {spec.name: driver for spec, driver in sorted(_BY_SPEC, key=lambda p: p[0].order)}
+SOURCE_NAMES: tuple[str, ...] = tuple(DRIVERS)
 
 
 def make_driver(name: str) -> _Driver:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.record.ring import RingReader
+from forensics.ring import RingReader
+from forensics.specs.ring import RECORDER_EVENTS
 
 __all__ = ["ring_status"]
 
@@ -42,7 +43,7 @@ def ring_status(root: Path | str, verify: bool = False) -> dict[str, Any]:
             span_to = rec.t if span_to is None else max(span_to, rec.t)
             if rec.run not in runs:
                 runs.append(rec.run)
-            if rec.member != "recorder/events.jsonl":
+            if rec.member != RECORDER_EVENTS:
                 continue
             try:
                 ev = json.loads(rec.data)

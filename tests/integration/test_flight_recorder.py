@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from forensics.analysis import analyze_bundles
-from forensics.record.ring import RingReader
+from forensics.ring import RingReader
 from tests.support import docker_engine as de
 from tests.support.env import is_root, need
 from tests.support.nvmlsim import Scenario, subprocess_env

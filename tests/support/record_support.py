@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from forensics.record.ring import RingReader
+from forensics.ring import RingReader
 
 __all__ = ["members", "ring_events", "start_recorder", "start_seq_writer"]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _SEQ_WRITER = r"""
 import os, sys, time
-from forensics.record.ring import RingWriter
+from forensics.ring import RingWriter
 root, segment = sys.argv[1], int(sys.argv[2])
 w = RingWriter(root, max_bytes=64 << 20, segment_bytes=segment, fsync_s=0.5).open()
 print("run", w.run, flush=True)

@@ -22,6 +22,7 @@ from forensics.analysis.ring_view import ring_view
 from forensics.analysis.source import Source
 from forensics.specs import all_specs
 from forensics.specs import docker as docker_spec
+from forensics.specs import kernel as kernel_spec
 
 __all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
 
@@ -58,7 +59,7 @@ def loader_order() -> tuple[Loader, ...]:
 
 #: loaders not run over the ring's history: the capture's own kernel collector reads the whole
 #: kernel ring buffer, which holds what the recorder followed (reading both would count twice)
-RING_SKIPS = frozenset({"kernel"})
+RING_SKIPS = frozenset({kernel_spec.SPEC.name})
 
 
 def load_source(src: Source, model: Model, node: str) -> None:

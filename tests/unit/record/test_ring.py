@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from forensics.errors import RingError
-from forensics.record.ring import RingReader, RingWriter, load_key
 from forensics.record.status import ring_status
+from forensics.ring import RingReader, RingWriter, load_key
 from tests.support.record_support import start_seq_writer
 
 

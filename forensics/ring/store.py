@@ -60,6 +60,7 @@ __all__ = [
     "RingWriter",
     "SegmentInfo",
     "load_key",
+    "resolve_ring_dir",
 ]
 
 RING_FORMAT = "gpuforensics-ring"
@@ -138,6 +139,12 @@ def _boot_id() -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def resolve_ring_dir(value: str | Path | None = None) -> Path:
+    """The ring directory: ``value`` (``--ring``, ``--set ring.dir=``), else ``$GPUFORENSICS_RING``,
+    else :data:`DEFAULT_RING_DIR`."""
+    return Path(value or os.environ.get("GPUFORENSICS_RING") or DEFAULT_RING_DIR)
 
 
 def load_key(root: Path | str, create: bool = False) -> bytes | None:

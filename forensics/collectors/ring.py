@@ -1,7 +1,8 @@
 """``ring``: capture folds the flight recorder's history into the bundle (``capture --since``).
 
-Source: the ring directory (``capture --ring DIR``, default ``/var/lib/gpuforensics/ring``), read
-while the recorder writes (forensics.record.ring.RingReader: sealed segments checked against
+Source: the ring directory (``capture --ring DIR`` or ``--set ring.dir=DIR``, else
+``$GPUFORENSICS_RING``, else ``/var/lib/gpuforensics/ring``), read while the recorder writes
+(forensics.ring.RingReader: sealed segments checked against
 their SHA-256, the active one up to its last whole line). The window: ``--since`` when given,
 else the capture start minus ``--lookback``; records up to the capture start.
 
@@ -23,35 +24,29 @@ No ring: ``unavailable`` with one note ("no flight recorder ring at DIR").
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext
 from forensics.errors import RingError, SourceUnavailable
-from forensics.record.ring import DEFAULT_RING_DIR, RingReader
+from forensics.ring import RingReader, resolve_ring_dir
+from forensics.specs.ring import PROVENANCE, SPEC, folded
 
-__all__ = ["COLLECTOR", "RingFold", "ring_dir"]
+__all__ = ["COLLECTOR", "RingFold"]
 
-PREFIX = "ring"
 _FLUSH_BYTES = 1 << 20
-
-
-def ring_dir(ctx_options: Any) -> Path:
-    return Path(getattr(ctx_options, "ring_dir", None) or os.environ.get("GPUFORENSICS_RING") or DEFAULT_RING_DIR)
 
 
 class RingFold:
     """``ring``: the flight recorder's records for the capture window, from the ring directory
-    (``index.jsonl`` and ``seg-*.jsonl[.gz]``, see forensics.record.ring)."""
+    (``index.jsonl`` and ``seg-*.jsonl[.gz]``, see forensics.ring)."""
 
-    name = "ring"
-    order = 85  # after the live sources (the ring keeps its records whatever happens now), before host facts
+    name = SPEC.name
+    order = SPEC.order
     timeout_s = 60.0
 
     def snapshot(self, ctx: CollectContext) -> None:
-        root = ring_dir(ctx.options)
+        root = resolve_ring_dir(SPEC.read_settings(ctx.options.extra).dir)
         if not root.is_dir():
             raise SourceUnavailable(f"no flight recorder ring at {root}: history before the capture is "
                                     "only what the kernel and the engines still hold")
@@ -74,7 +69,7 @@ class RingFold:
                 buffers.setdefault(rec.member, []).append(rec.data)
                 sizes[rec.member] = sizes.get(rec.member, 0) + len(rec.data)
                 if sizes[rec.member] >= _FLUSH_BYTES:
-                    ctx.sink.append_bytes(f"{PREFIX}/{rec.member}", b"".join(buffers.pop(rec.member)))
+                    ctx.sink.append_bytes(folded(rec.member), b"".join(buffers.pop(rec.member)))
                     sizes[rec.member] = 0
                 if ctx.remaining() < 3.0:
                     ctx.partial("deadline near: the ring was read only up to "
@@ -84,11 +79,11 @@ class RingFold:
             raise SourceUnavailable(str(exc)) from None
         for member, chunks in buffers.items():
             if chunks:
-                ctx.sink.append_bytes(f"{PREFIX}/{member}", b"".join(chunks))
+                ctx.sink.append_bytes(folded(member), b"".join(chunks))
         for member, (_t, data) in latest.items():
-            ctx.sink.write_bytes(f"{PREFIX}/{member}", data)
+            ctx.sink.write_bytes(folded(member), data)
         records = sum(s[0] for s in spans.values())
-        ctx.sink.write_json(f"{PREFIX}/provenance.json", {
+        ctx.sink.write_json(PROVENANCE, {
             "ring": str(root),
             "writer": writer,
             "window": {"since": iso_from_unix(since), "until": iso_from_unix(until), "t_since": since,

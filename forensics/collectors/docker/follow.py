@@ -26,9 +26,12 @@ from typing import Any
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.docker import PREFIX, _connect, _image_hex, _settings
-from forensics.collectors.docker_calls import describe_error
-from forensics.collectors.docker_redact import redact_container, redact_info
+from forensics.collectors.docker.calls import describe_error
+from forensics.collectors.docker.docker import _settings
+from forensics.collectors.docker.engine import connect, image_hex
+from forensics.collectors.docker.redact import redact_container, redact_info
+from forensics.specs.docker import EVENTS, INFO, VERSION, container_member, image_inspect
+from forensics.specs.ring import RECORDER_EVENTS
 
 __all__ = ["DockerFollower", "REINSPECT_ACTIONS"]
 
@@ -42,8 +45,7 @@ class DockerFollower:
 
     name = "docker"
 
-    def __init__(self, call_timeout_s: float = 5.0) -> None:
-        self.call_timeout_s = call_timeout_s
+    def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._written: dict[str, str] = {}  # member -> sha256 of what was last written
@@ -69,7 +71,7 @@ class DockerFollower:
         attempt = 0
         while not self._stop.is_set():
             try:
-                client = _connect(_settings(ctx, self.call_timeout_s))
+                client = connect(_settings(ctx))
             except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
                 if lost_at is None:
                     lost_at, lost_why = time.time(), describe_error(exc)
@@ -81,7 +83,7 @@ class DockerFollower:
             self.connections += 1
             now = time.time()
             if lost_at is not None:
-                ctx.sink.append_jsonl("recorder/events.jsonl", {
+                ctx.sink.append_jsonl(RECORDER_EVENTS, {
                     "kind": "gap", "source": "docker", "from": lost_at, "to": now,
                     "from_time": iso_from_unix(lost_at), "to_time": iso_from_unix(now),
                     "reason": f"Docker engine connection lost ({lost_why}); reconnected"})
@@ -102,7 +104,7 @@ class DockerFollower:
                     key = hashlib.sha256(dumps_json(ev).encode()).hexdigest()
                     if self._written.get(f"event:{key}") is None:  # replayed after a reconnect
                         self._written[f"event:{key}"] = key
-                        ctx.sink.append_jsonl(f"{PREFIX}/events.jsonl", ev)
+                        ctx.sink.append_jsonl(EVENTS, ev)
                     actor = ev.get("Actor") if isinstance(ev.get("Actor"), dict) else {}
                     cid = actor.get("ID") if isinstance(actor, dict) else None
                     action = str(ev.get("Action") or ev.get("status") or "").split(":", 1)[0]
@@ -128,10 +130,10 @@ class DockerFollower:
     def _engine(self, ctx: CollectContext, client: Any) -> None:
         info = client.info()
         if isinstance(info, dict):
-            self._write_if_changed(ctx, f"{PREFIX}/info.json", redact_info(info, ctx))
+            self._write_if_changed(ctx, INFO, redact_info(info, ctx))
         version = client.version()
         if isinstance(version, dict):
-            self._write_if_changed(ctx, f"{PREFIX}/version.json", version)
+            self._write_if_changed(ctx, VERSION, version)
 
     def _containers(self, ctx: CollectContext, client: Any) -> None:
         for c in client.containers():
@@ -146,7 +148,7 @@ class DockerFollower:
             return
         if not isinstance(doc, dict):
             return
-        self._write_if_changed(ctx, f"{PREFIX}/containers/{cid}/inspect.json", redact_container(doc, ctx))
+        self._write_if_changed(ctx, container_member(cid, "inspect.json"), redact_container(doc, ctx))
         image = doc.get("Image")
         if isinstance(image, str) and image not in self._images:
             try:
@@ -155,5 +157,5 @@ class DockerFollower:
                 return
             self._images.add(image)
             if isinstance(idoc, dict):
-                self._write_if_changed(ctx, f"{PREFIX}/images/{_image_hex(image)}/inspect.json",
+                self._write_if_changed(ctx, image_inspect(image_hex(image)),
                                        redact_container(idoc, ctx))
