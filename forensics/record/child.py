@@ -46,15 +46,21 @@ MAX_FRAME = 64 << 20
 class RecordSink:
     """``EvidenceSink``'s interface, buffering ``(t, mono, member, op, data)`` records in memory
     until the tick's answer takes them (thread-safe: the Docker follower writes from a thread).
-    Bounded: past ``max_buffer_bytes`` records are dropped and counted."""
+    Bounded: past ``max_buffer_bytes`` records are dropped and counted.
 
-    def __init__(self, max_buffer_bytes: int = 32 << 20) -> None:
+    Consecutive appends to one member (a tick's line per GPU, per cgroup) become one record, up
+    to ``batch_bytes``: its data is those lines, in order, stamped with the first one's clocks.
+    The member's bytes are the same; the ring pays one record envelope per member and tick
+    instead of one per line."""
+
+    def __init__(self, max_buffer_bytes: int = 32 << 20, batch_bytes: int = 1 << 20) -> None:
         self.max_buffer_bytes = max_buffer_bytes
+        self.batch_bytes = batch_bytes
         self.bytes_written = 0
         self.members: set[str] = set()
         self.dropped = 0
         self._buffered = 0
-        self._records: list[list[Any]] = []
+        self._records: list[list[Any]] = []  # [t, mono, member, op, [chunks], size]
         self._lock = threading.Lock()
         self.watch: Callable[[str, Any], None] | None = None  # sees each appended JSON object
 
@@ -62,6 +68,7 @@ class RecordSink:
         check_member_name(member)
         if member == "manifest.json":
             raise BundleUnsafe("collectors may not write manifest.json")
+        text = data.decode("utf-8", "surrogateescape")
         with self._lock:
             if self._buffered + len(data) > self.max_buffer_bytes:
                 self.dropped += 1
@@ -69,13 +76,19 @@ class RecordSink:
             self._buffered += len(data)
             self.bytes_written += len(data)
             self.members.add(member)
-            self._records.append([round(time.time(), 6), round(time.monotonic(), 6), member, op,
-                                  data.decode("utf-8", "surrogateescape")])
+            last = self._records[-1] if self._records else None
+            if (op == "append" and last is not None and last[3] == "append" and last[2] == member
+                    and last[5] + len(data) <= self.batch_bytes):
+                last[4].append(text)
+                last[5] += len(data)
+                return
+            self._records.append([round(time.time(), 6), round(time.monotonic(), 6), member, op, [text], len(data)])
 
     def take(self) -> list[list[Any]]:
+        """The buffered records as ``[t, mono, member, op, data]``, oldest first."""
         with self._lock:
             out, self._records, self._buffered = self._records, [], 0
-        return out
+        return [[t, mono, member, op, "".join(chunks)] for t, mono, member, op, chunks, _ in out]
 
     def write_bytes(self, member: str, data: bytes) -> None:
         self._add(member, "write", bytes(data))
@@ -85,6 +98,15 @@ class RecordSink:
 
     def write_json(self, member: str, obj: Any) -> None:
         self.write_bytes(member, (dumps_json(obj) + "\n").encode("utf-8", "surrogateescape"))
+
+    def replace_json(self, member: str, obj: Any) -> None:
+        """A write record that replaces the member (as ``EvidenceSink.replace_json``); an earlier
+        version still buffered is dropped, so a snapshot that saves as it goes costs one record."""
+        with self._lock:
+            kept = [r for r in self._records if not (r[2] == member and r[3] == "write")]
+            self._buffered -= sum(r[5] for r in self._records if r[2] == member and r[3] == "write")
+            self._records = kept
+        self.write_json(member, obj)
 
     def append_jsonl(self, member: str, obj: Any) -> None:
         if self.watch is not None:

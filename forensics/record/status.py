@@ -45,14 +45,17 @@ def ring_status(root: Path | str, verify: bool = False) -> dict[str, Any]:
                 runs.append(rec.run)
             if rec.member != RECORDER_EVENTS:
                 continue
-            try:
-                ev = json.loads(rec.data)
-            except ValueError:
-                continue
-            if ev.get("kind") == "gap":
-                gaps.append({k: ev.get(k) for k in ("source", "from", "to", "reason")})
-            elif ev.get("kind") == "clock-jump":
-                jumps.append({"at": ev.get("t"), "by_s": ev.get("by_s")})
+            for line in rec.data.splitlines():  # one record may hold several event lines
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                if ev.get("kind") == "gap":
+                    gaps.append({k: ev.get(k) for k in ("source", "from", "to", "reason")})
+                elif ev.get("kind") == "clock-jump":
+                    jumps.append({"at": ev.get("t"), "by_s": ev.get("by_s")})
         out["runs"] = len(runs)
         out["gaps"] = gaps
         out["clock_jumps"] = jumps

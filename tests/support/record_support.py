@@ -12,7 +12,7 @@ from typing import Any
 
 from forensics.ring import RingReader
 
-__all__ = ["members", "ring_events", "start_recorder", "start_seq_writer"]
+__all__ = ["members", "record_lines", "ring_events", "start_recorder", "start_seq_writer"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +65,11 @@ def members(ring: Path, prefix: str = "") -> list[Any]:
     return list(RingReader(ring).records(members=(prefix,) if prefix else ()))
 
 
+def record_lines(record: Any) -> list[Any]:
+    """The JSON lines of one append record (the recorder batches a tick's lines of a member)."""
+    return [json.loads(line) for line in record.data.splitlines() if line.strip()]
+
+
 def ring_events(ring: Path) -> list[dict[str, Any]]:
     """The recorder's own events (``recorder/events.jsonl``), parsed."""
-    return [json.loads(r.data) for r in members(ring, "recorder/events.jsonl")]
+    return [ev for r in members(ring, "recorder/events.jsonl") for ev in record_lines(r)]
