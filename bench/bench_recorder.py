@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 from tests.support import nvmlsim  # noqa: E402
 from tests.support.record_support import start_recorder  # noqa: E402
 
-CG = Path("/sys/fs/cgroup/gfbench.slice")
+CG_ROOT = Path("/sys/fs/cgroup")
+CG = CG_ROOT / "gfbench.slice"  # cgroup v2
+V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")  # cgroup v1: /<controller>/docker/<id>, Docker's layout
 TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -51,6 +53,28 @@ def cpu_rss(pids: list[int]) -> tuple[float, int]:
     return cpu, rss
 
 
+def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Path]) -> None:
+    """``n`` real container-like cgroups (v2 ``gfbench.slice/docker-<id>.scope``, else v1
+    ``<controller>/docker/<id>``), each holding one sleeping process; every directory made is
+    appended to ``made`` (parents first). A plain directory on a tmpfs is not a cgroup: refuse to pretend."""
+    v2 = (CG_ROOT / "cgroup.controllers").exists()
+    parents = [CG] if v2 else [CG_ROOT / c / "docker" for c in V1_CONTROLLERS if (CG_ROOT / c / "cgroup.procs").exists()]
+    if not parents:
+        raise SystemExit("no writable cgroup hierarchy (v2 or v1 cpu/memory/pids): cannot build the load")
+    for parent in parents:
+        if not parent.exists():
+            parent.mkdir()
+            made.append(parent)
+    for i in range(n):
+        p = subprocess.Popen(["sleep", "3600"])
+        sleepers.append(p)
+        for parent in parents:
+            d = parent / (f"docker-{i:064x}.scope" if v2 else f"{i:064x}")
+            d.mkdir(exist_ok=True)
+            made.append(d)
+            (d / "cgroup.procs").write_text(str(p.pid))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -60,14 +84,7 @@ def main() -> int:
     sleepers: list[subprocess.Popen[bytes]] = []
     made: list[Path] = []
     try:
-        CG.mkdir(exist_ok=True)
-        for i in range(args.cgroups):
-            d = CG / f"docker-{i:064x}.scope"
-            d.mkdir(exist_ok=True)
-            made.append(d)
-            p = subprocess.Popen(["sleep", "3600"])
-            (d / "cgroup.procs").write_text(str(p.pid))
-            sleepers.append(p)
+        make_cgroups(args.cgroups, sleepers, made)
         lib = nvmlsim.build_library(tmp / "lib")
         sc = nvmlsim.Scenario()
         for _ in range(8):
@@ -77,6 +94,7 @@ def main() -> int:
                            used_memory_bytes=1 << 28, sm_util=10, mem_util=5)
         env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
         ring = tmp / "ring"
+        started = time.monotonic()
         rec = start_recorder(ring, env=env, interval_s=1.0, nvml_library=str(lib),
                              sources=["nvml", "procfs", "cgroups", "kernel"])
         time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
@@ -92,7 +110,8 @@ def main() -> int:
         s1 = sum(f.stat().st_size for f in ring.glob("seg-*"))
         rec.send_signal(signal.SIGTERM)
         rec.communicate(timeout=20)
-        sealed = sum(f.stat().st_size for f in ring.glob("seg-*.gz"))
+        sealed = sum(f.stat().st_size for f in ring.glob("seg-*.gz"))  # closing seals the active segment
+        sealed_rate = sealed / (time.monotonic() - started)  # start-up snapshots included: an upper bound
         raw_rate = (s1 - s0) / el  # active segment is uncompressed: an upper bound
         cpu_pct = 100 * (c1 - c0) / el
         print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups")
@@ -100,6 +119,8 @@ def main() -> int:
         print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
         print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h uncompressed upper bound; sealed total {sealed} bytes "
               f"(target 300 MB: ratio {raw_rate * 86400 / 300e6:.2f}x before compression)")
+        print(f"  disk sealed (gzip) {sealed_rate * 86400 / 1e6:.0f} MB/24 h (target 300 MB: ratio "
+              f"{sealed_rate * 86400 / 300e6:.2f}x)")
         exe = shutil.which("prometheus-node-exporter")
         if exe:
             ne = subprocess.Popen([exe, "--web.listen-address=127.0.0.1:19100"], stdout=subprocess.DEVNULL,
@@ -122,15 +143,11 @@ def main() -> int:
         for p in sleepers:
             p.kill()
             p.wait()
-        for d in made:
+        for d in reversed(made):  # children first; a cgroup empties once its sleeper is reaped
             try:
                 d.rmdir()
-            except OSError:
-                pass
-        try:
-            CG.rmdir()
-        except OSError:
-            pass
+            except OSError as exc:
+                print(f"could not remove {d}: {exc}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -155,19 +155,39 @@ def load_key(root: Path | str, create: bool = False) -> bytes | None:
     except FileNotFoundError:
         if not create:
             return None
-        data = os.urandom(32)
+        return _create_key(path)
+    except OSError as exc:
+        raise RingError(f"cannot read the ring key {path}: {exc.strerror or exc}") from None
+    if len(data) != 32:
+        raise RingError(f"ring key {path} is {len(data)} bytes, not 32: refusing to use it")
+    return data
+
+
+def _create_key(path: Path) -> bytes:
+    """Write a new key whole or not at all (a temporary file, fsynced, then linked to ``key``: a
+    full disk never leaves a short key behind); a key another writer made first wins."""
+    data = os.urandom(32)
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return load_key(root)
-        try:
-            os.write(fd, data)
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        return data
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            data = path.read_bytes()
+        else:
+            _fsync_dir(path.parent)
     except OSError as exc:
-        raise RingError(f"cannot read the ring key {path}: {exc.strerror or exc}") from None
+        raise RingError(f"cannot create the ring key {path}: {exc.strerror or exc}") from None
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     if len(data) != 32:
         raise RingError(f"ring key {path} is {len(data)} bytes, not 32: refusing to use it")
     return data

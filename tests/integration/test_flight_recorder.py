@@ -20,7 +20,13 @@ from tests.support import docker_engine as de
 from tests.support.env import is_root, need
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
-from tests.support.record_support import members, record_lines, ring_events, start_recorder
+from tests.support.record_support import (
+    members,
+    record_lines,
+    ring_events,
+    start_recorder,
+    wait_for_writer,
+)
 
 sim_lib = nvf.sim_lib
 pytestmark = [pytest.mark.slow]
@@ -73,6 +79,7 @@ def test_container_gone_before_capture_is_named_with_grant_and_gpu_use(
         ring = tmp_path / "ring"
         rec = start_recorder(ring, env=env, interval_s=0.5, nvml_library=str(sim_lib),
                              sources=["nvml", "procfs", "cgroups", "docker"])
+        wait_for_writer(ring, rec)
         docker_engine.cli("wait", cid, timeout=30)
         time.sleep(2.0)
         out = tmp_path / "out"
@@ -113,6 +120,7 @@ def test_restarted_dockerd_is_a_recorded_gap(tmp_path: Path) -> None:
         ring = tmp_path / "ring"
         rec = start_recorder(ring, env={"DOCKER_HOST": engine.docker_host}, interval_s=0.5,
                              sources=["docker", "cgroups"])
+        wait_for_writer(ring, rec)
         time.sleep(3.0)
         assert engine.proc is not None
         args = list(engine.proc.args)  # type: ignore[arg-type]
@@ -156,6 +164,7 @@ def test_hung_nvml_skips_gpu_figures_only(sim_lib: Path, tmp_path: Path) -> None
         ring = tmp_path / "ring"
         rec = start_recorder(ring, env=env, interval_s=0.5, nvml_library=str(sim_lib),
                              sources=["nvml", "cgroups"], tick_timeout_s=0.5, hang_kill_s=2.0)
+        wait_for_writer(ring, rec)
         time.sleep(11.0)
         status, _ = _stop(rec)
         t0 = float(json.loads(next(iter(members(ring, "recorder/events.jsonl"))).data)["t"])
@@ -181,6 +190,7 @@ def test_full_disk_keeps_running_logs_once_and_resumes(tmp_path: Path) -> None:
     try:
         ring = mnt / "ring"
         rec = start_recorder(ring, interval_s=0.2, sources=["cgroups"], max_bytes=256 << 10, retry_s=0.5)
+        wait_for_writer(ring, rec)
         time.sleep(1.5)
         filler = mnt / "filler"
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -211,10 +221,7 @@ def test_recorder_kill_9_leaves_no_child_and_an_intact_ring(tmp_path: Path) -> N
     rnd = random.Random(9)
     for _ in range(4):
         rec = start_recorder(ring, interval_s=0.2, sources=["cgroups", "procfs"])
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (not ring.is_dir()
-                                               or (RingReader(ring).writer() or {}).get("pid") != rec.pid):
-            time.sleep(0.05)  # a loaded machine can take a while to start Python
+        wait_for_writer(ring, rec)
         time.sleep(rnd.uniform(0.5, 1.5))
         children = subprocess.run(["pgrep", "-P", str(rec.pid)], capture_output=True, text=True).stdout.split()
         os.kill(rec.pid, signal.SIGKILL)

@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from forensics.ring import RingReader
 
-__all__ = ["members", "record_lines", "ring_events", "start_recorder", "start_seq_writer"]
+__all__ = ["members", "record_lines", "ring_events", "start_recorder", "start_seq_writer", "wait_for_writer"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +59,17 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, **options: 
     full_env.update(env or {})
     return subprocess.Popen([sys.executable, "-c", code, json.dumps(options)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=full_env)
+
+
+def wait_for_writer(ring: Path, proc: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
+    """Wait until ``proc`` owns the ring (its ``writer.json`` names it): a loaded machine can take
+    seconds to start Python, and a test that acts on the ring before would test nothing."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ring.is_dir() and (RingReader(ring).writer() or {}).get("pid") == proc.pid:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the recorder (pid {proc.pid}, exit {proc.poll()}) did not open {ring} within {timeout_s:g} s")
 
 
 def members(ring: Path, prefix: str = "") -> list[Any]:
