@@ -38,7 +38,7 @@ from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
-from forensics.capture.lifeline import die_with_parent
+from forensics.capture.lifeline import enter_child
 from forensics.capture.registry import load_collectors, not_selected
 from forensics.errors import (
     CaptureError,
@@ -174,16 +174,8 @@ class _Runner:
         if pid == 0:  # child
             code = 0
             try:
-                die_with_parent(parent)  # first: a SIGKILLed capture takes its collectors with it
+                enter_child(parent)  # first: a SIGKILLed capture takes its collectors with it
                 os.close(r)
-                os.setpgid(0, 0)
-                os.dup2(2, 1)  # a chatty library must never reach capture's stdout (the bundle path)
-                try:
-                    os.nice(10)  # capture must not compete with the workload it investigates
-                except OSError:
-                    pass
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 try:
                     result = body()
                 except BaseException as exc:  # noqa: BLE001 - the child reports everything

@@ -14,8 +14,8 @@ Protocol (pipes; the child is the only reader of its command pipe):
   ``{"kind": "hello"|"tick"|"fatal", "tick": i, "records": [[t, mono, member, op, data], ...],
   "notes": [...], "error": str|None, "hints": {...}}``.
 
-A child dies with its parent (:func:`forensics.capture.lifeline.die_with_parent`, the rule every
-capture collector child obeys), runs in its own process group at nice 10 and is killed (the
+A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.enter_child`:
+it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
 whole group) by the parent when it does not answer a tick in time (a hung NVML call).
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
-from forensics.capture.lifeline import die_with_parent
+from forensics.capture.lifeline import enter_child
 from forensics.errors import BundleUnsafe
 
 __all__ = ["RecordSink", "SourceProcess", "spawn"]
@@ -216,13 +216,9 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     if pid == 0:  # child
         code = 0
         try:
-            die_with_parent(parent)
-            os.setpgid(0, 0)
+            enter_child(parent, nice=0)  # capture's rules; the recorder is at nice 10 already
             os.close(cmd_w)
             os.close(out_r)
-            os.dup2(2, 1)  # nothing of a library may reach the recorder's stdout
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             body(cmd_r, out_w)
         except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
             code = 1

@@ -121,15 +121,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` (0600) with ``data``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _write_synced(path: Path, data: bytes) -> None:
+    """Create or truncate ``path`` (0600), write all of ``data`` and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
+        _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` (0600) with ``data``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    _write_synced(tmp, data)
     os.replace(tmp, path)
 
 
@@ -169,12 +174,7 @@ def _create_key(path: Path) -> bytes:
     data = os.urandom(32)
     tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(tmp, data)
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -483,12 +483,7 @@ class RingWriter:
         tmp = path.with_name(f".{gz.name}.tmp")
         packed = gzip.compress(data, compresslevel=6, mtime=0)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                _write_all(fd, packed)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_synced(tmp, packed)
             os.replace(tmp, gz)
         except OSError:
             try:
