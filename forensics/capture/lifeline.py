@@ -7,6 +7,8 @@ abandoned staging directory for the rest of the window. :func:`die_with_parent`,
 child right after ``fork``, asks the kernel to send it SIGKILL when its parent dies
 (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), then checks that the parent is still the process that
 forked it: a parent that died between ``fork`` and ``prctl`` would otherwise go unnoticed.
+:func:`enter_child` is that and the other rules of a collector child, in one place for capture's
+runner and the flight recorder's samplers.
 """
 
 from __future__ import annotations

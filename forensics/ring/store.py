@@ -27,6 +27,10 @@ and cuts. A sealed segment is written to a temporary file, fsynced, renamed, and
 in the index (itself appended and fsynced), and only then is the active file removed; recovery
 finishes or undoes any seal it finds half done. Sealed data is checked against its SHA-256 on
 every read. Caps: ``max_bytes`` (sealed + active) and ``retention_s``, oldest segments dropped first.
+
+Over 500 lines on purpose: the writer's recovery and the reader's checks are two halves of one
+on-disk contract (torn tails, half-done seals, the index), kept side by side so a change to one
+is made against the other.
 """
 
 from __future__ import annotations
