@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -95,6 +96,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--cgroups", type=int, default=200)
+    ap.add_argument("--skip-node-exporter", action="store_true", help="no side-by-side node-exporter run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gfbench-"))
     sleepers: list[subprocess.Popen[bytes]] = []
@@ -110,8 +112,9 @@ def main() -> int:
                            used_memory_bytes=1 << 28, sm_util=10, mem_util=5)
         env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
         ring = tmp / "ring"
+        log = (tmp / "recorder.log").open("w")
         rec = start_recorder(ring, env=env, interval_s=1.0, nvml_library=str(lib),
-                             sources=["nvml", "procfs", "cgroups", "kernel"])
+                             sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log)
         time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
         c0, _ = cpu_rss(tree(rec.pid))
         w0 = time.time()
@@ -126,22 +129,39 @@ def main() -> int:
         el = time.monotonic() - t0
         w1 = time.time()
         rec.send_signal(signal.SIGTERM)
-        rec.communicate(timeout=20)
+        out, _ = rec.communicate(timeout=20)
+        log.close()
+        print("  recorder stderr: " + ((tmp / "recorder.log").read_text()[-1000:].strip() or "(empty)"))
+        try:  # a source that failed or restarted would make every figure below look better than it is
+            for name, st in json.loads(out.strip().splitlines()[-1])["sources"].items():
+                print(f"  source {name}: {st['status']}, {st['ticks']} ticks, {st['missed']} missed, "
+                      f"{st['restarts']} restarts{', ' + str(st['error']) if st.get('error') else ''}")
+        except (ValueError, KeyError, IndexError):
+            print(f"  recorder status unreadable: {out[-500:]!r}")
         # the steady state: the ring lines of the records written in [w0, w1], raw and as the seal
         # compresses them (segments rotate meanwhile, so file sizes would mix both)
-        steady = b"".join(encode_record(r.t, r.mono, r.member, r.op, r.data)
-                          for r in RingReader(ring).records(since=w0, until=w1))
+        window = list(RingReader(ring).records(since=w0, until=w1))
+        steady = b"".join(encode_record(r.t, r.mono, r.member, r.op, r.data) for r in window)
+        # NVML ticks recorded in the window (8 device lines each): on a loaded machine ticks are
+        # missed, so figures per tick compare runs that the raw rates would not
+        ticks = sum(r.data.count(b'"kind": "device"') for r in window if r.member == "nvml/samples.jsonl") / 8
         raw_rate = len(steady) / el
         sealed_rate = len(gzip.compress(steady, compresslevel=6, mtime=0)) / el
         cpu_pct = 100 * (c1 - c0) / el
-        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups")
+        per_tick = f"{ticks:.0f} NVML ticks of {el:.0f} expected" if ticks else "no NVML tick recorded"
+        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups; {per_tick}")
+        if ticks:
+            print(f"  per NVML tick: CPU {1000 * (c1 - c0) / ticks:.1f} ms, ring {len(steady) / ticks / 1e3:.1f} kB raw, "
+                  f"{len(gzip.compress(steady, 6, mtime=0)) / ticks / 1e3:.1f} kB sealed")
         print(f"  CPU {cpu_pct:.2f} % of one core (target 0.5 %: ratio {cpu_pct / 0.5:.1f}x)")
         print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
         print(f"  PSS peak {peak_pss / 1e6:.1f} MB (shared pages counted once; target 60 MB: ratio {peak_pss / 60e6:.2f}x)")
         print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h in the active segment, {sealed_rate * 86400 / 1e6:.0f} MB/24 h "
               f"sealed (gzip) (target 300 MB: ratio {sealed_rate * 86400 / 300e6:.2f}x)")
         exe = shutil.which("prometheus-node-exporter")
-        if exe:
+        if args.skip_node_exporter:
+            pass
+        elif exe:
             ne = subprocess.Popen([exe, "--web.listen-address=127.0.0.1:19100"], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
             time.sleep(2)

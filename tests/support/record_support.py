@@ -48,8 +48,10 @@ def start_seq_writer(ring: Path, segment_bytes: int = 16 << 10) -> subprocess.Po
                             stdout=subprocess.PIPE, text=True, env=_env())
 
 
-def start_recorder(ring: Path, *, env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen[str]:
-    """``gpuforensics record`` through the library, in its own process (stderr captured)."""
+def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any = subprocess.PIPE,
+                   **options: Any) -> subprocess.Popen[str]:
+    """``gpuforensics record`` through the library, in its own process (stderr captured unless
+    ``stderr`` says where: a long run whose stderr nobody reads must not fill the pipe)."""
     code = ("import json, sys\nfrom pathlib import Path\n"
             "from forensics.record.recorder import RecordOptions, run_recorder\n"
             "o = json.loads(sys.argv[1]); o['ring'] = Path(o['ring']); o['sources'] = tuple(o.get('sources', ()))\n"
@@ -58,7 +60,7 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, **options: 
     full_env = _env()
     full_env.update(env or {})
     return subprocess.Popen([sys.executable, "-c", code, json.dumps(options)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env)
+                            stderr=stderr, text=True, env=full_env)
 
 
 def wait_for_writer(ring: Path, proc: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
