@@ -38,11 +38,26 @@ def _names(value: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (value or "").split(",") if n.strip())
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_RING_HELP = "(default: $GPUFORENSICS_RING, then /var/lib/gpuforensics/ring)"
+
+
+def _settings_map(settings: tuple[str, ...]) -> dict[str, str]:
+    """``--set KEY=VALUE`` options as a dict (checked later by ``validate_settings``)."""
+    extra: dict[str, str] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        extra[key.strip()] = value
+    return extra
+
+
 def _parse_since(value: str | None) -> datetime | None:
     """``--since``: an ISO 8601 time (UTC if no zone) or a duration such as 30m, 2h, 1d."""
     if not value:
         return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    units = _UNITS
     now = datetime.now(UTC)
     if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
         try:
@@ -111,9 +126,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--only", help="Comma-separated collectors to run (see `gpuforensics collectors`).")
 @click.option("--skip", help="Comma-separated collectors not to run.")
 @click.option("--all-processes", is_flag=True, help="Record every process on the host, not only GPU and container processes.")
-@click.option("--since", help="Oldest kernel-log record and event to keep: ISO time or a duration (30m, 2h).")
+@click.option("--since", help="Start of the history window for everything (kernel log, events, exited "
+              "containers, the flight recorder's ring): ISO time or a duration (30m, 2h). Overrides --lookback.")
 @click.option("--lookback", type=click.FloatRange(min=0), default=3600.0, show_default=True, callback=_finite,
-              help="Seconds of history to collect (exited containers, engine and cluster events).")
+              help="Seconds of history when --since is not given (the window is capture start minus this).")
+@click.option("--ring", "ring_dir", type=click.Path(file_okay=False),
+              help=f"Flight recorder ring to fold in, as --set ring.dir=DIR {_RING_HELP}.")
 @click.option("--no-redact", is_flag=True, help="Keep secrets (env values, passwords in command lines) verbatim.")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config).")
 @click.option("--context", "kube_context", help="Kubeconfig context to use.")
@@ -124,7 +142,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def capture(output: Path, duration: float, interval: float, timeout: float, only: str | None, skip: str | None,
             all_processes: bool, since: str | None, lookback: float, no_redact: bool, kubeconfig: str | None,
             kube_context: str | None, node_name: str | None, nvml_library: str | None,
-            settings: tuple[str, ...], progress: bool | None) -> None:
+            settings: tuple[str, ...], progress: bool | None, ring_dir: str | None) -> None:
     """Snapshot (and optionally sample) this node into an evidence bundle.
 
     Collects NVML GPU state and processes, Docker containers, /proc and cgroup counters, the kernel
@@ -140,12 +158,9 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     """
     from forensics.capture import CaptureOptions, run_capture, validate_settings
 
-    extra: dict[str, str] = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        extra[key.strip()] = value
+    extra = _settings_map(settings)
+    if ring_dir is not None:
+        extra["ring.dir"] = ring_dir
     validate_settings(extra)
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
@@ -182,6 +197,99 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     if interrupted:
         click.echo("gpuforensics: capture interrupted; the bundle holds what was collected", err=True)
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _seconds(option: str, value: str) -> float:
+    """A duration: plain seconds or a number with s, m, h or d."""
+    units = _UNITS
+    number, unit = (value[:-1], units[value[-1]]) if value[-1:] in units else (value, 1)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise UsageError(f"{option}: not a duration like 90, 30m or 24h: {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{option}: must be a positive duration, not {value!r}")
+    return seconds
+
+
+def _bytes(option: str, value: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = value.strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = (text[:-1], units[text[-1]]) if text[-1:] in units else (text, 1)
+    try:
+        n = int(float(number) * unit)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{option}: not a size like 512M or 2G: {value!r}") from None
+    if n <= 0:
+        raise UsageError(f"{option}: must be positive, not {value!r}")
+    return n
+
+
+@cli.command()
+@click.option("--ring", "ring_dir", type=click.Path(file_okay=False, path_type=Path),
+              help=f"Ring directory, created 0700, files 0600 {_RING_HELP}.")
+@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
+              callback=_finite, help="Seconds between samples.")
+@click.option("--max-bytes", default="512M", show_default=True, help="Cap of the ring on disk (oldest data dropped first).")
+@click.option("--retention", default="24h", show_default=True, help="How long records are kept (oldest dropped first).")
+@click.option("--sources", help="Comma-separated sources to record (default: every one the recorder knows: "
+              "nvml, procfs, cgroups, kernel, docker).")
+@click.option("--no-redact", is_flag=True, help="Keep secrets verbatim in the ring (not recommended).")
+@click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector setting, as for capture.")
+@click.option("--status", is_flag=True, help="Show the ring's span, size, gaps and writer, and exit (as `gpuforensics ring`).")
+def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: str, sources: str | None,
+           no_redact: bool, nvml_library: str | None, settings: tuple[str, ...], status: bool) -> None:
+    """Run the flight recorder: sample this node into a bounded, crash-safe ring, in the foreground.
+
+    Samples what capture samples (NVML devices and processes, per-process utilisation, cgroup
+    CPU/memory/PSI of containers and GPU processes, the kernel log, Docker events) every
+    --interval at nice 10, records each GPU process and container when first seen, and keeps
+    --retention of it within --max-bytes. Stop it with SIGTERM. `capture --since 30m` folds it in.
+
+    \b
+    Example:
+      sudo gpuforensics record --ring /var/lib/gpuforensics/ring --interval 1
+    """
+    if status:
+        _print_ring_status(ring_dir, verify=False, as_json=False)
+        return
+    from forensics.capture import validate_settings
+    from forensics.record import SOURCE_NAMES, RecordOptions, run_recorder
+    from forensics.ring import resolve_ring_dir
+
+    extra = _settings_map(settings)
+    validate_settings(extra)
+    options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval,
+                            max_bytes=_bytes("--max-bytes", max_bytes), retention_s=_seconds("--retention", retention),
+                            sources=_names(sources) or SOURCE_NAMES, redact=not no_redact,
+                            nvml_library=nvml_library, extra=extra,
+                            argv=tuple(["gpuforensics", *sys.argv[1:]]))
+    result = run_recorder(options)
+    click.echo(json.dumps(result, sort_keys=True))
+
+
+def _print_ring_status(ring_dir: Path | None, verify: bool, as_json: bool) -> None:
+    from forensics.record import format_status, ring_status
+    from forensics.ring import resolve_ring_dir
+
+    doc = ring_status(resolve_ring_dir(ring_dir), verify=verify)
+    click.echo(json.dumps(doc, sort_keys=True, indent=2) if as_json else format_status(doc))
+
+
+@cli.command()
+@click.argument("ring_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--verify", is_flag=True, help="Read every segment (SHA-256 of sealed ones) and list gaps and clock jumps.")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
+def ring(ring_dir: Path | None, verify: bool, as_json: bool) -> None:
+    """Show the flight recorder ring's span, size, gaps and writer (RING_DIR default:
+    $GPUFORENSICS_RING, then /var/lib/gpuforensics/ring).
+
+    \b
+    Example:
+      gpuforensics ring /var/lib/gpuforensics/ring --verify
+    """
+    _print_ring_status(ring_dir, verify, as_json)
 
 
 def _limits(max_bundle_mb: int | None, max_members: int | None) -> Any:

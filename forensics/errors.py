@@ -25,6 +25,7 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      │    └── ReportNotWritten       a report or ``analyze`` output; also a ReportError
      ├── ClusterError                cluster capture cannot ask the cluster at all (no kubeconfig,
      │                               API unreachable, nodes or pods not listable)    exit 2
+     ├── RingError                   the recorder's ring cannot be opened, locked or read  exit 2
      └── ReportError
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "ParseError",
     "ReportError",
     "ReportNotWritten",
+    "RingError",
     "STORAGE_ERRNOS",
     "SourcePermissionDenied",
     "SourceTimeout",
@@ -124,6 +126,10 @@ class OutputNotWritten(ForensicsError):
     """The storage refused to take the output: full disk, quota, I/O error, read-only."""
 
     exit_code = 4
+
+
+class RingError(ForensicsError):
+    """The flight recorder's ring cannot be opened, locked or read (``record``, ``ring``)."""
 
 
 class BundleNotWritten(OutputNotWritten, CaptureError):

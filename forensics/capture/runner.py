@@ -38,7 +38,7 @@ from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
-from forensics.capture.lifeline import die_with_parent
+from forensics.capture.lifeline import enter_child
 from forensics.capture.registry import load_collectors, not_selected
 from forensics.errors import (
     CaptureError,
@@ -48,6 +48,8 @@ from forensics.errors import (
     SourceUnavailable,
     UsageError,
 )
+from forensics.ring import load_key, resolve_ring_dir
+from forensics.specs import ring as ring_spec
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
 
@@ -148,7 +150,7 @@ class _Runner:
             self.collectors = collectors
         else:
             self.collectors = load_collectors(only=options.only, skip=options.skip)
-        self.redactor = Redactor(enabled=options.redact)
+        self.redactor = Redactor(enabled=options.redact, key=_ring_key(options))
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
         self.interrupted = False
@@ -172,16 +174,8 @@ class _Runner:
         if pid == 0:  # child
             code = 0
             try:
-                die_with_parent(parent)  # first: a SIGKILLed capture takes its collectors with it
+                enter_child(parent)  # first: a SIGKILLed capture takes its collectors with it
                 os.close(r)
-                os.setpgid(0, 0)
-                os.dup2(2, 1)  # a chatty library must never reach capture's stdout (the bundle path)
-                try:
-                    os.nice(10)  # capture must not compete with the workload it investigates
-                except OSError:
-                    pass
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 try:
                     result = body()
                 except BaseException as exc:  # noqa: BLE001 - the child reports everything
@@ -590,6 +584,18 @@ def _reserve_for_later(left_s: float, later: int) -> float:
 
 def _stderr_notice(message: str) -> None:
     print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
+
+
+def _ring_key(options: CaptureOptions) -> bytes | None:
+    """The flight recorder ring's pseudonym key, so a value redacted in the ring and in this
+    capture gets the same pseudonym; None (a fresh per-capture key) when there is no readable ring
+    or ``--only``/``--skip`` leave the ``ring`` source out."""
+    if not_selected(ring_spec.SPEC.name, options.only, options.skip):
+        return None
+    try:
+        return load_key(resolve_ring_dir(ring_spec.SPEC.read_settings(options.extra).dir))
+    except Exception:  # noqa: BLE001 - an unreadable key: the ring collector reports the ring
+        return None
 
 
 def _unlink_quietly(path: Path | None) -> None:

@@ -112,6 +112,9 @@ class TestPodSpecs:
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert set(sc["capabilities"]["add"]) == {"SYS_PTRACE", "DAC_READ_SEARCH", "SYSLOG"}
         host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        ring = {n for n, p in host_paths.items() if p == "/var/lib/gpuforensics/ring"}
+        assert len(ring) == (1 if kind == "DaemonSet" else 0)  # the recorder's ring: the one writable host path
+        host_paths = {n: p for n, p in host_paths.items() if n not in ring}
         assert set(host_paths.values()) == {"/sys/fs/cgroup", "/proc", "/run/containerd",
                                             "/var/lib/kubelet/pod-resources", "/dev/kmsg"}
         mounts = {m["name"]: m for m in container["volumeMounts"]}
@@ -132,8 +135,8 @@ class TestPodSpecs:
         spec = ds["spec"]["template"]["spec"]
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
         assert {"operator": "Exists"} in spec["tolerations"]
-        command = " ".join(spec["containers"][0]["command"])
-        assert "sleep" in command and "trap" in command
+        command = spec["containers"][0]["command"]
+        assert command[:2] == ["gpuforensics", "record"] and "/var/lib/gpuforensics/ring" in command
         assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
 
     def test_job_template_pins_a_node_and_captures(self):
