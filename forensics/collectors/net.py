@@ -133,12 +133,10 @@ class NetCollector:
         except OSError:
             own = None
         pids = PIDS.read(ctx)
-        candidates = pids if pids else list(pid_dirs(proc)) if os.path.isdir(proc) else []
+        candidates = sorted(set(pids)) if pids else sorted(pid_dirs(proc)) if os.path.isdir(proc) else []
         seen: dict[int, _Namespace] = {}
+        capped = False
         for pid in candidates:
-            if len(seen) >= s.max_namespaces:
-                ctx.partial(f"more than {s.max_namespaces} network namespaces; later ones not read")
-                break
             try:
                 link = os.readlink(f"{proc}/{pid}/ns/net")
             except OSError:
@@ -146,7 +144,13 @@ class NetCollector:
             if link == own or not link.startswith("net:[") or not link.endswith("]"):
                 continue
             inode_text = link[5:-1]
-            if not inode_text.isdigit() or int(inode_text) in seen:
+            if not inode_text.isdigit():
+                continue
+            known = seen.get(int(inode_text))
+            if known is not None and known.container_id is not None:
+                continue  # one process per namespace: one that names its container wins
+            if known is None and len(seen) >= s.max_namespaces:
+                capped = True
                 continue
             container_id = cgroup = None
             try:
@@ -156,7 +160,10 @@ class NetCollector:
                 cgroup = attribution.cgroup_path
             except (OSError, ParseError):
                 pass
-            seen[int(inode_text)] = _Namespace(int(inode_text), pid, container_id, cgroup)
+            if known is None or container_id is not None:
+                seen[int(inode_text)] = _Namespace(int(inode_text), pid, container_id, cgroup)
+        if capped:
+            ctx.partial(f"more than {s.max_namespaces} network namespaces; later ones not read")
         return list(seen.values())
 
     # -- snapshot ----------------------------------------------------------------------------
