@@ -104,9 +104,14 @@ class NetCollector:
         self._plan: _Plan | None = None
         self._fds: dict[str, int] = {}
         self._previous: tuple[float, dict[str, Any]] | None = None
+        self._parsed: dict[str, tuple[bytes, dict[str, dict[str, int]]]] = {}
+        self._settings_cache: NetSettings | None = None
 
     def _settings(self, ctx: CollectContext) -> NetSettings:
-        return SPEC.read_settings(ctx.options.extra, sysfs_root=self.sysfs_root, proc_root=self.proc_root)
+        if self._settings_cache is None:  # one capture's options do not change between ticks
+            self._settings_cache = SPEC.read_settings(ctx.options.extra, sysfs_root=self.sysfs_root,
+                                                      proc_root=self.proc_root)
+        return self._settings_cache
 
     # -- discovery ---------------------------------------------------------------------------
     def _discover(self, ctx: CollectContext, s: NetSettings) -> _Plan:
@@ -333,10 +338,14 @@ class NetCollector:
         line["disks"] = parse(netstat.parse_diskstats, f"{s.proc_root}/diskstats") or {}
         netns: dict[str, Any] = {}
         for ns in plan.namespaces:
+            path = f"{s.proc_root}/{ns.pid}/net/dev"
             try:  # a namespace's process may exit: read it fresh, never through a kept descriptor
-                raw = read_small(f"{s.proc_root}/{ns.pid}/net/dev", 1 << 20).decode("utf-8", "replace")
-                netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id,
-                                        "interfaces": netstat.parse_net_dev(raw)}
+                data = read_small(path, 1 << 20)
+                memo = self._parsed.get(path)
+                if memo is None or memo[0] != data:  # an idle container's file reads the same: same parse
+                    memo = (data, netstat.parse_net_dev(data.decode("utf-8", "replace"), path))
+                    self._parsed[path] = memo
+                netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id, "interfaces": memo[1]}
             except OSError as error:
                 errors[f"{s.proc_root}/{ns.pid}/net/dev"] = describe_os_error(error)
             except ParseError as error:
@@ -398,6 +407,8 @@ class NetCollector:
         self._fds.clear()
         self._plan = None
         self._previous = None
+        self._parsed.clear()
+        self._settings_cache = None
 
 
 COLLECTOR = NetCollector()

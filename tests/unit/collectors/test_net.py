@@ -15,7 +15,14 @@ from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.net import NetCollector
 from forensics.errors import ParseError
 from forensics.parsing import cgroupfs, netstat
-from tests.support.host_evidence import DOCKER_ID, DOCKER_SCOPE, fake_v2_host, make_context, read_json, read_jsonl
+from tests.support.host_evidence import (
+    DOCKER_ID,
+    DOCKER_SCOPE,
+    fake_v2_host,
+    make_context,
+    read_json,
+    read_jsonl,
+)
 
 NET_DEV = """Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
