@@ -32,7 +32,7 @@ from typing import Any
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
 from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
@@ -161,7 +161,7 @@ class CgroupsCollector:
         # ``cgroups.root``, then GPUFORENSICS_CGROUP_ROOT, then mountinfo)
         self.cgroup_root = cgroup_root
         self._plan: list[_Target] | None = None
-        self._fds: dict[str, int] = {}
+        self._files = KeptFiles()
         # per cgroup: the bytes read at the previous tick and the values JSON made from them
         self._previous: dict[str, tuple[list[bytes | None], str]] = {}
         # per file: the bytes read at the previous tick and their parse
@@ -346,7 +346,7 @@ class CgroupsCollector:
             errors: dict[str, str] = {}
             for hierarchy, _, file, absolute, _ in target.files:
                 try:
-                    datas.append(self._read(absolute))
+                    datas.append(self._files.read(absolute))
                 except OSError as error:
                     errors[f"{hierarchy}/{file}"] = describe_os_error(error)
                     datas.append(None)
@@ -382,31 +382,9 @@ class CgroupsCollector:
             ctx.sink.append_bytes(SAMPLES,
                                   ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
-    def _read(self, absolute: str) -> bytes:
-        fd = self._fds.get(absolute)
-        if fd is None:
-            try:
-                fd = os.open(absolute, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as error:
-                if error.errno != 24:  # EMFILE: fall back to open/read/close
-                    raise
-                return read_small(absolute, 65536)
-            self._fds[absolute] = fd
-        try:
-            return os.pread(fd, 65536, 0)
-        except OSError:
-            os.close(fd)
-            del self._fds[absolute]
-            raise
-
     def end_sampling(self, ctx: CollectContext) -> None:
         """Close the descriptors kept open across ticks."""
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
+        self._files.close()
         self._previous.clear()
         self._parsed.clear()
         self._plan = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.proc import pid_dirs
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import netstat
@@ -102,7 +102,7 @@ class NetCollector:
         self.sysfs_root = sysfs_root
         self.proc_root = proc_root
         self._plan: _Plan | None = None
-        self._fds: dict[str, int] = {}
+        self._files = KeptFiles(1 << 20)
         self._previous: tuple[float, dict[str, Any]] | None = None
         self._parsed: dict[str, tuple[bytes, dict[str, dict[str, int]]]] = {}
         self._settings_cache: NetSettings | None = None
@@ -254,23 +254,6 @@ class NetCollector:
                  f"{len(namespaces)} container network namespaces")
 
     # -- sampling ----------------------------------------------------------------------------
-    def _read(self, path: str) -> bytes:
-        fd = self._fds.get(path)
-        if fd is None:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as error:
-                if error.errno != 24:
-                    raise
-                return read_small(path, 65536)
-            self._fds[path] = fd
-        try:
-            return os.pread(fd, 1 << 20, 0)
-        except OSError:
-            os.close(fd)
-            del self._fds[path]
-            raise
-
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """One tick: /proc/net/dev, /proc/diskstats, each interface's operstate, each IB port's
         state and :data:`TICK_IB_COUNTERS`, each namespace's net/dev; one line with the counters
@@ -296,7 +279,7 @@ class NetCollector:
 
         def text(path: str) -> str | None:
             try:
-                return self._read(path).decode("utf-8", "replace")
+                return self._files.read(path).decode("utf-8", "replace")
             except OSError as error:
                 errors[path] = describe_os_error(error)
                 return None
@@ -399,12 +382,7 @@ class NetCollector:
 
     def end_sampling(self, ctx: CollectContext) -> None:
         """Close the descriptors kept open across ticks."""
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
+        self._files.close()
         self._plan = None
         self._previous = None
         self._parsed.clear()
