@@ -30,6 +30,8 @@ __all__ = [
     "Gpu",
     "GpuAllocation",
     "GpuSample",
+    "IoSample",
+    "NetSample",
     "MemorySample",
     "Model",
     "NodeInfo",
@@ -257,6 +259,43 @@ class PsiSample(NamedTuple):
         return _quoting(self.ref, self.quote)
 
 
+class IoSample(NamedTuple):
+    """Block IO of one container at ``t``: per device (``MAJ:MIN``) bytes read and written
+    (cgroup v2 ``io.stat`` rbytes/wbytes, v1 ``blkio.throttle.io_service_bytes`` Read/Write)."""
+
+    node: str
+    container_id: str
+    t: float
+    devices: dict[str, tuple[int, int]]
+    ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()
+
+    @property
+    def evidence(self) -> Evidence:
+        return _quoting(self.ref, self.quote)
+
+
+class NetSample(NamedTuple):
+    """Counters of one link at ``t``: ``kind`` ``nic`` (an interface of the node, ``/proc/net/dev``),
+    ``ib`` (an InfiniBand/RoCE port ``dev/port``, data counters turned into bytes) or ``netns`` (a
+    container's network namespace, its interfaces summed, loopback left out). ``link_bytes_per_s``
+    is the link rate (NIC speed, IB rate) when known; ``state`` the operstate or IB port state."""
+
+    node: str
+    kind: str
+    name: str
+    t: float
+    counters: dict[str, int]
+    link_bytes_per_s: float | None
+    state: str | None
+    container_id: str | None
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
 @dataclass(frozen=True)
 class OomKill:
     """An OOM kill: kernel log sequence, Docker ``oom`` event / State.OOMKilled, or Kubernetes OOMKilled."""
@@ -368,6 +407,11 @@ class Model:
     cpu_samples: list[CpuSample] = field(default_factory=list)
     memory_samples: list[MemorySample] = field(default_factory=list)
     psi_samples: list[PsiSample] = field(default_factory=list)
+    io_samples: list[IoSample] = field(default_factory=list)
+    # (node, container id) -> device (MAJ:MIN) -> {"rbps", "wbps", "riops", "wiops"} (None: unlimited),
+    # from io.max / blkio.throttle.*_device in cgroup/index.json, with the evidence of the file
+    io_limits: dict[tuple[str, str], tuple[dict[str, dict[str, int | None]], Evidence]] = field(default_factory=dict)
+    net_samples: list[NetSample] = field(default_factory=list)
     ooms: list[OomKill] = field(default_factory=list)
     xids: list[XidEvent] = field(default_factory=list)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
