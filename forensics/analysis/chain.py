@@ -163,7 +163,7 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
     for v in victims[:4]:
         harms = sorted((f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}),
                        key=lambda f: int(f.key[1:]) if f.key[1:].isdigit() else 0)
-        phrases = list(dict.fromkeys(_harm(f, model) for f in harms))
+        phrases = list(dict.fromkeys(_harm(f, model, v) for f in harms))
         impact_parts.append(f"{_name(model, v, long=False)}: {', '.join(phrases)}")
     starts = [f.start for f in significant if f.start is not None]
     ends = [f.end if f.end is not None else f.start for f in significant if (f.end or f.start) is not None]
@@ -182,9 +182,12 @@ def _name(model: Model | None, s: Subject, long: bool = True) -> str:
     return label(model, s, long=long) if model is not None else name_of(s)
 
 
-def _harm(f: Finding, model: Model | None = None) -> str:
-    """What a finding did to its victim, in a few words with the numbers (its kind's harm wording)."""
-    when = fmt_time(f.start)
+def _harm(f: Finding, model: Model | None = None, victim: Subject | None = None) -> str:
+    """What a finding did to its victim, in a few words with the numbers (its kind's harm wording);
+    at the victim's own time when the finding gives it one."""
+    own = next((s.time for s in f.subjects if victim is not None and s.key() == victim.key()
+                and s.time is not None), None)
+    when = fmt_time(own if own is not None else f.start)
     wording = _HARM.get(f.kind)
     if wording is None:
         return f"{f.kind} from {when}"
@@ -193,7 +196,7 @@ def _harm(f: Finding, model: Model | None = None) -> str:
         culprit_subjects = collapse_pods(model, culprit_subjects)
     culprits = ", ".join(_name(model, s, long=False) for s in culprit_subjects) or "another process"
     gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
-    return wording(f, Harm(when, culprits, gpu))
+    return wording(f, Harm(when, culprits, gpu, victim))
 
 
 def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> list[dict[str, object]]:

@@ -48,15 +48,27 @@ class Subject:
     name: str
     node: str
     role: Role = "witness"
+    # When the finding met this subject (unix s): a finding merging several records gives each
+    # subject its own record's time (e.g. each PID of a multi-PID Xid finding); None when not its own.
+    time: float | None = field(default=None, compare=False)
 
     def with_role(self, role: Role) -> Subject:
-        return Subject(self.type, self.id, self.name, self.node, role)
+        return Subject(self.type, self.id, self.name, self.node, role, self.time)
+
+    def at(self, t: float | None) -> Subject:
+        return Subject(self.type, self.id, self.name, self.node, self.role, t)
 
     def key(self) -> tuple[str, str, str]:
         return (self.node, self.type, self.id)
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "type": self.type, "id": self.id, "name": self.name, "node": self.node}
+        out: dict[str, Any] = {"role": self.role, "type": self.type, "id": self.id, "name": self.name,
+                               "node": self.node}
+        if self.time is not None:
+            from forensics.parsing.timestamps import format_iso
+
+            out["time"] = format_iso(self.time, precision="milli")
+        return out
 
 
 @dataclass(frozen=True)

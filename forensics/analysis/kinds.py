@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from forensics.analysis.findings import Evidence, Finding, Severity
+from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -49,6 +49,7 @@ class Harm:
     when: str
     culprits: str
     gpu: str
+    victim: Subject | None = None  # the victim the phrase is for (its own ``time`` when it has one)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ __all__ = [
     "LogTail",
     "Gpu",
     "GpuAllocation",
+    "GpuHealthReading",
+    "GpuLostWitness",
     "GpuSample",
     "MemorySample",
     "Model",
@@ -289,6 +291,42 @@ class XidEvent:
 
 
 @dataclass(frozen=True)
+class GpuLostWitness:
+    """One witness that a GPU left the bus: an Xid 79 record (``kernel-xid``), a driver message naming
+    the PCI address without an Xid number (``kernel-nvrm``, its continuation records joined), an NVML
+    XidCriticalError 79 event (``nvml-event``) or an NVML call answering GpuIsLost (``nvml``)."""
+
+    node: str
+    t: float | None
+    pci_bus_id: str | None
+    gpu_uuid: str | None
+    source: str
+    text: str
+    evidence: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class GpuHealthReading:
+    """A GPU's health counters at one moment (``phase``: ``start`` = the snapshot, ``end`` = the reading
+    after sampling): ``counters`` name -> value (None when NVML did not give it), from
+    nvmlDeviceGetTotalEccErrors, GetRetiredPages(_v2), GetRetiredPagesPendingStatus, GetRemappedRows,
+    GetPcieReplayCounter, GetGpuRecoveryAction; ``evidence`` per counter name."""
+
+    node: str
+    gpu_uuid: str
+    t: float | None
+    phase: str
+    counters: tuple[tuple[str, int | None], ...]
+    evidence: tuple[tuple[str, Evidence], ...]
+
+    def get(self, name: str) -> int | None:
+        return next((v for k, v in self.counters if k == name), None)
+
+    def cite(self, name: str) -> Evidence | None:
+        return next((e for k, e in self.evidence if k == name), None)
+
+
+@dataclass(frozen=True)
 class CudaOom:
     """A CUDA out-of-memory message in a container's log."""
 
@@ -358,6 +396,8 @@ class Model:
     psi_samples: list[PsiSample] = field(default_factory=list)
     ooms: list[OomKill] = field(default_factory=list)
     xids: list[XidEvent] = field(default_factory=list)
+    lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
+    gpu_health: list[GpuHealthReading] = field(default_factory=list)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)
     log_tails: list[LogTail] = field(default_factory=list)
@@ -464,6 +504,11 @@ def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evid
         return ref.evidence
     return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
                        ref.offset).evidence
+
+
+def norm_pci(pci: str) -> str:
+    """A PCI bus id in the one form two readings of the same GPU share (``3b:00.0``, see :func:`_norm_pci`)."""
+    return _norm_pci(pci)
 
 
 def _norm_pci(pci: str) -> str:
