@@ -182,14 +182,20 @@ def _gpu_name(model: Model, node: str, gpu: str) -> str | None:
     return g.name if g else None
 
 
-def _where(model: Model, node: str, gpu: str, pci: str | None) -> tuple[str, Subject, bool]:
-    """How a sentence names the GPU, its subject, and whether NVML enumerated it in this capture."""
+_ADDRESS = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?")
+
+
+def _where(model: Model, node: str, gpu: str, pci: str | None, text: str = "") -> tuple[str, Subject, bool]:
+    """How a sentence names the GPU, its subject, and whether NVML enumerated it in this capture.
+    A GPU NVML did not enumerate is its PCI address, as the record wrote it (``text``)."""
     g = model.gpus.get((node, gpu))
     if g is not None:
         where = gpu_label(model, node, gpu) + (f" (PCI {g.pci_bus_id})" if g.pci_bus_id else "")
         return where, g.subject(), True
     address = pci or (gpu[4:] if gpu.startswith("pci:") else gpu)
-    subject = Subject("gpu", f"PCI:{address}" if not gpu.startswith("GPU-") else gpu, f"GPU at PCI {address}", node)
+    written = next((m.group(0) for m in _ADDRESS.finditer(text)
+                    if pci is None or norm_pci(m.group(0)).split(".")[0] == norm_pci(pci).split(".")[0]), address)
+    subject = Subject("gpu", written if not gpu.startswith("GPU-") else gpu, f"GPU at PCI {address}", node)
     if model.has_source(node, "nvml") and model.node_gpus(node):
         return (f"the GPU at PCI {address}, which NVML did not enumerate in this capture "
                 "(it vanished, or is hidden from this capture)", subject, False)
@@ -272,7 +278,7 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         events = [g for c in causes for g in c.events]
         every = events + [g for c in causes for g, _ in c.consequences]
         first = events[0][0]
-        where, gpu_subject, enumerated = _where(model, node, gpu, first.pci_bus_id)
+        where, gpu_subject, enumerated = _where(model, node, gpu, first.pci_bus_id, first.evidence.excerpt)
         times = [e.t for g in every for e in g if e.t is not None]
         start, end = (min(times), max(times)) if times else (None, None)
         role: Role = "witness" if cls == "application" else "victim"
@@ -327,7 +333,7 @@ def _no_xid(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     model, node, info = c.model, c.node, c.info
     watched = info.xid_watch_gpus
     has_kernel = model.has_source(node, "kernel")
-    if GPU_XID_FAULT.id in c.found or not (has_kernel or watched):
+    if GPU_XID_FAULT.id in c.found or GPU_LOST.id in c.found or not (has_kernel or watched):
         return None
     parts: list[str] = []
     evidence: list[Evidence] = []
@@ -364,7 +370,7 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     for (node, gpu), ws in sorted(witnesses.items()):
         ws.sort(key=lambda w: w.t if w.t is not None else float("-inf"))
         pci = next((w.pci_bus_id for w in ws if w.pci_bus_id), None)
-        where, gpu_subject, enumerated = _where(model, node, gpu, pci)
+        where, gpu_subject, enumerated = _where(model, node, gpu, pci, " ".join(e.excerpt for w in ws for e in w.evidence))
         times = [w.t for w in ws if w.t is not None]
         start, end = (min(times), max(times)) if times else (None, None)
         parts: list[str] = []
