@@ -40,6 +40,7 @@ __all__ = [
     "Process",
     "ProcessGpuSample",
     "PsiSample",
+    "ShareContract",
     "XidEvent",
 ]
 
@@ -291,6 +292,31 @@ class XidEvent:
 
 
 @dataclass(frozen=True)
+class ShareContract:
+    """What a container was allowed when it shares a GPU by design: a device plugin's time-slicing or
+    MPS replicas (``GPU-<uuid>::N`` ids of a renamed or shared resource in pod-resources), MPS limits
+    (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) or a software vGPU's
+    environment limits (``CUDA_DEVICE_MEMORY_LIMIT``, ``CUDA_DEVICE_SM_LIMIT``). ``gpus`` empty: any
+    GPU of the node (an environment limit names none); ``replicas_total`` the replicas the node
+    advertises per GPU (capacity / GPUs), when known."""
+
+    node: str
+    container_id: str
+    kind: str  # time-slicing | mps | vgpu-env
+    resource: str | None
+    gpus: tuple[str, ...]
+    replicas: int
+    replicas_total: int | None
+    memory_limit_bytes: int | None
+    sm_limit_pct: float | None
+    contract: str  # quoted as the finding states it
+    evidence: tuple[Evidence, ...]
+
+    def covers(self, gpu_uuid: str) -> bool:
+        return not self.gpus or gpu_uuid in self.gpus
+
+
+@dataclass(frozen=True)
 class GpuLostWitness:
     """One witness that a GPU left the bus: an Xid 79 record (``kernel-xid``), a driver message naming
     the PCI address without an Xid number (``kernel-nvrm``, its continuation records joined), an NVML
@@ -398,6 +424,7 @@ class Model:
     xids: list[XidEvent] = field(default_factory=list)
     lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
     gpu_health: list[GpuHealthReading] = field(default_factory=list)
+    shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)
     log_tails: list[LogTail] = field(default_factory=list)
