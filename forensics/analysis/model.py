@@ -329,6 +329,7 @@ class GpuLostWitness:
     source: str
     text: str
     evidence: tuple[Evidence, ...]
+    gpu_index: int | None = None  # NVML's index, for a device lost before its UUID was read
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
                 model.lost_witnesses.append(GpuLostWitness(
                     node, t, gpu.pci_bus_id if gpu else None, uuid if isinstance(uuid, str) else None, "nvml",
                     f"{lost} answered GpuIsLost for GPU {index} ({phase} of the capture)",
-                    (src.ev_pointer(member, f"/devices/{i}/nvml/{lost}", doc),)))
+                    (src.ev_pointer(member, f"/devices/{i}/nvml/{lost}", doc),), index))
             if isinstance(uuid, str):
                 reading = _reading(src, member, doc, i, dev, uuid, phase, node, t)
                 if reading is not None:
@@ -125,7 +125,7 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
         uuid = line.get("uuid") if isinstance(line.get("uuid"), str) else (gpu.uuid if gpu else None)
         w = GpuLostWitness(node, t, gpu.pci_bus_id if gpu else None, uuid, "nvml",
                            f"{lost} answered GpuIsLost for GPU {index} (sample at tick {line.get('tick')})",
-                           (src.ev_line(member, no, raw),))
+                           (src.ev_line(member, no, raw),), index)
         if index not in first:
             first[index] = (t, w)
         last[index] = (t, w)

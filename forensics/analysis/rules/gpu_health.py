@@ -192,6 +192,10 @@ def _where(model: Model, node: str, gpu: str, pci: str | None, text: str = "") -
     if g is not None:
         where = gpu_label(model, node, gpu) + (f" (PCI {g.pci_bus_id})" if g.pci_bus_id else "")
         return where, g.subject(), True
+    if gpu.startswith("index:"):
+        index = gpu[6:]
+        return (f"GPU {index} (lost before NVML gave its UUID)", Subject("gpu", f"GPU {index}", f"GPU {index}", node),
+                False)
     address = pci or (gpu[4:] if gpu.startswith("pci:") else gpu)
     written = next((m.group(0) for m in _ADDRESS.finditer(text)
                     if pci is None or norm_pci(m.group(0)).split(".")[0] == norm_pci(pci).split(".")[0]), address)
@@ -364,7 +368,8 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     witnesses[(c.node, c.gpu)].append(GpuLostWitness(
                         e.node, e.t, e.pci_bus_id, e.gpu_uuid, source, e.text, (e.evidence,)))
     for w in model.lost_witnesses:
-        key = w.gpu_uuid or (f"pci:{norm_pci(w.pci_bus_id)}" if w.pci_bus_id else "unknown")
+        key = w.gpu_uuid or (f"pci:{norm_pci(w.pci_bus_id)}" if w.pci_bus_id else
+                             f"index:{w.gpu_index}" if w.gpu_index is not None else "unknown")
         witnesses[(w.node, key)].append(w)
     findings: list[Finding] = []
     for (node, gpu), ws in sorted(witnesses.items()):
