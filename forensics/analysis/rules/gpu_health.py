@@ -255,16 +255,16 @@ def _recovery_from_154(events: list[list[XidEvent]]) -> str | None:
     return None
 
 
-def _consequence_text(cause: _Cause) -> tuple[str, str, str | None]:
-    """('Xid 45 (2x), Xid 154 (1x)', 'links', recovery action from an Xid 154 among them)."""
+def _consequence_text(causes: list[_Cause]) -> tuple[str, str, str | None]:
+    """('Xid 45 (2x), Xid 154 (1x)', 'links', recovery action from an Xid 154 among them) of the causes."""
     counts: dict[int, int] = defaultdict(int)
     links: dict[int, str] = {}
-    for g, source in cause.consequences:
+    for g, source in (x for cause in causes for x in cause.consequences):
         counts[g[0].code] += 1
         links[g[0].code] = source
     text = ", ".join(f"Xid {c} ({n}x)" for c, n in sorted(counts.items()))
     link_text = "; ".join(f"Xid {c}: {src}" for c, src in sorted(links.items()))
-    return text, link_text, _recovery_from_154([g for g, _ in cause.consequences])
+    return text, link_text, _recovery_from_154([g for cause in causes for g, _ in cause.consequences])
 
 
 @GPU_XID_FAULT.rule
@@ -291,12 +291,7 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         if cls == "device":
             for c in causes:
                 subjects += _running_on(model, node, gpu, c.t, enumerated)
-        consequences, links, recovery = "", "", None
-        for c in causes:
-            text, lk, rec = _consequence_text(c)
-            consequences = ", ".join(x for x in (consequences, text) if x)
-            links = "; ".join(x for x in (links, lk) if x)
-            recovery = recovery or rec
+        consequences, links, recovery = _consequence_text(causes)
         name = f"Xid {code}" + (f" ({info.mnemonic})" if info.mnemonic else "")
         summary = (f"{name} on {where}{_pid_phrase(subjects)}: {info.description}; "
                    f"{len(events)} occurrence(s), first at {fmt_time(start)}")
@@ -397,12 +392,7 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         subjects: list[Subject] = [gpu_subject]
         subjects += _record_pids(model, node, gpu, events, "victim", enumerated)
         subjects += _running_on(model, node, gpu, start, enumerated)
-        consequences, links, recovery = "", "", None
-        for c in causes.get((node, gpu), []):
-            text, lk, rec = _consequence_text(c)
-            consequences = ", ".join(x for x in (consequences, text) if x)
-            links = "; ".join(x for x in (links, lk) if x)
-            recovery = recovery or rec
+        consequences, links, recovery = _consequence_text(causes.get((node, gpu), []))
         info = xid_info(_FELL_OFF_BUS, _gpu_name(model, node, gpu))
         summary = f"{where[0].upper() + where[1:]} fell off the bus: {'; '.join(parts)}"
         if consequences:
