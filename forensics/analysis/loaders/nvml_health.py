@@ -19,6 +19,7 @@ from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import as_float, as_int, dig
 from forensics.analysis.model import GpuHealthReading, GpuLostWitness, Model
 from forensics.analysis.source import Source
+from forensics.specs import nvml as nvml_spec
 
 __all__ = ["COUNTERS", "load_nvml_health"]
 
@@ -92,7 +93,7 @@ def _is_lost(nvml: Any) -> str | None:
 
 def load_nvml_health(src: Source, model: Model, node: str) -> None:
     by_index = {g.index: g for (n, _), g in model.gpus.items() if n == node}
-    for member, phase in (("nvml/devices.json", "start"), ("nvml/health_end.json", "end")):
+    for member, phase in ((nvml_spec.DEVICES, "start"), (nvml_spec.HEALTH_END, "end")):
         doc = src.json(member)
         devices = dig(doc, "devices")
         t = as_float(dig(doc, "t"))
@@ -112,7 +113,7 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
                     model.gpu_health.append(reading)
     first: dict[int, tuple[float, GpuLostWitness]] = {}
     last: dict[int, tuple[float, GpuLostWitness]] = {}
-    member = "nvml/samples.jsonl"
+    member = nvml_spec.SAMPLES
     for no, line, raw in src.jsonl(member):
         if line.get("kind", "device") != "device":
             continue

@@ -24,12 +24,14 @@ from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import as_int, dig
 from forensics.analysis.model import GpuAllocation, Model, ShareContract
 from forensics.analysis.source import Source
+from forensics.specs import kubernetes as kube_spec
+from forensics.specs import podresources as podresources_spec
 
 __all__ = ["gpu_resource_names", "load_sharing", "parse_memory_limit"]
 
-_LIST = "kubernetes/podresources/list.json"
-_PODS = "kubernetes/pods.json"
-_NODE = "kubernetes/node.json"
+_LIST = podresources_spec.LIST
+_PODS = kube_spec.PODS
+_NODE = kube_spec.NODE
 _DEFAULT = "nvidia.com/gpu"
 _ENV_LIMITS = ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
                "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT")
