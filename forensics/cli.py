@@ -228,9 +228,12 @@ def _split_formats(value: str) -> list[str]:
 @click.option("--fail-on", type=click.Choice(SEVERITIES), help="Exit 1 when a finding of this severity or worse exists.")
 @click.option("--page-size", type=click.Choice(["A4", "Letter"], case_sensitive=False), default="A4", show_default=True,
               help="PDF page size.")
+@click.option("--window", help="Window under investigation, START..END: ISO times or durations before the "
+                               "capture's end (2h..30m, 15m..); default: the capture window and its lead-up.")
 @_with_limits
 def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path: Path | None,
-            fail_on: str | None, page_size: str, max_bundle_mb: int | None, max_members: int | None) -> None:
+            fail_on: str | None, page_size: str, window: str | None, max_bundle_mb: int | None,
+            max_members: int | None) -> None:
     """Analyze one or more bundles: who held which GPU, who suffered, and the proof.
 
     Joins GPU -> PID -> container -> pod -> allocation, runs the rules and builds the evidence
@@ -242,6 +245,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
       gpuforensics analyze bundle.tgz                      # summary on the terminal
       gpuforensics analyze bundle.tgz -f html,pdf,md,json -o reports/
       gpuforensics analyze bundle.tgz -f json --fail-on high > findings.json
+      gpuforensics analyze bundle.tgz --window 2026-11-29T14:00Z..2026-11-29T14:30Z
     """
     formats = _split_formats(fmt)
     files = [f for f in formats if f not in ("text",)]
@@ -251,11 +255,12 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
         raise UsageError(f"--format {fmt} needs -o PATH (a file or a directory)")
     if formats == ["text"] and output is not None:
         raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
-    from forensics.analysis import analyze_bundles, load_config
+    from forensics.analysis import analyze_bundles, load_config, parse_window
     from forensics.report import render, render_text
 
     config = load_config(config_path) if config_path else None
-    doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members))
+    spec = parse_window(window) if window else None  # a bad value fails before any bundle is read
+    doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members), window=spec)
     if output is None:
         if formats == ["json"]:
             click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))

@@ -198,6 +198,30 @@ def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
     return "Kubernetes pod research/notebook-alice has no nvidia.com/gpu limit but sees every GPU (NVIDIA_VISIBLE_DEVICES=all) and takes GPU 0, assigned by the kubelet to ml/trainer-0."
 
 
+OLDER_OOM_WAIT_S = 45  # how long before the capture the unrelated containers' kills happen
+
+
+def busy_node(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """A busy shared node: unrelated containers were OOM-killed (and removed) before the capture, so
+    the kernel log holds their kills; inside the window a data loader is CPU-throttled and another
+    container is OOM-killed. Independent causes: one incident each, the in-window ones first."""
+    for name in ("nightly-report", "cache-warmer"):
+        cid = st.run(name, "--memory", "16m", "--memory-swap", "16m",
+                     cmd=["sh", "-c", "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo $x | wc -c"])
+        st.engine.cli("wait", cid, check=False, timeout=60)
+        st.engine.cli("rm", "-f", cid, check=False)  # gone before the capture: only its events name it
+    time.sleep(OLDER_OOM_WAIT_S)
+    st.run("trainer", "-e", "NVIDIA_VISIBLE_DEVICES=0")
+    st.run("loader", "--cpus", "0.2", cmd=["sh", "-c", "while :; do :; done"])
+    st.run("etl", "--memory", "32m", "--memory-swap", "32m",
+           cmd=["sh", "-c", "sleep 4; x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c"])
+    sc.epoch = time.time() + 1.0
+    two_gpus(sc, gpu0_util=93, gpu1_util=0)
+    sc.add_process(pid=st.pid("trainer"), gpu=0, used_memory_bytes=30 * GIB, sm_util=91, mem_util=50)
+    return ("A busy shared node: nightly-report and cache-warmer were OOM-killed and removed before the capture; "
+            "in the window, loader (0.2 CPUs) is CPU-throttled and etl (32 MiB) is OOM-killed.")
+
+
 SCENARIOS: dict[str, Callable[[Stage, nvmlsim.Scenario], str]] = {
     "unallocated-gpu-use": unallocated_gpu_use,
     "cpu-throttled-loader": cpu_throttled_loader,
@@ -205,6 +229,7 @@ SCENARIOS: dict[str, Callable[[Stage, nvmlsim.Scenario], str]] = {
     "xid-fault": xid_fault,
     "clean-host": clean_host,
     "k8s-pod-without-gpu-limit": k8s_pod_without_gpu_limit,
+    "busy-node": busy_node,
 }
 
 

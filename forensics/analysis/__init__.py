@@ -18,6 +18,7 @@ from typing import Any
 from forensics.analysis.chain import build_chain, ruled_out
 from forensics.analysis.document import build_document
 from forensics.analysis.findings import Finding, severity_rank
+from forensics.analysis.incidents import WindowSpec, build_incidents, parse_window, window_for
 from forensics.analysis.joins import resolve_joins
 from forensics.analysis.loaders import finalize, load_manifest, load_source, note_missing_sources
 from forensics.analysis.model import Model
@@ -27,7 +28,8 @@ from forensics.analysis.thresholds import AnalysisConfig, load_config
 from forensics.bundle.reader import ReadLimits, open_bundle
 from forensics.bundle.verify import check_integrity
 
-__all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "mark_history", "run_rules"]
+__all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "mark_before_capture", "mark_history",
+           "parse_window", "run_rules"]
 
 
 def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
@@ -61,7 +63,7 @@ def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | No
         seen_files[bundle.file_sha256] = path.name
         problems = check_integrity(bundle)
         if problems:
-            model.limit(f"{path.name}: INTEGRITY CHECK FAILED, {len(problems)} member(s) do not match "
+            model.limit(f"INTEGRITY CHECK FAILED: {path.name}: {len(problems)} member(s) do not match "
                         f"the manifest ({'; '.join(problems[:3])}): the evidence was altered or "
                         "damaged after capture; run `gpuforensics verify` and treat the findings as untrusted")
         src = Source(bundle, path.name, bundle.members.keys())
@@ -112,18 +114,56 @@ def mark_history(model: Model, findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s earlier"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min earlier"
+    return f"{seconds / 3600:.1f} h earlier"
+
+
+def mark_before_capture(model: Model, findings: list[Finding]) -> list[Finding]:
+    """Findings that began before their node's capture started (the lead-up, the kernel ring
+    buffer) say so: ``before_capture_s`` and "before capture (N min earlier)" in their summary
+    and headline, so that every format shows it (history already says how much earlier)."""
+    out: list[Finding] = []
+    for f in findings:
+        info = model.nodes.get(f.node)
+        if info is None or info.start is None or f.start is None or info.start - f.start < 1.0:
+            out.append(f)
+            continue
+        ago = info.start - f.start
+        f = replace(f, before_capture_s=round(ago, 3))
+        if not f.summary.startswith("earlier history"):
+            ended = f.end is None or f.end < info.start
+            phrase = f"{'before' if ended else 'began before'} capture ({_ago(ago)})"
+            f = replace(f, summary=f"{phrase}: {f.summary}",
+                        headline=f"{phrase}: {f.headline}" if f.headline else "",
+                        lead=f"{phrase}: {f.lead}" if f.lead else "")
+        out.append(f)
+    return out
+
+
 def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None = None,
-                    limits: ReadLimits | None = None) -> dict[str, Any]:
-    """Analyse one or more bundles and return the analysis JSON document (a dict)."""
+                    limits: ReadLimits | None = None, window: str | WindowSpec | None = None) -> dict[str, Any]:
+    """Analyse one or more bundles and return the analysis JSON document (a dict).
+
+    ``window``: the window under investigation (``START..END``, :func:`parse_window`); by default
+    the capture window and its lead-up. It ranks the incidents; it hides nothing.
+    """
     cfg = config or AnalysisConfig()
+    spec = parse_window(window) if isinstance(window, str) else window
     model = build_model(paths, limits, cfg)
     was_enabled = gc.isenabled()
     gc.disable()  # rules and the document also make many acyclic records (see build_model)
     try:
-        findings = mark_history(model, run_rules(model, cfg))
+        findings = mark_before_capture(model, mark_history(model, run_rules(model, cfg)))
         result = build_chain(findings, cfg, model)
+        win = window_for(model, spec)
+        incidents = build_incidents(result.findings, model, cfg, win)
         ruled = ruled_out(model, list(result.findings), cfg)
-        return build_document(model, result, ruled, cfg, generated_at=time.time())
+        return build_document(model, result, ruled, cfg, generated_at=time.time(),
+                              incidents=incidents, window=win)
     finally:
         if was_enabled:
             gc.enable()

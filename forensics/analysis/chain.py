@@ -10,18 +10,20 @@ not found, as the kind's declaration says (:mod:`forensics.analysis.kinds`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from forensics.analysis.findings import Finding, Subject, severity_rank
+from forensics.analysis.findings import Finding, Role, Subject, severity_rank
 from forensics.analysis.kinds import Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, collapse_pods, fmt_time, label, name_of
 from forensics.analysis.rules import CAUSES, SPECS
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["CAUSES", "ChainResult", "build_chain", "ruled_out"]
+__all__ = ["CAUSES", "ChainResult", "build_chain", "is_significant", "next_step", "ruled_out", "verdict_of"]
 
 _HARM = {k.id: k.harm_wording for k in SPECS if k.harm_wording is not None}
+_KIND = {k.id: k for k in SPECS}
 _RULED_OUT = sorted(((k.id, k.not_found) for k in SPECS if k.not_found is not None), key=lambda kc: kc[1].rank)
 # How far before the cause's start an effect may begin (sampling jitter).
 _SLACK_S = 5.0
@@ -95,9 +97,9 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
                                           f.kind, f.key))
     ids = {f.key: f"F{i}" for i, f in enumerate(ordered, 1)}
     final = [replace(f, key=ids[f.key], cause_keys=tuple(sorted((ids[k] for k in effects_of[f.key]),
-                                                                  key=lambda x: int(x[1:]))))
+                                                                  key=lambda x: int(x[1:]))),
+                     next_step=f.next_step or next_step(f, model))
              for f in ordered]
-    caused = {e for f in final for e in f.cause_keys}
 
     chain: list[dict[str, object]] = []
     for f in final:
@@ -106,26 +108,38 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
         chain.append({"finding": f.key, "time": f.start, "text": cap(f.headline or f.summary),
                       "leads_to": list(f.cause_keys)})
 
-    significant = [f for f in final if severity_rank(f.severity) <= severity_rank("medium")]
+    return ChainResult(tuple(final), chain, verdict_of(final, model))
+
+
+def is_significant(f: Finding) -> bool:
+    """Severity medium or worse: what a verdict is made of."""
+    return severity_rank(f.severity) <= severity_rank("medium")
+
+
+def verdict_of(findings: Sequence[Finding], model: Model | None = None) -> dict[str, object]:
+    """The verdict over ``findings`` (ids and causes assigned; a whole analysis, or one incident):
+    the root cause's finding and its effects in one sentence, culprits, victims, impact, span."""
+    final = list(findings)
+    caused = {e for f in final for e in f.cause_keys}
+    significant = [f for f in final if is_significant(f)]
     by_id = {f.key: f for f in final}
     clean = not any(f.subjects_with("culprit") or f.subjects_with("victim") for f in significant) and not any(
         severity_rank(f.severity) <= severity_rank("high") for f in final)
     if clean:
         headline = "No contention, misallocation or fault found" + (
             f" ({len(final)} minor observation(s))" if final else "")
-        verdict: dict[str, object] = {
+        return {
             "headline": headline, "clean": True,
             "severity": min((f.severity for f in final), key=severity_rank) if final else None,
             "culprits": [], "victims": [], "impact": "", "start": None, "end": None,
         }
-        return ChainResult(tuple(final), chain, verdict)
 
     # Root causes: significant findings nothing else caused, most severe (then earliest) first.
     roots = sorted((f for f in significant if f.key not in caused),
                    key=lambda f: (not f.cause_keys, not f.subjects_with("culprit"),
                                   severity_rank(f.severity), _order_key(f)))
-    root = roots[0] if roots else significant[0]
-    effects = [by_id[eid] for eid in root.cause_keys]
+    root = roots[0] if roots else (significant or sorted(final, key=lambda f: severity_rank(f.severity)))[0]
+    effects = [by_id[eid] for eid in root.cause_keys if eid in by_id]
     root_culprits = {s.key() for s in root.subjects_with("culprit")}
     # An effect of the same culprit continues the root's sentence with its numbers:
     # "container notebook, which had no GPU allocation, took GPU 0 (allocated to trainer): 92% of its compute; ..."
@@ -151,23 +165,17 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
     headline = cap("; ".join(clauses))
     ooms = [f for f in significant if f.kind == "oom-kill"]
     if root.kind == "oom-kill" and len(ooms) >= _OOM_SUMMARY_MIN:
-        # many kills (a leaking job restarted again and again, a node under memory pressure):
-        # the count and the latest say more than the first one alone
-        latest = max(ooms, key=lambda f: f.start if f.start is not None else -math.inf)
-        kills = sum(int(k) if isinstance(k := f.metric("kills"), int) else 1 for f in ooms)
-        times = [f.start for f in ooms if f.start is not None]
-        span_text = f" from {fmt_time(min(times))} to {fmt_time(max(times))}" if times else ""
-        headline = cap(f"{kills} OOM kills in {len(ooms)} containers or pods{span_text}; "
-                       f"the latest: {latest.headline or latest.summary}")
+        headline = _oom_count_headline(ooms)
     impact_parts = []
     for v in victims[:4]:
-        harms = sorted((f for f in significant if v.key() in {s.key() for s in f.subjects_with("victim")}),
+        harms = sorted((f for f in (significant or [root]) if v.key() in {s.key() for s in f.subjects_with("victim")}),
                        key=lambda f: int(f.key[1:]) if f.key[1:].isdigit() else 0)
         phrases = list(dict.fromkeys(_harm(f, model, v) for f in harms))
         impact_parts.append(f"{_name(model, v, long=False)}: {', '.join(phrases)}")
-    starts = [f.start for f in significant if f.start is not None]
-    ends = [f.end if f.end is not None else f.start for f in significant if (f.end or f.start) is not None]
-    verdict = {
+    spanned = significant or [root]
+    starts = [f.start for f in spanned if f.start is not None]
+    ends = [f.end if f.end is not None else f.start for f in spanned if (f.end or f.start) is not None]
+    return {
         "headline": headline, "clean": False,
         "severity": min((f.severity for f in final), key=severity_rank),
         "culprits": culprits, "victims": victims,
@@ -175,28 +183,53 @@ def build_chain(findings: list[Finding], cfg: AnalysisConfig, model: Model | Non
         "start": min(starts) if starts else None,
         "end": max(e for e in ends if e is not None) if ends else None,
     }
-    return ChainResult(tuple(final), chain, verdict)
+
+
+def _oom_count_headline(ooms: Sequence[Finding]) -> str:
+    """Many kills (a leaking job restarted again and again, a node under memory pressure): the
+    count and the latest say more than the first one alone."""
+    latest = max(ooms, key=lambda f: f.start if f.start is not None else -math.inf)
+    kills = sum(int(k) if isinstance(k := f.metric("kills"), int) else 1 for f in ooms)
+    times = [f.start for f in ooms if f.start is not None]
+    span_text = f" from {fmt_time(min(times))} to {fmt_time(max(times))}" if times else ""
+    return cap(f"{kills} OOM kills in {len(ooms)} containers or pods{span_text}; "
+               f"the latest: {latest.headline or latest.summary}")
 
 
 def _name(model: Model | None, s: Subject, long: bool = True) -> str:
     return label(model, s, long=long) if model is not None else name_of(s)
 
 
+def _context(f: Finding, model: Model | None, victim: Subject | None = None) -> Harm:
+    """What the kind's wordings know of ``f``: its time (``victim``'s own time when the finding
+    gives it one), its culprits', victims' and GPU's names."""
+    def names(role: Role) -> str:
+        subjects = list(f.subjects_with(role))
+        if model is not None:
+            subjects = collapse_pods(model, subjects)
+        return ", ".join(_name(model, s, long=False) for s in subjects)
+
+    own = next((s.time for s in f.subjects if victim is not None and s.key() == victim.key()
+                and s.time is not None), None)
+    gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
+    return Harm(fmt_time(own if own is not None else f.start), names("culprit") or "another process", gpu,
+                names("victim") or "the affected workload", victim)
+
+
 def _harm(f: Finding, model: Model | None = None, victim: Subject | None = None) -> str:
     """What a finding did to its victim, in a few words with the numbers (its kind's harm wording);
     at the victim's own time when the finding gives it one."""
-    own = next((s.time for s in f.subjects if victim is not None and s.key() == victim.key()
-                and s.time is not None), None)
-    when = fmt_time(own if own is not None else f.start)
+    context = _context(f, model, victim)
     wording = _HARM.get(f.kind)
     if wording is None:
-        return f"{f.kind} from {when}"
-    culprit_subjects = list(f.subjects_with("culprit"))
-    if model is not None:
-        culprit_subjects = collapse_pods(model, culprit_subjects)
-    culprits = ", ".join(_name(model, s, long=False) for s in culprit_subjects) or "another process"
-    gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
-    return wording(f, Harm(when, culprits, gpu, victim))
+        return f"{f.kind} from {context.when}"
+    return wording(f, context)
+
+
+def next_step(f: Finding, model: Model | None = None) -> str:
+    """The one-line next step for ``f``, as its kind's declaration words it."""
+    kind = _KIND.get(f.kind)
+    return kind.step(f, _context(f, model)) if kind is not None else ""
 
 
 def ruled_out(model: Model, findings: list[Finding], cfg: AnalysisConfig) -> list[dict[str, object]]:

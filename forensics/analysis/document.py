@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from forensics._version import __version__
 from forensics.analysis.chain import ChainResult
 from forensics.analysis.findings import Finding, Subject
+from forensics.analysis.incidents import Incident, Window
 from forensics.analysis.joins import owner_of
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
@@ -38,7 +40,47 @@ def _finding_json(f: Finding) -> dict[str, Any]:
         "metrics": {k: v for k, v in f.metrics},
         "evidence": [e.to_json() for e in f.evidence],
         "causes": list(f.cause_keys),
+        "next_step": f.next_step,
+        "before_capture_s": f.before_capture_s,
     }
+
+
+def _verdict_json(v: dict[str, Any]) -> dict[str, Any]:
+    out = dict(v)
+    out["culprits"] = _subjects(v.get("culprits", []))
+    out["victims"] = _subjects(v.get("victims", []))
+    out["start"] = iso(v.get("start"))
+    out["end"] = iso(v.get("end"))
+    return out
+
+
+def _incident_json(inc: Incident, model: Model) -> dict[str, Any]:
+    v = _verdict_json(inc.verdict)
+    starts = [info.start for info in model.nodes.values() if info.start is not None]
+    start = inc.verdict.get("start")
+    before = (round(min(starts) - start, 3) if starts and isinstance(start, float | int)
+              and min(starts) - start >= 1.0 else None)
+    root = next((f for f in inc.findings if f.next_step and f.severity == v["severity"]), inc.findings[0])
+    return {"id": inc.key, "relevance": inc.relevance, "severity": v["severity"],
+            "headline": v["headline"], "culprits": v["culprits"], "victims": v["victims"],
+            "parties": [s.to_json() for s in inc.parties], "impact": v["impact"],
+            "start": v["start"], "end": v["end"], "before_capture_s": before,
+            "findings": [f.key for f in inc.findings], "kinds": sorted({f.kind for f in inc.findings}),
+            "next_step": root.next_step}
+
+
+def _top_verdict(incidents: list[dict[str, Any]], fallback: dict[str, Any]) -> dict[str, Any]:
+    """The verdict: the top incident's (compatible with a one-verdict reader), its headline saying
+    how many more incidents with harm there are; the whole analysis's when none has harm."""
+    harmful = [i for i in incidents if not i["_clean"]]
+    if not harmful:
+        return dict(fallback, incident=None)
+    top = harmful[0]
+    more = len(harmful) - 1
+    headline = top["headline"] + (f" (+{more} more incident{'s' if more > 1 else ''})" if more else "")
+    return {"headline": headline, "clean": False, "severity": top["severity"],
+            "culprits": top["culprits"], "victims": top["victims"], "impact": top["impact"],
+            "start": top["start"], "end": top["end"], "incident": top["id"]}
 
 
 def _subjects(items: Any) -> list[dict[str, Any]]:
@@ -182,7 +224,7 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
         if o.t is not None:
             who = model.container(o.node, o.container_id)
             where = (label(model, who.subject()) if who else
-                     label(model, Subject("container", o.container_id, o.container_id[:12], o.node))
+                     label(model, model.container_subject(o.node, o.container_id))
                      if o.container_id else "")
             text = f"OOM kill of {o.comm or 'a process'}" + (f" (pid {o.pid})" if o.pid else "") + \
                 (f" in {where}" if where else "") + f" [{o.source}]"
@@ -220,19 +262,26 @@ def _unknown_containers(model: Model) -> list[dict[str, Any]]:
     for o in model.ooms:
         if o.container_id:
             seen.setdefault((o.node, o.container_id), "named by an OOM record's memory cgroup only")
-    return [{"type": "container", "id": cid, "name": None, "node": node,
-             "reason": f"{why}: no Docker or Kubernetes record of it in the bundle"}
-            for (node, cid), why in sorted(seen.items()) if (node, cid) not in model.containers]
+    out = []
+    for (node, cid), why in sorted(seen.items()):
+        if (node, cid) in model.containers:
+            continue
+        named = model.event_names.get((node, cid))
+        reason = (f"{why}: no Docker inspect record of it (it existed only between the capture's "
+                  f"snapshots; Docker events name it {named})" if named else
+                  f"{why}: no Docker or Kubernetes record of it in the bundle")
+        out.append({"type": "container", "id": cid, "name": named, "node": node, "reason": reason})
+    return out
 
 
 def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]],
-                   cfg: AnalysisConfig, generated_at: float | None = None) -> dict[str, Any]:
+                   cfg: AnalysisConfig, generated_at: float | None = None,
+                   incidents: Sequence[Incident] = (), window: Window | None = None) -> dict[str, Any]:
     """The whole analysis document, JSON-able, in a stable order."""
-    verdict = dict(result.verdict)
-    verdict["culprits"] = _subjects(verdict.get("culprits", []))
-    verdict["victims"] = _subjects(verdict.get("victims", []))
-    verdict["start"] = iso(verdict.get("start"))  # type: ignore[arg-type]
-    verdict["end"] = iso(verdict.get("end"))  # type: ignore[arg-type]
+    incidents_json = [dict(_incident_json(i, model), _clean=not i.significant) for i in incidents]
+    verdict = _top_verdict(incidents_json, _verdict_json(dict(result.verdict)))
+    for i in incidents_json:
+        del i["_clean"]
     chain = [dict(c, time=iso(c["time"])) for c in result.chain]  # type: ignore[arg-type]
     ruled_json = [dict(r, evidence=[e.to_json() for e in r.get("evidence", [])]) for r in ruled]
     unattributed: list[dict[str, Any]] = []
@@ -265,6 +314,8 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "bundle": bundles[0] if bundles else None,
         "bundles": bundles,
         "verdict": verdict,
+        "window": window.to_json() if window is not None else None,
+        "incidents": incidents_json,
         "findings": [_finding_json(f) for f in result.findings],
         "chain": chain,
         "timeline": _timeline(model, result.findings),

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from forensics.analysis.excerpt import EXCERPT_MAX_CHARS, JsonText, cut, pointer_path, quote
 from forensics.document_format import SEVERITIES, Severity, severity_rank
+from forensics.parsing.timestamps import format_iso
 
 __all__ = [
     "ROLES",
@@ -28,11 +30,10 @@ ROLES: tuple[Role, ...] = ("culprit", "victim", "witness")
 # The finding kinds are declared beside their rules (forensics/analysis/kinds.py); the list of
 # their ids is forensics.analysis.rules.KINDS.
 
-EXCERPT_MAX_CHARS = 240
-
 
 def shorten(text: str, limit: int = EXCERPT_MAX_CHARS) -> str:
-    """A one-line excerpt of at most ``limit`` characters, cut with ``...``."""
+    """A one-line description of at most ``limit`` characters (whitespace runs made one space),
+    cut with ``...``: for text we wrote, never for a quotation (:func:`cut`)."""
     one_line = " ".join(text.split())
     if len(one_line) <= limit:
         return one_line
@@ -41,22 +42,25 @@ def shorten(text: str, limit: int = EXCERPT_MAX_CHARS) -> str:
 
 @dataclass(frozen=True, order=True)
 class Subject:
-    """An entity a finding is about: container (64-hex id), pod (UID), process (PID), gpu (UUID), host."""
+    """An entity a finding is about: container (64-hex id), pod (UID), process (PID), gpu (UUID), host.
+
+    ``time`` (unix seconds): in a finding that merges several records (repeated OOM kills), when
+    this subject's own record happened; None otherwise (the finding's start is everyone's time).
+    """
 
     type: str
     id: str
     name: str
     node: str
     role: Role = "witness"
-    # When the finding met this subject (unix s): a finding merging several records gives each
-    # subject its own record's time (e.g. each PID of a multi-PID Xid finding); None when not its own.
-    time: float | None = field(default=None, compare=False)
+    time: float | None = None
 
     def with_role(self, role: Role) -> Subject:
         return Subject(self.type, self.id, self.name, self.node, role, self.time)
 
-    def at(self, t: float | None) -> Subject:
-        return Subject(self.type, self.id, self.name, self.node, self.role, t)
+    def at(self, time: float | None) -> Subject:
+        """The subject with its own record's time."""
+        return Subject(self.type, self.id, self.name, self.node, self.role, time)
 
     def key(self) -> tuple[str, str, str]:
         return (self.node, self.type, self.id)
@@ -65,28 +69,43 @@ class Subject:
         out: dict[str, Any] = {"role": self.role, "type": self.type, "id": self.id, "name": self.name,
                                "node": self.node}
         if self.time is not None:
-            from forensics.parsing.timestamps import format_iso
-
             out["time"] = format_iso(self.time, precision="milli")
         return out
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """A quotation from a bundle member: ``locator`` is a JSON pointer, ``line N`` or ``""``."""
+    """A quotation from a bundle member: ``locator`` is a JSON pointer, ``line N``, ``entry N`` or ``""``.
+
+    ``excerpt`` is the member's own text (:mod:`forensics.analysis.excerpt`); ``normalised`` says it
+    is not: a value re-serialised because its text could not be located, or, for the whole member
+    (locator ``""``), a description of what was examined (``412 records``).
+    """
 
     bundle: str
     member: str
     locator: str
     excerpt: str
+    normalised: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "bundle": self.bundle,
             "member": self.member,
             "locator": self.locator,
-            "excerpt": shorten(self.excerpt),
+            "excerpt": shorten(self.excerpt) if self.normalised else cut(self.excerpt),
+            "excerpt_normalised": self.normalised,
         }
+
+
+def _text(p: bytes | bytearray | str) -> tuple[str, bool]:
+    """The text of raw member bytes, and whether it had to be repaired (not valid UTF-8)."""
+    if isinstance(p, str):
+        return p, False
+    try:
+        return bytes(p).decode("utf-8"), False
+    except UnicodeDecodeError:
+        return bytes(p).decode("utf-8", "replace"), True
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +114,11 @@ class EvidenceRef:
 
     ``line`` (1-based) locates it in a text/JSON-lines member, else ``pointer`` (JSON pointer).
     ``payload`` is the raw line (bytes or str) or a JSON value; ``paths`` pick the values to quote
-    out of a JSON payload (a raw line is parsed again only then).
+    out of it (relative to the line, or to the pointer's value). The excerpt is the member's own
+    text: the line, the pointer's value, or the picked ``"key": value`` spans, located in the
+    line's or the member's text (``source``: an object with ``line_at(member, offset) -> bytes``
+    and ``json_text(member) -> JsonText | None``); only when that text is not at hand is the value
+    re-serialised, and the evidence says so (``normalised``).
     """
 
     bundle: str
@@ -104,17 +127,39 @@ class EvidenceRef:
     payload: Any
     paths: tuple[tuple[str | int, ...], ...] = ()
     pointer: str = ""
-    source: Any = None  # an object with line_at(member, offset) -> bytes, when payload is None
+    source: Any = None
     offset: int = -1
 
     @property
     def evidence(self) -> Evidence:
-        import json
-
         p = self.payload
         if p is None and self.source is not None and self.offset >= 0:
             p = self.source.line_at(self.member, self.offset)
         locator = f"line {self.line}" if self.line else self.pointer
+        doc: JsonText | None = None
+        base: list[str | int] = []
+        repaired = False
+        if self.line and isinstance(p, bytes | bytearray | str):
+            text, repaired = _text(p[: 1 << 20])
+            if not self.paths:
+                return Evidence(self.bundle, self.member, locator, cut(text), repaired)
+            doc = JsonText(text)
+        elif not self.line and self.source is not None:
+            doc = self.source.json_text(self.member)
+            if doc is not None:
+                base = pointer_path(self.pointer, doc)
+        if doc is not None:
+            spans = [doc.span([*base, *path], with_key=bool(path) and isinstance(path[-1], str))
+                     for path in self.paths] if self.paths else [doc.span(base)]
+            if spans and all(sp is not None for sp in spans):
+                return Evidence(self.bundle, self.member, locator,
+                                quote(doc.text, [sp for sp in spans if sp is not None]), repaired)
+        return self._normalised(p, locator)
+
+    def _normalised(self, p: Any, locator: str) -> Evidence:
+        """The values re-serialised (compact JSON), said to be so: the member's text is not at hand."""
+        import json
+
         if self.paths:
             try:
                 doc = json.loads(p) if isinstance(p, bytes | bytearray | str) else p
@@ -125,16 +170,13 @@ class EvidenceRef:
                         cur = cur[key]
                     quoted = {path[-1]: cur} if path and isinstance(path[-1], str) else cur
                     parts.append(json.dumps(quoted, separators=(",", ":")))
-                return Evidence(self.bundle, self.member, locator, shorten(" ".join(parts)))
+                return Evidence(self.bundle, self.member, locator, shorten(" ".join(parts)), True)
             except (ValueError, KeyError, IndexError, TypeError):
                 pass
-        if isinstance(p, bytes | bytearray):
-            text = p[: EXCERPT_MAX_CHARS * 2].decode("utf-8", "replace")
-        elif isinstance(p, str):
-            text = p[: EXCERPT_MAX_CHARS * 2]
-        else:
-            text = json.dumps(p, separators=(",", ":"))
-        return Evidence(self.bundle, self.member, locator, shorten(text))
+        if isinstance(p, bytes | bytearray | str):
+            text, repaired = _text(p[: EXCERPT_MAX_CHARS * 2])
+            return Evidence(self.bundle, self.member, locator, cut(text), repaired)
+        return Evidence(self.bundle, self.member, locator, shorten(json.dumps(p, separators=(",", ":"))), True)
 
 
 @dataclass(frozen=True)
@@ -164,6 +206,8 @@ class Finding:
     # + ": " + "92% of its compute; trainer fell from 95% to 7% SM".
     lead: str = ""
     follow: str = ""
+    next_step: str = ""  # what an operator does next, one line (its kind's wording; set by the chain)
+    before_capture_s: float | None = None  # how long before the capture started it began (None: not before)
 
     def subjects_with(self, role: Role) -> tuple[Subject, ...]:
         return tuple(s for s in self.subjects if s.role == role)

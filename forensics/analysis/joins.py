@@ -103,7 +103,7 @@ class Joins:
             return Owner(pod.subject(), self.pod_allocations[pod.uid], True, proc.evidence)
         if proc.container_id:
             # A container the cgroup names but no other source describes: kept, by its id.
-            subj = Subject("container", proc.container_id, proc.container_id[:12], node)
+            subj = model.container_subject(node, proc.container_id)
             return Owner(subj, UNKNOWN_ALLOCATION, True, proc.evidence)
         return Owner(proc.subject(), UNKNOWN_ALLOCATION, False, proc.evidence)
 

@@ -14,6 +14,11 @@ attaches its pieces with decorators::
     @OOM_KILL.ruled_out(rank=30)
     def _not_found(c): ...                 # (RuledOutCheck) -> (statement, evidence) | None
 
+    @OOM_KILL.next_step
+    def _step(f, h): return f"raise {h.victims}'s memory limit or find its leak"   # one line
+
+(or ``FindingKind(..., next_step="drain the node")`` when the wording needs nothing of the finding).
+
 Declaring registers the kind here; :mod:`forensics.analysis.rules` imports every module of its
 package (no hand-kept list) and derives ``KINDS``, ``RULES`` and ``CAUSES`` from the registry; the
 chain (:mod:`forensics.analysis.chain`) takes harm phrases and ruled-out statements from it.
@@ -34,6 +39,7 @@ __all__ = [
     "Rule",
     "RuledOut",
     "RuledOutCheck",
+    "StepWording",
     "registered",
 ]
 
@@ -42,21 +48,24 @@ Rule = Callable[[Model, AnalysisConfig], list[Finding]]
 
 @dataclass(frozen=True)
 class Harm:
-    """What the verdict's impact line knows of a finding when it words the harm to a victim:
+    """What a kind's wordings know of a finding (the verdict's harm phrase, the next step):
     ``when`` its start (``14:02:10Z``), ``culprits`` their short names (``notebook, pod ml/x``,
-    else ``another process``), ``gpu`` the GPU it names (``GPU 0``, else ``its GPU``)."""
+    else ``another process``), ``gpu`` the GPU it names (``GPU 0``, else ``its GPU``),
+    ``victims`` their short names (else ``the affected workload``)."""
 
     when: str
     culprits: str
     gpu: str
-    victim: Subject | None = None  # the victim the phrase is for (its own ``time`` when it has one)
+    victims: str = "the affected workload"
+    victim: Subject | None = None  # the victim a harm phrase is for (its own ``time`` when it has one)
 
 
 @dataclass(frozen=True)
 class RuledOutCheck:
     """What a ruled-out check of one node sees: the model, the node, every kind found (on any
     node), the findings and the thresholds. ``evidence(family, excerpt)`` cites the member the
-    node's ``family`` (nvml, kernel, cgroups, psi) was read from, or nothing when none was."""
+    node's ``family`` (nvml, kernel, cgroups, psi) was read from, or nothing when none was; the
+    excerpt describes what was examined, so it is marked normalised (not a quotation)."""
 
     model: Model
     node: str
@@ -68,10 +77,12 @@ class RuledOutCheck:
     def evidence(self, family: str, excerpt: str) -> list[Evidence]:
         member = self.info.members_used.get(family)
         bundle = self.info.bundles[0] if self.info.bundles else ""
-        return [Evidence(bundle, member, "", excerpt)] if member else []
+        return [Evidence(bundle, member, "", excerpt, normalised=True)] if member else []
 
 
 HarmWording = Callable[[Finding, Harm], str]
+# The one-line next step an operator takes on a finding of the kind (findings[].next_step).
+StepWording = Callable[[Finding, Harm], str]
 # A statement that the kind was looked for on the node and not found, with the evidence examined;
 # None when the kind was found or its source is missing (then it is a limitation, not ruled out).
 RuledOutWording = Callable[[RuledOutCheck], "tuple[str, list[Evidence]] | None"]
@@ -94,14 +105,19 @@ class FindingKind:
     ``id``: the stable kind id of ``findings[].kind``; ``severity``: the severity its findings get
     unless the rule raises or lowers it; ``needs``: the collectors whose absence on a node lowers a
     finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause
-    (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run.
+    (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run;
+    ``hardware``: a critical finding of the kind is a hardware fault (an incident holding one in the
+    capture's lead-up stays on top, :mod:`forensics.analysis.incidents`; an Xid finding says so by
+    its ``xid_class`` metric); ``next_step``: the next step's wording when it needs nothing of the finding.
     The rule, the harm wording and the ruled-out check are attached with the decorators.
     """
 
-    __slots__ = ("causes", "harm_wording", "id", "needs", "not_found", "rank", "run", "severity")
+    __slots__ = ("causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "severity",
+                 "step_wording")
 
     def __init__(self, id: str, *, severity: Severity, needs: Iterable[str] = (),  # noqa: A002 - the kind's id
-                 causes: Iterable[str] = (), rank: int) -> None:
+                 causes: Iterable[str] = (), rank: int, next_step: str | None = None,
+                 hardware: bool = False) -> None:
         if id in _REGISTRY:
             raise ValueError(f"finding kind {id!r} is declared twice")
         self.id = id
@@ -112,6 +128,8 @@ class FindingKind:
         self.run: Rule | None = None
         self.harm_wording: HarmWording | None = None
         self.not_found: RuledOut | None = None
+        self.step_wording: StepWording | str | None = next_step
+        self.hardware = hardware
         _REGISTRY[id] = self
 
     def __repr__(self) -> str:
@@ -126,6 +144,17 @@ class FindingKind:
         """Decorator: ``fn(finding, Harm)`` words what a finding of this kind did to its victim."""
         self.harm_wording = fn
         return fn
+
+    def next_step(self, fn: StepWording) -> StepWording:
+        """Decorator: ``fn(finding, Harm)`` words the one-line next step for a finding of this kind."""
+        self.step_wording = fn
+        return fn
+
+    def step(self, f: Finding, h: Harm) -> str:
+        """The next step for ``f``, one line (``""`` when the kind declares none)."""
+        w = self.step_wording
+        text = w if isinstance(w, str) else (w(f, h) if w is not None else "")
+        return " ".join(text.split())
 
     def ruled_out(self, *, rank: int) -> Callable[[RuledOutWording], RuledOutWording]:
         """Decorator: the kind's ruled-out check, at place ``rank`` among the node's statements."""
@@ -144,11 +173,14 @@ class FindingKind:
 
 
 def registered() -> tuple[FindingKind, ...]:
-    """Every declared kind, by rank; a kind without a rule or causing an undeclared kind is an error."""
+    """Every declared kind, by rank; a kind without a rule or a next step, or causing an undeclared
+    kind, is an error."""
     kinds = sorted(_REGISTRY.values(), key=lambda k: (k.rank, k.id))
     for k in kinds:
         if k.run is None:
             raise ValueError(f"finding kind {k.id!r} has no rule")
+        if k.step_wording is None:
+            raise ValueError(f"finding kind {k.id!r} has no next step")
         unknown = sorted(k.causes - _REGISTRY.keys())
         if unknown:
             raise ValueError(f"finding kind {k.id!r} causes undeclared kinds {unknown}")

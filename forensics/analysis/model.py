@@ -402,6 +402,15 @@ class NodeInfo:
     members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
     kernel_window: tuple[float, float] | None = None
     lookback_s: float | None = None  # capture --lookback: older evidence is history, not the incident
+    since: float | None = None  # capture --since: the lead-up the capture folded in
+
+    def lead_up_start(self) -> float | None:
+        """Where the capture's lead-up begins: ``--since``, else the look-back before its start."""
+        if self.since is not None:
+            return self.since
+        if self.start is not None and self.lookback_s is not None:
+            return self.start - self.lookback_s
+        return self.start
     # GPUs whose NVML event set was registered for XidCriticalError during sampling, and where
     xid_watch_gpus: int = 0
     xid_watch_evidence: Evidence | None = None
@@ -444,6 +453,9 @@ class Model:
     # (node, scope, resource) -> (t, some_total_usec, full_total_usec) of the previous PSI counter
     # reading: the cgroups loader turns cumulative counters into per-interval stall shares.
     psi_counters: dict[tuple[str, str, str], tuple[float, int, int | None]] = field(default_factory=dict)
+    # (node, container id) -> the name Docker events give it (Actor.Attributes.name): names a
+    # container that existed only between two snapshots (created, OOM-killed, removed).
+    event_names: dict[tuple[str, str], str] = field(default_factory=dict)
     # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins).
     joins: Joins = field(init=False, repr=False, compare=False)
 
@@ -484,6 +496,14 @@ class Model:
             return None
         return self.containers.get((node, cid))
 
+    def container_subject(self, node: str, cid: str) -> Subject:
+        """The container's subject: from its record, else named as its Docker events name it,
+        else by its 12-hex id (a kernel OOM line's memcg, a cgroup path)."""
+        c = self.containers.get((node, cid))
+        if c is not None:
+            return c.subject()
+        return Subject("container", cid, self.event_names.get((node, cid)) or cid[:12], node)
+
     def gpu_process(self, node: str, pid: int) -> Process | None:
         """The /proc record of a PID NVML reported, unless it cannot be trusted to be that process."""
         if node in self.pid_mismatch_nodes or (node, pid) in self.pids_absent_at_nvml:
@@ -498,6 +518,14 @@ class Model:
     def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         """(node, GPU UUID) -> its process samples in (time, PID) order."""
         return self._proc_samples_by_gpu
+
+    def nvml_pid(self, node: str, pid: int) -> bool:
+        """Whether NVML reported ``pid`` as a GPU process of ``node``."""
+        return (node, pid) in self._nvml_pids
+
+    @cached_property
+    def _nvml_pids(self) -> frozenset[tuple[str, int]]:
+        return frozenset((s.node, s.pid) for s in self.proc_samples)
 
     def gpu_sample_count(self, node: str) -> int:
         """How many device samples the node's bundles hold."""

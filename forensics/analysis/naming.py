@@ -22,6 +22,7 @@ __all__ = [
     "gpu_subject",
     "label",
     "name_of",
+    "process_label",
     "with_pod",
 ]
 
@@ -52,14 +53,30 @@ def gpu_label(model: Model, node: str, uuid: str) -> str:
 
 
 def name_of(s: Subject) -> str:
-    """How a summary names a subject without the model: ``trainer``, ``pod ml/trainer-0``, ``host process 4242 (python)``."""
+    """How a summary names a subject without the model: ``trainer``, ``pod ml/trainer-0``,
+    ``process 4242 (python)`` (whether it is a host process only the model knows: :func:`label`)."""
     if s.type == "container":
         return s.name
     if s.type == "pod":
         return f"pod {s.name}"
     if s.type == "process":
-        return f"host process {s.id} ({s.name})"
+        return f"process {s.id} ({s.name})"
     return s.name
+
+
+def process_label(model: Model, node: str, pid: int, comm: str | None = None) -> str:
+    """A PID as far as the capture knows it: ``host process 4242 (python)`` when this capture's /proc
+    holds it outside any container, ``process 4242 (python)`` inside one, else what is known of it:
+    ``PID 4242 as NVML reports it; not found in this capture's /proc`` (another PID namespace, or
+    gone) or, from the kernel log, ``PID 4242 (python), not found in this capture's /proc``."""
+    proc = model.gpu_process(node, pid) if model.nvml_pid(node, pid) else model.processes.get((node, pid))
+    name = comm or (proc.comm if proc is not None else None)
+    if proc is not None:
+        where = "process" if proc.container_id or proc.pod_uid else "host process"
+        return f"{where} {pid} ({name or '?'})"
+    if model.nvml_pid(node, pid):
+        return f"PID {pid} as NVML reports it; not found in this capture's /proc"
+    return f"PID {pid}" + (f" ({name})" if name and name != "?" else "") + ", not found in this capture's /proc"
 
 
 def container_in_pod(model: Model, subject: Subject) -> str:
@@ -90,7 +107,12 @@ def label(model: Model, s: Subject, *, long: bool = True) -> str:
             return f"{whole} (container {container_in_pod(model, s)})" if long else whole
         if model.container(s.node, s.id) is not None:
             return f"container {s.name}" if long else s.name
+        named = model.event_names.get((s.node, s.id))
+        if named is not None:  # existed only between two snapshots: Docker's events name it
+            return f"container {named} ({s.id[:12]}, known only from Docker events)" if long else named
         return f"container {s.id[:12]} ({absent_reason(model, s)})"
+    if s.type == "process" and s.id.isdigit():
+        return process_label(model, s.node, int(s.id), s.name)
     return name_of(s)
 
 

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from forensics.analysis.excerpt import JsonText, cut, quote
 from forensics.analysis.findings import Evidence, EvidenceRef, shorten
 
 __all__ = ["BundleLike", "Source", "json_pointer", "loads", "resolve_pointer"]
@@ -68,6 +69,7 @@ class Source:
         self.problems: list[str] = []
         self._json_cache: dict[str, Any] = {}
         self._text_cache: dict[str, list[str] | None] = {}
+        self._json_texts: dict[str, JsonText | None] = {}
         self._cur: tuple[str, int] = ("", -1)  # member and byte offset of the JSON line being read
 
     # -- listing -------------------------------------------------------------------------------
@@ -153,22 +155,50 @@ class Source:
             self.problems.append(f"{self.name}: {member}: {bad} malformed line(s) skipped")
 
     # -- evidence ------------------------------------------------------------------------------
+    def json_text(self, member: str) -> JsonText | None:
+        """The member's text, for locating the spans of its JSON values (None when unreadable or
+        not valid UTF-8: a span of repaired text would not be the member's own)."""
+        if member not in self._json_texts:
+            text: JsonText | None = None
+            if member in self.members:
+                try:
+                    text = JsonText(self.bundle.read_bytes(member).decode("utf-8"))
+                except Exception:  # the reader's BundleError, I/O, or not UTF-8
+                    text = None
+            self._json_texts[member] = text
+        return self._json_texts[member]
+
     def ev_pointer(self, member: str, pointer: str, doc: Any = None) -> Evidence:
-        """Evidence quoting the JSON value at ``pointer`` in ``member``."""
+        """Evidence quoting the JSON value at ``pointer`` in ``member``: the exact text of that value
+        in the member (a string without its quotes); re-serialised, and said to be, only when the
+        member's text cannot be read."""
+        text = self.json_text(member)
+        span = text.pointer_span(pointer) if text is not None else None
+        if text is not None and span is not None:
+            return Evidence(self.name, member, pointer, quote(text.text, [span]))
         if doc is None:
             doc = self.json(member)
         value = resolve_pointer(doc, pointer)
         excerpt = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        return Evidence(self.name, member, pointer, shorten(excerpt))
+        return Evidence(self.name, member, pointer, shorten(excerpt), True)
 
     def ev_line(self, member: str, line_no: int, raw: str | bytes | None = None) -> Evidence:
-        """Evidence quoting line ``line_no`` (1-based) of ``member``."""
+        """Evidence quoting line ``line_no`` (1-based) of ``member``: the line's own text (cut at
+        the excerpt limit); said to be normalised when it was not valid UTF-8."""
+        repaired = False
         if isinstance(raw, bytes | bytearray):
-            raw = raw[:600].decode("utf-8", "replace")
+            head = bytes(raw[:1024])
+            try:
+                raw = head.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                # a cut through a multi-byte character at the end is not damage
+                raw = head.decode("utf-8", "replace")
+                repaired = exc.start < 1020
         if raw is None:
             lines = self.text_lines(member) or []
             raw = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
-        return Evidence(self.name, member, f"line {line_no}", shorten(raw[:600]))
+            repaired = "\ufffd" in raw
+        return Evidence(self.name, member, f"line {line_no}", cut(raw), repaired)
 
     def ref(self, member: str, line: int, payload: Any, *paths: tuple[str | int, ...],
             pointer: str = "") -> EvidenceRef:
@@ -179,7 +209,7 @@ class Source:
         """
         if isinstance(payload, bytes | bytearray) and self._cur[0] == member:
             return EvidenceRef(self.name, member, line, None, paths, pointer, self, self._cur[1])
-        return EvidenceRef(self.name, member, line, payload, paths, pointer)
+        return EvidenceRef(self.name, member, line, payload, paths, pointer, self)
 
     def line_at(self, member: str, offset: int) -> bytes:
         """The line of ``member`` starting at byte ``offset``."""
@@ -191,4 +221,5 @@ class Source:
         return data[offset: end if end >= 0 else len(data)]
 
     def ev_member(self, member: str, excerpt: str) -> Evidence:
-        return Evidence(self.name, member, "", shorten(excerpt))
+        """Evidence about the whole member: ``excerpt`` describes what was examined (normalised)."""
+        return Evidence(self.name, member, "", shorten(excerpt), True)

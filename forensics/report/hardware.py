@@ -214,6 +214,7 @@ def _container(
         oom_kills=get_int(d, "oom_kills"),
         allocation_kind=get_str(alloc, "kind", "unknown"),
         allocation_explicit=get_bool(alloc, "explicit"),
+        allocation_blanket=bool(alloc.get("blanket_gpus") or alloc.get("blanket_detail")),
         allocation_gpus=gpus,
         allocation_source=get_str(alloc, "source"),
         allocation_detail=get_str(alloc, "detail"),

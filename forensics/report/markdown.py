@@ -299,7 +299,7 @@ def _containers(v: ReportView, section: Section) -> list[str]:
                         f"**{md_text(c.label)}** {md_code(short_id(c.id))}",
                         md_text(c.image),
                         md_text(c.allocation_kind)
-                        + (" (blanket)" if c.allocation_explicit is False else "")
+                        + (" (blanket)" if c.allocation_blanket else "")
                         + (
                             f": {md_text(', '.join(c.allocation_gpus))}"
                             if c.allocation_gpus

@@ -243,6 +243,7 @@ class ContainerView:
     oom_kills: int | None
     allocation_kind: str
     allocation_explicit: bool | None
+    allocation_blanket: bool  # GPUs reachable through a blanket grant (the "(blanket)" tag)
     allocation_gpus: tuple[str, ...]
     allocation_source: str
     allocation_detail: str

@@ -157,6 +157,19 @@ class TestAnalyzeOptions:
         assert code == 2
 
 
+    @pytest.mark.parametrize("window", ["yesterday", "..", "tomorrow..", "2026-01-02T00:00Z..2026-01-01T00:00Z"])
+    def test_bad_window(self, capsys: pytest.CaptureFixture[str], bundle: Path, window: str) -> None:
+        code, _, err = cli(capsys, "analyze", str(bundle), "--window", window)
+        one_error_line(code, err, "--window")
+        assert code == 2
+
+    def test_a_window_ranks_the_incidents(self, capsys: pytest.CaptureFixture[str], bundle: Path) -> None:
+        code, out, _ = cli(capsys, "analyze", str(bundle), "-f", "json", "--window", "2020-01-01T00:00Z..")
+        assert code == 0
+        doc = json.loads(out)
+        assert doc["window"]["named"] is True and isinstance(doc["incidents"], list)
+
+
 def _manifest_of(stdout: str) -> dict[str, object]:
     path = Path(stdout.strip())
     assert path.is_file(), stdout

@@ -59,3 +59,28 @@ def test_golden(bundle: Path) -> None:
     accused = _names([s for f in doc["findings"] for s in f["subjects"]], "culprit") & ours
     blamed = set(want["culprits"]) | {n for r in want["required"] for n in r["culprits"]}
     assert not accused - blamed
+    if "incidents" in want:
+        _check_incidents(bundle, doc, want["incidents"])
+
+
+def _incident_of(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [i for i in doc["incidents"] if name in _names(i["parties"])]
+    assert len(found) == 1, (name, [(i["id"], i["headline"]) for i in doc["incidents"]])
+    return found[0]
+
+
+def _check_incidents(bundle: Path, doc: dict[str, Any], want: dict[str, Any]) -> None:
+    """Independent causes are separate incidents; analysed with ``--window`` set to the capture
+    window, the in-window ones come first and what ended before the window is history."""
+    assert len(doc["incidents"]) >= want["min"], doc["incidents"]
+    separate = [_incident_of(doc, n)["id"] for n in want["separate"]]
+    assert len(set(separate)) == len(separate), separate
+    b = doc["bundle"]
+    named = analyze_bundles([bundle], window=f"{b['captured_start']}..{b['captured_end']}")
+    order = [i["id"] for i in named["incidents"]]
+    inside = [_incident_of(named, n) for n in want["in_window"]]
+    before = [_incident_of(named, n) for n in want["before_window"]]
+    assert all(i["relevance"] == "window" for i in inside), inside
+    assert all(i["relevance"] == "history" for i in before), before
+    assert max(order.index(i["id"]) for i in inside) < min(order.index(i["id"]) for i in before)
+    assert named["verdict"]["incident"] == order[0] and named["incidents"][0] in inside

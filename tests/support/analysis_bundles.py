@@ -57,6 +57,7 @@ class BundleSpec:
     duration_s: float = 60.0
     default_runtime: str = "nvidia"
     lookback_s: float | None = None  # capture --lookback, recorded in the manifest when set
+    since: float | None = None  # capture --since (unix seconds), recorded in the manifest when set
     status: dict[str, str] = field(default_factory=lambda: {c: "ok" for c in ALL_COLLECTORS})
     members: dict[str, bytes] = field(default_factory=dict)
     jsonl: dict[str, list[str]] = field(default_factory=dict)
@@ -307,6 +308,7 @@ class BundleSpec:
             "capture": {"started": iso_from_unix(self.start), "finished": iso_from_unix(self.start + self.duration_s),
                         "elapsed_s": self.duration_s, "interrupted": False,
                         "window": {"duration_s": self.duration_s, "interval_s": 1,
-                                   **({"lookback_s": self.lookback_s} if self.lookback_s is not None else {})}},
+                                   **({"lookback_s": self.lookback_s} if self.lookback_s is not None else {}),
+                                   **({"since": iso_from_unix(self.since)} if self.since is not None else {})}},
             "collectors": collectors,
         })

@@ -79,7 +79,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
             mem = _members.get(document, _member)
             if src.has(mem):
                 return src.ev_pointer(mem, pointer)
-            return Evidence(src.name, mem, pointer, excerpt)
+            return Evidence(src.name, mem, pointer, excerpt, normalised=True)
 
         try:
             alloc = classify_docker_allocation(
@@ -198,7 +198,12 @@ def _load_events(src: Source, model: Model, node: str) -> None:
 def _load_events_from(src: Source, model: Model, node: str, member: str,
                       seen: set[tuple[object, object, object]]) -> None:
     for no, ev, raw in src.jsonl(member):
-        if ev.get("Type") != "container" or ev.get("Action") != "oom":
+        if ev.get("Type") != "container":
+            continue
+        actor_id, name = dig(ev, "Actor", "ID"), dig(ev, "Actor", "Attributes", "name")
+        if isinstance(actor_id, str) and isinstance(name, str) and name:
+            model.event_names.setdefault((node, actor_id), name.lstrip("/"))
+        if ev.get("Action") != "oom":
             continue
         key = (dig(ev, "Actor", "ID"), ev.get("Action"), ev.get("timeNano") or ev.get("time"))
         if key in seen:

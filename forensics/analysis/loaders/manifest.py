@@ -29,6 +29,9 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
     lookback = dig(manifest, "capture", "window", "lookback_s")
     if isinstance(lookback, int | float) and not isinstance(lookback, bool) and lookback >= 0:
         info.lookback_s = float(lookback) if info.lookback_s is None else max(info.lookback_s, float(lookback))
+    since = parse_time(dig(manifest, "capture", "window", "since"))
+    if since is not None:
+        info.since = since if info.since is None else min(info.since, since)
     interrupted = bool(dig(manifest, "capture", "interrupted"))
     model.bundles.append({
         "path": str(path),

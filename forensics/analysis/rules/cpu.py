@@ -55,7 +55,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             continue
         hot = [i for i in intervals if i[3] / i[2] >= cfg.cpu_throttled_ratio] or intervals
         c = model.container(node, cid)
-        subj = c.subject() if c is not None else Subject("container", cid, cid[:12], node)
+        subj = c.subject() if c is not None else model.container_subject(node, cid)
         # Did its own GPU sit idle while it was throttled?
         idle_gpus: list[tuple[str, float]] = []
         for uuid in sorted(model.joins.gpus_used_by(node, "container", cid)):
@@ -133,7 +133,7 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             where = f"host {node}"
         else:
             c = model.container(node, scope)
-            subj = c.subject() if c is not None else Subject("container", scope, scope[:12], node)
+            subj = c.subject() if c is not None else model.container_subject(node, scope)
             where = label(model, subj)
         full_txt = f", full {peak.full_avg10_pct:.1f}%" if peak.full_avg10_pct is not None else ""
         measure = "stall share per sampling interval" if peak.from_counters else "avg10"
@@ -151,6 +151,18 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             headline=f"{where} stalled on {resource} pressure",
         ))
     return findings
+
+
+@CPU_THROTTLING.next_step
+def _throttling_step(f: Finding, h: Harm) -> str:
+    return (f"raise {h.victims}'s CPU quota (docker --cpus, Kubernetes limits.cpu) or give it less CPU work "
+            "(fewer data-loader workers)")
+
+
+@PRESSURE_STALL.next_step
+def _stall_step(f: Finding, h: Harm) -> str:
+    resource = f.metric("resource") or "resource"
+    return (f"relieve {resource} pressure on {h.victims}: raise its {resource} limit or move work off the node")
 
 
 @PRESSURE_STALL.harm

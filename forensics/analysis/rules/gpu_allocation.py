@@ -11,7 +11,15 @@ from forensics.analysis.findings import Evidence, Finding, Role, Subject
 from forensics.analysis.joins import Owner
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuAllocation, Model, Pod, ProcessGpuSample
-from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, name_of, with_pod
+from forensics.analysis.naming import (
+    fmt_bytes,
+    gpu_label,
+    gpu_subject,
+    label,
+    name_of,
+    process_label,
+    with_pod,
+)
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.rules.gpu_sharing import contract_for
 from forensics.analysis.thresholds import AnalysisConfig
@@ -191,6 +199,16 @@ def _unallocated_harm(f: Finding, h: Harm) -> str:
     return f"{h.gpu}, allocated to it, used by {h.culprits} from {h.when}"
 
 
+@UNALLOCATED_GPU_USE.next_step
+def _unallocated_step(f: Finding, h: Harm) -> str:
+    how = {"env": "NVIDIA_VISIBLE_DEVICES from its image or environment",
+           "privileged": "privileged mode",
+           "kubernetes": "a pod without an nvidia.com/gpu limit that still sees the GPUs"}.get(
+        str(f.metric("allocation_kind")), "a blanket grant (NVIDIA_VISIBLE_DEVICES=all, the default nvidia runtime)")
+    return (f"close the grant that let {h.culprits} reach {h.gpu} ({how}): set NVIDIA_VISIBLE_DEVICES=void or "
+            "none for jobs without a GPU, and grant GPUs only explicitly (--gpus, nvidia.com/gpu)")
+
+
 @UNALLOCATED_GPU_USE.ruled_out(rank=70)
 def _every_gpu_process_allocated(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     model, node = c.model, c.node
@@ -241,12 +259,12 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
         gl = gpu_label(model, node, uuid)
         earliest, latest = ordered[0], ordered[-1]
         tie = first_seen(earliest) == first_seen(latest)
+        # The holder that started last joined a GPU already allocated to another: it is the culprit
+        # and the earlier holder its victim. Holders that started together share the blame for the
+        # configuration: both are culprits (never mere witnesses, which would leave the verdict clean).
         subjects: list[Subject] = []
         for i, (subj, _) in enumerate(ordered):
-            if tie:
-                subjects.append(subj.with_role("witness"))
-            else:
-                subjects.append(subj.with_role("victim" if i == 0 else "culprit"))
+            subjects.append(subj.with_role("culprit" if tie or i > 0 else "victim"))
         subjects.append(gpu_subject(model, node, uuid))
         all_samples = [s for _, (_, ss) in ordered for s in ss]
         start, end = span(s.t for s in all_samples)
@@ -276,6 +294,20 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
 @OVERLAPPING_GPU_ALLOCATION.harm
 def _overlapping_harm(f: Finding, h: Harm) -> str:
     return f"{h.gpu} also allocated to {h.culprits}"
+
+
+@OVERLAPPING_GPU_ALLOCATION.next_step
+def _overlapping_step(f: Finding, h: Harm) -> str:
+    return (f"give {h.culprits} different GPUs: fix the --gpus / NVIDIA_VISIBLE_DEVICES or device-plugin "
+            f"assignment that handed {h.gpu} to both, or share it deliberately (MIG, MPS)")
+
+
+@UNATTRIBUTED_GPU_PROCESS.next_step
+def _unattributed_step(f: Finding, h: Harm) -> str:
+    pid = f.metric("pid")
+    who = f"PID {pid}" if pid is not None else "the process"
+    return (f"find who runs {who} on {h.gpu} (ps, nvidia-smi on the node; capture in the host PID namespace "
+            "if NVML's PIDs were not found) and run it in a container with an explicit GPU grant, or stop it")
 
 
 @UNATTRIBUTED_GPU_PROCESS.rule
@@ -320,7 +352,7 @@ def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]
                 metrics=(("gpu", gl), ("pid", pid), ("peak_gpu_memory_bytes", peak_mem)),
                 key=f"unattributed:{node}:{uuid}:{pid}",
                 headline=(f"host process {pid} ({proc.comm or '?'}) used {gl} outside any container"
-                          if proc is not None else f"unresolved PID {pid} used {gl}")
+                          if proc is not None else f"{process_label(model, node, pid)}, used {gl}")
                          + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else ""),
             ))
     return findings

@@ -258,6 +258,18 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     return findings
 
 
+@GPU_COMPUTE_HOG.next_step
+def _hog_step(f: Finding, h: Harm) -> str:
+    return (f"move {h.culprits} off {h.gpu}, or share the GPU on purpose (MIG, MPS limits, time-slicing), "
+            f"so {h.victims} gets its compute back")
+
+
+@GPU_MEMORY_PRESSURE.next_step
+def _memory_step(f: Finding, h: Harm) -> str:
+    return (f"reduce what {h.culprits} hold on {h.gpu} (batch size, the framework's caching allocator) "
+            "or give the jobs separate GPUs")
+
+
 @GPU_MEMORY_PRESSURE.harm
 def _memory_harm(f: Finding, h: Harm) -> str:
     return f"hit {h.gpu} memory exhaustion at {h.when}"

@@ -33,7 +33,7 @@ from forensics.analysis.model import GpuHealthReading, GpuLostWitness, Model, Xi
 from forensics.analysis.naming import fmt_time, gpu_label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
-from forensics.analysis.xid_catalog import CATALOG_URL, XidInfo, caused_by, xid_info
+from forensics.analysis.xid_catalog import BUCKETS, CATALOG_URL, XidInfo, caused_by, xid_info
 
 __all__ = [
     "CLOCK_REASONS",
@@ -51,10 +51,11 @@ __all__ = [
     "xid_meaning",
 ]
 
-GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78)
+GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78, hardware=True)
+# A critical Xid is a hardware fault when its class is ``device`` (incidents read ``xid_class``).
 GPU_XID_FAULT = FindingKind("gpu-xid-fault", severity="medium", needs=(), rank=80)
-GPU_MEMORY_HEALTH = FindingKind("gpu-memory-health", severity="high", needs=("nvml",), rank=82)
-GPU_RECOVERY_ACTION = FindingKind("gpu-recovery-action", severity="high", needs=("nvml",), rank=84)
+GPU_MEMORY_HEALTH = FindingKind("gpu-memory-health", severity="high", needs=("nvml",), rank=82, hardware=True)
+GPU_RECOVERY_ACTION = FindingKind("gpu-recovery-action", severity="high", needs=("nvml",), rank=84, hardware=True)
 GPU_CLOCK_THROTTLE = FindingKind("gpu-clock-throttle", severity="low", needs=("nvml",), rank=90)
 
 _FELL_OFF_BUS = 79
@@ -583,3 +584,60 @@ def _no_clock_slowdown(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     n = c.model.gpu_sample_count(c.node)
     return (f"no thermal, power or hardware clock slowdown on any GPU of {c.node} ({n} samples)",
             c.evidence("nvml", f"{n} samples, no slowdown reason bits"))
+
+
+# The catalog's immediate action, as the step an operator takes on the GPU (``{gpu}``).
+_XID_STEPS = {
+    "RESTART_BM": "drain the node and reboot it; check {gpu}'s PCIe link, power and cooling (nvidia-smi -q, "
+                  "the kernel log) and have the GPU replaced if the Xid repeats",
+    "RESET_GPU": "drain {gpu} and reset it (nvidia-smi -r, or reboot the node); have it replaced if the Xid repeats",
+    "RESTART_VM": "restart the VM that owns {gpu}",
+    "RESTART_APP": "restart the application that ran on {gpu}; no GPU reset is needed",
+    "CONTACT_SUPPORT": "collect nvidia-bug-report.sh and open a case with NVIDIA support about {gpu}",
+    "UPDATE_SWFW": "update {gpu}'s firmware and the NVIDIA driver",
+    "CHECK_MECHANICALS": "check {gpu}'s seating and its power and other connections",
+    "IGNORE": "no action is needed on {gpu}; watch whether the Xid repeats",
+}
+
+
+@GPU_XID_FAULT.next_step
+def _xid_step(f: Finding, h: Harm) -> str:
+    action, code = f.metric("action"), f.metric("xid")
+    if f.metric("xid_class") == "application":
+        return (f"debug the application that ran on {h.gpu} (compute-sanitizer for memory faults); the GPU itself "
+                f"is not at fault (Xid {code}: {action or 'no catalog action'})")
+    wording = _XID_STEPS.get(str(action))
+    if wording is not None:
+        return wording.format(gpu=h.gpu)
+    if isinstance(action, str) and action in BUCKETS:
+        return f"{BUCKETS[action]} ({action}, NVIDIA's Xid catalog for Xid {code} on {h.gpu})"
+    return f"look up Xid {code} in NVIDIA's Xid catalog and act on {h.gpu} as it says"
+
+
+@GPU_LOST.next_step
+def _lost_step(f: Finding, h: Harm) -> str:
+    return (f"drain the node and reboot it to bring {h.gpu} back; check its PCIe link, seating and power, "
+            "and have it replaced (RMA) if it falls off the bus again")
+
+
+@GPU_MEMORY_HEALTH.next_step
+def _memory_health_step(f: Finding, h: Harm) -> str:
+    verdict = f.metric("verdict")
+    if verdict == "rma-candidate":
+        return (f"drain the node and open an RMA case for {h.gpu} with NVIDIA support (a row remapping failed; "
+                "nvidia-smi -q -d ROW_REMAPPER,ECC shows the counters)")
+    if verdict == "reset-needed":
+        return (f"drain {h.gpu} and reset it (nvidia-smi -r) so the pending remap or page retirement takes "
+                "effect; RMA it if uncorrectable errors come back")
+    return f"watch {h.gpu}'s ECC counters (nvidia-smi -q -d ECC); no action unless they grow"
+
+
+@GPU_RECOVERY_ACTION.next_step
+def _recovery_step(f: Finding, h: Harm) -> str:
+    return f"drain {h.gpu} and carry out the driver's recommended action: {f.metric('meaning')}"
+
+
+@GPU_CLOCK_THROTTLE.next_step
+def _clock_step(f: Finding, h: Harm) -> str:
+    return (f"check {h.gpu}'s cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER): airflow, "
+            "power cap, the node's power supply")

@@ -26,7 +26,10 @@ from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["GPU_MEMORY_UNATTRIBUTED", "gpu_memory_unattributed"]
 
-GPU_MEMORY_UNATTRIBUTED = FindingKind("gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55)
+GPU_MEMORY_UNATTRIBUTED = FindingKind(
+    "gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55,
+    next_step="find the process still holding the GPU's device files (fuser -v /dev/nvidia*) and end it; "
+              "when none does, drain the GPU and reset it (nvidia-smi -r) to free the memory")
 
 
 @GPU_MEMORY_UNATTRIBUTED.rule

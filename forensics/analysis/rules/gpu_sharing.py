@@ -28,6 +28,12 @@ __all__ = ["GPU_SHARE_EXCEEDED", "contract_for", "gpu_share_exceeded"]
 
 GPU_SHARE_EXCEEDED = FindingKind("gpu-share-exceeded", severity="low", needs=("nvml", "procfs", "kubernetes"),
                                  rank=15)
+
+
+@GPU_SHARE_EXCEEDED.next_step
+def _share_step(f: Finding, h: Harm) -> str:
+    return (f"hold {h.culprits} to its share of {h.gpu} ({f.metric('sharing')}: {f.metric('contract')}): MPS or "
+            "vGPU limits enforce a share, time-slicing does not; or give it a whole GPU")
 _SM_TOLERANCE_PCT = 5.0
 _TIME_SLICE_MARGIN_PCT = 20.0
 

@@ -30,7 +30,7 @@ def _who(model: Model, o: OomKill) -> Subject | None:
     if c is not None:
         return c.subject()
     if o.container_id:
-        return Subject("container", o.container_id, o.container_id[:12], o.node)
+        return model.container_subject(o.node, o.container_id)
     if o.pod_uid and o.pod_uid in model.pods:
         return model.pods[o.pod_uid].subject()
     return None
@@ -114,6 +114,16 @@ def _oom_harm(f: Finding, h: Harm) -> str:
     return f"OOM-killed at {h.when}"
 
 
+@OOM_KILL.next_step
+def _oom_step(f: Finding, h: Harm) -> str:
+    if f.metric("global"):
+        return ("find what filled the host's memory (the kernel log's task list) and set memory limits on "
+                "its containers, or add memory to the node")
+    if any(s.type in ("container", "pod") for s in f.subjects):
+        return f"raise {h.victims}'s memory limit or find its leak (it used what it was given)"
+    return f"find why {h.victims} outgrew its memory cgroup (its limit, or a leak)"
+
+
 @OOM_KILL.ruled_out(rank=30)
 def _no_oom(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     """No OOM kill at all, or (with memcg kills) none host-wide."""
@@ -160,10 +170,11 @@ def _collapse_repeats(model: Model, findings: list[Finding]) -> list[Finding]:
         n = len(group)
         starts = [f.start for f in group if f.start is not None]
         ends = [f.end for f in group if f.end is not None]
-        pids = [str(f.metric("pid")) for f in group if f.metric("pid") is not None]
+        # each killed process with its own kill's time, never the first kill's
+        pids = [f"{f.metric('pid')} at {fmt_time(f.start)}" for f in group if f.metric("pid") is not None]
         keep_evidence = list(first.evidence) + list(last.evidence)
         subjects = [s for s in first.subjects if s.type != "process"]
-        procs = [s for f in group for s in f.subjects if s.type == "process"]
+        procs = [s.at(f.start) for f in group for s in f.subjects if s.type == "process"]
         subjects += procs[:_MAX_REPEAT_PROCESSES]
         if any(s.type == "host" for f in group for s in f.subjects):
             subjects += [s for f in group for s in f.subjects if s.type == "host"][:1]

@@ -19,14 +19,14 @@ def analyze(tmp_path: Path) -> Analyze:
     """``analyze(spec, ..., config=None)``: write each BundleSpec and analyse them together."""
     counter = [0]
 
-    def run(*specs: BundleSpec, config: AnalysisConfig | None = None) -> dict[str, Any]:
+    def run(*specs: BundleSpec, config: AnalysisConfig | None = None, window: str | None = None) -> dict[str, Any]:
         paths = []
         for spec in specs:
             counter[0] += 1
             out = tmp_path / f"b{counter[0]}"
             out.mkdir()
             paths.append(spec.write(out))
-        doc = analyze_bundles(paths, config)
+        doc = analyze_bundles(paths, config, window=window)
         broken = [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
         assert not broken, broken  # a loader or rule crashed: a bug, not a limitation
         return doc

@@ -74,6 +74,21 @@ class TestOverlappingAllocation:
         assert names(f, "culprit") == ["job-b"] and names(f, "victim") == ["job-a"]
         assert "--gpus 2" in f["summary"]
 
+    def test_holders_started_together_are_both_culprits_in_finding_and_verdict(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        req = [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
+        a = b.container("job-a", device_requests=req, started=T0 - 60)
+        c = b.container("job-b", device_requests=req, started=T0 - 60)
+        b.process(11, "python", container=a)
+        b.process(12, "python", container=c)
+        b.gpu_series(0, range(10), lambda s: (95, 20 * GIB, {11: (10 * GIB, 50.0), 12: (10 * GIB, 45.0)}))
+        doc = analyze(b)
+        (f,) = of_kind(doc, "overlapping-gpu-allocation")
+        assert sorted(names(f, "culprit")) == ["job-a", "job-b"] and not names(f, "victim")
+        assert sorted(s["name"] for s in doc["verdict"]["culprits"]) == ["job-a", "job-b"]
+        assert not doc["verdict"]["clean"]
+
     def test_only_one_active_does_not_fire(self, analyze: Analyze) -> None:
         assert "overlapping-gpu-allocation" not in kinds(analyze(self._two(False)))
 

@@ -3,6 +3,8 @@ pressure-stall; each with a case that must fire and one that must not."""
 
 from __future__ import annotations
 
+from forensics.analysis.document import iso
+from forensics.analysis.naming import fmt_time
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
 
@@ -59,7 +61,11 @@ class TestOomKill:
         assert len(found) == 2
         (rep,) = [f for f in found if names(f, "victim", "container") == ["worker"]]
         assert rep["summary"].startswith("3 OOM kills of container worker")
-        assert "900, 901, 902" in rep["summary"] and rep["metrics"]["kills"] == 3
+        # each PID with its own kill's time, in the summary and on its subject
+        t = [fmt_time(T0 + s) for s in (5, 300, 600)]
+        assert f"900 at {t[0]}, 901 at {t[1]}, 902 at {t[2]}" in rep["summary"] and rep["metrics"]["kills"] == 3
+        procs = {s["id"]: s["time"] for s in rep["subjects"] if s["type"] == "process"}
+        assert procs == {str(900 + i): iso(T0 + s) for i, s in enumerate((5, 300, 600))}
         excerpts = " ".join(e["excerpt"] for e in rep["evidence"])
         assert "Killed process 900" in excerpts and "Killed process 902" in excerpts  # first and last cited
         (single,) = [f for f in found if names(f, "victim", "container") == ["etl"]]
@@ -78,14 +84,28 @@ class TestOomKill:
         assert by_victim["etl"]["severity"] == "high"
         assert "etl" in doc["verdict"]["headline"] and "batch" not in doc["verdict"]["headline"]
 
-    def test_many_containers_killed_the_verdict_counts_them(self, analyze: Analyze) -> None:
+    def test_many_containers_killed_are_as_many_incidents(self, analyze: Analyze) -> None:
+        """Three containers each over their own limit are three causes: the headline names the
+        top one and says how many more there are; the document lists them all."""
         b = BundleSpec()
         for i, name in enumerate(("a", "b", "c")):
             cid = b.container(name, image_env=["PATH=/bin"], memory=32 << 20)
             b.kernel_oom(T0 + 10 * (i + 1), 800 + i, "python", f"/system.slice/docker-{cid}.scope", 32_600, 32_768)
-        headline = analyze(b)["verdict"]["headline"]
-        assert headline.startswith("3 OOM kills in 3 containers or pods from ")
-        assert "the latest: container c was OOM-killed" in headline
+        doc = analyze(b)
+        assert doc["verdict"]["headline"].endswith(" (+2 more incidents)")
+        assert len(doc["incidents"]) == 3 and doc["verdict"]["incident"] == "I1"
+        victims = [[s["name"] for s in i["victims"]] for i in doc["incidents"]]
+        assert sorted(victims) == [["a"], ["b"], ["c"]]
+
+    def test_many_kills_in_one_incident_are_counted(self, analyze: Analyze) -> None:
+        """Host-wide OOM kills share their victim (the host): one incident, counted."""
+        b = BundleSpec()
+        for i in range(3):
+            b.kmsg(T0 + 10 * (i + 1), f"Out of memory: Killed process {800 + i} (python) total-vm:900000kB, "
+                                      "anon-rss:800000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:2000kB", 3)
+        doc = analyze(b)
+        assert len([i for i in doc["incidents"] if "oom-kill" in i["kinds"]]) == 1
+        assert doc["verdict"]["headline"].startswith("3 OOM kills in ")
 
     def test_kubernetes_oomkilled_status(self, analyze: Analyze) -> None:
         b = BundleSpec()
@@ -195,6 +215,25 @@ def test_containers_only_in_cgroups_are_kept_as_unattributed(analyze: Analyze) -
     (f,) = of_kind(doc, "cpu-throttling")
     assert names(f, "victim") == [ghost[:12]]
     assert f["summary"].startswith(f"container {ghost[:12]} (not described by Docker or Kubernetes in the bundle)")
+
+
+def test_a_container_known_only_from_docker_events_is_named_by_them(analyze: Analyze) -> None:
+    """Created, OOM-killed and removed between two snapshots: no inspect record, but its events name it."""
+    b = BundleSpec()
+    b.container("trainer", image_env=["PATH=/bin"])
+    gone = "7910eccb62d8" + "e" * 52
+    for action, t in (("create", T0 + 1), ("start", T0 + 1), ("oom", T0 + 4), ("die", T0 + 4), ("destroy", T0 + 5)):
+        b.add_jsonl("docker/events.jsonl", {
+            "Type": "container", "Action": action, "id": gone, "time": int(t), "timeNano": int(t * 1e9),
+            "Actor": {"ID": gone, "Attributes": {"name": "oom-burst", "image": "busybox"}}})
+    b.kernel_oom(T0 + 4, 4242, "sh", f"/system.slice/docker-{gone}.scope", 16_384, 16_384)
+    doc = analyze(b)
+    (f,) = of_kind(doc, "oom-kill")
+    assert names(f, "victim", "container") == ["oom-burst"]
+    assert "container oom-burst (7910eccb62d8, known only from Docker events)" in f["summary"]
+    assert "not described by Docker" not in f["summary"]
+    (u,) = [u for u in doc["unattributed"] if u["id"] == gone]
+    assert u["name"] == "oom-burst"
 
 
 def test_kubernetes_event_series_time(analyze: Analyze) -> None:

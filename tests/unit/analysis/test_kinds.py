@@ -47,15 +47,20 @@ def test_a_kind_declared_twice_is_an_error() -> None:
         FindingKind("oom-kill", severity="high", rank=1)
 
 
-def test_a_kind_without_a_rule_or_causing_an_unknown_kind_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kind_without_a_rule_or_next_step_or_causing_an_unknown_kind_is_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kinds, "_REGISTRY", dict(kinds._REGISTRY))
     orphan = FindingKind("test-orphan", severity="low", rank=999)
     with pytest.raises(ValueError, match="has no rule"):
         kinds.registered()
     orphan.rule(lambda model, cfg: [])
+    with pytest.raises(ValueError, match="has no next step"):
+        kinds.registered()
+    orphan.next_step(lambda f, h: f"look at {h.gpu}")
     assert kinds.registered()[-1] is orphan
     monkeypatch.setattr(kinds, "_REGISTRY", dict(kinds._REGISTRY))
-    FindingKind("test-cause", severity="low", rank=998, causes=("no-such-kind",)).rule(lambda model, cfg: [])
+    FindingKind("test-cause", severity="low", rank=998, causes=("no-such-kind",),
+                next_step="x").rule(lambda model, cfg: [])
     with pytest.raises(ValueError, match="undeclared kinds"):
         kinds.registered()
 
@@ -63,6 +68,28 @@ def test_a_kind_without_a_rule_or_causing_an_unknown_kind_is_an_error(monkeypatc
 def _finding(kind: str, **metrics: float | str) -> Finding:
     subjects = (Subject("container", "c" * 64, "notebook", "n1", "culprit"), Subject("gpu", "GPU-1", "GPU 0", "n1"))
     return Finding(kind, "high", 0.9, "s", 0.0, 1.0, "n1", subjects, (), tuple(metrics.items()))
+
+
+def test_every_kind_words_a_one_line_next_step_from_its_finding() -> None:
+    """The next step is declared beside the kind and names the finding's own parties."""
+    for k in SPECS:
+        step = chain.next_step(_finding(k.id, xid=48, xid_class="device", action="RESTART_BM", resource="memory",
+                                        pid=7, verdict="rma-candidate", meaning="node reboot",
+                                        sharing="mps", contract="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"))
+        assert step and "\n" not in step and len(step) < 300, k.id
+    assert "drain the node" in chain.next_step(_finding("gpu-xid-fault", xid=48, xid_class="device", action="RESTART_BM"))
+    assert "GPU 0" in chain.next_step(_finding("gpu-xid-fault", xid=48, xid_class="device", action="RESTART_BM"))
+    assert "reset" in chain.next_step(_finding("gpu-xid-fault", xid=95, xid_class="device", action="RESET_GPU"))
+    assert "application" in chain.next_step(_finding("gpu-xid-fault", xid=13, xid_class="application",
+                                                     action="RESTART_APP"))
+    assert "look up Xid 999" in chain.next_step(_finding("gpu-xid-fault", xid=999, xid_class="unknown"))
+    assert "RMA" in chain.next_step(_finding("gpu-lost"))
+    assert "RMA" in chain.next_step(_finding("gpu-memory-health", verdict="rma-candidate"))
+    assert "reset" in chain.next_step(_finding("gpu-memory-health", verdict="reset-needed"))
+    assert "node reboot" in chain.next_step(_finding("gpu-recovery-action", meaning="node reboot"))
+    share = chain.next_step(_finding("gpu-share-exceeded", sharing="mps", contract="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"))
+    assert "notebook" in share and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in share
+    assert "notebook" in chain.next_step(_finding("unallocated-gpu-use"))
 
 
 def test_harm_is_worded_by_the_kind_and_defaults_to_kind_and_time() -> None:
