@@ -29,6 +29,8 @@ __all__ = [
     "LogTail",
     "Gpu",
     "GpuAllocation",
+    "GpuHealthReading",
+    "GpuLostWitness",
     "GpuSample",
     "IoSample",
     "NetSample",
@@ -40,6 +42,7 @@ __all__ = [
     "Process",
     "ProcessGpuSample",
     "PsiSample",
+    "ShareContract",
     "XidEvent",
 ]
 
@@ -331,6 +334,68 @@ class XidEvent:
 
 
 @dataclass(frozen=True)
+class ShareContract:
+    """What a container was allowed when it shares a GPU by design: a device plugin's time-slicing or
+    MPS replicas (``GPU-<uuid>::N`` ids of a renamed or shared resource in pod-resources), MPS limits
+    (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) or a software vGPU's
+    environment limits (``CUDA_DEVICE_MEMORY_LIMIT``, ``CUDA_DEVICE_SM_LIMIT``). ``gpus`` empty: any
+    GPU of the node (an environment limit names none); ``replicas_total`` the replicas the node
+    advertises per GPU (capacity / GPUs), when known."""
+
+    node: str
+    container_id: str
+    kind: str  # time-slicing | mps | vgpu-env
+    resource: str | None
+    gpus: tuple[str, ...]
+    replicas: int
+    replicas_total: int | None
+    memory_limit_bytes: int | None
+    sm_limit_pct: float | None
+    contract: str  # quoted as the finding states it
+    evidence: tuple[Evidence, ...]
+
+    def covers(self, gpu_uuid: str) -> bool:
+        return not self.gpus or gpu_uuid in self.gpus
+
+
+@dataclass(frozen=True)
+class GpuLostWitness:
+    """One witness that a GPU left the bus: an Xid 79 record (``kernel-xid``), a driver message naming
+    the PCI address without an Xid number (``kernel-nvrm``, its continuation records joined), an NVML
+    XidCriticalError 79 event (``nvml-event``) or an NVML call answering GpuIsLost (``nvml``)."""
+
+    node: str
+    t: float | None
+    pci_bus_id: str | None
+    gpu_uuid: str | None
+    source: str
+    text: str
+    evidence: tuple[Evidence, ...]
+    gpu_index: int | None = None  # NVML's index, for a device lost before its UUID was read
+
+
+@dataclass(frozen=True)
+class GpuHealthReading:
+    """A GPU's health counters at one moment (``phase``: ``start`` = the snapshot, ``end`` = the reading
+    after sampling): ``counters`` name -> value (None when NVML did not give it), from
+    nvmlDeviceGetTotalEccErrors, GetRetiredPages(_v2), GetRetiredPagesPendingStatus, GetRemappedRows,
+    GetPcieReplayCounter, GetGpuRecoveryAction; ``evidence`` per counter name."""
+
+    node: str
+    gpu_uuid: str
+    t: float | None
+    phase: str
+    counters: tuple[tuple[str, int | None], ...]
+    evidence: tuple[tuple[str, Evidence], ...]
+
+    def get(self, name: str) -> int | None:
+        return next((v for k, v in self.counters if k == name), None)
+
+    def cite(self, name: str) -> Evidence | None:
+        return next((e for k, e in self.evidence if k == name), None)
+
+
+@dataclass(frozen=True)
 class CudaOom:
     """A CUDA out-of-memory message in a container's log."""
 
@@ -414,6 +479,9 @@ class Model:
     net_samples: list[NetSample] = field(default_factory=list)
     ooms: list[OomKill] = field(default_factory=list)
     xids: list[XidEvent] = field(default_factory=list)
+    lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
+    gpu_health: list[GpuHealthReading] = field(default_factory=list)
+    shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)
     log_tails: list[LogTail] = field(default_factory=list)
@@ -539,6 +607,11 @@ def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evid
         return ref.evidence
     return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
                        ref.offset).evidence
+
+
+def norm_pci(pci: str) -> str:
+    """A PCI bus id in the one form two readings of the same GPU share (``3b:00.0``, see :func:`_norm_pci`)."""
+    return _norm_pci(pci)
 
 
 def _norm_pci(pci: str) -> str:

@@ -61,6 +61,14 @@ class AnalysisConfig:
     missing_source_confidence_factor: float = 0.7
     # An effect must follow its cause within this many seconds to be linked in the chain.
     chain_link_window_s: float = 600.0
+    # gpu-xid-fault / gpu-lost: Xids of one GPU at most this far apart are one burst (first = cause).
+    # NVIDIA's Xid catalog looks 30 s back for a link-down behind an NVLink Xid (CHECK_NVLINK_FAILURE_FLOW).
+    xid_burst_window_s: float = 30.0
+    # gpu-memory-unattributed: device memory used minus the processes' memory at or above this many bytes
+    # (and ratio of the total) in at least ghost_memory_min_samples samples.
+    ghost_memory_min_bytes: int = 1 << 30
+    ghost_memory_min_ratio: float = 0.05
+    ghost_memory_min_samples: int = 2
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

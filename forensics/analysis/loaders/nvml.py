@@ -145,6 +145,9 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
     else:
         _snapshot(src, model, node, devices_doc, by_index)
     _events(src, model, node, by_index)
+    from forensics.analysis.loaders.nvml_health import load_nvml_health
+
+    load_nvml_health(src, model, node)  # memory-error counters (start, end) and GPUs that answered GpuIsLost
 
 
 def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: dict[int, str]) -> None:
