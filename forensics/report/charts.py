@@ -436,6 +436,21 @@ def _mpl() -> Any:
     return matplotlib, dates, FigureCanvasSVG, Figure
 
 
+def _pack(findings: Sequence[LaneItem], sliver: float) -> dict[int, int]:
+    """Sub-row of each finding bar in a lane (by ``id``): overlapping bars stack, never cover."""
+    ends: list[float] = []
+    out: dict[int, int] = {}
+    for item in sorted(findings, key=lambda it: it.t):
+        end = max(item.end or item.t, item.t + sliver) + 6 * sliver  # room for the next label
+        row = next((k for k, e in enumerate(ends) if e <= item.t), len(ends))
+        if row == len(ends):
+            ends.append(end)
+        else:
+            ends[row] = end
+        out[id(item)] = row
+    return out
+
+
 def render_timeline_svg(spec: TimelineSpec) -> str:
     """Draw the cross-source timeline and return its ``<svg>`` element, safe to inline.
 
@@ -463,7 +478,7 @@ def render_timeline_svg(spec: TimelineSpec) -> str:
             if spec.window is not None:
                 ax.axvspan(*(_num(dates, x) for x in spec.window), color="#EEF3FA", lw=0, zorder=0)
                 ax.text(
-                    _num(dates, spec.window[0]), n - 0.45, " capture window", fontsize=6.5,
+                    _num(dates, spec.window[0]), -0.68, " capture window", fontsize=6.5,
                     color="#4A6A8A", va="bottom", ha="left", zorder=1,
                 )
             sliver = (hi - lo) / 150
@@ -471,23 +486,23 @@ def render_timeline_svg(spec: TimelineSpec) -> str:
             for row, lane in enumerate(spec.lanes):
                 y = n - 1 - row
                 ax.axhline(y, color="#E3E3E3", lw=0.6, zorder=1)
-                last_x: float | None = None
-                level = 0
+                rows = _pack([it for it in lane.items if it.kind == "finding"], sliver)
+                depth = max(rows.values(), default=0) + 1
+                bar_h = 0.5 / depth
                 for item in sorted(lane.items, key=lambda it: it.t):
                     x0 = _num(dates, item.t)
                     if item.kind == "finding":
                         end = max(item.end or item.t, item.t + sliver)
                         colour = SEVERITY_COLOURS.get(item.severity, "#607D8B")
+                        bottom = y + 0.25 - (rows[id(item)] + 1) * bar_h
                         ax.broken_barh(
-                            [(x0, _num(dates, end) - x0)], (y - 0.17, 0.34),
-                            facecolors=colour, alpha=0.8, zorder=3,
+                            [(x0, _num(dates, end) - x0)], (bottom + 0.02, bar_h - 0.04),
+                            facecolors=colour, alpha=0.85, zorder=3,
                         )
-                        level = level + 1 if last_x is not None and (item.t - last_x) < 8 * sliver else 0
-                        last_x = item.t
                         ax.annotate(
-                            _label(item.label), xy=(x0, y + 0.2), xytext=(1, 1 + 7 * (level % 2)),
-                            textcoords="offset points", fontsize=6.5, fontweight="bold",
-                            color=colour, ha="left", va="bottom", zorder=5,
+                            _label(item.label), xy=(x0, bottom + bar_h / 2), xytext=(-2, 0),
+                            textcoords="offset points", fontsize=6, fontweight="bold",
+                            color=colour, ha="right", va="center", zorder=5,
                         )
                     else:
                         marker, colour, _ = EVENT_STYLES.get(item.kind, ("D", "#607D8B", item.kind))
