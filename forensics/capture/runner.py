@@ -536,8 +536,8 @@ class _Runner:
             ticks = (rec.sampling or {}).get("ticks")
             sampled = f", {ticks} ticks" if isinstance(ticks, int) else ""
             error = f": {rec.error}" if rec.error else ""
-            size = format_bytes(total, "?")
-            lines.append(f"{rec.name:<13} {rec.status:<12} {members:>5} members {size:>10}{sampled}{error}")
+            written = format_bytes(total, "?")
+            lines.append(f"{rec.name:<13} {rec.status:<12} {members:>5} members {written:>10}{sampled}{error}")
         return lines
 
     def _reserve_name(self, hostname: str) -> tuple[Any, Path | None]:

@@ -82,11 +82,12 @@ def note_missing_sources(model: Model) -> None:
     absences = _absences()
     costly = dict(absences)
     for entry in model.collectors:  # a source this kind of node need not have is not a lost one
-        info = model.nodes.get(entry["node"])
-        absence = costly.get(entry["name"])
+        node, name = str(entry["node"]), str(entry["name"])
+        info = model.nodes.get(node)
+        absence = costly.get(name)
         entry["expected"] = entry["status"] in ("ok", "partial") or (
             absence is not None and info is not None
-            and absence.costs(info.collector_status.get(entry["name"]), info.collector_status))
+            and absence.costs(info.collector_status.get(name), info.collector_status))
     for node, info in sorted(model.nodes.items()):
         for name, absence in absences:
             status = info.collector_status.get(name)
