@@ -41,6 +41,8 @@ __all__ = [
 MAX_POINTS = 600
 #: Longest label kept in a legend.
 MAX_LABEL_CHARS = 32
+#: Longest lane name of the timeline (the left margin holds about this many characters).
+LANE_LABEL_CHARS = 28
 #: Okabe-Ito palette (readable for colour-blind readers and in greyscale print).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 SEVERITY_COLOURS = {
@@ -183,10 +185,10 @@ def downsample(
     return out_t, out_v
 
 
-def _label(text: str) -> str:
+def _label(text: str, limit: int = MAX_LABEL_CHARS) -> str:
     text = " ".join(text.split())
-    if len(text) > MAX_LABEL_CHARS:
-        text = text[: MAX_LABEL_CHARS - 1] + "…"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
     # matplotlib hides legend entries whose label starts with "_".
     return "\u2009" + text if text.startswith("_") else text
 
@@ -511,7 +513,7 @@ def render_timeline_svg(spec: TimelineSpec) -> str:
                                 mec="white", mew=0.5)
             ax.set_ylim(-0.7, n - 0.3)
             ax.set_yticks(range(n))
-            ax.set_yticklabels([_label(lane.label) for lane in reversed(spec.lanes)], fontsize=7.5)
+            ax.set_yticklabels([_label(lane.label, LANE_LABEL_CHARS) for lane in reversed(spec.lanes)], fontsize=7.5)
             ax.tick_params(axis="x", labelsize=7.5)
             ax.tick_params(axis="y", length=0)
             for side in ("top", "right", "left"):

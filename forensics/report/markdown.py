@@ -135,9 +135,14 @@ def _verdict(v: ReportView, section: Section) -> list[str]:
         rows.append(["Limits", f"collectors that did not complete: {names}"])
     out.extend(_table(["", ""], rows))
     add("")
-    if len(v.incidents) > 1:
-        add(f"**{len(v.incidents)} incidents, most relevant first:**")
-        add("")
+    return out
+
+
+def _incidents(v: ReportView, section: Section) -> list[str]:
+    """Every incident, most relevant to the window first, with its parties and next step."""
+    out: list[str] = [f"## {section.title}", "", f"{len(v.incidents)} incidents, most relevant first:", ""]
+    add = out.append
+    if v.incidents:
         for i in v.incidents:
             when = fmt_time_short(i.start) + (f"–{fmt_time_short(i.end)}" if i.end and i.end != i.start else "")
             extra = f", {i.before_capture}" if i.before_capture else ""
@@ -440,6 +445,7 @@ def _verify(v: ReportView, section: Section) -> list[str]:
 #: Section anchor -> its Markdown; the order and which sections show come from SECTIONS.
 _SECTIONS: dict[str, Callable[[ReportView, Section], list[str]]] = {
     "verdict": _verdict,
+    "incidents": _incidents,
     "timeline": _timeline,
     "chain": _chain,
     "other-findings": _other_findings,

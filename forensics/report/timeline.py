@@ -25,7 +25,7 @@ _CLUSTER = ("cluster", "Docker / Kubernetes events")
 _HOST = ("host", "host")
 
 
-def _event_lane(entry: Mapping[str, Any], parties: Mapping[str, str]) -> tuple[str, str] | None:
+def _event_lane(entry: Mapping[str, Any], parties: Mapping[str, tuple[str, str]]) -> tuple[str, str] | None:
     """(group, lane label) of a document timeline entry, or None when no lane shows it."""
     kind, text = get_str(entry, "kind"), get_str(entry, "text")
     subject = get_dict(entry, "subject")
@@ -34,9 +34,7 @@ def _event_lane(entry: Mapping[str, Any], parties: Mapping[str, str]) -> tuple[s
         return _KERNEL
     if kind == "oom-kill":
         return _KERNEL if text.endswith("[kernel]") else _CLUSTER
-    if sid in parties:
-        return get_str(subject, "type") or "container", parties[sid]
-    return None
+    return parties.get(sid)
 
 
 def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
@@ -45,12 +43,24 @@ def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
     if not findings:
         return None
     lanes: dict[tuple[str, str], list[LaneItem]] = {}
-    parties: dict[str, str] = {}  # subject id -> lane label
+    parties: dict[str, tuple[str, str]] = {}  # subject id -> its lane (group, label)
+    # A pod's containers share its lane: an SRE on Kubernetes reads pods, not kubelet names.
+    pod_lane = {
+        cid: f"pod {get_str(p, 'namespace')}/{get_str(p, 'name')}"
+        for p in get_dicts(ctx.doc, "pods")
+        for cid in p.get("containers") or []
+        if isinstance(cid, str)
+    }
     for f in findings:
         placed = False
+        pods = {s.id for s in f.subjects if s.type == "pod"}
         for s in f.subjects:
             if s.type in ("gpu", "mig"):
                 label = ctx.gpu_names.get(s.id, s.label)
+            elif s.type == "container" and s.id in pod_lane:
+                if pods:
+                    continue  # its pod is a subject of the finding too: one bar, on the pod's lane
+                label = pod_lane[s.id]
             elif s.type in ("container", "pod") and s.role != "witness":
                 label = f"{s.type} {s.label}"
             else:
@@ -58,7 +68,7 @@ def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
             key = ("gpu" if s.type in ("gpu", "mig") else s.type, label)
             if key not in lanes and len(lanes) >= LANE_CAP:
                 continue
-            parties.setdefault(s.id, label)
+            parties.setdefault(s.id, key)
             items = lanes.setdefault(key, [])
             if not any(it.label == f.id for it in items):
                 items.append(LaneItem(unix(f.start) or 0.0, f.id, "finding", f.severity, unix(f.end)))
@@ -68,6 +78,9 @@ def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
             lanes.setdefault(group, []).append(
                 LaneItem(unix(f.start) or 0.0, f.id, "finding", f.severity, unix(f.end))
             )
+    for cid, label in pod_lane.items():  # a pod's containers' events go on the pod's lane
+        if ("pod", label) in lanes:
+            parties.setdefault(cid, ("pod", label))
     for entry in get_dicts(ctx.doc, "timeline"):
         at = unix(get_str(entry, "time"))
         if at is None or get_str(entry, "kind") == "finding":
@@ -75,8 +88,7 @@ def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
         where = _event_lane(entry, parties)
         if where is None:
             continue
-        key = where if where in (_KERNEL, _CLUSTER) else (where[0], where[1])
-        items = lanes.setdefault(key, [])
+        items = lanes.setdefault(where, [])
         if len(items) < EVENTS_PER_LANE:
             items.append(LaneItem(at, get_str(entry, "text"), get_str(entry, "kind")))
     order = {"gpu": 0, "pod": 1, "container": 2, "host": 3, "kernel": 4, "cluster": 5}

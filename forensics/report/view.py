@@ -22,6 +22,7 @@ from forensics.errors import ReportError
 from forensics.parsing.timestamps import format_iso
 from forensics.report.access import get_bool, get_dict, get_dicts, get_num, get_str, get_strs, unix
 from forensics.report.findings import ViewContext, evidence_views, metric_text, sorted_findings
+from forensics.report.formatting import fmt_time
 from forensics.report.hardware import container_views, gpu_views
 from forensics.report.records import (
     BODY_ROWS,
@@ -110,7 +111,7 @@ def _nodes(ctx: ViewContext) -> tuple[NodeView, ...]:
                 serial=get_str(g, "serial"),
                 vbios_version=get_str(g, "vbios_version"),
                 mig_mode=get_str(g, "mig_mode")
-                or {True: "enabled", False: "disabled"}.get(get_bool(g, "mig_enabled") or False, ""),
+                or {True: "enabled", False: "not enabled"}.get(get_bool(g, "mig_enabled") or False, ""),
                 pci_bus_id=get_str(g, "pci_bus_id"),
             )
             for g in get_dicts(ctx.doc, "gpus")
@@ -130,9 +131,9 @@ def _nodes(ctx: ViewContext) -> tuple[NodeView, ...]:
 
 
 def _window(doc: Mapping[str, Any]) -> str:
-    w = get_dict(doc, "window")
+    w = get_dict(doc, "window")  # only a window the user named (analyze --window) is news
     start, end = get_str(w, "start"), get_str(w, "end")
-    return f"{start} – {end}" if start and end else ""
+    return f"{fmt_time(start)} – {fmt_time(end)}" if start and end and get_bool(w, "named") else ""
 
 
 def _iso(t: float) -> str:
