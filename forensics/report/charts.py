@@ -390,17 +390,8 @@ def render_svg(spec: ChartSpec) -> str:
     if not spec.panels:
         raise ReportError(f"chart {spec.chart_id}: no panel to draw")
     matplotlib, dates, FigureCanvasSVG, Figure = _mpl()  # noqa: N806 - classes
-
-    rc: dict[str, Any] = {
-        "svg.fonttype": "none",
-        "svg.hashsalt": "gpuforensics",
-        "text.parse_math": False,
-        "font.family": "DejaVu Sans",
-        "axes.unicode_minus": False,
-        "path.simplify": True,
-    }
     try:
-        with matplotlib.rc_context(rc):
+        with matplotlib.rc_context(_RC):
             height = 0.7 + 1.25 * len(spec.panels)
             fig = Figure(figsize=(7.6, height), dpi=72)
             FigureCanvasSVG(fig)
@@ -412,13 +403,29 @@ def render_svg(spec: ChartSpec) -> str:
             fig.subplots_adjust(
                 left=0.08, right=0.72, top=1 - 0.3 / height, bottom=0.5 / height, hspace=0.5
             )
-            buf = io.StringIO()
-            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+            svg = _svg_text(fig)
     except ReportError:
         raise
     except Exception as exc:  # matplotlib raises many types; report which chart failed
         raise ReportError(f"chart {spec.chart_id} could not be drawn: {exc}") from exc
-    return _clean_svg(buf.getvalue(), spec.chart_id)
+    return _clean_svg(svg, spec.chart_id)
+
+
+#: matplotlib settings of every chart: text stays text (escaped), no mathtext, stable ids.
+_RC: dict[str, Any] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "gpuforensics",
+    "text.parse_math": False,
+    "font.family": "DejaVu Sans",
+    "axes.unicode_minus": False,
+    "path.simplify": True,
+}
+
+
+def _svg_text(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    return buf.getvalue()
 
 
 def _mpl() -> Any:
@@ -462,17 +469,10 @@ def render_timeline_svg(spec: TimelineSpec) -> str:
     if not spec.lanes:
         raise ReportError(f"timeline {spec.chart_id}: no lane to draw")
     matplotlib, dates, canvas_cls, figure_cls = _mpl()
-    rc: dict[str, Any] = {
-        "svg.fonttype": "none",
-        "svg.hashsalt": "gpuforensics",
-        "text.parse_math": False,
-        "font.family": "DejaVu Sans",
-        "axes.unicode_minus": False,
-    }
     lo, hi = spec.span()
     n = len(spec.lanes)
     try:
-        with matplotlib.rc_context(rc):
+        with matplotlib.rc_context(_RC):
             height = 1.15 + 0.34 * n
             fig = figure_cls(figsize=(7.6, height), dpi=72)
             canvas_cls(fig)
@@ -535,10 +535,7 @@ def render_timeline_svg(spec: TimelineSpec) -> str:
                     handletextpad=0.3, columnspacing=1.2,
                 )
             fig.subplots_adjust(left=0.24, right=0.98, top=1 - 0.12 / height, bottom=0.78 / height)
-            buf = io.StringIO()
-            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    except ReportError:
-        raise
+            svg = _svg_text(fig)
     except Exception as exc:  # matplotlib raises many types; report which chart failed
         raise ReportError(f"timeline {spec.chart_id} could not be drawn: {exc}") from exc
-    return _clean_svg(buf.getvalue(), spec.chart_id)
+    return _clean_svg(svg, spec.chart_id)
