@@ -59,7 +59,8 @@ def render_text_view(v: ReportView) -> str:
         lines.append("")
         lines.append("Findings:")
         for f in v.findings:
-            before = f" ({f.before_capture})" if f.before_capture else ""
+            shown = f.before_capture and f.before_capture.lower() not in f.summary.lower()
+            before = f" ({f.before_capture})" if shown else ""
             lines.append(f"  {f.id:<4} {f.severity:<8} {f.kind:<28} {f.summary}{before}")
             if f.next_step:
                 lines.append(f"         next step: {f.next_step}")
