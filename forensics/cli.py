@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import traceback
 from datetime import UTC, datetime, timedelta
@@ -93,6 +94,30 @@ def _progress_printer(enabled: bool) -> Any:
         click.echo(f"gpuforensics: {msg}", err=True)
 
     return show
+
+
+def _live_printer(enabled: bool) -> Any:
+    """The one status line capture rewrites in place while it runs (a terminal only: in a log
+    file the carriage returns would be noise); ``""`` clears it."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+
+    def show(msg: str) -> None:
+        sys.stderr.write("\r\x1b[K" + (f"gpuforensics: {msg}" if msg else ""))
+        sys.stderr.flush()
+
+    return show
+
+
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def _plain(doc: str | None, name: str) -> str:
+    """A docstring's first line as plain text: no ``literal`` or :role:`x` markup, and no
+    leading repeat of the collector's name."""
+    line = (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+    line = _RST_ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], line).replace("``", "")
+    return line[len(name) + 2:] if line.startswith(f"{name}: ") else line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -188,7 +213,7 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
         manifest, interrupted = streamed.manifest, streamed.interrupted
         where = f"streamed {streamed.name} to stdout: {streamed.size} bytes, sha256 {streamed.sha256}"
     else:
-        result = run_capture(options, output, progress=_progress_printer(show))
+        result = run_capture(options, output, progress=_progress_printer(show), live=_live_printer(show))
         manifest, interrupted, where = result.manifest, result.interrupted, str(result.path)
     failed = [c for c in manifest["collectors"] if c["status"] in ("failed", "partial")]
     if failed and progress is not False:  # also in cron and DaemonSet logs; --quiet silences it
@@ -448,7 +473,7 @@ def collectors(show_settings: bool) -> None:
     from forensics.capture import load_collectors
 
     for c in load_collectors():
-        click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")
+        click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {_plain(type(c).__doc__, c.name)}")
 
 
 cli.add_command(cluster_group)

@@ -60,6 +60,9 @@ class Gpu:
     mig_enabled: bool = False
     evidence: Evidence | None = None
     minor_number: int | None = None
+    serial: str | None = None  # nvmlDeviceGetSerial
+    vbios_version: str | None = None  # nvmlDeviceGetVbiosVersion
+    mig_mode: str | None = None  # "enabled", "disabled", "not supported"; None when not read
 
     def subject(self) -> Subject:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
@@ -445,6 +448,9 @@ class NodeInfo:
     kernel_window: tuple[float, float] | None = None
     lookback_s: float | None = None  # capture --lookback: older evidence is history, not the incident
     since: float | None = None  # capture --since: the lead-up the capture folded in
+    # What the node is (page one of a report): driver_version, cuda_version, nvml_version (nvml
+    # devices.json "system"), kernel, os (host/host.json uname and os_release).
+    facts: dict[str, str] = field(default_factory=dict)
 
     def lead_up_start(self) -> float | None:
         """Where the capture's lead-up begins: ``--since``, else the look-back before its start."""
@@ -471,6 +477,9 @@ class Model:
     pods: dict[str, Pod] = field(default_factory=dict)  # uid
     cpu_samples: list[CpuSample] = field(default_factory=list)
     memory_samples: list[MemorySample] = field(default_factory=list)
+    # (node, container id) -> the highest memory use its cgroup recorded (memory.peak v2,
+    # memory.max_usage_in_bytes v1): samples miss the moment before an OOM kill.
+    memory_peaks: dict[tuple[str, str], int] = field(default_factory=dict)
     psi_samples: list[PsiSample] = field(default_factory=list)
     io_samples: list[IoSample] = field(default_factory=list)
     # (node, container id) -> device (MAJ:MIN) -> {"rbps", "wbps", "riops", "wiops"} (None: unlimited),

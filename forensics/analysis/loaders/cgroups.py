@@ -179,6 +179,10 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             continue
         cid = _container_of(path, cache)
         ev = src.ref(cgroup_spec.INDEX, 0, values, pointer=f"/cgroups/{i}/values")
+        peak = as_int(dig(values, "memory", "peak_bytes"))
+        if cid and peak is not None:  # memory.peak (v2) / memory.max_usage_in_bytes (v1)
+            key = (node, cid)
+            model.memory_peaks[key] = max(peak, model.memory_peaks.get(key, 0))
         if not sampled:
             _add_values(model, node, path, t_snap, values, ev, cache)
             model.node(node).members_used.setdefault("cgroups", cgroup_spec.INDEX)

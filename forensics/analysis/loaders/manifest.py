@@ -81,6 +81,14 @@ def note_missing_sources(model: Model) -> None:
     """One limitation per needed collector that is absent or failed on a node (what its absence
     means, and when it costs nothing, is declared in its spec)."""
     absences = _absences()
+    costly = dict(absences)
+    for entry in model.collectors:  # a source this kind of node need not have is not a lost one
+        node, name = str(entry["node"]), str(entry["name"])
+        info = model.nodes.get(node)
+        absence = costly.get(name)
+        entry["expected"] = entry["status"] in ("ok", "partial") or (
+            absence is not None and info is not None
+            and absence.costs(info.collector_status.get(name), info.collector_status))
     for node, info in sorted(model.nodes.items()):
         for name, absence in absences:
             status = info.collector_status.get(name)
