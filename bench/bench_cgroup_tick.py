@@ -105,7 +105,7 @@ def main() -> None:
 
         worst_wall, worst_cpu = run(True)
         wall, cpu = run(False)
-        fds = list(collector._fds.values())
+        fds = collector._files.descriptors()
         pread_cpu = []
         for _ in range(args.ticks):
             c0 = time.process_time()

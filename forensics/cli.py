@@ -2,11 +2,13 @@
 
 It calls the library only through its public entry points: :mod:`forensics.capture`,
 :mod:`forensics.bundle`, :mod:`forensics.inventory`, :mod:`forensics.analysis`,
-:mod:`forensics.report` and the document contract :mod:`forensics.document_format`; each is
-imported inside the command that needs it, so ``--help`` stays instant.
+:mod:`forensics.report`, :mod:`forensics.cluster` and the document contract
+:mod:`forensics.document_format`; each is imported inside the command that needs it, so ``--help``
+stays instant. The ``cluster`` group lives in :mod:`forensics.cli_cluster`.
 
-Exit codes: 0 success; 1 ``verify`` integrity failure or ``analyze --fail-on`` threshold reached;
-2 usage error or an unreadable/invalid bundle; 3 capture interrupted (a bundle was still written);
+Exit codes: 0 success; 1 ``verify`` integrity failure, ``analyze --fail-on`` threshold reached, or
+a ``cluster capture`` node without a verified bundle; 2 usage error, an unreadable/invalid bundle,
+or a cluster that cannot be asked; 3 capture interrupted (a bundle was still written);
 4 the bundle or the output could not be written (disk full, quota, I/O error, read-only file system);
 70 internal error (a bug: please report it with ``--debug`` output).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import traceback
 from datetime import UTC, datetime
@@ -25,6 +28,7 @@ from typing import Any, NoReturn
 import click
 
 from forensics._version import __version__
+from forensics.cli_cluster import cluster as cluster_group
 from forensics.document_format import OUTPUT_FORMATS, SEVERITIES, severity_rank, split_formats
 from forensics.errors import STORAGE_ERRNOS, ForensicsError, UsageError
 
@@ -33,6 +37,21 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_NOT_WRITTEN, EXIT_BUG
 
 def _names(value: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (value or "").split(",") if n.strip())
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_RING_HELP = "(default: $GPUFORENSICS_RING, then /var/lib/gpuforensics/ring)"
+
+
+def _settings_map(settings: tuple[str, ...]) -> dict[str, str]:
+    """``--set KEY=VALUE`` options as a dict (checked later by ``validate_settings``)."""
+    extra: dict[str, str] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        extra[key.strip()] = value
+    return extra
 
 
 def _parse_since(value: str | None, opt: str = "--since") -> datetime | None:
@@ -66,6 +85,30 @@ def _progress_printer(enabled: bool) -> Any:
     return show
 
 
+def _live_printer(enabled: bool) -> Any:
+    """The one status line capture rewrites in place while it runs (a terminal only: in a log
+    file the carriage returns would be noise); ``""`` clears it."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+
+    def show(msg: str) -> None:
+        sys.stderr.write("\r\x1b[K" + (f"gpuforensics: {msg}" if msg else ""))
+        sys.stderr.flush()
+
+    return show
+
+
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def _plain(doc: str | None, name: str) -> str:
+    """A docstring's first line as plain text: no ``literal`` or :role:`x` markup, and no
+    leading repeat of the collector's name."""
+    line = (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+    line = _RST_ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], line).replace("``", "")
+    return line[len(name) + 2:] if line.startswith(f"{name}: ") else line
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="gpuforensics")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors (for bug reports).")
@@ -87,7 +130,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 @cli.command()
 @click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Directory to write the bundle into.")
+              show_default=True, help="Directory to write the bundle into; '-' writes the bundle's bytes to stdout.")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, callback=_finite,
               help="Seconds to sample GPU, process and cgroup figures (0: one snapshot).")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, callback=_finite,
@@ -97,9 +140,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--only", help="Comma-separated collectors to run (see `gpuforensics collectors`).")
 @click.option("--skip", help="Comma-separated collectors not to run.")
 @click.option("--all-processes", is_flag=True, help="Record every process on the host, not only GPU and container processes.")
-@click.option("--since", help="Oldest kernel-log record and event to keep: ISO time or a duration (30m, 2h).")
+@click.option("--since", help="Start of the history window for everything (kernel log, events, exited "
+              "containers, the flight recorder's ring): ISO time or a duration (30m, 2h). Overrides --lookback.")
 @click.option("--lookback", type=click.FloatRange(min=0), default=3600.0, show_default=True, callback=_finite,
-              help="Seconds of history to collect (exited containers, engine and cluster events).")
+              help="Seconds of history when --since is not given (the window is capture start minus this).")
+@click.option("--ring", "ring_dir", type=click.Path(file_okay=False),
+              help=f"Flight recorder ring to fold in, as --set ring.dir=DIR {_RING_HELP}.")
 @click.option("--no-redact", is_flag=True, help="Keep secrets (env values, passwords in command lines) verbatim.")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config).")
 @click.option("--context", "kube_context", help="Kubeconfig context to use.")
@@ -115,12 +161,14 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
             all_processes: bool, since: str | None, lookback: float, no_redact: bool, kubeconfig: str | None,
             kube_context: str | None, node_name: str | None, nvml_library: str | None,
             settings: tuple[str, ...], prometheus_url: str | None, prometheus_token_file: str | None,
-            prometheus_ca: str | None, until: str | None, progress: bool | None) -> None:
+            prometheus_ca: str | None, until: str | None, progress: bool | None, ring_dir: str | None) -> None:
     """Snapshot (and optionally sample) this node into an evidence bundle.
 
     Collects NVML GPU state and processes, Docker containers, /proc and cgroup counters, the kernel
     log and Kubernetes pods, each under its own deadline; one dead source never costs the rest.
     Prints the bundle's path on stdout (progress goes to stderr). Run as root for full evidence.
+    With `-o -` the bundle itself goes to stdout (its name, size and SHA-256 to stderr): this is
+    how `cluster capture` streams bundles back through `exec`.
 
     With --prometheus, the node's exporter history between --since and --until is folded in; with
     --only prometheus it is a bundle of history alone, which can be made from any machine.
@@ -129,15 +177,13 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     Example:
       sudo gpuforensics capture --duration 60 --interval 1 -o /var/tmp
       gpuforensics capture --only prometheus --prometheus http://prom:9090 --node gpu-07 --since 14:00 --until 15:30
+      kubectl exec POD -- gpuforensics capture -o - > node.tgz
     """
     from forensics.capture import CaptureOptions, run_capture, validate_settings
 
-    extra: dict[str, str] = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        extra[key.strip()] = value
+    extra = _settings_map(settings)
+    if ring_dir is not None:
+        extra["ring.dir"] = ring_dir
     for key, given in (("prometheus.url", prometheus_url), ("prometheus.token_file", prometheus_token_file),
                        ("prometheus.ca_file", prometheus_ca)):
         if given:
@@ -145,8 +191,11 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     validate_settings(extra)
     if duration and interval > duration:
         raise UsageError(f"--interval ({interval:g} s) is longer than --duration ({duration:g} s)")
+    to_stdout = str(output) == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise UsageError("--output -: refusing to write a bundle to a terminal; redirect stdout to a file or pipe")
     try:
-        is_dir = output.is_dir()
+        is_dir = to_stdout or output.is_dir()
     except OSError as exc:  # a name over NAME_MAX, a directory we may not search
         raise UsageError(f"--output: {output}: {exc.strerror or exc}") from None
     if not is_dir:
@@ -162,14 +211,115 @@ def capture(output: Path, duration: float, interval: float, timeout: float, only
     if options.until is not None and options.since is not None and options.until <= options.since:
         raise UsageError(f"--until ({until}) is not after --since ({since})")
     show = sys.stderr.isatty() if progress is None else progress
-    result = run_capture(options, output, progress=_progress_printer(show))
-    failed = [c for c in result.manifest["collectors"] if c["status"] in ("failed", "partial")]
+    if to_stdout:
+        from forensics.capture import capture_to_stream
+
+        streamed = capture_to_stream(options, sys.stdout.buffer, progress=_progress_printer(show))
+        manifest, interrupted = streamed.manifest, streamed.interrupted
+        where = f"streamed {streamed.name} to stdout: {streamed.size} bytes, sha256 {streamed.sha256}"
+    else:
+        result = run_capture(options, output, progress=_progress_printer(show), live=_live_printer(show))
+        manifest, interrupted, where = result.manifest, result.interrupted, str(result.path)
+    failed = [c for c in manifest["collectors"] if c["status"] in ("failed", "partial")]
     if failed and progress is not False:  # also in cron and DaemonSet logs; --quiet silences it
         click.echo("gpuforensics: incomplete: " + ", ".join(f"{c['name']} {c['status']}" for c in failed), err=True)
-    click.echo(str(result.path))
-    if result.interrupted:
+    click.echo(f"gpuforensics: {where}" if to_stdout else where, err=to_stdout)
+    if interrupted:
         click.echo("gpuforensics: capture interrupted; the bundle holds what was collected", err=True)
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _seconds(option: str, value: str) -> float:
+    """A duration: plain seconds or a number with s, m, h or d."""
+    units = _UNITS
+    number, unit = (value[:-1], units[value[-1]]) if value[-1:] in units else (value, 1)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise UsageError(f"{option}: not a duration like 90, 30m or 24h: {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{option}: must be a positive duration, not {value!r}")
+    return seconds
+
+
+def _bytes(option: str, value: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = value.strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = (text[:-1], units[text[-1]]) if text[-1:] in units else (text, 1)
+    try:
+        n = int(float(number) * unit)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{option}: not a size like 512M or 2G: {value!r}") from None
+    if n <= 0:
+        raise UsageError(f"{option}: must be positive, not {value!r}")
+    return n
+
+
+@cli.command()
+@click.option("--ring", "ring_dir", type=click.Path(file_okay=False, path_type=Path),
+              help=f"Ring directory, created 0700, files 0600 {_RING_HELP}.")
+@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
+              callback=_finite, help="Seconds between samples.")
+@click.option("--max-bytes", default="512M", show_default=True, help="Cap of the ring on disk (oldest data dropped first).")
+@click.option("--retention", default="24h", show_default=True, help="How long records are kept (oldest dropped first).")
+@click.option("--sources", help="Comma-separated sources to record (default: every one the recorder knows: "
+              "nvml, procfs, cgroups, kernel, docker).")
+@click.option("--no-redact", is_flag=True, help="Keep secrets verbatim in the ring (not recommended).")
+@click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector setting, as for capture.")
+@click.option("--status", is_flag=True, help="Show the ring's span, size, gaps and writer, and exit (as `gpuforensics ring`).")
+def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: str, sources: str | None,
+           no_redact: bool, nvml_library: str | None, settings: tuple[str, ...], status: bool) -> None:
+    """Run the flight recorder: sample this node into a bounded, crash-safe ring, in the foreground.
+
+    Samples what capture samples (NVML devices and processes, per-process utilisation, cgroup
+    CPU/memory/PSI of containers and GPU processes, the kernel log, Docker events) every
+    --interval at nice 10, records each GPU process and container when first seen, and keeps
+    --retention of it within --max-bytes. Stop it with SIGTERM. `capture --since 30m` folds it in.
+
+    \b
+    Example:
+      sudo gpuforensics record --ring /var/lib/gpuforensics/ring --interval 1
+    """
+    if status:
+        _print_ring_status(ring_dir, verify=False, as_json=False)
+        return
+    from forensics.capture import validate_settings
+    from forensics.record import SOURCE_NAMES, RecordOptions, run_recorder
+    from forensics.ring import resolve_ring_dir
+
+    extra = _settings_map(settings)
+    validate_settings(extra)
+    options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval,
+                            max_bytes=_bytes("--max-bytes", max_bytes), retention_s=_seconds("--retention", retention),
+                            sources=_names(sources) or SOURCE_NAMES, redact=not no_redact,
+                            nvml_library=nvml_library, extra=extra,
+                            argv=tuple(["gpuforensics", *sys.argv[1:]]))
+    result = run_recorder(options)
+    click.echo(json.dumps(result, sort_keys=True))
+
+
+def _print_ring_status(ring_dir: Path | None, verify: bool, as_json: bool) -> None:
+    from forensics.record import format_status, ring_status
+    from forensics.ring import resolve_ring_dir
+
+    doc = ring_status(resolve_ring_dir(ring_dir), verify=verify)
+    click.echo(json.dumps(doc, sort_keys=True, indent=2) if as_json else format_status(doc))
+
+
+@cli.command()
+@click.argument("ring_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--verify", is_flag=True, help="Read every segment (SHA-256 of sealed ones) and list gaps and clock jumps.")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
+def ring(ring_dir: Path | None, verify: bool, as_json: bool) -> None:
+    """Show the flight recorder ring's span, size, gaps and writer (RING_DIR default:
+    $GPUFORENSICS_RING, then /var/lib/gpuforensics/ring).
+
+    \b
+    Example:
+      gpuforensics ring /var/lib/gpuforensics/ring --verify
+    """
+    _print_ring_status(ring_dir, verify, as_json)
 
 
 def _limits(max_bundle_mb: int | None, max_members: int | None) -> Any:
@@ -223,7 +373,7 @@ def _split_formats(value: str) -> list[str]:
 
 
 @cli.command()
-@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="BUNDLES|DIR...")
 @click.option("-f", "--format", "fmt", default="text", show_default=True,
               help="Comma-separated: text, json, html, pdf, md.")
 @click.option("-o", "--output", type=click.Path(),
@@ -243,7 +393,8 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
 
     Joins GPU -> PID -> container -> pod -> allocation, runs the rules and builds the evidence
     chain. Several bundles of one host form one timeline; bundles of several nodes, a cluster view.
-    Never talks to a live source.
+    A directory stands for its bundles: those a `cluster capture` kept (its cluster.json), else
+    every *.tgz in it. Never talks to a live source.
 
     \b
     Example:
@@ -251,6 +402,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
       gpuforensics analyze bundle.tgz -f html,pdf,md,json -o reports/
       gpuforensics analyze bundle.tgz -f json --fail-on high > findings.json
       gpuforensics analyze bundle.tgz --window 2026-11-29T14:00Z..2026-11-29T14:30Z
+      gpuforensics analyze incident/ -f html -o report.html   # a cluster capture's directory
     """
     formats = _split_formats(fmt)
     files = [f for f in formats if f not in ("text",)]
@@ -261,11 +413,15 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
     if formats == ["text"] and output is not None:
         raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
     from forensics.analysis import analyze_bundles, load_config, parse_window
+    from forensics.cluster import expand_bundle_arguments
     from forensics.report import render, render_text
 
     config = load_config(config_path) if config_path else None
     spec = parse_window(window) if window else None  # a bad value fails before any bundle is read
-    doc = analyze_bundles(list(bundles), config, limits=_limits(max_bundle_mb, max_members), window=spec)
+    paths, notes = expand_bundle_arguments(bundles)  # a directory: a `cluster capture`'s bundles
+    for note in notes:
+        click.echo(f"gpuforensics: {note}", err=True)
+    doc = analyze_bundles(paths, config, limits=_limits(max_bundle_mb, max_members), window=spec)
     if output is None:
         if formats == ["json"]:
             click.echo(json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
@@ -322,15 +478,20 @@ def collectors(show_settings: bool) -> None:
     from forensics.capture import load_collectors
 
     for c in load_collectors():
-        click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {(type(c).__doc__ or '').strip().splitlines()[0] if type(c).__doc__ else ''}")
+        click.echo(f"{c.name:<16} order {c.order:<4} timeout {c.timeout_s:g} s  {_plain(type(c).__doc__, c.name)}")
 
 
-def main(argv: list[str] | None = None) -> None:
+cli.add_command(cluster_group)
+
+
+def main(argv: list[str] | None = None, prog_name: str = "gpuforensics") -> None:
     """Console entry point: one-line errors, documented exit codes, tracebacks only with --debug."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or bool(os.environ.get("GPUFORENSICS_DEBUG"))
+    if prog_name != "gpuforensics" and args[:2] in (["cluster"], ["cluster", "-h"], ["cluster", "--help"]):
+        args = ["cluster", "--help"]
     try:
-        rv = cli.main(args=args, prog_name="gpuforensics", standalone_mode=False)
+        rv = cli.main(args=args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -368,6 +529,14 @@ def main(argv: list[str] | None = None) -> None:
         _internal_error(exc, debug)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
+
+def kubectl_main(argv: list[str] | None = None) -> None:
+    """``kubectl-gpuforensics``: ``kubectl gpuforensics capture ...`` (krew's plugin convention:
+    kubectl finds the executable on PATH and passes every argument through to the ``cluster``
+    group)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    front = ["--debug"] if "--debug" in args else []
+    main([*front, "cluster", *(a for a in args if a != "--debug")], prog_name="kubectl gpuforensics")
 
 
 def _internal_error(exc: BaseException, debug: bool) -> NoReturn:

@@ -23,12 +23,16 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      │    │                          (EFBIG)                                             exit 4
      │    ├── BundleNotWritten       a bundle (capture); also a CaptureError
      │    └── ReportNotWritten       a report or ``analyze`` output; also a ReportError
+     ├── ClusterError                cluster capture cannot ask the cluster at all (no kubeconfig,
+     │                               API unreachable, nodes or pods not listable)    exit 2
+     ├── RingError                   the recorder's ring cannot be opened, locked or read  exit 2
      └── ReportError
 """
 
 from __future__ import annotations
 
 import errno
+import re
 
 __all__ = [
     "BundleError",
@@ -38,17 +42,20 @@ __all__ = [
     "BundleTooLarge",
     "BundleUnsafe",
     "CaptureError",
+    "ClusterError",
     "CollectorError",
     "ForensicsError",
     "OutputNotWritten",
     "ParseError",
     "ReportError",
     "ReportNotWritten",
+    "RingError",
     "STORAGE_ERRNOS",
     "SourcePermissionDenied",
     "SourceTimeout",
     "SourceUnavailable",
     "UsageError",
+    "sentence",
     "storage_refused",
     "write_failure",
 ]
@@ -123,8 +130,17 @@ class OutputNotWritten(ForensicsError):
     exit_code = 4
 
 
+class RingError(ForensicsError):
+    """The flight recorder's ring cannot be opened, locked or read (``record``, ``ring``)."""
+
+
 class BundleNotWritten(OutputNotWritten, CaptureError):
     """The bundle could not be written: the storage refused it."""
+
+
+class ClusterError(ForensicsError):
+    """``cluster capture`` could not start: no configuration, the API unreachable, a listing
+    refused. A node that fails is not an error but a row of the summary."""
 
 
 class ReportError(ForensicsError):
@@ -146,3 +162,35 @@ def write_failure(what: str, exc: OSError, refused: type[OutputNotWritten],
     ``otherwise``: one seam for every writer of bundles and reports."""
     cls = refused if storage_refused(exc) else otherwise
     return cls(f"{what}: {exc.strerror or exc}")
+
+
+# An exception's repr inside a message: FileNotFoundError(2, 'No such file or directory'),
+# NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f...>: Failed to ...').
+_EXC_REPR = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Timeout|Refused)\((?:-?\d+, )?(['\"])(.*?)\1(?:, [^()]*)?\)")
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*")
+# A tuple of texts, as requests wraps a urllib3 error: ('Connection aborted.', <cause>)
+_TUPLE = re.compile(r"\((['\"])([^'\"()]*?)\.?\1, ([^()]*)\)")
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def sentence(text: str) -> str:
+    """A library's error text as a sentence for the manifest and the terminal: its first line,
+    without Python exception reprs, tuple wrappers, object addresses or ``[Errno N]`` tags.
+    ``"Error while fetching server API version: ('Connection aborted.', FileNotFoundError(2,
+    'No such file or directory'))"`` becomes ``"Error while fetching server API version:
+    connection aborted: no such file or directory"``."""
+    lines = text.strip().splitlines()
+    out = lines[0].strip() if lines else ""
+    for _ in range(4):  # nested reprs unwrap from the inside out
+        new = _EXC_REPR.sub(lambda m: m.group(2), _OBJECT_REPR.sub("", out))
+        new = _TUPLE.sub(lambda m: f"{m.group(2)[:1].lower()}{m.group(2)[1:]}: {_lower_first(m.group(3))}", new)
+        if new == out:
+            break
+        out = new
+    out = _ERRNO.sub("", out)
+    return " ".join(out.split())
+
+
+def _lower_first(text: str) -> str:
+    """``No such file`` -> ``no such file`` (an acronym such as ``HTTP`` is kept)."""
+    return text[:1].lower() + text[1:] if text[:2].istitle() else text

@@ -68,7 +68,7 @@ def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | No
                         "damaged after capture; run `gpuforensics verify` and treat the findings as untrusted")
         src = Source(bundle, path.name, bundle.members.keys())
         hashes = {m: bundle.sha256(m) for m in sorted(bundle.members)}
-        node = load_manifest(src, model, path.resolve(), bundle.file_sha256, hashes)
+        node = load_manifest(src, model, path, bundle.file_sha256, hashes)
         model.bundles[-1]["integrity"] = {"ok": not problems, "problems": problems[:20]}
         load_source(src, model, node)
         del bundle, src

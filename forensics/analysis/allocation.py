@@ -8,6 +8,8 @@ Docker: rebuilt from the raw members (``docker/containers/<id>/inspect.json``,
 under the default nvidia runtime, and privileged mode are *blanket* grants that bypass the
 operator's intent.
 Kubernetes: the pod spec's ``nvidia.com/gpu`` limit and the kubelet pod-resources device ids.
+CRI (containerd, CRI-O): the OCI runtime spec's device nodes, device cgroup rules, CDI devices and
+``NVIDIA_VISIBLE_DEVICES`` (forensics.parsing.oci_allocation), classified as Docker's grants are.
 """
 
 from __future__ import annotations
@@ -80,14 +82,22 @@ def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tup
 def _is_explicit(grant: GpuGrant) -> bool:
     if grant.mechanism in ("device-request", "cdi", "device-node"):
         return grant.origin == "operator"
+    if grant.mechanism == "device-cgroup":  # a runtime's device cgroup rules (CRI): all is blanket
+        return grant.origin == "operator" and grant.scope == "devices"
     if grant.mechanism == "nvidia-runtime-env":
         return grant.origin == "operator" and grant.scope == "devices"
     return False  # privileged and anything new: blanket
 
 
-def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu],
-                               evidence_for: EvidenceFor) -> GpuAllocation:
-    """Split a container's effective grants into explicit and blanket GPU sets, with evidence."""
+def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], evidence_for: EvidenceFor,
+                               source: str = "docker inspect",
+                               none_at: tuple[str, str] = ("container-inspect", "/HostConfig/DeviceRequests"),
+                               ) -> GpuAllocation:
+    """Split a container's effective grants into explicit and blanket GPU sets, with evidence.
+
+    ``source`` names the record (``docker inspect``; ``runtime spec`` for a CRI container's
+    allocation from forensics.parsing.oci_allocation), ``none_at`` the document and pointer cited
+    when nothing was granted."""
     explicit: dict[str, None] = {}
     blanket: dict[str, None] = {}
     ex_ev: list[Evidence] = []
@@ -116,13 +126,13 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu],
     blanket_only = tuple(u for u in blanket if u not in explicit)
     if explicit:
         kind = "env" if ex_kinds[0] == "nvidia-runtime-env" else ex_kinds[0]
-        return GpuAllocation(kind, True, tuple(explicit), "docker inspect", "; ".join(ex_reasons),
+        return GpuAllocation(kind, True, tuple(explicit), source, "; ".join(ex_reasons),
                              tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))
     if blanket:
-        return GpuAllocation(bl_kinds[0], False, (), "docker inspect", "no explicit GPU grant",
+        return GpuAllocation(bl_kinds[0], False, (), source, "no explicit GPU grant",
                              (), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))
-    none_ev = (evidence_for("container-inspect", "/HostConfig/DeviceRequests", ""),)
-    return GpuAllocation("none", False, (), "docker inspect", "no GPU requested", none_ev)
+    none_ev = (evidence_for(none_at[0], none_at[1], ""),)
+    return GpuAllocation("none", False, (), source, "no GPU requested", none_ev)
 
 
 def kubernetes_allocation(limit: int, device_ids: Sequence[str] | None, gpus: Sequence[Gpu],

@@ -170,7 +170,7 @@ def verdict_of(findings: Sequence[Finding], model: Model | None = None) -> dict[
     for v in victims[:4]:
         harms = sorted((f for f in (significant or [root]) if v.key() in {s.key() for s in f.subjects_with("victim")}),
                        key=lambda f: int(f.key[1:]) if f.key[1:].isdigit() else 0)
-        phrases = list(dict.fromkeys(_harm(f, model) for f in harms))
+        phrases = list(dict.fromkeys(_harm(f, model, v) for f in harms))
         impact_parts.append(f"{_name(model, v, long=False)}: {', '.join(phrases)}")
     spanned = significant or [root]
     starts = [f.start for f in spanned if f.start is not None]
@@ -200,25 +200,30 @@ def _name(model: Model | None, s: Subject, long: bool = True) -> str:
     return label(model, s, long=long) if model is not None else name_of(s)
 
 
-def _context(f: Finding, model: Model | None) -> Harm:
-    """What the kind's wordings know of ``f``: its time, its culprits', victims' and GPU's names."""
+def _context(f: Finding, model: Model | None, victim: Subject | None = None) -> Harm:
+    """What the kind's wordings know of ``f``: its time (``victim``'s own time when the finding
+    gives it one), its culprits', victims' and GPU's names."""
     def names(role: Role) -> str:
         subjects = list(f.subjects_with(role))
         if model is not None:
             subjects = collapse_pods(model, subjects)
         return ", ".join(_name(model, s, long=False) for s in subjects)
 
+    own = next((s.time for s in f.subjects if victim is not None and s.key() == victim.key()
+                and s.time is not None), None)
     gpu = next((s.name for s in f.subjects if s.type == "gpu"), "its GPU")
-    return Harm(fmt_time(f.start), names("culprit") or "another process", gpu,
-                names("victim") or "the affected workload")
+    return Harm(fmt_time(own if own is not None else f.start), names("culprit") or "another process", gpu,
+                names("victim") or "the affected workload", victim)
 
 
-def _harm(f: Finding, model: Model | None = None) -> str:
-    """What a finding did to its victim, in a few words with the numbers (its kind's harm wording)."""
+def _harm(f: Finding, model: Model | None = None, victim: Subject | None = None) -> str:
+    """What a finding did to its victim, in a few words with the numbers (its kind's harm wording);
+    at the victim's own time when the finding gives it one."""
+    context = _context(f, model, victim)
     wording = _HARM.get(f.kind)
     if wording is None:
-        return f"{f.kind} from {fmt_time(f.start)}"
-    return wording(f, _context(f, model))
+        return f"{f.kind} from {context.when}"
+    return wording(f, context)
 
 
 def next_step(f: Finding, model: Model | None = None) -> str:

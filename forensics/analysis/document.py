@@ -100,6 +100,14 @@ def _top_verdict(incidents: list[dict[str, Any]], fallback: dict[str, Any]) -> d
             "start": top["start"], "end": top["end"], "incident": top["id"]}
 
 
+_FACTS = ("driver_version", "cuda_version", "nvml_version", "kernel", "os")
+
+
+def _facts(facts: dict[str, str]) -> dict[str, str | None]:
+    """A node's facts for page one, each key present (None when the bundle did not say)."""
+    return {k: facts.get(k) for k in _FACTS}
+
+
 def _subjects(items: Any) -> list[dict[str, Any]]:
     return [s.to_json() for s in items if isinstance(s, Subject)]
 
@@ -157,7 +165,8 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         out.append({
             "index": gpu.index, "uuid": uuid, "name": gpu.name, "node": node,
             "pci_bus_id": gpu.pci_bus_id, "memory_total_bytes": gpu.memory_total_bytes,
-            "mig_enabled": gpu.mig_enabled,
+            "mig_enabled": gpu.mig_enabled, "mig_mode": gpu.mig_mode,
+            "serial": gpu.serial, "vbios_version": gpu.vbios_version,
             "allocated_to": allocated, "used_by": list(used_by.values()),
             "processes": [procs[p] for p in sorted(procs)],
             "series": {"t": t_axis, "gpu_util_pct": util, "memory_used_bytes": mem,
@@ -165,6 +174,22 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
                        "process_sm_util_pct": per_pid_sm, "process_memory_bytes": per_pid_mem},
         })
     return out
+
+
+def _ticks(paced: list[float], others: list[float]) -> tuple[list[float], dict[float, int]]:
+    """One time base for readings taken on the same ticks: readings closer together than a quarter
+    of the sampling interval (cgroup files and docker stats are read about 1 ms apart) fall on one
+    tick, named by its earliest reading. ``paced`` holds one reading per tick (one source: its gaps
+    give the interval); ``others`` may mix sources. Returns the axis and reading -> index."""
+    gaps = [b - a for a, b in zip(paced, paced[1:], strict=False) if b > a]
+    tol = min(0.25 * min(gaps), 0.5) if gaps else 0.5
+    axis: list[float] = []
+    pos: dict[float, int] = {}
+    for t in sorted({*paced, *others}):
+        if not axis or t - axis[-1] > tol:
+            axis.append(t)
+        pos[t] = len(axis) - 1
+    return axis, pos
 
 
 def _containers(model: Model) -> list[dict[str, Any]]:
@@ -182,16 +207,23 @@ def _containers(model: Model) -> list[dict[str, Any]]:
     for (node, cid), c in sorted(model.containers.items(), key=lambda kv: (kv[0][0], kv[1].name, kv[0][1])):
         cs = sorted(cpu.get((node, cid), []), key=lambda s: s.t)
         ms = sorted(mem.get((node, cid), []), key=lambda s: s.t)
-        t_axis = sorted({s.t for s in cs} | {s.t for s in ms})
-        pos = {t: i for i, t in enumerate(t_axis)}
+        t_axis, pos = _ticks([s.t for s in cs], [m.t for m in ms])
         ratio: list[float | None] = [None] * len(t_axis)
         for a, b in zip(cs, cs[1:], strict=False):
             dp = b.nr_periods - a.nr_periods
             if dp > 0 and b.nr_throttled >= a.nr_throttled:
                 ratio[pos[b.t]] = round((b.nr_throttled - a.nr_throttled) / dp, 4)
+            elif dp == 0 and b.nr_throttled == a.nr_throttled and c.cpu_quota_cores is not None:
+                ratio[pos[b.t]] = 0.0  # under a quota, no CFS period elapsed: it did not run, nothing throttled
         mem_bytes: list[int | None] = [None] * len(t_axis)
-        for m in ms:
-            mem_bytes[pos[m.t]] = m.memory_bytes
+        for m in ms:  # two readings of one tick (cgroup, docker stats): the higher one
+            i = pos[m.t]
+            mem_bytes[i] = max(m.memory_bytes, mem_bytes[i] or 0)
+        peaks = [v for v in mem_bytes if v is not None]
+        peaks += [o.usage_bytes for o in model.ooms if o.node == node and o.container_id == cid
+                  and o.usage_bytes is not None and o.source in ("kernel", "docker")]
+        if (node, cid) in model.memory_peaks:
+            peaks.append(model.memory_peaks[(node, cid)])
         a = c.allocation
         out.append({
             "id": cid, "name": c.name, "node": node, "pod": c.pod_uid, "image": c.image,
@@ -200,6 +232,7 @@ def _containers(model: Model) -> list[dict[str, Any]]:
                                "blanket_gpus": list(a.blanket_gpus), "source": a.source,
                                "detail": a.detail, "blanket_detail": a.blanket_detail},
             "cpu_quota_cores": c.cpu_quota_cores, "memory_limit_bytes": c.memory_limit_bytes,
+            "memory_peak_bytes": max(peaks) if peaks else None,
             "oom_kills": max(oom_count.get((node, cid), 0), 1 if c.oom_killed else 0),
             "series": {"t": t_axis, "cpu_throttled_ratio": ratio, "memory_bytes": mem_bytes},
         })
@@ -210,11 +243,11 @@ def _pods(model: Model) -> list[dict[str, Any]]:
     out = []
     for uid, p in sorted(model.pods.items(), key=lambda kv: (kv[1].node, kv[1].namespace, kv[1].name)):
         oomed = sorted({o.k8s_container_name for o in model.ooms
-                        if o.pod_uid == uid and o.source == "kubernetes" and o.k8s_container_name})
+                        if o.pod_uid == uid and o.source in ("kubernetes", "cri") and o.k8s_container_name})
         out.append({"uid": uid, "namespace": p.namespace, "name": p.name, "node": p.node,
                     "phase": p.phase, "containers": [cid for _, cid in p.container_ids if cid],
                     "container_names": [n for n, _ in p.container_ids],
-                    "gpu_limit": p.gpu_limit(),
+                    "gpu_limit": p.gpu_limit() if p.gpu_limits_known else None,
                     "gpu_devices": sorted({d for _, ds in p.gpu_devices for d in ds}),
                     "oom_killed_containers": oomed})
     return out
@@ -343,7 +376,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "containers": _containers(model),
         "pods": _pods(model),
         "nodes": [{"host": n.host, "bundles": list(n.bundles), "clock_offset_s": n.clock_offset_s,
-                   "captured_start": iso(n.start), "captured_end": iso(n.end),
+                   "captured_start": iso(n.start), "captured_end": iso(n.end), **_facts(n.facts),
                    **({"history_step_s": n.history_step_s} if n.history_step_s is not None else {})}
                   for _, n in sorted(model.nodes.items())],
         "unattributed": unattributed,

@@ -75,7 +75,8 @@ class Subject:
 
 @dataclass(frozen=True)
 class Evidence:
-    """A quotation from a bundle member: ``locator`` is a JSON pointer, ``line N``, ``entry N`` or ``""``.
+    """A quotation from a bundle member: ``locator`` is a JSON pointer, ``line N``, ``entry N``,
+    ``POINTER#POINTER`` (into a JSON document held as a string: a CRI runtime's verbose info) or ``""``.
 
     ``excerpt`` is the member's own text (:mod:`forensics.analysis.excerpt`); ``normalised`` says it
     is not: a value re-serialised because its text could not be located, or, for the whole member

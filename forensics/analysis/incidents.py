@@ -182,7 +182,7 @@ def _groups(findings: Sequence[Finding], cfg: AnalysisConfig) -> list[list[Findi
 
 
 def _hardware(f: Finding) -> bool:
-    return f.severity == "critical" and (f.kind in _HARDWARE_KINDS or f.metric("xid_class") == "hardware")
+    return f.severity == "critical" and (f.kind in _HARDWARE_KINDS or f.metric("xid_class") == "device")
 
 
 def _relevance(start: float | None, end: float | None, w: Window, hardware: bool) -> str:

@@ -46,6 +46,9 @@ def pod_allocation(model: Model, pod: Pod) -> GpuAllocation:
     of those devices. Otherwise the devices are unknown (no verdict on which GPU is whose).
     """
     evidence = pod.evidence[1:] or pod.evidence  # spec resources and pod-resources devices (after the UID)
+    if not pod.gpu_limits_known:  # only its CRI sandbox: the grants are its containers'
+        return GpuAllocation("unknown", False, (), "runtime", "pod spec not in the bundle (CRI sandbox only)",
+                             evidence, devices_known=False)
     limit = pod.gpu_limit()
     if limit <= 0 and not pod.gpu_devices:
         return GpuAllocation("none", False, (), "pod spec", "pod with no nvidia.com/gpu limit", evidence)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from forensics.analysis.findings import Evidence, Finding, Severity
+from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -57,6 +57,7 @@ class Harm:
     culprits: str
     gpu: str
     victims: str = "the affected workload"
+    victim: Subject | None = None  # the victim a harm phrase is for (its own ``time`` when it has one)
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,13 @@ __all__ = [
     "ExporterAttribution",
     "Gpu",
     "GpuAllocation",
+    "GpuHealthReading",
+    "GpuLostWitness",
     "GpuSample",
+    "IoSample",
     "LogSignal",
     "LogTail",
+    "NetSample",
     "MemorySample",
     "Model",
     "NodeInfo",
@@ -39,6 +43,7 @@ __all__ = [
     "Process",
     "ProcessGpuSample",
     "PsiSample",
+    "ShareContract",
     "XidEvent",
 ]
 
@@ -56,6 +61,9 @@ class Gpu:
     mig_enabled: bool = False
     evidence: Evidence | None = None
     minor_number: int | None = None
+    serial: str | None = None  # nvmlDeviceGetSerial
+    vbios_version: str | None = None  # nvmlDeviceGetVbiosVersion
+    mig_mode: str | None = None  # "enabled", "disabled", "not supported"; None when not read
 
     def subject(self) -> Subject:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
@@ -191,7 +199,9 @@ class Container:
 
 @dataclass(frozen=True)
 class Pod:
-    """A pod from the Kubernetes API (pods.json), with pod-resources device ids when present."""
+    """A pod from the Kubernetes API (pods.json), with pod-resources device ids when present, or
+    only from its CRI sandbox (``gpu_limits_known`` false: the runtime does not know the pod spec's
+    limits; its containers' grants are their OCI runtime specs)."""
 
     node: str
     uid: str
@@ -202,6 +212,7 @@ class Pod:
     gpu_limits: tuple[tuple[str, int], ...]  # (container name, nvidia.com/gpu limit)
     gpu_devices: tuple[tuple[str, tuple[str, ...]], ...]  # (container name, device ids)
     evidence: tuple[Evidence, ...] = ()
+    gpu_limits_known: bool = True
 
     def subject(self) -> Subject:
         return Subject("pod", self.uid, f"{self.namespace}/{self.name}", self.node)
@@ -255,6 +266,43 @@ class PsiSample(NamedTuple):
         return _quoting(self.ref, self.quote)
 
 
+class IoSample(NamedTuple):
+    """Block IO of one container at ``t``: per device (``MAJ:MIN``) bytes read and written
+    (cgroup v2 ``io.stat`` rbytes/wbytes, v1 ``blkio.throttle.io_service_bytes`` Read/Write)."""
+
+    node: str
+    container_id: str
+    t: float
+    devices: dict[str, tuple[int, int]]
+    ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()
+
+    @property
+    def evidence(self) -> Evidence:
+        return _quoting(self.ref, self.quote)
+
+
+class NetSample(NamedTuple):
+    """Counters of one link at ``t``: ``kind`` ``nic`` (an interface of the node, ``/proc/net/dev``),
+    ``ib`` (an InfiniBand/RoCE port ``dev/port``, data counters turned into bytes) or ``netns`` (a
+    container's network namespace, its interfaces summed, loopback left out). ``link_bytes_per_s``
+    is the link rate (NIC speed, IB rate) when known; ``state`` the operstate or IB port state."""
+
+    node: str
+    kind: str
+    name: str
+    t: float
+    counters: dict[str, int]
+    link_bytes_per_s: float | None
+    state: str | None
+    container_id: str | None
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
 @dataclass(frozen=True)
 class OomKill:
     """An OOM kill: kernel log sequence, Docker ``oom`` event / State.OOMKilled, or Kubernetes OOMKilled."""
@@ -269,7 +317,7 @@ class OomKill:
     usage_bytes: int | None
     limit_bytes: int | None
     task_memcg: str | None
-    source: str  # kernel | docker | kubernetes | prometheus
+    source: str  # kernel | docker | cri | kubernetes | prometheus
     evidence: tuple[Evidence, ...]
     k8s_container_name: str | None = None
 
@@ -307,6 +355,68 @@ class ExporterAttribution(NamedTuple):
     @property
     def evidence(self) -> Evidence:
         return self.ref.evidence
+
+
+@dataclass(frozen=True)
+class ShareContract:
+    """What a container was allowed when it shares a GPU by design: a device plugin's time-slicing or
+    MPS replicas (``GPU-<uuid>::N`` ids of a renamed or shared resource in pod-resources), MPS limits
+    (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) or a software vGPU's
+    environment limits (``CUDA_DEVICE_MEMORY_LIMIT``, ``CUDA_DEVICE_SM_LIMIT``). ``gpus`` empty: any
+    GPU of the node (an environment limit names none); ``replicas_total`` the replicas the node
+    advertises per GPU (capacity / GPUs), when known."""
+
+    node: str
+    container_id: str
+    kind: str  # time-slicing | mps | vgpu-env
+    resource: str | None
+    gpus: tuple[str, ...]
+    replicas: int
+    replicas_total: int | None
+    memory_limit_bytes: int | None
+    sm_limit_pct: float | None
+    contract: str  # quoted as the finding states it
+    evidence: tuple[Evidence, ...]
+
+    def covers(self, gpu_uuid: str) -> bool:
+        return not self.gpus or gpu_uuid in self.gpus
+
+
+@dataclass(frozen=True)
+class GpuLostWitness:
+    """One witness that a GPU left the bus: an Xid 79 record (``kernel-xid``), a driver message naming
+    the PCI address without an Xid number (``kernel-nvrm``, its continuation records joined), an NVML
+    XidCriticalError 79 event (``nvml-event``) or an NVML call answering GpuIsLost (``nvml``)."""
+
+    node: str
+    t: float | None
+    pci_bus_id: str | None
+    gpu_uuid: str | None
+    source: str
+    text: str
+    evidence: tuple[Evidence, ...]
+    gpu_index: int | None = None  # NVML's index, for a device lost before its UUID was read
+
+
+@dataclass(frozen=True)
+class GpuHealthReading:
+    """A GPU's health counters at one moment (``phase``: ``start`` = the snapshot, ``end`` = the reading
+    after sampling): ``counters`` name -> value (None when NVML did not give it), from
+    nvmlDeviceGetTotalEccErrors, GetRetiredPages(_v2), GetRetiredPagesPendingStatus, GetRemappedRows,
+    GetPcieReplayCounter, GetGpuRecoveryAction; ``evidence`` per counter name."""
+
+    node: str
+    gpu_uuid: str
+    t: float | None
+    phase: str
+    counters: tuple[tuple[str, int | None], ...]
+    evidence: tuple[tuple[str, Evidence], ...]
+
+    def get(self, name: str) -> int | None:
+        return next((v for k, v in self.counters if k == name), None)
+
+    def cite(self, name: str) -> Evidence | None:
+        return next((e for k, e in self.evidence if k == name), None)
 
 
 @dataclass(frozen=True)
@@ -359,6 +469,9 @@ class NodeInfo:
     kernel_window: tuple[float, float] | None = None
     lookback_s: float | None = None  # capture --lookback: older evidence is history, not the incident
     since: float | None = None  # capture --since: the lead-up the capture folded in
+    # What the node is (page one of a report): driver_version, cuda_version, nvml_version (nvml
+    # devices.json "system"), kernel, os (host/host.json uname and os_release).
+    facts: dict[str, str] = field(default_factory=dict)
 
     def lead_up_start(self) -> float | None:
         """Where the capture's lead-up begins: ``--since``, else the look-back before its start."""
@@ -387,9 +500,20 @@ class Model:
     pods: dict[str, Pod] = field(default_factory=dict)  # uid
     cpu_samples: list[CpuSample] = field(default_factory=list)
     memory_samples: list[MemorySample] = field(default_factory=list)
+    # (node, container id) -> the highest memory use its cgroup recorded (memory.peak v2,
+    # memory.max_usage_in_bytes v1): samples miss the moment before an OOM kill.
+    memory_peaks: dict[tuple[str, str], int] = field(default_factory=dict)
     psi_samples: list[PsiSample] = field(default_factory=list)
+    io_samples: list[IoSample] = field(default_factory=list)
+    # (node, container id) -> device (MAJ:MIN) -> {"rbps", "wbps", "riops", "wiops"} (None: unlimited),
+    # from io.max / blkio.throttle.*_device in cgroup/index.json, with the evidence of the file
+    io_limits: dict[tuple[str, str], tuple[dict[str, dict[str, int | None]], Evidence]] = field(default_factory=dict)
+    net_samples: list[NetSample] = field(default_factory=list)
     ooms: list[OomKill] = field(default_factory=list)
     xids: list[XidEvent] = field(default_factory=list)
+    lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
+    gpu_health: list[GpuHealthReading] = field(default_factory=list)
+    shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)
     log_tails: list[LogTail] = field(default_factory=list)
@@ -516,6 +640,11 @@ def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evid
         return ref.evidence
     return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
                        ref.offset).evidence
+
+
+def norm_pci(pci: str) -> str:
+    """A PCI bus id in the one form two readings of the same GPU share (``3b:00.0``, see :func:`_norm_pci`)."""
+    return _norm_pci(pci)
 
 
 def _norm_pci(pci: str) -> str:

@@ -119,8 +119,9 @@ def label(model: Model, s: Subject, *, long: bool = True) -> str:
 def absent_reason(model: Model, s: Subject) -> str:
     """Why a container named only by its id is not described in the bundle."""
     if (s.node, s.id) in model.joins.seen_running:  # its processes or cgroup were there: another runtime's, or unlisted
-        return "not described by Docker or Kubernetes in the bundle"
-    if model.has_source(s.node, "docker") or model.has_source(s.node, "kubernetes"):
+        return ("not described by Docker, the CRI runtime or Kubernetes in the bundle" if model.has_source(s.node, "cri")
+                else "not described by Docker or Kubernetes in the bundle")
+    if any(model.has_source(s.node, name) for name in ("docker", "cri", "kubernetes")):
         return "no longer present"
     return "no container runtime data in the bundle"
 

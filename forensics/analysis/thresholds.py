@@ -41,6 +41,18 @@ class AnalysisConfig:
     # pressure-stall: PSI "some" avg10 (%) at or above this.
     psi_some_avg10_pct: float = 20.0
     psi_full_avg10_pct: float = 10.0
+    # io-stall: a container's read or write rate at or above this share of its io.max / blkio
+    # throttle limit counts as pinned at the limit; its GPU "dropped" when its utilisation during
+    # the stall is at or below gpu_idle_util_pct or this many points under its utilisation outside it.
+    io_limit_pinned_ratio: float = 0.8
+    io_stall_gpu_drop_pct: float = 20.0
+    # network-saturation: a link's rx or tx rate at or above this share of its link rate, in at
+    # least net_saturation_min_intervals sampling intervals (or port_xmit_wait rising in as many).
+    net_saturation_ratio: float = 0.9
+    net_saturation_min_intervals: int = 2
+    # network-errors: error counters rising by at least net_errors_min, drops by net_drops_min.
+    net_errors_min: int = 1
+    net_drops_min: int = 100
     # gpu-clock-throttle: fraction of samples with a thermal/power/hardware slowdown bit.
     clock_throttle_min_ratio: float = 0.1
     # A GPU process counts as "active" when it has SM utilization above this or holds memory.
@@ -53,6 +65,14 @@ class AnalysisConfig:
     missing_source_confidence_factor: float = 0.7
     # An effect must follow its cause within this many seconds to be linked in the chain.
     chain_link_window_s: float = 600.0
+    # gpu-xid-fault / gpu-lost: Xids of one GPU at most this far apart are one burst (first = cause).
+    # NVIDIA's Xid catalog looks 30 s back for a link-down behind an NVLink Xid (CHECK_NVLINK_FAILURE_FLOW).
+    xid_burst_window_s: float = 30.0
+    # gpu-memory-unattributed: device memory used minus the processes' memory at or above this many bytes
+    # (and ratio of the total) in at least ghost_memory_min_samples samples.
+    ghost_memory_min_bytes: int = 1 << 30
+    ghost_memory_min_ratio: float = 0.05
+    ghost_memory_min_samples: int = 2
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,4 +1,6 @@
-"""Reads a bundle as hostile input, in memory, without extracting anything to disk.
+"""Reads a bundle as hostile input, without extracting anything to disk: :func:`open_bundle` holds
+its members in memory, :func:`scan_bundle` hands them one at a time to a callback (``verify``
+and the cluster receiver hash them in chunks and keep nothing).
 
 Guarantees: no member may escape (absolute paths, ``..``), link, device and FIFO members are
 refused, total uncompressed size, per-member size and member count are capped (a gzip bomb stops
@@ -13,7 +15,7 @@ import hashlib
 import json
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,7 +23,7 @@ from typing import Any, BinaryIO
 from forensics.bundle.format import FORMAT_NAME, MANIFEST, SUPPORTED_VERSIONS, check_member_name
 from forensics.errors import BundleInvalid, BundleTooLarge, BundleUnsafe
 
-__all__ = ["Bundle", "ReadLimits", "open_bundle"]
+__all__ = ["Bundle", "MemberSink", "ReadLimits", "open_bundle", "parse_manifest", "read_member_chunks", "scan_bundle"]
 
 
 @dataclass(frozen=True)
@@ -193,8 +195,13 @@ def _split_top(name: str) -> tuple[str, str]:
     return parts[0], "/".join(parts[1:])
 
 
-def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
-    """Read and validate a bundle; raise a :class:`forensics.errors.BundleError` on any problem."""
+MemberSink = Callable[[str, tarfile.TarFile, tarfile.TarInfo], None]
+
+
+def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink) -> tuple[str, str]:
+    """Read the bundle file once, front to back, with every safety check of :func:`open_bundle`,
+    handing each file member to ``take(member, tar, info)`` (which reads it from the stream, or
+    not at all); return ``(top directory, SHA-256 of the file)``. Memory: what ``take`` keeps."""
     limits = limits or ReadLimits()
     path = Path(path)
     try:
@@ -210,7 +217,7 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
             raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (not gzip-compressed)")
         raw_file.seek(0)
         hashing = _HashingReader(raw_file)
-        members: dict[str, bytes] = {}
+        seen: set[str] = set()
         top: str | None = None
         total = 0
         try:
@@ -231,7 +238,7 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
                     if not rest:
                         raise BundleInvalid(f"{path.name}: file at the top level: {info.name!r}")
                     check_member_name(rest)
-                    if len(members) >= limits.max_members:
+                    if len(seen) >= limits.max_members:
                         raise BundleTooLarge(
                             f"{path.name}: more than {limits.max_members} members"
                         )
@@ -244,9 +251,10 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
                         raise BundleTooLarge(
                             f"{path.name}: content exceeds the cap of {limits.max_total_bytes} bytes"
                         )
-                    if rest in members:
+                    if rest in seen:
                         raise BundleInvalid(f"{path.name}: duplicate member {rest}")
-                    members[rest] = _read_member(tar, info, path.name, rest)
+                    seen.add(rest)
+                    take(rest, tar, info)
             # inflate to the end, so gzip checks its CRC and length (a cut-off trailer is an error)
             while chunk := counting.read(1 << 16):
                 if chunk.strip(b"\0"):
@@ -260,20 +268,53 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
             raise BundleInvalid(f"{path.name}: not a valid tar archive (header chain too deep)") from None
         except OSError as exc:
             raise BundleInvalid(f"{path.name}: cannot read: {exc.strerror or exc}") from None
-    if top is None or MANIFEST not in members:
+    if top is None or MANIFEST not in seen:
         raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (no manifest.json)")
+    return top, hashing.hash.hexdigest()
+
+
+def read_member_chunks(tar: tarfile.TarFile, info: tarfile.TarInfo, bundle_name: str, member: str,
+                       chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The member's bytes in chunks of at most ``chunk`` (for hashing without holding it)."""
+    f = tar.extractfile(info)
+    got = 0
+    while f is not None and got < info.size:
+        data = f.read(min(chunk, info.size - got))
+        if not data:
+            break
+        got += len(data)
+        yield data
+    if got != info.size:
+        raise BundleInvalid(f"{bundle_name}: member {member} is truncated")
+
+
+def parse_manifest(bundle_name: str, data: bytes) -> dict[str, Any]:
+    """``manifest.json``'s bytes -> the manifest, checked for format, version and member list."""
     try:
-        manifest = json.loads(members.pop(MANIFEST), parse_constant=_not_a_number)
+        manifest = json.loads(data, parse_constant=_not_a_number)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise BundleInvalid(f"{path.name}: manifest.json is not valid JSON: {exc}") from None
+        raise BundleInvalid(f"{bundle_name}: manifest.json is not valid JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (manifest format is not {FORMAT_NAME!r})")
+        raise BundleInvalid(f"{bundle_name}: not a gpuforensics bundle (manifest format is not {FORMAT_NAME!r})")
     version = manifest.get("format_version")
     if version not in SUPPORTED_VERSIONS:
         raise BundleInvalid(
-            f"{path.name}: unsupported bundle format_version {version!r} "
+            f"{bundle_name}: unsupported bundle format_version {version!r} "
             f"(this gpuforensics reads {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))}; upgrade the tool)"
         )
     if not isinstance(manifest.get("members"), list):
-        raise BundleInvalid(f"{path.name}: manifest.json has no list of members")
-    return Bundle(path=path, manifest=manifest, members=members, file_sha256=hashing.hash.hexdigest(), top=top)
+        raise BundleInvalid(f"{bundle_name}: manifest.json has no list of members")
+    return manifest
+
+
+def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
+    """Read and validate a bundle; raise a :class:`forensics.errors.BundleError` on any problem."""
+    path = Path(path)
+    members: dict[str, bytes] = {}
+
+    def keep(member: str, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        members[member] = _read_member(tar, info, path.name, member)
+
+    top, file_sha256 = scan_bundle(path, limits, keep)
+    manifest = parse_manifest(path.name, members.pop(MANIFEST))
+    return Bundle(path=path, manifest=manifest, members=members, file_sha256=file_sha256, top=top)

@@ -110,6 +110,10 @@ def env_name_allowed(name: str) -> bool:
     return name in ENV_ALLOW_NAMES or name.startswith(ENV_ALLOW_PREFIXES)
 
 
+_CLEAN_TEXT_MAX_LEN = 512
+_CLEAN_TEXTS_MAX = 100_000
+
+
 class Redactor:
     """Replaces secrets with keyed pseudonyms and counts what it replaced.
 
@@ -120,6 +124,9 @@ class Redactor:
         self.enabled = enabled
         self._key = key if key is not None else os.urandom(32)
         self.counts: Counter[str] = Counter()
+        # short texts :meth:`text` left unchanged (nothing counted for them): labels repeat across
+        # listings, statuses and runtime specs, and each costs four regular expressions
+        self._clean_texts: set[str] = set()
 
     # -- primitives -------------------------------------------------------------------------
     def pseudonym(self, value: str, category: str = "value") -> str:
@@ -188,8 +195,14 @@ class Redactor:
     # -- free text --------------------------------------------------------------------------
     def text(self, s: str, category: str = "text") -> str:
         """Redact URL credentials, bearer tokens and ``secret_name=value`` pairs in free text."""
-        if not self.enabled or not s:
+        if not self.enabled or not s or s in self._clean_texts:
             return s
+        out = self._text(s, category)
+        if out == s and len(s) <= _CLEAN_TEXT_MAX_LEN and len(self._clean_texts) < _CLEAN_TEXTS_MAX:
+            self._clean_texts.add(s)
+        return out
+
+    def _text(self, s: str, category: str) -> str:
         s = _URL_CRED_RE.sub(
             lambda m: f"{m['scheme']}{m['user']}:{self.pseudonym(m['pw'], category)}@", s
         )

@@ -2,7 +2,8 @@
 
 The public entry points (what :mod:`forensics.cli` calls): :func:`run_capture` with
 :class:`CaptureOptions`, :func:`validate_settings` and :data:`SETTINGS` for ``--set``, and
-:func:`load_collectors` for ``gpuforensics collectors``.
+:func:`load_collectors` for ``gpuforensics collectors``; :func:`capture_to_stream` for
+``capture -o -`` (the bundle's bytes on stdout, how ``cluster capture`` brings bundles back).
 """
 
 from __future__ import annotations
@@ -11,5 +12,7 @@ from forensics.capture.context import CaptureOptions
 from forensics.capture.registry import load_collectors
 from forensics.capture.runner import CaptureResult, run_capture
 from forensics.capture.settings import SETTINGS, validate_settings
+from forensics.capture.spool import StreamedBundle, capture_to_stream
 
-__all__ = ["SETTINGS", "CaptureOptions", "CaptureResult", "load_collectors", "run_capture", "validate_settings"]
+__all__ = ["SETTINGS", "CaptureOptions", "CaptureResult", "StreamedBundle", "capture_to_stream", "load_collectors",
+           "run_capture", "validate_settings"]

@@ -7,6 +7,8 @@ abandoned staging directory for the rest of the window. :func:`die_with_parent`,
 child right after ``fork``, asks the kernel to send it SIGKILL when its parent dies
 (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), then checks that the parent is still the process that
 forked it: a parent that died between ``fork`` and ``prctl`` would otherwise go unnoticed.
+:func:`enter_child` is that and the other rules of a collector child, in one place for capture's
+runner and the flight recorder's samplers.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import ctypes.util
 import os
 import signal
 
-__all__ = ["die_with_parent", "parent_death_signal"]
+__all__ = ["die_with_parent", "enter_child", "parent_death_signal"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
@@ -42,6 +44,24 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
     return armed
+
+
+def enter_child(parent_pid: int, nice: int = 10) -> None:
+    """The rules of every collector child, first thing after ``fork`` (capture's collectors and the
+    flight recorder's samplers alike): die with the parent, own process group (the parent kills
+    the group), stdout onto stderr (a chatty library must never reach the parent's stdout: the
+    bundle path, the recorder's status), ``nice`` lower priority than the parent (capture must not
+    compete with the workload it investigates), SIGINT ignored (the parent decides), SIGTERM fatal."""
+    die_with_parent(parent_pid)
+    os.setpgid(0, 0)
+    os.dup2(2, 1)
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def parent_death_signal() -> int:

@@ -38,7 +38,7 @@ from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
-from forensics.capture.lifeline import die_with_parent
+from forensics.capture.lifeline import enter_child
 from forensics.capture.registry import load_collectors, not_selected
 from forensics.errors import (
     CaptureError,
@@ -47,7 +47,11 @@ from forensics.errors import (
     SourceTimeout,
     SourceUnavailable,
     UsageError,
+    sentence,
 )
+from forensics.humanize import format_bytes
+from forensics.ring import load_key, resolve_ring_dir
+from forensics.specs import ring as ring_spec
 from forensics.specs import spec_named
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
@@ -104,22 +108,24 @@ class _Child:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """An unexpected exception as one line: its type, then its text as a sentence."""
+    text = sentence(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
+    """(status, error) of a collector's exception; the error is a sentence (no Python reprs)."""
     if isinstance(exc, SourcePermissionDenied):
-        msg = str(exc)
+        msg = sentence(str(exc))
         return "unavailable", msg if msg.lower().startswith("permission denied") else f"permission denied: {msg}"
     if isinstance(exc, SourceUnavailable):
-        return "unavailable", str(exc) or "source unavailable"
+        return "unavailable", sentence(str(exc)) or "source unavailable"
     if isinstance(exc, PermissionError):
-        return "unavailable", f"permission denied: {exc.filename or exc}"
+        return "unavailable", f"permission denied: {exc.filename or sentence(str(exc))}"
     if isinstance(exc, SourceTimeout):
-        return "failed", f"timed out: {exc}"
+        return "failed", f"timed out: {sentence(str(exc))}"
     if isinstance(exc, CollectorError):
-        return "failed", str(exc)
+        return "failed", sentence(str(exc))
     return "failed", _one_line(exc)
 
 
@@ -139,17 +145,20 @@ class _Runner:
         collectors: list[Any] | None,
         progress: Callable[[str], None] | None,
         notice: Callable[[str], None] | None = None,
+        live: Callable[[str], None] | None = None,
     ) -> None:
         self.options = options
         self.out_dir = out_dir
         self.progress = progress or (lambda _msg: None)
+        self.live = live or (lambda _msg: None)
+        self.roots: dict[str, set[str]] = {}  # collector -> top directories of the members it wrote
         self.notice = notice or _stderr_notice
         self.swept: list[str] = []
         if collectors is not None:
             self.collectors = collectors
         else:
             self.collectors = load_collectors(only=options.only, skip=options.skip, extra=options.extra)
-        self.redactor = Redactor(enabled=options.redact)
+        self.redactor = Redactor(enabled=options.redact, key=_ring_key(options))
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
         self.interrupted = False
@@ -173,16 +182,8 @@ class _Runner:
         if pid == 0:  # child
             code = 0
             try:
-                die_with_parent(parent)  # first: a SIGKILLed capture takes its collectors with it
+                enter_child(parent)  # first: a SIGKILLed capture takes its collectors with it
                 os.close(r)
-                os.setpgid(0, 0)
-                os.dup2(2, 1)  # a chatty library must never reach capture's stdout (the bundle path)
-                try:
-                    os.nice(10)  # capture must not compete with the workload it investigates
-                except OSError:
-                    pass
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 try:
                     result = body()
                 except BaseException as exc:  # noqa: BLE001 - the child reports everything
@@ -215,9 +216,13 @@ class _Runner:
             except OSError:
                 pass
 
-    def _wait_all(self, on_done: Callable[[_Child, dict[str, Any] | None, str | None], None]) -> None:
-        """Wait for every running child; kill those past their deadline or on interrupt."""
+    def _wait_all(self, on_done: Callable[[_Child, dict[str, Any] | None, str | None], None],
+                  on_wait: Callable[[], None] | None = None) -> None:
+        """Wait for every running child; kill those past their deadline or on interrupt.
+        ``on_wait`` runs at least every 0.25 s while they run (the live progress line)."""
         while self.children:
+            if on_wait is not None:
+                on_wait()
             now = time.monotonic()
             fds = list(self.children)
             wait = max(0.0, min(min(c.deadline for c in self.children.values()) - now, 0.25))
@@ -337,7 +342,7 @@ class _Runner:
                 self.global_deadline - now, len(chosen) - position - 1))
             before = _staged_files(sink.root)
             rec.started = iso(utc_now())
-            self.progress(f"{collector.name}: collecting")
+            self.live(f"collecting {collector.name} ({position + 1} of {len(chosen)})")
             hints = {k: list(v) for k, v in self.hints.items()}
 
             def body(collector: Any = collector, hints: dict[str, list[Any]] = hints,
@@ -362,7 +367,7 @@ class _Runner:
                     wrote = bool(_staged_files(sink.root) - before)
                     rec.status = "partial" if wrote else "failed"
                     rec.error = error
-                self.progress(f"{rec.name}: {rec.status}{' - ' + rec.error if rec.error else ''}")
+                self.roots[rec.name] = {m.split(os.sep, 1)[0] for m in _staged_files(sink.root) - before}
 
             self._spawn(collector.name, kill_at, body)
             self._wait_all(done)
@@ -377,6 +382,7 @@ class _Runner:
         window_start = time.monotonic()
         duration, interval = self.options.duration_s, max(self.options.interval_s, 0.05)
         deadline = min(window_start + duration + _GRACE_S + interval, self.global_deadline)
+        self.live("")
         self.progress(f"sampling {len(samplers)} collectors for {duration:g} s every {interval:g} s")
         hints = {k: list(v) for k, v in self.hints.items()}
 
@@ -419,6 +425,18 @@ class _Runner:
 
             self._spawn(collector.name, deadline, body)
 
+        ticks = int(duration // interval) + 1
+        shown = [""]
+
+        def live_line() -> None:
+            elapsed = min(time.monotonic() - window_start, duration)
+            due = min(int(elapsed // interval) + 1, ticks)
+            line = (f"sampling: {elapsed:.0f} s of {duration:g} s, {duration - elapsed:.0f} s left, "
+                    f"tick {due} of {ticks}, {len(self.children)} of {len(samplers)} samplers running")
+            if line != shown[0]:
+                shown[0] = line
+                self.live(line)
+
         def done(child: _Child, result: dict[str, Any] | None, error: str | None) -> None:
             rec = self.records[child.name]
             if result is not None:
@@ -434,7 +452,7 @@ class _Runner:
                 rec.error = "; ".join(x for x in (rec.error, f"sampling: {error}") if x)
             rec.duration_s += time.monotonic() - child.started_mono
 
-        self._wait_all(done)
+        self._wait_all(done, live_line)
 
     def _context(self, name: str, sink: EvidenceSink, hints: dict[str, list[Any]], deadline: float) -> CollectContext:
         self.redactor.counts.clear()  # in the child: count only this collector's redactions
@@ -479,6 +497,9 @@ class _Runner:
                     self._kill(child)
                     self._finish(child, "interrupted", lambda *_: None)
             finished = utc_now()
+            self.live("")
+            for line in self._summary(writer.sink.root):
+                self.progress(line)
             manifest = self._manifest(hostname, started, finished)
             path = writer.finish(manifest)
         except BaseException:
@@ -489,6 +510,32 @@ class _Runner:
             signal.signal(signal.SIGTERM, old_term)
             _unlink_quietly(reservation)
         return CaptureResult(path=path, manifest=manifest, interrupted=self.interrupted)
+
+    def _summary(self, root: Path) -> list[str]:
+        """One line per collector: status, members and bytes it wrote, its error in words."""
+        sizes: dict[str, tuple[int, int]] = {}
+        for member in _staged_files(root):
+            top = member.split(os.sep, 1)[0]
+            try:
+                size = os.stat(os.path.join(root, member)).st_size
+            except OSError:
+                size = 0
+            n, total = sizes.get(top, (0, 0))
+            sizes[top] = (n + 1, total + size)
+        lines = []
+        for c in self.collectors:
+            rec = self.records.get(c.name)
+            if rec is None:
+                continue
+            tops = self.roots.get(c.name, set())
+            members = sum(sizes.get(t, (0, 0))[0] for t in tops)
+            total = sum(sizes.get(t, (0, 0))[1] for t in tops)
+            ticks = (rec.sampling or {}).get("ticks")
+            sampled = f", {ticks} ticks" if isinstance(ticks, int) else ""
+            error = f": {rec.error}" if rec.error else ""
+            written = format_bytes(total, "?")
+            lines.append(f"{rec.name:<13} {rec.status:<12} {members:>5} members {written:>10}{sampled}{error}")
+        return lines
 
     def _reserve_name(self, hostname: str) -> tuple[Any, Path | None]:
         """The capture's start time and a reservation of its bundle name.
@@ -530,7 +577,7 @@ class _Runner:
         own = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
-            "host": _host_identity(hostname),
+            "host": _host_identity(hostname, opts.node_name or os.environ.get("NODE_NAME") or None),
             "capture": {
                 "started": iso(started),
                 "finished": iso(finished),
@@ -580,11 +627,15 @@ def history_host(opts: CaptureOptions) -> str:
     return socket.gethostname()
 
 
-def _host_identity(hostname: str) -> dict[str, Any]:
+def _host_identity(hostname: str, node_name: str | None) -> dict[str, Any]:
+    """``node_name``: the Kubernetes node (``--node``, ``$NODE_NAME``); in a pod the host name is
+    the pod's name, so the analysis names the node by this when it is known. ``captured_from``: the
+    machine that asked, when the bundle is another node's (history of remote sources alone)."""
     here = socket.gethostname()
     return {
         "hostname": hostname,
         **({"captured_from": here} if here != hostname else {}),
+        "node_name": node_name,
         "machine_id": _read_first_line("/etc/machine-id"),
         "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
         "captured_at_unix": round(time.time(), 6),
@@ -604,6 +655,18 @@ def _stderr_notice(message: str) -> None:
     print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
 
 
+def _ring_key(options: CaptureOptions) -> bytes | None:
+    """The flight recorder ring's pseudonym key, so a value redacted in the ring and in this
+    capture gets the same pseudonym; None (a fresh per-capture key) when there is no readable ring
+    or ``--only``/``--skip`` leave the ``ring`` source out."""
+    if not_selected(ring_spec.SPEC.name, options.only, options.skip):
+        return None
+    try:
+        return load_key(resolve_ring_dir(ring_spec.SPEC.read_settings(options.extra).dir))
+    except Exception:  # noqa: BLE001 - an unreadable key: the ring collector reports the ring
+        return None
+
+
 def _unlink_quietly(path: Path | None) -> None:
     if path is not None:
         try:
@@ -618,15 +681,19 @@ def run_capture(
     collectors: list[Any] | None = None,
     progress: Callable[[str], None] | None = None,
     notice: Callable[[str], None] | None = None,
+    live: Callable[[str], None] | None = None,
 ) -> CaptureResult:
     """Run every selected collector and write the bundle; return its path and manifest.
 
     ``collectors`` replaces the registry (tests hand in their own); ``progress`` receives one-line
     status messages (the CLI prints them on stderr when it is a terminal); ``notice`` receives
     what must be said even without a terminal (removed leftovers of killed captures; default:
-    printed on stderr as ``gpuforensics: ...``).
+    printed on stderr as ``gpuforensics: ...``); ``live`` receives the one changing status line
+    (which collector runs, sampling's elapsed and remaining time and ticks; ``""`` clears it),
+    for a terminal to overwrite in place. After the capture ``progress`` gets one summary line
+    per collector (status, members, bytes, error).
     """
-    return _Runner(options, Path(out_dir), collectors, progress, notice).run()
+    return _Runner(options, Path(out_dir), collectors, progress, notice, live).run()
 
 
 __all__ += ["iso_from_unix"]

@@ -1,4 +1,4 @@
-"""``cgroups``: CPU throttling, memory limits and OOM counters, PIDs and pressure of every container
+"""``cgroups``: CPU throttling, memory limits and OOM counters, PIDs, block IO and pressure of every container
 and pod cgroup (and the host root), on cgroup v1, v2 and hybrid hosts; sampled per tick.
 
 Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted) or, with
@@ -8,10 +8,11 @@ also resolves namespace-relative ``/../..`` paths to host paths); the cgroup int
 under ``/sys/fs/cgroup/<path>`` (v2) and ``/sys/fs/cgroup/<controller>/<path>`` (v1):
 v2 ``cpu.stat cpu.max cpu.weight memory.current memory.max memory.high memory.peak
 memory.events memory.events.local memory.stat memory.oom.group pids.current pids.max cpu.pressure
-memory.pressure io.pressure cgroup.procs``; v1 ``cpu.stat cpu.cfs_quota_us cpu.cfs_period_us
+memory.pressure io.pressure io.stat io.max cgroup.procs``; v1 ``cpu.stat cpu.cfs_quota_us cpu.cfs_period_us
 cpu.shares cpuacct.usage cpuacct.stat memory.usage_in_bytes memory.limit_in_bytes
 memory.max_usage_in_bytes memory.failcnt memory.oom_control memory.stat cgroup.procs pids.current
-pids.max``; host ``/proc/pressure/{cpu,memory,io}``.
+pids.max blkio.throttle.{io_service_bytes,io_serviced,read_bps_device,write_bps_device,
+read_iops_device,write_iops_device} blkio[.bfq].{io_service_bytes,io_serviced}``; host ``/proc/pressure/{cpu,memory,io}``.
 
 Which cgroups: ``ctx.hint("cgroup_paths")`` (from procfs and docker) plus each one's pod cgroup,
 or, when no collector published any, our own scan of ``/proc/*/cgroup``; and ``/``.
@@ -31,7 +32,7 @@ from typing import Any
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
 from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
@@ -52,6 +53,7 @@ V2_FILES: tuple[tuple[str, bool], ...] = (
     ("memory.stat", False), ("memory.oom.group", False), ("memory.swap.current", False),
     ("pids.current", True), ("pids.max", False),
     ("cpu.pressure", True), ("memory.pressure", True), ("io.pressure", True),
+    ("io.stat", True), ("io.max", False),
     ("cgroup.procs", False),
 )
 V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
@@ -62,6 +64,13 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
                ("memory.max_usage_in_bytes", False), ("memory.failcnt", True),
                ("memory.oom_control", True), ("memory.stat", False), ("cgroup.procs", False)),
     "pids": (("pids.current", True), ("pids.max", False)),
+    # the throttle files count every bio the cgroup issued; the CFQ/BFQ ones (where that
+    # scheduler runs) are kept verbatim for the reader
+    "blkio": (("blkio.throttle.io_service_bytes", True), ("blkio.throttle.io_serviced", True),
+              ("blkio.throttle.read_bps_device", False), ("blkio.throttle.write_bps_device", False),
+              ("blkio.throttle.read_iops_device", False), ("blkio.throttle.write_iops_device", False),
+              ("blkio.io_service_bytes", False), ("blkio.io_serviced", False),
+              ("blkio.bfq.io_service_bytes", False), ("blkio.bfq.io_serviced", False)),
 }
 HOST_PRESSURE = ("cpu", "memory", "io")
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
@@ -152,7 +161,7 @@ class CgroupsCollector:
         # ``cgroups.root``, then GPUFORENSICS_CGROUP_ROOT, then mountinfo)
         self.cgroup_root = cgroup_root
         self._plan: list[_Target] | None = None
-        self._fds: dict[str, int] = {}
+        self._files = KeptFiles()
         # per cgroup: the bytes read at the previous tick and the values JSON made from them
         self._previous: dict[str, tuple[list[bytes | None], str]] = {}
         # per file: the bytes read at the previous tick and their parse
@@ -337,7 +346,7 @@ class CgroupsCollector:
             errors: dict[str, str] = {}
             for hierarchy, _, file, absolute, _ in target.files:
                 try:
-                    datas.append(self._read(absolute))
+                    datas.append(self._files.read(absolute))
                 except OSError as error:
                     errors[f"{hierarchy}/{file}"] = describe_os_error(error)
                     datas.append(None)
@@ -373,31 +382,9 @@ class CgroupsCollector:
             ctx.sink.append_bytes(SAMPLES,
                                   ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
-    def _read(self, absolute: str) -> bytes:
-        fd = self._fds.get(absolute)
-        if fd is None:
-            try:
-                fd = os.open(absolute, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as error:
-                if error.errno != 24:  # EMFILE: fall back to open/read/close
-                    raise
-                return read_small(absolute, 65536)
-            self._fds[absolute] = fd
-        try:
-            return os.pread(fd, 65536, 0)
-        except OSError:
-            os.close(fd)
-            del self._fds[absolute]
-            raise
-
     def end_sampling(self, ctx: CollectContext) -> None:
         """Close the descriptors kept open across ticks."""
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
+        self._files.close()
         self._previous.clear()
         self._parsed.clear()
         self._plan = None

@@ -160,6 +160,16 @@ class ProcfsCollector:
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
                  f"{stats.scanned} scanned")
 
+    def record_pid(self, ctx: CollectContext, pid: int, reasons: list[str], t: float) -> dict[str, Any]:
+        """Write one process's files (``proc/<pid>/...``, as the snapshot does) and return its
+        index record (the flight recorder's attribution at first sight of a GPU process)."""
+        if self._window_boot is None:
+            self._window_boot = _boot_time_unix(self.proc_root)
+        record: dict[str, Any] = {"pid": pid, "reasons": reasons, "t": t, "seen_at": iso_from_unix(t)}
+        self._collect_pid(ctx, pid, None, record, self._window_boot, os.sysconf("SC_CLK_TCK"),
+                          os.sysconf("SC_PAGE_SIZE"))
+        return record
+
     def _collect_pid(self, ctx: CollectContext, pid: int, entry: ProcessCgroup | None,
                      record: dict[str, Any], boot: float | None, ticks: int, page: int) -> None:
         base = f"{self.proc_root}/{pid}"

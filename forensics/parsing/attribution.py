@@ -10,7 +10,9 @@ runtime               path shapes
 ``docker``            ``/docker/<64hex>`` (cgroupfs driver), ``.../docker-<64hex>.scope`` (systemd)
 ``containerd``        ``.../cri-containerd-<64hex>.scope``, ``...slice:cri-containerd:<64hex>``
 ``cri-o``             ``.../crio-<64hex>.scope``, ``.../crio-<64hex>`` (``crio-conmon-*`` skipped)
-``podman``            ``/libpod-<64hex>.scope[/container]``, ``/libpod-<64hex>``
+``podman``            ``/libpod-<64hex>.scope[/container]``, ``/libpod-<64hex>`` (cgroupfs:
+                      ``/libpod_parent/libpod-<64hex>``), ``.../libpod-payload-<64hex>``
+                      (``--cgroups=split``; ``libpod-conmon-*`` skipped)
 ``cri``               ``/kubepods/<qos>/pod<uid>/<64hex>``: a CRI runtime the path does not name
 ``unknown``           a 64-hex segment in a shape not listed above (kept, never dropped)
 ====================  ===========================================================================
@@ -61,6 +63,7 @@ _CONTAINER_SEGMENTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"^cri-containerd-({_HEX64})\.scope$"), "containerd"),
     (re.compile(rf"^crio-({_HEX64})(?:\.scope)?$"), "cri-o"),
     (re.compile(rf"^libpod-({_HEX64})(?:\.scope)?$"), "podman"),
+    (re.compile(rf"^libpod-payload-({_HEX64})$"), "podman"),
     (re.compile(rf"^.*:cri-containerd:({_HEX64})$"), "containerd"),
     (re.compile(rf"^.*:crio:({_HEX64})$"), "cri-o"),
     (re.compile(rf"^.*:docker:({_HEX64})$"), "docker"),

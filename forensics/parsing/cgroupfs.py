@@ -9,6 +9,11 @@ Sources (kernel docs ``Documentation/admin-guide/cgroup-v2.rst`` and ``cgroup-v1
 * v1 ``cpu.stat`` (nr_periods, nr_throttled, throttled_time in ns, nr_bursts, burst_time in ns),
   ``cpu.cfs_quota_us`` (-1 = unlimited), ``cpu.cfs_period_us``, ``cpuacct.usage`` (ns),
   ``memory.usage_in_bytes|limit_in_bytes|max_usage_in_bytes|failcnt``, ``memory.oom_control``;
+* block IO: v2 ``io.stat`` (``MAJ:MIN rbytes= wbytes= rios= wios= dbytes= dios=``), ``io.max``
+  (``MAJ:MIN rbps= wbps= riops= wiops=``, ``max`` = unlimited); v1 ``blkio.throttle.io_service_bytes``
+  and ``blkio.throttle.io_serviced`` (``MAJ:MIN Read|Write|Sync|Async|Discard|Total N``, then
+  ``Total N``; the CFQ/BFQ ``blkio[.bfq].io_service_bytes`` read the same),
+  ``blkio.throttle.read_bps_device``/``write_bps_device`` (``MAJ:MIN N``);
 * PSI: ``cpu.pressure``, ``memory.pressure``, ``io.pressure`` and ``/proc/pressure/*``:
   ``some avg10=.. avg60=.. avg300=.. total=<usec>`` then ``full ...``.
 
@@ -38,7 +43,11 @@ __all__ = [
     "parse_cpu_max",
     "parse_cpu_stat",
     "parse_flat_keyed",
+    "parse_blkio_limits",
+    "parse_blkio_stat",
     "parse_int",
+    "parse_io_max",
+    "parse_io_stat",
     "parse_limit",
     "parse_memory_events",
     "parse_oom_control",
@@ -122,6 +131,88 @@ def parse_flat_keyed(text: str, what: str = "cgroup file") -> dict[str, int]:
         key, raw = parts
         values[key] = _to_int(raw, f"{what} line {number}")
     return values
+
+
+_IO_LINES = 4096  # devices per io file: far more than any host has
+
+
+def _device(token: str, what: str, number: int) -> str:
+    major, sep, minor = token.partition(":")
+    if not sep or not major.isdigit() or not minor.isdigit() or not token.isascii():
+        raise ParseError(f"{what} line {number}: expected MAJ:MIN, got {token[:40]!r}")
+    return token
+
+
+def _io_lines(text: str, what: str) -> list[tuple[int, list[str]]]:
+    lines = [(n, line.split()) for n, line in enumerate(_text(text, what).splitlines(), 1) if line.strip()]
+    if len(lines) > _IO_LINES:
+        raise ParseError(f"{what}: more than {_IO_LINES} lines")
+    return lines
+
+
+def parse_io_stat(text: str, what: str = "io.stat") -> dict[str, dict[str, int]]:
+    """v2 ``io.stat``: ``{"MAJ:MIN": {"rbytes": N, "wbytes": N, "rios": N, "wios": N, ...}}``
+    (every ``key=value`` of the line; newer kernels add ``dbytes``/``dios`` and, with
+    ``io.latency``/``io.cost``, more)."""
+    out: dict[str, dict[str, int]] = {}
+    for number, fields in _io_lines(text, what):
+        device = _device(fields[0], what, number)
+        values: dict[str, int] = {}
+        for pair in fields[1:]:
+            key, sep, raw = pair.partition("=")
+            if not sep or not key:
+                raise ParseError(f"{what} line {number}: expected key=value, got {pair[:40]!r}")
+            if raw.replace(".", "", 1).isdigit() and "." in raw:
+                continue  # io.latency's avg_lat=/win= style decimals are not counters
+            values[key] = _to_int(raw, f"{what} line {number}")
+        out[device] = values
+    return out
+
+
+def parse_io_max(text: str, what: str = "io.max") -> dict[str, dict[str, int | None]]:
+    """v2 ``io.max``: ``{"MAJ:MIN": {"rbps": N|None, "wbps": .., "riops": .., "wiops": ..}}``,
+    None = ``max`` (unlimited); a device without limits has no line."""
+    out: dict[str, dict[str, int | None]] = {}
+    for number, fields in _io_lines(text, what):
+        device = _device(fields[0], what, number)
+        limits: dict[str, int | None] = {}
+        for pair in fields[1:]:
+            key, sep, raw = pair.partition("=")
+            if key not in ("rbps", "wbps", "riops", "wiops") or not sep:
+                raise ParseError(f"{what} line {number}: unexpected {pair[:40]!r}")
+            limits[key] = None if raw == "max" else _to_int(raw, f"{what} line {number}")
+        out[device] = limits
+    return out
+
+
+_BLKIO_OPS = {"Read": "read", "Write": "write", "Sync": "sync", "Async": "async",
+              "Discard": "discard", "Total": "total"}
+
+
+def parse_blkio_stat(text: str, what: str = "blkio.throttle.io_service_bytes") -> dict[str, dict[str, int]]:
+    """v1 ``blkio.throttle.io_service_bytes``/``io_serviced`` (and the CFQ/BFQ files of the same
+    shape): ``{"MAJ:MIN": {"read": N, "write": N, "sync": .., "async": .., "discard": .., "total": ..}}``;
+    the closing ``Total N`` line (all devices) is left out."""
+    out: dict[str, dict[str, int]] = {}
+    for number, fields in _io_lines(text, what):
+        if len(fields) == 2 and fields[0] == "Total":
+            _to_int(fields[1], f"{what} line {number}")
+            continue
+        if len(fields) != 3 or fields[1] not in _BLKIO_OPS:
+            raise ParseError(f"{what} line {number}: expected 'MAJ:MIN Op N': {' '.join(fields)[:80]!r}")
+        device = _device(fields[0], what, number)
+        out.setdefault(device, {})[_BLKIO_OPS[fields[1]]] = _to_int(fields[2], f"{what} line {number}")
+    return out
+
+
+def parse_blkio_limits(text: str, what: str = "blkio.throttle.read_bps_device") -> dict[str, int]:
+    """v1 ``blkio.throttle.{read,write}_{bps,iops}_device``: ``{"MAJ:MIN": N}`` (no line: no limit)."""
+    out: dict[str, int] = {}
+    for number, fields in _io_lines(text, what):
+        if len(fields) != 2:
+            raise ParseError(f"{what} line {number}: expected 'MAJ:MIN N'")
+        out[_device(fields[0], what, number)] = _to_int(fields[1], f"{what} line {number}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -418,6 +509,14 @@ _FILE_VALUES: dict[tuple[int, str], tuple[str, _Interpreter]] = {
     (2, "pids.current"): ("pids", lambda t: {"current": parse_int(t)}),
     (2, "pids.max"): ("pids", lambda t: {"max": parse_limit(t)}),
     (2, "cgroup.procs"): ("procs", lambda t: {"count": len(t.split())}),
+    (2, "io.stat"): ("io", lambda t: {"stat": parse_io_stat(t)}),
+    (2, "io.max"): ("io", lambda t: {"max": parse_io_max(t)}),
+    (1, "blkio.throttle.io_service_bytes"): ("io", lambda t: {"service_bytes": parse_blkio_stat(t)}),
+    (1, "blkio.throttle.io_serviced"): ("io", lambda t: {"serviced": parse_blkio_stat(
+        t, "blkio.throttle.io_serviced")}),
+    (1, "blkio.throttle.read_bps_device"): ("io", lambda t: {"read_bps_device": parse_blkio_limits(t)}),
+    (1, "blkio.throttle.write_bps_device"): ("io", lambda t: {"write_bps_device": parse_blkio_limits(
+        t, "blkio.throttle.write_bps_device")}),
     (2, "cpu.pressure"): ("pressure", lambda t: {"cpu": _pressure(t)}),
     (2, "memory.pressure"): ("pressure", lambda t: {"memory": _pressure(t)}),
     (2, "io.pressure"): ("pressure", lambda t: {"io": _pressure(t)}),

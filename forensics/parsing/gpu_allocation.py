@@ -1,4 +1,5 @@
-"""What GPUs a Docker container was *given*, and why: the allocation model.
+"""What GPUs a Docker container was *given*, and why: the allocation model (a CRI container's, from
+the OCI runtime spec its runtime reports, is built by :mod:`forensics.parsing.oci_allocation`).
 
 Pure: it reads the Engine API's JSON (``GET /containers/{id}/json``, ``GET /images/{id}/json``,
 ``GET /info``) as captured in ``docker/containers/<id>/inspect.json``,
@@ -46,7 +47,10 @@ __all__ = [
     "GrantSource",
     "allocation_from_inspect",
     "allocations_document",
+    "compact_json",
     "is_nvidia_runtime",
+    "json_array",
+    "json_object",
     "json_pointer",
     "parse_cdi_name",
     "parse_visible_devices",
@@ -156,11 +160,13 @@ def json_pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _excerpt(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """The compact, key-sorted JSON of a value: the excerpt a grant source quotes."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _mapping(value: Any, what: str, *, optional: bool = True) -> Mapping[str, Any]:
+def json_object(value: Any, what: str, *, optional: bool = True) -> Mapping[str, Any]:
+    """``value`` as a JSON object ({} for None when ``optional``), else ParseError naming ``what``."""
     if value is None and optional:
         return {}
     if not isinstance(value, Mapping):
@@ -168,7 +174,8 @@ def _mapping(value: Any, what: str, *, optional: bool = True) -> Mapping[str, An
     return value
 
 
-def _list(value: Any, what: str) -> Sequence[Any]:
+def json_array(value: Any, what: str) -> Sequence[Any]:
+    """``value`` as a JSON array (empty for None), else ParseError naming ``what``."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -185,7 +192,7 @@ def _str(value: Any, what: str, *, optional: bool = True) -> str | None:
 
 
 def _str_list(value: Any, what: str) -> tuple[str, ...]:
-    items = _list(value, what)
+    items = json_array(value, what)
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise ParseError(f"{what}/{i}: expected a string, got {type(item).__name__}")
@@ -273,9 +280,9 @@ def _cdi_grant(kind: str, dev: str, source: GrantSource) -> GpuGrant | None:
 
 def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
-    for i, req_any in enumerate(_list(host.get("DeviceRequests"), "/HostConfig/DeviceRequests")):
+    for i, req_any in enumerate(json_array(host.get("DeviceRequests"), "/HostConfig/DeviceRequests")):
         where = f"/HostConfig/DeviceRequests/{i}"
-        req = _mapping(req_any, where, optional=False)
+        req = json_object(req_any, where, optional=False)
         driver = _str(req.get("Driver"), where + "/Driver") or ""
         count = req.get("Count", 0)
         if count is None:
@@ -284,10 +291,10 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
             raise ParseError(f"{where}/Count: expected an integer")
         ids = _str_list(req.get("DeviceIDs"), where + "/DeviceIDs")
         caps: list[str] = []
-        for j, cap_set in enumerate(_list(req.get("Capabilities"), where + "/Capabilities")):
+        for j, cap_set in enumerate(json_array(req.get("Capabilities"), where + "/Capabilities")):
             caps.extend(_str_list(cap_set, f"{where}/Capabilities/{j}"))
         src = GrantSource("container-inspect", json_pointer("HostConfig", "DeviceRequests", i),
-                          _excerpt(req))
+                          compact_json(req))
         if driver == "cdi":
             for dev_id in ids:
                 parsed = parse_cdi_name(dev_id)
@@ -323,12 +330,12 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
 
 def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
-    for i, dev_any in enumerate(_list(host.get("Devices"), "/HostConfig/Devices")):
+    for i, dev_any in enumerate(json_array(host.get("Devices"), "/HostConfig/Devices")):
         where = f"/HostConfig/Devices/{i}"
-        dev = _mapping(dev_any, where, optional=False)
+        dev = json_object(dev_any, where, optional=False)
         on_host = _str(dev.get("PathOnHost"), where + "/PathOnHost") or ""
         src = GrantSource("container-inspect", json_pointer("HostConfig", "Devices", i),
-                          _excerpt(dev))
+                          compact_json(dev))
         parsed = parse_cdi_name(on_host) if not on_host.startswith("/") else None
         if parsed is not None:
             g = _cdi_grant(parsed[0], parsed[1], src)
@@ -346,12 +353,12 @@ def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
 def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | None,
                        runtime: str | None, default_runtime: str | None,
                        engine_info: Mapping[str, Any] | None) -> GpuGrant | None:
-    config = _mapping(container.get("Config"), "/Config")
+    config = json_object(container.get("Config"), "/Config")
     env = _str_list(config.get("Env"), "/Config/Env")
     env_by_name = _env_map(env)
     image_env: dict[str, tuple[int, str]] = {}
     if image is not None:
-        image_config = _mapping(image.get("Config"), "image /Config")
+        image_config = json_object(image.get("Config"), "image /Config")
         image_env = _env_map(_str_list(image_config.get("Env"), "image /Config/Env"))
 
     nvidia = is_nvidia_runtime(runtime, engine_info)
@@ -360,10 +367,10 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
     if runtime:
         if default_runtime is not None and runtime == default_runtime:
             runtime_origin = "engine-default-runtime"
-        sources.append(GrantSource("container-inspect", "/HostConfig/Runtime", _excerpt(runtime),
+        sources.append(GrantSource("container-inspect", "/HostConfig/Runtime", compact_json(runtime),
                                    runtime_origin))
         if runtime_origin == "engine-default-runtime":
-            sources.append(GrantSource("engine-info", "/DefaultRuntime", _excerpt(default_runtime),
+            sources.append(GrantSource("engine-info", "/DefaultRuntime", compact_json(default_runtime),
                                        runtime_origin))
     runtime_why = (
         f"runtime {runtime} (the engine's default runtime)"
@@ -378,10 +385,10 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
         if in_image is not None and in_image[1] == value:
             env_origin = "image"
         sources.append(GrantSource("container-inspect", json_pointer("Config", "Env", idx),
-                                   _excerpt(entry), env_origin))
+                                   compact_json(entry), env_origin))
         if env_origin == "image" and in_image is not None:
             sources.append(GrantSource("image-inspect", json_pointer("Config", "Env", in_image[0]),
-                                       _excerpt(entry), "image"))
+                                       compact_json(entry), "image"))
         scope, refs = parse_visible_devices(value)
         who = "the image's ENV" if env_origin == "image" else "the container's environment"
         if not nvidia:
@@ -397,7 +404,7 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
     if cuda is not None and "NVIDIA_REQUIRE_CUDA" not in env_by_name:
         legacy_origin: Origin = "image" if "CUDA_VERSION" in image_env else "operator"
         sources.append(GrantSource("container-inspect", json_pointer("Config", "Env", cuda[0]),
-                                   _excerpt(f"CUDA_VERSION={cuda[1]}"), legacy_origin))
+                                   compact_json(f"CUDA_VERSION={cuda[1]}"), legacy_origin))
         return GpuGrant("nvidia-runtime-env", "all", (), legacy_origin, True,
                         f"legacy CUDA image (CUDA_VERSION set, no NVIDIA_VISIBLE_DEVICES or "
                         f"NVIDIA_REQUIRE_CUDA) under {runtime_why}: every GPU", tuple(sources))
@@ -415,13 +422,13 @@ def allocation_from_inspect(container: Any, image: Any = None,
 
     Raises ParseError (only) when the documents do not have the Engine API's shape.
     """
-    c = _mapping(container, "container inspect", optional=False)
-    img = None if image is None else _mapping(image, "image inspect", optional=False)
-    info = None if engine_info is None else _mapping(engine_info, "engine info", optional=False)
+    c = json_object(container, "container inspect", optional=False)
+    img = None if image is None else json_object(image, "image inspect", optional=False)
+    info = None if engine_info is None else json_object(engine_info, "engine info", optional=False)
     cid = _str(c.get("Id"), "/Id", optional=False) or ""
     name = (_str(c.get("Name"), "/Name") or "").lstrip("/")
     image_id = _str(c.get("Image"), "/Image") or ""
-    host = _mapping(c.get("HostConfig"), "/HostConfig")
+    host = json_object(c.get("HostConfig"), "/HostConfig")
     runtime = _str(host.get("Runtime"), "/HostConfig/Runtime")
     default_runtime = _str(info.get("DefaultRuntime"), "info /DefaultRuntime") if info else None
     notes: list[str] = []

@@ -46,6 +46,8 @@ __all__ = [
     "iter_dmesg_raw",
     "iter_journal_json",
     "iter_kmsg",
+    "BusLossJoiner",
+    "fell_off_bus",
     "normalize_pci_bus_id",
     "parse_dmesg_raw_line",
     "parse_driver_message",
@@ -530,3 +532,71 @@ def parse_driver_message(record: KmsgRecord) -> DriverMessage | None:
     if not message.startswith("NVRM") and record.level > 4:
         return None
     return DriverMessage(record.ts_usec, record.seq, record.level, message)
+
+
+# "GPU has fallen off the bus" as the driver prints it without an Xid number (forms seen in public
+# driver logs): ``NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.`` (akash-network/support#209),
+# ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.`` (Bumblebee-Project/Bumblebee#554), and
+# ``NVRM: The NVIDIA GPU 0000:b3:00.0`` / ``NVRM: (PCI ID: 10de:26b5) installed in this system has`` /
+# ``NVRM: fallen off the bus and is not responding to commands.`` (NVIDIA/NVSentinel#155,
+# leptonai/gpud#1209), one record with embedded newlines or one record per line.
+_BUS_PCI = r"((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
+_FELL_OFF = (
+    re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?" + _BUS_PCI + r":? (?:GPU )?has fallen off the bus"),
+    re.compile(r"NVRM: The NVIDIA GPU " + _BUS_PCI + r"\b.*?fallen off the bus", re.DOTALL),
+)
+_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU " + _BUS_PCI + r"\b")
+
+
+def fell_off_bus(message: str) -> str | None:
+    """The PCI address (``0000:b3:00.0``) of a fell-off-the-bus message that has no Xid number, else None."""
+    if "NVRM: Xid" in message or "fallen off the bus" not in message:
+        return None
+    text = message.replace("\\x0a", "\n")
+    for pattern in _FELL_OFF:
+        found = pattern.search(text)
+        if found:
+            try:
+                return normalize_pci_bus_id(found.group(1))
+            except ParseError:
+                return found.group(1).lower()
+    return None
+
+
+class BusLossJoiner:
+    """Joins the continuation records of a multi-record fell-off-the-bus message.
+
+    Feed every driver record in log order; :meth:`feed` returns ``(pci, first_key, keys)`` when a
+    record completes a message (the keys of the records it spans, as the caller gave them), else None.
+    A message is one record, or a ``The NVIDIA GPU <pci>`` record and the ``NVRM:`` records that follow
+    it within ``window_usec`` until one says ``fallen off the bus`` (at most ``max_records``)."""
+
+    def __init__(self, window_usec: int = 2_000_000, max_records: int = 4) -> None:
+        self.window_usec = window_usec
+        self.max_records = max_records
+        self._parts: list[str] = []
+        self._keys: list[object] = []
+        self._start = 0
+
+    def feed(self, ts_usec: int, message: str, key: object) -> tuple[str, list[object]] | None:
+        if not message.startswith("NVRM"):
+            return None
+        if self._parts and (ts_usec - self._start > self.window_usec or len(self._parts) >= self.max_records):
+            self._parts, self._keys = [], []
+        whole = fell_off_bus(message)
+        if whole is not None:
+            self._parts, self._keys = [], []
+            return whole, [key]
+        if _THE_GPU.search(message):
+            self._parts, self._keys, self._start = [message], [key], ts_usec
+            return None
+        if not self._parts:
+            return None
+        self._parts.append(message)
+        self._keys.append(key)
+        joined = fell_off_bus("\n".join(self._parts))
+        if joined is not None:
+            keys = self._keys
+            self._parts, self._keys = [], []
+            return joined, keys
+        return None

@@ -65,6 +65,7 @@ def make_environment() -> jinja2.Environment:
         time=formatting.fmt_time,
         date=formatting.fmt_date,
         time_short=formatting.fmt_time_short,
+        unix_clock=formatting.fmt_unix_clock,
         short_id=formatting.short_id,
     )
     return env

@@ -20,6 +20,7 @@ from forensics.report.records import (
     EXCERPT_CHARS,
     EvidenceView,
     FindingView,
+    IncidentView,
     SubjectView,
     VerdictView,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "ViewContext",
     "evidence_views",
     "finding_view",
+    "incident_views",
     "involves",
     "metric_text",
     "sorted_findings",
@@ -130,7 +132,39 @@ def finding_view(d: Mapping[str, Any], members: Members) -> FindingView:
         evidence=evidence[:EVIDENCE_CAP],
         evidence_omitted=max(0, len(evidence) - EVIDENCE_CAP),
         causes=get_strs(d, "causes"),
+        next_step=get_str(d, "next_step"),
+        before_capture_s=get_num(d, "before_capture_s"),
+        raw_metrics=tuple(
+            (str(k), float(v))
+            for k, v in sorted(get_dict(d, "metrics").items())
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        ),
     )
+
+
+def incident_views(doc: Mapping[str, Any]) -> tuple[IncidentView, ...]:
+    """``incidents[]`` in the document's order (most relevant first); empty when it has none."""
+    out = []
+    for d in get_dicts(doc, "incidents"):
+        severity = get_str(d, "severity").lower()
+        out.append(
+            IncidentView(
+                id=get_str(d, "id"),
+                relevance=get_str(d, "relevance"),
+                severity=severity if severity in SEVERITIES else "info",
+                headline=get_str(d, "headline"),
+                culprits=subject_views(d, "culprits"),
+                victims=subject_views(d, "victims"),
+                parties=subject_views(d, "parties"),
+                impact=get_str(d, "impact"),
+                start=get_str(d, "start"),
+                end=get_str(d, "end"),
+                before_capture_s=get_num(d, "before_capture_s"),
+                finding_ids=get_strs(d, "findings"),
+                next_step=get_str(d, "next_step"),
+            )
+        )
+    return tuple(out)
 
 
 def verdict_view(d: Mapping[str, Any], findings: Sequence[FindingView]) -> VerdictView:
@@ -177,6 +211,7 @@ class ViewContext:
         self.findings = findings
         self.by_id = {f.id: f for f in findings if f.id}
         self.verdict = verdict_view(get_dict(doc, "verdict"), findings)
+        self.incidents = incident_views(doc)
         self.container_names: dict[str, str] = {}
         for c in get_dicts(doc, "containers"):
             if get_str(c, "id"):

@@ -23,6 +23,7 @@ __all__ = [
     "fmt_ratio",
     "fmt_time",
     "fmt_time_short",
+    "fmt_unix_clock",
     "parse_time",
     "short_id",
 ]
@@ -109,6 +110,16 @@ def fmt_time_short(value: object) -> str:
     if parsed is None:
         return value if isinstance(value, str) and value else UNKNOWN
     return format_clock(parsed, UNKNOWN)
+
+
+def fmt_unix_clock(value: object) -> str:
+    """Unix seconds -> ``"14:02:10"`` (UTC), for chart captions."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+        return UNKNOWN
+    try:
+        return format_clock(datetime.fromtimestamp(float(value), UTC), UNKNOWN)
+    except (OverflowError, OSError, ValueError):
+        return UNKNOWN
 
 
 def short_id(value: object, length: int = 12) -> str:

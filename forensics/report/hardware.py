@@ -20,6 +20,7 @@ from forensics.report.access import (
     get_num,
     get_str,
     get_strs,
+    unix,
 )
 from forensics.report.charts import ChartSpec, Line, Panel
 from forensics.report.findings import ViewContext, involves, sorted_findings, subject_views
@@ -37,6 +38,7 @@ from forensics.report.series import (
     finding_markers,
     incident_band,
     memory_panel,
+    off_chart_note,
     series_axis,
     series_stats,
     series_values,
@@ -83,6 +85,7 @@ def _gpu(ctx: ViewContext, d: Mapping[str, Any], position: int, draw: bool) -> G
     related = [f for f in ctx.findings if involves(f, ids)]
     t = series_axis(series) if draw else ()
     chart = _gpu_chart(ctx, key, d, t, series, related) if t else None
+    note = off_chart_note(finding_markers(related, t)[1]) if chart else ""
     return GpuView(
         key=key,
         index=index,
@@ -101,6 +104,7 @@ def _gpu(ctx: ViewContext, d: Mapping[str, Any], position: int, draw: bool) -> G
         memory_peak_bytes=mem_peak,
         finding_ids=tuple(f.id for f in related),
         chart=chart,
+        chart_note=note,
     )
 
 
@@ -111,7 +115,7 @@ def _gpu_chart(
     t: tuple[float, ...],
     series: Mapping[str, Any],
     related: Sequence[FindingView],
-) -> ChartSpec:
+) -> ChartSpec | None:
     gpu_util = series_values(series.get("gpu_util_pct"), len(t))
     memory = series_values(series.get("memory_used_bytes"), len(t))
     pid_names = {
@@ -123,35 +127,46 @@ def _gpu_chart(
         owner = ctx.container_names.get(container, "") if container else "host"
         return f"pid {pid} {name} ({owner})" if owner else f"pid {pid} {name}"
 
-    util_lines = [Line("GPU utilization", t, gpu_util, emphasis=True)] if gpu_util else []
+    util_lines = [Line("GPU utilization", t, gpu_util, emphasis=True)] if _known(gpu_util) else []
     proc_sm = get_dict(series, "process_sm_util_pct")
     ranked = sorted(proc_sm.items(), key=lambda kv: -(series_stats(kv[1])[0] or 0))
     for pid, values in ranked[:6]:
         util_lines.append(Line(f"SM {pid_label(str(pid))}", t, series_values(values, len(t))))
     total = get_num(d, "memory_total_bytes")
     mem_lines: list[tuple[str, tuple[float | None, ...], bool]] = (
-        [("memory used", memory, True)] if memory else []
+        [("memory used", memory, True)] if _known(memory) else []
     )
     proc_mem = get_dict(series, "process_memory_bytes")
     ranked_mem = sorted(proc_mem.items(), key=lambda kv: -(series_stats(kv[1])[1] or 0))
     for pid, values in ranked_mem[:6]:
         mem_lines.append((pid_label(str(pid)), series_values(values, len(t)), False))
-    panels = [
-        Panel("Utilization (GPU and per-process SM)", "%", tuple(util_lines), y_max=105.0),
-        memory_panel("GPU memory", t, mem_lines, total, "total"),
-    ]
+    panels = []
+    if any(_known(line.values) for line in util_lines):
+        panels.append(Panel("Utilization (GPU and per-process SM)", "%", tuple(util_lines), y_max=105.0))
+    if any(_known(values) for _, values, _ in mem_lines):
+        panels.append(memory_panel("GPU memory", t, mem_lines, total, "total"))
+    if not panels:
+        return None  # no chart for series with no samples
     index = get_str(d, "index")
     return ChartSpec(
-        key, f"GPU {index}", tuple(panels), incident_band(ctx.verdict, t), finding_markers(related, t)
+        key,
+        f"GPU {index}",
+        tuple(panels),
+        incident_band(ctx.incidents, ctx.verdict, related, t),
+        finding_markers(related, t)[0],
     )
+
+
+def _known(values: Sequence[float | None]) -> bool:
+    return any(v is not None for v in values)
 
 
 def gpu_views(ctx: ViewContext) -> Split[GpuView]:
     raw = get_dicts(ctx.doc, "gpus")
-    # The GPUs findings point at come first among those that get a chart.
+    # Only GPUs a finding cites get a chart (an idle GPU's flat lines say nothing), first cited first.
     involved = {s.id for f in ctx.findings for s in f.subjects if s.type in ("gpu", "mig")}
     order = sorted(range(len(raw)), key=lambda i: (get_str(raw[i], "uuid") not in involved, i))
-    draw = set(order[:GPU_CHART_CAP])
+    draw = {i for i in order[:GPU_CHART_CAP] if get_str(raw[i], "uuid") in involved}
     views = [_gpu(ctx, raw[i], i, i in draw) for i in order]
     return split(views, "appendix-gpus", body_rows=GPU_CHART_CAP)
 
@@ -167,36 +182,16 @@ def _container(
     key = f"container-{position}"
     series = get_dict(d, "series")
     thr_avg, thr_max = throttled_stats
-    _, mem_peak = series_stats(series.get("memory_bytes"))
+    _, sampled_peak = series_stats(series.get("memory_bytes"))
+    # The cgroup's own high-water mark and the OOM record beat the samples (they miss the kill).
+    mem_peak = get_num(d, "memory_peak_bytes")
+    mem_peak = sampled_peak if mem_peak is None else max(mem_peak, sampled_peak or 0.0)
     t = series_axis(series) if draw else ()
     limit = get_num(d, "memory_limit_bytes")
     alloc = get_dict(d, "gpu_allocation")
     gpus = tuple(ctx.gpu_names.get(g, g) for g in get_strs(alloc, "gpus"))
-    chart = None
-    if t:
-        throttled = series_values(series.get("cpu_throttled_ratio"), len(t))
-        memory = series_values(series.get("memory_bytes"), len(t))
-        panels = (
-            Panel(
-                "CPU throttling (share of CFS periods throttled)"
-                if get_num(d, "cpu_quota_cores") is not None or any(v is not None for v in throttled)
-                else "CPU throttling: none possible (no CPU quota, so CFS never throttles it)",
-                "%",
-                (
-                    Line(
-                        "throttled periods",
-                        t,
-                        tuple(None if v is None else v * 100 for v in throttled),
-                        True,
-                    ),
-                ),
-                y_max=105.0,
-            ),
-            memory_panel("Memory", t, [("memory used", memory, True)], limit, "limit"),
-        )
-        chart = ChartSpec(
-            key, get_str(d, "name"), panels, incident_band(ctx.verdict, t), finding_markers(related, t)
-        )
+    chart = _container_chart(ctx, key, d, t, series, related, limit) if t else None
+    note = off_chart_note(finding_markers(related, t)[1]) if chart else ""
     oom_killed = get_bool(d, "oom_killed")
     pod_name, pod_container = _pod_of(ctx, get_str(d, "pod"), get_str(d, "id"))
     return ContainerView(
@@ -227,6 +222,63 @@ def _container(
         finding_ids=tuple(f.id for f in related),
         findings=tuple(sorted_findings(related)),
         chart=chart,
+        chart_note=note,
+    )
+
+
+def _oom_points(related: Sequence[FindingView]) -> tuple[tuple[float, float, str], ...]:
+    """Each OOM kill of the container at its time, at the usage its record gives."""
+    out = []
+    for f in related:
+        at = unix(f.start)
+        usage = next((raw for name, raw in f.raw_metrics if name == "usage_bytes"), None)
+        if f.kind == "oom-kill" and at is not None and usage is not None:
+            out.append((at, usage, f"OOM kill {f.id}"))
+    return tuple(out)
+
+
+def _container_chart(
+    ctx: ViewContext,
+    key: str,
+    d: Mapping[str, Any],
+    t: tuple[float, ...],
+    series: Mapping[str, Any],
+    related: Sequence[FindingView],
+    limit: float | None,
+) -> ChartSpec | None:
+    """CPU throttling and memory against its limit, each panel only when it has samples; the OOM
+    kills marked on the memory panel."""
+    throttled = series_values(series.get("cpu_throttled_ratio"), len(t))
+    memory = series_values(series.get("memory_bytes"), len(t))
+    panels = []
+    if _known(throttled):
+        panels.append(
+            Panel(
+                "CPU throttling (share of CFS periods throttled)",
+                "%",
+                (Line("throttled periods", t, tuple(None if v is None else v * 100 for v in throttled), True),),
+                y_max=105.0,
+            )
+        )
+    oom = _oom_points(related)
+    if _known(memory) or oom:
+        panel = memory_panel(
+            "Memory against its limit" if limit else "Memory (no limit set)",
+            t,
+            [("memory used", memory, True)],
+            limit,
+            "limit",
+            points=oom,
+        )
+        panels.append(panel)
+    if not panels:
+        return None  # no chart for series with no samples
+    return ChartSpec(
+        key,
+        get_str(d, "name"),
+        tuple(panels),
+        incident_band(ctx.incidents, ctx.verdict, related, t),
+        finding_markers(related, t)[0],
     )
 
 

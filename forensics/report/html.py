@@ -42,6 +42,8 @@ def render_html_view(view: ReportView, paper: str = "a4") -> str:
     svgs: dict[str, Any] = {
         spec.chart_id: Markup(charts_module.render_svg(spec)) for spec in view.charts
     }
+    if view.timeline is not None:
+        svgs[view.timeline.chart_id] = Markup(charts_module.render_timeline_svg(view.timeline))
     template = make_environment().get_template("report.html.j2")
     hosts = {b.host for b in view.bundles if b.host}
     try:

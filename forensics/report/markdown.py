@@ -24,6 +24,7 @@ from forensics.report.formatting import (
     fmt_ratio,
     fmt_time,
     fmt_time_short,
+    fmt_unix_clock,
     short_id,
 )
 from forensics.report.records import EvidenceView, FindingView, ReportView, Split, SubjectView
@@ -98,7 +99,8 @@ def _finding_head(f: FindingView) -> str:
     span = fmt_time_short(f.start)
     if f.end and f.end != f.start:
         span += f"–{fmt_time_short(f.end)}"
-    return f"**[{f.severity.upper()}] {md_text(f.id)}** {md_code(f.kind, False)}, confidence {fmt_confidence(f.confidence)}, {span}"
+    before = f", {f.before_capture}" if f.before_capture else ""
+    return f"**[{f.severity.upper()}] {md_text(f.id)}** {md_code(f.kind, False)}, confidence {fmt_confidence(f.confidence)}, {span}{before}"
 
 
 def _verdict(v: ReportView, section: Section) -> list[str]:
@@ -124,11 +126,48 @@ def _verdict(v: ReportView, section: Section) -> list[str]:
         ["Time span", span],
         ["Findings", counts],
     ]
+    if v.window:
+        rows.append(["Window", f"{md_text(v.window)} (analyze --window)"])
+    if v.incidents and v.incidents[0].next_step:
+        rows.append(["Next step", md_text(v.incidents[0].next_step)])
     if v.collector_problems:
         names = ", ".join(f"{md_text(c.name)} ({md_text(c.status)})" for c in v.collector_problems)
         rows.append(["Limits", f"collectors that did not complete: {names}"])
     out.extend(_table(["", ""], rows))
     add("")
+    return out
+
+
+def _incidents(v: ReportView, section: Section) -> list[str]:
+    """Every incident, most relevant to the window first, with its parties and next step."""
+    out: list[str] = [f"## {section.title}", "", f"{len(v.incidents)} incidents, most relevant first:", ""]
+    add = out.append
+    if v.incidents:
+        for i in v.incidents:
+            when = fmt_time_short(i.start) + (f"–{fmt_time_short(i.end)}" if i.end and i.end != i.start else "")
+            extra = f", {i.before_capture}" if i.before_capture else ""
+            add(f"- **{md_text(i.id)}** [{i.severity.upper()}] {when} ({md_text(i.relevance)}{extra}): "
+                f"{md_text(i.headline)}; findings {', '.join(md_text(x) for x in i.finding_ids)}"
+                + (f". Next step: {md_text(i.next_step)}" if i.next_step else ""))
+        add("")
+    return out
+
+
+def _timeline(v: ReportView, section: Section) -> list[str]:
+    """The cross-source timeline as one list per lane (the HTML and PDF draw it)."""
+    out: list[str] = [f"## {section.title}", ""]
+    if v.timeline is None:
+        return out
+    for lane in v.timeline.lanes:
+        items = sorted(lane.items, key=lambda it: it.t)
+        shown = "; ".join(
+            f"{fmt_unix_clock(it.t)} {md_text(it.label)}"
+            + (f"–{fmt_unix_clock(it.end)}" if it.kind == "finding" and it.end and it.end > it.t else "")
+            for it in items[:20]
+        )
+        more = f" (+{len(items) - 20} more)" if len(items) > 20 else ""
+        out.append(f"- **{md_text(lane.label)}**: {shown}{more}")
+    out.append("")
     return out
 
 
@@ -153,6 +192,8 @@ def _chain(v: ReportView, section: Section) -> list[str]:
             add(f"   finding {md_text(step.finding_id)} is not in the analysis document")
         else:
             add(f"   {_finding_head(f)}: {md_text(f.summary)}")
+            if f.next_step:
+                add(f"   - next step: {md_text(f.next_step)}")
             for e in f.evidence:
                 add(f"   - {_evidence_line(e)}")
             if f.evidence_omitted:
@@ -366,7 +407,7 @@ def _collectors(v: ReportView, section: Section) -> list[str]:
             (
                 [
                     md_text(c.name),
-                    md_text(c.status),
+                    md_text(c.status) + ("" if c.ok or c.expected else " (not expected on this node)"),
                     fmt_duration(c.duration_s),
                     md_text(c.error) or "—",
                 ]
@@ -404,6 +445,8 @@ def _verify(v: ReportView, section: Section) -> list[str]:
 #: Section anchor -> its Markdown; the order and which sections show come from SECTIONS.
 _SECTIONS: dict[str, Callable[[ReportView, Section], list[str]]] = {
     "verdict": _verdict,
+    "incidents": _incidents,
+    "timeline": _timeline,
     "chain": _chain,
     "other-findings": _other_findings,
     "ruled-out": _ruled_out,
@@ -421,11 +464,22 @@ def render_markdown_view(v: ReportView) -> str:
     hosts = ", ".join(md_text(h) for h in v.hosts) or "unknown host"
     add(f"# GPU incident report: {hosts}")
     add("")
-    bundles = ", ".join(md_code(b.name, False) for b in v.bundles) or "none recorded"
+    bundles = ", ".join(md_code(b.path or b.name, False) for b in v.bundles) or "none recorded"
     add(f"**Capture window:** {fmt_time(v.capture_start)} – {fmt_time(v.capture_end)}  ")
     add(f"**Bundle:** {bundles}  ")
     add(f"**Analysed:** {fmt_time(v.generated_at)} by gpuforensics {md_text(v.tool_version)}")
     add("")
+    for n in v.nodes:
+        host = f"**{md_text(n.host)}**: " if len(v.nodes) > 1 else ""
+        add(f"{host}driver {md_text(n.driver_version or '—')}, CUDA {md_text(n.cuda_version or '—')}, "
+            f"kernel {md_text(n.kernel or '—')}" + (f", {md_text(n.os)}" if n.os else ""))
+        add("")
+        if n.gpus:
+            out.extend(_table(["GPU", "Model", "Serial", "VBIOS", "MIG", "PCI"], (
+                [md_text(g.label), md_text(g.name or "—"), md_code(g.serial or "—"),
+                 md_code(g.vbios_version or "not captured"), md_text(g.mig_mode or "—"), md_code(g.pci_bus_id or "—")]
+                for g in n.gpus)))
+            add("")
 
     for section in SECTIONS:
         if section.markdown and section.shown(v):

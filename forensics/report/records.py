@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from forensics.report.charts import ChartSpec
+from forensics.report.charts import ChartSpec, TimelineSpec
 
 __all__ = [
     "APPENDIX_CAP",
@@ -28,7 +28,10 @@ __all__ = [
     "ContainerView",
     "EvidenceView",
     "FindingView",
+    "GpuFactsView",
     "GpuView",
+    "IncidentView",
+    "NodeView",
     "ProcessView",
     "ReportView",
     "RuledOutView",
@@ -36,6 +39,7 @@ __all__ = [
     "SubjectView",
     "UnattributedView",
     "VerdictView",
+    "before_capture_text",
     "split",
 ]
 
@@ -126,6 +130,14 @@ class FindingView:
     evidence: tuple[EvidenceView, ...]
     evidence_omitted: int
     causes: tuple[str, ...]
+    next_step: str = ""  # the rule's one-line next step (findings[].next_step), when the document has it
+    before_capture_s: float | None = None  # how long before the capture it began, when it did
+    raw_metrics: tuple[tuple[str, float], ...] = ()  # the numeric metrics by their document key
+
+    @property
+    def before_capture(self) -> str:
+        """``before capture (7 min earlier)``, or "" for a finding inside the capture."""
+        return before_capture_text(self.before_capture_s)
 
     @property
     def culprits(self) -> tuple[SubjectView, ...]:
@@ -134,6 +146,68 @@ class FindingView:
     @property
     def victims(self) -> tuple[SubjectView, ...]:
         return tuple(s for s in self.subjects if s.role == "victim")
+
+
+def before_capture_text(seconds: float | None) -> str:
+    """The label of something that began before the capture, in every format."""
+    if seconds is None or seconds < 1:
+        return ""
+    if seconds < 90:
+        ago = f"{seconds:.0f} s"
+    elif seconds < 5400:
+        ago = f"{seconds / 60:.0f} min"
+    elif seconds < 2 * 86400:
+        ago = f"{seconds / 3600:.1f} h"
+    else:
+        ago = f"{seconds / 86400:.1f} days"
+    return f"before capture ({ago} earlier)"
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    """One incident (``incidents[]``): connected findings with their own verdict line."""
+
+    id: str
+    relevance: str  # in-window | lead-up | history
+    severity: str
+    headline: str
+    culprits: tuple[SubjectView, ...]
+    victims: tuple[SubjectView, ...]
+    parties: tuple[SubjectView, ...]
+    impact: str
+    start: str
+    end: str
+    before_capture_s: float | None
+    finding_ids: tuple[str, ...]
+    next_step: str
+
+    @property
+    def before_capture(self) -> str:
+        return before_capture_text(self.before_capture_s)
+
+
+@dataclass(frozen=True)
+class GpuFactsView:
+    """A GPU as page one names it: model, serial, VBIOS, MIG mode."""
+
+    label: str
+    name: str
+    serial: str
+    vbios_version: str
+    mig_mode: str
+    pci_bus_id: str
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a node is (``nodes[]`` facts and its GPUs)."""
+
+    host: str
+    driver_version: str
+    cuda_version: str
+    kernel: str
+    os: str
+    gpus: tuple[GpuFactsView, ...]
 
 
 @dataclass(frozen=True)
@@ -181,6 +255,7 @@ class CollectorView:
     duration_s: float | None
     error: str
     notes: tuple[str, ...]
+    expected: bool = True  # False: a source this kind of node need not have (Kubernetes on a Docker host)
 
     @property
     def ok(self) -> bool:
@@ -221,6 +296,7 @@ class GpuView:
     memory_peak_bytes: float | None
     finding_ids: tuple[str, ...]
     chart: ChartSpec | None
+    chart_note: str = ""  # findings of this GPU too far from its samples to mark on its chart
 
     @property
     def label(self) -> str:
@@ -256,6 +332,7 @@ class ContainerView:
     finding_ids: tuple[str, ...]
     findings: tuple[FindingView, ...]
     chart: ChartSpec | None
+    chart_note: str = ""  # findings of this container too far from its samples to mark on its chart
     pod_name: str = ""  # namespace/name of the pod it belongs to, when the analysis knows it
     pod_container: str = ""  # its name inside the pod
 
@@ -332,6 +409,10 @@ class ReportView:
     #: Every finding and collector in the document's own order (the terminal summary's order).
     findings: tuple[FindingView, ...] = ()
     collectors_in_order: tuple[CollectorView, ...] = ()
+    incidents: tuple[IncidentView, ...] = ()
+    nodes: tuple[NodeView, ...] = ()
+    timeline: TimelineSpec | None = None
+    window: str = ""  # the window under investigation, when the user named one (analyze --window)
 
     @property
     def charts(self) -> tuple[ChartSpec, ...]:

@@ -41,6 +41,8 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("verdict", "Verdict", in_toc=False),
     Section("contents", "Contents", in_toc=False, markdown=False),
+    Section("incidents", "Incidents", when=lambda v: len(v.incidents) > 1),
+    Section("timeline", "Timeline", when=lambda v: v.timeline is not None),
     Section("chain", "Evidence chain"),
     Section("other-findings", "Other findings", when=lambda v: bool(v.other_findings.total)),
     Section("ruled-out", "Ruled out"),

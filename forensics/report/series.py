@@ -13,10 +13,18 @@ from typing import Any
 from forensics.document_format import severity_rank
 from forensics.report.access import get_list, unix
 from forensics.report.charts import Line, Marker, Panel
-from forensics.report.formatting import fmt_bytes
-from forensics.report.records import MARKER_CAP, FindingView, VerdictView
+from forensics.report.formatting import fmt_bytes, fmt_time_short
+from forensics.report.records import MARKER_CAP, FindingView, IncidentView, VerdictView
 
-__all__ = ["finding_markers", "incident_band", "memory_panel", "series_axis", "series_stats", "series_values"]
+__all__ = [
+    "finding_markers",
+    "incident_band",
+    "memory_panel",
+    "off_chart_note",
+    "series_axis",
+    "series_stats",
+    "series_values",
+]
 
 
 def series_axis(series: Mapping[str, Any]) -> tuple[float, ...]:
@@ -64,9 +72,12 @@ def memory_panel(
     lines: Sequence[tuple[str, tuple[float | None, ...], bool]],
     reference: float | None,
     reference_name: str,
+    points: Sequence[tuple[float, float, str]] = (),
 ) -> Panel:
-    """A memory panel in the unit that suits its largest value (GiB for GPUs, KiB for busybox)."""
-    peak = max([v for _, values, _ in lines for v in values if v is not None] + [reference or 0.0])
+    """A memory panel in the unit that suits its largest value (GiB for GPUs, KiB for busybox);
+    ``points`` (unix seconds, bytes, label) are single events such as an OOM kill's usage."""
+    peak = max([v for _, values, _ in lines for v in values if v is not None] + [reference or 0.0]
+               + [p[1] for p in points])
     unit, size = next(((u, n) for u, n in _MEMORY_UNITS if peak >= n), _MEMORY_UNITS[-1])
     return Panel(
         title,
@@ -77,6 +88,7 @@ def memory_panel(
         ),
         reference=reference / size if reference else None,
         reference_label=f"{reference_name} {fmt_bytes(reference)}" if reference else "",
+        points=tuple((at, value / size, f"{label} at {fmt_bytes(value)}") for at, value, label in points),
     )
 
 
@@ -86,27 +98,68 @@ def series_stats(raw: object) -> tuple[float | None, float | None]:
     return (sum(known) / len(known), float(max(known))) if known else (None, None)
 
 
-def finding_markers(findings: Sequence[FindingView], t: Sequence[float]) -> tuple[Marker, ...]:
-    if not t:
-        return ()
+def _reach(t: Sequence[float]) -> tuple[float, float]:
+    """How far beyond its samples a chart's axis stretches to mark a finding: half the samples'
+    span (at least 30 s) each side, so a finding just after the last sample (an OOM kill between
+    two ticks) is on the chart and one from an hour earlier does not squash it."""
     lo, hi = min(t), max(t)
+    reach = max((hi - lo) / 2, 30.0)
+    return lo - reach, hi + reach
+
+
+def finding_markers(
+    findings: Sequence[FindingView], t: Sequence[float]
+) -> tuple[tuple[Marker, ...], tuple[FindingView, ...]]:
+    """The markers of ``findings`` on a chart over ``t``, and the findings too far off to mark."""
+    if not t:
+        return (), ()
+    lo, hi = _reach(t)
     ranked = sorted(findings, key=lambda f: (severity_rank(f.severity), f.start))[:MARKER_CAP]
     out = []
+    off = []
     for finding in sorted(ranked, key=lambda f: f.start):
         at = unix(finding.start)
         if at is not None and lo <= at <= hi:
             out.append(Marker(at, finding.id, finding.severity))
-    return tuple(out)
+        elif at is not None:
+            off.append(finding)
+    return tuple(out), tuple(off)
 
 
-def incident_band(verdict: VerdictView, t: Sequence[float]) -> tuple[float, float] | None:
-    start, end = unix(verdict.start), unix(verdict.end)
-    if start is None or not t:
+def off_chart_note(off: Sequence[FindingView]) -> str:
+    """The caption's words for findings a chart could not mark."""
+    if not off:
+        return ""
+    parts = [f"{f.id} at {fmt_time_short(f.start)}" + (f", {f.before_capture}" if f.before_capture else "")
+             for f in off]
+    return "Not on this chart's time axis: " + "; ".join(parts) + "."
+
+
+def incident_band(
+    ctx_incidents: Sequence[IncidentView],
+    verdict: VerdictView,
+    related: Sequence[FindingView],
+    t: Sequence[float],
+) -> tuple[float, float] | None:
+    """The band of the incident this chart's findings belong to (the first such, most relevant
+    first), covering that incident's span only; none when no finding of the chart is in one."""
+    if not t or not related:
+        return None
+    ids = {f.id for f in related}
+    if ctx_incidents:
+        incident = next((i for i in ctx_incidents if ids & set(i.finding_ids)), None)
+        if incident is None:
+            return None
+        start, end = unix(incident.start), unix(incident.end)
+    else:  # a document without incidents: the verdict's span is the one incident
+        start, end = unix(verdict.start), unix(verdict.end)
+    if start is None:
         return None
     end = end if end is not None and end >= start else start
-    lo, hi = min(t), max(t)
+    lo, hi = _reach(t)
     if end < lo or start > hi:
         return None
-    if end - start < (hi - lo) / 120:
-        end = start + (hi - lo) / 120  # a one-instant incident still gets a visible band
+    width = (max(t) - min(t)) or 10.0
+    if end - start < width / 120:
+        end = start + width / 120  # a one-instant incident still gets a visible band
     return max(start, lo), min(end, hi)

@@ -40,15 +40,30 @@ def render_text_view(v: ReportView) -> str:
     for b in v.bundles:
         lines.append(f"Bundle  {b.path}  host {b.host}  {b.captured_start} -> {b.captured_end}"
                      + ("  [INTERRUPTED]" if b.interrupted else ""))
+    for n in v.nodes:
+        lines.append(f"Node    {n.host}  driver {n.driver_version or '?'}  CUDA {n.cuda_version or '?'}  "
+                     f"kernel {n.kernel or '?'}  {len(n.gpus)} GPU(s)"
+                     + (f": {n.gpus[0].name}" if n.gpus and len({g.name for g in n.gpus}) == 1 else ""))
     lines.append("")
     lines.append(f"Verdict: {v.verdict.headline}")
     if v.verdict.impact:
         lines.append(f"Impact:  {v.verdict.impact}")
+    if len(v.incidents) > 1:
+        lines.append("")
+        lines.append("Incidents (most relevant first):")
+        for i in v.incidents:
+            before = f", {i.before_capture}" if i.before_capture else ""
+            lines.append(f"  {i.id:<4} {i.severity:<8} {i.relevance}{before}: {i.headline} "
+                         f"[{' '.join(i.finding_ids)}]")
     if v.findings:
         lines.append("")
         lines.append("Findings:")
         for f in v.findings:
-            lines.append(f"  {f.id:<4} {f.severity:<8} {f.kind:<28} {f.summary}")
+            shown = f.before_capture and f.before_capture.lower() not in f.summary.lower()
+            before = f" ({f.before_capture})" if shown else ""
+            lines.append(f"  {f.id:<4} {f.severity:<8} {f.kind:<28} {f.summary}{before}")
+            if f.next_step:
+                lines.append(f"         next step: {f.next_step}")
             for ev in f.evidence[:3]:
                 lines.append(f"         evidence: {ev.member} {ev.locator}: {ev.excerpt[:100]}")
     if v.ruled_out:
@@ -63,7 +78,8 @@ def render_text_view(v: ReportView) -> str:
     lines.append("Collectors:")
     for c in v.collectors_in_order:
         err = f"  {c.error}" if c.error else ""
-        lines.append(f"  {c.name or '?':<14} {c.status or '?':<12}{err}")
+        unexpected = " (not expected on this node)" if not (c.ok or c.expected) else ""
+        lines.append(f"  {c.name or '?':<14} {c.status or '?':<12}{err}{unexpected}")
     return "\n".join(lines)
 
 

@@ -22,17 +22,21 @@ from forensics.errors import ReportError
 from forensics.parsing.timestamps import format_iso
 from forensics.report.access import get_bool, get_dict, get_dicts, get_num, get_str, get_strs, unix
 from forensics.report.findings import ViewContext, evidence_views, metric_text, sorted_findings
+from forensics.report.formatting import fmt_time
 from forensics.report.hardware import container_views, gpu_views
 from forensics.report.records import (
     BODY_ROWS,
     BundleView,
     ChainStepView,
     CollectorView,
+    GpuFactsView,
+    NodeView,
     ReportView,
     RuledOutView,
     UnattributedView,
     split,
 )
+from forensics.report.timeline import timeline_view
 
 __all__ = ["build_view"]
 
@@ -89,9 +93,47 @@ def _collectors(ctx: ViewContext) -> tuple[CollectorView, ...]:
             duration_s=get_num(d, "duration_s"),
             error=get_str(d, "error"),
             notes=get_strs(d, "notes"),
+            expected=get_bool(d, "expected") is not False,
         )
         for d in get_dicts(ctx.doc, "collectors")
     )
+
+
+def _nodes(ctx: ViewContext) -> tuple[NodeView, ...]:
+    """Each node's facts and its GPUs (model, serial, VBIOS, MIG mode), for page one."""
+    out = []
+    for n in get_dicts(ctx.doc, "nodes"):
+        host = get_str(n, "host")
+        gpus = tuple(
+            GpuFactsView(
+                label=f"GPU {get_str(g, 'index')}",
+                name=get_str(g, "name"),
+                serial=get_str(g, "serial"),
+                vbios_version=get_str(g, "vbios_version"),
+                mig_mode=get_str(g, "mig_mode")
+                or {True: "enabled", False: "not enabled"}.get(get_bool(g, "mig_enabled") or False, ""),
+                pci_bus_id=get_str(g, "pci_bus_id"),
+            )
+            for g in get_dicts(ctx.doc, "gpus")
+            if get_str(g, "node") in ("", host)
+        )
+        out.append(
+            NodeView(
+                host=host,
+                driver_version=get_str(n, "driver_version"),
+                cuda_version=get_str(n, "cuda_version"),
+                kernel=get_str(n, "kernel"),
+                os=get_str(n, "os"),
+                gpus=gpus,
+            )
+        )
+    return tuple(out)
+
+
+def _window(doc: Mapping[str, Any]) -> str:
+    w = get_dict(doc, "window")  # only a window the user named (analyze --window) is news
+    start, end = get_str(w, "start"), get_str(w, "end")
+    return f"{fmt_time(start)} – {fmt_time(end)}" if start and end and get_bool(w, "named") else ""
 
 
 def _iso(t: float) -> str:
@@ -135,7 +177,7 @@ def build_view(doc: object) -> ReportView:
         counts[f.severity] += 1
     in_order = _collectors(ctx)
     # Problems first: they say what the report cannot say.
-    collectors = sorted(in_order, key=lambda c: (c.ok, c.bundle, c.name))
+    collectors = sorted(in_order, key=lambda c: (c.ok, not c.expected, c.bundle, c.name))
     unattributed = [
         UnattributedView(
             get_str(d, "type"),
@@ -175,7 +217,7 @@ def build_view(doc: object) -> ReportView:
         ruled_out=ruled_out,
         limitations=get_strs(doc, "limitations"),
         collectors=split(collectors, "appendix-collectors", body_rows=3 * BODY_ROWS),
-        collector_problems=tuple(c for c in collectors if not c.ok),
+        collector_problems=tuple(c for c in collectors if not c.ok and c.expected),
         gpus=gpu_views(ctx),
         containers=container_views(ctx),
         unattributed=split(unattributed, "appendix-unattributed"),
@@ -183,4 +225,8 @@ def build_view(doc: object) -> ReportView:
         thresholds=thresholds,
         findings=tuple(ctx.findings),
         collectors_in_order=in_order,
+        incidents=ctx.incidents,
+        nodes=_nodes(ctx),
+        timeline=timeline_view(ctx),
+        window=_window(doc),
     )

@@ -52,6 +52,8 @@ SPEC = SourceSpec(
     name="docker", order=20, collector="forensics.collectors.docker.docker", settings=DockerSettings,
     absence=Absence("no Docker data: container GPU allocations unknown", (
         Excuse(frozenset({"unavailable", "skipped"}),
-               "a containerd/CRI-O Kubernetes node: allocations come from the pods", when_ok="kubernetes"),)),
+               "a containerd/CRI-O Kubernetes node: allocations come from the pods", when_ok="kubernetes"),
+        Excuse(frozenset({None, "unavailable", "skipped"}),
+               "a containerd/CRI-O node: the runtime describes its containers (cri)", when_ok="cri"))),
     publishes=(PIDS, CGROUP_PATHS),
 )

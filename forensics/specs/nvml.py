@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import PIDS
 
-__all__ = ["ACCOUNTING", "ACCOUNTING_END", "DEVICES", "EVENTS", "PROCESSES", "SAMPLES", "SPEC", "NvmlSettings"]
+__all__ = [
+    "ACCOUNTING", "ACCOUNTING_END", "DEVICES", "EVENTS", "HEALTH_END", "PROCESSES", "SAMPLES", "SPEC", "NvmlSettings"]
 
 DEVICES = "nvml/devices.json"
 PROCESSES = "nvml/processes.json"
@@ -15,6 +16,7 @@ ACCOUNTING = "nvml/accounting.json"
 ACCOUNTING_END = "nvml/accounting_end.json"
 EVENTS = "nvml/events.jsonl"
 SAMPLES = "nvml/samples.jsonl"
+HEALTH_END = "nvml/health_end.json"  # the health counters read again after sampling (not written yet)
 
 
 @dataclass(frozen=True)

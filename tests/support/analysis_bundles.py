@@ -67,6 +67,7 @@ class BundleSpec:
     podresources: list[dict[str, Any]] = field(default_factory=list)
     _seq: int = 1000
     _psi: dict[tuple[str, bool, str], tuple[float, int, int]] = field(default_factory=dict)
+    cgroup_index: list[dict[str, Any]] = field(default_factory=list)
 
     # -- NVML -----------------------------------------------------------------------------------
     def gpu(self, index: int, memory_total: int = 80 * GIB, name: str = "NVIDIA H100 80GB HBM3") -> str:
@@ -211,6 +212,32 @@ class BundleSpec:
         self.add_jsonl("cgroup/samples.jsonl", {"t": t, "time": iso_from_unix(t), "tick": int(t - self.start),
                                                 "cgroup": cgroup, "values": values})
 
+    def io_tick(self, t: float, cgroup: str, devices: dict[str, tuple[int, int]], *, v1: bool = False) -> None:
+        """A cgroup samples line with block IO counters per device (bytes read, written): v2
+        ``io.stat`` or, with ``v1``, ``blkio.throttle.io_service_bytes``, as the collector parses them."""
+        io = ({"service_bytes": {d: {"read": r, "write": w, "total": r + w} for d, (r, w) in devices.items()}}
+              if v1 else {"stat": {d: {"rbytes": r, "wbytes": w, "rios": r // 4096, "wios": w // 4096}
+                                   for d, (r, w) in devices.items()}})
+        self.add_jsonl("cgroup/samples.jsonl", {"t": t, "time": iso_from_unix(t), "tick": int(t - self.start),
+                                                "cgroup": cgroup, "values": {"io": io}})
+
+    def io_limit(self, cgroup: str, device: str, rbps: int | None = None, wbps: int | None = None,
+                 *, v1: bool = False) -> None:
+        """The cgroup's IO limit in ``cgroup/index.json`` (v2 ``io.max`` or v1 ``*_bps_device``)."""
+        io = ({**({"read_bps_device": {device: rbps}} if rbps else {}),
+               **({"write_bps_device": {device: wbps}} if wbps else {})} if v1 else
+              {"max": {device: {"rbps": rbps, "wbps": wbps, "riops": None, "wiops": None}}})
+        self.cgroup_index.append({"path": cgroup, "values": {"io": io}})
+
+    # -- net --------------------------------------------------------------------------------------
+    def net_tick(self, t: float, *, interfaces: dict[str, dict[str, Any]] | None = None,
+                 ib: dict[str, dict[str, Any]] | None = None, netns: dict[str, dict[str, Any]] | None = None) -> None:
+        """A ``net/samples.jsonl`` line as the net collector writes it (rates left out: the
+        analysis derives its own from the counters)."""
+        self.add_jsonl("net/samples.jsonl", {"t": t, "time": iso_from_unix(t), "tick": int(t - self.start),
+                                             "interfaces": interfaces or {}, "ib": ib or {}, "disks": {},
+                                             "netns": netns or {}, "rates": {}})
+
     # -- kernel -----------------------------------------------------------------------------------
     def kmsg(self, t: float, message: str, level: int = 4) -> None:
         self._seq += 1
@@ -291,13 +318,15 @@ class BundleSpec:
             self.add_json("kubernetes/pods.json", {"kind": "PodList", "apiVersion": "v1", "items": self.pods})
         if self.podresources:
             self.add_json("kubernetes/podresources/list.json", {"pod_resources": self.podresources})
+        if self.cgroup_index:
+            self.add_json("cgroup/index.json", {"cgroups": self.cgroup_index})
         for member, lines in self.jsonl.items():
             self.members[member] = ("\n".join(lines) + "\n").encode()
         for member, data in sorted(self.members.items()):
             if wanted(member):
                 writer.sink.write_bytes(member, data)
         collectors = []
-        for name in ALL_COLLECTORS:
+        for name in (*ALL_COLLECTORS, *(n for n in self.status if n not in ALL_COLLECTORS)):
             st = self.status.get(name, "ok")
             collectors.append({"name": name, "status": st, "started": iso_from_unix(self.start),
                                "duration_s": 0.5, "error": None if st in ("ok", "partial", "skipped")

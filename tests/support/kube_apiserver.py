@@ -15,11 +15,19 @@ collector reads, serving the objects of a :class:`~tests.support.kube_objects.Cl
   reads them) over the lines given to :meth:`KubeAPIServer.set_pod_log`; RBAC resource
   ``pods/log``;
 - ``GET /api/v1/namespaces/{ns}/secrets[...]`` exists too, so a test can prove it is never asked;
+- ``GET /api/v1/namespaces/{ns}/pods/{name}/exec`` upgraded to a WebSocket speaking the
+  v5/v4 channel protocols, each command run as a real child on the pod's simulated node
+  (``exec_runtime``: :class:`tests.support.kube_exec.ExecRuntime`); 400 for a pod not running;
+- ``POST/GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET/DELETE .../jobs/{name}`` with a
+  simulated Job controller: each Job gets one pod (``job-name`` labels, ``nodeName`` from its
+  template), ``Pending`` then ``Running`` after ``job_pod_delay_s``; ``DELETE`` removes the pods
+  only with ``propagationPolicy=Background|Foreground`` (the API's default for Jobs orphans them);
 - ``limit``/``continue`` pagination with opaque continue tokens; unknown field selectors -> 400;
-  errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404).
+  errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404; 409).
 
-``forbidden`` (a set of resources such as ``{"events"}`` or ``{"pods.metrics.k8s.io"}``) makes
-those answer 403; ``hang`` (a set of resources, or ``{"*"}``) makes them never answer until
+``forbidden`` (a set of resources such as ``{"events"}``, ``{"pods.metrics.k8s.io"}``,
+``{"pods/exec"}``, ``{"jobs"}``; ``"pods/exec:NAME"`` for one pod, as a Role with
+``resourceNames`` would) makes those answer 403; ``hang`` (a set of resources, or ``{"*"}``) makes them never answer until
 ``stop()``. ``latency_s`` adds a delay per request. ``server_time_s`` sums the time spent in
 handlers, ``requests`` records ``(method, path, query)``.
 
@@ -32,18 +40,22 @@ Usage::
 from __future__ import annotations
 
 import base64
+import copy
+import hashlib
 import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from forensics.parsing.timestamps import parse_iso_unix
-from tests.support.kube_objects import ClusterState, gpu_node_scenario
+from tests.support.kube_exec import ExecRuntime
+from tests.support.kube_objects import ClusterState, _rv, _uid, gpu_node_scenario, iso
 
 __all__ = ["KubeAPIServer", "write_kubeconfig"]
 
@@ -84,6 +96,8 @@ _FIELDS: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
 _FIELDS["pods.metrics.k8s.io"] = {"metadata.name": _FIELDS["pods"]["metadata.name"],
                                   "metadata.namespace": _FIELDS["pods"]["metadata.namespace"]}
 _FIELDS["nodes.metrics.k8s.io"] = {"metadata.name": _FIELDS["nodes"]["metadata.name"]}
+_FIELDS["jobs"] = {"metadata.name": lambda o: o["metadata"]["name"],
+                   "metadata.namespace": lambda o: o["metadata"]["namespace"]}
 _FIELDS["secrets"] = {"metadata.name": lambda o: o["metadata"]["name"],
                       "metadata.namespace": lambda o: o["metadata"]["namespace"]}
 
@@ -92,6 +106,7 @@ _KINDS = {
     "nodes": ("v1", "NodeList", "Node"),
     "events": ("v1", "EventList", "Event"),
     "secrets": ("v1", "SecretList", "Secret"),
+    "jobs": ("batch/v1", "JobList", "Job"),
     "pods.metrics.k8s.io": ("metrics.k8s.io/v1beta1", "PodMetricsList", "PodMetrics"),
     "nodes.metrics.k8s.io": ("metrics.k8s.io/v1beta1", "NodeMetricsList", "NodeMetrics"),
 }
@@ -180,13 +195,18 @@ class KubeAPIServer:
         hang: Iterable[str] = (),
         latency_s: float = 0.0,
         user: str = SA_USER,
+        exec_runtime: ExecRuntime | None = None,
+        job_pod_delay_s: float = 0.3,
     ) -> None:
         self.state = state if state is not None else gpu_node_scenario()
         self.forbidden = set(forbidden)
         self.hang = set(hang)
         self.latency_s = latency_s
         self.user = user
+        self.exec_runtime = exec_runtime
+        self.job_pod_delay_s = job_pod_delay_s
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.bodies: list[bytes] = []  # of POST requests, in order
         self.server_time_s = 0.0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -233,6 +253,8 @@ class KubeAPIServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self.exec_runtime is not None:
+            self.exec_runtime.stop()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -249,7 +271,7 @@ class KubeAPIServer:
 
     def set_objects(self, **objects: Any) -> None:
         """Replace some of what is served: ``nodes=``, ``pods=``, ``events=``, ``pod_metrics=``,
-        ``node_metrics=``, ``secrets=`` (lists of objects as built by tests/support/kube_objects.py),
+        ``node_metrics=``, ``secrets=``, ``jobs=`` (lists of objects as built by tests/support/kube_objects.py),
         ``metrics_available=``. Takes effect on the next request."""
         with self._lock:
             for name, value in objects.items():
@@ -282,23 +304,42 @@ class KubeAPIServer:
             self.requests.append((req.command, path, query))
         code, body, resource, content_type = 200, b"", "", "application/json"
         try:
-            if req.command != "GET":
+            segs = path.strip("/").split("/")
+            if len(segs) == 7 and segs[:3] == ["api", "v1", "namespaces"] and segs[4] == "pods" and segs[6] == "exec":
+                self._exec(req, segs[3], segs[5], parse_qs(parts.query, keep_blank_values=True))
+                return
+            is_jobs = segs[:3] == ["apis", "batch", "v1"]
+            if req.command != "GET" and not (is_jobs and req.command in ("POST", "DELETE")):
                 raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-            resource, handler = self._route(path)
+            payload = req.rfile.read(int(req.headers.get("Content-Length") or 0)) if req.command == "POST" else b""
+            if payload:
+                with self._lock:
+                    self.bodies.append(payload)
+            resource, handler = self._route(path) if not is_jobs else self._jobs_route(req.command, segs, payload)
             if resource in self.hang or "*" in self.hang:
                 self._stopping.wait(3600)
                 req.close_connection = True
                 return
             if self.latency_s:
                 time.sleep(self.latency_s)
-            self._authorize(resource, path)
+            self._authorize(resource, path, req.command)
             code, obj = 200, handler(query)
+            if req.command == "POST":
+                code = 201
             if isinstance(obj, bytes):
                 body, content_type = obj, "text/plain"
             else:
                 body = json.dumps(obj, separators=(",", ":")).encode()
         except _HTTPError as err:
             code, body = err.code, json.dumps(err.status, separators=(",", ":")).encode()
+        try:
+            self._respond(req, code, body, content_type)
+        finally:
+            with self._lock:
+                self.server_time_s += time.perf_counter() - t0
+
+    def _respond(self, req: BaseHTTPRequestHandler, code: int, body: bytes,
+                 content_type: str = "application/json") -> None:
         try:
             req.send_response(code)
             req.send_header("Content-Type", content_type)
@@ -310,11 +351,8 @@ class KubeAPIServer:
             req.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        finally:
-            with self._lock:
-                self.server_time_s += time.perf_counter() - t0
 
-    def _authorize(self, resource: str, path: str) -> None:
+    def _authorize(self, resource: str, path: str, method: str = "GET") -> None:
         if resource not in self.forbidden:
             return
         if resource == "pods/log":
@@ -323,14 +361,121 @@ class KubeAPIServer:
                                             f'"pods/log" in API group "" in the namespace "{segs[3]}"',
                           {"name": segs[5], "kind": "pods"})
         plural, _, group = resource.partition(".")
+        if resource == "jobs":
+            group = "batch"
         segs = path.strip("/").split("/")
         ns = segs[segs.index("namespaces") + 1] if "namespaces" in segs else None
         named = (segs[-2] == plural) if len(segs) >= 2 else False
-        verb = "get" if named else "list"
+        verb = {"POST": "create", "DELETE": "delete"}.get(method, "get" if named else "list")
         scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
         raise _status(403, "Forbidden",
                       f'{resource}{"" if not named else " " + chr(34) + segs[-1] + chr(34)} is forbidden: User "{self.user}" cannot {verb} resource "{plural}" in API group "{group}" {scope}',
                       {"kind": plural, **({"name": segs[-1]} if named else {})})
+
+    # -- exec ---------------------------------------------------------------------------------
+    def _exec(self, req: BaseHTTPRequestHandler, ns: str, name: str, query: dict[str, list[str]]) -> None:
+        """The pods/exec subresource: authorize (``create`` on ``pods/exec``, as API servers
+        since 1.35 check for the WebSocket upgrade), find the pod, hand over to the runtime."""
+        try:
+            if req.command not in ("GET", "POST"):
+                raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            if "pods/exec" in self.forbidden or f"pods/exec:{name}" in self.forbidden:
+                raise _status(403, "Forbidden",
+                              f'pods "{name}" is forbidden: User "{self.user}" cannot create resource "pods/exec" in API group "" in the namespace "{ns}"',
+                              {"name": name, "kind": "pods"})
+            with self._lock:
+                pod = next((p for p in self.state.pods if p["metadata"]["name"] == name
+                            and p["metadata"].get("namespace") == ns), None)
+            if pod is None:
+                raise _status(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            if pod["status"].get("phase") != "Running":
+                container = (query.get("container") or [pod["spec"]["containers"][0]["name"]])[0]
+                raise _status(400, "BadRequest", f'unable to upgrade connection: container not found ("{container}")')
+            if self.exec_runtime is None:
+                raise _status(500, "InternalError", "exec is not simulated by this server (no exec_runtime)")
+        except _HTTPError as err:
+            self._respond(req, err.code, json.dumps(err.status, separators=(",", ":")).encode())
+            return
+        self.exec_runtime.serve(req, pod, query)
+
+    # -- jobs and their controller --------------------------------------------------------------
+    def _jobs_route(self, method: str, segs: list[str], payload: bytes) -> tuple[str, Callable[[dict[str, str]], Any]]:
+        rest = segs[3:]
+        if len(rest) < 3 or rest[0] != "namespaces" or rest[2] != "jobs" or len(rest) > 4:
+            raise _status(404, "NotFound", "the server could not find the requested resource")
+        ns = rest[1]
+        if len(rest) == 3:
+            if method == "POST":
+                return "jobs", lambda q: self._create_job(ns, payload)
+            return "jobs", lambda q: self._list("jobs", self.state.jobs, ns, q)
+        name = rest[3]
+        if method == "DELETE":
+            return "jobs", lambda q: self._delete_job(ns, name, q)
+        return "jobs", lambda q: self._get("jobs", self.state.jobs, ns, name)
+
+    def _create_job(self, ns: str, payload: bytes) -> dict[str, Any]:
+        try:
+            job = json.loads(payload)
+        except ValueError:
+            raise _status(400, "BadRequest", "the object provided is unrecognized (not JSON)") from None
+        if not isinstance(job, dict) or job.get("kind") != "Job" or job.get("apiVersion") != "batch/v1":
+            raise _status(400, "BadRequest", "the object provided is not a batch/v1 Job")
+        meta = job.setdefault("metadata", {})
+        name = meta.get("name")
+        if meta.get("namespace", ns) != ns:
+            raise _status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request")
+        template = (job.get("spec") or {}).get("template") or {}
+        if not name or not (template.get("spec") or {}).get("containers"):
+            raise _status(422, "Invalid", "Job.batch is invalid: metadata.name and spec.template.spec.containers are required")
+        with self._lock:
+            if any(j["metadata"]["name"] == name and j["metadata"]["namespace"] == ns for j in self.state.jobs):
+                raise _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists',
+                              {"name": name, "group": "batch", "kind": "jobs"})
+            now = datetime.now(UTC)
+            uid = _uid("job", ns, name, str(time.time_ns()))
+            meta.update(namespace=ns, uid=uid, resourceVersion=_rv(), creationTimestamp=iso(now), generation=1)
+            job["status"] = {}
+            stored = {k: v for k, v in job.items() if k not in ("kind", "apiVersion")}
+            self.state.jobs.append(stored)
+            pod_labels = {**(template.get("metadata") or {}).get("labels", {}),
+                          "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+                          "controller-uid": uid, "job-name": name}
+            suffix = hashlib.sha256(uid.encode()).hexdigest()[:5]
+            pod = {"metadata": {"name": f"{name}-{suffix}", "generateName": f"{name}-", "namespace": ns,
+                                "labels": pod_labels, "uid": _uid("pod", ns, name, suffix), "resourceVersion": _rv(),
+                                "creationTimestamp": iso(now),
+                                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+                                                     "controller": True, "blockOwnerDeletion": True}]},
+                   "spec": copy.deepcopy(template["spec"]),
+                   "status": {"phase": "Pending", "qosClass": "Burstable",
+                              "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(now)}]}}
+            self.state.pods.append(pod)
+
+        def run() -> None:
+            if self._stopping.wait(self.job_pod_delay_s):
+                return
+            with self._lock:
+                started = iso(datetime.now(UTC))
+                pod["status"].update(phase="Running", startTime=started, containerStatuses=[
+                    {"name": c["name"], "image": c.get("image", ""), "ready": True, "started": True, "restartCount": 0,
+                     "state": {"running": {"startedAt": started}}} for c in pod["spec"]["containers"]])
+                stored["status"] = {"active": 1, "ready": 1, "startTime": started}
+
+        threading.Thread(target=run, daemon=True, name=f"job-{name}").start()
+        return {"kind": "Job", "apiVersion": "batch/v1", **stored}
+
+    def _delete_job(self, ns: str, name: str, q: dict[str, str]) -> dict[str, Any]:
+        with self._lock:
+            job = next((j for j in self.state.jobs if j["metadata"]["name"] == name and j["metadata"]["namespace"] == ns), None)
+            if job is None:
+                raise _status(404, "NotFound", f'jobs.batch "{name}" not found', {"name": name, "group": "batch", "kind": "jobs"})
+            self.state.jobs.remove(job)
+            if q.get("propagationPolicy") in ("Background", "Foreground"):
+                uid = job["metadata"]["uid"]
+                self.state.pods = [p for p in self.state.pods
+                                   if not any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences", []))]
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": "batch", "kind": "jobs", "uid": job["metadata"]["uid"]}}
 
     def _route(self, path: str) -> tuple[str, Callable[[dict[str, str]], Any]]:
         segs = path.strip("/").split("/")

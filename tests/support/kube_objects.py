@@ -77,6 +77,7 @@ class ClusterState:
     pod_metrics: list[dict[str, Any]] = field(default_factory=list)
     node_metrics: list[dict[str, Any]] = field(default_factory=list)
     secrets: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
     metrics_available: bool = True
 
     def copy(self) -> ClusterState:
@@ -636,3 +637,34 @@ def gpu_node_scenario(now: datetime | None = None, node_name: str = "gpu-node-07
                 "data": {"password": "aHVudGVyMg=="}, "type": "Opaque"}]
     return ClusterState(nodes=[node, other], pods=pods, events=events, pod_metrics=pod_metrics,
                         node_metrics=node_metrics, secrets=secrets)
+
+
+# --------------------------------------------------------------------------------------------
+# The capture DaemonSet's pods (deploy/daemonset.yaml)
+# --------------------------------------------------------------------------------------------
+def make_capture_pod(node: str, now: datetime, namespace: str = "gpuforensics",
+                     phase: str = "Running", template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A pod of the capture DaemonSet on ``node``: ``template`` is the DaemonSet's pod template
+    (default: read from deploy/daemonset.yaml), so its labels, command, env and working directory
+    are the manifest's own."""
+    if template is None:
+        from pathlib import Path
+
+        import yaml
+
+        ds = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "daemonset.yaml").read_text())
+        template = ds["spec"]["template"]
+    assert template is not None
+    tpl_container = template["spec"]["containers"][0]
+    name = f"gpuforensics-{_hash10('ds', node)[:5]}"
+    labels = {**template["metadata"]["labels"], "controller-revision-hash": "6c9f8d7b5d", "pod-template-generation": "1"}
+    pod = make_pod(name, namespace, node, now, [ContainerSpec(tpl_container["name"], image=tpl_container["image"],
+                                                              state="running" if phase == "Running" else "waiting",
+                                                              state_reason=None if phase == "Running" else "ContainerCreating")],
+                   owner=("DaemonSet", "gpuforensics"), labels=labels, phase=phase, service_account="gpuforensics")
+    container = pod["spec"]["containers"][0]
+    for key in ("command", "env", "workingDir", "securityContext", "resources"):
+        if key in tpl_container:
+            container[key] = copy.deepcopy(tpl_container[key])
+    pod["spec"]["hostPID"] = True
+    return pod

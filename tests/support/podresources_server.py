@@ -75,7 +75,8 @@ def list_response_from_pods(
     """Assign devices to the pods' containers as the kubelet device manager would.
 
     ``gpu_ids`` are handed out in order to containers with an ``nvidia.com/gpu`` limit;
-    ``mig_ids`` maps a MIG resource name (``nvidia.com/mig-1g.10gb``) to its device ids.
+    ``mig_ids`` maps a MIG resource name (``nvidia.com/mig-1g.10gb``), or any other resource such as
+    a renamed time-slicing one (``nvidia.com/gpu.shared`` with ``GPU-<uuid>::N`` replicas), to its device ids.
     Pods not Running/Pending (evicted, succeeded) hold no devices and are left out, like the
     kubelet does once it has released their resources.
     """
@@ -98,7 +99,7 @@ def list_response_from_pods(
                 n = _int_quantity(quantity)
                 if resource == "nvidia.com/gpu":
                     ids, free_gpus = free_gpus[:n], free_gpus[n:]
-                elif resource.startswith("nvidia.com/mig-"):
+                elif resource.startswith("nvidia.com/mig-") or resource in free_migs:
                     pool = free_migs.get(resource, [])
                     ids, free_migs[resource] = pool[:n], pool[n:]
                 else:

@@ -1,5 +1,6 @@
-"""deploy/: the manifests are valid Kubernetes objects, and the RBAC rules are exactly the calls
-the kubernetes collector makes."""
+"""deploy/: the manifests are valid Kubernetes objects, the RBAC rules are exactly the calls the
+kubernetes collector makes (rbac.yaml) and the calls ``cluster capture`` makes (operator-rbac.yaml),
+and the Job ``cluster capture --job`` creates has deploy/job.yaml's pod spec."""
 
 from __future__ import annotations
 
@@ -19,15 +20,19 @@ from forensics.collectors.podresources.client import DEFAULT_SOCKET
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import ContainerSpec, gpu_node_scenario, make_pod
 from tests.support.kube_testing import clean_kube_env, make_ctx
+from tests.support.nvmlsim import fixtures as nvf
 
 __all__ = ["clean_kube_env"]
+sim_lib = nvf.sim_lib
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 EXPECTED = {
     ("v1", "Namespace"), ("v1", "ServiceAccount"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("apps/v1", "DaemonSet"), ("batch/v1", "Job"),
 }
+CAPTURE_ROLE = "gpuforensics-capture"
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
@@ -41,8 +46,8 @@ def documents() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def by_kind(kind: str) -> dict[str, Any]:
-    [doc] = [d for _, d in documents() if d["kind"] == kind]
+def by_kind(kind: str, name: str | None = None) -> dict[str, Any]:
+    [doc] = [d for _, d in documents() if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
 
 
@@ -53,6 +58,7 @@ def model_round_trip(doc: dict[str, Any]) -> Any:
 
     models = {"Namespace": client.V1Namespace, "ServiceAccount": client.V1ServiceAccount,
               "ClusterRole": client.V1ClusterRole, "ClusterRoleBinding": client.V1ClusterRoleBinding,
+              "Role": client.V1Role, "RoleBinding": client.V1RoleBinding,
               "DaemonSet": client.V1DaemonSet, "Job": client.V1Job}
     model = models[doc["kind"]].from_dict(doc)
     return ApiClient().sanitize_for_serialization(model)
@@ -80,9 +86,12 @@ class TestValidObjects:
 
     def test_same_namespace_and_service_account_everywhere(self):
         sa = by_kind("ServiceAccount")["metadata"]
-        binding = by_kind("ClusterRoleBinding")
+        binding = by_kind("ClusterRoleBinding", CAPTURE_ROLE)
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
-        assert binding["roleRef"]["name"] == by_kind("ClusterRole")["metadata"]["name"]
+        assert binding["roleRef"]["name"] == by_kind("ClusterRole", CAPTURE_ROLE)["metadata"]["name"]
+        assert by_kind("Role")["metadata"]["namespace"] == sa["namespace"]
+        assert by_kind("RoleBinding")["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                     "name": by_kind("Role")["metadata"]["name"]}
         assert by_kind("Namespace")["metadata"]["name"] == sa["namespace"]
         for kind in ("DaemonSet", "Job"):
             obj = by_kind(kind)
@@ -103,6 +112,9 @@ class TestPodSpecs:
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert set(sc["capabilities"]["add"]) == {"SYS_PTRACE", "DAC_READ_SEARCH", "SYSLOG"}
         host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        ring = {n for n, p in host_paths.items() if p == "/var/lib/gpuforensics/ring"}
+        assert len(ring) == (1 if kind == "DaemonSet" else 0)  # the recorder's ring: the one writable host path
+        host_paths = {n: p for n, p in host_paths.items() if n not in ring}
         assert set(host_paths.values()) == {"/sys/fs/cgroup", "/proc", "/run/containerd",
                                             "/var/lib/kubelet/pod-resources", "/dev/kmsg"}
         mounts = {m["name"]: m for m in container["volumeMounts"]}
@@ -123,8 +135,8 @@ class TestPodSpecs:
         spec = ds["spec"]["template"]["spec"]
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
         assert {"operator": "Exists"} in spec["tolerations"]
-        command = " ".join(spec["containers"][0]["command"])
-        assert "sleep" in command and "trap" in command
+        command = spec["containers"][0]["command"]
+        assert command[:2] == ["gpuforensics", "record"] and "/var/lib/gpuforensics/ring" in command
         assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
 
     def test_job_template_pins_a_node_and_captures(self):
@@ -162,8 +174,8 @@ def rbac_of(path: str) -> tuple[str, str, str]:
     return group, resource, verb
 
 
-def granted() -> set[tuple[str, str, str]]:
-    rules = by_kind("ClusterRole")["rules"]
+def granted(kind: str = "ClusterRole", name: str = CAPTURE_ROLE) -> set[tuple[str, str, str]]:
+    rules = by_kind(kind, name)["rules"]
     return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]}
 
@@ -199,3 +211,60 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
         used |= {rbac_of(p) for _, p, _ in api.requests}
     assert ("", "events", "list") in used and ("", "nodes", "list") in used
     assert used == granted()
+
+
+# --------------------------------------------------------------------------------------------
+# operator-rbac.yaml == cluster capture's calls; cluster capture --job's Job == deploy/job.yaml
+# --------------------------------------------------------------------------------------------
+def rbac_of_request(method: str, path: str) -> set[tuple[str, str, str, str | None]]:
+    """(apiGroup, resource, verb, namespace) that can authorize the request. The exec WebSocket
+    upgrade is a GET authorized as ``create`` on pods/exec by API servers since 1.35 and as
+    ``get`` before them."""
+    segs = path.strip("/").split("/")
+    group, rest = ("", segs[2:]) if segs[0] == "api" else (segs[1], segs[3:])
+    ns = None
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        ns, rest = rest[1], rest[2:]
+    if len(rest) == 3 and rest[2] == "exec":
+        return {(group, "pods/exec", "create", ns), (group, "pods/exec", "get", ns)}
+    verb = {"POST": "create", "DELETE": "delete"}.get(method, "get" if len(rest) == 2 else "list")
+    return {(group, rest[0], verb, ns)}
+
+
+def test_operator_rbac_covers_exactly_the_cluster_capture_calls(tmp_path, clean_kube_env, sim_lib):
+    """Every request of cluster capture (default node choice with a node lacking its capture
+    pod, --selector, --pods-of, --job including a Job whose pod does not start) is allowed by the
+    operator's Role (capture namespace) or read-only ClusterRole, and every rule is used."""
+    from forensics.cluster import ClusterCaptureOptions, run_cluster_capture
+    from tests.support.kube_cluster import NodeSpec, SimCluster
+
+    role = {(g, r, v, "gpuforensics") for g, r, v in granted("Role", "gpuforensics-operator")}
+    cluster_wide = granted("ClusterRole", "gpuforensics-operator-read")
+    runs = [({}, 0.3), ({"selector": "nvidia.com/gpu.present=true"}, 0.3), ({"pods_of": "ml/app=trainer"}, 0.3),
+            ({"job": True, "nodes": ("gpu-a",)}, 0.3), ({"job": True, "nodes": ("gpu-a",), "job_start_timeout_s": 1}, 30)]
+    used: set[tuple[str, str, str, str | None]] = set()
+    for i, (extra, delay) in enumerate(runs):
+        root = tmp_path / f"run{i}"
+        root.mkdir()
+        with SimCluster(root, sim_lib, [NodeSpec("gpu-a"), NodeSpec("gpu-b", capture_pod=False)],
+                        job_pod_delay_s=delay) as sim:
+            sim.state.pods.append(make_pod("trainer-0", "ml", "gpu-a", datetime.now(UTC), [ContainerSpec("t")],
+                                           labels={"app": "trainer"}))
+            run_cluster_capture(ClusterCaptureOptions(out_dir=root / "out", kubeconfig=str(sim.kubeconfig),
+                                                      capture_args=("--only", "host"), **extra))
+        for method, path, _ in sim.api.requests:  # (the nodes' captures run --only host: no requests)
+            options = rbac_of_request(method, path)
+            allowed = {o for o in options if o in role or o[:3] in cluster_wide}
+            assert allowed, f"{method} {path} needs one of {options}"
+            used |= options
+    assert role <= used, "a Role rule no call needs"
+    assert cluster_wide <= {u[:3] for u in used}, "a ClusterRole rule no call needs"
+
+
+def test_cluster_job_has_deploy_job_pod_spec():
+    from forensics.cluster.jobspec import JOB_POD_SPEC
+
+    spec = copy.deepcopy(by_kind("Job")["spec"]["template"]["spec"])
+    spec.pop("nodeName")
+    spec["containers"][0].pop("command")
+    assert spec == JOB_POD_SPEC, "forensics/cluster/jobspec.py and deploy/job.yaml disagree"

@@ -18,9 +18,11 @@ from functools import cache
 from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
 from forensics.analysis.model import Model
+from forensics.analysis.ring_view import ring_view
 from forensics.analysis.source import Source
 from forensics.specs import all_specs
 from forensics.specs import docker as docker_spec
+from forensics.specs import kernel as kernel_spec
 
 __all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
 
@@ -55,15 +57,31 @@ def loader_order() -> tuple[Loader, ...]:
     return tuple(done)
 
 
+#: loaders not run over the ring's history: the capture's own kernel collector reads the whole
+#: kernel ring buffer, which holds what the recorder followed (reading both would count twice)
+RING_SKIPS = frozenset({kernel_spec.SPEC.name})
+
+
 def load_source(src: Source, model: Model, node: str) -> None:
-    """Run every loader over one bundle; a loader's failure becomes a limitation, never an exception."""
-    for loader in loader_order():
-        name = loader.source
-        try:
-            loader.load(src, model, node)
-        except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
-            model.limit(f"{src.name}: the {name} evidence could not be read "
-                        f"({type(exc).__name__}: {str(exc)[:200]}); its findings are missing")
+    """Run every loader over one bundle; a loader's failure becomes a limitation, never an exception.
+
+    A bundle with the flight recorder's history (members under ``ring/``) is loaded twice: the
+    ring's members first, through the same loaders (forensics.analysis.ring_view), then the
+    capture's own, so history and live samples are one series and live identities win."""
+    view = ring_view(src)
+    passes: list[tuple[Source, frozenset[str]]] = [(src, frozenset())]
+    if view is not None:
+        passes.insert(0, (view, RING_SKIPS))
+    for source, skips in passes:
+        for loader in loader_order():
+            name = loader.source
+            if name in skips:
+                continue
+            try:
+                loader.load(source, model, node)
+            except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
+                model.limit(f"{src.name}: the {name} evidence could not be read "
+                            f"({type(exc).__name__}: {str(exc)[:200]}); its findings are missing")
     for problem in src.problems:
         model.limit(problem)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from forensics.analysis.findings import EvidenceRef
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig, parse_time
-from forensics.analysis.model import CpuSample, MemorySample, Model, OomKill, PsiSample
+from forensics.analysis.model import CpuSample, IoSample, MemorySample, Model, OomKill, PsiSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_path
@@ -21,6 +21,8 @@ __all__ = ["LOADER", "load_cgroups"]
 
 _CPU_QUOTE: tuple[tuple[str | int, ...], ...] = (
     ("values", "cpu", "nr_periods"), ("values", "cpu", "nr_throttled"), ("values", "cpu", "throttled_ns"))
+_IO_QUOTE: tuple[tuple[str | int, ...], ...] = (("values", "io"),)
+_IO_QUOTE_SNAPSHOT: tuple[tuple[str | int, ...], ...] = (("io",),)
 _PSI_QUOTES: dict[tuple[str, ...], tuple[tuple[str | int, ...], ...]] = {}
 
 
@@ -55,6 +57,11 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
         psi = values.get("pressure")
         if psi.__class__ is dict:
             _add_psi(model, node, cid, "pressure", psi, t, ev)
+        io = values.get("io")
+        if io.__class__ is dict:
+            devices = io_bytes(io)
+            if devices:
+                model.io_samples.append(IoSample(node, cid, t, devices, ev, _IO_QUOTE if ev.line else _IO_QUOTE_SNAPSHOT))
     if path == "/":
         psi = values.get("host_pressure")
         if psi.__class__ is dict:
@@ -115,6 +122,40 @@ def _add_psi_counters(model: Model, node: str, scope: str, section: str, resourc
         model.psi_samples.append(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
 
 
+def io_bytes(io: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Per device (bytes read, bytes written) from a cgroup's ``io`` values: v2 ``stat``
+    (rbytes/wbytes) or v1 ``service_bytes`` (read/write)."""
+    out: dict[str, tuple[int, int]] = {}
+    for section, r, w in (("stat", "rbytes", "wbytes"), ("service_bytes", "read", "write")):
+        table = io.get(section)
+        if table.__class__ is not dict:
+            continue
+        for device, counters in table.items():
+            if counters.__class__ is dict:
+                rb, wb = as_int(counters.get(r)), as_int(counters.get(w))
+                if rb is not None and wb is not None:
+                    out[device] = (rb, wb)
+    return out
+
+
+def io_limits(io: dict[str, Any]) -> dict[str, dict[str, int | None]]:
+    """Per device the read/write byte limits: v2 ``max`` (rbps, wbps, riops, wiops) or v1
+    ``read_bps_device``/``write_bps_device``; devices without any limit left out."""
+    out: dict[str, dict[str, int | None]] = {}
+    v2 = io.get("max")
+    if v2.__class__ is dict:
+        for device, limits in v2.items():
+            if limits.__class__ is dict and any(as_int(v) for v in limits.values()):
+                out[device] = {k: as_int(v) for k, v in limits.items()}
+    for section, key in (("read_bps_device", "rbps"), ("write_bps_device", "wbps")):
+        table = io.get(section)
+        if table.__class__ is dict:
+            for device, value in table.items():
+                if as_int(value):
+                    out.setdefault(device, {})[key] = as_int(value)
+    return out
+
+
 def load_cgroups(src: Source, model: Model, node: str) -> None:
     cache: dict[str, str | None] = {}
     times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
@@ -138,10 +179,20 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             continue
         cid = _container_of(path, cache)
         ev = src.ref(cgroup_spec.INDEX, 0, values, pointer=f"/cgroups/{i}/values")
+        peak = as_int(dig(values, "memory", "peak_bytes"))
+        if cid and peak is not None:  # memory.peak (v2) / memory.max_usage_in_bytes (v1)
+            key = (node, cid)
+            model.memory_peaks[key] = max(peak, model.memory_peaks.get(key, 0))
         if not sampled:
             _add_values(model, node, path, t_snap, values, ev, cache)
             model.node(node).members_used.setdefault("cgroups", cgroup_spec.INDEX)
             model.node(node).members_used.setdefault("psi", cgroup_spec.INDEX)
+        io = values.get("io")
+        if cid and io.__class__ is dict:
+            limits = io_limits(io)
+            if limits:
+                model.io_limits[(node, cid)] = (limits, src.ev_pointer(cgroup_spec.INDEX, f"/cgroups/{i}/values/io",
+                                                                        index))
         oom_kills = as_int(dig(values, "memory", "events", "oom_kill")) or as_int(dig(values, "memory", "oom_kill"))
         if cid and oom_kills:
             for _ in range(min(oom_kills, 5)):

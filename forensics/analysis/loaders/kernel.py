@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from forensics.analysis.loaders.common import Loader, as_float, dig
-from forensics.analysis.model import Model, OomKill, XidEvent
+from forensics.analysis.model import GpuLostWitness, Model, OomKill, XidEvent
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg
@@ -31,7 +31,7 @@ _SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
 
 
 # Substrings of every record the OOM tracker or the Xid parser can use.
-_KEYWORDS = ("oom", "Killed process", "memory: usage", "Task in ", "Xid")
+_KEYWORDS = ("oom", "Killed process", "memory: usage", "Task in ", "Xid", "NVRM")
 
 
 def _boot_time(src: Source) -> float | None:
@@ -57,6 +57,7 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
     seen_seq: set[int] = set()
     tracker = kmsg.OomTracker()
     oom_lines: list[tuple[int, str]] = []  # (line, text) of the OOM sequence in progress
+    bus = kmsg.BusLossJoiner()  # fell-off-the-bus messages without an Xid number, continuations joined
     count = 0
     bad = 0
     for member, parse in _SOURCES:
@@ -89,6 +90,9 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
             if kill is not None:
                 _add_oom(src, model, node, member, kill, t, oom_lines)
                 oom_lines = []
+            lost = bus.feed(record.ts_usec, msg, (no, line, t, msg))
+            if lost is not None:
+                _add_bus_loss(src, model, node, member, lost)
             xid = kmsg.parse_xid(record)
             if xid is not None:
                 gpu = model.gpu_by_pci(node, xid.pci_bus_id) if xid.pci_bus_id else None
@@ -97,6 +101,18 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
     info.kernel_records += count
     if bad:
         src.problems.append(f"{src.name}: kernel log: {bad} unparsable line(s) skipped")
+
+
+def _add_bus_loss(src: Source, model: Model, node: str, member: str, lost: tuple[str, list[object]]) -> None:
+    """A fell-off-the-bus message naming its PCI address without an Xid number (all its records cited)."""
+    pci, keys = lost
+    records = [k for k in keys if isinstance(k, tuple)]
+    gpu = model.gpu_by_pci(node, pci)
+    t = next((r[2] for r in records if isinstance(r[2], float)), None)
+    model.lost_witnesses.append(GpuLostWitness(
+        node, t, pci, gpu.uuid if gpu else None, "kernel-nvrm",
+        " ".join(str(r[3]).replace("\\x0a", " ") for r in records),
+        tuple(src.ev_line(member, r[0], r[1]) for r in records)))
 
 
 def _add_oom(src: Source, model: Model, node: str, member: str, kill: kmsg.OomKill, t: float | None,

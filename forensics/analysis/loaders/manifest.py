@@ -16,7 +16,8 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
                   member_hashes: dict[str, str]) -> str:
     """Register the bundle and its node; return the node (host name)."""
     manifest = src.manifest
-    host = dig(manifest, "host", "hostname")
+    # the Kubernetes node name when the capture knew it (in a pod, hostname is the pod's name)
+    host = dig(manifest, "host", "node_name") or dig(manifest, "host", "hostname")
     node = host if isinstance(host, str) and host else src.name
     info = model.node(node)
     info.bundles.append(src.name)
@@ -93,6 +94,14 @@ def note_missing_sources(model: Model) -> None:
     means, when it costs nothing, and which other source stands in for part of it, is declared in
     the specs)."""
     absences = _absences()
+    costly = dict(absences)
+    for entry in model.collectors:  # a source this kind of node need not have is not a lost one
+        node, name = str(entry["node"]), str(entry["name"])
+        info = model.nodes.get(node)
+        absence = costly.get(name)
+        entry["expected"] = entry["status"] in ("ok", "partial") or (
+            absence is not None and info is not None
+            and absence.costs(info.collector_status.get(name), info.collector_status))
     for node, info in sorted(model.nodes.items()):
         for name, absence in absences:
             status = info.collector_status.get(name)

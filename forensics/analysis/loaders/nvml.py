@@ -72,6 +72,27 @@ def _sm_by_pid(nvml: Any) -> dict[int, float]:
     return {pid: sum(v) / len(v) for pid, v in acc.items()}
 
 
+def _mig_mode(value: Any, entry: Any) -> str | None:
+    """``nvmlDeviceGetMigMode`` as a reader says it: [current, pending] or NotSupported."""
+    if isinstance(value, list) and value and type(value[0]) is int:
+        return "enabled" if value[0] == 1 else "disabled"
+    return "not supported" if dig(entry, "missing") == "not_supported" else None
+
+
+def _system_facts(model: Model, node: str, system: Any) -> None:
+    """Driver, CUDA and NVML versions (``devices.json`` ``system``: nvmlSystemGet*)."""
+    facts = model.node(node).facts
+    driver = _val(system, "nvmlSystemGetDriverVersion")
+    if isinstance(driver, str) and driver:
+        facts.setdefault("driver_version", driver)
+    cuda = _val(system, "nvmlSystemGetCudaDriverVersion_v2") or _val(system, "nvmlSystemGetCudaDriverVersion")
+    if type(cuda) is int and cuda > 0:  # 12040 -> 12.4
+        facts.setdefault("cuda_version", f"{cuda // 1000}.{cuda % 1000 // 10}")
+    version = _val(system, "nvmlSystemGetNVMLVersion")
+    if isinstance(version, str) and version:
+        facts.setdefault("nvml_version", version)
+
+
 def load_nvml(src: Source, model: Model, node: str) -> None:
     _pid_namespace(src, model, node)
     devices_doc = src.json(nvml_spec.DEVICES)
@@ -86,11 +107,16 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         pci = dig(_val(nvml, "nvmlDeviceGetPciInfo_v3") or _val(nvml, "nvmlDeviceGetPciInfo"), "busId")
         _, total = _memory(nvml)
         mig = _val(nvml, "nvmlDeviceGetMigMode")
+        serial, vbios = _val(nvml, "nvmlDeviceGetSerial"), _val(nvml, "nvmlDeviceGetVbiosVersion")
         model.gpus[(node, uuid)] = Gpu(
             node=node, index=index, uuid=uuid, name=name if isinstance(name, str) else "",
             pci_bus_id=pci if isinstance(pci, str) else None, memory_total_bytes=total,
             mig_enabled=isinstance(mig, list) and bool(mig) and mig[0] == 1,
-            evidence=src.ev_pointer(nvml_spec.DEVICES, f"/devices/{i}/nvml/nvmlDeviceGetUUID", devices_doc))
+            evidence=src.ev_pointer(nvml_spec.DEVICES, f"/devices/{i}/nvml/nvmlDeviceGetUUID", devices_doc),
+            serial=serial if isinstance(serial, str) else None,
+            vbios_version=vbios if isinstance(vbios, str) else None,
+            mig_mode=_mig_mode(mig, dig(nvml, "nvmlDeviceGetMigMode")))
+    _system_facts(model, node, dig(devices_doc, "system"))
     by_index = {g.index: g.uuid for (n, _), g in model.gpus.items() if n == node}
     sampled = False
     member = nvml_spec.SAMPLES
@@ -145,6 +171,9 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
     else:
         _snapshot(src, model, node, devices_doc, by_index)
     _events(src, model, node, by_index)
+    from forensics.analysis.loaders.nvml_health import load_nvml_health
+
+    load_nvml_health(src, model, node)  # memory-error counters (start, end) and GPUs that answered GpuIsLost
 
 
 def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: dict[int, str]) -> None:

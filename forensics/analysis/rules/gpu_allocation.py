@@ -21,6 +21,7 @@ from forensics.analysis.naming import (
     with_pod,
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
+from forensics.analysis.rules.gpu_sharing import contract_for
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = [
@@ -72,7 +73,7 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         sees = (f"sees every GPU through NVIDIA_VISIBLE_DEVICES={value} in its process {pid}'s environment"
                 if value.strip().lower() == "all"
                 else f"its process {pid} ran with NVIDIA_VISIBLE_DEVICES={value} in its environment")
-    if pod is not None:
+    if pod is not None and pod.gpu_limits_known:
         limit = pod.gpu_limit()
         if limit == 0:
             short = "has no nvidia.com/gpu limit"
@@ -121,6 +122,8 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 continue  # limitation recorded by the loaders
             if alloc.explicit and not alloc.devices_known:
                 continue  # e.g. a GPU limit whose devices the bundle does not name
+            if contract_for(model, subject, uuid) is not None:
+                continue  # allowed to share this GPU: gpu-share-exceeded judges its use
             samples = [s for s in samples if not alloc.grants(uuid, s.mig_uuid)]
             if not samples:
                 continue

@@ -22,7 +22,7 @@ __all__ = ["OOM_KILL", "oom_kill"]
 OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), rank=70)
 
 _MERGE_S = 120.0
-_SOURCE_ORDER = {"kernel": 0, "docker": 1, "kubernetes": 2, "prometheus": 3}
+_SOURCE_ORDER = {"kernel": 0, "docker": 1, "cri": 2, "kubernetes": 3, "prometheus": 4}
 
 
 def _who(model: Model, o: OomKill) -> Subject | None:

@@ -57,6 +57,7 @@ from forensics.collectors.docker.engine import (
     STATS_REQUEST,
     StatsStream,
     connect,
+    engine_product,
     image_hex,
     logs,
     pool_call_timeout,
@@ -182,7 +183,10 @@ class DockerCollector:
             ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
         if isinstance(version, dict):
             ctx.sink.write_json(dspec.VERSION, version)
-        ctx.sink.write_json(dspec.ENGINE, _engine_essentials(info, version, index))
+        essentials = _engine_essentials(info, version, index)
+        ctx.sink.write_json(dspec.ENGINE, essentials)
+        if essentials["engine"]:
+            ctx.note(f"engine: {essentials['engine']} {essentials['server_version'] or ''}".rstrip())
         if not isinstance(listing, list):
             err = pool.calls[("list", "containers")].error or "no answer in time"
             if "time" in err.lower() or "budget" in err:
@@ -486,6 +490,7 @@ def _engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dic
     runtimes = info.get("Runtimes") if isinstance(info.get("Runtimes"), dict) else {}
     return {
         "docker_host": index.get("docker_host"),
+        "engine": engine_product(version),
         "name": info.get("Name"),
         "server_version": version.get("Version") or info.get("ServerVersion"),
         "api_version": version.get("ApiVersion"),

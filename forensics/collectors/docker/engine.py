@@ -23,7 +23,8 @@ from forensics.errors import (
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.specs.docker import DockerSettings
 
-__all__ = ["STATS_REQUEST", "StatsStream", "connect", "image_hex", "logs", "pool_call_timeout", "stats", "top"]
+__all__ = ["STATS_REQUEST", "StatsStream", "connect", "engine_product", "image_hex", "logs", "pool_call_timeout",
+           "stats", "top"]
 
 def connect(settings: DockerSettings) -> Any:
     """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
@@ -170,3 +171,15 @@ def pool_call_timeout(client: Any) -> float:
     return float(timeout) if isinstance(timeout, (int, float)) else 5.0
 
 
+def engine_product(version: Any) -> str | None:
+    """Which engine answered the Engine API: ``"podman"`` (its ``/version`` names a ``Podman
+    Engine`` component or platform), ``"docker"`` (any other answer), None (no answer)."""
+    if not isinstance(version, dict) or not version:
+        return None
+    names = [c.get("Name") for c in version.get("Components") or [] if isinstance(c, dict)]
+    platform = version.get("Platform")
+    if isinstance(platform, dict):
+        names.append(platform.get("Name"))
+    if any(isinstance(n, str) and "podman" in n.lower() for n in names):
+        return "podman"
+    return "docker"

@@ -1,11 +1,15 @@
-"""Bounded reads of small kernel files, and one short reason for a file that could not be read."""
+"""Bounded reads of small kernel files, one short reason for a file that could not be read, and the
+check that a unix socket an API client is about to dial is there and usable."""
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 
-__all__ = ["describe_os_error", "read_small", "read_text"]
+from forensics.errors import SourcePermissionDenied, SourceUnavailable
+
+__all__ = ["check_socket", "describe_os_error", "read_small", "read_text"]
 
 
 def read_small(path: str, limit: int = 1 << 20) -> bytes:
@@ -42,3 +46,59 @@ def describe_os_error(error: OSError) -> str:
     if error.errno == errno.ENODEV:
         return "removed (the cgroup was deleted while reading)"
     return f"{type(error).__name__}: {error.strerror or error}"
+
+
+def check_socket(path: str, what: str) -> None:
+    """Raise ``SourceUnavailable`` / ``SourcePermissionDenied`` unless ``path`` is a unix socket
+    this process may connect to; ``what`` names it in the message (``kubelet pod-resources``)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise SourceUnavailable(f"no {what} socket at {path}") from None
+    except PermissionError as exc:
+        raise SourcePermissionDenied(f"permission denied: {path}: {exc.strerror}") from None
+    except OSError as exc:
+        raise SourceUnavailable(f"cannot stat {path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SourceUnavailable(f"{path} is not a unix socket")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise SourcePermissionDenied(f"permission denied: {path} (connecting needs write access; run as root)")
+
+
+class KeptFiles:
+    """Files re-read on every sampling tick through descriptors kept open (one ``pread`` at offset
+    0 re-generates a kernel file); out of descriptors (EMFILE), a file is opened, read and closed."""
+
+    def __init__(self, limit: int = 65536) -> None:
+        self.limit = limit
+        self._fds: dict[str, int] = {}
+
+    def read(self, path: str) -> bytes:
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as error:
+                if error.errno != errno.EMFILE:
+                    raise
+                return read_small(path, self.limit)
+            self._fds[path] = fd
+        try:
+            return os.pread(fd, self.limit, 0)
+        except OSError:
+            os.close(fd)
+            del self._fds[path]
+            raise
+
+    def descriptors(self) -> list[int]:
+        """The descriptors kept open now (benchmarks compare against bare preads of them)."""
+        return list(self._fds.values())
+
+    def close(self) -> None:
+        """Close every kept descriptor."""
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()

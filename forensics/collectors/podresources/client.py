@@ -15,13 +15,12 @@ other is collected. ``grpc`` is imported lazily: only this function needs it.
 
 from __future__ import annotations
 
-import os
-import stat
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.errors import SourcePermissionDenied, SourceUnavailable
+from forensics.collectors.hostfs.files import check_socket as hostfs_check_socket
+from forensics.errors import SourceUnavailable
 from forensics.specs.podresources import DEFAULT_SOCKET
 
 __all__ = [
@@ -73,20 +72,7 @@ class PodResourcesResult:
 
 def check_socket(socket_path: str) -> None:
     """Raise ``SourceUnavailable`` / ``SourcePermissionDenied`` unless the socket is usable."""
-    try:
-        st = os.stat(socket_path)
-    except FileNotFoundError:
-        raise SourceUnavailable(f"no kubelet pod-resources socket at {socket_path}") from None
-    except PermissionError as exc:
-        raise SourcePermissionDenied(f"permission denied: {socket_path}: {exc.strerror}") from None
-    except OSError as exc:
-        raise SourceUnavailable(f"cannot stat {socket_path}: {exc.strerror}") from None
-    if not stat.S_ISSOCK(st.st_mode):
-        raise SourceUnavailable(f"{socket_path} is not a unix socket")
-    if not os.access(socket_path, os.R_OK | os.W_OK):
-        raise SourcePermissionDenied(
-            f"permission denied: {socket_path} (connecting needs write access; run as root)"
-        )
+    hostfs_check_socket(socket_path, "kubelet pod-resources")
 
 
 def _classify(code_name: str, details: str) -> str:

@@ -67,8 +67,11 @@ def test_shorten_bounds(text: str) -> None:
 
 
 def test_xid_classes() -> None:
-    assert xid_meaning(79)[0] == "hardware" and xid_meaning(31)[0] == "application"
-    assert xid_meaning(119)[0] == "driver" and xid_meaning(99999)[0] == "unknown"
+    assert xid_meaning(79)[0] == "device" and xid_meaning(31)[0] == "application"
+    assert xid_meaning(119) == ("device", "GSP RPC Timeout") and xid_meaning(99999)[0] == "unknown"
+    # a pre-Ampere GPU gets the older listing's wording
+    assert xid_meaning(94, "Tesla V100-SXM2-16GB")[1] == "Contained ECC error"
+    assert xid_meaning(94, "NVIDIA H100 80GB HBM3")[1] == "Contained memory error"
 
 
 def test_unicode_digits_are_not_numbers() -> None:

@@ -125,14 +125,16 @@ class TestOomKill:
 
 
 class TestXid:
-    def test_kernel_xid_79_is_critical_hardware(self, analyze: Analyze) -> None:
+    def test_kernel_xid_79_is_a_lost_gpu(self, analyze: Analyze) -> None:
         b = BundleSpec()
         b.gpu(0)
         b.gpu(1)
         b.kmsg(T0 + 7, "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
         b.nvml_xid_event(1, T0 + 7.2, 79)
-        (f,) = of_kind(analyze(b), "gpu-xid-fault")  # kernel + NVML records merged
-        assert f["severity"] == "critical" and f["metrics"]["xid_class"] == "hardware"
+        doc = analyze(b)
+        assert "gpu-xid-fault" not in kinds(doc)
+        (f,) = of_kind(doc, "gpu-lost")  # kernel + NVML records: one finding, both witnesses
+        assert f["severity"] == "critical" and f["metrics"]["action"] == "RESTART_BM"
         assert "GPU 1" in names(f, "witness", "gpu")
         assert {e["member"] for e in f["evidence"]} == {"kernel/kmsg.txt", "nvml/events.jsonl"}
 
@@ -142,6 +144,7 @@ class TestXid:
         b.kmsg(T0 + 7, "NVRM: Xid (PCI:0000:3b:00): 31, pid=4242, name=python, Ch 0000000a, MMU Fault")
         (f,) = of_kind(analyze(b), "gpu-xid-fault")
         assert f["metrics"]["xid_class"] == "application" and f["severity"] == "medium"
+        assert f["metrics"]["action"] == "RESTART_APP" and "RESTART_APP" in f["summary"]
 
     def test_no_xid_is_ruled_out(self, analyze: Analyze) -> None:
         b = BundleSpec()

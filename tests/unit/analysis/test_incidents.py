@@ -11,9 +11,11 @@ from tests.support.analysis_bundles import T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, of_kind
 
 XID_79 = "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+# a device fault the catalog says needs a GPU reset (critical, xid_class device)
+XID_95 = "NVRM: Xid (PCI:0000:86:00): 95, pid=4242, name=python, Uncontained memory error"
 
 
-def _busy_node(*, xid_before_s: float | None = None) -> BundleSpec:
+def _busy_node(*, xid_before_s: float | None = None, xid: str = XID_79) -> BundleSpec:
     """An old OOM kill of an unrelated container 10 min before the capture (its lead-up), and a
     throttled and an OOM-killed container inside the capture window."""
     b = BundleSpec(since=T0 - 1800, lookback_s=1800)
@@ -28,7 +30,7 @@ def _busy_node(*, xid_before_s: float | None = None) -> BundleSpec:
     etl = b.container("etl", image_env=["PATH=/bin"], memory=32 << 20)
     b.kernel_oom(T0 + 20, 777, "python", f"/system.slice/docker-{etl}.scope", 32_600, 32_768)
     if xid_before_s is not None:
-        b.kmsg(T0 - xid_before_s, XID_79)
+        b.kmsg(T0 - xid_before_s, xid)
     return b
 
 
@@ -80,14 +82,16 @@ def test_a_shared_container_joins_findings_into_one_incident(analyze: Analyze) -
     assert {"oom-kill", "cpu-throttling"} <= set(incident["kinds"])
 
 
-def test_a_critical_hardware_fault_in_the_lead_up_stays_on_top_unless_a_window_is_named(analyze: Analyze) -> None:
-    doc = analyze(_busy_node(xid_before_s=420))
+@pytest.mark.parametrize(("line", "kind"), [(XID_79, "gpu-lost"), (XID_95, "gpu-xid-fault")])
+def test_a_critical_hardware_fault_in_the_lead_up_stays_on_top_unless_a_window_is_named(
+        analyze: Analyze, line: str, kind: str) -> None:
+    doc = analyze(_busy_node(xid_before_s=420, xid=line))
     top = doc["incidents"][0]
-    assert "gpu-xid-fault" in top["kinds"] and top["relevance"] == "lead-up"
+    assert kind in top["kinds"] and top["relevance"] == "lead-up"
     # the analyst names the capture window: the fault ended before it, it is history
-    named = analyze(_busy_node(xid_before_s=420), window=f"{iso(T0)}..{iso(T0 + 60)}")
+    named = analyze(_busy_node(xid_before_s=420, xid=line), window=f"{iso(T0)}..{iso(T0 + 60)}")
     assert named["window"]["named"] is True
-    xid = next(i for i in named["incidents"] if "gpu-xid-fault" in i["kinds"])
+    xid = next(i for i in named["incidents"] if kind in i["kinds"])
     assert xid["relevance"] == "history"
     assert named["incidents"][0]["relevance"] == "window"
     assert [i["relevance"] for i in named["incidents"]].index("history") > 0

@@ -73,10 +73,22 @@ def _finding(kind: str, **metrics: float | str) -> Finding:
 def test_every_kind_words_a_one_line_next_step_from_its_finding() -> None:
     """The next step is declared beside the kind and names the finding's own parties."""
     for k in SPECS:
-        step = chain.next_step(_finding(k.id, xid=79, xid_class="hardware", resource="memory", pid=7))
+        step = chain.next_step(_finding(k.id, xid=48, xid_class="device", action="RESTART_BM", resource="memory",
+                                        pid=7, verdict="rma-candidate", meaning="node reboot",
+                                        sharing="mps", contract="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"))
         assert step and "\n" not in step and len(step) < 300, k.id
-    assert "drain the node" in chain.next_step(_finding("gpu-xid-fault", xid=79, xid_class="hardware"))
-    assert "GPU 0" in chain.next_step(_finding("gpu-xid-fault", xid=79, xid_class="hardware"))
+    assert "drain the node" in chain.next_step(_finding("gpu-xid-fault", xid=48, xid_class="device", action="RESTART_BM"))
+    assert "GPU 0" in chain.next_step(_finding("gpu-xid-fault", xid=48, xid_class="device", action="RESTART_BM"))
+    assert "reset" in chain.next_step(_finding("gpu-xid-fault", xid=95, xid_class="device", action="RESET_GPU"))
+    assert "application" in chain.next_step(_finding("gpu-xid-fault", xid=13, xid_class="application",
+                                                     action="RESTART_APP"))
+    assert "look up Xid 999" in chain.next_step(_finding("gpu-xid-fault", xid=999, xid_class="unknown"))
+    assert "RMA" in chain.next_step(_finding("gpu-lost"))
+    assert "RMA" in chain.next_step(_finding("gpu-memory-health", verdict="rma-candidate"))
+    assert "reset" in chain.next_step(_finding("gpu-memory-health", verdict="reset-needed"))
+    assert "node reboot" in chain.next_step(_finding("gpu-recovery-action", meaning="node reboot"))
+    share = chain.next_step(_finding("gpu-share-exceeded", sharing="mps", contract="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"))
+    assert "notebook" in share and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in share
     assert "notebook" in chain.next_step(_finding("unallocated-gpu-use"))
 
 

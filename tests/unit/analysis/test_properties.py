@@ -155,5 +155,5 @@ def test_wrong_shapes_never_raise(tmp_path: Path) -> None:
 def test_rich_bundle_findings(tmp_path: Path) -> None:
     doc = analyze_bundles([_rich({}).write(tmp_path)])
     kinds = {f["kind"] for f in doc["findings"]}
-    assert {"unallocated-gpu-use", "gpu-compute-hog", "oom-kill", "gpu-xid-fault", "pressure-stall"} <= kinds
+    assert {"unallocated-gpu-use", "gpu-compute-hog", "oom-kill", "gpu-lost", "pressure-stall"} <= kinds
     assert GIB  # (used by the builders)

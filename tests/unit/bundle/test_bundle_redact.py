@@ -276,3 +276,14 @@ class TestLabels:
         r = Redactor(enabled=False)
         assert r.label_map({"token": "tok-1", "note": JWT}) == {"token": "tok-1", "note": JWT}
         assert r.label_map(None) is None and r.label_map(["x"]) == ["x"]
+
+
+def test_text_remembers_only_what_it_left_unchanged() -> None:
+    r = Redactor(key=b"k" * 32)
+    secret = "postgres://app:hunter2@db:5432/x"
+    first, second = r.text(secret, "labels"), r.text(secret, "labels")
+    assert first == second and "hunter2" not in first
+    assert r.counts["labels"] == 2  # a redacted text is redacted (and counted) every time
+    clean = "io.kubernetes.pod.name=trainer-0"
+    assert r.text(clean) == clean and r.text(clean) == clean
+    assert sum(r.counts.values()) == 2

@@ -11,14 +11,25 @@ import os
 import pickle
 import select
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forensics.bundle.leftovers import owner_token
 from forensics.capture.context import CaptureOptions, CollectContext, Tick
 from forensics.capture.runner import CaptureResult, run_capture
+
+
+def dead_owner_token() -> str:
+    """The owner token of a process that has finished (its leftovers may be removed)."""
+    p = subprocess.Popen(["sleep", "30"])
+    token = owner_token(p.pid)
+    p.kill()
+    p.wait()
+    return token
 
 
 @dataclass

@@ -30,16 +30,9 @@ from tests.support import capture_kill as ck
 from tests.support.nvmlsim import fixtures as nvf
 
 from .capture_helpers import FnCollector, kill_pid, pid_gone
+from .capture_helpers import dead_owner_token as _dead_pid_token
 
 sim_lib = nvf.sim_lib
-
-
-def _dead_pid_token() -> str:
-    p = subprocess.Popen(["sleep", "30"])
-    token = owner_token(p.pid)
-    p.kill()
-    p.wait()
-    return token
 
 
 class TestOwnerTokens:

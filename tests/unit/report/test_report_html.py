@@ -121,6 +121,7 @@ class TestStructure:
         doc = parse(rendered("incident")["html"])
         assert doc.sections == [
             "verdict",
+            "timeline",
             "chain",
             "other-findings",
             "ruled-out",

@@ -50,6 +50,7 @@ class TestReport:
         heads = [line for line in md.splitlines() if line.startswith("## ")]
         assert heads == [
             "## Verdict: CRITICAL",
+            "## Timeline",
             "## Evidence chain",
             "## Other findings",
             "## Ruled out",

@@ -64,8 +64,17 @@ def test_absence_costs_and_excuses_are_declared() -> None:
     no_kube = {k: v for k, v in every_ok.items() if k != "kubernetes"}
     assert limits(no_kube) == []  # not a Kubernetes node: nothing lost
     assert limits({**every_ok, "docker": "unavailable"}) == []  # containerd node: pods say it
-    assert limits({**no_kube, "docker": "unavailable"}) == [
+    # a containerd node without the API: the CRI runtime describes the containers
+    assert limits({**no_kube, "docker": "unavailable"}) == []
+    no_runtime = {**no_kube, "docker": "unavailable", "cri": "unavailable"}
+    assert limits(no_runtime) == [
         "n: no Docker data: container GPU allocations unknown (collector docker unavailable)"]
+    no_cri_record = {k: v for k, v in every_ok.items() if k != "cri"}
+    assert limits(no_cri_record) == []  # a bundle from before the cri collector
+    assert limits({**every_ok, "cri": "unavailable"}) == []  # no CRI socket: a Docker node
+    assert limits({**every_ok, "cri": "failed"}) == [
+        "n: no container runtime (CRI) data: a containerd/CRI-O node's containers, their OCI device grants "
+        "and pods are known only from cgroup paths and the Kubernetes API (collector cri failed)"]
     assert limits({**every_ok, "kubernetes": "failed"}) == [
         "n: no Kubernetes data: pod allocations and OOMKilled statuses unknown (collector kubernetes failed)"]
 

@@ -1,0 +1,133 @@
+"""Benchmark: the per-tick cost of the IO and network evidence for 200 containers and 8 NICs and
+8 InfiniBand ports.
+
+Builds, on a temporary directory, a sysfs tree (8 interfaces with ``speed``/``operstate``, 8 IB
+ports laid out as ``Documentation/ABI/stable/sysfs-class-infiniband``) and a /proc tree (a
+``net/dev`` with the 8 interfaces, ``diskstats``, and 200 processes each in its own network
+namespace with its own ``net/dev``), then times ``NetCollector.sample`` per tick; and the added
+cgroup work per tick: reading and parsing ``io.stat`` for 200 cgroups (the v1 equivalent,
+``blkio.throttle.io_service_bytes`` + ``io_serviced``, is timed too). Prints CPU per tick, the share
+of one core at 1 Hz and its ratio to the target (0.2 %: a ratio under 1 meets it).
+
+The files are on tmpfs, not the kernel's generated files: a real /proc/<pid>/net/dev is built by
+the kernel on each read and costs a little more system time.
+
+Run: ``python bench/bench_io_net_tick.py [--containers 200] [--links 8] [--ticks 30]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from forensics.bundle.redact import Redactor  # noqa: E402
+from forensics.bundle.sink import EvidenceSink  # noqa: E402
+from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
+from forensics.collectors.net import TICK_IB_COUNTERS, NetCollector  # noqa: E402
+from forensics.parsing.cgroupfs import file_values  # noqa: E402
+
+HEADER = ("Inter-|   Receive                                                |  Transmit\n"
+          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
+          "carrier compressed\n")
+
+
+def dev_line(name: str, n: int) -> str:
+    return f"{name:>6}: {n} 10 0 0 0 0 0 0 {n} 10 0 0 0 0 0 0\n"
+
+
+def build(root: Path, containers: int, links: int) -> tuple[Path, Path]:
+    sysfs, proc = root / "sys", root / "proc"
+    for i in range(links):
+        eth = sysfs / f"class/net/eth{i}"
+        eth.mkdir(parents=True)
+        (eth / "speed").write_text("100000\n")
+        (eth / "operstate").write_text("up\n")
+        port = sysfs / f"class/infiniband/mlx5_{i}/ports/1"
+        (port / "counters").mkdir(parents=True)
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+        (port / "state").write_text("4: ACTIVE\n")
+        for c in TICK_IB_COUNTERS:
+            (port / "counters" / c).write_text("123456789\n")
+    (proc / "net").mkdir(parents=True)
+    (proc / "net/dev").write_text(HEADER + dev_line("lo", 1) + "".join(dev_line(f"eth{i}", i) for i in range(links)))
+    (proc / "diskstats").write_text("".join(f" 259 {i} nvme{i}n1 1 2 3 4 5 6 7 8 0 9 10 0 0 0 0\n" for i in range(links)))
+    (proc / "self/ns").mkdir(parents=True)
+    os.symlink("net:[4026531840]", proc / "self/ns/net")
+    for pid in range(1000, 1000 + containers):
+        base = proc / str(pid)
+        (base / "ns").mkdir(parents=True)
+        (base / "net").mkdir()
+        os.symlink(f"net:[{4026532000 + pid}]", base / "ns/net")
+        (base / "cgroup").write_text(f"0::/system.slice/docker-{pid:064x}.scope\n")
+        (base / "net/dev").write_text(HEADER + dev_line("lo", 5) + dev_line("eth0", pid))
+    return sysfs, proc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--containers", type=int, default=200)
+    ap.add_argument("--links", type=int, default=8)
+    ap.add_argument("--ticks", type=int, default=30)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        sysfs, proc = build(root, args.containers, args.links)
+        (root / "stage").mkdir()
+        ctx = CollectContext(CaptureOptions(), EvidenceSink(root / "stage"), Redactor(True),
+                             {"pids": list(range(1000, 1000 + args.containers))})
+        collector = NetCollector(str(sysfs), str(proc))
+        collector.sample(ctx, Tick(0, time.time()))  # discovery happens once, on the first tick
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for i in range(1, args.ticks + 1):
+            collector.sample(ctx, Tick(i, time.time()))
+        net_cpu = (time.process_time() - cpu0) / args.ticks
+        net_wall = (time.perf_counter() - wall0) / args.ticks
+        collector.end_sampling(ctx)
+
+        io_stat = "259:0 rbytes=4194304 wbytes=1234 rios=1024 wios=3 dbytes=0 dios=0\n"
+        blkio = "".join(f"259:0 {op} 4194304\n" for op in ("Read", "Write", "Sync", "Async", "Discard", "Total"))
+        files = []
+        for i in range(args.containers):
+            d = root / f"cg/{i}"
+            d.mkdir(parents=True)
+            (d / "io.stat").write_text(io_stat)
+            (d / "blkio.throttle.io_service_bytes").write_text(blkio + "Total 4194304\n")
+            (d / "blkio.throttle.io_serviced").write_text(blkio + "Total 4194304\n")
+            files.append(d)
+        fds2 = [os.open(d / "io.stat", os.O_RDONLY) for d in files]
+        fds1 = [(os.open(d / "blkio.throttle.io_service_bytes", os.O_RDONLY),
+                 os.open(d / "blkio.throttle.io_serviced", os.O_RDONLY)) for d in files]
+
+        def per_tick(fn: object) -> float:
+            c0 = time.process_time()
+            for _ in range(args.ticks):
+                fn()  # type: ignore[operator]
+            return (time.process_time() - c0) / args.ticks
+
+        v2 = per_tick(lambda: [file_values(2, "io.stat", os.pread(fd, 65536, 0).decode(), True) for fd in fds2])
+        v1 = per_tick(lambda: [(file_values(1, "blkio.throttle.io_service_bytes", os.pread(a, 65536, 0).decode(), True),
+                                file_values(1, "blkio.throttle.io_serviced", os.pread(b, 65536, 0).decode(), True))
+                               for a, b in fds1])
+        for fd in fds2:
+            os.close(fd)
+        for a, b in fds1:
+            os.close(a)
+            os.close(b)
+    target = 0.002
+    print(f"net tick ({args.containers} namespaces, {args.links} NICs, {args.links} IB ports): "
+          f"{net_cpu * 1e3:.2f} ms CPU, {net_wall * 1e3:.2f} ms wall")
+    print(f"cgroup io files per tick ({args.containers} cgroups): v2 io.stat {v2 * 1e3:.2f} ms, "
+          f"v1 blkio.throttle x2 {v1 * 1e3:.2f} ms CPU")
+    for name, cost in (("v2 host", net_cpu + v2), ("v1 host", net_cpu + v1)):
+        share = cost / 1.0
+        print(f"{name}: {share * 100:.3f} % of a core at 1 Hz; ratio to the 0.2 % target: {share / target:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Recorder cost at 1 Hz: 8 simulated GPUs x 64 processes, N container-like cgroups (real cgroups
+named like Docker's, one sleeping process each), measured from /proc/<pid>/stat and status of the
+recorder and its sampler children; disk per 24 h extrapolated from the ring's growth; and, when
+Debian's prometheus-node-exporter is installed, the same figures for it answering one scrape/s.
+
+    sudo python bench/bench_recorder.py --seconds 60 --cgroups 200
+Targets (issue 14): < 0.5 % of one core, < 60 MB RSS, < 300 MB per 24 h.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from forensics.ring import RingReader, encode_record  # noqa: E402
+from tests.support import nvmlsim  # noqa: E402
+from tests.support.record_support import start_recorder  # noqa: E402
+
+CG_ROOT = Path("/sys/fs/cgroup")
+CG = CG_ROOT / "gfbench.slice"  # cgroup v2
+V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")  # cgroup v1: /<controller>/docker/<id>, Docker's layout
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    out = [pid]
+    for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split():
+        out.extend(tree(int(p)))
+    return out
+
+
+def pss(pids: list[int]) -> int:
+    """Proportional set size summed over the processes: the sampler children are forks of the
+    recorder, so summing their RSS counts the pages they share once per process."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def cpu_rss(pids: list[int]) -> tuple[float, int]:
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += (int(f[11]) + int(f[12])) / TCK
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1]) * 1024
+        except (OSError, IndexError):
+            pass
+    return cpu, rss
+
+
+def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Path]) -> None:
+    """``n`` real container-like cgroups (v2 ``gfbench.slice/docker-<id>.scope``, else v1
+    ``<controller>/docker/<id>``), each holding one sleeping process; every directory made is
+    appended to ``made`` (parents first). A plain directory on a tmpfs is not a cgroup: refuse to pretend."""
+    v2 = (CG_ROOT / "cgroup.controllers").exists()
+    parents = [CG] if v2 else [CG_ROOT / c / "docker" for c in V1_CONTROLLERS if (CG_ROOT / c / "cgroup.procs").exists()]
+    if not parents:
+        raise SystemExit("no writable cgroup hierarchy (v2 or v1 cpu/memory/pids): cannot build the load")
+    for parent in parents:
+        if not parent.exists():
+            parent.mkdir()
+            made.append(parent)
+    for i in range(n):
+        p = subprocess.Popen(["sleep", "3600"])
+        sleepers.append(p)
+        for parent in parents:
+            d = parent / (f"docker-{i:064x}.scope" if v2 else f"{i:064x}")
+            d.mkdir(exist_ok=True)
+            made.append(d)
+            (d / "cgroup.procs").write_text(str(p.pid))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--cgroups", type=int, default=200)
+    ap.add_argument("--skip-node-exporter", action="store_true", help="no side-by-side node-exporter run")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gfbench-"))
+    sleepers: list[subprocess.Popen[bytes]] = []
+    made: list[Path] = []
+    try:
+        make_cgroups(args.cgroups, sleepers, made)
+        lib = nvmlsim.build_library(tmp / "lib")
+        sc = nvmlsim.Scenario()
+        for _ in range(8):
+            sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=[(0, 50), (30, 90)])
+        for k in range(8 * 64):
+            sc.add_process(pid=sleepers[k % len(sleepers)].pid if sleepers else 100000 + k, gpu=k // 64,
+                           used_memory_bytes=1 << 28, sm_util=10, mem_util=5)
+        env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
+        ring = tmp / "ring"
+        log = (tmp / "recorder.log").open("w")
+        rec = start_recorder(ring, env=env, interval_s=1.0, nvml_library=str(lib),
+                             sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log)
+        time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
+        c0, _ = cpu_rss(tree(rec.pid))
+        w0 = time.time()
+        t0 = time.monotonic()
+        peak = peak_pss = 0
+        while time.monotonic() - t0 < args.seconds:
+            time.sleep(5)
+            pids = tree(rec.pid)
+            peak = max(peak, cpu_rss(pids)[1])
+            peak_pss = max(peak_pss, pss(pids))
+        c1, rss = cpu_rss(tree(rec.pid))
+        el = time.monotonic() - t0
+        w1 = time.time()
+        rec.send_signal(signal.SIGTERM)
+        out, _ = rec.communicate(timeout=20)
+        log.close()
+        print("  recorder stderr: " + ((tmp / "recorder.log").read_text()[-1000:].strip() or "(empty)"))
+        try:  # a source that failed or restarted would make every figure below look better than it is
+            for name, st in json.loads(out.strip().splitlines()[-1])["sources"].items():
+                print(f"  source {name}: {st['status']}, {st['ticks']} ticks, {st['missed']} missed, "
+                      f"{st['restarts']} restarts{', ' + str(st['error']) if st.get('error') else ''}")
+        except (ValueError, KeyError, IndexError):
+            print(f"  recorder status unreadable: {out[-500:]!r}")
+        # the steady state: the ring lines of the records written in [w0, w1], raw and as the seal
+        # compresses them (segments rotate meanwhile, so file sizes would mix both)
+        window = list(RingReader(ring).records(since=w0, until=w1))
+        steady = b"".join(encode_record(r.t, r.mono, r.member, r.op, r.data) for r in window)
+        # NVML ticks recorded in the window (8 device lines each): on a loaded machine ticks are
+        # missed, so figures per tick compare runs that the raw rates would not
+        ticks = sum(r.data.count(b'"kind": "device"') for r in window if r.member == "nvml/samples.jsonl") / 8
+        raw_rate = len(steady) / el
+        sealed_rate = len(gzip.compress(steady, compresslevel=6, mtime=0)) / el
+        cpu_pct = 100 * (c1 - c0) / el
+        per_tick = f"{ticks:.0f} NVML ticks of {el:.0f} expected" if ticks else "no NVML tick recorded"
+        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups; {per_tick}")
+        if ticks:
+            print(f"  per NVML tick: CPU {1000 * (c1 - c0) / ticks:.1f} ms, ring {len(steady) / ticks / 1e3:.1f} kB raw, "
+                  f"{len(gzip.compress(steady, 6, mtime=0)) / ticks / 1e3:.1f} kB sealed")
+        print(f"  CPU {cpu_pct:.2f} % of one core (target 0.5 %: ratio {cpu_pct / 0.5:.1f}x)")
+        print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
+        print(f"  PSS peak {peak_pss / 1e6:.1f} MB (shared pages counted once; target 60 MB: ratio {peak_pss / 60e6:.2f}x)")
+        print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h in the active segment, {sealed_rate * 86400 / 1e6:.0f} MB/24 h "
+              f"sealed (gzip) (target 300 MB: ratio {sealed_rate * 86400 / 300e6:.2f}x)")
+        exe = shutil.which("prometheus-node-exporter")
+        if args.skip_node_exporter:
+            pass
+        elif exe:
+            ne = subprocess.Popen([exe, "--web.listen-address=127.0.0.1:19100"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+            time.sleep(2)
+            n0, _ = cpu_rss([ne.pid])
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < min(args.seconds, 60):
+                urllib.request.urlopen("http://127.0.0.1:19100/metrics", timeout=5).read()
+                time.sleep(1)
+            n1, nrss = cpu_rss([ne.pid])
+            ne.terminate()
+            ne.wait()
+            ne_pct = 100 * (n1 - n0) / (time.monotonic() - t0)
+            print(f"node-exporter, 1 scrape/s: CPU {ne_pct:.2f} %, RSS {nrss / 1e6:.1f} MB; "
+                  f"recorder/node-exporter CPU ratio {cpu_pct / max(ne_pct, 1e-6):.2f}x")
+        else:
+            print("prometheus-node-exporter not installed: apt-get install --no-install-recommends prometheus-node-exporter")
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        for d in reversed(made):  # children first; a cgroup empties once its sleeper is reaped
+            try:
+                d.rmdir()
+            except OSError as exc:
+                print(f"could not remove {d}: {exc}", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Network and InfiniBand counters: ``net/samples.jsonl`` (net collector, one line per tick), into :class:`~forensics.analysis.model.NetSample` series:
+each node interface (``/proc/net/dev`` with its ``speed`` and ``operstate``), each InfiniBand
+port (``counters/*``, data counters times 4 as bytes, ``rate`` and ``state``) and each container
+network namespace (``/proc/<pid>/net/dev``, interfaces other than ``lo`` summed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.analysis.loaders.common import Loader, as_float, as_int
+from forensics.analysis.model import Model, NetSample
+from forensics.analysis.source import Source
+from forensics.parsing.netstat import IB_DATA_WORD_BYTES
+from forensics.specs import net as net_spec
+
+__all__ = ["LOADER", "load_net"]
+
+NIC_COUNTERS = ("rx_bytes", "tx_bytes", "rx_errors", "tx_errors", "rx_dropped", "tx_dropped",
+                "rx_fifo_errors", "rx_frame_errors", "tx_carrier_errors")
+IB_COUNTERS = ("port_xmit_wait", "symbol_error", "link_downed", "port_rcv_errors", "port_xmit_discards",
+               "link_error_recovery")
+
+
+def _ints(values: Any, names: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if isinstance(values, dict):
+        for name in names:
+            v = as_int(values.get(name))
+            if v is not None and v >= 0:
+                out[name] = v
+    return out
+
+
+def _ib(values: Any) -> dict[str, int]:
+    counters = _ints(values, IB_COUNTERS)
+    if isinstance(values, dict):
+        for word, name in (("port_xmit_data", "tx_bytes"), ("port_rcv_data", "rx_bytes")):
+            v = as_int(values.get(word))
+            if v is not None and v >= 0:
+                counters[name] = v * IB_DATA_WORD_BYTES
+    return counters
+
+
+def _netns(interfaces: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    if isinstance(interfaces, dict):
+        for iface, counters in interfaces.items():
+            if iface == "lo":
+                continue
+            for k, v in _ints(counters, NIC_COUNTERS).items():
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+def _speed(mbps: Any) -> float | None:
+    v = as_int(mbps)
+    return v * 1e6 / 8 if v is not None and v > 0 else None
+
+
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any) -> None:
+    for iface, values in _table(rec.get("interfaces")).items():
+        if isinstance(values, dict):
+            state = values.get("operstate")
+            model.net_samples.append(NetSample(node, "nic", iface, t, _ints(values, NIC_COUNTERS),
+                                               _speed(values.get("speed_mbps")),
+                                               state if isinstance(state, str) else None, None,
+                                               ref(("interfaces", iface))))
+    for port, values in _table(rec.get("ib")).items():
+        if isinstance(values, dict):
+            state = values.get("state")
+            model.net_samples.append(NetSample(node, "ib", port, t, _ib(values), as_float(values.get("rate_bytes_per_s")),
+                                               state if isinstance(state, str) else None, None, ref(("ib", port))))
+    for inode, values in _table(rec.get("netns")).items():
+        if isinstance(values, dict):
+            cid = values.get("container_id")
+            model.net_samples.append(NetSample(node, "netns", inode, t, _netns(values.get("interfaces")), None, None,
+                                               cid if isinstance(cid, str) else None, ref(("netns", inode))))
+
+
+def load_net(src: Source, model: Model, node: str) -> None:
+    sampled = False
+    for no, rec, raw in src.jsonl(net_spec.SAMPLES):
+        t = as_float(rec.get("t"))
+        if t is None:
+            continue
+        sampled = True
+        _add_line(model, node, t, rec, lambda path, no=no, raw=raw: src.ref(net_spec.SAMPLES, no, raw, path))
+    if sampled:  # the snapshot alone holds counters since boot: nothing can be seen rising
+        model.node(node).members_used.setdefault("net", net_spec.SAMPLES)
+
+
+LOADER = Loader("net", load_net, needs=())

@@ -1,0 +1,110 @@
+"""Ghost GPU memory: ``gpu-memory-unattributed``, device memory no listed process accounts for.
+
+Sources: ``nvmlDeviceGetMemoryInfo[_v2]`` ``used`` per sample against the sum of ``usedGpuMemory``
+of the processes NVML listed in the same reading (``nvmlDeviceGetComputeRunningProcesses`` and the
+graphics and MPS lists). The gap, when it appeared (between which two readings), and the last owner
+seen: the processes listed on the GPU before it appeared that had left the list when it did (the
+memory they held stayed behind). A GPU in MIG mode is left out (its processes are per instance).
+
+Not read yet: processes in uninterruptible sleep (``/proc/<pid>/stat`` state D) holding
+``/dev/nvidia*`` open (``/proc/<pid>/fd`` links); the procfs collector does not collect those yet.
+
+Next step: find and end the process that still holds the GPU (``fuser -v /dev/nvidia*``); when none
+does, only a GPU reset (``nvidia-smi -r``) frees the memory.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from forensics.analysis.findings import Evidence, Finding, Subject
+from forensics.analysis.kinds import FindingKind, RuledOutCheck
+from forensics.analysis.model import Model
+from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, label, with_pod
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.thresholds import AnalysisConfig
+
+__all__ = ["GPU_MEMORY_UNATTRIBUTED", "gpu_memory_unattributed"]
+
+GPU_MEMORY_UNATTRIBUTED = FindingKind(
+    "gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55,
+    next_step="find the process still holding the GPU's device files (fuser -v /dev/nvidia*) and end it; "
+              "when none does, drain the GPU and reset it (nvidia-smi -r) to free the memory")
+
+
+@GPU_MEMORY_UNATTRIBUTED.rule
+def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    findings: list[Finding] = []
+    procs_by_gpu = model.proc_samples_by_gpu()
+    for (node, uuid), samples in sorted(model.samples_by_gpu().items()):
+        gpu = model.gpus.get((node, uuid))
+        if gpu is not None and gpu.mig_enabled:
+            continue
+        at: dict[float, list] = defaultdict(list)  # type: ignore[type-arg]
+        for ps in procs_by_gpu.get((node, uuid), []):
+            at[ps.t].append(ps)
+        rows = []  # (sample, gap, pids listed)
+        for s in samples:
+            if s.memory_used_bytes is None:
+                continue
+            listed = [p for p in at.get(s.t, []) if p.proc_index >= 0 or p.ref.member != "nvml/samples.jsonl"]
+            if any(p.used_memory_bytes is None for p in listed):
+                continue  # NVML could not say what a process holds: no gap can be told
+            gap = s.memory_used_bytes - sum(p.used_memory_bytes or 0 for p in listed)
+            rows.append((s, gap, {p.pid for p in listed}))
+        if not rows:
+            continue
+        total = rows[0][0].memory_total_bytes or (gpu.memory_total_bytes if gpu else None) or 0
+        floor = max(cfg.ghost_memory_min_bytes, int(cfg.ghost_memory_min_ratio * total))
+        ghost = [r for r in rows if r[1] >= floor]
+        if len(ghost) < cfg.ghost_memory_min_samples:
+            continue
+        first_i = rows.index(ghost[0])
+        before = rows[first_i - 1] if first_i > 0 else None
+        seen_before = {pid: r[0].t for r in rows[:first_i] for pid in r[2]}
+        left = sorted((t, pid) for pid, t in seen_before.items() if pid not in ghost[0][2])
+        gl = gpu_label(model, node, uuid)
+        peak = max(ghost, key=lambda r: r[1])
+        last = rows[-1]
+        when = (f"it appeared between {fmt_time(before[0].t)} and {fmt_time(ghost[0][0].t)}" if before
+                else f"it was there from the first reading at {fmt_time(ghost[0][0].t)}")
+        subjects: list[Subject] = [(gpu.subject() if gpu else Subject("gpu", uuid, uuid, node))]
+        owner_text = ""
+        if left:
+            t_last, pid = left[-1]
+            owner = model.joins.owner(node, pid)
+            subjects.extend(s.at(t_last) for s in with_pod(model, owner.subject.with_role("culprit")))
+            owner_text = (f"; the last owner seen: {label(model, owner.subject)} (PID {pid}), listed on {gl} until "
+                          f"{fmt_time(t_last)} and gone when the gap appeared")
+        attributed = last[0].memory_used_bytes - last[1] if last[0].memory_used_bytes is not None else 0
+        peak_used = peak[0].memory_used_bytes or 0
+        summary = (f"{fmt_bytes(peak[1])} of {gl}'s memory was used by no listed process "
+                   f"({fmt_bytes(peak_used)} used, {fmt_bytes(peak_used - peak[1])} "
+                   f"attributed) in {len(ghost)} of {len(rows)} readings; {when}{owner_text}")
+        if last[1] >= floor and not last[2]:
+            summary += (f"; at the last reading no process was listed and {fmt_bytes(last[1])} stayed used: "
+                        "unless a process still holds /dev/nvidia* open (not read by this capture), only a GPU "
+                        "reset frees it")
+        findings.append(Finding(
+            kind=GPU_MEMORY_UNATTRIBUTED.id,
+            severity="high" if peak[1] >= 0.25 * total > 0 else GPU_MEMORY_UNATTRIBUTED.severity,
+            confidence=GPU_MEMORY_UNATTRIBUTED.confidence(model, node, 0.85, cfg),
+            summary=summary, start=ghost[0][0].t, end=ghost[-1][0].t, node=node,
+            subjects=dedupe_subjects(subjects),
+            evidence=dedupe_evidence([*(r[0].evidence for r in ([before] if before else [])),
+                                      ghost[0][0].evidence, peak[0].evidence, last[0].evidence]),
+            metrics=(("gap_bytes", peak[1]), ("used_bytes", peak[0].memory_used_bytes),
+                     ("attributed_bytes", attributed), ("readings", len(rows)), ("readings_with_gap", len(ghost)),
+                     ("last_owner_pid", left[-1][1] if left else None)),
+            key=f"ghost:{node}:{uuid}",
+            headline=f"{fmt_bytes(peak[1])} of {gl}'s memory belonged to no listed process",
+        ))
+    return findings
+
+
+@GPU_MEMORY_UNATTRIBUTED.ruled_out(rank=25)
+def _no_ghost(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    if GPU_MEMORY_UNATTRIBUTED.id in c.found or not c.model.gpu_sample_count(c.node):
+        return None
+    return (f"no GPU memory on {c.node} was left unaccounted for by the processes NVML listed",
+            c.evidence("nvml", "device memory used vs the processes' usedGpuMemory"))

@@ -1,0 +1,77 @@
+"""Redaction of Kubernetes object metadata and pod specs, for every collector that holds them.
+
+The kubernetes collector writes Pod objects; the cri collector writes what the kubelet handed the
+runtime (a sandbox's annotations, a container's envs). Both carry the same secrets:
+
+- ``spec.{containers,initContainers,ephemeralContainers}[].env[].value``: literal environment
+  values (``valueFrom`` references name a Secret or ConfigMap key, never its value: kept);
+- ``metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]``: the JSON that
+  ``kubectl apply`` sent, env values included; its env values are redacted the same way, and an
+  annotation that is not JSON is replaced as a whole;
+- ``metadata.labels`` and ``metadata.annotations`` (and those inside the last-applied JSON, of
+  the object and of its pod template): values under secret-looking keys, and values shaped like
+  credentials, through ``Redactor.label_map`` (category ``labels``; keys are kept).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from forensics.bundle.redact import Redactor
+
+__all__ = ["LAST_APPLIED", "redact_object_metadata", "redact_pod_spec_env"]
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def redact_pod_spec_env(spec: Any, redactor: Redactor) -> None:
+    if not isinstance(spec, dict):
+        return
+    for key in _CONTAINER_LISTS:
+        containers = spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        for container in containers:
+            env = container.get("env") if isinstance(container, dict) else None
+            if not isinstance(env, list):
+                continue
+            for var in env:
+                if isinstance(var, dict) and isinstance(var.get("value"), str):
+                    var["value"] = redactor.env_value(str(var.get("name", "")), var["value"])
+
+
+def _redact_last_applied(meta: Any, redactor: Redactor) -> None:
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or not isinstance(annotations.get(LAST_APPLIED), str):
+        return
+    raw = annotations[LAST_APPLIED]
+    try:
+        applied = json.loads(raw)
+    except ValueError:
+        annotations[LAST_APPLIED] = redactor.pseudonym(raw, "env")
+        return
+    if isinstance(applied, dict):
+        redact_pod_spec_env(applied.get("spec"), redactor)
+        _redact_meta_labels(applied.get("metadata"), redactor)
+        # a Deployment/StatefulSet/Job/... carries the pod spec in spec.template.spec
+        spec = applied.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("template"), dict):
+            redact_pod_spec_env(spec["template"].get("spec"), redactor)
+            _redact_meta_labels(spec["template"].get("metadata"), redactor)
+    annotations[LAST_APPLIED] = json.dumps(applied, separators=(",", ":"), sort_keys=True) + (
+        "\n" if raw.endswith("\n") else ""
+    )
+
+
+def _redact_meta_labels(meta: Any, redactor: Redactor) -> None:
+    if isinstance(meta, dict):
+        redactor.label_map(meta.get("labels"))
+        redactor.label_map(meta.get("annotations"))
+
+
+def redact_object_metadata(meta: Any, redactor: Redactor) -> None:
+    """An object's ``metadata`` in place: its last-applied configuration, labels and annotations."""
+    _redact_last_applied(meta, redactor)
+    _redact_meta_labels(meta, redactor)

@@ -1,0 +1,20 @@
+"""The flight recorder: ``gpuforensics record`` samples what capture samples into a bounded,
+crash-safe ring on the node; ``capture --since`` folds the ring back into a bundle (the ``ring``
+collector, forensics.collectors.ring).
+
+This package drives collectors as capture does (it sits beside :mod:`forensics.capture` in the
+layers and uses its collector API, ``capture.context``, and its ``lifeline``); the ring store it
+writes is :mod:`forensics.ring`.
+
+- :mod:`forensics.record.child`: one sampler process per source, the sink that turns collector
+  writes into records.
+- :mod:`forensics.record.sources`: which collector code each source runs per tick.
+- :mod:`forensics.record.recorder`: the loop (ticks, deadlines, gaps, disk full, clock jumps).
+- :mod:`forensics.record.status`: what ``gpuforensics ring`` shows.
+"""
+
+from forensics.record.recorder import RecordOptions, run_recorder
+from forensics.record.sources import SOURCE_NAMES
+from forensics.record.status import format_status, ring_status
+
+__all__ = ["SOURCE_NAMES", "RecordOptions", "format_status", "ring_status", "run_recorder"]

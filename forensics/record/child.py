@@ -1,0 +1,285 @@
+"""One sampler process per source: the recorder's loop never waits on a source.
+
+The parent forks a child per source; the child runs the source's driver (capture's own collector
+``sample()`` code) and answers each tick command with the records its collector wrote through
+``ctx.sink``. The sink here is :class:`RecordSink`: the same methods as the bundle's
+``EvidenceSink`` (``write_json``, ``append_jsonl``, ...), so a record is exactly the member bytes a
+capture would have written, stamped with wall and monotonic time.
+
+Protocol (pipes; the child is the only reader of its command pipe):
+
+- parent -> child: one JSON line per command: ``{"tick": i, "t": wall, "hints": {...}}`` or
+  ``{"quit": true}``;
+- child -> parent: frames of a 4-byte big-endian length and a JSON object:
+  ``{"kind": "hello"|"tick"|"fatal", "tick": i, "records": [[t, mono, member, op, data], ...],
+  "notes": [...], "error": str|None, "hints": {...}}``.
+
+A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.enter_child`:
+it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
+whole group) by the parent when it does not answer a tick in time (a hung NVML call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.bundle.format import check_member_name
+from forensics.bundle.sink import dumps_json
+from forensics.capture.lifeline import enter_child
+from forensics.errors import BundleUnsafe
+
+__all__ = ["RecordSink", "SourceProcess", "spawn"]
+
+_FRAME = struct.Struct(">I")
+MAX_FRAME = 64 << 20
+
+
+class RecordSink:
+    """``EvidenceSink``'s interface, buffering ``(t, mono, member, op, data)`` records in memory
+    until the tick's answer takes them (thread-safe: the Docker follower writes from a thread).
+    Bounded: past ``max_buffer_bytes`` records are dropped and counted.
+
+    Consecutive appends to one member (a tick's line per GPU, per cgroup) become one record, up
+    to ``batch_bytes``: its data is those lines, in order, stamped with the first one's clocks.
+    The member's bytes are the same; the ring pays one record envelope per member and tick
+    instead of one per line."""
+
+    def __init__(self, max_buffer_bytes: int = 32 << 20, batch_bytes: int = 1 << 20) -> None:
+        self.max_buffer_bytes = max_buffer_bytes
+        self.batch_bytes = batch_bytes
+        self.bytes_written = 0
+        self.members: set[str] = set()
+        self.dropped = 0
+        self._buffered = 0
+        self._records: list[list[Any]] = []  # [t, mono, member, op, [chunks], size]
+        self._lock = threading.Lock()
+        self.watch: Callable[[str, Any], None] | None = None  # sees each appended JSON object
+
+    def _add(self, member: str, op: str, data: bytes) -> None:
+        check_member_name(member)
+        if member == "manifest.json":
+            raise BundleUnsafe("collectors may not write manifest.json")
+        text = data.decode("utf-8", "surrogateescape")
+        with self._lock:
+            if self._buffered + len(data) > self.max_buffer_bytes:
+                self.dropped += 1
+                return
+            self._buffered += len(data)
+            self.bytes_written += len(data)
+            self.members.add(member)
+            last = self._records[-1] if self._records else None
+            if (op == "append" and last is not None and last[3] == "append" and last[2] == member
+                    and last[5] + len(data) <= self.batch_bytes):
+                last[4].append(text)
+                last[5] += len(data)
+                return
+            self._records.append([round(time.time(), 6), round(time.monotonic(), 6), member, op, [text], len(data)])
+
+    def take(self) -> list[list[Any]]:
+        """The buffered records as ``[t, mono, member, op, data]``, oldest first."""
+        with self._lock:
+            out, self._records, self._buffered = self._records, [], 0
+        return [[t, mono, member, op, "".join(chunks)] for t, mono, member, op, chunks, _ in out]
+
+    def write_bytes(self, member: str, data: bytes) -> None:
+        self._add(member, "write", bytes(data))
+
+    def write_text(self, member: str, text: str) -> None:
+        self.write_bytes(member, text.encode("utf-8", "surrogateescape"))
+
+    def write_json(self, member: str, obj: Any) -> None:
+        self.write_bytes(member, (dumps_json(obj) + "\n").encode("utf-8", "surrogateescape"))
+
+    def replace_json(self, member: str, obj: Any) -> None:
+        """A write record that replaces the member (as ``EvidenceSink.replace_json``); an earlier
+        version still buffered is dropped, so a snapshot that saves as it goes costs one record."""
+        with self._lock:
+            kept = [r for r in self._records if not (r[2] == member and r[3] == "write")]
+            self._buffered -= sum(r[5] for r in self._records if r[2] == member and r[3] == "write")
+            self._records = kept
+        self.write_json(member, obj)
+
+    def append_jsonl(self, member: str, obj: Any) -> None:
+        if self.watch is not None:
+            self.watch(member, obj)
+        self.append_bytes(member, (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape"))
+
+    def append_bytes(self, member: str, data: bytes) -> None:
+        self._add(member, "append", bytes(data))
+
+
+@dataclass
+class SourceProcess:
+    """The parent's handle on one sampler child."""
+
+    name: str
+    pid: int
+    cmd_fd: int  # parent writes commands
+    out_fd: int  # parent reads frames
+    started_mono: float
+    buf: bytearray = field(default_factory=bytearray)
+    busy_tick: int | None = None
+    busy_since: float = 0.0
+    hello: bool = False
+
+    def send(self, obj: dict[str, Any]) -> bool:
+        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        try:
+            os.write(self.cmd_fd, data)
+        except OSError:
+            return False
+        return True
+
+    def frames(self) -> list[dict[str, Any]]:
+        """Read what is there (non-blocking) and return the complete frames; [] and EOF -> raises EOFError."""
+        try:
+            chunk = os.read(self.out_fd, 1 << 20)
+        except BlockingIOError:
+            chunk = None
+        except OSError:
+            chunk = b""
+        if chunk == b"":
+            raise EOFError
+        if chunk:
+            self.buf.extend(chunk)
+        out = []
+        while len(self.buf) >= 4:
+            (n,) = _FRAME.unpack_from(self.buf)
+            if n > MAX_FRAME:
+                raise EOFError
+            if len(self.buf) < 4 + n:
+                break
+            payload = bytes(self.buf[4:4 + n])
+            del self.buf[:4 + n]
+            try:
+                obj = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    def kill(self) -> None:
+        for fn in (os.killpg, os.kill):
+            try:
+                fn(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for fd in (self.cmd_fd, self.out_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def reap(self, patience_s: float = 1.0) -> bool:
+        end = time.monotonic() + patience_s
+        while True:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if pid:
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+
+
+def _send(fd: int, obj: dict[str, Any]) -> None:
+    data = json.dumps(obj, separators=(",", ":"), default=str).encode()
+    data = _FRAME.pack(len(data)) + data
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
+    """Fork a child that runs ``body(cmd_fd, out_fd)`` and exits; the parent gets its handle."""
+    cmd_r, cmd_w = os.pipe()
+    out_r, out_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            enter_child(parent, nice=0)  # capture's rules; the recorder is at nice 10 already
+            os.close(cmd_w)
+            os.close(out_r)
+            body(cmd_r, out_w)
+        except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(cmd_r)
+    os.close(out_w)
+    os.set_blocking(out_r, False)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
+    return SourceProcess(name=name, pid=pid, cmd_fd=cmd_w, out_fd=out_r, started_mono=time.monotonic())
+
+
+def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: float) -> None:
+    """The child's side: ``driver.start(ctx)``, then one ``driver.tick`` per command."""
+    from forensics.capture.context import Tick, merge_hints
+    from forensics.errors import SourcePermissionDenied, SourceUnavailable
+
+    sink: RecordSink = ctx.sink
+
+    def answer(kind: str, tick: int | None, error: str | None) -> None:
+        notes, ctx.notes = ctx.notes, []
+        hints, ctx.published = ctx.published, {}
+        _send(out_fd, {"kind": kind, "tick": tick, "records": sink.take(), "notes": notes,
+                       "error": error, "hints": hints, "dropped": sink.dropped})
+
+    ctx.deadline = time.monotonic() + max(tick_budget_s * 4, 30.0)
+    try:
+        driver.start(ctx)
+    except (SourceUnavailable, SourcePermissionDenied) as exc:
+        answer("fatal", None, f"unavailable: {exc}")
+        return
+    except Exception as exc:  # noqa: BLE001 - reported, the parent restarts the source
+        answer("fatal", None, f"{type(exc).__name__}: {exc}")
+        return
+    answer("hello", None, None)
+    reader = os.fdopen(cmd_fd, "rb", buffering=0)
+    pending = b""
+    while True:
+        chunk = reader.read(65536)
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            try:
+                cmd = json.loads(line)
+            except ValueError:
+                continue
+            if cmd.get("quit"):
+                driver.stop()
+                answer("tick", None, None)
+                return
+            merge_hints(ctx.hints, cmd.get("hints") or {})
+            index = int(cmd.get("tick", 0))
+            ctx.deadline = time.monotonic() + tick_budget_s
+            error = None
+            try:
+                driver.tick(ctx, Tick(index=index, time_unix=float(cmd.get("t", time.time()))))
+            except Exception as exc:  # noqa: BLE001 - one tick's failure is reported
+                error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            answer("tick", index, error)

@@ -1,0 +1,442 @@
+"""``gpuforensics record``: the flight recorder's loop.
+
+Every ``interval_s`` the loop sends a tick to each source's child (forensics.record.child) that is
+idle, collects the answers that arrive, and appends their records to the ring with one write.
+A child that has not answered within ``tick_timeout_s`` misses that tick (its gap is recorded when
+it answers again); one silent for ``hang_kill_s`` is killed and started again with a backoff, so a
+hung NVML call costs that source's figures only, never the loop. The loop itself never reads a
+source.
+
+Also recorded (member ``recorder/events.jsonl``): the start and the clean stop; a wall-clock jump
+(the offset between wall and monotonic clocks moved by more than ``clock_jump_s``: records keep
+both clocks and stay in monotonic order); a source's gap (from, to, why); a full disk (writing
+stops, one line is logged, records are counted as dropped; every ``retry_s`` a write is tried
+again, and when it works the gap is recorded). SIGTERM/SIGINT: children are told to quit, then
+killed; the active segment is sealed.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.bundle.redact import Redactor
+from forensics.bundle.sink import dumps_json
+from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.errors import UsageError
+from forensics.record.child import RecordSink, SourceProcess, child_loop, spawn
+from forensics.record.sources import SOURCE_NAMES, make_driver
+from forensics.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S, RingReader, RingWriter
+from forensics.specs.kernel import KMSG_WINDOW
+from forensics.specs.ring import RECORDER_EVENTS
+
+__all__ = ["RecordOptions", "Recorder", "run_recorder"]
+
+EVENTS = RECORDER_EVENTS
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """Everything ``gpuforensics record`` was asked to do."""
+
+    ring: Path
+    interval_s: float = 1.0
+    max_bytes: int = DEFAULT_MAX_BYTES
+    retention_s: float = DEFAULT_RETENTION_S
+    sources: tuple[str, ...] = SOURCE_NAMES
+    redact: bool = True
+    nvml_library: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+    duration_s: float = 0.0  # 0: until SIGTERM
+    tick_timeout_s: float | None = None  # default: the interval
+    hang_kill_s: float | None = None  # default: max(5 s, 5 intervals)
+    clock_jump_s: float = 2.0
+    retry_s: float = 5.0
+    segment_bytes: int | None = None
+    segment_age_s: float = 600.0
+    nice: int = 10
+    argv: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        if not (0.05 <= self.interval_s <= 3600):
+            raise UsageError(f"--interval must be between 0.05 and 3600 s, not {self.interval_s:g}")
+        unknown = sorted(set(self.sources) - set(SOURCE_NAMES))
+        if unknown:
+            raise UsageError(f"unknown source {', '.join(unknown)} (known: {', '.join(SOURCE_NAMES)})")
+        if not self.sources:
+            raise UsageError("no source to record")
+
+
+@dataclass
+class _SourceState:
+    name: str
+    proc: SourceProcess | None = None
+    next_start: float = 0.0
+    failures: int = 0
+    status: str = "starting"
+    error: str | None = None
+    gap_from: float | None = None
+    gap_why: str = ""
+    ticks: int = 0
+    missed: int = 0
+    restarts: int = 0
+
+
+class Recorder:
+    def __init__(self, options: RecordOptions, log: Callable[[str], None] | None = None) -> None:
+        options.check()
+        self.o = options
+        self.log = log or (lambda msg: print(f"gpuforensics record: {msg}", file=sys.stderr, flush=True))
+        self.tick_timeout = options.tick_timeout_s or options.interval_s
+        self.hang_kill = options.hang_kill_s or max(5.0, 5 * options.interval_s)
+        self.stop = False
+        self.sources = {n: _SourceState(n) for n in options.sources}
+        self.pending: list[tuple[float, float, str, str, bytes]] = []
+        self.disk_full_since: float | None = None
+        self.disk_full_dropped = 0
+        self.last_retry = 0.0
+        self.seen_pids: dict[int, float] = {}
+        self.forward_cgroups: list[str] = []
+        self.records_written = 0
+        self.ticks = 0
+        self.writer: RingWriter | None = None
+        self.key: bytes | None = None
+        self.kmsg_seq: int | None = None
+
+    # -- signals ----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop = True
+
+    # -- the ring ---------------------------------------------------------------------------
+    def _event(self, kind: str, **fields: Any) -> None:
+        now = time.time()
+        rec = {"kind": kind, "t": round(now, 6), **fields}
+        self.pending.append((now, time.monotonic(), EVENTS, "append",
+                             (dumps_json(rec) + "\n").encode("utf-8", "surrogateescape")))
+
+    def _flush(self) -> None:
+        if not self.pending or self.writer is None:
+            return
+        now = time.monotonic()
+        if self.disk_full_since is not None and now - self.last_retry < self.o.retry_s:
+            self.disk_full_dropped += len(self.pending)
+            self.pending.clear()
+            return
+        batch = self.pending
+        self.pending = []
+        gap = self.disk_full_since is not None
+        if gap:
+            wall = time.time()
+            batch.insert(0, (wall, now, EVENTS, "append", (dumps_json({
+                "kind": "gap", "source": "ring", "t": round(wall, 6), "from": self.disk_full_since,
+                "to": round(wall, 6), "reason": "disk full: records not written",
+                "dropped_records": self.disk_full_dropped}) + "\n").encode()))
+        try:
+            self.writer.append(batch)
+        except OSError as exc:  # ENOSPC, EDQUOT, EIO...: keep running, stop writing, log once
+            self.last_retry = now
+            if self.disk_full_since is None:
+                self.disk_full_since = round(time.time(), 6)
+                self.disk_full_dropped = 0
+                self.log(f"cannot write the ring ({exc.strerror or exc}); records are dropped until "
+                         f"space returns (retrying every {self.o.retry_s:g} s)")
+            self.disk_full_dropped += len(batch) - (1 if gap else 0)
+            return
+        if self.disk_full_since is not None:
+            self.log(f"ring writable again; {self.disk_full_dropped} records were dropped")
+            self.disk_full_since = None
+            self.disk_full_dropped = 0
+        self.records_written += len(batch)
+
+    # -- sources ----------------------------------------------------------------------------
+    def _capture_options(self) -> CaptureOptions:
+        extra = {"nvml.call_timeout_s": str(max(1.0, min(self.tick_timeout, 5.0))), **self.o.extra}
+        return CaptureOptions(interval_s=self.o.interval_s, timeout_s=self.hang_kill, redact=self.o.redact,
+                              nvml_library=self.o.nvml_library, extra=extra, argv=self.o.argv)
+
+    def _start_source(self, st: _SourceState) -> None:
+        options = self._capture_options()
+        key = self.key
+        budget = self.hang_kill
+
+        def body(cmd_fd: int, out_fd: int, name: str = st.name) -> None:
+            if self.o.nice:
+                try:
+                    os.nice(self.o.nice if os.nice(0) < self.o.nice else 0)
+                except OSError:
+                    pass
+            ctx = CollectContext(options, RecordSink(), Redactor(enabled=options.redact, key=key),  # type: ignore[arg-type]
+                                 {}, None, name)
+            child_loop(cmd_fd, out_fd, make_driver(name), ctx, budget)
+
+        st.proc = spawn(st.name, body)
+        st.status = "starting"
+
+    def _end_source(self, st: _SourceState, why: str, backoff: bool = True) -> None:
+        if st.proc is not None:
+            st.proc.kill()
+            st.proc.close()
+            st.proc.reap(0.5)
+            st.proc = None
+        st.failures += 1
+        st.restarts += 1
+        delay = min(60.0, 1.0 * (2 ** min(st.failures - 1, 6))) if backoff else 0.0
+        st.next_start = time.monotonic() + delay
+        st.error = why
+        if st.gap_from is None:
+            st.gap_from, st.gap_why = time.time(), why
+
+    def _handle(self, st: _SourceState, msg: dict[str, Any]) -> None:
+        kind = msg.get("kind")
+        for rec in msg.get("records") or []:
+            try:
+                t, mono, member, op, data = rec
+                self.pending.append((float(t), float(mono), str(member), str(op),
+                                     str(data).encode("utf-8", "surrogateescape")))
+            except (TypeError, ValueError):
+                continue
+        for note in msg.get("notes") or []:
+            self._event("note", source=st.name, text=str(note)[:2000])
+        hints = msg.get("hints") or {}
+        if st.name == "nvml":
+            self._gpu_pids(hints.get("gpu_pids") or [])
+        if st.name == "procfs":
+            self.forward_cgroups.extend(p for p in hints.get("cgroup_paths") or [] if isinstance(p, str))
+        if kind == "fatal":
+            why = str(msg.get("error") or "failed")
+            if st.status != "unavailable" or st.error != why:
+                self._event("source", source=st.name, status="unavailable", error=why)
+            self._end_source(st, why)
+            st.status = "unavailable"
+            return
+        if kind == "hello":
+            st.status = "running"
+            return
+        if kind == "tick" and st.proc is not None:
+            st.proc.busy_tick = None
+            error = msg.get("error")
+            if error:
+                self._event("tick-error", source=st.name, tick=msg.get("tick"), error=str(error)[:2000])
+                if st.name == "nvml" and ("did not return" in str(error) or "hung" in str(error)):
+                    self._end_source(st, f"NVML call hung: {error}", backoff=False)
+                    st.next_start = time.monotonic() + self.o.interval_s
+                return
+            st.ticks += 1
+            st.failures = 0
+            if st.gap_from is not None:
+                now = time.time()
+                self._event("gap", source=st.name, **{"from": round(st.gap_from, 6)}, to=round(now, 6),
+                            reason=st.gap_why)
+                st.gap_from = None
+            st.status = "running"
+            st.error = None
+
+    def _gpu_pids(self, pids: list[Any]) -> None:
+        now = time.monotonic()
+        fresh = []
+        for pid in pids:
+            if type(pid) is not int:
+                continue
+            last = self.seen_pids.get(pid)
+            if last is None or now - last > 30.0:  # gone a while: a PID reused by a new process
+                fresh.append(pid)
+            self.seen_pids[pid] = now
+        if len(self.seen_pids) > 100_000:
+            self.seen_pids = {p: s for p, s in self.seen_pids.items() if now - s < 60}
+        if fresh:
+            self.attribute.extend(fresh)
+
+    attribute: list[int]
+
+    def _tick(self, index: int) -> None:
+        now_mono = time.monotonic()
+        wall = time.time()
+        for st in self.sources.values():
+            if st.proc is None:
+                if now_mono >= st.next_start:
+                    self._start_source(st)
+                continue
+            if not st.proc.hello:
+                if now_mono - st.proc.started_mono > self.hang_kill * 2:
+                    self._end_source(st, f"did not start within {self.hang_kill * 2:g} s")
+                continue
+            if st.proc.busy_tick is not None:
+                st.missed += 1
+                if st.gap_from is None:
+                    st.gap_from, st.gap_why = wall, f"no answer within {self.tick_timeout:g} s"
+                if now_mono - st.proc.busy_since > self.hang_kill:
+                    self._event("source", source=st.name, status="restarted",
+                                error=f"no answer for {now_mono - st.proc.busy_since:.1f} s: killed")
+                    self._end_source(st, f"no answer for {self.hang_kill:g} s (killed)")
+                continue
+            hints: dict[str, list[Any]] = {}
+            if st.name == "procfs" and self.attribute:
+                hints["attribute_pids"], self.attribute = self.attribute, []
+            if st.name == "cgroups" and self.forward_cgroups:
+                hints["cgroup_paths"], self.forward_cgroups = self.forward_cgroups, []
+            if st.name == "kernel" and self.kmsg_seq is not None:
+                hints["kmsg_last_seq"] = [self.kmsg_seq]
+            if st.proc.send({"tick": index, "t": wall, "hints": hints}):
+                st.proc.busy_tick = index
+                st.proc.busy_since = now_mono
+                if st.name == "kernel":
+                    self.kmsg_seq = None
+            else:
+                self._end_source(st, "command pipe closed")
+
+    def _poll(self, until: float) -> None:
+        """Read answers until the monotonic time ``until``."""
+        while not self.stop:
+            left = until - time.monotonic()
+            fds = {st.proc.out_fd: st for st in self.sources.values() if st.proc is not None}
+            if left <= 0:
+                return
+            try:
+                ready, _, _ = select.select(list(fds), [], [], left) if fds else ([], [], [])
+                if not fds:
+                    time.sleep(min(left, 0.2))
+            except InterruptedError:
+                continue
+            for fd in ready:
+                st = fds[fd]
+                assert st.proc is not None
+                try:
+                    frames = st.proc.frames()
+                except EOFError:
+                    self._event("source", source=st.name, status="exited", error="sampler process exited")
+                    self._end_source(st, "sampler process exited")
+                    continue
+                for msg in frames:
+                    if msg.get("kind") in ("hello",):
+                        st.proc.hello = True
+                    self._handle(st, msg)
+                    if st.proc is None:
+                        break
+            self._flush()
+
+    # -- the whole run ----------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        if self.o.nice:
+            try:
+                os.nice(self.o.nice)
+            except OSError:
+                pass
+        self.attribute = []
+        self.kmsg_seq = _last_kmsg_seq(self.o.ring)
+        writer = RingWriter(self.o.ring, self.o.max_bytes, self.o.retention_s,
+                            segment_bytes=self.o.segment_bytes, segment_age_s=self.o.segment_age_s,
+                            writer_info={"interval_s": self.o.interval_s, "sources": list(self.o.sources),
+                                         "argv": list(self.o.argv)})
+        writer.open()
+        self.writer = writer
+        self.key = writer.key
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        self._event("start", pid=os.getpid(), run=writer.run, interval_s=self.o.interval_s,
+                    sources=list(self.o.sources), recovered=writer.recovered,
+                    max_bytes=self.o.max_bytes, retention_s=self.o.retention_s)
+        if writer.recovered:
+            self.log(f"ring recovered: {writer.recovered}")
+        start = time.monotonic()
+        offset = time.time() - start
+        index = 0
+        try:
+            while not self.stop:
+                due = start + index * self.o.interval_s
+                self._poll(due)
+                if self.stop:
+                    break
+                now = time.monotonic()
+                if self.o.duration_s and now - start >= self.o.duration_s:
+                    break
+                if now - due > self.o.interval_s:  # fell behind (suspended, starved): skip ticks
+                    index += int((now - due) // self.o.interval_s)
+                    continue
+                new_offset = time.time() - now
+                if abs(new_offset - offset) > self.o.clock_jump_s:
+                    self._event("clock-jump", by_s=round(new_offset - offset, 6), mono=round(now, 6),
+                                wall_before=round(offset + now, 6), wall_after=round(new_offset + now, 6))
+                    self.log(f"wall clock jumped by {new_offset - offset:+.1f} s (recorded; order kept by the monotonic clock)")
+                offset = new_offset
+                self._tick(index)
+                self.ticks += 1
+                index += 1
+                self._poll(min(due + self.tick_timeout, start + index * self.o.interval_s))
+                writer.maintain()
+        finally:
+            self._shutdown()
+            for s, h in old.items():
+                signal.signal(s, h)
+        return self.status()
+
+    def _shutdown(self) -> None:
+        for st in self.sources.values():
+            if st.proc is not None:
+                st.proc.send({"quit": True})
+        end = time.monotonic() + 2.0
+        while any(st.proc is not None and st.proc.busy_tick is None for st in self.sources.values()) \
+                and time.monotonic() < end:
+            for st in self.sources.values():
+                if st.proc is None:
+                    continue
+                r, _, _ = select.select([st.proc.out_fd], [], [], 0.05)
+                if r:
+                    try:
+                        for msg in st.proc.frames():
+                            self._handle(st, msg)
+                    except EOFError:
+                        st.proc.kill()
+                        st.proc.close()
+                        st.proc.reap(0.5)
+                        st.proc = None
+        for st in self.sources.values():
+            if st.proc is not None:
+                st.proc.kill()
+                st.proc.close()
+                st.proc.reap(0.5)
+                st.proc = None
+        self._event("stop", ticks=self.ticks, records=self.records_written)
+        self.disk_full_since = None if self.disk_full_since is None else self.disk_full_since
+        self.last_retry = 0.0
+        self._flush()
+        if self.writer is not None:
+            self.writer.close()
+
+    def status(self) -> dict[str, Any]:
+        return {"ticks": self.ticks, "records_written": self.records_written,
+                "sources": {n: {"status": s.status, "ticks": s.ticks, "missed": s.missed,
+                                "restarts": s.restarts, "error": s.error} for n, s in self.sources.items()}}
+
+
+def _last_kmsg_seq(ring: Path) -> int | None:
+    """The sequence number of the last kernel record in the ring (the kernel sampler resumes
+    after it, so a restart of the recorder neither loses nor repeats kernel records)."""
+    try:
+        reader = RingReader(ring)
+        segs = reader.segments()
+    except Exception:  # noqa: BLE001 - no ring yet, or unreadable: start at the end of /dev/kmsg
+        return None
+    last: int | None = None
+    for seg in segs[-2:]:
+        try:
+            lines, _ = reader._segment_lines(seg)
+        except OSError:
+            continue
+        for _, rec in lines[1:]:
+            if rec.get("member") == KMSG_WINDOW:
+                for line in str(rec["data"]).splitlines():
+                    head = line.split(";", 1)[0].split(",")
+                    if len(head) > 1 and head[1].isdigit() and not line.startswith(" "):
+                        last = int(head[1])
+    return last
+
+
+def run_recorder(options: RecordOptions, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Record until SIGTERM/SIGINT (or ``duration_s``); return the run's counters."""
+    return Recorder(options, log).run()

@@ -1,0 +1,187 @@
+"""What the recorder samples, source by source: capture's own collectors, driven tick by tick.
+
+Each driver runs inside its source's child process (forensics.record.child) and writes through
+``ctx.sink`` exactly the members capture's sampling writes:
+
+- ``nvml``: ``NvmlCollector.snapshot`` once per child (``nvml/devices.json``,
+  ``nvml/processes.json``: GPU identities), then ``sample`` each tick (``nvml/samples.jsonl``, with
+  the per-process utilisation and its ``lastSeenTimeStamp`` cursor; ``nvml/events.jsonl``). GPU
+  PIDs seen are handed to the parent (hint ``gpu_pids``). A hung call ends the tick (the
+  collector's per-call deadline); the parent restarts the child, so the next tick asks again.
+- ``procfs``: attribution at first sight: each GPU PID the parent has not seen recently gets its
+  ``proc/<pid>/{cgroup,stat,status,cmdline,environ,ns.json}`` (redacted as capture redacts them)
+  and one ``proc/window.jsonl`` line; its cgroup path is handed on (hint ``cgroup_paths``).
+- ``cgroups``: ``CgroupsCollector.sample`` each tick (``cgroup/samples.jsonl``: CPU, memory, PIDs,
+  PSI of every container and pod cgroup, of GPU processes' cgroups and of the host); the set of
+  cgroups is planned again every ``replan_s`` (new containers).
+- ``kernel``: ``KernelCollector.sample`` each tick (``kernel/kmsg-window.txt`` verbatim,
+  ``kernel/window.jsonl`` OOM kills and Xids), resuming after the last sequence number in the ring.
+- ``docker``: :class:`forensics.collectors.docker.follow.DockerFollower` (events as they happen,
+  inspect at first sight).
+
+:data:`DRIVERS` is the one list of what the recorder records, keyed by the sources' spec names;
+:data:`SOURCE_NAMES` (the default of ``record --sources``) follows from it in volatility order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any
+
+from forensics.capture.context import CollectContext, Tick
+from forensics.specs import cgroups as cgroups_spec
+from forensics.specs import docker as docker_spec
+from forensics.specs import kernel as kernel_spec
+from forensics.specs import nvml as nvml_spec
+from forensics.specs import procfs as procfs_spec
+from forensics.specs.base import Hint, SourceSpec
+from forensics.specs.hints import CGROUP_PATHS
+
+__all__ = ["ATTRIBUTE_PIDS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver"]
+
+#: modules the recorder uses beside the sources' collectors, loaded by name as capture loads
+#: collectors (nothing outside capture and the recorder imports forensics.collectors)
+HOSTFS_PROC = "forensics.collectors.hostfs.proc"
+DOCKER_FOLLOWER = "forensics.collectors.docker.follow"
+
+#: recorder-only hints, between the parent loop and its sampler children
+GPU_PIDS = Hint("gpu_pids", int, "the PIDs NVML saw on a GPU this tick (nvml child -> recorder)")
+ATTRIBUTE_PIDS = Hint("attribute_pids", int, "GPU PIDs seen for the first time (recorder -> procfs child)")
+
+
+def fresh_collector(spec: SourceSpec[Any]) -> Any:
+    """A new instance of the source's collector (its spec names the module), in the sampler child:
+    per-source state (NVML's ``lastSeenTimeStamp`` cursor, the cgroup plan) lives on it."""
+    return type(importlib.import_module(spec.collector).COLLECTOR)()
+
+
+class _Driver:
+    def start(self, ctx: CollectContext) -> None:
+        """Before the first tick (in the child)."""
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Before the child exits."""
+
+
+class NvmlDriver(_Driver):
+    def __init__(self) -> None:
+        self.collector = fresh_collector(nvml_spec.SPEC)
+        self.pids: set[int] = set()
+
+    def _watch(self, member: str, obj: Any) -> None:
+        if member != nvml_spec.SAMPLES or not isinstance(obj, dict):
+            return
+        for p in obj.get("processes") or []:
+            pid = p.get("pid") if isinstance(p, dict) else None
+            if type(pid) is int and 0 < pid < 0xFFFFFFFF:
+                self.pids.add(pid)
+
+    def start(self, ctx: CollectContext) -> None:
+        ctx.sink.watch = self._watch  # type: ignore[attr-defined]
+        self.collector.snapshot(ctx)
+        ctx.published.clear()  # the snapshot's hints are for capture's later collectors
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        self.pids.clear()
+        try:
+            self.collector.sample(ctx, tick)
+        finally:
+            GPU_PIDS.publish(ctx, sorted(self.pids))
+
+
+class ProcfsDriver(_Driver):
+    def __init__(self) -> None:
+        self.collector = fresh_collector(procfs_spec.SPEC)
+        self.done: set[int] = set()
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        wanted = [p for p in ATTRIBUTE_PIDS.read(ctx) if p not in self.done]
+        ctx.hints[ATTRIBUTE_PIDS.key] = []
+        paths: list[str] = []
+        for pid in wanted:
+            self.done.add(pid)
+            rec = self.collector.record_pid(ctx, pid, ["gpu-process-first-seen"], time.time())
+            ctx.sink.append_jsonl(procfs_spec.WINDOW, rec)
+            path = (rec.get("attribution") or {}).get("cgroup_path")
+            if isinstance(path, str) and path.startswith("/") and path != "/":
+                paths.append(path)
+        if len(self.done) > 100_000:
+            self.done.clear()
+        if paths:
+            CGROUP_PATHS.publish(ctx, paths)
+
+
+class CgroupsDriver(_Driver):
+    replan_s = 10.0
+
+    def __init__(self) -> None:
+        self.collector = fresh_collector(cgroups_spec.SPEC)
+        self.planned = 0.0
+        self.extra: list[str] = []
+        self.known: set[str] = set()
+
+    def _hints(self) -> list[str]:
+        proc = importlib.import_module(HOSTFS_PROC)
+        attributed_paths, scan_proc_cgroups = proc.attributed_paths, proc.scan_proc_cgroups
+
+        paths: list[str] = []
+        for entry in scan_proc_cgroups(self.collector.proc_root):
+            if entry.attribution.kind in ("container", "pod"):
+                paths.extend(p for p in attributed_paths(entry) if p not in paths)
+        paths.extend(p for p in self.extra if p not in paths)
+        return paths
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        fresh = [p for p in CGROUP_PATHS.read(ctx) if p not in self.known]
+        ctx.hints[CGROUP_PATHS.key] = []
+        if fresh:
+            self.known.update(fresh)
+            self.extra.extend(fresh)
+        now = time.monotonic()
+        if fresh or now - self.planned >= self.replan_s:
+            self.collector.end_sampling(ctx)  # forget the plan and the kept-open descriptors
+            ctx.hints[CGROUP_PATHS.key] = self._hints()
+            self.planned = now
+        self.collector.sample(ctx, tick)
+        ctx.hints[CGROUP_PATHS.key] = []
+
+    def stop(self) -> None:
+        pass
+
+
+class KernelDriver(_Driver):
+    def __init__(self) -> None:
+        self.collector = fresh_collector(kernel_spec.SPEC)
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        self.collector.sample(ctx, tick)
+
+
+class DockerDriver(_Driver):
+    def __init__(self) -> None:
+        self.follower = importlib.import_module(DOCKER_FOLLOWER).DockerFollower()
+
+    def start(self, ctx: CollectContext) -> None:
+        self.follower.start(ctx)
+
+    def tick(self, ctx: CollectContext, tick: Tick) -> None:
+        self.follower.sample(ctx, tick)
+
+    def stop(self) -> None:
+        self.follower.stop()
+
+
+_BY_SPEC: tuple[tuple[SourceSpec[Any], type[_Driver]], ...] = (
+    (nvml_spec.SPEC, NvmlDriver), (procfs_spec.SPEC, ProcfsDriver), (cgroups_spec.SPEC, CgroupsDriver),
+    (kernel_spec.SPEC, KernelDriver), (docker_spec.SPEC, DockerDriver),
+)
+DRIVERS: dict[str, type[_Driver]] = {spec.name: driver for spec, driver in sorted(_BY_SPEC, key=lambda p: p[0].order)}
+SOURCE_NAMES: tuple[str, ...] = tuple(DRIVERS)
+
+
+def make_driver(name: str) -> _Driver:
+    return DRIVERS[name]()

@@ -1,0 +1,39 @@
+"""``ring``: the flight recorder's history folded into the bundle (members ``ring/*``).
+
+``gpuforensics record`` keeps a ring on the node (:mod:`forensics.ring`); capture's ``ring``
+collector copies the records of its window into members that mirror the bundle's own layout
+(``ring/nvml/samples.jsonl``, ``ring/proc/<pid>/cgroup``, ...), so the analysis loaders read the
+history with their usual code (``forensics/analysis/ring_view.py``). Without a ring the analysis
+is what it was: the source's absence costs nothing (``absence`` is None), and the capture says so
+once in its manifest note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from forensics.specs.base import SourceSpec, setting
+
+__all__ = ["PREFIX", "PROVENANCE", "RECORDER_EVENTS", "SPEC", "RingSettings", "folded"]
+
+PREFIX = "ring/"
+PROVENANCE = "ring/provenance.json"
+#: the recorder's own events (start, stop, gap, clock-jump, source): a ring member, not a collector's
+RECORDER_EVENTS = "recorder/events.jsonl"
+
+
+def folded(member: str) -> str:
+    """``ring/<member>``: where a ring record of ``member`` lands in the bundle."""
+    return PREFIX + member
+
+
+@dataclass(frozen=True)
+class RingSettings:
+    dir: str | None = setting("path", "flight recorder ring folded into the capture (also `capture --ring`)", None,
+                              shown="$GPUFORENSICS_RING, then /var/lib/gpuforensics/ring")
+
+
+SPEC = SourceSpec(
+    # after the live sources (the ring keeps its records whatever happens now), before host facts
+    name="ring", order=85, collector="forensics.collectors.ring", settings=RingSettings,
+)

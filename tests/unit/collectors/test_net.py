@@ -1,0 +1,187 @@
+"""The net collector over a sysfs tree laid out as Documentation/ABI/stable/sysfs-class-infiniband
+and the kernel's /sys/class/net describe, and a /proc tree with net/dev, diskstats and processes in
+their own network namespaces; the block IO cgroup files; the parsers' refusals."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics.capture.context import Tick
+from forensics.collectors.cgroups import CgroupsCollector
+from forensics.collectors.net import NetCollector
+from forensics.errors import ParseError
+from forensics.parsing import cgroupfs, netstat
+from tests.support.host_evidence import (
+    DOCKER_ID,
+    DOCKER_SCOPE,
+    fake_v2_host,
+    make_context,
+    read_json,
+    read_jsonl,
+)
+
+NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: {lo} 10 0 0 0 0 0 0 {lo} 10 0 0 0 0 0 0
+  eth0: {rx} 2000 {err} 3 0 0 0 5 {tx} 1500 0 0 0 0 0 0
+"""
+DISKSTATS = "   8       0 sda 100 0 {sectors} 50 10 0 80 20 0 60 70 0 0 0 0\n"
+IB_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_wait", "symbol_error", "link_downed",
+               "port_rcv_errors", "port_xmit_discards", "link_error_recovery", "port_xmit_packets")
+
+
+def _sysfs(root: Path, xmit: int = 1000, wait: int = 0) -> Path:
+    sys = root / "sys"
+    eth = sys / "class/net/eth0"
+    (eth / "statistics").mkdir(parents=True, exist_ok=True)
+    for name, value in (("speed", "25000"), ("operstate", "up"), ("mtu", "9000"), ("carrier_changes", "2")):
+        (eth / name).write_text(value + "\n")
+    for name in ("rx_bytes", "tx_bytes", "rx_errors"):
+        (eth / "statistics" / name).write_text("7\n")
+    port = sys / "class/infiniband/mlx5_0/ports/1"
+    (port / "counters").mkdir(parents=True, exist_ok=True)
+    (port / "hw_counters").mkdir(exist_ok=True)
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "phys_state").write_text("5: LinkUp\n")
+    (port / "link_layer").write_text("InfiniBand\n")
+    for name in IB_COUNTERS:
+        (port / "counters" / name).write_text(f"{xmit if name == 'port_xmit_data' else wait if name == 'port_xmit_wait' else 0}\n")
+    (port / "hw_counters" / "out_of_buffer").write_text("0\n")
+    return sys
+
+
+def _proc(root: Path, rx: int = 100, tx: int = 200, err: int = 0) -> Path:
+    proc = root / "proc"
+    (proc / "net").mkdir(parents=True, exist_ok=True)
+    (proc / "net/dev").write_text(NET_DEV.format(lo=5, rx=rx, tx=tx, err=err))
+    (proc / "diskstats").write_text(DISKSTATS.format(sectors=rx))
+    (proc / "self/ns").mkdir(parents=True, exist_ok=True)
+    if not (proc / "self/ns/net").is_symlink():
+        os.symlink("net:[4026531840]", proc / "self/ns/net")
+    for pid, ns, cgroup in ((4242, 4026532577, f"0::{DOCKER_SCOPE}\n"), (4243, 4026532577, "0::/\n"),
+                            (1, 4026531840, "0::/init.scope\n")):
+        base = proc / str(pid)
+        (base / "ns").mkdir(parents=True, exist_ok=True)
+        (base / "net").mkdir(exist_ok=True)
+        if not (base / "ns/net").is_symlink():
+            os.symlink(f"net:[{ns}]", base / "ns/net")
+        (base / "cgroup").write_text(cgroup)
+        (base / "net/dev").write_text(NET_DEV.format(lo=1, rx=rx // 2, tx=tx // 2, err=0))
+    return proc
+
+
+def test_snapshot_keeps_every_file_verbatim_and_parses_them(tmp_path: Path) -> None:
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    stage = tmp_path / "stage"
+    NetCollector(str(sys), str(proc)).snapshot(make_context(stage))
+    port = "net/class/infiniband/mlx5_0/ports/1"
+    assert (stage / port / "rate").read_bytes() == b"200 Gb/sec (4X HDR)\n"
+    assert (stage / port / "counters/port_xmit_wait").read_bytes() == b"0\n"
+    assert (stage / port / "hw_counters/out_of_buffer").exists()
+    assert (stage / "net/proc/net_dev").read_bytes() == (proc / "net/dev").read_bytes()
+    assert (stage / "net/class/net/eth0/statistics/rx_errors").read_bytes() == b"7\n"
+    index = read_json(stage, "net/index.json")
+    eth = index["interfaces"]["eth0"]
+    assert (eth["speed_mbps"], eth["operstate"], eth["mtu"]) == (25000, "up", 9000)
+    assert eth["counters"]["rx_bytes"] == 100 and eth["counters"]["rx_dropped"] == 3
+    (ib,) = index["ib_ports"]
+    assert (ib["device"], ib["port"], ib["state"], ib["phys_state"]) == ("mlx5_0", "1", "ACTIVE", "LinkUp")
+    assert ib["rate_bytes_per_s"] == 25e9 and ib["counters"]["port_xmit_data"] == 1000
+    assert index["disks"]["sda"]["read_bytes"] == 100 * 512
+    (ns,) = index["namespaces"]  # one process per namespace; the capture's own namespace left out
+    assert (ns["inode"], ns["pid"], ns["container_id"]) == (4026532577, 4242, DOCKER_ID)
+    assert (stage / "net/netns/4026532577/dev").read_bytes() == (proc / "4242/net/dev").read_bytes()
+
+
+def test_ticks_carry_counters_and_the_rates_beside_them(tmp_path: Path) -> None:
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"pids": [4242]}, extra={"net.sysfs_root": str(sys), "net.proc_root": str(proc)})
+    collector = NetCollector()
+    t = time.time()
+    collector.sample(ctx, Tick(0, t))
+    _sysfs(tmp_path, xmit=1000 + 250_000_000, wait=40)  # 1 GB in words over 2 s
+    _proc(tmp_path, rx=100 + 6_250_000_000, tx=200, err=2)
+    collector.sample(ctx, Tick(1, t + 2.0))
+    collector.end_sampling(ctx)
+    first, second = read_jsonl(stage, "net/samples.jsonl")
+    assert first["rates"] == {} and second["ib"]["mlx5_0/1"]["state"] == "ACTIVE"
+    rates = second["rates"]
+    assert rates["ib"]["mlx5_0/1"]["xmit_bytes_per_s"] == 500_000_000.0  # 4 bytes a word
+    assert rates["ib"]["mlx5_0/1"]["xmit_wait_per_s"] == 20.0
+    assert rates["ib"]["mlx5_0/1"]["utilisation"] == 0.02
+    assert rates["interfaces"]["eth0"]["rx_bytes_per_s"] == 3_125_000_000.0
+    assert rates["interfaces"]["eth0"]["utilisation"] == 1.0  # 25 Gb/s link, 25 Gb/s received
+    assert second["interfaces"]["eth0"]["rx_errors"] == 2
+    assert rates["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1_562_500_000.0
+    assert rates["disks"]["sda"]["read_bytes_per_s"] > 0
+
+
+def test_missing_trees_and_vanished_processes(tmp_path: Path) -> None:
+    from forensics.errors import SourceUnavailable
+    with pytest.raises(SourceUnavailable):
+        NetCollector(str(tmp_path / "nosys"), str(tmp_path / "noproc")).snapshot(make_context(tmp_path / "s1"))
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    ctx = make_context(tmp_path / "s2", {"pids": [4242]})
+    collector = NetCollector(str(sys), str(proc))
+    collector.sample(ctx, Tick(0, time.time()))
+    (proc / "4242/net/dev").unlink()
+    (sys / "class/infiniband/mlx5_0/ports/1/state").write_text("garbage\n")
+    collector.sample(ctx, Tick(1, time.time() + 1))
+    line = read_jsonl(tmp_path / "s2", "net/samples.jsonl")[-1]
+    assert "absent" in line["errors"][f"{proc}/4242/net/dev"] and line["netns"] == {}
+    assert line["ib"]["mlx5_0/1"]["state"] == "garbage"
+
+
+def test_cgroup_block_io_files_are_read_and_parsed(tmp_path: Path) -> None:
+    mountinfo, pressure = fake_v2_host(tmp_path)
+    scope = tmp_path / "sys-fs-cgroup" / DOCKER_SCOPE.lstrip("/")
+    (scope / "io.stat").write_text("8:0 rbytes=4194304 wbytes=0 rios=1024 wios=0 dbytes=0 dios=0\n")
+    (scope / "io.max").write_text("8:0 rbps=1048576 wbps=max riops=max wiops=max\n")
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"cgroup_paths": [DOCKER_SCOPE]})
+    collector = CgroupsCollector(str(mountinfo), str(pressure), str(tmp_path / "noproc"))
+    collector.snapshot(ctx)
+    docker = next(c for c in read_json(stage, "cgroup/index.json")["cgroups"] if c["path"] == DOCKER_SCOPE)
+    assert docker["values"]["io"]["max"] == {"8:0": {"rbps": 1048576, "wbps": None, "riops": None, "wiops": None}}
+    assert docker["values"]["io"]["stat"]["8:0"]["rbytes"] == 4194304
+    collector.sample(ctx, Tick(0, time.time()))
+    collector.end_sampling(ctx)
+    line = next(x for x in read_jsonl(stage, "cgroup/samples.jsonl") if x["cgroup"] == DOCKER_SCOPE)
+    assert line["values"]["io"] == {"stat": {"8:0": {"rbytes": 4194304, "wbytes": 0, "rios": 1024, "wios": 0,
+                                                      "dbytes": 0, "dios": 0}}}
+
+
+def test_v1_blkio_files_parse() -> None:
+    text = "8:0 Read 4194304\n8:0 Write 0\n8:0 Sync 4194304\n8:0 Async 0\n8:0 Discard 0\n8:0 Total 4194304\nTotal 4194304\n"
+    assert cgroupfs.file_values(1, "blkio.throttle.io_service_bytes", text) == (
+        "io", {"service_bytes": {"8:0": {"read": 4194304, "write": 0, "sync": 4194304, "async": 0, "discard": 0,
+                                         "total": 4194304}}})
+    assert cgroupfs.file_values(1, "blkio.throttle.read_bps_device", "8:0 1048576\n") == (
+        "io", {"read_bps_device": {"8:0": 1048576}})
+    assert cgroupfs.parse_blkio_stat("Total 0\n") == {}
+
+
+@pytest.mark.parametrize(("fn", "text"), [
+    (cgroupfs.parse_io_stat, "sda rbytes=1\n"), (cgroupfs.parse_io_stat, "8:0 rbytes\n"),
+    (cgroupfs.parse_io_stat, "8:0 rbytes=-x\n"), (cgroupfs.parse_io_max, "8:0 speed=9\n"),
+    (cgroupfs.parse_blkio_stat, "8:0 Sideways 4\n"), (cgroupfs.parse_blkio_limits, "8:0\n"),
+    (netstat.parse_net_dev, "h\nh\neth0: 1 2 3\n"), (netstat.parse_net_dev, "h\nh\neth0 1\n"),
+    (netstat.parse_diskstats, "8 0 sda 1 2\n"), (netstat.parse_speed_mbps, "fast"),
+    (netstat.parse_ib_rate, "very fast"), (netstat.parse_ib_state, "ACTIVE"),
+    (netstat.parse_net_dev, b"bytes"),
+])
+def test_parsers_refuse_garbage_with_parse_error(fn: object, text: object) -> None:
+    with pytest.raises(ParseError):
+        fn(text)  # type: ignore[operator]
+
+
+def test_ib_rate_and_speed_values() -> None:
+    assert netstat.parse_ib_rate("2.5 Gb/sec (1X SDR)\n") == 2.5e9 / 8
+    assert netstat.parse_ib_rate("100 Gb/sec (4X EDR)") == 12.5e9
+    assert netstat.parse_speed_mbps("-1\n") is None and netstat.parse_speed_mbps("10000\n") == 10000

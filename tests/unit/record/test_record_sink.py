@@ -1,0 +1,52 @@
+"""The recorder's sink: EvidenceSink's interface, a tick's appends to one member as one record."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+from forensics.bundle.sink import EvidenceSink
+from forensics.record.child import RecordSink
+
+
+def test_record_sink_offers_every_method_collectors_call_on_the_bundle_sink() -> None:
+    wanted = {n for n, f in inspect.getmembers(EvidenceSink, inspect.isfunction)
+              if not n.startswith("_") and n.startswith(("write", "append", "replace"))}
+    assert wanted, "EvidenceSink lost its writers?"
+    missing = sorted(n for n in wanted if not callable(getattr(RecordSink, n, None)))
+    assert not missing, f"RecordSink lacks {missing}: a collector calling them fails in the recorder"
+
+
+def test_consecutive_appends_to_one_member_are_one_record_with_the_same_bytes() -> None:
+    sink = RecordSink()
+    for i in range(3):
+        sink.append_jsonl("nvml/samples.jsonl", {"gpu": i})
+    sink.append_jsonl("cgroup/samples.jsonl", {"c": 1})
+    sink.append_jsonl("nvml/samples.jsonl", {"gpu": 9})
+    recs = sink.take()
+    assert [(r[2], r[3]) for r in recs] == [("nvml/samples.jsonl", "append"), ("cgroup/samples.jsonl", "append"),
+                                            ("nvml/samples.jsonl", "append")]
+    assert [json.loads(line)["gpu"] for line in recs[0][4].splitlines()] == [0, 1, 2]
+    assert json.loads(recs[2][4]) == {"gpu": 9}
+    assert sink.take() == []
+
+
+def test_batches_are_bounded_and_writes_never_merge() -> None:
+    sink = RecordSink(batch_bytes=100)
+    for _ in range(10):
+        sink.append_bytes("a.txt", b"x" * 40 + b"\n")
+    sink.write_json("s.json", {"v": 1})
+    sink.write_json("s.json", {"v": 2})
+    recs = sink.take()
+    appends = [r for r in recs if r[2] == "a.txt"]
+    assert len(appends) == 5 and all(len(r[4]) <= 100 for r in appends)
+    assert "".join(r[4] for r in appends) == ("x" * 40 + "\n") * 10
+    assert [json.loads(r[4])["v"] for r in recs if r[2] == "s.json"] == [1, 2]
+
+
+def test_replace_json_keeps_only_the_last_buffered_version() -> None:
+    sink = RecordSink()
+    for v in range(4):
+        sink.replace_json("nvml/devices.json", {"gpus": v})
+    recs = sink.take()
+    assert [json.loads(r[4]) for r in recs] == [{"gpus": 3}]
