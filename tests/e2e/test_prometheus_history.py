@@ -93,11 +93,13 @@ class TestHistoryBundle:
         assert abs(when - sc.expect["kill"]) <= 15
         assert "prometheus/query_range/container_oom_events_total.json" in ooms[0]["history"]["members"]
 
-    def test_xid_step_at_a_coarser_step(self, out_dir, prometheus_factory):
-        sc = scenario_xid_step()
+    @pytest.mark.parametrize("xid,kind", [(48, "gpu-xid-fault"), (79, "gpu-lost")])
+    def test_xid_step_at_a_coarser_step(self, out_dir, prometheus_factory, xid, kind):
+        """The counter stepping to an Xid is that Xid (79, fallen off the bus, is the GPU lost)."""
+        sc = scenario_xid_step(xid=xid)
         doc = analyze(history(out_dir, prometheus_factory(sc).url, sc, "--set", "prometheus.step=1m"))
-        f = kinds(doc)["gpu-xid-fault"]
-        assert f["metrics"]["xid"] == 79 and f["severity"] == "critical"
+        f = kinds(doc)[kind]
+        assert f["severity"] == "critical" and (kind != "gpu-xid-fault" or f["metrics"]["xid"] == xid)
         assert [s["id"] for s in f["subjects"] if s["type"] == "gpu"] == [sc.expect["xid_gpu"]]
         assert f["history"]["step_s"] == 60.0
         assert 0 <= datetime.fromisoformat(f["start"].replace("Z", "+00:00")).timestamp() - sc.expect["at"] <= 60
