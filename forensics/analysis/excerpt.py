@@ -34,13 +34,17 @@ Span = tuple[int, int]
 class JsonText:
     """The text of one JSON document (or one JSON line), for finding the spans of its values."""
 
-    __slots__ = ("_starts", "text")
+    __slots__ = ("_resume", "_starts", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         start = self._ws(0)
         # path -> (start of its "key": or element, start of its value), for every value passed
         self._starts: dict[tuple[str | int, ...], tuple[int, int]] = {(): (start, start)}
+        # parent path -> (where the scan of its children stopped, that child's index): the next
+        # look-up of a child not passed yet goes on from there (quoting result 1000 of a long array
+        # after result 999 does not walk the first 999 again)
+        self._resume: dict[tuple[str | int, ...], tuple[int, int]] = {}
 
     def _ws(self, pos: int) -> int:
         m = _WS.match(self.text, pos)
@@ -84,8 +88,8 @@ class JsonText:
         is_obj = text[pos] == "{"
         if is_obj != isinstance(key, str):
             return None
-        pos = self._ws(pos + 1)
-        index = 0
+        resume = self._resume.get(parent)
+        pos, index = resume if resume is not None else (self._ws(pos + 1), 0)
         while pos < len(text) and text[pos] not in "]}":
             lead = pos
             if is_obj:
@@ -102,11 +106,13 @@ class JsonText:
                 here = index
             self._starts.setdefault((*parent, here), (lead, pos))
             if here == key:
+                self._resume[parent] = (lead, index)
                 return lead, pos
             pos = self._ws(self._end(pos))
             if pos < len(text) and text[pos] == ",":
                 pos = self._ws(pos + 1)
             index += 1
+        self._resume[parent] = (pos, index)
         return None
 
     def span(self, path: Path, *, with_key: bool = False) -> Span | None:

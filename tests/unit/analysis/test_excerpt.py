@@ -97,3 +97,17 @@ def test_a_lazy_line_reference_is_read_again_verbatim() -> None:
     refs = [src.ref("s.jsonl", no, line) for no, _, line in src.jsonl("s.jsonl")]
     assert isinstance(refs[0], EvidenceRef) and refs[0].payload is None
     assert refs[0].evidence.excerpt == raw.decode()
+
+
+def test_many_values_of_one_long_array_in_any_order() -> None:
+    """Looking values up in any order gives each its own span (the scan goes on where it stopped,
+    and a child passed before is found again), and a missing one stays missing."""
+    doc = {"data": {"result": [{"metric": {"pod": f"p{i}", "n": i}, "values": [[i, str(i)]]} for i in range(300)]}}
+    text = JsonText(json.dumps(doc, indent=1))
+    order = [299, 3, 150, 0, 298, 150, 7]
+    for i in order:
+        span = text.pointer_span(f"/data/result/{i}/metric")
+        assert span is not None and json.loads(text.text[span[0]:span[1]]) == {"pod": f"p{i}", "n": i}
+    assert text.pointer_span("/data/result/300") is None and text.pointer_span("/data/nothing") is None
+    span = text.pointer_span("/data/result/42/values/0/1")
+    assert span is not None and text.text[span[0]:span[1]] == '"42"'
