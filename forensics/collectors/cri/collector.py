@@ -56,7 +56,10 @@ _RUNNING = "CONTAINER_RUNNING"
 
 
 class CriCollector:
-    """``cri``: the container runtime's own view of pods and containers. See the module docstring."""
+    """``cri``: the container runtime's own view of pods and containers (containerd, CRI-O).
+
+    Over the CRI socket: version, pod sandboxes, containers with their OCI runtime spec (devices, env,
+    cgroups path), stats. Members: ``cri/`` (docs/bundle-format/cri.md)."""
 
     name = SPEC.name
     order = SPEC.order
