@@ -8,7 +8,9 @@ child right after ``fork``, asks the kernel to send it SIGKILL when its parent d
 (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), then checks that the parent is still the process that
 forked it: a parent that died between ``fork`` and ``prctl`` would otherwise go unnoticed.
 :func:`enter_child` is that and the other rules of a collector child, in one place for capture's
-runner and the flight recorder's samplers.
+runner and the flight recorder's samplers. :func:`run_tied` runs a helper program from a collector
+child (the kernel collector's ``dmesg``/``journalctl`` fallbacks) under the same rule: the program
+is killed when the collector child that started it dies, however it dies.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
+from collections.abc import Sequence
 
-__all__ = ["die_with_parent", "enter_child", "parent_death_signal"]
+__all__ = ["die_with_parent", "enter_child", "parent_death_signal", "run_tied"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
@@ -72,3 +76,20 @@ def parent_death_signal() -> int:
     if _LIBC.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) != 0:
         return 0
     return value.value
+
+
+def run_tied(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` (stdin empty, stdout and stderr captured, killed after ``timeout`` seconds) so
+    that it cannot outlive the calling process: between ``fork`` and ``exec`` the program is armed
+    with SIGKILL on its parent's death (the death signal survives ``exec`` of an ordinary program).
+    Raises what :func:`subprocess.run` raises (OSError, TimeoutExpired)."""
+    parent = os.getpid()
+
+    def arm() -> None:  # runs in the forked child before exec: async-signal-safe calls only
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
+                          stdin=subprocess.DEVNULL, preexec_fn=arm)

@@ -28,6 +28,7 @@ from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
+from forensics.capture.lifeline import run_tied
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing import kmsg
 from forensics.parsing.attribution import attribute_path
@@ -345,8 +346,7 @@ class KernelCollector:
 
     def _run(self, argv: tuple[str, ...], ctx: CollectContext) -> bytes:
         timeout = max(1.0, min(20.0, ctx.remaining() - 3.0))
-        done = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
-                              stdin=subprocess.DEVNULL)
+        done = run_tied(argv, timeout)  # a dmesg or journalctl never outlives this collector
         if done.returncode != 0:
             raise OSError(errno.EIO, done.stderr.decode("utf-8", "replace").strip()[:200]
                           or f"exit status {done.returncode}")

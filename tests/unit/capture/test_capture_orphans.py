@@ -179,3 +179,48 @@ def test_sigkill_of_a_real_capture_leaves_no_process_and_the_next_capture_cleans
     assert f"removed staging directory {staging[0]} left by capture process {proc.pid}, which is gone" in stderr
     assert "removed name reservation" in stderr
     assert sorted(p.name for p in out.iterdir()) == [Path(stdout.strip()).name]
+
+
+_TOOL_SCRIPT = textwrap.dedent('''
+    import os, subprocess, sys, time
+    from forensics.capture.lifeline import run_tied
+    tool = ["sh", "-c", "echo $$ > " + sys.argv[2] + "; exec sleep 60"]
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # a collector child running a helper program, as the kernel collector runs dmesg
+        if sys.argv[1] == "tied":
+            run_tied(tool, timeout=60)
+        else:
+            subprocess.run(tool, timeout=60, check=False)
+        os._exit(0)
+    print(pid, flush=True)
+    time.sleep(3600)
+''')
+
+
+@pytest.mark.parametrize("how", ["tied", "plain"])
+def test_a_helper_program_dies_with_the_collector_that_ran_it(how: str, tmp_path: Path) -> None:
+    """The kernel collector's dmesg/journalctl fallback runs through run_tied: SIGKILL the collector
+    child and the program goes too; a plain subprocess.run (the control) is left running."""
+    pidfile = tmp_path / "tool.pid"
+    p = subprocess.Popen([sys.executable, "-c", _TOOL_SCRIPT, how, str(pidfile)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    child = int(p.stdout.readline())
+    tool = 0
+    try:
+        deadline = time.monotonic() + 10
+        while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tool = int(pidfile.read_text())
+        assert not pid_gone(tool, 0)
+        os.kill(child, signal.SIGKILL)
+        if how == "tied":
+            assert pid_gone(tool, 1.0), f"helper program {tool} outlived the collector that ran it"
+        else:
+            assert not pid_gone(tool, 0.5), "the control: an untied program is left behind"
+    finally:
+        if tool:
+            kill_pid(tool)
+        kill_pid(child)
+        p.kill()
+        p.communicate(timeout=10)
