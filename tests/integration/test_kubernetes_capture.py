@@ -86,3 +86,43 @@ def test_capture_off_cluster(tmp_path, env):
     assert by_name["podresources"]["status"] == "unavailable"
     assert "no kubelet pod-resources socket" in by_name["podresources"]["error"]
     assert not [m for m in members if m.startswith("kubernetes/")]
+
+
+def test_node_labels_and_event_messages_are_redacted(tmp_path, env):
+    """A token in a Node label or annotation and a password in an Event message never reach the
+    bundle; the keys, the node's GPU labels and the event's reason stay readable, and the
+    analysis still reads the node."""
+    import copy
+
+    state = gpu_node_scenario()
+    node = next(n for n in state.nodes if n["metadata"]["name"] == NODE)
+    node["metadata"]["labels"]["vault.io/agent-token"] = "nd-tok-6c1f0a9e"
+    node["metadata"].setdefault("annotations", {})["registry"] = "https://admin:nd-pw-3e8d@registry.local/v2"
+    event = copy.deepcopy(next(e for e in state.events if e["reason"] == "BackOff"))
+    event["metadata"]["name"] += ".redact"
+    event["metadata"]["uid"] = "0f0e0d0c-redact-event"
+    event["reason"] = "Failed"
+    event["message"] = "exec: prestart.sh --db-password=ev-pw-91b2c7 failed: exit status 1"
+    state.events.append(event)
+    out = tmp_path / "out"
+    out.mkdir()
+    with KubeAPIServer(state) as api:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        bundle, manifest, members = capture(out, "--kubeconfig", str(kubeconfig), "--node", NODE,
+                                            "--skip", "podresources", env=env)
+    blob = b"".join(members.values())
+    for secret in (b"nd-tok-6c1f0a9e", b"nd-pw-3e8d", b"ev-pw-91b2c7"):
+        assert secret not in blob, secret
+    written = json.loads(members["kubernetes/node.json"])
+    labels = written["metadata"]["labels"]
+    assert labels["vault.io/agent-token"].startswith("<redacted:")
+    assert labels["nvidia.com/gpu.product"] == node["metadata"]["labels"]["nvidia.com/gpu.product"]
+    assert written["metadata"]["annotations"]["registry"].startswith("https://admin:<redacted:")
+    [kept] = [e for e in json.loads(members["kubernetes/events.json"])["items"] if e["reason"] == "Failed"]
+    assert kept["message"].startswith("exec: prestart.sh --db-password=<redacted:")
+    assert manifest["redaction"]["counts"]["events"] == 1
+    analyzed = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(bundle), "-f", "json"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert analyzed.returncode == 0, analyzed.stderr
+    doc = json.loads(analyzed.stdout)
+    assert any(n.get("node_name") == NODE or NODE in json.dumps(n) for n in doc["nodes"])

@@ -30,7 +30,7 @@ from typing import Any
 
 from forensics.capture.context import CollectContext
 from forensics.collectors.kubernetes.events import select_events
-from forensics.collectors.kubernetes.redaction import redact_pod_list
+from forensics.collectors.kubernetes.redaction import redact_events, redact_node, redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing.podindex import build_pods_index
 from forensics.specs import kubernetes as kspec
@@ -80,7 +80,7 @@ class KubernetesCollector:
             # -- the Node ---------------------------------------------------------------------
             try:
                 raw = api.get(f"/api/v1/nodes/{node_name}")
-                ctx.sink.write_bytes(kspec.NODE, raw)
+                ctx.sink.write_bytes(kspec.NODE, redact_node(raw, ctx.redactor))
             except CallFailed as exc:
                 if exc.kind == "unreachable" or (exc.kind == "timed-out" and not api.log[:-1]):
                     raise SourceUnavailable(f"Kubernetes API server {api.server} {exc}") from None
@@ -194,7 +194,7 @@ class KubernetesCollector:
             return
         ctx.sink.write_json(kspec.EVENTS, {
             "apiVersion": "v1", "kind": "EventList", "metadata": {},
-            "items": kept,
+            "items": redact_events(kept, ctx.redactor),
             "selection": {"node": node_name, "since": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
                           "namespaces": [s for s in scopes if s is not None] or ["*"],
                           "listed": listed, "kept": len(kept)},

@@ -1,8 +1,13 @@
-"""Redaction of Pod objects before they are written (the rules: forensics.bundle.redact_kubernetes).
+"""Redaction of Pod, Node and Event objects before they are written (the rules:
+forensics.bundle.redact_kubernetes).
 
 What carries secrets in a Pod as the API returns it (``GET /api/v1/pods``): its containers'
 literal ``env`` values, its last-applied configuration, labels and annotations (the rules are
 shared with the cri collector, which holds what the kubelet handed the runtime).
+
+A Node carries labels and annotations too (cloud and tooling annotations can hold tokens); an
+Event's free-text ``message`` (``note`` in events.k8s.io) can quote a failing command line or URL
+with its credentials: it goes through the same free-text rules as container logs.
 
 Allow-listed names (``NVIDIA_VISIBLE_DEVICES``, ``CUDA_*``, ...) stay verbatim: they are the
 evidence of GPU grants. Secrets themselves are never fetched.
@@ -10,6 +15,7 @@ evidence of GPU grants. Secrets themselves are never fetched.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from forensics.bundle.redact import Redactor
@@ -19,7 +25,7 @@ from forensics.bundle.redact_kubernetes import (
     redact_pod_spec_env,
 )
 
-__all__ = ["LAST_APPLIED", "redact_pod", "redact_pod_list"]
+__all__ = ["LAST_APPLIED", "redact_events", "redact_node", "redact_pod", "redact_pod_list"]
 
 
 def redact_pod(pod: Any, redactor: Redactor) -> Any:
@@ -38,3 +44,35 @@ def redact_pod_list(pod_list: Any, redactor: Redactor) -> Any:
         for pod in items:
             redact_pod(pod, redactor)
     return pod_list
+
+
+def redact_node(raw: bytes, redactor: Redactor) -> bytes:
+    """A Node as the API returned it: the same bytes when nothing in its metadata needs redacting,
+    else the object with its labels, annotations and last-applied configuration redacted."""
+    if not redactor.enabled:
+        return raw
+    try:
+        node = json.loads(raw)
+    except ValueError:
+        return raw  # not JSON: the loader will say so; nothing structured to redact in it
+    if not isinstance(node, dict):
+        return raw
+    before = json.dumps(node.get("metadata"), sort_keys=True)
+    redact_object_metadata(node.get("metadata"), redactor)
+    if json.dumps(node.get("metadata"), sort_keys=True) == before:
+        return raw
+    return json.dumps(node, separators=(",", ":")).encode() + b"\n"
+
+
+def redact_events(events: list[Any], redactor: Redactor) -> list[Any]:
+    """Events in place: metadata labels/annotations, and the free-text ``message``/``note``."""
+    if not redactor.enabled:
+        return events
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        redact_object_metadata(event.get("metadata"), redactor)
+        for key in ("message", "note"):
+            if isinstance(event.get(key), str):
+                event[key] = redactor.text(event[key], "events")
+    return events

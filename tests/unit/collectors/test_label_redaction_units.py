@@ -13,7 +13,8 @@ from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.collectors.docker.redact import redact_container, redact_events, redact_listing
-from forensics.collectors.kubernetes.redaction import LAST_APPLIED, redact_pod
+from forensics.collectors.kubernetes.redaction import LAST_APPLIED, redact_node, redact_pod
+from forensics.collectors.kubernetes.redaction import redact_events as redact_kube_events
 
 PSEUDO = re.compile(r"<redacted:[0-9a-f]{16}>")
 TOKEN = "tok-unit-5f2e9a"
@@ -75,3 +76,23 @@ def test_pod_labels_annotations_and_last_applied(tmp_path: Path) -> None:
     assert applied["metadata"]["annotations"]["vault.io/agent-token"] == meta["labels"]["db.password"]
     assert PSEUDO.fullmatch(applied["spec"]["template"]["metadata"]["labels"]["session-key"])
     assert TOKEN not in json.dumps(pod)
+
+
+def test_a_node_without_secrets_keeps_its_own_bytes_and_one_with_them_is_redacted() -> None:
+    r = Redactor(key=b"k" * 32)
+    clean = b'{"kind": "Node",  "metadata": {"name": "n", "labels": {"nvidia.com/gpu.count": "8"}}}\n'
+    assert redact_node(clean, r) is clean
+    assert redact_node(b"not json", r) == b"not json"
+    dirty = json.dumps({"kind": "Node", "metadata": {"name": "n", "labels": {"api-token": TOKEN}}}).encode()
+    out = json.loads(redact_node(dirty, r))
+    assert PSEUDO.fullmatch(out["metadata"]["labels"]["api-token"]) and out["metadata"]["name"] == "n"
+    assert redact_node(dirty, Redactor(enabled=False)) is dirty
+
+
+def test_event_messages_and_notes() -> None:
+    r = Redactor(key=b"k" * 32)
+    events = redact_kube_events([{"message": f"pull failed: https://bot:{TOKEN}@reg.io/v2", "reason": "Failed"},
+                            {"note": f"Authorization: Bearer {TOKEN}"}, "not an event"], r)
+    assert TOKEN not in json.dumps(events)
+    assert events[0]["reason"] == "Failed" and events[0]["message"].startswith("pull failed: https://bot:<redacted:")
+    assert r.counts["events"] == 2
