@@ -38,6 +38,8 @@ class CaptureOptions:
     capture_start: datetime = field(default_factory=lambda: datetime.now(UTC))
     extra: dict[str, str] = field(default_factory=dict)
     argv: tuple[str, ...] = ()
+    # the flight recorder's trigger that asked for this capture (manifest ``trigger``), or None
+    trigger: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

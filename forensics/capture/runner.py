@@ -606,6 +606,7 @@ class _Runner:
             "collectors": [self.records[c.name].as_json() for c in self.collectors],
             "hints": {k: v[:10_000] for k, v in sorted(self.hints.items())},
             "redaction": self.redactor.summary(),
+            **({"trigger": opts.trigger} if opts.trigger is not None else {}),
         }
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "UNALLOCATED_GPU_USE",
     "UNATTRIBUTED_GPU_PROCESS",
     "overlapping_gpu_allocation",
+    "owner_counts_unallocated",
     "unallocated_gpu_use",
     "unattributed_gpu_process",
 ]
@@ -108,6 +109,21 @@ def _assigned_text(model: Model, uuid: str, holders: list[tuple[Subject, Owner]]
     return "; ".join(parts)
 
 
+def owner_counts_unallocated(model: Model, owner: Owner, uuid: str) -> bool:
+    """Whether this rule judges ``owner``'s use of GPU ``uuid`` at all (its samples on a device
+    not granted are then unallocated use); the flight recorder's live attribution
+    (forensics.analysis.attribution) asks the same question."""
+    if not owner.attributed or owner.subject.type == "process":
+        return False  # unattributed-gpu-process covers these
+    alloc = owner.allocation
+    if not alloc.known:
+        return False  # limitation recorded by the loaders
+    if alloc.explicit and not alloc.devices_known:
+        return False  # e.g. a GPU limit whose devices the bundle does not name
+    # allowed to share this GPU: gpu-share-exceeded judges its use
+    return contract_for(model, owner.subject, uuid) is None
+
+
 @UNALLOCATED_GPU_USE.rule
 def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A container/pod process on a GPU its owner was not explicitly allocated (the "secretly taken" GPU)."""
@@ -115,15 +131,9 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     joins = model.joins
     for (node, uuid), owners in sorted(joins.active_owners(cfg.process_active_sm_pct).items()):
         for subject, (owner, samples) in owners.items():
-            if not owner.attributed or subject.type == "process":
-                continue  # unattributed-gpu-process covers these
+            if not owner_counts_unallocated(model, owner, uuid):
+                continue
             alloc = owner.allocation
-            if not alloc.known:
-                continue  # limitation recorded by the loaders
-            if alloc.explicit and not alloc.devices_known:
-                continue  # e.g. a GPU limit whose devices the bundle does not name
-            if contract_for(model, subject, uuid) is not None:
-                continue  # allowed to share this GPU: gpu-share-exceeded judges its use
             samples = [s for s in samples if not alloc.grants(uuid, s.mig_uuid)]
             if not samples:
                 continue

@@ -1,0 +1,426 @@
+"""The recorder's live state: the node now, folded from the records the samplers already send.
+
+:class:`LiveState` is fed every record the recorder receives (``feed(t, mono, member, op, data)``,
+from ``Recorder._handle``) and keeps only the latest figures, bounded; it never reads a source
+itself. The triggers (forensics.record.triggers) and the metrics exporter read it through this
+small typed API:
+
+- :meth:`LiveState.gpus` -> :class:`GpuLive` per GPU (index, UUID, name, ``util_pct``,
+  ``memory_used_bytes``/``memory_total_bytes``, ``lost``), from ``nvml/samples.jsonl`` device lines
+  (nvmlDeviceGetUtilizationRates, nvmlDeviceGetMemoryInfo) and ``nvml/devices.json``;
+- :meth:`LiveState.processes` -> :class:`ProcessLive` per (PID, GPU) NVML listed at the last tick
+  (``used_memory_bytes`` from nvmlDeviceGetComputeRunningProcesses, ``sm_util_pct`` from
+  nvmlDeviceGetProcessUtilization), each with its :class:`~forensics.analysis.attribution.OwnerInfo`
+  (container id/name, pod namespace/name from ``proc/<pid>/cgroup``, docker inspect and its
+  kubelet labels) and :class:`~forensics.analysis.attribution.Grant` (``allocated``, ``grant`` =
+  explicit|shared|blanket|none);
+- :meth:`LiveState.cgroups` -> :class:`CgroupLive` per sampled cgroup (container id and name,
+  ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
+  stall time / wall time over the last interval, per resource and some|full); :meth:`host_psi`
+  the same for the host (``/proc/pressure``);
+- :meth:`LiveState.take_events` -> :class:`LiveEvent` seen since the last call: ``oom`` (kernel OOM
+  kills, ``kernel/window.jsonl``), ``xid`` (kernel Xid lines and NVML XidCriticalError events),
+  ``gpu-lost`` (an NVML reading that answered GpuIsLost, or Xid 79);
+- :meth:`LiveState.refresh` re-runs the attribution when identities changed (a new GPU PID, a new
+  container inspect, new ``proc/<pid>/`` files): the analysis' own loaders and joins
+  (forensics.analysis.attribution), so a live label never disagrees with a finding. Only on
+  change, never per tick.
+
+Everything is keyed on what the samplers wrote; times are the records' wall clocks (``t``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.analysis.attribution import Attribution, Grant, OwnerInfo, attribute
+from forensics.parsing.attribution import attribute_path
+from forensics.parsing.timestamps import parse_iso_unix
+from forensics.specs import cgroups as cgroups_spec
+from forensics.specs import kernel as kernel_spec
+from forensics.specs import nvml as nvml_spec
+from forensics.specs import procfs as procfs_spec
+
+__all__ = ["CgroupLive", "GpuLive", "Grant", "LiveEvent", "LiveState", "OwnerInfo", "ProcessLive"]
+
+XID_GPU_LOST = 79  # "GPU has fallen off the bus"
+_XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+PSI_RESOURCES = ("cpu", "memory", "io")
+
+
+@dataclass(frozen=True)
+class GpuLive:
+    index: int
+    uuid: str
+    name: str
+    t: float
+    util_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    lost: bool = False
+
+    @property
+    def memory_used_pct(self) -> float | None:
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
+
+
+@dataclass(frozen=True)
+class ProcessLive:
+    pid: int
+    gpu_index: int
+    gpu_uuid: str
+    mig_uuid: str | None
+    t: float
+    used_memory_bytes: int | None
+    sm_util_pct: float | None
+    owner: OwnerInfo
+    grant: Grant
+
+
+@dataclass(frozen=True)
+class CgroupLive:
+    path: str
+    container_id: str | None
+    container_name: str
+    t: float
+    throttled_pct: float | None
+    psi_pct: dict[str, dict[str, float]] = field(default_factory=dict)  # resource -> some|full -> %
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    kind: str  # oom | xid | gpu-lost
+    t: float
+    summary: str
+    xid: int | None = None
+    gpu: str | None = None  # GPU UUID or PCI bus id, where known
+    container_id: str | None = None
+    pid: int | None = None
+    member: str = ""  # where the samplers wrote it (cited in a trigger's manifest entry)
+
+
+_UNKNOWN_OWNER = OwnerInfo("process")
+_NO_GRANT = Grant(False, "none", "unknown", "not attributed yet", False)
+
+
+def _lines(data: str) -> list[dict[str, Any]]:
+    out = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _value(nvml: dict[str, Any], call: str) -> Any:
+    entry = nvml.get(call)
+    return entry.get("value") if isinstance(entry, dict) else None
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+class LiveState:
+    """See the module docstring. ``max_identity_bytes`` bounds the member bytes kept for attribution."""
+
+    def __init__(self, max_identity_bytes: int = 64 << 20, psi_some_floor: float = 20.0,
+                 psi_full_floor: float = 10.0) -> None:
+        self.max_identity_bytes = max_identity_bytes
+        self.psi_floors = (psi_some_floor, psi_full_floor)
+        self._gpus: dict[int, GpuLive] = {}
+        self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
+        self._procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
+        self._nvml_tick: tuple[int | None, list[str]] = (None, [])
+        self._cg_last: dict[str, dict[str, Any]] = {}  # path -> last sample line
+        self._cgroups: dict[str, CgroupLive] = {}
+        self._host_psi: dict[str, dict[str, float]] = {}
+        self._host_last: tuple[float, dict[str, Any]] | None = None
+        self._events: list[LiveEvent] = []
+        self._identity: OrderedDict[str, bytes] = OrderedDict()
+        self._identity_bytes = 0
+        self._known_pids: set[int] = set()
+        self._dirty = False
+        self._attr: Attribution | None = None
+        self._grants: dict[tuple[int, str, str | None], tuple[OwnerInfo, Grant]] = {}
+        self.refreshes = 0
+        self.records_seen = 0
+
+    # -- feeding -------------------------------------------------------------------------------
+    def feed(self, t: float, mono: float, member: str, op: str, data: str) -> None:
+        """One record as the recorder received it (``data``: the member bytes, decoded)."""
+        self.records_seen += 1
+        if member == nvml_spec.SAMPLES:
+            self._nvml_samples(t, data)
+        elif member == cgroups_spec.SAMPLES:
+            self._cgroup_samples(data)
+        elif member == kernel_spec.WINDOW:
+            self._kernel_window(t, data)
+        elif member == nvml_spec.EVENTS:
+            self._nvml_events(data)
+        elif member == procfs_spec.WINDOW:
+            self._keep(member, data.encode("utf-8", "surrogateescape"), append=True)
+        elif op == "write" and (member in (nvml_spec.DEVICES, nvml_spec.PROCESSES)
+                                or member.startswith(("docker/", procfs_spec.PREFIX))):
+            if member == nvml_spec.DEVICES:
+                self._device_names(data)
+            self._keep(member, data.encode("utf-8", "surrogateescape"))
+
+    def _keep(self, member: str, data: bytes, append: bool = False) -> None:
+        old = self._identity.pop(member, None)
+        if old is not None:
+            self._identity_bytes -= len(old)
+            if append:
+                data = old + data
+        self._identity[member] = data
+        self._identity_bytes += len(data)
+        while self._identity_bytes > self.max_identity_bytes and len(self._identity) > 1:
+            _, dropped = self._identity.popitem(last=False)  # the oldest first
+            self._identity_bytes -= len(dropped)
+        self._dirty = True
+
+    def _device_names(self, data: str) -> None:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return
+        for d in doc.get("devices", []) if isinstance(doc, dict) else []:
+            if isinstance(d, dict) and isinstance(d.get("uuid"), str):
+                self._names[d["uuid"]] = str(_value(d.get("nvml") or {}, "nvmlDeviceGetName") or d.get("name") or "")
+
+    def _nvml_samples(self, t: float, data: str) -> None:
+        lines = [ln for ln in data.splitlines() if ln.strip()]
+        procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
+        tick: int | None = None
+        for raw in lines:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(line, dict) or line.get("kind") != "device":
+                continue
+            tick = line.get("tick") if isinstance(line.get("tick"), int) else tick
+            idx, uuid = line.get("gpu_index"), line.get("uuid")
+            if not isinstance(idx, int) or not isinstance(uuid, str):
+                continue
+            nv_raw = line.get("nvml")
+            nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
+            lt = _num(line.get("t")) or t
+            util = _value(nv, "nvmlDeviceGetUtilizationRates")
+            mem = _value(nv, "nvmlDeviceGetMemoryInfo_v2") or _value(nv, "nvmlDeviceGetMemoryInfo")
+            lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
+            was = self._gpus.get(idx)
+            if lost and not (was and was.lost):
+                self._events.append(LiveEvent("gpu-lost", lt, f"GPU {idx} ({uuid}) answered GpuIsLost",
+                                              gpu=uuid, member=nvml_spec.SAMPLES))
+            self._gpus[idx] = GpuLive(
+                idx, uuid, self._names.get(uuid, ""), lt,
+                _num(util.get("gpu")) if isinstance(util, dict) else None,
+                int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
+                int(mem["total"]) if isinstance(mem, dict) and isinstance(mem.get("total"), int) else None,
+                lost)
+            sm: dict[int, tuple[int, float]] = {}
+            for u in _value(nv, "nvmlDeviceGetProcessUtilization") or []:
+                if isinstance(u, dict) and isinstance(u.get("pid"), int):
+                    stamp = u.get("timeStamp")
+                    ts = stamp if isinstance(stamp, int) else 0
+                    if u["pid"] not in sm or ts >= sm[u["pid"]][0]:
+                        sm[u["pid"]] = (ts, _num(u.get("smUtil")) or 0.0)
+            for p in line.get("processes") or []:
+                if not isinstance(p, dict) or not isinstance(p.get("pid"), int):
+                    continue
+                used = p.get("usedGpuMemory")
+                mig = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else None
+                procs.append((p["pid"], idx, uuid, mig, lt, used if isinstance(used, int) else None,
+                              sm[p["pid"]][1] if p["pid"] in sm else None))
+        if tick is None:
+            return
+        self._procs = procs
+        last_tick, kept = self._nvml_tick
+        self._nvml_tick = (tick, kept + lines if last_tick == tick else lines)
+        fresh = {p[0] for p in procs} - self._known_pids
+        if fresh:
+            self._known_pids |= fresh
+            if len(self._known_pids) > 100_000:
+                self._known_pids = {p[0] for p in procs}
+            self._dirty = True
+
+    def _cgroup_samples(self, data: str) -> None:
+        for line in _lines(data):
+            path, values = line.get("cgroup"), line.get("values")
+            t = _num(line.get("t"))
+            if not isinstance(path, str) or not isinstance(values, dict) or t is None:
+                continue
+            prev = self._cg_last.get(path)
+            self._cg_last[path] = line
+            host = values.get("host_pressure")
+            if isinstance(host, dict):
+                if self._host_last is not None and t > self._host_last[0]:
+                    self._host_psi = _psi_pct(self._host_last[1], host, t - self._host_last[0])
+                self._host_last = (t, host)
+            if prev is None or not t > (_num(prev.get("t")) or t):
+                continue
+            dt = t - float(prev["t"])
+            pv = prev.get("values") or {}
+            throttled = None
+            cpu, pcpu = values.get("cpu"), pv.get("cpu")
+            if isinstance(cpu, dict) and isinstance(pcpu, dict):
+                dp = (_num(cpu.get("nr_periods")) or 0) - (_num(pcpu.get("nr_periods")) or 0)
+                dth = (_num(cpu.get("nr_throttled")) or 0) - (_num(pcpu.get("nr_throttled")) or 0)
+                throttled = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp >= 0 else None)
+            psi = _psi_pct(pv.get("pressure"), values.get("pressure"), dt)
+            cid = attribute_path(path).container_id
+            self._cgroups[path] = CgroupLive(path, cid, self.container_name(cid) if cid else "", t, throttled, psi)
+        if len(self._cg_last) > 20_000:  # containers come and go: forget what was not sampled lately
+            newest = max((_num(v.get("t")) or 0 for v in self._cg_last.values()), default=0)
+            self._cg_last = {p: v for p, v in self._cg_last.items() if (_num(v.get("t")) or 0) > newest - 600}
+            self._cgroups = {p: c for p, c in self._cgroups.items() if p in self._cg_last}
+
+    def _kernel_window(self, record_t: float, data: str) -> None:
+        for ev in _lines(data):
+            t = parse_iso_unix(ev.get("time")) or record_t
+            if ev.get("type") == "oom":
+                attr = ev.get("oom_attribution") or ev.get("task_attribution") or {}
+                cid = attr.get("container_id") if isinstance(attr, dict) else None
+                pid = ev.get("pid") if isinstance(ev.get("pid"), int) else None
+                name = self.container_name(cid) if isinstance(cid, str) else ""
+                who = f"container {name or cid[:12]}" if isinstance(cid, str) else f"memcg {ev.get('oom_memcg') or '?'}"
+                self._events.append(LiveEvent("oom", t, f"OOM kill of pid {pid} ({ev.get('comm')}) in {who}",
+                                              container_id=cid if isinstance(cid, str) else None, pid=pid,
+                                              member=kernel_spec.WINDOW))
+            elif ev.get("type") == "xid" and isinstance(ev.get("xid"), int):
+                xid, bus = int(ev["xid"]), str(ev.get("pci_bus_id") or "")
+                when = t
+                self._events.append(LiveEvent("xid", when, f"Xid {xid} on {bus}: {ev.get('description') or ''}".rstrip(": "),
+                                              xid=xid, gpu=bus, pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
+                                              member=kernel_spec.WINDOW))
+                if xid == XID_GPU_LOST:
+                    self._events.append(LiveEvent("gpu-lost", when, f"Xid 79 on {bus}: the GPU fell off the bus",
+                                                  xid=xid, gpu=bus, member=kernel_spec.WINDOW))
+
+    def _nvml_events(self, data: str) -> None:
+        for ev in _lines(data):
+            etype = ev.get("eventType")
+            if ev.get("kind") != "event" or not isinstance(etype, int) or not etype & _XID_CRITICAL_EVENT:
+                continue
+            xid = ev.get("eventData") if isinstance(ev.get("eventData"), int) else None
+            uuid = ev.get("uuid") if isinstance(ev.get("uuid"), str) else None
+            t = _num(ev.get("t")) or 0.0
+            self._events.append(LiveEvent("xid", t, f"Xid {xid} on GPU {ev.get('gpu_index')} (NVML event)",
+                                          xid=xid, gpu=uuid, member=nvml_spec.EVENTS))
+            if xid == XID_GPU_LOST:
+                self._events.append(LiveEvent("gpu-lost", t, f"Xid 79 on GPU {ev.get('gpu_index')} (NVML event)",
+                                              xid=xid, gpu=uuid, member=nvml_spec.EVENTS))
+
+    # -- attribution (on change only) ---------------------------------------------------------
+    def refresh(self, force: bool = False) -> bool:
+        """Re-run the attribution if identities changed since the last run; True when it ran."""
+        if not (self._dirty or force):
+            return False
+        members = dict(self._identity)
+        if self._nvml_tick[1]:
+            members[nvml_spec.SAMPLES] = ("\n".join(self._nvml_tick[1]) + "\n").encode("utf-8", "surrogateescape")
+        self._attr = attribute(members, *self.psi_floors)
+        self._grants = {}
+        self._dirty = False
+        self.refreshes += 1
+        for path, c in list(self._cgroups.items()):
+            if c.container_id and not c.container_name:
+                self._cgroups[path] = CgroupLive(c.path, c.container_id, self.container_name(c.container_id),
+                                                 c.t, c.throttled_pct, c.psi_pct)
+        return True
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def _owner_grant(self, pid: int, uuid: str, mig: str | None) -> tuple[OwnerInfo, Grant]:
+        key = (pid, uuid, mig)
+        hit = self._grants.get(key)
+        if hit is not None:
+            return hit
+        if self._attr is None:
+            return _UNKNOWN_OWNER, _NO_GRANT
+        owner = self._attr.owner(pid)
+        if owner.kind == "container" and not owner.pod_name:
+            ns, name = self._pod_labels(owner.container_id)
+            if name:
+                owner = OwnerInfo(owner.kind, owner.container_id, owner.container_name, ns, name, owner.attributed)
+        hit = (owner, self._attr.grant(pid, uuid, mig))
+        if len(self._grants) > 100_000:
+            self._grants.clear()
+        self._grants[key] = hit
+        return hit
+
+    def _pod_labels(self, cid: str) -> tuple[str, str]:
+        """The kubelet's labels on a Docker container (``io.kubernetes.pod.namespace``/``name``)."""
+        raw = self._identity.get(f"docker/containers/{cid}/inspect.json")
+        try:
+            labels = (json.loads(raw) or {}).get("Config", {}).get("Labels") or {} if raw else {}
+        except (ValueError, AttributeError):
+            return "", ""
+        if not isinstance(labels, dict):
+            return "", ""
+        return str(labels.get("io.kubernetes.pod.namespace") or ""), str(labels.get("io.kubernetes.pod.name") or "")
+
+    def container_name(self, cid: str | None) -> str:
+        """A container's name as docker inspect gives it (empty when not known yet)."""
+        if not cid:
+            return ""
+        if self._attr is not None:
+            c = self._attr.model.container("live", cid)
+            if c is not None:
+                return c.name
+        raw = self._identity.get(f"docker/containers/{cid}/inspect.json")
+        try:
+            name = json.loads(raw).get("Name") if raw else None
+        except (ValueError, AttributeError):
+            name = None
+        return name.lstrip("/") if isinstance(name, str) else ""
+
+    # -- reading -------------------------------------------------------------------------------
+    def gpus(self) -> tuple[GpuLive, ...]:
+        return tuple(self._gpus[i] for i in sorted(self._gpus))
+
+    def processes(self) -> tuple[ProcessLive, ...]:
+        out = []
+        for pid, idx, uuid, mig, t, used, sm in self._procs:
+            owner, grant = self._owner_grant(pid, uuid, mig)
+            out.append(ProcessLive(pid, idx, uuid, mig, t, used, sm, owner, grant))
+        return tuple(out)
+
+    def cgroups(self) -> tuple[CgroupLive, ...]:
+        return tuple(self._cgroups[p] for p in sorted(self._cgroups))
+
+    def host_psi(self) -> dict[str, dict[str, float]]:
+        return self._host_psi
+
+    def take_events(self) -> list[LiveEvent]:
+        out, self._events = self._events, []
+        return out
+
+
+def _psi_pct(prev: Any, cur: Any, dt: float) -> dict[str, dict[str, float]]:
+    """Stall share (%) per resource and some|full between two PSI readings ``dt`` seconds apart."""
+    out: dict[str, dict[str, float]] = {}
+    if not isinstance(prev, dict) or not isinstance(cur, dict) or dt <= 0:
+        return out
+    for res in PSI_RESOURCES:
+        a, b = prev.get(res), cur.get(res)
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            continue
+        for kind in ("some", "full"):
+            x, y = _num(a.get(f"{kind}_total_usec")), _num(b.get(f"{kind}_total_usec"))
+            if x is not None and y is not None and y >= x:
+                out.setdefault(res, {})[kind] = min(100.0, 100.0 * (y - x) / (dt * 1e6))
+    return out
