@@ -6,6 +6,9 @@ optionally under a ``[thresholds]`` table::
     [thresholds]
     gpu_memory_pressure_ratio = 0.9
     cpu_throttled_ratio = 0.2
+
+A top-level ``triggers`` list (rules for ``gpuforensics record --config``, docs/triggers.md) is
+not a threshold and is ignored here, so one file serves both.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from forensics.errors import UsageError
 
-__all__ = ["AnalysisConfig", "load_config"]
+__all__ = ["AnalysisConfig", "config_from_mapping", "load_config", "read_config_file"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class AnalysisConfig:
 
 def load_config(path: Path | str) -> AnalysisConfig:
     """Read thresholds from a TOML or JSON file; unknown names or bad values raise UsageError."""
+    return config_from_mapping(read_config_file(path), origin=str(path))
+
+
+def read_config_file(path: Path | str) -> Any:
+    """The parsed TOML or JSON of a config file (``record --config`` reads the same file)."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -93,13 +101,14 @@ def load_config(path: Path | str) -> AnalysisConfig:
             data = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"config {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from exc
-    return config_from_mapping(data, origin=str(p))
+    return data
 
 
 def config_from_mapping(data: Any, origin: str = "config") -> AnalysisConfig:
     """Build an AnalysisConfig from a mapping (optionally nested under ``thresholds``)."""
     if not isinstance(data, dict):
         raise UsageError(f"{origin}: expected a table of thresholds")
+    data = {k: v for k, v in data.items() if k != "triggers"}  # the flight recorder's rules (record --config)
     if isinstance(data.get("thresholds"), dict):
         data = data["thresholds"]
     known = {f.name: f for f in fields(AnalysisConfig)}

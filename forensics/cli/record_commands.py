@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from forensics.cli.common import RING_HELP, finite, names, parse_bytes, parse_seconds, settings_map
+from forensics.errors import UsageError
 
 __all__ = ["record", "ring"]
 
@@ -27,8 +29,25 @@ __all__ = ["record", "ring"]
 @click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector setting, as for capture.")
 @click.option("--status", is_flag=True, help="Show the ring's span, size, gaps and writer, and exit (as `gpuforensics ring`).")
+@click.option("--trigger", "triggers", multiple=True, metavar="RULE",
+              help="Capture when RULE fires (repeatable): gpu.util>90%:5m, gpu.memory>95%:1m, container.throttled>50%:2m, "
+              "psi.memory.some>20%:1m, oom, xid, xid:79, gpu-lost, unallocated-gpu-use (docs/triggers.md).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Thresholds file as for `analyze --config` (defaults of rules without a threshold), "
+              "with an optional `triggers` list of rules.")
+@click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for the bundles triggers capture (created 0700; required with --trigger).")
+@click.option("--trigger-duration", default="30s", show_default=True, help="Sampling window of a triggered capture.")
+@click.option("--cooldown", default="15m", show_default=True, help="At most one capture per trigger within this time.")
+@click.option("--keep", type=click.IntRange(min=1), default=10, show_default=True, help="Triggered bundles kept (oldest deleted).")
+@click.option("--keep-bytes", default="2G", show_default=True, help="Cap of the triggered bundles together (oldest deleted).")
+@click.option("--on-capture", "on_capture", metavar="CMD",
+              help="Command run with the bundle path appended after each triggered capture (exit status logged).")
+@click.option("--on-capture-timeout", default="5m", show_default=True, help="--on-capture is killed after this.")
 def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: str, sources: str | None,
-           no_redact: bool, nvml_library: str | None, settings: tuple[str, ...], status: bool) -> None:
+           no_redact: bool, nvml_library: str | None, settings: tuple[str, ...], status: bool,
+           triggers: tuple[str, ...], config_file: Path | None, bundles_dir: Path | None, trigger_duration: str,
+           cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_capture_timeout: str) -> None:
     """Run the flight recorder: sample this node into a bounded, crash-safe ring, in the foreground.
 
     Samples what capture samples (NVML devices and processes, per-process utilisation, cgroup
@@ -37,8 +56,15 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
     --retention of it within --max-bytes. Stop it with SIGTERM. `capture --since 30m` folds it in.
 
     \b
+    With --trigger, a rule that fires starts a capture (the same collectors, sampling
+    --trigger-duration, --since covering the rule's lead-up) into --bundles, at most one per
+    trigger per --cooldown and one at a time; one line with the bundle path is logged. A bad rule
+    is a usage error (exit 2) before anything runs.
+
+    \b
     Example:
       sudo gpuforensics record --ring /var/lib/gpuforensics/ring --interval 1
+      sudo gpuforensics record --trigger 'gpu.util>90%:5m' --trigger oom --bundles /var/lib/gpuforensics/bundles
     """
     if status:
         _print_ring_status(ring_dir, verify=False, as_json=False)
@@ -49,13 +75,36 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
 
     extra = settings_map(settings)
     validate_settings(extra)
-    options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval,
+    trigger_options = _trigger_options(triggers, config_file, bundles_dir, trigger_duration, cooldown, keep,
+                                       keep_bytes, on_capture, on_capture_timeout)
+    options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval, triggers=trigger_options,
                             max_bytes=parse_bytes("--max-bytes", max_bytes), retention_s=parse_seconds("--retention", retention),
                             sources=names(sources) or SOURCE_NAMES, redact=not no_redact,
                             nvml_library=nvml_library, extra=extra,
                             argv=tuple(["gpuforensics", *sys.argv[1:]]))
     result = run_recorder(options)
     click.echo(json.dumps(result, sort_keys=True))
+
+
+def _trigger_options(rules: tuple[str, ...], config_file: Path | None, bundles_dir: Path | None, duration: str,
+                     cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_timeout: str) -> Any:
+    """``record --trigger`` and its bounds, checked before anything runs (None: no trigger)."""
+    from forensics.record.triggers import TriggerOptions, load_trigger_config, parse_on_capture, parse_rules
+
+    cfg, from_file = load_trigger_config(config_file)
+    texts = (*from_file, *rules)
+    if not texts:
+        return None
+    if bundles_dir is None:
+        raise UsageError("--trigger needs --bundles DIR (where triggered captures go)")
+    options = TriggerOptions(
+        rules=parse_rules(texts, cfg), bundles=bundles_dir,
+        trigger_duration_s=parse_seconds("--trigger-duration", duration),
+        cooldown_s=parse_seconds("--cooldown", cooldown), keep=keep, keep_bytes=parse_bytes("--keep-bytes", keep_bytes),
+        on_capture=parse_on_capture(on_capture), on_capture_timeout_s=parse_seconds("--on-capture-timeout", on_timeout),
+        active_sm_pct=cfg.process_active_sm_pct)
+    options.check()
+    return options
 
 
 def _print_ring_status(ring_dir: Path | None, verify: bool, as_json: bool) -> None:

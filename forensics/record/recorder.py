@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import dumps_json
@@ -36,6 +36,9 @@ from forensics.record.sources import SOURCE_NAMES, make_driver
 from forensics.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S, RingReader, RingWriter
 from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
+
+if TYPE_CHECKING:
+    from forensics.record.triggers import TriggerEngine, TriggerOptions
 
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
 
@@ -63,6 +66,7 @@ class RecordOptions:
     segment_age_s: float = 600.0
     nice: int = 10
     argv: tuple[str, ...] = ()
+    triggers: TriggerOptions | None = None  # record --trigger (forensics.record.triggers)
 
     def check(self) -> None:
         if not (0.05 <= self.interval_s <= 3600):
@@ -109,6 +113,17 @@ class Recorder:
         self.writer: RingWriter | None = None
         self.key: bytes | None = None
         self.kmsg_seq: int | None = None
+        # the live state (forensics.record.live) and the triggers over it: fed every record in
+        # _handle, ticked once per loop tick; None when no trigger is asked for
+        self.triggers: TriggerEngine | None = None
+        if options.triggers is not None:
+            from forensics.record.live import LiveState
+            from forensics.record.triggers import TriggerEngine
+
+            options.triggers.check()
+            self.triggers = TriggerEngine(options.triggers, LiveState(), self.log, ring=options.ring,
+                                          interval_s=options.interval_s, redact=options.redact,
+                                          nvml_library=options.nvml_library, extra=options.extra)
 
     # -- signals ----------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -200,6 +215,8 @@ class Recorder:
                 t, mono, member, op, data = rec
                 self.pending.append((float(t), float(mono), str(member), str(op),
                                      str(data).encode("utf-8", "surrogateescape")))
+                if self.triggers is not None:
+                    self.triggers.live.feed(float(t), float(mono), str(member), str(op), str(data))
             except (TypeError, ValueError):
                 continue
         for note in msg.get("notes") or []:
@@ -365,6 +382,8 @@ class Recorder:
                     self.log(f"wall clock jumped by {new_offset - offset:+.1f} s (recorded; order kept by the monotonic clock)")
                 offset = new_offset
                 self._tick(index)
+                if self.triggers is not None:
+                    self.triggers.tick()
                 self.ticks += 1
                 index += 1
                 self._poll(min(due + self.tick_timeout, start + index * self.o.interval_s))
@@ -376,6 +395,8 @@ class Recorder:
         return self.status()
 
     def _shutdown(self) -> None:
+        if self.triggers is not None:
+            self.triggers.close()
         for st in self.sources.values():
             if st.proc is not None:
                 st.proc.send({"quit": True})
@@ -411,7 +432,8 @@ class Recorder:
     def status(self) -> dict[str, Any]:
         return {"ticks": self.ticks, "records_written": self.records_written,
                 "sources": {n: {"status": s.status, "ticks": s.ticks, "missed": s.missed,
-                                "restarts": s.restarts, "error": s.error} for n, s in self.sources.items()}}
+                                "restarts": s.restarts, "error": s.error} for n, s in self.sources.items()},
+                **({"triggers": self.triggers.status()} if self.triggers is not None else {})}
 
 
 def _last_kmsg_seq(ring: Path) -> int | None:

@@ -51,10 +51,16 @@ def start_seq_writer(ring: Path, segment_bytes: int = 16 << 10) -> subprocess.Po
 def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any = subprocess.PIPE,
                    **options: Any) -> subprocess.Popen[str]:
     """``gpuforensics record`` through the library, in its own process (stderr captured unless
-    ``stderr`` says where: a long run whose stderr nobody reads must not fill the pipe)."""
+    ``stderr`` says where: a long run whose stderr nobody reads must not fill the pipe).
+    ``triggers``: a dict of TriggerOptions fields, ``rules`` as rule strings."""
     code = ("import json, sys\nfrom pathlib import Path\n"
             "from forensics.record.recorder import RecordOptions, run_recorder\n"
             "o = json.loads(sys.argv[1]); o['ring'] = Path(o['ring']); o['sources'] = tuple(o.get('sources', ()))\n"
+            "t = o.pop('triggers', None)\n"
+            "if t:\n"
+            "    from forensics.record.triggers import TriggerOptions, parse_rules\n"
+            "    t['rules'] = parse_rules(t['rules']); t['bundles'] = Path(t['bundles'])\n"
+            "    t['on_capture'] = tuple(t.get('on_capture', ())); o['triggers'] = TriggerOptions(**t)\n"
             "print(json.dumps(run_recorder(RecordOptions(**o))), flush=True)\n")
     options["ring"] = str(ring)
     full_env = _env()

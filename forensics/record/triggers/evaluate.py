@@ -1,0 +1,162 @@
+"""Evaluating parsed rules against the recorder's live state, once per recorder tick.
+
+A threshold rule holds for a subject (a GPU, a container, the host) from the first fresh sample
+that satisfies it; it fires when it has held for its duration without a break. A sample that does
+not satisfy it, or a silence longer than ``max_gap_s`` (the source stopped answering: the
+condition was not seen to hold), starts it again. A stale sample (the subject's figure did not
+advance) neither extends nor breaks it. An event rule fires on each matching event the live state
+saw since the last tick (the first of a tick's batch; the others are counted). ``unallocated-gpu-use``
+holds while a GPU process is active on a GPU its owner has no grant for, by the analysis' own test
+(:class:`forensics.analysis.attribution.Grant` ``unallocated``; active as the rule counts it: holding
+memory or at least ``process_active_sm_pct`` SM).
+
+Cooldown and concurrency are not decided here: every firing is returned, the engine
+(forensics.record.triggers.engine) decides whether it becomes a capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from forensics.record.live import LiveEvent, LiveState
+from forensics.record.triggers.grammar import Rule
+from forensics.specs import cgroups as cgroups_spec
+from forensics.specs import nvml as nvml_spec
+
+__all__ = ["Evaluator", "Firing"]
+
+
+@dataclass(frozen=True)
+class Firing:
+    """A rule that fired: on what (``subject``), with which value, since when (``crossed_at``:
+    when the condition began; an event's own time) and when it fired (``t``), both wall clock."""
+
+    rule: Rule
+    subject: str
+    value: float | None
+    crossed_at: float
+    t: float
+    summary: str
+    member: str  # the member whose samples or events crossed it
+    also: int = 0  # further matching events in the same tick
+
+
+@dataclass
+class _Hold:
+    since: float
+    last_t: float
+
+
+def _gpu_name(index: int, uuid: str) -> str:
+    return f"GPU {index} ({uuid})"
+
+
+class Evaluator:
+    """The rules' per-subject state across ticks (see the module docstring)."""
+
+    def __init__(self, rules: tuple[Rule, ...], max_gap_s: float = 10.0, active_sm_pct: float = 1.0) -> None:
+        self.rules = rules
+        self.max_gap_s = max_gap_s
+        self.active_sm_pct = active_sm_pct
+        self._holds: dict[tuple[str, str], _Hold] = {}
+        self._seen: dict[tuple[str, str], float] = {}  # (rule, subject) -> last sample time looked at
+        self.evaluations = 0
+
+    # -- the figures each metric reads -----------------------------------------------------------
+    def _values(self, rule: Rule, live: LiveState) -> Iterator[tuple[str, float, float, str]]:
+        """(subject, sample time, value, member) for every subject the metric has a figure for."""
+        name = rule.name
+        if name == "gpu.util":
+            for g in live.gpus():
+                if g.util_pct is not None:
+                    yield _gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES
+        elif name == "gpu.memory":
+            for g in live.gpus():
+                pct = g.memory_used_pct
+                if pct is not None:
+                    yield _gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES
+        elif name == "container.throttled":
+            for c in live.cgroups():
+                if c.container_id and c.throttled_pct is not None:
+                    yield _container_name(c.container_id, c.container_name), c.t, c.throttled_pct, cgroups_spec.SAMPLES
+        elif name.startswith("psi."):
+            _, res, kind = name.split(".")
+            host = live.host_psi().get(res, {}).get(kind)
+            cgs = live.cgroups()
+            if host is not None:
+                t = max((c.t for c in cgs if c.path == "/"), default=max((c.t for c in cgs), default=0.0))
+                yield "host", t, host, cgroups_spec.SAMPLES
+            for c in cgs:
+                v = c.psi_pct.get(res, {}).get(kind)
+                if c.container_id and v is not None:
+                    yield _container_name(c.container_id, c.container_name), c.t, v, cgroups_spec.SAMPLES
+
+    def _threshold(self, rule: Rule, live: LiveState) -> list[Firing]:
+        out: list[Firing] = []
+        for subject, t, value, member in self._values(rule, live):
+            key = (rule.text, subject)
+            last = self._seen.get(key)
+            if last is not None and t <= last:
+                continue  # stale: nothing new about this subject
+            self._seen[key] = t
+            hold = self._holds.get(key)
+            if not rule.holds(value):
+                self._holds.pop(key, None)
+                continue
+            if hold is None or t - hold.last_t > self.max_gap_s:
+                hold = self._holds[key] = _Hold(t, t)
+            hold.last_t = t
+            if t - hold.since >= rule.duration_s:
+                held = f" for {t - hold.since:.0f} s" if rule.duration_s else ""
+                out.append(Firing(rule, subject, round(value, 3), hold.since, t,
+                                  f"{subject}: {rule.name} {value:.1f}% {rule.op} {rule.threshold:g}%{held}", member))
+        return out
+
+    def _event(self, rule: Rule, events: list[LiveEvent]) -> list[Firing]:
+        if rule.name == "unallocated-gpu-use":
+            return []
+        hits = [e for e in events if e.kind == rule.name and (rule.xid is None or e.xid == rule.xid)]
+        if not hits:
+            return []
+        e = hits[0]
+        subject = (_container_name(e.container_id, "") if e.container_id else e.gpu or "host")
+        return [Firing(rule, subject, float(e.xid) if e.xid is not None else None, e.t, e.t, e.summary,
+                       e.member, also=len(hits) - 1)]
+
+    def _unallocated(self, rule: Rule, live: LiveState) -> list[Firing]:
+        for p in live.processes():
+            active = (p.used_memory_bytes or 0) > 0 or (p.sm_util_pct or 0) >= self.active_sm_pct
+            if not (p.grant.unallocated and active):
+                continue
+            o = p.owner
+            who = _container_name(o.container_id, o.container_name) if o.container_id else f"pod {o.pod_namespace}/{o.pod_name}"
+            pod = f" (pod {o.pod_namespace}/{o.pod_name})" if o.container_id and o.pod_name else ""
+            return [Firing(rule, who, p.sm_util_pct, p.t, p.t,
+                           f"{who}{pod} pid {p.pid} on GPU {p.gpu_index} ({p.gpu_uuid}) without a grant for it "
+                           f"(grant {p.grant.grant}: {p.grant.detail})", nvml_spec.SAMPLES)]
+        return []
+
+    def evaluate(self, live: LiveState) -> list[Firing]:
+        """Every firing of this tick (the live state refreshed and its events taken by the caller)."""
+        return self.evaluate_with(live, live.take_events())
+
+    def evaluate_with(self, live: LiveState, events: list[LiveEvent]) -> list[Firing]:
+        self.evaluations += 1
+        out: list[Firing] = []
+        for rule in self.rules:
+            if rule.kind == "threshold":
+                out.extend(self._threshold(rule, live))
+            elif rule.name == "unallocated-gpu-use":
+                out.extend(self._unallocated(rule, live))
+            else:
+                out.extend(self._event(rule, events))
+        if len(self._seen) > 50_000:  # subjects come and go (containers): forget the old ones
+            newest = max(self._seen.values())
+            self._seen = {k: v for k, v in self._seen.items() if v > newest - 3600}
+            self._holds = {k: h for k, h in self._holds.items() if k in self._seen}
+        return out
+
+
+def _container_name(cid: str | None, name: str) -> str:
+    return f"container {name} ({(cid or '')[:12]})" if name else f"container {(cid or '?')[:12]}"
