@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,13 +109,22 @@ _UNKNOWN_OWNER = OwnerInfo("process")
 _NO_GRANT = Grant(False, "none", "unknown", "not attributed yet", False)
 
 
+_loads: Callable[[str], Any]
+try:  # orjson parses JSON lines several times faster (the analysis uses it the same way)
+    import orjson
+
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+
 def _lines(data: str) -> list[dict[str, Any]]:
     out = []
     for line in data.splitlines():
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = _loads(line)
         except ValueError:
             continue
         if isinstance(obj, dict):
@@ -141,11 +151,17 @@ class LiveState:
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
         self._procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
+        self._proc_view: tuple[ProcessLive, ...] | None = None
+        self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
         self._nvml_tick: tuple[int | None, list[str]] = (None, [])
-        self._cg_last: dict[str, dict[str, Any]] = {}  # path -> last sample line
-        self._cgroups: dict[str, CgroupLive] = {}
-        self._host_psi: dict[str, dict[str, float]] = {}
-        self._host_last: tuple[float, dict[str, Any]] | None = None
+        # cgroup path -> its last two readings (t, nr_periods, nr_throttled, PSI totals)
+        self._cg_cur: dict[str, _Reading] = {}
+        self._cg_prev: dict[str, _Reading | None] = {}
+        self._cg_ids: dict[str, str | None] = {}
+        self._cg_gen = 0
+        self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
+        self._host_cur: tuple[float, _Totals] | None = None
+        self._host_prev: tuple[float, _Totals] | None = None
         self._events: list[LiveEvent] = []
         self._identity: OrderedDict[str, bytes] = OrderedDict()
         self._identity_bytes = 0
@@ -204,7 +220,7 @@ class LiveState:
         tick: int | None = None
         for raw in lines:
             try:
-                line = json.loads(raw)
+                line = _loads(raw)
             except ValueError:
                 continue
             if not isinstance(line, dict) or line.get("kind") != "device":
@@ -246,6 +262,7 @@ class LiveState:
         if tick is None:
             return
         self._procs = procs
+        self._proc_view = None
         last_tick, kept = self._nvml_tick
         self._nvml_tick = (tick, kept + lines if last_tick == tick else lines)
         fresh = {p[0] for p in procs} - self._known_pids
@@ -256,35 +273,34 @@ class LiveState:
             self._dirty = True
 
     def _cgroup_samples(self, data: str) -> None:
+        """Keep the last two readings of each cgroup (compact tuples); the figures are derived
+        when read (:meth:`cgroups`), so a tick costs one JSON parse per line and a few lookups."""
         for line in _lines(data):
-            path, values = line.get("cgroup"), line.get("values")
-            t = _num(line.get("t"))
-            if not isinstance(path, str) or not isinstance(values, dict) or t is None:
+            path, values, t = line.get("cgroup"), line.get("values"), line.get("t")
+            if type(path) is not str or type(values) is not dict or not isinstance(t, float | int):
                 continue
-            prev = self._cg_last.get(path)
-            self._cg_last[path] = line
+            cpu = values.get("cpu")
+            if type(cpu) is dict:
+                periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
+            else:
+                periods = throttled = None
+            reading = (float(t), periods, throttled, _psi_totals(values.get("pressure")))
+            self._cg_prev[path] = self._cg_cur.get(path)
+            self._cg_cur[path] = reading
             host = values.get("host_pressure")
-            if isinstance(host, dict):
-                if self._host_last is not None and t > self._host_last[0]:
-                    self._host_psi = _psi_pct(self._host_last[1], host, t - self._host_last[0])
-                self._host_last = (t, host)
-            if prev is None or not t > (_num(prev.get("t")) or t):
-                continue
-            dt = t - float(prev["t"])
-            pv = prev.get("values") or {}
-            throttled = None
-            cpu, pcpu = values.get("cpu"), pv.get("cpu")
-            if isinstance(cpu, dict) and isinstance(pcpu, dict):
-                dp = (_num(cpu.get("nr_periods")) or 0) - (_num(pcpu.get("nr_periods")) or 0)
-                dth = (_num(cpu.get("nr_throttled")) or 0) - (_num(pcpu.get("nr_throttled")) or 0)
-                throttled = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp >= 0 else None)
-            psi = _psi_pct(pv.get("pressure"), values.get("pressure"), dt)
-            cid = attribute_path(path).container_id
-            self._cgroups[path] = CgroupLive(path, cid, self.container_name(cid) if cid else "", t, throttled, psi)
-        if len(self._cg_last) > 20_000:  # containers come and go: forget what was not sampled lately
-            newest = max((_num(v.get("t")) or 0 for v in self._cg_last.values()), default=0)
-            self._cg_last = {p: v for p, v in self._cg_last.items() if (_num(v.get("t")) or 0) > newest - 600}
-            self._cgroups = {p: c for p, c in self._cgroups.items() if p in self._cg_last}
+            if type(host) is dict:
+                self._host_prev, self._host_cur = self._host_cur, (float(t), _psi_totals(host))
+            self._cg_gen += 1
+        if len(self._cg_cur) > 20_000:  # containers come and go: forget what was not sampled lately
+            newest = max(r[0] for r in self._cg_cur.values())
+            self._cg_cur = {p: r for p, r in self._cg_cur.items() if r[0] > newest - 600}
+            self._cg_prev = {p: r for p, r in self._cg_prev.items() if p in self._cg_cur}
+            self._cg_ids = {p: c for p, c in self._cg_ids.items() if p in self._cg_cur}
+
+    def _cgroup_id(self, path: str) -> str | None:
+        if path not in self._cg_ids:
+            self._cg_ids[path] = attribute_path(path).container_id
+        return self._cg_ids[path]
 
     def _kernel_window(self, record_t: float, data: str) -> None:
         for ev in _lines(data):
@@ -332,12 +348,11 @@ class LiveState:
             members[nvml_spec.SAMPLES] = ("\n".join(self._nvml_tick[1]) + "\n").encode("utf-8", "surrogateescape")
         self._attr = attribute(members, *self.psi_floors)
         self._grants = {}
+        self._proc_view = None
+        self._cnames = {}
         self._dirty = False
         self.refreshes += 1
-        for path, c in list(self._cgroups.items()):
-            if c.container_id and not c.container_name:
-                self._cgroups[path] = CgroupLive(c.path, c.container_id, self.container_name(c.container_id),
-                                                 c.t, c.throttled_pct, c.psi_pct)
+        self._cg_view = (-1, ())  # container names may be known now
         return True
 
     @property
@@ -377,6 +392,15 @@ class LiveState:
         """A container's name as docker inspect gives it (empty when not known yet)."""
         if not cid:
             return ""
+        hit = self._cnames.get(cid)
+        if hit is not None:
+            return hit
+        if len(self._cnames) > 50_000:
+            self._cnames.clear()
+        self._cnames[cid] = name = self._container_name(cid)
+        return name
+
+    def _container_name(self, cid: str) -> str:
         if self._attr is not None:
             c = self._attr.model.container("live", cid)
             if c is not None:
@@ -393,34 +417,74 @@ class LiveState:
         return tuple(self._gpus[i] for i in sorted(self._gpus))
 
     def processes(self) -> tuple[ProcessLive, ...]:
+        """Every (PID, GPU) of the last NVML tick with its owner and grant (derived once per tick
+        and per attribution)."""
+        if self._proc_view is not None:
+            return self._proc_view
         out = []
         for pid, idx, uuid, mig, t, used, sm in self._procs:
             owner, grant = self._owner_grant(pid, uuid, mig)
             out.append(ProcessLive(pid, idx, uuid, mig, t, used, sm, owner, grant))
-        return tuple(out)
+        self._proc_view = tuple(out)
+        return self._proc_view
 
     def cgroups(self) -> tuple[CgroupLive, ...]:
-        return tuple(self._cgroups[p] for p in sorted(self._cgroups))
+        """Every cgroup sampled twice or more, by path (derived once per new batch of samples)."""
+        gen, view = self._cg_view
+        if gen == self._cg_gen:
+            return view
+        out = []
+        for path in sorted(self._cg_cur):
+            cur, prev = self._cg_cur[path], self._cg_prev.get(path)
+            if prev is None or not cur[0] > prev[0]:
+                continue
+            throttled = None
+            if type(cur[1]) is int and type(prev[1]) is int and type(cur[2]) is int and type(prev[2]) is int:
+                dp, dth = cur[1] - prev[1], cur[2] - prev[2]
+                throttled = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp == 0 else None)
+            cid = self._cgroup_id(path)
+            out.append(CgroupLive(path, cid, self.container_name(cid) if cid else "", cur[0], throttled,
+                                  _psi_pct(prev[3], cur[3], cur[0] - prev[0])))
+        view = tuple(out)
+        self._cg_view = (self._cg_gen, view)
+        return view
 
     def host_psi(self) -> dict[str, dict[str, float]]:
-        return self._host_psi
+        """PSI stall share (%) of the host over the last interval (``/proc/pressure``)."""
+        cur, prev = self._host_cur, self._host_prev
+        if cur is None or prev is None or not cur[0] > prev[0]:
+            return {}
+        return _psi_pct(prev[1], cur[1], cur[0] - prev[0])
 
     def take_events(self) -> list[LiveEvent]:
         out, self._events = self._events, []
         return out
 
 
-def _psi_pct(prev: Any, cur: Any, dt: float) -> dict[str, dict[str, float]]:
+_PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
+_PSI_FIELDS = tuple((res, f"{kind}_total_usec") for res, kind in _PSI_KEYS)
+_Totals = tuple[float | None, ...]  # PSI *_total_usec in _PSI_KEYS order
+_Reading = tuple[float, Any, Any, _Totals]
+
+
+def _psi_totals(pressure: Any) -> _Totals:
+    """The cumulative PSI stall times (µs) of a cgroup's or the host's ``pressure`` reading."""
+    if type(pressure) is not dict:
+        return ()
+    out: list[float | None] = []
+    for res, key in _PSI_FIELDS:
+        r = pressure.get(res)
+        v = r.get(key) if type(r) is dict else None
+        out.append(v if isinstance(v, int | float) else None)
+    return tuple(out)
+
+
+def _psi_pct(prev: _Totals, cur: _Totals, dt: float) -> dict[str, dict[str, float]]:
     """Stall share (%) per resource and some|full between two PSI readings ``dt`` seconds apart."""
     out: dict[str, dict[str, float]] = {}
-    if not isinstance(prev, dict) or not isinstance(cur, dict) or dt <= 0:
+    if not prev or not cur or dt <= 0:
         return out
-    for res in PSI_RESOURCES:
-        a, b = prev.get(res), cur.get(res)
-        if not isinstance(a, dict) or not isinstance(b, dict):
-            continue
-        for kind in ("some", "full"):
-            x, y = _num(a.get(f"{kind}_total_usec")), _num(b.get(f"{kind}_total_usec"))
-            if x is not None and y is not None and y >= x:
-                out.setdefault(res, {})[kind] = min(100.0, 100.0 * (y - x) / (dt * 1e6))
+    for (res, kind), x, y in zip(_PSI_KEYS, prev, cur, strict=True):
+        if x is not None and y is not None and y >= x:
+            out.setdefault(res, {})[kind] = min(100.0, 100.0 * (y - x) / (dt * 1e6))
     return out

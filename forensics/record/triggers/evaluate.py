@@ -16,7 +16,8 @@ Cooldown and concurrency are not decided here: every firing is returned, the eng
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from forensics.record.live import LiveEvent, LiveState
@@ -25,6 +26,9 @@ from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
 
 __all__ = ["Evaluator", "Firing"]
+
+_OPS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+_EMPTY: dict[str, float] = {}
 
 
 @dataclass(frozen=True)
@@ -59,14 +63,30 @@ class Evaluator:
         self.rules = rules
         self.max_gap_s = max_gap_s
         self.active_sm_pct = active_sm_pct
-        self._holds: dict[tuple[str, str], _Hold] = {}
-        self._seen: dict[tuple[str, str], float] = {}  # (rule, subject) -> last sample time looked at
+        self._holds: dict[str, dict[str, _Hold]] = {}  # rule -> subject -> since when it holds
+        self._seen: dict[str, dict[str, float]] = {}  # rule -> subject -> last sample time looked at
         self.evaluations = 0
+        self._tick_values: dict[str, list[tuple[str, float, float, str]]] = {}
+        self._names: dict[str, tuple[str, str]] = {}  # container id -> (its name, the subject)
 
     # -- the figures each metric reads -----------------------------------------------------------
-    def _values(self, rule: Rule, live: LiveState) -> Iterator[tuple[str, float, float, str]]:
-        """(subject, sample time, value, member) for every subject the metric has a figure for."""
-        name = rule.name
+    def _values(self, name: str, live: LiveState) -> list[tuple[str, float, float, str]]:
+        """(subject, sample time, value, member) for every subject the metric has a figure for,
+        read once per tick for all the rules on that metric."""
+        got = self._tick_values.get(name)
+        if got is None:
+            got = self._tick_values[name] = list(self._read_values(name, live))
+        return got
+
+    def _cname(self, cid: str, name: str) -> str:
+        got = self._names.get(cid)
+        if got is None or got[0] != name:
+            if len(self._names) > 50_000:
+                self._names.clear()
+            got = self._names[cid] = (name, _container_name(cid, name))
+        return got[1]
+
+    def _read_values(self, name: str, live: LiveState) -> Iterator[tuple[str, float, float, str]]:
         if name == "gpu.util":
             for g in live.gpus():
                 if g.util_pct is not None:
@@ -79,33 +99,37 @@ class Evaluator:
         elif name == "container.throttled":
             for c in live.cgroups():
                 if c.container_id and c.throttled_pct is not None:
-                    yield _container_name(c.container_id, c.container_name), c.t, c.throttled_pct, cgroups_spec.SAMPLES
+                    yield self._cname(c.container_id, c.container_name), c.t, c.throttled_pct, cgroups_spec.SAMPLES
         elif name.startswith("psi."):
             _, res, kind = name.split(".")
-            host = live.host_psi().get(res, {}).get(kind)
+            host = live.host_psi().get(res, _EMPTY).get(kind)
             cgs = live.cgroups()
             if host is not None:
                 t = max((c.t for c in cgs if c.path == "/"), default=max((c.t for c in cgs), default=0.0))
                 yield "host", t, host, cgroups_spec.SAMPLES
             for c in cgs:
-                v = c.psi_pct.get(res, {}).get(kind)
+                v = c.psi_pct.get(res, _EMPTY).get(kind)
                 if c.container_id and v is not None:
-                    yield _container_name(c.container_id, c.container_name), c.t, v, cgroups_spec.SAMPLES
+                    yield self._cname(c.container_id, c.container_name), c.t, v, cgroups_spec.SAMPLES
 
     def _threshold(self, rule: Rule, live: LiveState) -> list[Firing]:
         out: list[Firing] = []
-        for subject, t, value, member in self._values(rule, live):
-            key = (rule.text, subject)
-            last = self._seen.get(key)
+        cmp, limit = _OPS[rule.op], rule.threshold
+        assert limit is not None  # a threshold rule always has one
+        holds = self._holds.setdefault(rule.text, {})
+        seen = self._seen.setdefault(rule.text, {})
+        for subject, t, value, member in self._values(rule.name, live):
+            if not cmp(value, limit):  # the common case: nothing to remember
+                if subject in holds:
+                    del holds[subject]
+                continue
+            last = seen.get(subject)
             if last is not None and t <= last:
                 continue  # stale: nothing new about this subject
-            self._seen[key] = t
-            hold = self._holds.get(key)
-            if not rule.holds(value):
-                self._holds.pop(key, None)
-                continue
+            seen[subject] = t
+            hold = holds.get(subject)
             if hold is None or t - hold.last_t > self.max_gap_s:
-                hold = self._holds[key] = _Hold(t, t)
+                hold = holds[subject] = _Hold(t, t)
             hold.last_t = t
             if t - hold.since >= rule.duration_s:
                 held = f" for {t - hold.since:.0f} s" if rule.duration_s else ""
@@ -143,6 +167,7 @@ class Evaluator:
 
     def evaluate_with(self, live: LiveState, events: list[LiveEvent]) -> list[Firing]:
         self.evaluations += 1
+        self._tick_values = {}
         out: list[Firing] = []
         for rule in self.rules:
             if rule.kind == "threshold":
@@ -151,10 +176,10 @@ class Evaluator:
                 out.extend(self._unallocated(rule, live))
             else:
                 out.extend(self._event(rule, events))
-        if len(self._seen) > 50_000:  # subjects come and go (containers): forget the old ones
-            newest = max(self._seen.values())
-            self._seen = {k: v for k, v in self._seen.items() if v > newest - 3600}
-            self._holds = {k: h for k, h in self._holds.items() if k in self._seen}
+        for rule_text, seen in self._seen.items():  # subjects come and go (containers): forget old ones
+            if len(seen) > 50_000:
+                newest = max(seen.values())
+                self._seen[rule_text] = {k: v for k, v in seen.items() if v > newest - 3600}
         return out
 
 

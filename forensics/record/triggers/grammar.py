@@ -71,11 +71,6 @@ class Rule:
     xid: int | None = None
     threshold_from: str = ""  # the analysis threshold it came from, when not written in the rule
 
-    def holds(self, value: float) -> bool:
-        assert self.threshold is not None
-        return {">": value > self.threshold, ">=": value >= self.threshold,
-                "<": value < self.threshold, "<=": value <= self.threshold}[self.op]
-
     @property
     def lead_up_s(self) -> float:
         """How long before the firing the condition began (what the capture's --since must cover)."""
