@@ -89,7 +89,12 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
 def _trigger_options(rules: tuple[str, ...], config_file: Path | None, bundles_dir: Path | None, duration: str,
                      cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_timeout: str) -> Any:
     """``record --trigger`` and its bounds, checked before anything runs (None: no trigger)."""
-    from forensics.record.triggers import TriggerOptions, load_trigger_config, parse_on_capture, parse_rules
+    from forensics.record.triggers import (
+        TriggerOptions,
+        load_trigger_config,
+        parse_on_capture,
+        parse_rules,
+    )
 
     cfg, from_file = load_trigger_config(config_file)
     texts = (*from_file, *rules)
