@@ -147,7 +147,9 @@ class LiveState:
     def __init__(self, max_identity_bytes: int = 64 << 20, psi_some_floor: float = 20.0,
                  psi_full_floor: float = 10.0) -> None:
         self.max_identity_bytes = max_identity_bytes
+        self.max_window_bytes = max(1 << 16, max_identity_bytes // 16)
         self.psi_floors = (psi_some_floor, psi_full_floor)
+        self.forget_s = 600.0
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
         self._procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
@@ -166,6 +168,7 @@ class LiveState:
         self._identity: OrderedDict[str, bytes] = OrderedDict()
         self._identity_bytes = 0
         self._known_pids: set[int] = set()
+        self._pid_seen: dict[int, float] = {}  # GPU PID -> when NVML last listed it
         self._dirty = False
         self._attr: Attribution | None = None
         self._grants: dict[tuple[int, str, str | None], tuple[OwnerInfo, Grant]] = {}
@@ -198,6 +201,9 @@ class LiveState:
             self._identity_bytes -= len(old)
             if append:
                 data = old + data
+                if len(data) > self.max_window_bytes:  # proc/window.jsonl: the newest lines, whole
+                    cut = data.find(b"\n", len(data) - self.max_window_bytes // 2)
+                    data = data[cut + 1:] if cut >= 0 else b""
         self._identity[member] = data
         self._identity_bytes += len(data)
         while self._identity_bytes > self.max_identity_bytes and len(self._identity) > 1:
@@ -265,6 +271,8 @@ class LiveState:
         self._proc_view = None
         last_tick, kept = self._nvml_tick
         self._nvml_tick = (tick, kept + lines if last_tick == tick else lines)
+        for p in procs:
+            self._pid_seen[p[0]] = p[4]
         fresh = {p[0] for p in procs} - self._known_pids
         if fresh:
             self._known_pids |= fresh
@@ -343,6 +351,7 @@ class LiveState:
         """Re-run the attribution if identities changed since the last run; True when it ran."""
         if not (self._dirty or force):
             return False
+        self._forget_gone()
         members = dict(self._identity)
         if self._nvml_tick[1]:
             members[nvml_spec.SAMPLES] = ("\n".join(self._nvml_tick[1]) + "\n").encode("utf-8", "surrogateescape")
@@ -354,6 +363,21 @@ class LiveState:
         self.refreshes += 1
         self._cg_view = (-1, ())  # container names may be known now
         return True
+
+    def _forget_gone(self) -> None:
+        """Drop the ``proc/<pid>/`` members of GPU PIDs NVML has not listed for ``forget_s``: the
+        attribution then reads what is on the GPUs now, not the whole history (the ring keeps that)."""
+        newest = max(self._pid_seen.values(), default=0.0)
+        gone = {pid for pid, t in self._pid_seen.items() if t < newest - self.forget_s}
+        if not gone:
+            return
+        for pid in gone:
+            del self._pid_seen[pid]
+            self._known_pids.discard(pid)
+        prefix = procfs_spec.PREFIX
+        for name in [m for m in self._identity if m.startswith(prefix) and m[len(prefix):].split("/", 1)[0].isdigit()
+                     and int(m[len(prefix):].split("/", 1)[0]) in gone]:
+            self._identity_bytes -= len(self._identity.pop(name))
 
     @property
     def dirty(self) -> bool:

@@ -361,7 +361,8 @@ class TriggerEngine:
     def status(self) -> dict[str, Any]:
         return {"rules": {k: dict(v) for k, v in self.per_rule.items()}, **dict(self.counters),
                 "bundles": list(self.bundles[-20:]), "evaluations": self.evaluator.evaluations,
-                "evaluation_s": round(self.eval_s, 6), "capture_running": self.running is not None}
+                "evaluation_s": round(self.eval_s, 6), "attributions": self.live.refreshes,
+                "capture_running": self.running is not None}
 
 
 def _enter_capture_child(parent: int) -> None:

@@ -100,3 +100,28 @@ def test_malformed_lines_are_ignored(line: str) -> None:
     for member in ("nvml/samples.jsonl", "cgroup/samples.jsonl", "kernel/window.jsonl", "nvml/events.jsonl"):
         state.feed(0.0, 0.0, member, "append", line + "\n")
     assert state.gpus() == () and state.cgroups() == () and state.take_events() == []
+
+
+def test_what_the_live_state_keeps_is_bounded() -> None:
+    state = LiveState(max_identity_bytes=1 << 20)
+    line = json.dumps({"pid": 1, "pad": "x" * 200}) + "\n"
+    for _ in range(20_000):  # PIDs seen over a long run: the newest lines are kept, whole
+        state.feed(0.0, 0.0, "proc/window.jsonl", "append", line)
+    kept = state._identity["proc/window.jsonl"]
+    assert len(kept) <= state.max_window_bytes and kept.endswith(b"\n") and kept.startswith(b"{")
+    for i in range(3000):
+        state.feed(0.0, 0.0, f"proc/{i}/cgroup", "write", "0::/" + "y" * 1000 + "\n")
+    assert state._identity_bytes <= state.max_identity_bytes
+
+
+def test_gpu_pids_gone_a_while_are_forgotten_at_the_next_attribution() -> None:
+    state = LiveState()
+    replay(SAMPLES / "unallocated-gpu-use.tgz", state)
+    state.refresh()
+    assert any(m.startswith("proc/6768/") for m in state._identity)
+    later = json.dumps({"kind": "device", "tick": 10_000, "t": 1796021931.0 + 3600, "gpu_index": 0, "uuid": "GPU-x",
+                        "nvml": {}, "processes": [{"pid": 424242, "usedGpuMemory": 1}]})
+    state.feed(0.0, 0.0, "nvml/samples.jsonl", "append", later + "\n")
+    assert state.refresh()
+    assert not any(m.startswith(("proc/6768/", "proc/6718/")) for m in state._identity)
+    assert any(m.startswith("docker/") for m in state._identity)  # only the gone PIDs' files
