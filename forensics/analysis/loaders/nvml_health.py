@@ -6,7 +6,8 @@ after sampling, phase ``end``; absent from older bundles): ``nvmlDeviceGetTotalE
 and aggregate, corrected and uncorrected), ``nvmlDeviceGetRetiredPages_v2`` (per cause: the pages'
 list), ``nvmlDeviceGetRetiredPagesPendingStatus``, ``nvmlDeviceGetRemappedRows`` (``corrRows``,
 ``uncRows``, ``isPending``, ``failureOccurred``), ``nvmlDeviceGetPcieReplayCounter``,
-``nvmlDeviceGetGpuRecoveryAction``. A value NVML did not give is None (its reason stays in the bundle).
+the recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, recorded as
+``nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)``). A value NVML did not give is None (its reason stays in the bundle).
 GpuIsLost: any call of a device in ``devices.json`` or a ``samples.jsonl`` line whose missing reason
 is ``gpu_is_lost`` is a witness (the first and the last such reading of each GPU are kept).
 """
@@ -39,7 +40,7 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     "remap_pending": ("nvmlDeviceGetRemappedRows", "isPending"),
     "remap_failure": ("nvmlDeviceGetRemappedRows", "failureOccurred"),
     "pcie_replay_counter": ("nvmlDeviceGetPcieReplayCounter", None),
-    "gpu_recovery_action": ("nvmlDeviceGetGpuRecoveryAction", None),
+    "gpu_recovery_action": ("nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)", None),
 }
 _REMAP_INDEX = {"corrRows": 0, "uncRows": 1, "isPending": 2, "failureOccurred": 3}
 

@@ -2,7 +2,7 @@
 
 Sources: the memory-error counters of the snapshot and of the reading after sampling
 (``nvmlDeviceGetTotalEccErrors``, ``GetRetiredPages_v2``, ``GetRetiredPagesPendingStatus``,
-``GetRemappedRows``) and ``nvmlDeviceGetGpuRecoveryAction``, compared between the start and the end
+``GetRemappedRows``) and the recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``), compared between the start and the end
 of the window.
 
 Next step: gpu-memory-health: reset the GPU when a reset is needed, open an RMA/support case for a
@@ -26,7 +26,7 @@ __all__ = ["GPU_MEMORY_HEALTH", "GPU_RECOVERY_ACTION", "RECOVERY_ACTIONS", "gpu_
 GPU_MEMORY_HEALTH = FindingKind("gpu-memory-health", severity="high", needs=("nvml",), rank=82, hardware=True)
 GPU_RECOVERY_ACTION = FindingKind("gpu-recovery-action", severity="high", needs=("nvml",), rank=84, hardware=True)
 
-#: nvmlDeviceGetGpuRecoveryAction values (nvmlDeviceGpuRecoveryAction_t, NVML API reference).
+#: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION values (nvmlDeviceGpuRecoveryAction_t, NVML API reference).
 RECOVERY_ACTIONS: dict[int, str] = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P",
                                     4: "drain P2P and reset the GPU", 5: "recover the IMEX domain",
                                     6: "reset the GPU's PCIe bus", 7: "reboot the system"}
@@ -122,7 +122,7 @@ def gpu_memory_health(model: Model, cfg: AnalysisConfig) -> list[Finding]:
 
 @GPU_RECOVERY_ACTION.rule
 def gpu_recovery_action(model: Model, cfg: AnalysisConfig) -> list[Finding]:
-    """A GPU for which the driver recommends a recovery action (``nvmlDeviceGetGpuRecoveryAction``
+    """A GPU for which the driver recommends a recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``
     other than NONE), decoded."""
     findings: list[Finding] = []
     for (node, uuid), (first, last) in sorted(_health_pairs(model).items()):
@@ -137,7 +137,7 @@ def gpu_recovery_action(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         findings.append(Finding(
             kind=GPU_RECOVERY_ACTION.id, severity="critical" if value in (2, 7) else GPU_RECOVERY_ACTION.severity,
             confidence=GPU_RECOVERY_ACTION.confidence(model, node, 0.95, cfg),
-            summary=f"The driver recommends {action} for {gl} (nvmlDeviceGetGpuRecoveryAction = {value})",
+            summary=f"The driver recommends {action} for {gl} (NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {value})",
             start=reading.t if reading else None, end=reading.t if reading else None, node=node,
             subjects=(gpu.subject() if gpu else Subject("gpu", uuid, uuid, node),),
             evidence=(cite,) if cite else (), metrics=(("recovery_action", value), ("meaning", action)),

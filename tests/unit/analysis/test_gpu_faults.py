@@ -194,7 +194,7 @@ def _health(b: BundleSpec, index: int, *, pending: int = 0, failure: int = 0, un
         "nvmlDeviceGetPcieReplayCounter": _v(0),
     }
     if recovery is not None:
-        nvml["nvmlDeviceGetGpuRecoveryAction"] = _v(recovery)
+        nvml["nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)"] = _v(recovery)
     return nvml
 
 
