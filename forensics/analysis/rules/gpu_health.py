@@ -20,7 +20,7 @@ from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.thresholds import AnalysisConfig
 
-__all__ = ["GPU_MEMORY_HEALTH", "GPU_RECOVERY_ACTION", "RECOVERY_ACTIONS", "gpu_memory_health",
+__all__ = ["GPU_MEMORY_HEALTH", "GPU_RECOVERY_ACTION", "RECOVERY_ACTIONS", "gpu_memory_health", "health_pairs",
            "gpu_recovery_action"]
 
 GPU_MEMORY_HEALTH = FindingKind("gpu-memory-health", severity="high", needs=("nvml",), rank=82, hardware=True)
@@ -32,7 +32,7 @@ RECOVERY_ACTIONS: dict[int, str] = {0: "none", 1: "GPU reset", 2: "node reboot",
                                     6: "reset the GPU's PCIe bus", 7: "reboot the system"}
 
 
-def _health_pairs(model: Model) -> dict[tuple[str, str], tuple[GpuHealthReading | None, GpuHealthReading | None]]:
+def health_pairs(model: Model) -> dict[tuple[str, str], tuple[GpuHealthReading | None, GpuHealthReading | None]]:
     out: dict[tuple[str, str], list[GpuHealthReading | None]] = defaultdict(lambda: [None, None])
     for r in model.gpu_health:
         slot = out[(r.node, r.gpu_uuid)]
@@ -61,7 +61,7 @@ def gpu_memory_health(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     or that recorded memory errors; counters that moved between the start and the end of the window
     are named (stronger evidence: it happened during the incident)."""
     findings: list[Finding] = []
-    for (node, uuid), (first, last) in sorted(_health_pairs(model).items()):
+    for (node, uuid), (first, last) in sorted(health_pairs(model).items()):
         value = {n: _latest(first, last, n) for n in _MEMORY_COUNTERS}
         moved = []
         if first is not None and last is not None:
@@ -125,7 +125,7 @@ def gpu_recovery_action(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A GPU for which the driver recommends a recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``
     other than NONE), decoded."""
     findings: list[Finding] = []
-    for (node, uuid), (first, last) in sorted(_health_pairs(model).items()):
+    for (node, uuid), (first, last) in sorted(health_pairs(model).items()):
         value = _latest(first, last, "gpu_recovery_action")
         if not value:
             continue

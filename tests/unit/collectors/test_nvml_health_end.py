@@ -91,3 +91,30 @@ def test_a_healthy_gpu_and_an_old_driver_without_the_field(sim_lib: Path, tmp_pa
     assert "gpu-recovery-action" not in kinds and "gpu-memory-health" not in kinds
     gpus = {g["uuid"]: g for g in doc["gpus"]}
     assert gpus[sc.gpu_uuid(0)]["vbios_version"] is None
+
+
+def test_links_that_degraded_during_the_window(sim_lib: Path, tmp_path: Path) -> None:
+    sc = Scenario()
+    # GPU 0, busy: its PCIe link drops from x16 to x8 at 2 s and 60 replays happen.
+    sc.add_gpu(gpu_util=90, pcie_width_curr=[(0, 16), (2, 8)], pcie_replay_counter=[(0, 5), (2, 65)])
+    # GPU 1, idle at Gen1 (power saving, not degradation): NVLink 2 counts 40 CRC flit errors and
+    # link 3 goes down at 2 s.
+    sc.add_gpu(gpu_util=0, pcie_gen_curr=1, nvlink_links=4,
+               attrs={"nvlink_crc_flit_2": [(0, 3), (2, 43)], "nvlink_state_3": [(0, 1), (2, 0)]})
+    sc.add_gpu(nvlink_links=4)  # healthy links
+    bundle, health_end = _capture(sc, tmp_path, sim_lib)
+    assert health_end["devices"][1]["nvml"]["nvmlDeviceGetNvLinkState(3)"]["decoded"] == "Disabled"
+
+    kinds = _by_kind(analyze_bundles([bundle]))
+    (pcie,) = kinds["gpu-pcie-degraded"]
+    assert pcie["subjects"][0]["id"] == sc.gpu_uuid(0) and pcie["severity"] == "medium"
+    m = pcie["metrics"]
+    assert (m["width"], m["max_width"], m["degraded_at_start"], m["degraded_at_end"]) == ("x8", "x16", 0, 1)
+    assert m["replays_in_window"] == 60
+    assert "link width x8 of x16 by the end of the window" in pcie["summary"]
+    assert {e["member"].rsplit("/", 1)[-1] for e in pcie["evidence"]} == {"devices.json", "health_end.json"}
+    (nvl,) = kinds["gpu-nvlink-errors"]
+    assert nvl["subjects"][0]["id"] == sc.gpu_uuid(1) and nvl["severity"] == "high"
+    assert nvl["metrics"]["links_went_down"] == 1 and nvl["metrics"]["links_with_errors"] == "2"
+    assert "link 3 went down during the window" in nvl["summary"]
+    assert "link 2: CRC flit +40" in nvl["summary"]
