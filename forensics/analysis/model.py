@@ -420,6 +420,23 @@ class GpuHealthReading:
 
 
 @dataclass(frozen=True)
+class NodeGpuResource:
+    """A GPU resource the node advertises (``kubernetes/node.json``: ``status.capacity`` and
+    ``status.allocatable``, read at ``t``), and the device ids the kubelet reports allocatable for it
+    (pod-resources ``GetAllocatableResources``; None when not captured): the device plugin leaves a
+    GPU it found unhealthy out of both."""
+
+    node: str
+    resource: str
+    capacity: int
+    allocatable: int | None
+    t: float | None
+    evidence: Evidence
+    allocatable_ids: tuple[str, ...] | None = None
+    ids_evidence: Evidence | None = None
+
+
+@dataclass(frozen=True)
 class CudaOom:
     """A CUDA out-of-memory message in a container's log."""
 
@@ -513,6 +530,7 @@ class Model:
     xids: list[XidEvent] = field(default_factory=list)
     lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
     gpu_health: list[GpuHealthReading] = field(default_factory=list)
+    node_gpu_resources: list[NodeGpuResource] = field(default_factory=list)
     shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)

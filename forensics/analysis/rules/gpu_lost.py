@@ -32,7 +32,8 @@ from forensics.analysis.xid_catalog import xid_info
 
 __all__ = ["GPU_LOST", "gpu_lost"]
 
-GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78, hardware=True)
+GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78, hardware=True,
+                       causes=("gpu-allocatable-reduced",))
 
 
 @GPU_LOST.rule
