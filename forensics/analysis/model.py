@@ -437,6 +437,20 @@ class NodeGpuResource:
 
 
 @dataclass(frozen=True)
+class DStateHolder:
+    """A process in uninterruptible sleep (``D``) holding NVIDIA device files open
+    (``proc/dstate.json``): it cannot be killed, and keeps its GPU memory until it leaves the driver."""
+
+    node: str
+    pid: int
+    comm: str | None
+    wchan: str | None
+    devices: tuple[str, ...]
+    t: float | None
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
 class CudaOom:
     """A CUDA out-of-memory message in a container's log."""
 
@@ -531,6 +545,8 @@ class Model:
     lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
     gpu_health: list[GpuHealthReading] = field(default_factory=list)
     node_gpu_resources: list[NodeGpuResource] = field(default_factory=list)
+    dstate_holders: list[DStateHolder] = field(default_factory=list)
+    dstate_scanned: set[str] = field(default_factory=set)  # nodes whose bundle has proc/dstate.json
     shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)
