@@ -20,7 +20,7 @@ device plugin pod so it registers the GPU as healthy again.
 from __future__ import annotations
 
 from forensics.analysis.findings import Evidence, Finding, Subject
-from forensics.analysis.kinds import FindingKind, Harm
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Gpu, Model, NodeGpuResource, norm_pci
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
@@ -104,6 +104,16 @@ def gpu_allocatable_reduced(model: Model, cfg: AnalysisConfig) -> list[Finding]:
 @GPU_ALLOCATABLE_REDUCED.harm
 def _allocatable_harm(f: Finding, h: Harm) -> str:
     return f"had {f.metric('unhealthy')} {f.metric('resource')} marked unhealthy at {h.when}"
+
+
+@GPU_ALLOCATABLE_REDUCED.ruled_out(rank=72)
+def _allocatable_full(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    full = [r for r in c.model.node_gpu_resources if r.node == c.node and r.allocatable is not None]
+    if GPU_ALLOCATABLE_REDUCED.id in c.found or not full:
+        return None
+    return ("the node's allocatable GPU resources equal its capacity ("
+            + ", ".join(f"{r.resource} {r.allocatable} of {r.capacity}" for r in full)
+            + "): the device plugin marked no GPU unhealthy", [r.evidence for r in full][:4])
 
 
 @GPU_ALLOCATABLE_REDUCED.next_step

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
-from forensics.analysis.kinds import FindingKind, Harm
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuHealthReading, Model
 from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
@@ -144,6 +144,22 @@ def gpu_recovery_action(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             key=f"recovery:{node}:{uuid}", headline=f"the driver recommends {action} for {gl}",
         ))
     return findings
+
+
+@GPU_MEMORY_HEALTH.ruled_out(rank=15)
+def _no_memory_errors(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    """No memory-error counter of any GPU of the node says reset, RMA or recorded errors."""
+    pairs = [(a, b) for (node, _), (a, b) in sorted(health_pairs(c.model).items()) if node == c.node
+             and any(r is not None and any(r.get(n) is not None for n in _MEMORY_COUNTERS) for r in (a, b))]
+    if GPU_MEMORY_HEALTH.id in c.found or not pairs:
+        return None
+    both = sum(1 for a, b in pairs if a is not None and b is not None)
+    when = "at the start and end of the window" if both == len(pairs) else "when read"
+    evidence = [e for a, b in pairs for r in (b or a,) if r is not None
+                for n in ("ecc_uncorrected_volatile", "remapped_rows_uncorrectable") if (e := r.cite(n)) is not None]
+    return (f"no memory-error counter NVML gave for the {len(pairs)} GPU(s) of {c.node} {when} shows an "
+            "uncorrectable ECC error, a pending or failed row remap or a retired page",
+            list(dedupe_evidence(evidence, limit=4)))
 
 
 @GPU_MEMORY_HEALTH.next_step

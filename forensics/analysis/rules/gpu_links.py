@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
-from forensics.analysis.kinds import FindingKind, Harm
+from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuHealthReading, Model
 from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
@@ -203,6 +203,34 @@ def gpu_nvlink_errors(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             key=f"nvlink:{node}:{uuid}", headline=f"{gl} had NVLink errors",
         ))
     return findings
+
+
+def _node_pairs(c: RuledOutCheck) -> list[tuple[GpuHealthReading | None, GpuHealthReading | None]]:
+    return [pair for (node, _), pair in sorted(health_pairs(c.model).items()) if node == c.node]
+
+
+@GPU_PCIE_DEGRADED.ruled_out(rank=22)
+def _no_pcie_degradation(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    pairs = [p for p in _node_pairs(c) if any(r is not None and r.get("pcie_width_curr") is not None for r in p)]
+    if GPU_PCIE_DEGRADED.id in c.found or not pairs:
+        return None
+    both = sum(1 for a, b in pairs if a is not None and b is not None)
+    tail = (f"; no PCIe replay on {both} GPU(s) read at both ends of the window" if both
+            else "; read once (no end-of-window reading to compare replay counters)")
+    return (f"every GPU of {c.node} ran its PCIe link at full width ({len(pairs)} GPU(s)){tail}",
+            list(dedupe_evidence(_cite(tuple(r for p in pairs for r in p), ["pcie_width_curr"]), limit=4)))
+
+
+@GPU_NVLINK_ERRORS.ruled_out(rank=23)
+def _no_nvlink_errors(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
+    pairs = [p for p in _node_pairs(c) if p[0] is not None and p[1] is not None and (_links(p[0]) or _links(p[1]))]
+    if GPU_NVLINK_ERRORS.id in c.found or not pairs:
+        return None
+    links = sum(len(_links(a) | _links(b)) for a, b in pairs)
+    return (f"no NVLink of {c.node} went down or counted errors during the window ({links} link(s) on "
+            f"{len(pairs)} GPU(s) read at both ends)",
+            list(dedupe_evidence(_cite(tuple(r for p in pairs for r in p),
+                                       [f"nvlink_{link}_state" for link in range(18)]), limit=4)))
 
 
 @GPU_PCIE_DEGRADED.next_step

@@ -59,7 +59,10 @@ def test_full_allocatable_is_no_finding(analyze: Analyze) -> None:
     b.gpu(0)
     _node(b, 1, 1)
     b.kmsg(T0 - 20, XID79.format(bus="3B"))
-    assert "gpu-allocatable-reduced" not in kinds(analyze(b))
+    doc = analyze(b)
+    assert "gpu-allocatable-reduced" not in kinds(doc)
+    (r,) = [r for r in doc["ruled_out"] if r["kind"] == "gpu-allocatable-reduced"]
+    assert "nvidia.com/gpu 1 of 1" in r["statement"] and r["evidence"][0]["member"] == "kubernetes/node.json"
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),

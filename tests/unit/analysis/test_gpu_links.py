@@ -73,7 +73,10 @@ class TestPcieDegraded:
 
     def test_a_full_link_and_old_replays_are_no_finding(self, analyze: Analyze) -> None:
         # 500 replays since the driver loaded, none during the window
-        assert "gpu-pcie-degraded" not in kinds(analyze(_bundle(_pcie(replays=500), _pcie(replays=500))))
+        doc = analyze(_bundle(_pcie(replays=500), _pcie(replays=500)))
+        assert "gpu-pcie-degraded" not in kinds(doc)
+        (r,) = [r for r in doc["ruled_out"] if r["kind"] == "gpu-pcie-degraded"]
+        assert "full width (1 GPU(s)); no PCIe replay on 1 GPU(s) read at both ends" in r["statement"], r
 
 
 class TestNvlinkErrors:
@@ -90,6 +93,9 @@ class TestNvlinkErrors:
         counters = {(0, "CRC_FLIT"): 900, (1, "REPLAY"): 4}
         doc = analyze(_bundle(_nvlink([1, 1], counters), _nvlink([1, 1], counters)))
         assert "gpu-nvlink-errors" not in kinds(doc)
+        (r,) = [r for r in doc["ruled_out"] if r["kind"] == "gpu-nvlink-errors"]
+        assert "(2 link(s) on 1 GPU(s) read at both ends)" in r["statement"]
+        assert r["evidence"] and r["evidence"][0]["member"] == "nvml/devices.json"
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
