@@ -16,7 +16,7 @@ from collections import defaultdict
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuHealthReading, Model
-from forensics.analysis.naming import gpu_label
+from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.thresholds import AnalysisConfig
 
@@ -134,13 +134,21 @@ def gpu_recovery_action(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         gl = gpu_label(model, node, uuid)
         gpu = model.gpus.get((node, uuid))
         cite = reading.cite("gpu_recovery_action") if reading else None
+        before = first.get("gpu_recovery_action") if first is not None and reading is last else None
+        changed = False
+        summary = f"The driver recommends {action} for {gl} (NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {value})"
+        if before is not None and before != value:
+            changed = True
+            summary += (f"; it changed during the window (it was {RECOVERY_ACTIONS.get(before, before)} "
+                        f"at {fmt_time(first.t if first else None)})")
+        evidence = [e for e in ((first.cite("gpu_recovery_action") if changed and first else None), cite) if e]
         findings.append(Finding(
             kind=GPU_RECOVERY_ACTION.id, severity="critical" if value in (2, 7) else GPU_RECOVERY_ACTION.severity,
             confidence=GPU_RECOVERY_ACTION.confidence(model, node, 0.95, cfg),
-            summary=f"The driver recommends {action} for {gl} (NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {value})",
-            start=reading.t if reading else None, end=reading.t if reading else None, node=node,
+            summary=summary, start=reading.t if reading else None, end=reading.t if reading else None, node=node,
             subjects=(gpu.subject() if gpu else Subject("gpu", uuid, uuid, node),),
-            evidence=(cite,) if cite else (), metrics=(("recovery_action", value), ("meaning", action)),
+            evidence=tuple(evidence), metrics=(("recovery_action", value), ("meaning", action),
+                                               ("changed_during_window", int(changed))),
             key=f"recovery:{node}:{uuid}", headline=f"the driver recommends {action} for {gl}",
         ))
     return findings

@@ -68,7 +68,8 @@ def test_a_gpu_that_went_bad_during_the_window(sim_lib: Path, tmp_path: Path) ->
     (rec,) = kinds["gpu-recovery-action"]
     assert rec["severity"] == "critical" and rec["metrics"]["meaning"] == "node reboot"
     assert rec["subjects"][0]["id"] == sc.gpu_uuid(0)
-    assert rec["evidence"][0]["member"].endswith("nvml/health_end.json")
+    assert rec["metrics"]["changed_during_window"] == 1 and "it changed during the window (it was none" in rec["summary"]
+    assert [e["member"].rsplit("/", 1)[-1] for e in rec["evidence"]] == ["devices.json", "health_end.json"]
     (mem,) = kinds["gpu-memory-health"]
     assert mem["subjects"][0]["id"] == sc.gpu_uuid(0)
     assert mem["metrics"]["verdict"] == "reset-needed" and mem["severity"] == "critical"
