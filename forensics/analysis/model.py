@@ -403,7 +403,8 @@ class GpuHealthReading:
     """A GPU's health counters at one moment (``phase``: ``start`` = the snapshot, ``end`` = the reading
     after sampling): ``counters`` name -> value (None when NVML did not give it), from
     nvmlDeviceGetTotalEccErrors, GetRetiredPages(_v2), GetRetiredPagesPendingStatus, GetRemappedRows,
-    GetPcieReplayCounter, GetGpuRecoveryAction; ``evidence`` per counter name."""
+    GetPcieReplayCounter, the PCIe link width/generation, NVLink state and error counters per link
+    (``nvlink_<link>_<counter>``) and the recovery action field; ``evidence`` per counter name."""
 
     node: str
     gpu_uuid: str
