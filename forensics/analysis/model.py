@@ -403,7 +403,8 @@ class GpuHealthReading:
     """A GPU's health counters at one moment (``phase``: ``start`` = the snapshot, ``end`` = the reading
     after sampling): ``counters`` name -> value (None when NVML did not give it), from
     nvmlDeviceGetTotalEccErrors, GetRetiredPages(_v2), GetRetiredPagesPendingStatus, GetRemappedRows,
-    GetPcieReplayCounter, GetGpuRecoveryAction; ``evidence`` per counter name."""
+    GetPcieReplayCounter, the PCIe link width/generation, NVLink state and error counters per link
+    (``nvlink_<link>_<counter>``) and the recovery action field; ``evidence`` per counter name."""
 
     node: str
     gpu_uuid: str
@@ -417,6 +418,37 @@ class GpuHealthReading:
 
     def cite(self, name: str) -> Evidence | None:
         return next((e for k, e in self.evidence if k == name), None)
+
+
+@dataclass(frozen=True)
+class NodeGpuResource:
+    """A GPU resource the node advertises (``kubernetes/node.json``: ``status.capacity`` and
+    ``status.allocatable``, read at ``t``), and the device ids the kubelet reports allocatable for it
+    (pod-resources ``GetAllocatableResources``; None when not captured): the device plugin leaves a
+    GPU it found unhealthy out of both."""
+
+    node: str
+    resource: str
+    capacity: int
+    allocatable: int | None
+    t: float | None
+    evidence: Evidence
+    allocatable_ids: tuple[str, ...] | None = None
+    ids_evidence: Evidence | None = None
+
+
+@dataclass(frozen=True)
+class DStateHolder:
+    """A process in uninterruptible sleep (``D``) holding NVIDIA device files open
+    (``proc/dstate.json``): it cannot be killed, and keeps its GPU memory until it leaves the driver."""
+
+    node: str
+    pid: int
+    comm: str | None
+    wchan: str | None
+    devices: tuple[str, ...]
+    t: float | None
+    evidence: Evidence
 
 
 @dataclass(frozen=True)
@@ -513,6 +545,9 @@ class Model:
     xids: list[XidEvent] = field(default_factory=list)
     lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
     gpu_health: list[GpuHealthReading] = field(default_factory=list)
+    node_gpu_resources: list[NodeGpuResource] = field(default_factory=list)
+    dstate_holders: list[DStateHolder] = field(default_factory=list)
+    dstate_scanned: set[str] = field(default_factory=set)  # nodes whose bundle has proc/dstate.json
     shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
     cuda_ooms: list[CudaOom] = field(default_factory=list)
     log_signals: list[LogSignal] = field(default_factory=list)

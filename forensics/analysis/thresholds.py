@@ -58,6 +58,9 @@ class AnalysisConfig:
     net_drops_min: int = 100
     # gpu-clock-throttle: fraction of samples with a thermal/power/hardware slowdown bit.
     clock_throttle_min_ratio: float = 0.1
+    # gpu-pcie-degraded: a PCIe generation below the maximum counts only on a GPU this busy (mean
+    # utilization, %): an idle GPU lowers its link speed to save power.
+    pcie_gen_busy_util_pct: float = 10.0
     # A GPU process counts as "active" when it has SM utilization above this or holds memory.
     process_active_sm_pct: float = 1.0
     # gpu-exporter-blind-spot: a GPU counted busy at this utilization (%), for at least this many

@@ -8,7 +8,9 @@ and ``/proc/<pid>/environ`` (both redacted), ``readlink /proc/<pid>/ns/{pid,cgro
 PIDs of interest: ``ctx.hint("pids")`` (GPU and container processes from earlier collectors),
 every PID whose cgroup attributes to a container or pod, and every PID with ``--all-processes``.
 Members: ``proc/<pid>/{cgroup,stat,status}`` verbatim, ``proc/<pid>/{cmdline,environ}``
-(NUL-separated, after redaction), ``proc/<pid>/ns.json``, and the derived ``proc/index.json``. Publishes the hints
+(NUL-separated, after redaction), ``proc/<pid>/ns.json``, the derived ``proc/index.json``, and
+``proc/dstate.json`` (every process in uninterruptible sleep, its ``wchan`` and the ``/dev/nvidia*``
+files it holds open, from ``stat`` and the ``fd`` links only). Publishes the hints
 ``cgroup_paths``, ``container_ids`` and ``pod_uids``. See docs/bundle-format/host-evidence.md.
 
 With a host cgroup root (``--set cgroups.root=DIR`` or ``GPUFORENSICS_CGROUP_ROOT``: a capture pod
@@ -20,11 +22,13 @@ and the published hints keep the paths as read.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.cgroupns import make_resolver
+from forensics.collectors.hostfs.dstate import scan_dstate_gpu_holders
 from forensics.collectors.hostfs.files import describe_os_error, read_small
 from forensics.collectors.hostfs.proc import (
     ProcessCgroup,
@@ -44,7 +48,7 @@ from forensics.parsing.procfs import (
     start_time_unix,
 )
 from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
-from forensics.specs.procfs import INDEX, SPEC, WINDOW, pid_member
+from forensics.specs.procfs import DSTATE, INDEX, SPEC, WINDOW, pid_member
 
 if TYPE_CHECKING:
     from forensics.collectors.hostfs.cgroupns import NamespaceResolver
@@ -155,10 +159,24 @@ class ProcfsCollector:
                 ctx.note(f"{unresolved} processes have namespace-relative cgroup paths not "
                          "resolved to host paths")
         ctx.sink.write_json(INDEX, index)
+        self._dstate(ctx)
         self._publish(ctx, [scanned[pid] for pid in sorted(scanned)])
         PROCFS_RECORDED_PIDS.publish(ctx, [e["pid"] for e in entries if e.get("files") == "written"])
         ctx.note(f"{len(entries)} processes of interest ({written} with files) out of "
                  f"{stats.scanned} scanned")
+
+    def _dstate(self, ctx: CollectContext) -> None:
+        """``proc/dstate.json``: processes in uninterruptible sleep and the ones holding /dev/nvidia* open
+        (:mod:`forensics.collectors.hostfs.dstate`; their cmdline is not read: it could block)."""
+        if ctx.remaining() < 2.0:
+            ctx.partial("deadline near: processes in uninterruptible sleep not scanned")
+            return
+        t = time.time()
+        doc = scan_dstate_gpu_holders(self.proc_root)
+        ctx.sink.write_json(DSTATE, {"t": t, "time": iso_from_unix(t), **doc})
+        if doc["gpu_holders"]:
+            ctx.note(f"{len(doc['gpu_holders'])} processes in uninterruptible sleep hold /dev/nvidia* open: "
+                     f"{', '.join(map(str, doc['gpu_holders'][:8]))}")
 
     def record_pid(self, ctx: CollectContext, pid: int, reasons: list[str], t: float) -> dict[str, Any]:
         """Write one process's files (``proc/<pid>/...``, as the snapshot does) and return its

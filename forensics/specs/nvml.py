@@ -16,7 +16,7 @@ ACCOUNTING = "nvml/accounting.json"
 ACCOUNTING_END = "nvml/accounting_end.json"
 EVENTS = "nvml/events.jsonl"
 SAMPLES = "nvml/samples.jsonl"
-HEALTH_END = "nvml/health_end.json"  # the health counters read again after sampling (not written yet)
+HEALTH_END = "nvml/health_end.json"  # the health counters read again after sampling
 
 
 @dataclass(frozen=True)

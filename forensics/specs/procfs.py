@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
 
-__all__ = ["INDEX", "PREFIX", "SPEC", "WINDOW", "ProcfsSettings", "pid_member"]
+__all__ = ["DSTATE", "INDEX", "PREFIX", "SPEC", "WINDOW", "ProcfsSettings", "pid_member"]
 
 PREFIX = "proc/"
 INDEX = "proc/index.json"
 WINDOW = "proc/window.jsonl"
+DSTATE = "proc/dstate.json"  # processes in uninterruptible sleep, and which hold /dev/nvidia* open
 
 
 def pid_member(pid: int | str, name: str = "") -> str:

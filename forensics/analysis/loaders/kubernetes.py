@@ -159,10 +159,12 @@ def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
 # needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's and the CRI runtime's containers
 def _load_with_sharing(src: Source, model: Model, node: str) -> None:
     """Pods, then their GPU sharing contracts (:mod:`forensics.analysis.loaders.sharing`), which read the pods."""
+    from forensics.analysis.loaders.node_resources import load_node_resources
     from forensics.analysis.loaders.sharing import load_sharing
 
     load_kubernetes(src, model, node)
     load_sharing(src, model, node)
+    load_node_resources(src, model, node)
 
 
 LOADER = Loader("kubernetes", _load_with_sharing, needs=("nvml", "docker", "cri"))

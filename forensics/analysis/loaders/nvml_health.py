@@ -5,14 +5,20 @@ the GPUs NVML answered GpuIsLost for (docs/bundle-format/nvml.md).
 after sampling, phase ``end``; absent from older bundles): ``nvmlDeviceGetTotalEccErrors`` (volatile
 and aggregate, corrected and uncorrected), ``nvmlDeviceGetRetiredPages_v2`` (per cause: the pages'
 list), ``nvmlDeviceGetRetiredPagesPendingStatus``, ``nvmlDeviceGetRemappedRows`` (``corrRows``,
-``uncRows``, ``isPending``, ``failureOccurred``), ``nvmlDeviceGetPcieReplayCounter``,
-``nvmlDeviceGetGpuRecoveryAction``. A value NVML did not give is None (its reason stays in the bundle).
+``uncRows``, ``isPending``, ``failureOccurred``), ``nvmlDeviceGetPcieReplayCounter``, the PCIe link
+(``nvmlDeviceGetCurr/MaxPcieLinkGeneration``, ``...Width``, ``nvmlDeviceGetGpuMaxPcieLinkGeneration``),
+NVLink per link (``nvmlDeviceGetNvLinkState(<link>)`` and ``nvmlDeviceGetNvLinkErrorCounter(<link>,
+<counter>)``: counters ``nvlink_<link>_state``, ``_replay``, ``_recovery``, ``_crc_flit``, ``_crc_data``)
+and the recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, recorded as
+``nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)``). A value NVML did not give is None
+(its reason stays in the bundle).
 GpuIsLost: any call of a device in ``devices.json`` or a ``samples.jsonl`` line whose missing reason
 is ``gpu_is_lost`` is a witness (the first and the last such reading of each GPU are kept).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from forensics.analysis.findings import Evidence
@@ -39,9 +45,18 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     "remap_pending": ("nvmlDeviceGetRemappedRows", "isPending"),
     "remap_failure": ("nvmlDeviceGetRemappedRows", "failureOccurred"),
     "pcie_replay_counter": ("nvmlDeviceGetPcieReplayCounter", None),
-    "gpu_recovery_action": ("nvmlDeviceGetGpuRecoveryAction", None),
+    "pcie_gen_curr": ("nvmlDeviceGetCurrPcieLinkGeneration", None),
+    "pcie_gen_max": ("nvmlDeviceGetMaxPcieLinkGeneration", None),
+    "pcie_gen_gpu_max": ("nvmlDeviceGetGpuMaxPcieLinkGeneration", None),
+    "pcie_width_curr": ("nvmlDeviceGetCurrPcieLinkWidth", None),
+    "pcie_width_max": ("nvmlDeviceGetMaxPcieLinkWidth", None),
+    "gpu_recovery_action": ("nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)", None),
 }
 _REMAP_INDEX = {"corrRows": 0, "uncRows": 1, "isPending": 2, "failureOccurred": 3}
+#: NVLink reads, one per link: ``nvlink_<link>_state`` (1 active) and ``nvlink_<link>_<counter>``
+#: (``replay``, ``recovery``, ``crc_flit``, ``crc_data``; nvmlNvLinkErrorCounter_t)
+_NVLINK = re.compile(r"nvmlDeviceGetNvLink(?:State\((\d{1,2})\)|ErrorCounter\((\d{1,2}),NVML_NVLINK_ERROR_DL_"
+                     r"(REPLAY|RECOVERY|CRC_FLIT|CRC_DATA)\))")
 
 
 def _counter(nvml: Any, call: str, how: str | None) -> int | None:
@@ -70,7 +85,13 @@ def _reading(src: Source, member: str, doc: Any, i: int, dev: Any, uuid: str, ph
         return None
     counters: list[tuple[str, int | None]] = []
     evidence: list[tuple[str, Evidence]] = []
-    for name, (call, how) in COUNTERS.items():
+    calls = [(name, call, how) for name, (call, how) in COUNTERS.items()]
+    for call in nvml:
+        link = _NVLINK.fullmatch(call) if isinstance(call, str) else None
+        if link is not None:
+            name = f"nvlink_{link.group(1)}_state" if link.group(1) else f"nvlink_{link.group(2)}_{link.group(3).lower()}"
+            calls.append((name, call, None))
+    for name, call, how in calls:
         value = _counter(nvml, call, how)
         counters.append((name, value))
         if call in nvml:

@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.common import Loader, as_int, dig
-from forensics.analysis.model import Model, Process
+from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
+from forensics.analysis.model import DStateHolder, Model, Process
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_proc_cgroup
@@ -141,6 +141,28 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
             node, pid, comm if isinstance(comm, str) else "", path, cid, uid, (ev,), reason,
             as_int(dig(entry, "start_time_ticks")), visible, visible_ev)
     check_pid_reuse(model, node)
+    load_dstate(src, model, node)
+
+
+def load_dstate(src: Source, model: Model, node: str) -> None:
+    """``proc/dstate.json``: the processes in state D that hold ``/dev/nvidia*`` open."""
+    doc = src.json(procfs_spec.DSTATE)
+    entries = dig(doc, "processes")
+    if not isinstance(entries, list):
+        return
+    model.dstate_scanned.add(node)
+    t = as_float(dig(doc, "t"))
+    for i, entry in enumerate(entries):
+        pid = as_int(dig(entry, "pid"))
+        fds = dig(entry, "nvidia_fds")
+        targets = sorted({str(dig(f, "target")) for f in fds if isinstance(dig(f, "target"), str)}
+                         if isinstance(fds, list) else set())
+        if pid is None or not targets:
+            continue
+        comm, wchan = dig(entry, "comm"), dig(entry, "wchan")
+        model.dstate_holders.append(DStateHolder(
+            node, pid, comm if isinstance(comm, str) else None, wchan if isinstance(wchan, str) else None,
+            tuple(targets), t, src.ev_pointer(procfs_spec.DSTATE, f"/processes/{i}", doc)))
 
 
 # needs: NVML's PID-namespace verdict decides which PIDs are comparable

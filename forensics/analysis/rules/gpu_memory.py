@@ -6,8 +6,11 @@ graphics and MPS lists). The gap, when it appeared (between which two readings),
 seen: the processes listed on the GPU before it appeared that had left the list when it did (the
 memory they held stayed behind). A GPU in MIG mode is left out (its processes are per instance).
 
-Not read yet: processes in uninterruptible sleep (``/proc/<pid>/stat`` state D) holding
-``/dev/nvidia*`` open (``/proc/<pid>/fd`` links); the procfs collector does not collect those yet.
+Processes in uninterruptible sleep (``/proc/<pid>/stat`` state D) holding ``/dev/nvidia*`` open
+(``/proc/<pid>/fd`` links, ``proc/dstate.json``) are named as the likely holders: they cannot be
+killed, so only a GPU reset (or a reboot) frees what they hold. Their device files are named as
+read: which ``/dev/nvidiaN`` is which GPU is not read (``nvmlDeviceGetMinorNumber``), so every such
+process of the node is named on each GPU's finding.
 
 Next step: find and end the process that still holds the GPU (``fuser -v /dev/nvidia*``); when none
 does, only a GPU reset (``nvidia-smi -r``) frees the memory.
@@ -81,10 +84,22 @@ def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         summary = (f"{fmt_bytes(peak[1])} of {gl}'s memory was used by no listed process "
                    f"({fmt_bytes(peak_used)} used, {fmt_bytes(peak_used - peak[1])} "
                    f"attributed) in {len(ghost)} of {len(rows)} readings; {when}{owner_text}")
-        if last[1] >= floor and not last[2]:
+        holders = [h for h in model.dstate_holders if h.node == node]
+        for h in holders:
+            subjects.extend(s.at(h.t) for s in with_pod(model, model.joins.owner(node, h.pid, h.comm).subject
+                                                         .with_role("culprit")))
+        if holders:
+            summary += ("; in uninterruptible sleep (state D), unkillable, holding NVIDIA device files open: "
+                        + ", ".join(f"PID {h.pid}" + (f" ({h.comm})" if h.comm else "")
+                                    + (f" waiting in {h.wchan}" if h.wchan else "") + f" on {', '.join(h.devices)}"
+                                    for h in holders[:4])
+                        + (f" and {len(holders) - 4} more" if len(holders) > 4 else "")
+                        + ": only a GPU reset or a reboot frees what they hold")
+        elif last[1] >= floor and not last[2]:
+            checked = ("no process in uninterruptible sleep holds /dev/nvidia* open" if node in model.dstate_scanned
+                       else "unless a process still holds /dev/nvidia* open (not read by this capture)")
             summary += (f"; at the last reading no process was listed and {fmt_bytes(last[1])} stayed used: "
-                        "unless a process still holds /dev/nvidia* open (not read by this capture), only a GPU "
-                        "reset frees it")
+                        f"{checked}; only a GPU reset frees it")
         findings.append(Finding(
             kind=GPU_MEMORY_UNATTRIBUTED.id,
             severity="high" if peak[1] >= 0.25 * total > 0 else GPU_MEMORY_UNATTRIBUTED.severity,
@@ -92,10 +107,12 @@ def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             summary=summary, start=ghost[0][0].t, end=ghost[-1][0].t, node=node,
             subjects=dedupe_subjects(subjects),
             evidence=dedupe_evidence([*(r[0].evidence for r in ([before] if before else [])),
-                                      ghost[0][0].evidence, peak[0].evidence, last[0].evidence]),
+                                      ghost[0][0].evidence, peak[0].evidence, last[0].evidence,
+                                      *(h.evidence for h in holders)]),
             metrics=(("gap_bytes", peak[1]), ("used_bytes", peak[0].memory_used_bytes),
                      ("attributed_bytes", attributed), ("readings", len(rows)), ("readings_with_gap", len(ghost)),
-                     ("last_owner_pid", left[-1][1] if left else None)),
+                     ("last_owner_pid", left[-1][1] if left else None),
+                     ("dstate_holders", ", ".join(str(h.pid) for h in holders) or None)),
             key=f"ghost:{node}:{uuid}",
             headline=f"{fmt_bytes(peak[1])} of {gl}'s memory belonged to no listed process",
         ))

@@ -18,12 +18,14 @@ __all__ = [
     "CLOCKS_EVENT_REASONS",
     "COMPUTE_MODES",
     "EVENT_TYPES",
+    "RECOVERY_ACTIONS",
     "XID_DESCRIPTIONS",
     "decode_bitmask",
     "decode_clocks_event_reasons",
     "decode_compute_mode",
     "decode_enable_state",
     "decode_event_types",
+    "decode_recovery_action",
     "to_jsonable",
     "xid_description",
 ]
@@ -43,6 +45,19 @@ CLOCKS_EVENT_REASONS: dict[int, str] = {
     0x100: "DisplayClockSetting",
     0x200: "BoardLimit",
     0x400: "Reliability",
+}
+
+#: nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_*), the value of field
+#: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION.
+RECOVERY_ACTIONS: dict[int, str] = {
+    0: "NONE",
+    1: "GPU_RESET",
+    2: "NODE_REBOOT",
+    3: "DRAIN_P2P",
+    4: "DRAIN_AND_RESET",
+    5: "RECOVER_IMEX_DOMAIN",
+    6: "BUS_RESET",
+    7: "SYSTEM_REBOOT",
 }
 
 COMPUTE_MODES: dict[int, str] = {
@@ -125,6 +140,12 @@ def decode_compute_mode(value: int) -> str:
     """``nvmlDeviceGetComputeMode``: ``nvidia-smi --query-gpu=compute_mode``."""
     _check_u64(value, "compute mode")
     return COMPUTE_MODES.get(value, f"Unknown({value})")
+
+
+def decode_recovery_action(value: int) -> str:
+    """``NVML_GPU_RECOVERY_ACTION_<name>`` of a recovery action value, ``Unknown(<n>)`` if new."""
+    _check_u64(value, "recovery action")
+    return RECOVERY_ACTIONS.get(value, f"Unknown({value})")
 
 
 def decode_enable_state(value: int) -> str:

@@ -16,10 +16,14 @@ from forensics.collectors.nvml.decode import (
     decode_compute_mode,
     decode_enable_state,
     decode_event_types,
+    decode_recovery_action,
 )
+from forensics.collectors.nvml.errors import missing_from
 from forensics.collectors.nvml.session import Reading, _Session
+from forensics.errors import ParseError
 
-__all__ = ["GpuProcess", "assess_pid_namespace", "read_accounting", "read_device", "read_mig_devices", "read_processes"]
+__all__ = ["GpuProcess", "assess_pid_namespace", "read_accounting", "read_device", "read_fields", "read_health",
+           "read_mig_devices", "read_processes"]
 
 INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
 _PROCESS_LISTS = (
@@ -28,6 +32,15 @@ _PROCESS_LISTS = (
     ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
 )
 _FALLBACK_REASONS = frozenset({"library_mismatch", "not_supported", "invalid_argument"})
+#: nvmlValueType_t -> the nvmlValue_t member that holds the value
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+_PCIE_LINK = ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
+              "nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth",
+              "nvmlDeviceGetMaxPcieLinkWidth")
+_NVLINK_COUNTERS = ("NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY", "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+                    "NVML_NVLINK_ERROR_DL_CRC_DATA")
+#: Links read per GPU at most (NVML_NVLINK_MAX_LINKS is 18 up to Hopper; Blackwell has 18 too).
+MAX_NVLINKS = 18
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,7 @@ def read_device(s: _Session, gpu: _Gpu, rec: dict[str, Any]) -> None:
     gpu.uuid = uuid.value if uuid.ok else None
     s.record(out, "nvmlDeviceGetName", _bind(nv.nvmlDeviceGetName, hd), device=d)
     s.record(out, "nvmlDeviceGetSerial", _bind(nv.nvmlDeviceGetSerial, hd), device=d)
+    s.record(out, "nvmlDeviceGetVbiosVersion", _bind(nv.nvmlDeviceGetVbiosVersion, hd), device=d)
     pci = s.record(out, "nvmlDeviceGetPciInfo_v3", _bind(nv.nvmlDeviceGetPciInfo_v3, hd), device=d)
     if pci.ok:
         gpu.pci_bus_id = str(pci.value.get("busId") or "") or None
@@ -191,6 +205,21 @@ def read_device(s: _Session, gpu: _Gpu, rec: dict[str, Any]) -> None:
     s.record(out, "nvmlDeviceGetPowerUsage", _bind(nv.nvmlDeviceGetPowerUsage, hd), device=d)
     s.record(out, "nvmlDeviceGetEnforcedPowerLimit", _bind(nv.nvmlDeviceGetEnforcedPowerLimit, hd), device=d)
     s.record(out, "nvmlDeviceGetEccMode", _bind(nv.nvmlDeviceGetEccMode, hd), device=d, decode=_ecc_pair)
+    read_health(s, gpu, out)
+    s.record(out, "nvmlDeviceGetAccountingMode", _bind(nv.nvmlDeviceGetAccountingMode, hd), device=d,
+             decode=decode_enable_state)
+    s.record(out, "nvmlDeviceGetSupportedEventTypes", _bind(nv.nvmlDeviceGetSupportedEventTypes, hd),
+             device=d, decode=decode_event_types)
+    if mig.ok and int(mig.value[0]) == 1:
+        read_mig_devices(s, gpu, rec)
+
+
+def read_health(s: _Session, gpu: _Gpu, out: dict[str, Any]) -> None:
+    """The counters compared between the start and the end of the window (the snapshot and
+    ``nvml/health_end.json``): ECC totals, retired pages, row remapping, the PCIe replay counter
+    and link, the driver's recovery action (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) and NVLink
+    state and error counters (``nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER``, ``nvidia-smi nvlink -e``)."""
+    nv, d, hd = s.nv, gpu.key, gpu.handle
     for etype in ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"):
         for counter in ("NVML_VOLATILE_ECC", "NVML_AGGREGATE_ECC"):
             s.record(out, f"nvmlDeviceGetTotalEccErrors({etype},{counter})",
@@ -208,12 +237,55 @@ def read_device(s: _Session, gpu: _Gpu, rec: dict[str, Any]) -> None:
     s.record(out, "nvmlDeviceGetRemappedRows", _bind(nv.nvmlDeviceGetRemappedRows, hd), device=d,
              decode=_remapped)
     s.record(out, "nvmlDeviceGetPcieReplayCounter", _bind(nv.nvmlDeviceGetPcieReplayCounter, hd), device=d)
-    s.record(out, "nvmlDeviceGetAccountingMode", _bind(nv.nvmlDeviceGetAccountingMode, hd), device=d,
-             decode=decode_enable_state)
-    s.record(out, "nvmlDeviceGetSupportedEventTypes", _bind(nv.nvmlDeviceGetSupportedEventTypes, hd),
-             device=d, decode=decode_event_types)
-    if mig.ok and int(mig.value[0]) == 1:
-        read_mig_devices(s, gpu, rec)
+    for call in _PCIE_LINK:
+        s.record(out, call, _bind(getattr(nv, call), hd), device=d)
+    fields = read_fields(s, hd, d, out, ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_LINK_COUNT"),
+                         {"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION": decode_recovery_action})
+    links = fields.get("NVML_FI_DEV_NVLINK_LINK_COUNT")
+    for link in range(min(int(links), MAX_NVLINKS) if isinstance(links, int) else 0):
+        state = s.record(out, f"nvmlDeviceGetNvLinkState({link})", _bind(nv.nvmlDeviceGetNvLinkState, hd, link),
+                         device=d, decode=decode_enable_state)
+        if not state.ok:
+            continue
+        for counter in _NVLINK_COUNTERS:
+            s.record(out, f"nvmlDeviceGetNvLinkErrorCounter({link},{counter})",
+                     _bind(nv.nvmlDeviceGetNvLinkErrorCounter, hd, link, getattr(nv, counter)), device=d)
+
+
+def read_fields(s: _Session, hd: Any, d: str, out: dict[str, Any], names: tuple[str, ...],
+                decoders: dict[str, Callable[[Any], Any]] | None = None) -> dict[str, Any]:
+    """``nvmlDeviceGetFieldValues`` for the ``NVML_FI_*`` fields ``names`` in one call; each is
+    recorded as ``nvmlDeviceGetFieldValues(<name>)`` with its own status (NVML sets ``nvmlReturn``
+    per field). Returns the values that came back, by name."""
+    nv = s.nv
+    ids = [int(getattr(nv, n)) for n in names]
+    r = s.query("nvmlDeviceGetFieldValues", _bind(nv.nvmlDeviceGetFieldValues, hd, ids), device=d)
+    got: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        call = f"nvmlDeviceGetFieldValues({name})"
+        if not r.ok:
+            s.put(out, call, Reading(call, missing=r.missing))
+            continue
+        fv = r.raw[i]
+        rc = int(fv.nvmlReturn)
+        if rc != 0:
+            s.put(out, call, Reading(call, missing=missing_from(nv.NVMLError(rc), nv)))
+            continue
+        member = _VALUE_MEMBERS.get(int(fv.valueType))
+        if member is None:
+            s.put(out, call, {"value": None, "valueType": int(fv.valueType), "undecodable": "unknown value type"})
+            continue
+        value = getattr(fv.value, member)
+        entry: dict[str, Any] = {"value": value, "timestamp_us": int(fv.timestamp)}
+        decode = (decoders or {}).get(name)
+        if decode is not None:
+            try:
+                entry["decoded"] = decode(value)
+            except (ParseError, TypeError, ValueError) as exc:
+                entry["decoded"] = {"undecodable": f"{type(exc).__name__}: {exc}"}
+        s.put(out, call, entry)
+        got[name] = value
+    return got
 
 
 def read_memory(s: _Session, hd: Any, d: str, out: dict[str, Any]) -> Reading:

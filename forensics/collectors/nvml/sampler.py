@@ -21,6 +21,7 @@ from forensics.collectors.nvml.reads import (
     _instance,
     read_accounting,
     read_clock_reasons,
+    read_health,
     read_memory,
     read_mig_devices,
     read_processes,
@@ -33,6 +34,7 @@ from forensics.errors import SourceTimeout
 from forensics.specs.nvml import (
     ACCOUNTING_END,
     EVENTS,
+    HEALTH_END,
     SAMPLES,
 )
 
@@ -215,16 +217,25 @@ class _Sampler:
             return
         started = time.time()
         acc: list[dict[str, Any]] = []
+        health: list[dict[str, Any]] = []
 
         def work() -> None:
             for gpu in self.gpus:
-                rec = read_accounting(self.s, gpu)
-                if rec is not None:
-                    self.s.add(acc, rec)
+                if gpu.handle is not None:
+                    rec: dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid, "nvml": {}}
+                    self.s.add(health, rec)
+                    read_health(self.s, gpu, rec["nvml"])
+            for gpu in self.gpus:
+                arec = read_accounting(self.s, gpu)
+                if arec is not None:
+                    self.s.add(acc, arec)
             if self.event_set is not None:
                 self.s.query("nvmlEventSetFree", _bind(self.s.nv.nvmlEventSetFree, self.event_set))
 
         stuck = self.s.run_guarded(work, max(ctx.remaining() - 0.5, 0.1))
+        if health:
+            ctx.sink.write_json(HEALTH_END, {"time": iso_from_unix(started), "t": started, "complete": stuck is None,
+                                             "devices": health})
         if acc:
             ctx.sink.write_json(ACCOUNTING_END, _accounting_doc(acc, started, stuck is None))
         if stuck is None:

@@ -86,6 +86,9 @@ ERROR_CODES: dict[str, int] = {
 
 PROCESS_KINDS = {"compute": 0, "graphics": 1, "mps": 2}
 
+#: nvmlNvLinkErrorCounter_t order (DL replay, recovery, CRC flit, CRC data): attribute ``nvlink_<name>_<link>``
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
 XID_EVENT = 0x8
 ALL_EVENTS = 0x1 | 0x2 | 0x4 | 0x8 | 0x10
 
@@ -145,6 +148,7 @@ class _Device:
     serial: str
     pci: str
     lost_at: float | None
+    vbios: str = ""
     attrs: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     retired: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -193,7 +197,10 @@ class Scenario:
         ecc_uncorrected_volatile: Series = 0, ecc_corrected_aggregate: Series = 0,
         ecc_uncorrected_aggregate: Series = 0, page_retirement: bool = False,
         retired_pages_pending: Series = 0, remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0),
-        pcie_replay_counter: Series = 0, accounting: bool | None = False,
+        pcie_replay_counter: Series = 0, pcie_gen_curr: Series = 5, pcie_gen_max: Series = 5,
+        pcie_gen_gpu_max: Series = 5, pcie_width_curr: Series = 16, pcie_width_max: Series = 16,
+        nvlink_links: int = 0, gpu_recovery_action: Series = 0, vbios_version: str | None = "96.00.74.00.01",
+        accounting: bool | None = False,
         accounting_buffer_size: int = 4000, supported_event_types: Series = ALL_EVENTS,
         process_utilization: bool = True, mig: bool | None = None, mig_max_devices: int = 7,
         lost_at_s: float | None = None, attrs: dict[str, Series] | None = None,
@@ -202,7 +209,10 @@ class Scenario:
         """Add a physical GPU (NVML index = order of addition).
 
         ``mig``: None = MIG not supported (NotSupported), False = supported and disabled, True =
-        enabled (add instances with :meth:`add_mig`). ``attrs`` sets raw attributes by their C
+        enabled (add instances with :meth:`add_mig`). ``nvlink_links``: that many NVLinks, each
+        active with its error counters at 0 (change one with ``attrs``, e.g. ``nvlink_crc_flit_2``);
+        ``gpu_recovery_action`` is served as the field value NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+        ``vbios_version=None``: NotSupported. ``attrs`` sets raw attributes by their C
         name (see README.md), overriding the keywords; ``unsupported`` removes attributes so their
         getters answer NotSupported.
         """
@@ -213,6 +223,7 @@ class Scenario:
             uuid=_clean(uuid or f"GPU-{uuidlib.uuid4()}"), name=_clean(name),
             serial=_clean(serial if serial is not None else f"{1650923000000 + index}"),
             pci=_clean(pci_bus_id or f"00000000:{0x18 + 0x10 * index:02X}:00.0"), lost_at=lost_at_s,
+            vbios=_clean(vbios_version or ""),
         )
         raw: dict[str, Series] = {
             "pci_device_id": pci_device_id, "pci_subsystem_id": pci_subsystem_id,
@@ -227,6 +238,9 @@ class Scenario:
             "temp_shutdown_c": temp_shutdown_c, "temp_gpu_max_c": temp_gpu_max_c,
             "temp_mem_max_c": temp_mem_max_c, "power_mw": power_mw, "power_limit_mw": power_limit_mw,
             "pcie_replay_counter": pcie_replay_counter, "supported_event_types": supported_event_types,
+            "pcie_gen_curr": pcie_gen_curr, "pcie_gen_max": pcie_gen_max, "pcie_gen_gpu_max": pcie_gen_gpu_max,
+            "pcie_width_curr": pcie_width_curr, "pcie_width_max": pcie_width_max,
+            "gpu_recovery_action": gpu_recovery_action,
             "process_utilization": 1 if process_utilization else None,
         }
         if ecc:
@@ -242,6 +256,12 @@ class Scenario:
         if remapped_rows is not None:
             for key, v in zip(("correctable", "uncorrectable", "pending", "failure"), remapped_rows, strict=True):
                 raw[f"remapped_rows_{key}"] = v
+        if nvlink_links:
+            raw["nvlink_count"] = nvlink_links
+            for link in range(nvlink_links):
+                raw[f"nvlink_state_{link}"] = 1
+                for counter in NVLINK_COUNTERS:
+                    raw[f"nvlink_{counter}_{link}"] = 0
         if accounting is not None:
             raw["accounting_mode"] = 1 if accounting else 0
             raw["accounting_buffer_size"] = accounting_buffer_size
@@ -377,6 +397,8 @@ class Scenario:
         for d in self._devices:
             line = (f"device\tid={d.id}\tindex={d.index}\tparent={d.parent}\tslot={d.slot}"
                     f"\tuuid={d.uuid}\tname={d.name}\tserial={d.serial}\tpci={d.pci}")
+            if d.vbios:
+                line += f"\tvbios={d.vbios}"
             if d.gi is not None:
                 line += f"\tgi={d.gi}\tci={d.ci}"
             if d.lost_at is not None:

@@ -110,6 +110,26 @@ typedef struct {
     unsigned int computeInstanceId;
 } nvmlEventData_t;
 
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;   /* CPU time of the value, microseconds since 1970 */
+    long long latencyUsec;
+    int valueType;         /* nvmlValueType_t */
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
 /* ---- simulation state ---- */
 typedef struct {
     double t, v;
@@ -127,10 +147,10 @@ typedef struct simdev {
     int parent; /* -1 for a physical GPU */
     int slot;   /* MIG slot for nvmlDeviceGetMigDeviceHandleByIndex */
     unsigned int gi, ci;
-    char uuid[96], name[96], serial[32], pci[32];
+    char uuid[96], name[96], serial[32], pci[32], vbios[32];
     double lost_at;
     int nattr;
-    series attr[48];
+    series attr[128];
 } simdev;
 
 typedef struct {
@@ -372,6 +392,7 @@ static int load_scenario(void) {
             fstr(&f, "name", d->name, sizeof d->name);
             fstr(&f, "serial", d->serial, sizeof d->serial);
             fstr(&f, "pci", d->pci, sizeof d->pci);
+            fstr(&f, "vbios", d->vbios, sizeof d->vbios);
             if (d->parent >= 0 && !dev_by_id(d->parent)) goto bad;
         } else if (strcmp(rec, "attr") == 0) {
             simdev *d = dev_by_id((int)fnum(&f, "dev", -1));
@@ -937,6 +958,108 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corr
 EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *value) {
     CHECK_DEV(d);
     return get_uint_attr(d, "pcie_replay_counter", value);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t d, char *version, unsigned int len) {
+    CHECK_DEV(d);
+    return copy_str(version, len, root_of(d)->vbios);
+}
+
+/* ---- PCIe link and NVLink ---- */
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen) {
+    CHECK_DEV(d);
+    return get_uint_attr(d, "pcie_gen_curr", gen);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen) {
+    CHECK_DEV(d);
+    return get_uint_attr(d, "pcie_gen_max", gen);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int *gen) {
+    CHECK_DEV(d);
+    return get_uint_attr(d, "pcie_gen_gpu_max", gen);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned int *width) {
+    CHECK_DEV(d);
+    return get_uint_attr(d, "pcie_width_curr", width);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int *width) {
+    CHECK_DEV(d);
+    return get_uint_attr(d, "pcie_width_max", width);
+}
+
+/* A link index NVML does not have is an invalid argument; a GPU without NVLink: NotSupported. */
+static int nvlink_check(nvmlDevice_t d, unsigned int link) {
+    double n;
+    if (!dget(d, "nvlink_count", &n) || n < 1) return NVML_ERROR_NOT_SUPPORTED;
+    return link < (unsigned int)u64(n) ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, unsigned int *active) {
+    char name[48];
+    int rc;
+    CHECK_DEV(d);
+    if ((rc = nvlink_check(d, link))) return rc;
+    snprintf(name, sizeof name, "nvlink_state_%u", link);
+    return get_uint_attr(d, name, active);
+}
+
+/* counter: nvmlNvLinkErrorCounter_t (0 DL replay, 1 DL recovery, 2 DL CRC flit, 3 DL CRC data) */
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int link, unsigned int counter,
+                                                    unsigned long long *value) {
+    static const char *names[] = {"replay", "recovery", "crc_flit", "crc_data"};
+    char name[48];
+    int rc;
+    CHECK_DEV(d);
+    if ((rc = nvlink_check(d, link))) return rc;
+    if (counter >= sizeof names / sizeof names[0]) return NVML_ERROR_INVALID_ARGUMENT;
+    snprintf(name, sizeof name, "nvlink_%s_%u", names[counter], link);
+    return get_ull_attr(d, name, value);
+}
+
+/* ---- field values ---- */
+enum { VT_UINT = 1, VT_ULL = 3 };
+/* NVML_FI_* ids served, the attribute each reads and its value type */
+static const struct {
+    unsigned int id;
+    const char *attr;
+    int type;
+} g_fields[] = {
+    {91, "nvlink_count", VT_UINT},          /* NVML_FI_DEV_NVLINK_LINK_COUNT */
+    {94, "pcie_replay_counter", VT_ULL},    /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+    {230, "gpu_recovery_action", VT_UINT},  /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
+};
+
+/* Every entry gets its own nvmlReturn (NotSupported for a field the scenario does not define);
+ * the call itself succeeds for a valid device and array, as NVML's does. */
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
+    int i;
+    size_t k;
+    CHECK_DEV(d);
+    NEED(values && count >= 0);
+    for (i = 0; i < count; i++) {
+        nvmlFieldValue_t *fv = &values[i];
+        double v;
+        fv->timestamp = (long long)(wall_now() * 1e6);
+        fv->latencyUsec = 0;
+        fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        for (k = 0; k < sizeof g_fields / sizeof g_fields[0]; k++) {
+            if (g_fields[k].id != fv->fieldId) continue;
+            if (!dget(d, g_fields[k].attr, &v)) break;
+            fv->valueType = g_fields[k].type;
+            memset(&fv->value, 0, sizeof fv->value);
+            if (g_fields[k].type == VT_UINT)
+                fv->value.uiVal = (unsigned int)u64(v);
+            else
+                fv->value.ullVal = u64(v);
+            fv->nvmlReturn = NVML_SUCCESS;
+            break;
+        }
+    }
+    return NVML_SUCCESS;
 }
 
 /* ---- processes ---- */

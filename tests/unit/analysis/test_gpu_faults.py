@@ -194,7 +194,7 @@ def _health(b: BundleSpec, index: int, *, pending: int = 0, failure: int = 0, un
         "nvmlDeviceGetPcieReplayCounter": _v(0),
     }
     if recovery is not None:
-        nvml["nvmlDeviceGetGpuRecoveryAction"] = _v(recovery)
+        nvml["nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)"] = _v(recovery)
     return nvml
 
 
@@ -225,6 +225,8 @@ class TestMemoryHealth:
         b.add_json("nvml/health_end.json", {"t": T0 + 60, "devices": [{"index": 0, "nvml": _health(b, 0)}]})
         doc = analyze(b)
         assert "gpu-memory-health" not in kinds(doc) and "gpu-recovery-action" not in kinds(doc)
+        (r,) = [r for r in doc["ruled_out"] if r["kind"] == "gpu-memory-health"]
+        assert "for the 1 GPU(s) of" in r["statement"] and "at the start and end of the window" in r["statement"]
 
     def test_the_drivers_recovery_action_decoded(self, analyze: Analyze) -> None:
         b = BundleSpec()

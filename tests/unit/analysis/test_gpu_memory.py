@@ -35,6 +35,45 @@ def test_memory_left_behind_by_an_exited_process(analyze: Analyze) -> None:
     assert "trainer" in names(f, "culprit")
 
 
+def _dstate(b: BundleSpec, processes: list[dict[str, object]]) -> None:
+    b.add_json("proc/dstate.json", {"t": b.start + 19, "scanned": 300, "dstate_processes": len(processes),
+                                    "processes": processes, "gpu_holders": []})
+
+
+def test_an_unkillable_process_still_holding_the_gpu(analyze: Analyze) -> None:
+    b = _ghost(leak=True)
+    _dstate(b, [{"pid": 50, "comm": "trainer", "state": "D", "wchan": "uvm_va_space_destroy",
+                 "nvidia_fds": [{"fd": 4, "target": "/dev/nvidiactl"}, {"fd": 5, "target": "/dev/nvidia0"}]},
+                {"pid": 61, "comm": "kworker", "state": "D", "wchan": "io_schedule", "nvidia_fds": []}])
+    (f,) = of_kind(analyze(b), "gpu-memory-unattributed")
+    assert ("in uninterruptible sleep (state D), unkillable, holding NVIDIA device files open: PID 50 (trainer) "
+            "waiting in uvm_va_space_destroy on /dev/nvidia0, /dev/nvidiactl: only a GPU reset or a reboot") \
+        in f["summary"], f["summary"]
+    assert f["metrics"]["dstate_holders"] == "50" and "trainer" in names(f, "culprit")
+    assert "proc/dstate.json" in {e["member"] for e in f["evidence"]}
+
+
+def test_no_holder_in_d_state_is_said_when_the_scan_found_none(analyze: Analyze) -> None:
+    b = _ghost(leak=True)
+    _dstate(b, [{"pid": 61, "comm": "kworker", "state": "D", "wchan": "io_schedule", "nvidia_fds": []}])
+    (f,) = of_kind(analyze(b), "gpu-memory-unattributed")
+    assert "no process in uninterruptible sleep holds /dev/nvidia* open; only a GPU reset frees it" in f["summary"]
+    assert f["metrics"]["dstate_holders"] is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+                        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                            st.sampled_from(["pid", "comm", "wchan", "nvidia_fds", "target", "processes", "t", "x"]),
+                            inner, max_size=5), max_leaves=14))
+def test_garbage_dstate_never_raises(doc: object) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        b = _ghost(leak=True)
+        b.add_json("proc/dstate.json", doc)
+        out = analyze_bundles([b.write(Path(tmp))])
+        assert not [lim for lim in out["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
+
+
 def test_memory_that_every_process_accounts_for_is_no_finding(analyze: Analyze) -> None:
     doc = analyze(_ghost(leak=False))
     assert "gpu-memory-unattributed" not in kinds(doc)

@@ -12,7 +12,7 @@ from forensics.analysis.allocation import resolve_device_ids
 from forensics.analysis.findings import shorten
 from forensics.analysis.loaders.common import as_int, dig, parse_time
 from forensics.analysis.model import Gpu
-from forensics.analysis.rules.gpu_health import xid_meaning
+from forensics.analysis.rules.gpu_xid import xid_meaning
 from forensics.analysis.source import json_pointer, resolve_pointer
 
 GPUS = [Gpu("n", 0, "GPU-aaaa", "x", "00000000:3B:00.0", 1), Gpu("n", 1, "GPU-bbbb", "x", None, 1)]

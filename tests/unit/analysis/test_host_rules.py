@@ -163,6 +163,30 @@ class TestClockThrottle:
         (f,) = of_kind(analyze(b), "gpu-clock-throttle")
         assert "HW thermal slowdown" in f["summary"] and f["severity"] == "medium"
 
+    def test_how_long_each_reason_was_active(self, analyze: Analyze) -> None:
+        """Power cap for 8 s early on, then HW thermal slowdown for the last 14 s (4 s more power cap inside it):
+        the finding says how long and why, longest first, and the overlap is not counted twice."""
+        b = BundleSpec()
+        b.gpu(0)
+        for s in range(30):
+            reasons = (0x4 if 4 <= s < 12 else 0) | (0x40 if s >= 16 else 0) | (0x4 if 18 <= s < 22 else 0)
+            b.gpu_tick(0, T0 + s, 90, 10 * GIB, reasons=reasons | 0x1)
+        (f,) = of_kind(analyze(b), "gpu-clock-throttle")
+        m = f["metrics"]
+        assert m["reason_seconds"] == "HW thermal slowdown=14.0; SW power cap=12.0"
+        assert m["throttled_s"] == 22.0 and m["window_s"] == 29.0
+        assert "HW thermal slowdown for 14 s (longest stretch 14 s), SW power cap for 12 s (longest stretch 8 s)" \
+            in f["summary"], f["summary"]
+        assert f["summary"].startswith("GPU 0 clocks were slowed for 22 s of the 29 s sampled")
+
+    def test_a_pause_in_sampling_is_not_throttled_time(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        for s in (0, 1, 2, 3, 200, 201, 202, 203):
+            b.gpu_tick(0, T0 + s, 90, 10 * GIB, reasons=0x8)
+        (f,) = of_kind(analyze(b), "gpu-clock-throttle")
+        assert f["metrics"]["throttled_s"] == 37.0  # 3 x 1 s + 30 s (the gap, capped) + 3 x 1 s + 1 s
+
     def test_idle_reason_is_not_throttling(self, analyze: Analyze) -> None:
         b = BundleSpec()
         b.gpu(0)

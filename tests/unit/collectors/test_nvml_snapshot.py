@@ -43,7 +43,8 @@ def full_scenario() -> Scenario:
                  power_mw=612_345, power_limit_mw=700_000, ecc_corrected_volatile=3, ecc_uncorrected_volatile=1,
                  ecc_corrected_aggregate=30, ecc_uncorrected_aggregate=2, page_retirement=True,
                  retired_pages_pending=1, remapped_rows=(5, 1, 1, 0), pcie_replay_counter=17, accounting=True,
-                 mig=False)
+                 mig=False, pcie_gen_curr=4, pcie_width_curr=8, gpu_recovery_action=1, nvlink_links=2,
+                 attrs={"nvlink_crc_flit_1": 7, "nvlink_state_0": 0})
         .add_retired_page(gpu=0, cause=1, address=0x2F5A000, timestamp=1764460000)
         .add_retired_page(gpu=0, cause=0, address=0x1000, timestamp=1764450000)
         .add_gpu(uuid="GPU-99999999-1111-2222-3333-444444444444", pci_bus_id="00000000:BE:00.0", mig=True)
@@ -94,6 +95,19 @@ class TestEveryFieldDecoded:
         missing = {k: v for k, v in g0["nvml"].items() if "value" not in v}
         assert missing == {}
         assert decoded(g0, "nvmlDeviceGetPersistenceMode") == "Enabled"
+        assert value(g0, "nvmlDeviceGetVbiosVersion") == "96.00.74.00.01"
+        assert [value(g0, f"nvmlDeviceGetCurrPcieLink{x}") for x in ("Generation", "Width")] == [4, 8]
+        assert [value(g0, f"nvmlDeviceGetMaxPcieLink{x}") for x in ("Generation", "Width")] == [5, 16]
+        assert value(g0, "nvmlDeviceGetGpuMaxPcieLinkGeneration") == 5
+        assert decoded(g0, "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)") == "GPU_RESET"
+        assert value(g0, "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)") == 2
+        # link 0 is down, its counters still read (the errors that took it down); link 1 is up
+        assert decoded(g0, "nvmlDeviceGetNvLinkState(0)") == "Disabled"
+        assert value(g0, "nvmlDeviceGetNvLinkErrorCounter(0,NVML_NVLINK_ERROR_DL_RECOVERY)") == 0
+        assert "nvmlDeviceGetNvLinkState(2)" not in g0["nvml"]
+        assert decoded(g0, "nvmlDeviceGetNvLinkState(1)") == "Enabled"
+        assert value(g0, "nvmlDeviceGetNvLinkErrorCounter(1,NVML_NVLINK_ERROR_DL_CRC_FLIT)") == 7
+        assert value(g0, "nvmlDeviceGetNvLinkErrorCounter(1,NVML_NVLINK_ERROR_DL_REPLAY)") == 0
         assert decoded(g0, "nvmlDeviceGetComputeMode") == "ExclusiveProcess"
         assert decoded(g0, "nvmlDeviceGetMigMode") == {"current": "Disabled", "pending": "Disabled"}
         mem = value(g0, "nvmlDeviceGetMemoryInfo_v2")

@@ -138,3 +138,35 @@ def test_describe_os_error() -> None:
     assert describe_os_error(PermissionError(13, "Permission denied")).startswith("permission denied")
     assert describe_os_error(FileNotFoundError(2, "No such file")).startswith("absent")
     assert describe_os_error(OSError(19, "No such device")).startswith("removed")
+
+
+def test_processes_stuck_in_d_state_holding_the_gpu(tmp_path: Path) -> None:
+    """A process in state D with /dev/nvidia* open is recorded with its wchan and the device files;
+    one in D without them is counted; a sleeping one holding the GPU is not a D-state holder."""
+    proc = fake_proc(tmp_path)
+    fake_process(proc, 6001, "0::/system.slice/x.service\n", comm="python")
+    fake_process(proc, 6002, "0::/system.slice/y.service\n", comm="kworker")
+    for pid, state in ((6001, "D"), (6002, "D")):
+        stat = proc / str(pid) / "stat"
+        stat.write_text(stat.read_text().replace(") S ", f") {state} ", 1))
+    (proc / "6001" / "wchan").write_text("uvm_va_space_destroy")
+    fds = proc / "6001" / "fd"
+    fds.mkdir()
+    os.symlink("/dev/nvidiactl", fds / "3")
+    os.symlink("/dev/nvidia1", fds / "7")
+    os.symlink("/tmp/log.txt", fds / "9")
+    (proc / "6002" / "fd").mkdir()
+    sleeping = proc / "4242" / "fd"
+    sleeping.mkdir()
+    os.symlink("/dev/nvidia0", sleeping / "5")
+    stage = tmp_path / "stage"
+    ctx = make_context(stage)
+    ProcfsCollector(str(proc)).snapshot(ctx)
+    doc = read_json(stage, "proc/dstate.json")
+    assert doc["scanned"] == 5 and doc["dstate_processes"] == 2 and doc["gpu_holders"] == [6001]
+    (held,) = [p for p in doc["processes"] if p["pid"] == 6001]
+    assert held["wchan"] == "uvm_va_space_destroy" and held["comm"] == "python"
+    assert held["nvidia_fds"] == [{"fd": 3, "target": "/dev/nvidiactl"}, {"fd": 7, "target": "/dev/nvidia1"}]
+    # no wchan file in the fake /proc for 6002: the error is recorded, not fatal
+    (other,) = [p for p in doc["processes"] if p["pid"] == 6002]
+    assert other["nvidia_fds"] == [] and "wchan_error" in other

@@ -1,0 +1,54 @@
+"""A GPU the device plugin marked unhealthy, on a loopback Kubernetes node: the node's allocatable
+``nvidia.com/gpu`` is below its capacity and the kubelet's pod-resources ``GetAllocatableResources``
+leaves the GPU out. Kubernetes and pod-resources are captured by the real collectors through the
+CLI; the GPU side of the same host (NVML and the kernel log's Xid 79) comes from a bundle built with
+the real writer. The on-call engineer's question: which GPU, and why."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from forensics.analysis import analyze_bundles
+from tests.integration.test_kubernetes_capture import capture, env  # noqa: F401 - the fixture
+from tests.support.analysis_bundles import BundleSpec, gpu_uuid
+from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
+from tests.support.kube_objects import ClusterState, make_node
+from tests.support.podresources_server import PodResourcesServer
+
+NODE = "gpu-node-09"
+XID79 = "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def test_a_gpu_marked_unhealthy_by_the_device_plugin(tmp_path: Path, env: dict[str, str]) -> None:  # noqa: F811
+    now = datetime.now(UTC).replace(microsecond=0)
+    # the capture names itself after the Kubernetes node (--node): the GPU bundle is the same node
+    healthy, lost = gpu_uuid(0, NODE), gpu_uuid(1, NODE)
+    node = make_node(NODE, now, gpus=2)
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "1"  # the plugin reported GPU 1 unhealthy
+    state = ClusterState(nodes=[node], pods=[])
+    sock = Path(f"/tmp/gf-alloc-{os.getpid()}.sock")
+    out = tmp_path / "out"
+    out.mkdir()
+    with KubeAPIServer(state) as api, PodResourcesServer(sock, pods=[], gpu_ids=[healthy]):
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        kube_bundle, manifest, members = capture(out, "--kubeconfig", str(kubeconfig), "--node", NODE,
+                                                 "--set", f"podresources.socket={sock}", env=env)
+    assert healthy.encode() in members["kubernetes/podresources/allocatable.json"]
+    assert lost.encode() not in members["kubernetes/podresources/allocatable.json"]
+    assert manifest["host"]["node_name"] == NODE
+    b = BundleSpec(host=NODE, start=now.timestamp() - 30)
+    b.gpu(0)
+    b.gpu(1)
+    b.kmsg(now.timestamp() - 25, XID79)  # GPU 1 (PCI 86) fell off the bus before the node was read
+    b.status.update({"docker": "unavailable", "kubernetes": "skipped"})
+    gpu_dir = tmp_path / "gpu"
+    gpu_dir.mkdir()
+    doc = analyze_bundles([kube_bundle, b.write(gpu_dir)])
+    (f,) = [f for f in doc["findings"] if f["kind"] == "gpu-allocatable-reduced"]
+    assert (f["metrics"]["capacity"], f["metrics"]["allocatable"], f["metrics"]["gpus_left_out"]) == (2, 1, lost)
+    assert "left out of the kubelet's allocatable devices: GPU 1" in f["summary"] and "Xid 79 at" in f["summary"]
+    (gone,) = [g for g in doc["findings"] if g["kind"] == "gpu-lost"]
+    assert f["id"] in gone["causes"]
+    assert f["next_step"] and "device plugin" in f["next_step"]

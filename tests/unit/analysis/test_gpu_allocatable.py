@@ -1,0 +1,85 @@
+"""gpu-allocatable-reduced: the node's allocatable GPUs below capacity, the GPU the device plugin
+left out and the fault that made it, a negative case, and garbage in its inputs never raising."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics.analysis import analyze_bundles
+from tests.support.analysis_bundles import T0, BundleSpec
+from tests.unit.analysis.conftest import Analyze, kinds, of_kind
+
+XID79 = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def _node(b: BundleSpec, capacity: int, allocatable: int, resource: str = "nvidia.com/gpu") -> None:
+    b.add_json("kubernetes/node.json", {"kind": "Node", "metadata": {"name": b.host}, "status": {
+        "capacity": {"cpu": "64", resource: str(capacity)}, "allocatable": {"cpu": "63", resource: str(allocatable)}}})
+
+
+def test_a_gpu_marked_unhealthy_after_it_fell_off_the_bus(analyze: Analyze) -> None:
+    b = BundleSpec()
+    g0, g1 = b.gpu(0), b.gpu(1)
+    _node(b, 2, 1)
+    b.add_json("kubernetes/podresources/allocatable.json",
+               {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g0]}], "cpu_ids": [0, 1]})
+    b.kmsg(T0 - 20, XID79.format(bus="86"))  # GPU 1, 20 s before the node was read
+    doc = analyze(b)
+    (f,) = of_kind(doc, "gpu-allocatable-reduced")
+    assert f["severity"] == "high"
+    assert (f["metrics"]["capacity"], f["metrics"]["allocatable"], f["metrics"]["gpus_left_out"]) == (2, 1, g1)
+    assert "allocatable nvidia.com/gpu is 1 of its capacity 2" in f["summary"]
+    assert "left out of the kubelet's allocatable devices: GPU 1" in f["summary"]
+    assert "Xid 79 at" in f["summary"] and "whether it recovered by the end of the window is not known" in f["summary"]
+    members = {e["member"] for e in f["evidence"]}
+    assert {"kubernetes/node.json", "kubernetes/podresources/allocatable.json", "kernel/kmsg.txt"} <= members
+    assert g0 not in {s["id"] for s in f["subjects"]}
+    # the lost GPU is this finding's cause
+    (lost,) = of_kind(doc, "gpu-lost")
+    assert f["id"] in lost["causes"]
+
+
+def test_a_renamed_resource_without_podresources(analyze: Analyze) -> None:
+    b = BundleSpec()
+    b.gpu(0)
+    _node(b, 8, 6, resource="nvidia.com/gpu.shared")
+    (f,) = of_kind(analyze(b), "gpu-allocatable-reduced")
+    assert f["metrics"]["resource"] == "nvidia.com/gpu.shared" and f["metrics"]["unhealthy"] == 2
+    assert f["metrics"]["gpus_left_out"] is None and "no Xid or lost-GPU record" in f["summary"]
+
+
+def test_full_allocatable_is_no_finding(analyze: Analyze) -> None:
+    b = BundleSpec()
+    b.gpu(0)
+    _node(b, 1, 1)
+    b.kmsg(T0 - 20, XID79.format(bus="3B"))
+    doc = analyze(b)
+    assert "gpu-allocatable-reduced" not in kinds(doc)
+    (r,) = [r for r in doc["ruled_out"] if r["kind"] == "gpu-allocatable-reduced"]
+    assert "nvidia.com/gpu 1 of 1" in r["statement"] and r["evidence"][0]["member"] == "kubernetes/node.json"
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=14), inner, max_size=4),
+                     max_leaves=12)
+_COUNT = st.one_of(st.integers(-3, 10).map(str), st.integers(-3, 10), _JSON)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(capacity=_COUNT, allocatable=_COUNT, devices=_JSON, status=_JSON)
+def test_garbage_node_resources_never_raise(capacity: Any, allocatable: Any, devices: Any, status: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        b = BundleSpec()
+        b.gpu(0)
+        node = {"capacity": {"nvidia.com/gpu": capacity}, "allocatable": {"nvidia.com/gpu": allocatable}}
+        b.add_json("kubernetes/node.json", {"status": status if isinstance(status, dict) and status else node})
+        b.add_json("kubernetes/podresources/allocatable.json", {"devices": devices})
+        doc = analyze_bundles([b.write(Path(tmp))])
+        assert not [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
+        json.dumps(doc)
