@@ -38,6 +38,8 @@ from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
+    from forensics.record.live import LiveState
+    from forensics.record.metrics import MetricsOptions, RecorderMetrics
     from forensics.record.triggers import TriggerEngine, TriggerOptions
 
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
@@ -67,6 +69,7 @@ class RecordOptions:
     nice: int = 10
     argv: tuple[str, ...] = ()
     triggers: TriggerOptions | None = None  # record --trigger (forensics.record.triggers)
+    metrics: MetricsOptions | None = None  # record --metrics-addr (forensics.record.metrics)
 
     def check(self) -> None:
         if not (0.05 <= self.interval_s <= 3600):
@@ -116,14 +119,27 @@ class Recorder:
         # the live state (forensics.record.live) and the triggers over it: fed every record in
         # _handle, ticked once per loop tick; None when no trigger is asked for
         self.triggers: TriggerEngine | None = None
-        if options.triggers is not None:
+        self.live: LiveState | None = None
+        if options.triggers is not None or options.metrics is not None:
             from forensics.record.live import LiveState
+
+            self.live = LiveState()
+        if options.triggers is not None:
             from forensics.record.triggers import TriggerEngine
 
             options.triggers.check()
-            self.triggers = TriggerEngine(options.triggers, LiveState(), self.log, ring=options.ring,
+            self.triggers = TriggerEngine(options.triggers, self.live, self.log, ring=options.ring,  # type: ignore[arg-type]
                                           interval_s=options.interval_s, redact=options.redact,
                                           nvml_library=options.nvml_library, extra=options.extra)
+        # the metrics endpoint (forensics.record.metrics): bound here (a busy port fails before
+        # anything runs), served by a thread of this process from run() to _shutdown()
+        self.ticks_behind = 0
+        self.records_dropped = 0
+        self.metrics: RecorderMetrics | None = None
+        if options.metrics is not None:
+            from forensics.record.metrics import RecorderMetrics
+
+            self.metrics = RecorderMetrics(options.metrics, options.interval_s)
 
     # -- signals ----------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -166,6 +182,7 @@ class Recorder:
             return
         if self.disk_full_since is not None:
             self.log(f"ring writable again; {self.disk_full_dropped} records were dropped")
+            self.records_dropped += self.disk_full_dropped
             self.disk_full_since = None
             self.disk_full_dropped = 0
         self.records_written += len(batch)
@@ -215,8 +232,8 @@ class Recorder:
                 t, mono, member, op, data = rec
                 self.pending.append((float(t), float(mono), str(member), str(op),
                                      str(data).encode("utf-8", "surrogateescape")))
-                if self.triggers is not None:
-                    self.triggers.live.feed(float(t), float(mono), str(member), str(op), str(data))
+                if self.live is not None:
+                    self.live.feed(float(t), float(mono), str(member), str(op), str(data))
             except (TypeError, ValueError):
                 continue
         for note in msg.get("notes") or []:
@@ -237,6 +254,8 @@ class Recorder:
             st.status = "running"
             return
         if kind == "tick" and st.proc is not None:
+            if self.metrics is not None and st.proc.busy_tick is not None:
+                self.metrics.answered(st.name, st.proc.busy_since)
             st.proc.busy_tick = None
             error = msg.get("error")
             if error:
@@ -360,6 +379,9 @@ class Recorder:
                     max_bytes=self.o.max_bytes, retention_s=self.o.retention_s)
         if writer.recovered:
             self.log(f"ring recovered: {writer.recovered}")
+        if self.metrics is not None:
+            self.metrics.start()
+            self.log(f"metrics on {self.metrics.url}")
         start = time.monotonic()
         offset = time.time() - start
         index = 0
@@ -374,6 +396,7 @@ class Recorder:
                     break
                 if now - due > self.o.interval_s:  # fell behind (suspended, starved): skip ticks
                     index += int((now - due) // self.o.interval_s)
+                    self.ticks_behind += int((now - due) // self.o.interval_s)
                     continue
                 new_offset = time.time() - now
                 if abs(new_offset - offset) > self.o.clock_jump_s:
@@ -384,6 +407,10 @@ class Recorder:
                 self._tick(index)
                 if self.triggers is not None:
                     self.triggers.tick()
+                if self.metrics is not None:
+                    self.metrics.sent({n: st.proc.busy_since for n, st in self.sources.items()
+                                       if st.proc is not None and st.proc.busy_tick == index})
+                    self.metrics.publish(self, self.live, self.log)
                 self.ticks += 1
                 index += 1
                 self._poll(min(due + self.tick_timeout, start + index * self.o.interval_s))
@@ -395,6 +422,8 @@ class Recorder:
         return self.status()
 
     def _shutdown(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         if self.triggers is not None:
             self.triggers.close()
         for st in self.sources.values():
