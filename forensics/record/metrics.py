@@ -39,7 +39,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -351,7 +351,7 @@ class RecorderMetrics:
         self.answer_hist: dict[str, Histogram] = {}
         self._sent_at: float | None = None
         self._waiting: set[str] = set()
-        self._last_answer = 0.0
+        self._last_sm: dict[tuple[int, str, str | None], tuple[float, float]] = {}
         self.errors = 0
         self.last_error: str | None = None
         self._logged_error: str | None = None
@@ -449,13 +449,29 @@ class RecorderMetrics:
                 self.tick_hist.observe(max(0.0, now - self._sent_at))
                 self._sent_at = None
 
+    def _carry_sm(self, procs: tuple[ProcessLive, ...]) -> tuple[ProcessLive, ...]:
+        """NVML answers a process' SM utilisation only for periods not yet read (a tick shorter
+        than the driver's period gets none): the last figure holds until ``stale_s``, so the
+        series does not flap."""
+        last, out = self._last_sm, []
+        self._last_sm = {}
+        for p in procs:
+            key = (p.pid, p.gpu_uuid, p.mig_uuid)
+            if p.sm_util_pct is not None:
+                self._last_sm[key] = (p.t, p.sm_util_pct)
+            elif key in last and last[key][0] >= p.t - self.stale_s:
+                self._last_sm[key] = last[key]
+                p = replace(p, sm_util_pct=last[key][1])
+            out.append(p)
+        return tuple(out)
+
     def publish(self, rec: Any, live: LiveState | None, log: Any = None) -> None:
         """Take the snapshot the next scrapes serve (the loop thread, once per tick)."""
         gpus: tuple[GpuLive, ...] = ()
         procs: tuple[ProcessLive, ...] = ()
         if live is not None:
             live.refresh()
-            gpus, procs = live.gpus(), live.processes()
+            gpus, procs = live.gpus(), self._carry_sm(live.processes())
         sources = tuple(SourceFigures(n, st.status == "running", st.ticks, st.missed, st.restarts,
                                       self.answer_hist[n].frozen() if n in self.answer_hist else ((), 0.0))
                         for n, st in rec.sources.items())

@@ -546,8 +546,10 @@ def backfill(openmetrics: Path, data_dir: Path) -> None:
 
 
 def start_prometheus(scenario: NodeScenario | None = None, families: Sequence[Family] = (),
-                     tmp_parent: str | None = None, timeout_s: float = _START_TIMEOUT_S) -> PrometheusServer:
-    """Backfill the scenario's (or the given) families, start Prometheus on loopback, wait for /-/ready."""
+                     tmp_parent: str | None = None, timeout_s: float = _START_TIMEOUT_S,
+                     scrape: Sequence[str] = (), scrape_interval_s: float = 1.0) -> PrometheusServer:
+    """Backfill the scenario's (or the given) families, start Prometheus on loopback, wait for /-/ready.
+    ``scrape``: ``HOST:PORT`` targets it scrapes (job ``gpuforensics``, every ``scrape_interval_s``)."""
     ensure_prometheus()
     tmp = Path(tempfile.mkdtemp(prefix="gfprom-", dir=tmp_parent))
     try:
@@ -556,7 +558,14 @@ def start_prometheus(scenario: NodeScenario | None = None, families: Sequence[Fa
         fams = list(scenario.families if scenario else families)
         if fams:
             backfill(write_openmetrics(tmp / "history.om.txt", fams), data)
-        (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
+        if scrape:
+            targets = ", ".join(f'"{t}"' for t in scrape)
+            jobs = (f"\n  - job_name: gpuforensics\n    scrape_interval: {scrape_interval_s:g}s\n"
+                    f"    scrape_timeout: {scrape_interval_s:g}s\n    honor_labels: true\n"
+                    f"    static_configs:\n      - targets: [{targets}]\n")
+        else:
+            jobs = " []\n"
+        (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs:" + jobs)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -702,9 +711,10 @@ if pytest is not None:
 
         started: list[PrometheusServer] = []
 
-        def start(scenario: NodeScenario | None = None, families: Sequence[Family] = ()) -> PrometheusServer:
+        def start(scenario: NodeScenario | None = None, families: Sequence[Family] = (),
+                  scrape: Sequence[str] = ()) -> PrometheusServer:
             try:
-                server = start_prometheus(scenario, families)
+                server = start_prometheus(scenario, families, scrape=scrape)
             except PrometheusUnavailable as exc:
                 need(False, str(exc))
                 raise

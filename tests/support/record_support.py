@@ -52,7 +52,8 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any
                    **options: Any) -> subprocess.Popen[str]:
     """``gpuforensics record`` through the library, in its own process (stderr captured unless
     ``stderr`` says where: a long run whose stderr nobody reads must not fill the pipe).
-    ``triggers``: a dict of TriggerOptions fields, ``rules`` as rule strings."""
+    ``triggers``: a dict of TriggerOptions fields, ``rules`` as rule strings; ``metrics``: a dict of
+    MetricsOptions fields."""
     code = ("import json, sys\nfrom pathlib import Path\n"
             "from forensics.record.recorder import RecordOptions, run_recorder\n"
             "o = json.loads(sys.argv[1]); o['ring'] = Path(o['ring']); o['sources'] = tuple(o.get('sources', ()))\n"
@@ -61,6 +62,10 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any
             "    from forensics.record.triggers import TriggerOptions, parse_rules\n"
             "    t['rules'] = parse_rules(t['rules']); t['bundles'] = Path(t['bundles'])\n"
             "    t['on_capture'] = tuple(t.get('on_capture', ())); o['triggers'] = TriggerOptions(**t)\n"
+            "m = o.pop('metrics', None)\n"
+            "if m is not None:\n"
+            "    from forensics.record.metrics import MetricsOptions\n"
+            "    o['metrics'] = MetricsOptions(**m)\n"
             "print(json.dumps(run_recorder(RecordOptions(**o))), flush=True)\n")
     options["ring"] = str(ring)
     full_env = _env()
