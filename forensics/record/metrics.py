@@ -75,15 +75,16 @@ def parse_metrics_addr(text: str) -> tuple[str, int]:
         host, port_text = DEFAULT_HOST, value
     elif host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise UsageError(f"--metrics-addr {text!r}: {host!r} is not an IPv6 address") from None
+    elif ":" in host:
+        raise UsageError(f"--metrics-addr {text!r}: an IPv6 address goes in brackets, [::1]:PORT")
     if not host:
         raise UsageError(f"--metrics-addr {text!r}: give a host (127.0.0.1:PORT; 0.0.0.0:PORT for every interface)")
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise UsageError(f"--metrics-addr {text!r}: the port must be a number between 1 and 65535")
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise UsageError(f"--metrics-addr {text!r}: an IPv6 address goes in brackets, [::1]:PORT") from None
     return host, int(port_text)
 
 
