@@ -44,10 +44,18 @@ __all__ = ["record", "ring"]
 @click.option("--on-capture", "on_capture", metavar="CMD",
               help="Command run with the bundle path appended after each triggered capture (exit status logged).")
 @click.option("--on-capture-timeout", default="5m", show_default=True, help="--on-capture is killed after this.")
+@click.option("--metrics-addr", metavar="HOST:PORT", help="Serve Prometheus metrics (GPU processes by container, pod and "
+              "grant; per GPU; triggers; the recorder's cost) on HOST:PORT; loopback unless a host is given (docs/metrics.md).")
+@click.option("--metrics-tls-cert", type=click.Path(dir_okay=False), help="TLS certificate (PEM) of the metrics endpoint.")
+@click.option("--metrics-tls-key", type=click.Path(dir_okay=False), help="Its private key (PEM).")
+@click.option("--metrics-client-ca", type=click.Path(dir_okay=False),
+              help="Require client certificates signed by this CA (PEM) on the metrics endpoint.")
 def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: str, sources: str | None,
            no_redact: bool, nvml_library: str | None, settings: tuple[str, ...], status: bool,
            triggers: tuple[str, ...], config_file: Path | None, bundles_dir: Path | None, trigger_duration: str,
-           cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_capture_timeout: str) -> None:
+           cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_capture_timeout: str,
+           metrics_addr: str | None, metrics_tls_cert: str | None, metrics_tls_key: str | None,
+           metrics_client_ca: str | None) -> None:
     """Run the flight recorder: sample this node into a bounded, crash-safe ring, in the foreground.
 
     Samples what capture samples (NVML devices and processes, per-process utilisation, cgroup
@@ -65,6 +73,7 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
     Example:
       sudo gpuforensics record --ring /var/lib/gpuforensics/ring --interval 1
       sudo gpuforensics record --trigger 'gpu.util>90%:5m' --trigger oom --bundles /var/lib/gpuforensics/bundles
+      sudo gpuforensics record --metrics-addr 127.0.0.1:9464
     """
     if status:
         _print_ring_status(ring_dir, verify=False, as_json=False)
@@ -77,7 +86,10 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
     validate_settings(extra)
     trigger_options = _trigger_options(triggers, config_file, bundles_dir, trigger_duration, cooldown, keep,
                                        keep_bytes, on_capture, on_capture_timeout)
-    options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval, triggers=trigger_options,
+    from forensics.record.metrics import metrics_options
+
+    metrics = metrics_options(metrics_addr, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
+    options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval, triggers=trigger_options, metrics=metrics,
                             max_bytes=parse_bytes("--max-bytes", max_bytes), retention_s=parse_seconds("--retention", retention),
                             sources=names(sources) or SOURCE_NAMES, redact=not no_redact,
                             nvml_library=nvml_library, extra=extra,

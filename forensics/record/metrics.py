@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from forensics.record.live import GpuLive, LiveState, ProcessLive
 
 __all__ = ["DEFAULT_HOST", "Histogram", "MetricsOptions", "RecorderMetrics", "Snapshot", "collect_snapshot",
-           "parse_metrics_addr"]
+           "metrics_options", "parse_metrics_addr"]
 
 DEFAULT_HOST = "127.0.0.1"
 PROCESS_LABELS = ("gpu", "gpu_uuid", "mig_uuid", "pid", "owner", "container", "container_id", "namespace", "pod",
@@ -120,6 +120,20 @@ class MetricsOptions:
                                  f"{getattr(exc, 'strerror', None) or exc}") from None
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
+
+
+def metrics_options(addr: str | None, tls_cert: str | None = None, tls_key: str | None = None,
+                    client_ca: str | None = None) -> MetricsOptions | None:
+    """``record --metrics-addr`` and its TLS options (None: no endpoint); a usage error when a TLS
+    option comes without the address or the files cannot be loaded."""
+    if addr is None:
+        if tls_cert or tls_key or client_ca:
+            raise UsageError("--metrics-tls-cert/--metrics-tls-key/--metrics-client-ca need --metrics-addr")
+        return None
+    host, port = parse_metrics_addr(addr)
+    options = MetricsOptions(host, port, tls_cert, tls_key, client_ca)
+    options.ssl_context()  # the files load, before anything runs
+    return options
 
 
 class Histogram:

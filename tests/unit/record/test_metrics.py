@@ -3,9 +3,13 @@ from a sample bundle, scraped over real HTTP(S) and parsed with prometheus_clien
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +26,7 @@ from forensics.record.triggers import Firing, TriggerOptions, parse_rules
 from tests.unit.record.test_live import SAMPLES, replay
 
 UNALLOCATED = SAMPLES / "unallocated-gpu-use.tgz"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -230,3 +235,51 @@ def test_client_certificates_required(tmp_path: Path, recorders: list[Recorder])
 def test_bad_tls_files_are_usage_errors(tmp_path: Path, files: dict[str, str]) -> None:
     with pytest.raises(UsageError, match="--metrics-tls"):
         Recorder(RecordOptions(ring=tmp_path / "ring", metrics=MetricsOptions(port=0, **files)))
+
+
+def _cli(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "forensics", "record", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_record_metrics_addr_serves_until_sigterm(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _cli("--ring", str(tmp_path / "ring"), "--sources", "procfs", "--interval", "0.2",
+                "--metrics-addr", f"127.0.0.1:{port}")
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert f"metrics on http://127.0.0.1:{port}/metrics" in line, line
+        deadline = time.monotonic() + 30
+        fams = _scrape(f"http://127.0.0.1:{port}/metrics")
+        while fams["gpuforensics_recorder_ticks"][0].value < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            fams = _scrape(f"http://127.0.0.1:{port}/metrics")
+        assert fams["gpuforensics_recorder_ticks"][0].value >= 2
+        assert {s.labels["source"]: s.value for s in fams["gpuforensics_recorder_source_up"]} == {"procfs": 1}
+        assert fams["gpuforensics_recorder_ring_bytes"][0].value > 0
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert json.loads(out)["ticks"] >= 2
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--metrics-addr", "127.0.0.1:http"], "the port must be a number"),
+    (["--metrics-tls-cert", "/etc/hostname"], "need --metrics-addr"),
+    (["--metrics-addr", "127.0.0.1:9464", "--metrics-tls-cert", "/etc/hostname"], "go together"),
+])
+def test_bad_metrics_options_exit_2_before_anything_runs(tmp_path: Path, args: list[str], says: str) -> None:
+    proc = _cli("--ring", str(tmp_path / "ring"), *args)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "ring").exists()
