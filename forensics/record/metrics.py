@@ -32,6 +32,7 @@ behind kube-rbac-proxy (deploy/daemonset-metrics.yaml, docs/metrics.md).
 
 from __future__ import annotations
 
+import gzip
 import ipaddress
 import math
 import socket
@@ -43,13 +44,19 @@ from dataclasses import dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.utils import floatToGoString as _go_float
 
 from forensics.errors import UsageError
 
@@ -209,29 +216,40 @@ def _histogram(name: str, doc: str, frozen: tuple[tuple[int, ...], float], bound
     return fam
 
 
+MEMORY = ("gpuforensics_process_gpu_memory_bytes",
+          "GPU memory used by a process (NVML), by GPU, container, pod and the owner's grant on that GPU")
+SM = ("gpuforensics_process_sm_utilization_percent",
+      "SM utilisation of a process over the last sampling period (NVML process utilization)")
+
+
+def _process_labels(p: ProcessLive) -> list[str]:
+    o, g = p.owner, p.grant
+    return [str(p.gpu_index), p.gpu_uuid, p.mig_uuid or "", str(p.pid), o.kind, o.container_name,
+            o.container_id, o.pod_namespace, o.pod_name, "true" if g.allocated else "false", g.grant]
+
+
 def collect_snapshot(s: Snapshot, stale_before: float) -> Iterator[Metric]:
     """The metric families of one snapshot (figures sampled before ``stale_before`` left out)."""
-    mem = GaugeMetricFamily("gpuforensics_process_gpu_memory_bytes",
-                            "GPU memory used by a process (NVML), by GPU, container, pod and the owner's grant on that GPU",
-                            labels=PROCESS_LABELS)
-    sm = GaugeMetricFamily("gpuforensics_process_sm_utilization_percent",
-                           "SM utilisation of a process over the last sampling period (NVML process utilization)",
-                           labels=PROCESS_LABELS)
-    per_gpu: dict[tuple[str, str], list[int]] = {}
+    mem = GaugeMetricFamily(*MEMORY, labels=PROCESS_LABELS)
+    sm = GaugeMetricFamily(*SM, labels=PROCESS_LABELS)
     for p in s.processes:
-        if p.t < stale_before:
-            continue
-        o, g = p.owner, p.grant
-        labels = [str(p.gpu_index), p.gpu_uuid, p.mig_uuid or "", str(p.pid), o.kind, o.container_name,
-                  o.container_id, o.pod_namespace, o.pod_name, "true" if g.allocated else "false", g.grant]
-        if p.used_memory_bytes is not None:
-            mem.add_metric(labels, float(p.used_memory_bytes))
-        if p.sm_util_pct is not None:
-            sm.add_metric(labels, p.sm_util_pct)
-        n = per_gpu.setdefault((str(p.gpu_index), p.gpu_uuid), [0, 0])
-        n[0 if g.allocated else 1] += 1
+        if p.t >= stale_before:
+            if p.used_memory_bytes is not None:
+                mem.add_metric(_process_labels(p), float(p.used_memory_bytes))
+            if p.sm_util_pct is not None:
+                sm.add_metric(_process_labels(p), p.sm_util_pct)
     yield mem
     yield sm
+    yield from collect_other(s, stale_before)
+
+
+def collect_other(s: Snapshot, stale_before: float) -> Iterator[Metric]:
+    """:func:`collect_snapshot` without the two per-process families."""
+    per_gpu: dict[tuple[str, str], list[int]] = {}
+    for p in s.processes:
+        if p.t >= stale_before:
+            n = per_gpu.setdefault((str(p.gpu_index), p.gpu_uuid), [0, 0])
+            n[0 if p.grant.allocated else 1] += 1
 
     util = GaugeMetricFamily("gpuforensics_gpu_utilization_percent", "GPU utilisation (NVML utilization rates)",
                              labels=GPU_LABELS)
@@ -327,12 +345,59 @@ def collect_snapshot(s: Snapshot, stale_before: float) -> Iterator[Metric]:
 
 
 class _SnapshotCollector:
-    def __init__(self, owner: RecorderMetrics) -> None:
+    def __init__(self, owner: RecorderMetrics, everything: bool = True) -> None:
         self.owner = owner
+        self.everything = everything
 
     def collect(self) -> Iterator[Metric]:
         snap = self.owner.snapshot
-        return collect_snapshot(snap, snap.t - self.owner.stale_s)
+        return (collect_snapshot if self.everything else collect_other)(snap, snap.t - self.owner.stale_s)
+
+
+def floatToGoString(value: float) -> str:  # noqa: N802 - prometheus_client's name, typed
+    text: str = _go_float(value)  # type: ignore[no-untyped-call]
+    return text
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+_SORTED = sorted(range(len(PROCESS_LABELS)), key=lambda i: PROCESS_LABELS[i])
+
+
+class ProcessLines:
+    """The two per-process families as the text exposition format (0.0.4), byte for byte what
+    prometheus_client's ``generate_latest`` writes for them (tested), with each process' label
+    string kept while its identity, owner and grant stay the same: a node's 512 processes change
+    values every tick, their labels seldom, and escaping 11 labels per series per scrape is most of
+    prometheus_client's time."""
+
+    def __init__(self, max_cached: int = 50_000) -> None:
+        self.max_cached = max_cached
+        self._labels: dict[tuple[Any, ...], str] = {}
+
+    def label_string(self, p: ProcessLive) -> str:
+        key = (p.pid, p.gpu_index, p.gpu_uuid, p.mig_uuid, p.owner, p.grant)
+        text = self._labels.get(key)
+        if text is None:
+            values = _process_labels(p)
+            text = ",".join(f'{PROCESS_LABELS[i]}="{_escape(values[i])}"' for i in _SORTED)
+            if len(self._labels) >= self.max_cached:
+                self._labels.clear()
+            self._labels[key] = text
+        return text
+
+    def render(self, s: Snapshot, stale_before: float) -> str:
+        live = [(self.label_string(p), p) for p in s.processes if p.t >= stale_before]
+        out = []
+        for (name, doc), field_name in ((MEMORY, "used_memory_bytes"), (SM, "sm_util_pct")):
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+            for labels, p in live:
+                value = getattr(p, field_name)
+                if value is not None:
+                    out.append(f"{name}{{{labels}}} {floatToGoString(value)}\n")
+        return "".join(out)
 
 
 class _ErrorSink:
@@ -359,9 +424,15 @@ class RecorderMetrics:
         self.o = options
         self.stale_s = options.stale_s or max(15.0, 5 * interval_s)
         self.snapshot = Snapshot(t=time.time())
+        # the whole exposition as prometheus_client writes it (tests compare against it) and what
+        # a scrape serves: the per-process families by ProcessLines, the rest by prometheus_client
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_SnapshotCollector(self))
-        ProcessCollector(namespace="", registry=self.registry)
+        self.rest = CollectorRegistry(auto_describe=False)
+        self.rest.register(_SnapshotCollector(self, everything=False))
+        for registry in (self.registry, self.rest):
+            ProcessCollector(namespace="", registry=registry)
+        self.process_lines = ProcessLines()
         self.tick_hist = Histogram()
         self.answer_hist: dict[str, Histogram] = {}
         self._sent_at: float | None = None
@@ -417,9 +488,28 @@ class RecorderMetrics:
         except OSError as exc:
             raise UsageError(f"--metrics-addr {self.o.host}:{self.o.port}: cannot listen: "
                              f"{exc.strerror or exc}") from None
-        server.set_app(make_wsgi_app(self.registry))
+        server.set_app(self._app)
         server.timeout = 0.2  # handle_request() returns at least this often: close() is seen
         return server
+
+    def exposition(self) -> bytes:
+        """One scrape's body (text format 0.0.4), from the latest snapshot."""
+        snap = self.snapshot
+        head = self.process_lines.render(snap, snap.t - self.stale_s)
+        return head.encode("utf-8") + generate_latest(self.rest)
+
+    def _app(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
+            return [b"GET /metrics\n"]
+        body = self.exposition()
+        headers = [("Content-Type", CONTENT_TYPE_LATEST)]
+        if "gzip" in (environ.get("HTTP_ACCEPT_ENCODING") or ""):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
+        start_response("200 OK", headers)
+        return [] if environ["REQUEST_METHOD"] == "HEAD" else [body]
 
     @property
     def address(self) -> tuple[str, int]:

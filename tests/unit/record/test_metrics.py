@@ -3,6 +3,7 @@ from a sample bundle, scraped over real HTTP(S) and parsed with prometheus_clien
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -13,10 +14,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from forensics.errors import UsageError
@@ -283,3 +286,31 @@ def test_bad_metrics_options_exit_2_before_anything_runs(tmp_path: Path, args: l
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and says in err and "Traceback" not in err, err
     assert not (tmp_path / "ring").exists()
+
+
+def test_served_exposition_is_prometheus_clients_own(tmp_path: Path, recorders: list[Recorder]) -> None:
+    """The per-process families rendered with cached label strings, the rest by prometheus_client:
+    the body parses to exactly what prometheus_client's generate_latest writes for every family,
+    a label value with a quote, a backslash and a newline included."""
+    rec = _recorder(tmp_path, recorders)
+    assert rec.live is not None and rec.metrics is not None
+    replay(UNALLOCATED, rec.live)
+    rec.metrics.publish(rec, rec.live)
+    snap = rec.metrics.snapshot
+    odd = replace(snap.processes[0], owner=replace(snap.processes[0].owner, container_name='we"ird\\name\nx'))
+    rec.metrics.snapshot = replace(snap, processes=(*snap.processes, odd))
+    served = rec.metrics.exposition().decode()
+    reference = generate_latest(rec.metrics.registry).decode()
+    volatile = ("process_cpu_seconds", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                "process_open_fds")
+
+    def lines(text: str) -> list[str]:
+        return sorted(ln for ln in text.splitlines() if not ln.startswith(volatile))
+
+    assert lines(served) == lines(reference)
+    heads = [ln for ln in served.splitlines() if ln.startswith("gpuforensics_process_gpu_memory_bytes{")]
+    assert len(heads) == 3 and any('container="we\\"ird\\\\name\\nx"' in ln for ln in heads)
+    with urllib.request.urlopen(urllib.request.Request(rec.metrics.url, headers={"Accept-Encoding": "gzip"}),
+                                timeout=10) as resp:
+        assert resp.headers["Content-Encoding"] == "gzip" and resp.headers["Content-Type"].startswith("text/plain")
+        assert lines(gzip.decompress(resp.read()).decode()) == lines(rec.metrics.exposition().decode())
