@@ -61,6 +61,14 @@ def test_the_90_percent_5_minute_alert_fires_after_5_minutes_only(tmp_path: Path
     """GPU 0 at 95 % for 10 minutes fires at 5 min (pending before); GPU 1 at 95 % with a dip to
     50 % at minute 3 has not fired by minute 7; a container using a GPU without a grant fires."""
     rules = _rule_group_file(tmp_path)
+    gpu0_fires = [{
+        "exp_labels": {"severity": "warning", "instance": "gpu-07", "job": "gpuforensics", "gpu": "0",
+                       "gpu_uuid": "GPU-a", "name": "H100"},
+        "exp_annotations": {
+            "summary": "GPU 0 (GPU-a) on gpu-07 above 90 % for 5 minutes (95 %)",
+            "description": 'Who is on it: gpuforensics_process_sm_utilization_percent{instance="gpu-07",'
+                           'gpu_uuid="GPU-a"}. Capture the node while it lasts (gpuforensics record '
+                           "--trigger 'gpu.util>90%:5m' does it by itself)."}}]
     tests = {
         "rule_files": [str(rules)],
         "evaluation_interval": "1m",
@@ -73,22 +81,8 @@ def test_the_90_percent_5_minute_alert_fires_after_5_minutes_only(tmp_path: Path
             ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": "GpuUtilizationHigh", "exp_alerts": []},
-                {"eval_time": "5m", "alertname": "GpuUtilizationHigh", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "instance": "gpu-07", "job": "gpuforensics", "gpu": "0",
-                                   "gpu_uuid": "GPU-a", "name": "H100"},
-                    "exp_annotations": {
-                        "summary": "GPU 0 (GPU-a) on gpu-07 above 90 % for 5 minutes (95 %)",
-                        "description": 'Who is on it: gpuforensics_process_sm_utilization_percent{instance="gpu-07",'
-                                       'gpu_uuid="GPU-a"}. Capture the node while it lasts (gpuforensics record '
-                                       "--trigger 'gpu.util>90%:5m' does it by itself)."}}]},
-                {"eval_time": "7m", "alertname": "GpuUtilizationHigh", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "instance": "gpu-07", "job": "gpuforensics", "gpu": "0",
-                                   "gpu_uuid": "GPU-a", "name": "H100"},
-                    "exp_annotations": {
-                        "summary": "GPU 0 (GPU-a) on gpu-07 above 90 % for 5 minutes (95 %)",
-                        "description": 'Who is on it: gpuforensics_process_sm_utilization_percent{instance="gpu-07",'
-                                       'gpu_uuid="GPU-a"}. Capture the node while it lasts (gpuforensics record '
-                                       "--trigger 'gpu.util>90%:5m' does it by itself)."}}]},
+                {"eval_time": "5m", "alertname": "GpuUtilizationHigh", "exp_alerts": gpu0_fires},
+                {"eval_time": "7m", "alertname": "GpuUtilizationHigh", "exp_alerts": gpu0_fires},
                 {"eval_time": "6m", "alertname": "GpuUsedWithoutGrant", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "instance": "gpu-07", "gpu": "0", "gpu_uuid": "GPU-a",
                                    "namespace": "ml", "pod": "nb-0", "container": "notebook", "container_id": "5a21",
