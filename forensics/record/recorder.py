@@ -117,7 +117,7 @@ class Recorder:
         self.key: bytes | None = None
         self.kmsg_seq: int | None = None
         # the live state (forensics.record.live) and the triggers over it: fed every record in
-        # _handle, ticked once per loop tick; None when no trigger is asked for
+        # _handle, ticked once per loop tick; None when neither --trigger nor --metrics-addr is asked for
         self.triggers: TriggerEngine | None = None
         self.live: LiveState | None = None
         if options.triggers is not None or options.metrics is not None:

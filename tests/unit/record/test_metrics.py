@@ -254,9 +254,11 @@ def test_record_metrics_addr_serves_until_sigterm(tmp_path: Path) -> None:
                 "--metrics-addr", f"127.0.0.1:{port}")
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()
-        assert f"metrics on http://127.0.0.1:{port}/metrics" in line, line
-        deadline = time.monotonic() + 30
+        lines = [proc.stderr.readline() for _ in range(1)]
+        while "metrics on" not in lines[-1] and lines[-1] and len(lines) < 20:  # after any other log line
+            lines.append(proc.stderr.readline())
+        assert f"metrics on http://127.0.0.1:{port}/metrics" in lines[-1], lines
+        deadline = time.monotonic() + 60  # a loaded machine
         fams = _scrape(f"http://127.0.0.1:{port}/metrics")
         while fams["gpuforensics_recorder_ticks"][0].value < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
