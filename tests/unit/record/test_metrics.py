@@ -259,12 +259,16 @@ def test_record_metrics_addr_serves_until_sigterm(tmp_path: Path) -> None:
             lines.append(proc.stderr.readline())
         assert f"metrics on http://127.0.0.1:{port}/metrics" in lines[-1], lines
         deadline = time.monotonic() + 60  # a loaded machine
+
+        def up(fams: dict[str, list[Any]]) -> dict[str, float]:
+            return {s.labels["source"]: s.value for s in fams["gpuforensics_recorder_source_up"]}
+
         fams = _scrape(f"http://127.0.0.1:{port}/metrics")
-        while fams["gpuforensics_recorder_ticks"][0].value < 2 and time.monotonic() < deadline:
+        while (fams["gpuforensics_recorder_ticks"][0].value < 2 or up(fams) != {"procfs": 1}) \
+                and time.monotonic() < deadline:  # the sampler's first answer, then a tick
             time.sleep(0.2)
             fams = _scrape(f"http://127.0.0.1:{port}/metrics")
-        assert fams["gpuforensics_recorder_ticks"][0].value >= 2
-        assert {s.labels["source"]: s.value for s in fams["gpuforensics_recorder_source_up"]} == {"procfs": 1}
+        assert fams["gpuforensics_recorder_ticks"][0].value >= 2 and up(fams) == {"procfs": 1}, up(fams)
         assert fams["gpuforensics_recorder_ring_bytes"][0].value > 0
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
