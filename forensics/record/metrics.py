@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
+    CONTENT_TYPE_PLAIN_0_0_4,
     CollectorRegistry,
     ProcessCollector,
     generate_latest,
@@ -503,7 +503,7 @@ class RecorderMetrics:
             start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
             return [b"GET /metrics\n"]
         body = self.exposition()
-        headers = [("Content-Type", CONTENT_TYPE_LATEST)]
+        headers = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]
         if "gzip" in (environ.get("HTTP_ACCEPT_ENCODING") or ""):
             body = gzip.compress(body, compresslevel=1)
             headers.append(("Content-Encoding", "gzip"))
