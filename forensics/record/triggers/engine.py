@@ -240,7 +240,7 @@ class TriggerEngine:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "forensics.record.triggers.capture_child"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, close_fds=True,
-                preexec_fn=lambda: _enter_capture_child(parent))  # noqa: PLW1509 - the recorder runs no threads
+                preexec_fn=lambda: _enter_capture_child(parent))  # noqa: PLW1509 - see _enter_capture_child
         except OSError as exc:
             os.close(fd)
             Path(log_name).unlink(missing_ok=True)
@@ -366,7 +366,11 @@ class TriggerEngine:
 
 
 def _enter_capture_child(parent: int) -> None:
-    """In the forked capture or hook, before exec: die with the recorder, own process group."""
+    """In the forked capture or hook, before exec: die with the recorder, own process group.
+
+    It makes system calls only (prctl through the libc handle loaded before any fork, getppid,
+    setpgid, sigaction): the one other thread the recorder may run, the ``--metrics-addr`` server,
+    holds no lock these need, so the child cannot block on a lock held at the fork."""
     die_with_parent(parent)
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
