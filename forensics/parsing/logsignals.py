@@ -73,6 +73,7 @@ __all__ = [
     "ProcessEnd",
     "Signal",
     "last_timestamp",
+    "newest_lines",
     "nccl_bus_id",
     "parse_line",
     "scan_log",
@@ -736,3 +737,17 @@ def last_timestamp(text: str) -> tuple[int, float] | None:
         if start == 0:
             break
     return None
+
+
+def newest_lines(data: bytes, max_bytes: int) -> tuple[bytes, int]:
+    """The newest whole lines of ``data`` within ``max_bytes``, and how many bytes were dropped.
+
+    A log is cut at its start (the crash is at its end): the first line kept starts after a
+    newline, so no half line begins it; a single line longer than ``max_bytes`` keeps its end."""
+    if len(data) <= max_bytes:
+        return data, 0
+    cut = data[len(data) - max_bytes:]
+    nl = cut.find(b"\n")
+    if 0 <= nl < len(cut) - 1:
+        cut = cut[nl + 1:]
+    return cut, len(data) - len(cut)

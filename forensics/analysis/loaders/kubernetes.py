@@ -1,6 +1,7 @@
 """Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
 collector's pure :func:`forensics.parsing.podindex.index_pod`) and the kubelet
-pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container).
+pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container), and the
+pod logs of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
 container no other source describes becomes a Container here, with its Kubernetes allocation.
@@ -14,6 +15,7 @@ from typing import Any
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, dig, parse_time
+from forensics.analysis.loaders.logs import load_log_signals
 from forensics.analysis.model import Container, Model, OomKill, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
@@ -115,6 +117,10 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                     memory_limit_bytes=ce.memory_limit_bytes,
                     evidence=(src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/status", doc),),
                     k8s_container_name=ce.name)
+            for previous, log_cid in ((False, ce.container_id), (True, ce.last_container_id)):
+                member = kube_spec.pod_log_member(entry.namespace, entry.name, ce.name, previous)
+                if src.has(member):
+                    load_log_signals(src, model, node, member, log_cid, entry.uid)
             if ce.last_terminated_reason == "OOMKilled" or ce.oom_killed:
                 j2 = status_index.get(ce.name)
                 where = "lastState/terminated" if ce.last_terminated_reason == "OOMKilled" else "state/terminated"

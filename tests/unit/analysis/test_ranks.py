@@ -114,3 +114,21 @@ def test_container_logs_in_a_bundle_become_log_signals(tmp_path) -> None:  # noq
     assert [(o.t, o.container_id) for o in model.cuda_ooms] == [(T0 + 3, cid)]
     (tail,) = model.log_tails
     assert tail.t == T0 + 4 and tail.evidence is not None and tail.evidence.locator == "line 4"
+
+
+def test_pod_logs_in_a_bundle_become_log_signals_of_that_container(tmp_path) -> None:  # noqa: ANN001
+    from forensics.analysis import build_model
+    from forensics.specs.kubernetes import pod_log_member
+    from tests.support import log_lines as L
+    from tests.support.analysis_bundles import T0, BundleSpec, cid_of
+
+    b = BundleSpec(host="gpu-12")
+    b.pod("ml", "train-5", "uid-5", [("trainer", cid_of("train-5"), 1)], oom_killed=["trainer"])
+    b.members[pod_log_member("ml", "train-5", "trainer", previous=True)] = (
+        f"{iso(T0 + 2)} " + L.TORCH_OOM_NEW.text + "\n").encode()
+    b.members[pod_log_member("ml", "train-5", "trainer")] = f"{iso(T0 + 9)} [rank5]: restarted\n".encode()
+    model = build_model([b.write(tmp_path)])
+    assert [(s.signal.kind, s.pod_key, s.container_id) for s in model.log_signals] == [
+        ("cuda-oom", "uid-5", cid_of("train-5"))]
+    assert sorted((t.member.rsplit("/", 1)[-1], t.t) for t in model.log_tails) == [
+        ("trainer.log", T0 + 9), ("trainer.previous.log", T0 + 2)]
