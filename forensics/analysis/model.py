@@ -493,7 +493,11 @@ class NodeInfo:
     bundles: list[str] = field(default_factory=list)
     start: float | None = None
     end: float | None = None
-    clock_offset_s: float | None = 0.0
+    clock_offset_s: float | None = 0.0  # add to this node's times for the first node's clock (None: unknown)
+    clock_uncertainty_s: float | None = 0.0  # how far off clock_offset_s may be (None: unknown)
+    # this node's clock against references it was compared with during capture:
+    # reference name -> (offset_s to add for the reference's clock, uncertainty_s, evidence)
+    clock_refs: dict[str, tuple[float, float, Evidence | None]] = field(default_factory=dict)
     collector_status: dict[str, str] = field(default_factory=dict)
     kernel_records: int = 0
     psi_readings: int = 0

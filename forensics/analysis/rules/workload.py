@@ -1,0 +1,334 @@
+"""The workload's own words: ``workload-cuda-error`` (a CUDA fault or out-of-memory error in a
+container's or pod's log) and ``stalled-rank`` (the rank of a distributed job the others waited for).
+
+Sources: container logs (``docker/containers/<id>/logs.txt``, ``GET /containers/{id}/logs``) and
+pod logs (``kubernetes/logs/...``, ``GET .../pods/{name}/log``), parsed into typed signals by
+:mod:`forensics.parsing.logsignals`; ranks mapped and the stalled one found by
+:mod:`forensics.analysis.ranks`, with each node's clock offset and its uncertainty; the stalled
+rank explained with its own node's Xid events, OOM kills and GPU utilization samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Hashable
+
+from forensics.analysis.findings import Evidence, Finding, Severity, Subject
+from forensics.analysis.kinds import FindingKind, Harm
+from forensics.analysis.model import LogSignal, LogTail, Model
+from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
+from forensics.analysis.ranks import (
+    NodeClock,
+    RankState,
+    Stall,
+    collect_ranks,
+    find_stalled,
+    rank_ranges,
+)
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.rules.gpu_health import xid_meaning
+from forensics.analysis.thresholds import AnalysisConfig
+from forensics.parsing import logsignals as ls
+
+__all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "log_gpu", "stalled_rank", "workload_cuda_error"]
+
+WORKLOAD_CUDA_ERROR = FindingKind("workload-cuda-error", severity="high", needs=("nvml",), rank=85)
+STALLED_RANK = FindingKind("stalled-rank", severity="high", needs=(), rank=110)
+
+# faults the application itself causes (a bug, a full GPU): medium; the rest say the GPU or its
+# driver failed under the workload: high
+_APPLICATION = frozenset({"out-of-memory", "device-side-assert"})
+_FAULT_WORDS = {
+    "out-of-memory": "CUDA out-of-memory error",
+    "illegal-memory-access": "CUDA illegal memory access",
+    "ecc-uncorrectable": "uncorrectable ECC error",
+    "device-side-assert": "CUDA device-side assert",
+    "gpu-lost": "GPU is lost",
+    "no-device": "no CUDA-capable device",
+    "driver-mismatch": "CUDA driver/library version mismatch",
+}
+_EXPLAIN_BEFORE_S = 180.0  # node evidence this long before the stalled rank's last line explains it
+_EXPLAIN_AFTER_S = 30.0
+_IDLE_PCT, _BUSY_PCT = 5.0, 50.0
+
+
+# ---------------------------------------------------------------------------------------------
+# who wrote a log, and which GPU it names
+
+
+def _writer(model: Model, s: LogSignal | LogTail) -> Subject:
+    c = model.container(s.node, s.container_id)
+    if c is not None:
+        return c.subject()
+    pod = model.pods.get(s.pod_key) if s.pod_key else None
+    if pod is not None:
+        return pod.subject()
+    ident = s.container_id or s.pod_key or "?"
+    return Subject("container", ident, ident[:12], s.node)
+
+
+def _gpu_by_bus(model: Model, node: str, bus: str | None) -> str | None:
+    gpu = model.gpu_by_pci(node, bus) if bus else None
+    return gpu.uuid if gpu is not None else None
+
+
+def log_gpu(model: Model, node: str, container_id: str | None, cuda_device: int | None,
+            bus_id: str | None, comm_buses: dict[int, str]) -> str | None:
+    """The host GPU (UUID) a log line means, or None when the bundle cannot say: the PCI bus id
+    the line names; NCCL's comm line of the same log for that CUDA device; the one GPU the
+    container's processes used (NVML samples); the one GPU its allocation grants; or, on GPUs of
+    one model, the ``cuda_device``-th of the GPUs it was granted in host order (CUDA's order)."""
+    found = _gpu_by_bus(model, node, bus_id)
+    if found:
+        return found
+    if cuda_device is not None and cuda_device in comm_buses:
+        found = _gpu_by_bus(model, node, comm_buses[cuda_device])
+        if found:
+            return found
+    c = model.container(node, container_id)
+    if c is None:
+        return None
+    used = {ps.gpu_uuid for ps in model.proc_samples
+            if ps.node == node and model.joins.owner(node, ps.pid).subject.key() == c.subject().key()}
+    if len(used) == 1:
+        return next(iter(used))
+    granted = [g for g in model.node_gpus(node) if c.allocation.grants(g.uuid)]
+    if len(granted) == 1:
+        return granted[0].uuid
+    if cuda_device is not None and 0 <= cuda_device < len(granted) and len({g.name for g in granted}) == 1:
+        return granted[cuda_device].uuid
+    return None
+
+
+def _error_of(sig: ls.Signal) -> str | None:
+    if isinstance(sig, ls.CudaOom):
+        return "out-of-memory"
+    if isinstance(sig, ls.CudaFault):
+        return sig.fault
+    return None
+
+
+@WORKLOAD_CUDA_ERROR.rule
+def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """One finding per (node, log writer, error): a CUDA fault or out-of-memory error the workload
+    logged, the writer as victim, the GPU when the log or the bundle names it. An Xid on that GPU,
+    or someone else's use of it, links to it in the chain."""
+    comm_buses: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
+    for s in model.log_signals:
+        if isinstance(s.signal, ls.NcclCommInit) and s.signal.cuda_device is not None and s.signal.bus_id:
+            comm_buses[(s.node, s.evidence.member)][s.signal.cuda_device] = s.signal.bus_id
+    groups: dict[tuple[str, tuple[str, str, str], str], list[LogSignal]] = defaultdict(list)
+    for s in model.log_signals:
+        error = _error_of(s.signal)
+        if error is not None:
+            groups[(s.node, _writer(model, s).key(), error)].append(s)
+    findings: list[Finding] = []
+    for (node, _, error), sigs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        first = sigs[0]
+        sig = first.signal
+        writer = _writer(model, first).with_role("victim")
+        bus = sig.pci_bus_id if isinstance(sig, ls.CudaFault) else None
+        device = sig.cuda_device if isinstance(sig, ls.CudaOom) else None
+        uuid = log_gpu(model, node, first.container_id, device, bus, comm_buses.get((node, first.evidence.member), {}))
+        times = [s.signal.t for s in sigs if s.signal.t is not None]
+        start, end = (min(times), max(times)) if times else (None, None)
+        words = _FAULT_WORDS.get(error, error)
+        where = f" on {gpu_label(model, node, uuid)}" if uuid else (f" on PCI {bus}" if bus else "")
+        detail = ""
+        if isinstance(sig, ls.CudaOom) and sig.requested_bytes:
+            detail = f" (tried to allocate {fmt_bytes(sig.requested_bytes)}"
+            detail += f" of {fmt_bytes(sig.total_bytes)})" if sig.total_bytes else ")"
+        elif isinstance(sig, ls.CudaFault) and sig.detail:
+            detail = f" ({sig.detail[:120]})"
+        name = label(model, writer, long=False)
+        count = len(sigs)
+        summary = (f"{name} logged a {words}{where}{detail} at {fmt_time(start)}"
+                   + (f"; {count} times until {fmt_time(end)}" if count > 1 else ""))
+        subjects = [*with_pod(model, writer)]
+        if uuid:
+            subjects.append(gpu_subject(model, node, uuid))
+        severity: Severity = "medium" if error in _APPLICATION else WORKLOAD_CUDA_ERROR.severity
+        findings.append(Finding(
+            kind=WORKLOAD_CUDA_ERROR.id, severity=severity,
+            confidence=WORKLOAD_CUDA_ERROR.confidence(model, node, 0.9 if uuid else 0.8, cfg),
+            summary=summary, start=start, end=end, node=node,
+            subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(s.evidence for s in sigs[:5]),
+            metrics=(("error", error), ("occurrences", count), ("gpu", gpu_label(model, node, uuid) if uuid else None),
+                     ("requested_bytes", sig.requested_bytes if isinstance(sig, ls.CudaOom) else None)),
+            key=f"cudaerr:{node}:{writer.id}:{error}",
+            headline=f"{name} hit a {words}{where}{detail}",
+        ))
+    return findings
+
+
+@WORKLOAD_CUDA_ERROR.harm
+def _cuda_harm(f: Finding, h: Harm) -> str:
+    return f"{_FAULT_WORDS.get(str(f.metric('error')), 'CUDA error')} at {h.when}"
+
+
+# ---------------------------------------------------------------------------------------------
+# stalled-rank
+
+
+def _clock(model: Model, node: str) -> NodeClock:
+    """The node's offset to the first node's clock; unknown (no clock evidence) is an infinite
+    uncertainty, so no cross-node ordering is claimed from it."""
+    info = model.nodes.get(node)
+    if info is None or info.clock_offset_s is None or info.clock_uncertainty_s is None:
+        return NodeClock(0.0, math.inf)
+    return NodeClock(info.clock_offset_s, info.clock_uncertainty_s)
+
+
+def _rank_gpu(model: Model, st: RankState) -> str | None:
+    return _gpu_by_bus(model, st.node, st.bus_id)
+
+
+def _explain(model: Model, st: RankState, uuid: str | None, stopped_local: float | None,
+             peers: list[RankState]) -> tuple[list[str], list[Evidence], list[Subject]]:
+    """The stalled rank's own node at the time it stopped: Xids (its GPU first), OOM kills of it
+    or the whole node, and its GPU idle while the peers' GPUs were busy."""
+    if stopped_local is None:
+        return [], [], []
+    lo, hi = stopped_local - _EXPLAIN_BEFORE_S, stopped_local + _EXPLAIN_AFTER_S
+    why: list[str] = []
+    ev: list[Evidence] = []
+    subjects: list[Subject] = []
+    xids = [x for x in model.xids if x.node == st.node and x.t is not None and lo <= x.t <= hi
+            and (uuid is None or x.gpu_uuid in (None, uuid))]
+    if xids:
+        x = min(xids, key=lambda x: (x.gpu_uuid != uuid, x.t))
+        _, meaning = xid_meaning(x.code)
+        on = "its GPU" if uuid and x.gpu_uuid == uuid else (gpu_label(model, st.node, x.gpu_uuid) if x.gpu_uuid else "the node")
+        why.append(f"Xid {x.code} on {on} at {fmt_time(x.t)} ({meaning})")
+        ev.append(x.evidence)
+    writer_keys = {k for k in _keys(model, st.subject)}
+    ooms = [o for o in model.ooms if o.node == st.node and o.t is not None and lo <= o.t <= hi
+            and (o.global_oom or _oom_keys(model, o) & writer_keys)]
+    if ooms:
+        o = ooms[0]
+        why.append(("a node-wide OOM kill" if o.global_oom else "an OOM kill of it") + f" at {fmt_time(o.t)}")
+        ev.extend(o.evidence[:1])
+    if uuid:
+        mine = [s for s in model.gpu_samples if s.node == st.node and s.gpu_uuid == uuid
+                and stopped_local <= s.t <= stopped_local + 120 and s.util_gpu_pct is not None]
+        peer_gpus = {(p.node, g) for p in peers if (g := _rank_gpu(model, p))}
+        theirs = [s for s in model.gpu_samples if (s.node, s.gpu_uuid) in peer_gpus and s.util_gpu_pct is not None
+                  and stopped_local - 5 <= s.t - _clock(model, st.node).offset_s + _clock(model, s.node).offset_s
+                  <= stopped_local + 125]
+        if mine and theirs:
+            m = sum(s.util_gpu_pct or 0.0 for s in mine) / len(mine)
+            t = sum(s.util_gpu_pct or 0.0 for s in theirs) / len(theirs)
+            if m <= _IDLE_PCT and t >= _BUSY_PCT:
+                why.append(f"its GPU at {m:.0f}% while the peers' GPUs were at {t:.0f}%")
+                ev.extend([mine[0].evidence, theirs[0].evidence])
+    if uuid:
+        subjects.append(gpu_subject(model, st.node, uuid))
+    return why, ev, subjects
+
+
+def _keys(model: Model, subject: Hashable) -> set[tuple[str, str, str]]:
+    if not isinstance(subject, Subject):
+        return set()
+    return {s.key() for s in with_pod(model, subject)}
+
+
+def _oom_keys(model: Model, o: object) -> set[tuple[str, str, str]]:
+    node, cid, pod = getattr(o, "node", ""), getattr(o, "container_id", None), getattr(o, "pod_uid", None)
+    out: set[tuple[str, str, str]] = set()
+    if cid:
+        out.add((node, "container", cid))
+    if pod:
+        out.add((node, "pod", pod))
+    return out
+
+
+@STALLED_RANK.rule
+def stalled_rank(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """The rank of a distributed job the other ranks waited for (:func:`forensics.analysis.ranks.find_stalled`),
+    across every analysed node, explained with its own node's evidence when it stopped."""
+    by_log: dict[tuple[str, str], list[LogSignal]] = defaultdict(list)
+    for s in model.log_signals:
+        by_log[(s.node, s.evidence.member)].append(s)
+    tails = {(t.node, t.member): t for t in model.log_tails}
+    logs = []
+    for key in sorted(set(by_log) | set(tails)):
+        sigs = by_log.get(key, [])
+        tail = tails.get(key)
+        who = _writer(model, tail if tail is not None else sigs[0])
+        logs.append((key[0], who, [(s.signal, s.evidence) for s in sigs],
+                     tail.t if tail else None, tail.evidence if tail else None))
+    ranks = collect_ranks(logs)
+    clocks = {n: _clock(model, n) for n in model.nodes}
+    stall = find_stalled(ranks, clocks)
+    if stall is None:
+        return []
+    return [_stall_finding(model, cfg, ranks, stall, clocks)]
+
+
+def _stall_finding(model: Model, cfg: AnalysisConfig, ranks: dict[int, RankState], stall: Stall,
+                   clocks: dict[str, NodeClock]) -> Finding:
+    st = ranks[stall.ranks[0]]
+    node = st.node
+    uuid = _rank_gpu(model, st)
+    offset = clocks.get(node, NodeClock()).offset_s
+    stopped_local = stall.stopped_at - offset if stall.stopped_at is not None else None
+    peers = [ranks[r] for r in stall.peers] or [r for k, r in ranks.items() if k not in stall.ranks]
+    why, ev, gpu_subjects = _explain(model, st, uuid, stopped_local, peers)
+    writer = st.subject if isinstance(st.subject, Subject) else Subject("container", str(st.subject), str(st.subject), node)
+    where = f"{label(model, writer, long=False)} on {node}" + (f", {gpu_label(model, node, uuid)}" if uuid else "")
+    who = (f"rank {stall.ranks[0]}" if len(stall.ranks) == 1 else f"ranks {rank_ranges(stall.ranks)}")
+    text = f"{who} ({where}) stopped at {fmt_time(stall.stopped_at)}"
+    if why:
+        text += " after " + " and ".join(why)
+    if stall.peers:
+        what = f" in {stall.op}" if stall.op else ""
+        what += f" SeqNum {stall.seq}" if stall.seq is not None else ""
+        later = ""
+        if stall.peer_timeout_at is not None and stall.stopped_at is not None:
+            later = f" {stall.peer_timeout_at - stall.stopped_at:.0f} s later"
+        text += f"; ranks {rank_ranges(stall.peers)} timed out{what}{later}"
+    method = {"no-timeout": "it reported no timeout while its peers did",
+              "lowest-completed-seq": "its last completed SeqNum is the lowest",
+              "stopped-logging-first": "its log ends first"}[stall.method]
+    summary = f"{text} ({method}"
+    if math.isinf(stall.uncertainty_s):
+        summary += "; the nodes' clocks could not be aligned (no clock evidence), so times across nodes may be off"
+    elif stall.uncertain:
+        summary += (f"; the order of its last line against the next rank's is within the clocks' "
+                    f"uncertainty (±{stall.uncertainty_s:.1f} s)")
+    summary += ")"
+    if stall.missing:
+        summary += f"; no log of rank(s) {rank_ranges(stall.missing)}"
+    subjects = [*with_pod(model, writer.with_role("victim")), *gpu_subjects]
+    for p in peers[:8]:
+        if isinstance(p.subject, Subject):
+            subjects.append(p.subject.with_role("witness"))
+    evidence = [*ev]
+    if st.last_seen_ref is not None and isinstance(st.last_seen_ref, Evidence):
+        evidence.append(st.last_seen_ref)
+    if isinstance(st.progress_ref, Evidence):
+        evidence.append(st.progress_ref)
+    for p in peers[:3]:
+        evidence.extend(ref for _, ref in p.timeouts[:1] if isinstance(ref, Evidence))
+    confidence = {"no-timeout": 0.85, "lowest-completed-seq": 0.8, "stopped-logging-first": 0.6}[stall.method]
+    if stall.corroborated_by:
+        confidence += 0.1
+    if stall.uncertain and not math.isinf(stall.uncertainty_s):
+        confidence -= 0.2
+    return Finding(
+        kind=STALLED_RANK.id, severity=STALLED_RANK.severity,
+        confidence=STALLED_RANK.confidence(model, node, confidence, cfg),
+        summary=summary, start=stopped_local, end=stall.peer_timeout_at - offset if stall.peer_timeout_at else None,
+        node=node, subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(evidence),
+        metrics=(("rank", stall.ranks[0]), ("method", stall.method), ("op", stall.op), ("seq", stall.seq),
+                 ("peers", rank_ranges(stall.peers) or None), ("clock_uncertainty_s", None if math.isinf(stall.uncertainty_s) else round(stall.uncertainty_s, 3)),
+                 ("order_uncertain", "yes" if stall.uncertain else "no")),
+        key=f"stall:{node}:{stall.ranks[0]}",
+        headline=text,
+    )
+
+
+@STALLED_RANK.harm
+def _stall_harm(f: Finding, h: Harm) -> str:
+    return f"stalled the job at {h.when}"
