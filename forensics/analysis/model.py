@@ -131,6 +131,8 @@ class Process:
     start_ticks: int | None = None  # /proc/<pid>/stat starttime (ticks since boot)
     visible_devices: str | None = None  # NVIDIA_VISIBLE_DEVICES in /proc/<pid>/environ
     visible_devices_evidence: Evidence | None = None
+    # RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, NODE_RANK, GROUP_RANK from /proc/<pid>/environ
+    rank_env: tuple[tuple[str, str], ...] = ()
 
     def subject(self) -> Subject:
         return Subject("process", str(self.pid), self.comm or "?", self.node)

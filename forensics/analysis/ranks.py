@@ -50,12 +50,16 @@ class RankState:
     aborted: bool = False
 
 
-def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, object]], float | None, object]]
+def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, object]], float | None, object]],
+                  env_ranks: Mapping[tuple[str, Hashable], tuple[int, int | None]] | None = None,
                   ) -> dict[int, RankState]:
     """``logs``: (node, subject, [(signal, ref)], last timestamp of the log, its ref) per log.
 
     A log's rank is what its signals say (``[rankN]:`` prefixes, ``[Rank N]``, NCCL's comm line,
-    a one-rank torchrun rendezvous); a log whose lines name several ranks feeds each of them."""
+    a one-rank torchrun rendezvous); a log whose lines name several ranks feeds each of them. A log
+    whose lines name no rank takes its writer's from ``env_ranks`` ((node, subject) -> (``RANK``,
+    ``WORLD_SIZE``) of the one rank its processes' environment names, recorded by procfs)."""
+    env_ranks = env_ranks or {}
     ranks: dict[int, RankState] = {}
     for node, subject, signals, last_t, last_ref in logs:
         sigs = list(signals)
@@ -66,6 +70,11 @@ def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, 
         named = {s.rank for s, _ in sigs if s.rank is not None}
         if single is None and len(named) == 1:
             single = next(iter(named))
+        env = env_ranks.get((node, subject))
+        if single is None and not named and env is not None:
+            single = env[0]
+            if env[1]:
+                ranks.setdefault(single, RankState(single, node, subject)).world_size = env[1]
 
         def state(rank: int, node: str = node, subject: Hashable = subject) -> RankState:
             st = ranks.get(rank)

@@ -258,12 +258,28 @@ def stalled_rank(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         who = _writer(model, tail if tail is not None else sigs[0])
         logs.append((key[0], who, [(s.signal, s.evidence) for s in sigs],
                      tail.t if tail else None, tail.evidence if tail else None))
-    ranks = collect_ranks(logs)
+    ranks = collect_ranks(logs, _env_ranks(model))
     clocks = {n: _clock(model, n) for n in model.nodes}
     stall = find_stalled(ranks, clocks)
     if stall is None:
         return []
     return [_stall_finding(model, cfg, ranks, stall, clocks)]
+
+
+def _env_ranks(model: Model) -> dict[tuple[str, Hashable], tuple[int, int | None]]:
+    """(node, writer) -> (RANK, WORLD_SIZE) where the writer's processes' environment names one rank."""
+    seen: dict[tuple[str, Hashable], set[tuple[int, int | None]]] = defaultdict(set)
+    for (node, _), p in model.processes.items():
+        env = dict(p.rank_env)
+        rank = env.get("RANK", "")
+        if not rank.isdigit() or p.container_id is None:
+            continue
+        c = model.container(node, p.container_id)
+        if c is None:
+            continue
+        world = env.get("WORLD_SIZE", "")
+        seen[(node, c.subject())].add((int(rank), int(world) if world.isdigit() else None))
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
 
 
 def _stall_finding(model: Model, cfg: AnalysisConfig, ranks: dict[int, RankState], stall: Stall,

@@ -132,3 +132,14 @@ def test_pod_logs_in_a_bundle_become_log_signals_of_that_container(tmp_path) -> 
         ("cuda-oom", "uid-5", cid_of("train-5"))]
     assert sorted((t.member.rsplit("/", 1)[-1], t.t) for t in model.log_tails) == [
         ("trainer.log", T0 + 9), ("trainer.previous.log", T0 + 2)]
+
+
+def test_a_log_naming_no_rank_takes_its_writers_environment() -> None:
+    logs = [("n1", "a", [], T, "end-a"), ("n2", "b", [(ls.NcclTimeout(seq=7, t=T + 600.0, rank=1), "t1")], T + 601, "e")]
+    ranks = collect_ranks(logs, {("n1", "a"): (0, 2)})
+    assert sorted(ranks) == [0, 1] and ranks[0].world_size == 2 and ranks[0].node == "n1"
+    stall = find_stalled(ranks)
+    assert stall is not None and stall.ranks == (0,) and stall.method == "no-timeout"
+    # a log that names its own rank keeps it, whatever the environment says
+    assert sorted(collect_ranks([("n1", "a", [(ls.NcclTimeout(seq=7, rank=3), "x")], T, "e")],
+                                {("n1", "a"): (0, 2)})) == [3]

@@ -108,17 +108,20 @@ COMM = ("{host}:{pid}:{pid} [0] NCCL INFO comm 0x55d{r} rank {r} nranks 4 cudaDe
         "- Init COMPLETE")
 
 
-def job(stalled: int | None = 2, xid: bool = True) -> list[BundleSpec]:
+def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False) -> list[BundleSpec]:
     """4 nodes, one rank each on GPU 0; ``stalled`` stops logging at T0+7 (after an Xid 79 on its
-    GPU) and never times out; the others time out in ALLREDUCE SeqNum 1234 600 s later."""
+    GPU) and never times out; the others time out in ALLREDUCE SeqNum 1234 600 s later.
+    ``env_only``: the stalled rank's log never names its rank; only its environment (RANK) does."""
     specs = []
     for r in range(4):
         b = BundleSpec(host=f"gpu-{10 + r}", duration_s=700)
         b.gpu(0)
         c = b.container(f"train-{r}", device_requests=GPU0_REQUEST)
-        b.process(100 + r, "python", container=c)
-        lines = [(T0 - 60, COMM.format(host=b.host, pid=100 + r, r=r))]
-        lines += [(T0 + s, f"[rank{r}]: step {s}") for s in range(0, 8)]
+        b.process(100 + r, "python", container=c,
+                  environ=[f"RANK={r}", "LOCAL_RANK=0", "WORLD_SIZE=4", "MASTER_ADDR=gpu-10", f"NODE_RANK={r}"])
+        quiet = env_only and r == stalled
+        lines = [] if quiet else [(T0 - 60, COMM.format(host=b.host, pid=100 + r, r=r))]
+        lines += [(T0 + s, f"step {s}" if quiet else f"[rank{r}]: step {s}") for s in range(0, 8)]
         if r == stalled:
             if xid:
                 b.nvml_xid_event(0, T0 + 5, 79)
@@ -158,3 +161,9 @@ class TestStalledRank:
         (f,) = of_kind(analyze(*job(xid=False)), "stalled-rank")
         assert "Xid" not in f["summary"] and f["metrics"]["rank"] == 2
         assert by_id(analyze(*job(xid=False)), f["id"])["kind"] == "stalled-rank"
+
+    def test_the_stalled_rank_known_only_from_its_environment(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(*job(env_only=True)), "stalled-rank")
+        assert f["metrics"]["rank"] == 2 and f["metrics"]["method"] == "no-timeout"
+        # no NCCL comm line: the GPU comes from the one GPU its container was granted
+        assert f["summary"].startswith("rank 2 (train-2 on gpu-12")
