@@ -376,6 +376,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "containers": _containers(model),
         "pods": _pods(model),
         "nodes": [{"host": n.host, "bundles": list(n.bundles), "clock_offset_s": n.clock_offset_s,
+                   "clock_uncertainty_s": n.clock_uncertainty_s, "clock_reference": n.clock_reference,
                    "captured_start": iso(n.start), "captured_end": iso(n.end), **_facts(n.facts),
                    **({"history_step_s": n.history_step_s} if n.history_step_s is not None else {})}
                   for _, n in sorted(model.nodes.items())],

@@ -500,6 +500,7 @@ class NodeInfo:
     # this node's clock against references it was compared with during capture:
     # reference name -> (offset_s to add for the reference's clock, uncertainty_s, evidence)
     clock_refs: dict[str, tuple[float, float, Evidence | None]] = field(default_factory=dict)
+    clock_reference: str | None = None  # the reference clock_offset_s was derived through
     collector_status: dict[str, str] = field(default_factory=dict)
     kernel_records: int = 0
     psi_readings: int = 0

@@ -54,8 +54,21 @@ def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Ev
     return out
 
 
+def _load_clock(src: Source, model: Model, node: str) -> None:
+    """``kubernetes/clock.json``: this node's clock against the API server's (a reference every
+    node of the cluster was compared with)."""
+    doc = src.json(kube_spec.CLOCK)
+    ref, off, unc = dig(doc, "reference"), dig(doc, "offset_s"), dig(doc, "uncertainty_s")
+    if not isinstance(ref, str) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (off, unc)):
+        return
+    if not (abs(off) < 1e9 and 0 <= unc < 3600):
+        return
+    model.node(node).clock_refs[ref[:200]] = (float(off), float(unc), src.ev_pointer(kube_spec.CLOCK, "/offset_s", doc))
+
+
 def load_kubernetes(src: Source, model: Model, node: str) -> None:
     load_kubernetes_events(src, model, node)
+    _load_clock(src, model, node)
     doc = src.json(kube_spec.PODS)
     items = dig(doc, "items")
     if not isinstance(items, list):

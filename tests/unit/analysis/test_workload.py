@@ -167,3 +167,49 @@ class TestStalledRank:
         assert f["metrics"]["rank"] == 2 and f["metrics"]["method"] == "no-timeout"
         # no NCCL comm line: the GPU comes from the one GPU its container was granted
         assert f["summary"].startswith("rank 2 (train-2 on gpu-12")
+
+
+def with_clock(specs: list[BundleSpec], offsets: dict[str, float], uncertainty_s: float) -> list[BundleSpec]:
+    """Each node's ``kubernetes/clock.json``: its offset to the API server's clock."""
+    for b in specs:
+        b.add_json("kubernetes/clock.json", {"reference": "Kubernetes API server https://10.96.0.1:443",
+                                             "offset_s": offsets.get(b.host, 0.0), "uncertainty_s": uncertainty_s,
+                                             "samples": 9, "consistent": True, "best_round_trip_s": 0.002})
+    return specs
+
+
+class TestClocks:
+    def test_nodes_aligned_through_the_api_server(self, analyze: Analyze) -> None:
+        doc = analyze(*with_clock(job(), {"gpu-11": 2.5, "gpu-13": -1.0}, 0.3))
+        nodes = {n["host"]: n for n in doc["nodes"]}
+        assert nodes["gpu-10"]["clock_offset_s"] == 0.0
+        assert nodes["gpu-11"]["clock_offset_s"] == 2.5 and nodes["gpu-11"]["clock_uncertainty_s"] == 0.6
+        assert nodes["gpu-13"]["clock_reference"] == "Kubernetes API server https://10.96.0.1:443"
+        assert any("clocks aligned to gpu-10's within ±0.6 s" in lim for lim in doc["limitations"])
+        (f,) = of_kind(doc, "stalled-rank")
+        assert "could not be aligned" not in f["summary"] and "uncertainty" not in f["summary"]
+        # each node is ±0.6 s from gpu-10; two nodes, summed through gpu-10: ±1.2 s (conservative)
+        assert f["metrics"]["clock_uncertainty_s"] == 1.2 and f["metrics"]["order_uncertain"] == "no"
+
+    def test_an_ordering_within_the_uncertainty_is_said_to_be(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(*with_clock(job(), {}, 400.0)), "stalled-rank")
+        assert f["metrics"]["order_uncertain"] == "yes"
+        assert "within the clocks' uncertainty (±800.0 s)" in f["summary"]
+
+    def test_a_node_without_a_shared_reference_stays_unaligned(self, analyze: Analyze) -> None:
+        specs = with_clock(job(), {}, 0.3)
+        del specs[3].members["kubernetes/clock.json"]
+        doc = analyze(*specs)
+        nodes = {n["host"]: n for n in doc["nodes"]}
+        assert nodes["gpu-13"]["clock_offset_s"] is None and nodes["gpu-12"]["clock_offset_s"] == 0.0
+        assert any("not gpu-13 (no clock reference shared with gpu-10)" in lim for lim in doc["limitations"])
+
+    def test_ntp_synchronised_clocks_share_utc(self, analyze: Analyze) -> None:
+        specs = job()
+        for b in specs:
+            b.add_json("host/clock.json", {"adjtimex": {"synchronised": True, "maxerror_us": 250_000,
+                                                        "state": "TIME_OK", "status_flags": ["PLL"]}})
+        specs[1].add_json("host/clock.json", {"adjtimex": {"synchronised": False, "maxerror_us": 16_000_000}})
+        nodes = {n["host"]: n for n in analyze(*specs)["nodes"]}
+        assert nodes["gpu-12"]["clock_uncertainty_s"] == 0.5 and nodes["gpu-12"]["clock_reference"].startswith("UTC")
+        assert nodes["gpu-11"]["clock_offset_s"] is None
