@@ -348,3 +348,30 @@ def _stall_finding(model: Model, cfg: AnalysisConfig, ranks: dict[int, RankState
 @STALLED_RANK.harm
 def _stall_harm(f: Finding, h: Harm) -> str:
     return f"stalled the job at {h.when}"
+
+
+_CUDA_STEPS = {
+    "out-of-memory": "give {victims} the GPU memory it needs (its own GPU, a smaller batch) and stop anyone "
+                     "else using {gpu}",
+    "illegal-memory-access": "if an Xid on {gpu} came first, drain the node and check the GPU; otherwise debug "
+                             "{victims} with CUDA_LAUNCH_BLOCKING=1 and compute-sanitizer",
+    "ecc-uncorrectable": "drain the node and check {gpu}'s ECC counters (nvidia-smi -q -d ECC); replace the GPU "
+                         "if the errors repeat",
+    "gpu-lost": "drain the node, collect nvidia-bug-report.sh, then reset or replace {gpu}",
+    "device-side-assert": "debug {victims}: rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel "
+                          "(usually an index out of range)",
+    "no-device": "check {victims}'s GPU grant (--gpus, NVIDIA_VISIBLE_DEVICES, nvidia.com/gpu) and the node's driver",
+    "driver-mismatch": "match {victims}'s CUDA libraries to the node's NVIDIA driver, or upgrade the driver",
+}
+
+
+@WORKLOAD_CUDA_ERROR.next_step
+def _cuda_step(f: Finding, h: Harm) -> str:
+    wording = _CUDA_STEPS.get(str(f.metric("error")), "read {victims}'s log around the error")
+    return wording.format(victims=h.victims, gpu=h.gpu)
+
+
+@STALLED_RANK.next_step
+def _stall_step(f: Finding, h: Harm) -> str:
+    return (f"look at {h.gpu} on {f.node} first (the stalled rank's own node: its Xid, OOM kill or idle GPU); "
+            "restart the job from its last checkpoint without that node if it is at fault")
