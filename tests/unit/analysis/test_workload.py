@@ -51,6 +51,9 @@ class TestWorkloadCudaError:
         (xid,) = of_kind(doc, "gpu-xid-fault")
         assert xid["causes"] == [f["id"]]  # the chain links the Xid on that GPU to the fault
         assert "CUDA illegal memory access" in doc["verdict"]["headline"]
+        (entry,) = [e for e in doc["timeline"] if e["kind"] == "log-signal"]
+        assert entry["time"] == "2025-11-29T14:00:12Z" and entry["subject"]["name"] == "trainer"
+        assert entry["text"].startswith("cuda-fault: RuntimeError: CUDA error: an illegal memory access")
 
     def test_cuda_oom_after_unallocated_use_is_its_effect(self, analyze: Analyze) -> None:
         b = secretly_taken()
