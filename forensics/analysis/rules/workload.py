@@ -31,7 +31,7 @@ from forensics.analysis.rules.gpu_health import xid_meaning
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing import logsignals as ls
 
-__all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "log_gpu", "stalled_rank", "workload_cuda_error"]
+__all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stalled_rank", "workload_cuda_error"]
 
 WORKLOAD_CUDA_ERROR = FindingKind("workload-cuda-error", severity="high", needs=("nvml",), rank=85)
 STALLED_RANK = FindingKind("stalled-rank", severity="high", needs=(), rank=110)
@@ -73,8 +73,18 @@ def _gpu_by_bus(model: Model, node: str, bus: str | None) -> str | None:
     return gpu.uuid if gpu is not None else None
 
 
+def gpus_used(model: Model) -> dict[tuple[str, str, str], set[str]]:
+    """Owner subject key -> the GPUs its processes used (NVML samples), from each distinct
+    (node, pid, GPU) once."""
+    out: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for node, pid, uuid in {(ps.node, ps.pid, ps.gpu_uuid) for ps in model.proc_samples}:
+        out[model.joins.owner(node, pid).subject.key()].add(uuid)
+    return out
+
+
 def log_gpu(model: Model, node: str, container_id: str | None, cuda_device: int | None,
-            bus_id: str | None, comm_buses: dict[int, str]) -> str | None:
+            bus_id: str | None, comm_buses: dict[int, str],
+            used_by: dict[tuple[str, str, str], set[str]] | None = None) -> str | None:
     """The host GPU (UUID) a log line means, or None when the bundle cannot say: the PCI bus id
     the line names; NCCL's comm line of the same log for that CUDA device; the one GPU the
     container's processes used (NVML samples); the one GPU its allocation grants; or, on GPUs of
@@ -89,8 +99,7 @@ def log_gpu(model: Model, node: str, container_id: str | None, cuda_device: int 
     c = model.container(node, container_id)
     if c is None:
         return None
-    used = {ps.gpu_uuid for ps in model.proc_samples
-            if ps.node == node and model.joins.owner(node, ps.pid).subject.key() == c.subject().key()}
+    used = (used_by if used_by is not None else gpus_used(model)).get(c.subject().key(), set())
     if len(used) == 1:
         return next(iter(used))
     granted = [g for g in model.node_gpus(node) if c.allocation.grants(g.uuid)]
@@ -124,13 +133,15 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         if error is not None:
             groups[(s.node, _writer(model, s).key(), error)].append(s)
     findings: list[Finding] = []
+    used_by = gpus_used(model) if groups else {}
     for (node, _, error), sigs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         first = sigs[0]
         sig = first.signal
         writer = _writer(model, first).with_role("victim")
         bus = sig.pci_bus_id if isinstance(sig, ls.CudaFault) else None
         device = sig.cuda_device if isinstance(sig, ls.CudaOom) else None
-        uuid = log_gpu(model, node, first.container_id, device, bus, comm_buses.get((node, first.evidence.member), {}))
+        uuid = log_gpu(model, node, first.container_id, device, bus, comm_buses.get((node, first.evidence.member), {}),
+                       used_by)
         times = [s.signal.t for s in sigs if s.signal.t is not None]
         start, end = (min(times), max(times)) if times else (None, None)
         words = _FAULT_WORDS.get(error, error)
