@@ -48,7 +48,7 @@ class TestWorkloadCudaError:
         assert "trainer logged a CUDA illegal memory access on GPU 0 at 14:00:12Z" in f["summary"]
         (ev,) = f["evidence"]
         assert ev["member"].endswith("/logs.txt") and ev["locator"] == "line 2"
-        (xid,) = of_kind(doc, "gpu-xid-fault")
+        (xid,) = of_kind(doc, "gpu-lost")
         assert xid["causes"] == [f["id"]]  # the chain links the Xid on that GPU to the fault
         assert "CUDA illegal memory access" in doc["verdict"]["headline"]
         (entry,) = [e for e in doc["timeline"] if e["kind"] == "log-signal"]
@@ -86,7 +86,7 @@ class TestWorkloadCudaError:
         doc = analyze(b)
         (f,) = of_kind(doc, "workload-cuda-error")
         assert names(f, "witness", "gpu") == ["GPU 1"]
-        (xid,) = of_kind(doc, "gpu-xid-fault")
+        (xid,) = of_kind(doc, "gpu-lost")
         assert f["id"] not in xid["causes"]
 
     @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -150,7 +150,7 @@ class TestStalledRank:
         assert names(f, "victim") == ["train-2"]
         assert sorted(names(f, "witness", "container")) == ["train-0", "train-1", "train-3"]
         assert "clocks could not be aligned" in f["summary"]  # the bundles carry no clock evidence
-        (xid,) = [x for x in of_kind(doc, "gpu-xid-fault") if x["node"] == "gpu-12"]
+        (xid,) = [x for x in of_kind(doc, "gpu-lost") if x["node"] == "gpu-12"]
         assert f["id"] in xid["causes"]
 
     def test_no_stall_when_every_rank_times_out_alike(self, analyze: Analyze) -> None:
