@@ -16,7 +16,7 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.document_format import FORMAT, FORMAT_VERSION
-from forensics.parsing.logsignals import split_context
+from forensics.parsing.logsignals.line import split_context
 from forensics.parsing.timestamps import format_iso
 from forensics.specs import prometheus as prometheus_spec
 

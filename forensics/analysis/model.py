@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
 from forensics.analysis.findings import Evidence, EvidenceRef, Subject
-from forensics.parsing.logsignals import Signal
+from forensics.parsing.logsignals.line import Signal
 
 if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
     from forensics.analysis.joins import Joins

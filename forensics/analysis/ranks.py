@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.line import Signal
+from forensics.parsing.logsignals.nccl import NcclAbort, NcclCommInit, NcclProgress, NcclTimeout
+from forensics.parsing.logsignals.process import LauncherRendezvous
 
 __all__ = ["NodeClock", "RankState", "Stall", "collect_ranks", "find_stalled", "rank_ranges"]
 
@@ -42,7 +44,7 @@ class RankState:
     world_size: int | None = None
     bus_id: str | None = None
     cuda_device: int | None = None
-    timeouts: list[tuple[ls.NcclTimeout, object]] = field(default_factory=list)
+    timeouts: list[tuple[NcclTimeout, object]] = field(default_factory=list)
     last_completed_seq: int | None = None
     progress_ref: object = None
     last_seen: float | None = None
@@ -50,7 +52,7 @@ class RankState:
     aborted: bool = False
 
 
-def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, object]], float | None, object]],
+def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[Signal, object]], float | None, object]],
                   env_ranks: Mapping[tuple[str, Hashable], tuple[int, int | None]] | None = None,
                   ) -> dict[int, RankState]:
     """``logs``: (node, subject, [(signal, ref)], last timestamp of the log, its ref) per log.
@@ -65,7 +67,7 @@ def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, 
         sigs = list(signals)
         single: int | None = None
         for s, _ in sigs:
-            if isinstance(s, ls.LauncherRendezvous) and len(s.global_ranks) == 1:
+            if isinstance(s, LauncherRendezvous) and len(s.global_ranks) == 1:
                 single = s.global_ranks[0]
         named = {s.rank for s, _ in sigs if s.rank is not None}
         if single is None and len(named) == 1:
@@ -87,17 +89,17 @@ def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, 
             if rank is None:
                 continue
             st = state(rank)
-            if isinstance(s, ls.NcclCommInit):
+            if isinstance(s, NcclCommInit):
                 st.world_size, st.bus_id, st.cuda_device = s.nranks, s.bus_id or st.bus_id, s.cuda_device
-            elif isinstance(s, ls.LauncherRendezvous) and s.world_size:
+            elif isinstance(s, LauncherRendezvous) and s.world_size:
                 st.world_size = st.world_size or s.world_size
-            elif isinstance(s, ls.NcclTimeout):
+            elif isinstance(s, NcclTimeout):
                 if all(t.seq != s.seq for t, _ in st.timeouts):
                     st.timeouts.append((s, ref))
-            elif isinstance(s, ls.NcclProgress) and s.last_completed_seq is not None:
+            elif isinstance(s, NcclProgress) and s.last_completed_seq is not None:
                 if st.last_completed_seq is None or s.last_completed_seq > st.last_completed_seq:
                     st.last_completed_seq, st.progress_ref = s.last_completed_seq, ref
-            elif isinstance(s, ls.NcclAbort):
+            elif isinstance(s, NcclAbort):
                 st.aborted = True
         for rank in ([single] if single is not None else sorted(named)):
             st = state(rank)

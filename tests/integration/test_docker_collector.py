@@ -578,13 +578,14 @@ def test_container_removed_during_capture_is_a_race_not_a_failure(
 class TestWorkloadLogs:
     def test_real_lines_become_signals_at_the_engine_times(self, scenario: Scenario) -> None:
         from forensics.analysis import build_model
-        from forensics.parsing import logsignals as ls
+        from forensics.parsing.logsignals.cuda import CudaFault
+        from forensics.parsing.logsignals.nccl import NcclCommInit
 
         cid = scenario.ids["ranklog"]
         model = build_model([scenario.bundle.path])
         sigs = [s.signal for s in model.log_signals if s.container_id == cid]
-        comm = next(s for s in sigs if isinstance(s, ls.NcclCommInit))
-        fault = next(s for s in sigs if isinstance(s, ls.CudaFault))
+        comm = next(s for s in sigs if isinstance(s, NcclCommInit))
+        fault = next(s for s in sigs if isinstance(s, CudaFault))
         assert comm.rank == 36 and comm.nranks == 64 and fault.fault == "illegal-memory-access"
         assert comm.t is not None and fault.t is not None
         start = scenario.printed["ranklog"]

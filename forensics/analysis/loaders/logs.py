@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from forensics.analysis.model import CudaOom, LogSignal, LogTail, Model
 from forensics.analysis.source import Source
-from forensics.parsing.logsignals import CudaOom as LogCudaOom
-from forensics.parsing.logsignals import last_timestamp, scan_log
+from forensics.parsing.logsignals.cuda import CudaOom as LogCudaOom
+from forensics.parsing.logsignals.line import last_timestamp
+from forensics.parsing.logsignals.scan import scan_log
 
 __all__ = ["load_log_signals"]
 

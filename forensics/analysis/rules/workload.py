@@ -29,7 +29,9 @@ from forensics.analysis.ranks import (
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.gpu_health import xid_meaning
 from forensics.analysis.thresholds import AnalysisConfig
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
+from forensics.parsing.logsignals.line import Signal
+from forensics.parsing.logsignals.nccl import NcclCommInit
 
 __all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stalled_rank", "workload_cuda_error"]
 
@@ -110,10 +112,10 @@ def log_gpu(model: Model, node: str, container_id: str | None, cuda_device: int 
     return None
 
 
-def _error_of(sig: ls.Signal) -> str | None:
-    if isinstance(sig, ls.CudaOom):
+def _error_of(sig: Signal) -> str | None:
+    if isinstance(sig, CudaOom):
         return "out-of-memory"
-    if isinstance(sig, ls.CudaFault):
+    if isinstance(sig, CudaFault):
         return sig.fault
     return None
 
@@ -125,7 +127,7 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     or someone else's use of it, links to it in the chain."""
     comm_buses: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
     for s in model.log_signals:
-        if isinstance(s.signal, ls.NcclCommInit) and s.signal.cuda_device is not None and s.signal.bus_id:
+        if isinstance(s.signal, NcclCommInit) and s.signal.cuda_device is not None and s.signal.bus_id:
             comm_buses[(s.node, s.evidence.member)][s.signal.cuda_device] = s.signal.bus_id
     groups: dict[tuple[str, tuple[str, str, str], str], list[LogSignal]] = defaultdict(list)
     for s in model.log_signals:
@@ -138,8 +140,8 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         first = sigs[0]
         sig = first.signal
         writer = _writer(model, first).with_role("victim")
-        bus = sig.pci_bus_id if isinstance(sig, ls.CudaFault) else None
-        device = sig.cuda_device if isinstance(sig, ls.CudaOom) else None
+        bus = sig.pci_bus_id if isinstance(sig, CudaFault) else None
+        device = sig.cuda_device if isinstance(sig, CudaOom) else None
         uuid = log_gpu(model, node, first.container_id, device, bus, comm_buses.get((node, first.evidence.member), {}),
                        used_by)
         times = [s.signal.t for s in sigs if s.signal.t is not None]
@@ -147,10 +149,10 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         words = _FAULT_WORDS.get(error, error)
         where = f" on {gpu_label(model, node, uuid)}" if uuid else (f" on PCI {bus}" if bus else "")
         detail = ""
-        if isinstance(sig, ls.CudaOom) and sig.requested_bytes:
+        if isinstance(sig, CudaOom) and sig.requested_bytes:
             detail = f" (tried to allocate {fmt_bytes(sig.requested_bytes)}"
             detail += f" of {fmt_bytes(sig.total_bytes)})" if sig.total_bytes else ")"
-        elif isinstance(sig, ls.CudaFault) and sig.detail:
+        elif isinstance(sig, CudaFault) and sig.detail:
             detail = f" ({sig.detail[:120]})"
         name = label(model, writer, long=False)
         count = len(sigs)
@@ -166,7 +168,7 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(s.evidence for s in sigs[:5]),
             metrics=(("error", error), ("occurrences", count), ("gpu", gpu_label(model, node, uuid) if uuid else None),
-                     ("requested_bytes", sig.requested_bytes if isinstance(sig, ls.CudaOom) else None)),
+                     ("requested_bytes", sig.requested_bytes if isinstance(sig, CudaOom) else None)),
             key=f"cudaerr:{node}:{writer.id}:{error}",
             headline=f"{name} hit a {words}{where}{detail}",
         ))

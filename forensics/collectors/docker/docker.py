@@ -82,7 +82,7 @@ from forensics.errors import (
 )
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
-from forensics.parsing.logsignals import newest_lines
+from forensics.parsing.logsignals.line import newest_lines
 from forensics.parsing.timestamps import is_zero_time, parse_iso
 from forensics.specs import docker as dspec
 from forensics.specs.docker import SPEC, DockerSettings

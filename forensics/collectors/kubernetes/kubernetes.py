@@ -39,7 +39,7 @@ from forensics.collectors.kubernetes.events import select_events
 from forensics.collectors.kubernetes.redaction import redact_events, redact_node, redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing.clock import estimate_offset
-from forensics.parsing.logsignals import newest_lines
+from forensics.parsing.logsignals.line import newest_lines
 from forensics.parsing.podindex import build_pods_index
 from forensics.specs import kubernetes as kspec
 from forensics.specs.kubernetes import SPEC

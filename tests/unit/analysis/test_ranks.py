@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from forensics.analysis.ranks import NodeClock, collect_ranks, find_stalled, rank_ranges
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.line import last_timestamp
+from forensics.parsing.logsignals.nccl import NcclTimeout
+from forensics.parsing.logsignals.scan import scan_log
 
 T = 1795960987.0  # 2026-11-29T14:03:07Z
 WATCHDOG = ("[rank{r}]:[E1129 14:13:07.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
@@ -41,8 +43,8 @@ def job_logs(stalled: int = 5, *, stalled_times_out: bool = False) -> list[tuple
 def ranks_of(logs: list[tuple[str, str, str]]):  # noqa: ANN201 - test helper
     feed = []
     for node, pod, text in logs:
-        sigs = [(s, (pod, n)) for n, s in ls.scan_log(text)]
-        last = ls.last_timestamp(text)
+        sigs = [(s, (pod, n)) for n, s in scan_log(text)]
+        last = last_timestamp(text)
         feed.append((node, pod, sigs, last[1] if last else None, (pod, last[0] if last else None)))
     return collect_ranks(feed)
 
@@ -135,11 +137,11 @@ def test_pod_logs_in_a_bundle_become_log_signals_of_that_container(tmp_path) -> 
 
 
 def test_a_log_naming_no_rank_takes_its_writers_environment() -> None:
-    logs = [("n1", "a", [], T, "end-a"), ("n2", "b", [(ls.NcclTimeout(seq=7, t=T + 600.0, rank=1), "t1")], T + 601, "e")]
+    logs = [("n1", "a", [], T, "end-a"), ("n2", "b", [(NcclTimeout(seq=7, t=T + 600.0, rank=1), "t1")], T + 601, "e")]
     ranks = collect_ranks(logs, {("n1", "a"): (0, 2)})
     assert sorted(ranks) == [0, 1] and ranks[0].world_size == 2 and ranks[0].node == "n1"
     stall = find_stalled(ranks)
     assert stall is not None and stall.ranks == (0,) and stall.method == "no-timeout"
     # a log that names its own rank keeps it, whatever the environment says
-    assert sorted(collect_ranks([("n1", "a", [(ls.NcclTimeout(seq=7, rank=3), "x")], T, "e")],
+    assert sorted(collect_ranks([("n1", "a", [(NcclTimeout(seq=7, rank=3), "x")], T, "e")],
                                 {("n1", "a"): (0, 2)})) == [3]
