@@ -186,7 +186,7 @@ def find_stalled(ranks: Mapping[int, RankState], clocks: Mapping[str, NodeClock]
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 4, 6, 7]`` -> ``"0-4 and 6-7"``."""
+    """``[0, 1, 2, 3, 4, 6, 7, 9]`` -> ``"0-4, 6, 7 and 9"`` (a run of three or more is a range)."""
     rs = sorted(set(ranks))
     parts: list[str] = []
     i = 0
@@ -194,6 +194,6 @@ def rank_ranges(ranks: Iterable[int]) -> str:
         j = i
         while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
             j += 1
-        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        parts.extend([f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]])
         i = j + 1
     return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else (parts[0] if parts else "")

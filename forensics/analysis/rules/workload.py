@@ -213,14 +213,14 @@ def _explain(model: Model, st: RankState, uuid: str | None, stopped_local: float
         x = min(xids, key=lambda x: (x.gpu_uuid != uuid, x.t))
         _, meaning = xid_meaning(x.code)
         on = "its GPU" if uuid and x.gpu_uuid == uuid else (gpu_label(model, st.node, x.gpu_uuid) if x.gpu_uuid else "the node")
-        why.append(f"Xid {x.code} on {on} at {fmt_time(x.t)} ({meaning})")
+        why.append(_relative(f"Xid {x.code} on {on}", x.t, stopped_local) + f" ({meaning})")
         ev.append(x.evidence)
     writer_keys = {k for k in _keys(model, st.subject)}
     ooms = [o for o in model.ooms if o.node == st.node and o.t is not None and lo <= o.t <= hi
             and (o.global_oom or _oom_keys(model, o) & writer_keys)]
     if ooms:
         o = ooms[0]
-        why.append(("a node-wide OOM kill" if o.global_oom else "an OOM kill of it") + f" at {fmt_time(o.t)}")
+        why.append(_relative("a node-wide OOM kill" if o.global_oom else "an OOM kill of it", o.t, stopped_local))
         ev.extend(o.evidence[:1])
     if uuid:
         mine = [s for s in model.gpu_samples if s.node == st.node and s.gpu_uuid == uuid
@@ -233,11 +233,23 @@ def _explain(model: Model, st: RankState, uuid: str | None, stopped_local: float
             m = sum(s.util_gpu_pct or 0.0 for s in mine) / len(mine)
             t = sum(s.util_gpu_pct or 0.0 for s in theirs) / len(theirs)
             if m <= _IDLE_PCT and t >= _BUSY_PCT:
-                why.append(f"its GPU at {m:.0f}% while the peers' GPUs were at {t:.0f}%")
+                why.append(f"its GPU was then at {m:.0f}% while the peers' GPUs were at {t:.0f}%")
                 ev.extend([mine[0].evidence, theirs[0].evidence])
     if uuid:
         subjects.append(gpu_subject(model, st.node, uuid))
     return why, ev, subjects
+
+
+def _relative(what: str, t: float | None, stopped: float) -> str:
+    """``2 s after Xid 79 on its GPU`` (or ``Xid 79 on its GPU 3 s later`` when it came after the
+    last line; ``right after`` within a second): the node's evidence placed against the stop, on
+    that node's own clock."""
+    if t is None:
+        return what
+    gap = stopped - t
+    if abs(gap) < 1.0:
+        return f"right after {what}" if gap >= 0 else f"{what} within a second"
+    return f"{gap:.0f} s after {what}" if gap > 0 else f"{what} {-gap:.0f} s later"
 
 
 def _keys(model: Model, subject: Hashable) -> set[tuple[str, str, str]]:
@@ -308,15 +320,18 @@ def _stall_finding(model: Model, cfg: AnalysisConfig, ranks: dict[int, RankState
     where = f"{label(model, writer, long=False)} on {node}" + (f", {gpu_label(model, node, uuid)}" if uuid else "")
     who = (f"rank {stall.ranks[0]}" if len(stall.ranks) == 1 else f"ranks {rank_ranges(stall.ranks)}")
     text = f"{who} ({where}) stopped at {fmt_time(stall.stopped_at)}"
-    if why:
-        text += " after " + " and ".join(why)
+    causes = [w for w in why if not w.startswith("its GPU was then")]
+    if causes:
+        text += ", " + " and ".join(causes)
+    text += "".join(f"; {w}" for w in why if w.startswith("its GPU was then"))
     if stall.peers:
         what = f" in {stall.op}" if stall.op else ""
         what += f" SeqNum {stall.seq}" if stall.seq is not None else ""
         later = ""
         if stall.peer_timeout_at is not None and stall.stopped_at is not None:
-            later = f" {stall.peer_timeout_at - stall.stopped_at:.0f} s later"
-        text += f"; ranks {rank_ranges(stall.peers)} timed out{what}{later}"
+            gap = stall.peer_timeout_at - stall.stopped_at
+            later = f", {gap:.0f} s after it stopped" if gap >= 1.0 else ""
+        text += f"; {'rank' if len(stall.peers) == 1 else 'ranks'} {rank_ranges(stall.peers)} timed out{what}{later}"
     method = {"no-timeout": "it reported no timeout while its peers did",
               "lowest-completed-seq": "its last completed SeqNum is the lowest",
               "stopped-logging-first": "its log ends first"}[stall.method]

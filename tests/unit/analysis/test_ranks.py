@@ -63,7 +63,8 @@ def test_the_rank_that_did_not_time_out() -> None:
         (5,), "no-timeout", (0, 1, 2, 3, 4, 6, 7), "ALLREDUCE", 1234)
     assert stall.stopped_at == T and stall.peer_timeout_at == T + 600
     assert "stopped-logging-first" in stall.corroborated_by and not stall.uncertain
-    assert rank_ranges(stall.peers) == "0-4 and 6-7"
+    assert rank_ranges(stall.peers) == "0-4, 6 and 7"
+    assert rank_ranges([3, 0, 1, 9, 8, 7]) == "0, 1, 3 and 7-9" and rank_ranges([5]) == "5" and rank_ranges([]) == ""
 
 
 def test_lowest_completed_seq_when_every_rank_timed_out() -> None:

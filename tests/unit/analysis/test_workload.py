@@ -111,7 +111,7 @@ COMM = ("{host}:{pid}:{pid} [0] NCCL INFO comm 0x55d{r} rank {r} nranks 4 cudaDe
         "- Init COMPLETE")
 
 
-def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False) -> list[BundleSpec]:
+def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False, xid_at: float = 5) -> list[BundleSpec]:
     """4 nodes, one rank each on GPU 0; ``stalled`` stops logging at T0+7 (after an Xid 79 on its
     GPU) and never times out; the others time out in ALLREDUCE SeqNum 1234 600 s later.
     ``env_only``: the stalled rank's log never names its rank; only its environment (RANK) does."""
@@ -127,7 +127,7 @@ def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False) -> li
         lines += [(T0 + s, f"step {s}" if quiet else f"[rank{r}]: step {s}") for s in range(0, 8)]
         if r == stalled:
             if xid:
-                b.nvml_xid_event(0, T0 + 5, 79)
+                b.nvml_xid_event(0, T0 + xid_at, 79)
             b.gpu_series(0, range(8, 40), lambda s: (0, 20 * GIB, {}))
         else:
             b.gpu_series(0, range(8, 40), lambda s, p=100 + r: (100, 20 * GIB, {p: (20 * GIB, 99.0)}))
@@ -143,15 +143,22 @@ class TestStalledRank:
         doc = analyze(*job())
         (f,) = of_kind(doc, "stalled-rank")
         assert f["node"] == "gpu-12" and f["metrics"]["rank"] == 2 and f["metrics"]["method"] == "no-timeout"
-        assert f["summary"].startswith(
-            "rank 2 (train-2 on gpu-12, GPU 0) stopped at 14:00:07Z after Xid 79 on its GPU at 14:00:05Z "
-            "(GPU has fallen off the bus) and its GPU at 0% while the peers' GPUs were at 100%; "
-            "ranks 0-1 and 3 timed out in ALLREDUCE SeqNum 1234 600 s later")
+        sentence = ("rank 2 (train-2 on gpu-12, GPU 0) stopped at 14:00:07Z, 2 s after Xid 79 on its GPU "
+                    "(GPU has fallen off the bus); its GPU was then at 0% while the peers' GPUs were at 100%; "
+                    "ranks 0, 1 and 3 timed out in ALLREDUCE SeqNum 1234, 600 s after it stopped")
+        assert f["summary"].startswith(sentence)
+        # in the verdict it follows the GPU loss as it reads on its own: it says when, so no "2 s later"
+        assert doc["verdict"]["headline"].endswith("fell off the bus; " + sentence)
         assert names(f, "victim") == ["train-2"]
         assert sorted(names(f, "witness", "container")) == ["train-0", "train-1", "train-3"]
         assert "clocks could not be aligned" in f["summary"]  # the bundles carry no clock evidence
         (xid,) = [x for x in of_kind(doc, "gpu-lost") if x["node"] == "gpu-12"]
         assert f["id"] in xid["causes"]
+
+    def test_an_xid_just_after_the_last_line_is_said_to_follow_it(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(*job(xid_at=10)), "stalled-rank")
+        assert f["summary"].startswith("rank 2 (train-2 on gpu-12, GPU 0) stopped at 14:00:07Z, Xid 79 on its GPU "
+                                       "3 s later (GPU has fallen off the bus)")
 
     def test_no_stall_when_every_rank_times_out_alike(self, analyze: Analyze) -> None:
         doc = analyze(*job(stalled=None))
