@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -273,15 +272,12 @@ class TestBounded:
                 "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) " \
                 "ran for 600061 milliseconds before timing out."
         assert len(line) > 10_000_000
-        tracemalloc.start()
-        t0 = time.process_time()
+        tracemalloc.start()  # a regex gone quadratic on 10 MB takes hours: pytest's --timeout ends it
         (t,) = only(line + "\n", NcclTimeout)
-        elapsed = time.process_time() - t0
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert isinstance(t, NcclTimeout) and t.rank == 5 and t.seq == 7
         assert peak < 8 * len(line)  # copies of the line, never per-character structures
-        assert elapsed < 30  # generous: a regex gone quadratic takes hours on 10 MB
 
     def test_max_signals(self) -> None:
         text = "Killed\n" * 50
