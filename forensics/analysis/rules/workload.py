@@ -16,7 +16,7 @@ from collections.abc import Hashable
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm
-from forensics.analysis.model import LogSignal, LogTail, Model
+from forensics.analysis.model import CpuSample, LogSignal, LogTail, Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.ranks import (
     NodeClock,
@@ -197,7 +197,7 @@ def _rank_gpu(model: Model, st: RankState) -> str | None:
     return _gpu_by_bus(model, st.node, st.bus_id)
 
 
-def _explain(model: Model, st: RankState, uuid: str | None, stopped_local: float | None,
+def _explain(model: Model, cfg: AnalysisConfig, st: RankState, uuid: str | None, stopped_local: float | None,
              peers: list[RankState]) -> tuple[list[str], list[Evidence], list[Subject]]:
     """The stalled rank's own node at the time it stopped: Xids (its GPU first), OOM kills of it
     or the whole node, and its GPU idle while the peers' GPUs were busy."""
@@ -222,6 +222,13 @@ def _explain(model: Model, st: RankState, uuid: str | None, stopped_local: float
         o = ooms[0]
         why.append(_relative("a node-wide OOM kill" if o.global_oom else "an OOM kill of it", o.t, stopped_local))
         ev.extend(o.evidence[:1])
+    cids = {k[2] for k in writer_keys if k[1] == "container"}
+    why_cpu, ev_cpu = _throttled_then(model, cfg, st.node, cids, lo, hi)
+    why.extend(why_cpu)
+    ev.extend(ev_cpu)
+    why_psi, ev_psi = _pressure_then(model, cfg, st.node, cids, lo, hi)
+    why.extend(why_psi)
+    ev.extend(ev_psi)
     if uuid:
         mine = [s for s in model.gpu_samples if s.node == st.node and s.gpu_uuid == uuid
                 and stopped_local <= s.t <= stopped_local + 120 and s.util_gpu_pct is not None]
@@ -238,6 +245,48 @@ def _explain(model: Model, st: RankState, uuid: str | None, stopped_local: float
     if uuid:
         subjects.append(gpu_subject(model, st.node, uuid))
     return why, ev, subjects
+
+
+def _throttled_then(model: Model, cfg: AnalysisConfig, node: str, cids: set[str], lo: float,
+                    hi: float) -> tuple[list[str], list[Evidence]]:
+    """The rank's container CPU-throttled (CFS) in ``cpu_throttled_ratio`` of its periods between
+    ``lo`` and ``hi``, as the ``cpu-throttling`` rule counts it."""
+    series: dict[str, list[CpuSample]] = defaultdict(list)
+    for s in model.cpu_samples:
+        if s.node == node and s.container_id in cids and lo <= s.t <= hi:
+            series[s.container_id].append(s)
+    periods = throttled = 0
+    ev: list[Evidence] = []
+    for samples in series.values():
+        samples.sort(key=lambda s: s.t)
+        for a, b in zip(samples, samples[1:], strict=False):
+            dp, dt = b.nr_periods - a.nr_periods, b.nr_throttled - a.nr_throttled
+            if dp > 0 and dt >= 0:
+                periods, throttled = periods + dp, throttled + dt
+        ev.extend([samples[0].evidence, samples[-1].evidence] if len(samples) > 1 else [])
+    if periods < 10 or throttled / periods < cfg.cpu_throttled_ratio:
+        return [], []
+    return [f"its container was then CPU-throttled in {throttled * 100 / periods:.0f}% of its CFS periods"], ev
+
+
+def _pressure_then(model: Model, cfg: AnalysisConfig, node: str, cids: set[str], lo: float,
+                   hi: float) -> tuple[list[str], list[Evidence]]:
+    """Memory, CPU or IO pressure (PSI, the ``pressure-stall`` thresholds) on the rank's container or
+    its node between ``lo`` and ``hi``: the worst reading of each."""
+    out: list[str] = []
+    ev: list[Evidence] = []
+    for scope in (*sorted(cids), "host"):
+        hot = [s for s in model.psi_samples if s.node == node and s.scope == scope and lo <= s.t <= hi
+               and (s.some_avg10_pct >= cfg.psi_some_avg10_pct
+                    or (s.full_avg10_pct is not None and s.full_avg10_pct >= cfg.psi_full_avg10_pct))]
+        if not hot:
+            continue
+        peak = max(hot, key=lambda s: (s.full_avg10_pct or 0.0, s.some_avg10_pct))
+        where = "the node" if scope == "host" else "its container"
+        out.append(f"{where} was then under {peak.resource} pressure (PSI some {peak.some_avg10_pct:.0f}%)")
+        ev.append(peak.evidence)
+        break  # its own container's pressure says it; the node's only when the container has none
+    return out, ev
 
 
 def _relative(what: str, t: float | None, stopped: float) -> str:
@@ -315,15 +364,15 @@ def _stall_finding(model: Model, cfg: AnalysisConfig, ranks: dict[int, RankState
     offset = clocks.get(node, NodeClock()).offset_s
     stopped_local = stall.stopped_at - offset if stall.stopped_at is not None else None
     peers = [ranks[r] for r in stall.peers] or [r for k, r in ranks.items() if k not in stall.ranks]
-    why, ev, gpu_subjects = _explain(model, st, uuid, stopped_local, peers)
+    why, ev, gpu_subjects = _explain(model, cfg, st, uuid, stopped_local, peers)
     writer = st.subject if isinstance(st.subject, Subject) else Subject("container", str(st.subject), str(st.subject), node)
     where = f"{label(model, writer, long=False)} on {node}" + (f", {gpu_label(model, node, uuid)}" if uuid else "")
     who = (f"rank {stall.ranks[0]}" if len(stall.ranks) == 1 else f"ranks {rank_ranges(stall.ranks)}")
     text = f"{who} ({where}) stopped at {fmt_time(stall.stopped_at)}"
-    causes = [w for w in why if not w.startswith("its GPU was then")]
+    causes = [w for w in why if " was then " not in w]
     if causes:
         text += ", " + " and ".join(causes)
-    text += "".join(f"; {w}" for w in why if w.startswith("its GPU was then"))
+    text += "".join(f"; {w}" for w in why if " was then " in w)
     if stall.peers:
         what = f" in {stall.op}" if stall.op else ""
         what += f" SeqNum {stall.seq}" if stall.seq is not None else ""
@@ -401,5 +450,5 @@ def _cuda_step(f: Finding, h: Harm) -> str:
 
 @STALLED_RANK.next_step
 def _stall_step(f: Finding, h: Harm) -> str:
-    return (f"look at {h.gpu} on {f.node} first (the stalled rank's own node: its Xid, OOM kill or idle GPU); "
+    return (f"look at {h.gpu} on {f.node} first (the stalled rank's own node: its Xid, OOM kill, CPU throttling, memory pressure or idle GPU); "
             "restart the job from its last checkpoint without that node if it is at fault")

@@ -111,7 +111,8 @@ COMM = ("{host}:{pid}:{pid} [0] NCCL INFO comm 0x55d{r} rank {r} nranks 4 cudaDe
         "- Init COMPLETE")
 
 
-def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False, xid_at: float = 5) -> list[BundleSpec]:
+def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False, xid_at: float = 5,
+        throttled: bool = False, pressure: bool = False) -> list[BundleSpec]:
     """4 nodes, one rank each on GPU 0; ``stalled`` stops logging at T0+7 (after an Xid 79 on its
     GPU) and never times out; the others time out in ALLREDUCE SeqNum 1234 600 s later.
     ``env_only``: the stalled rank's log never names its rank; only its environment (RANK) does."""
@@ -129,6 +130,10 @@ def job(stalled: int | None = 2, xid: bool = True, env_only: bool = False, xid_a
             if xid:
                 b.nvml_xid_event(0, T0 + xid_at, 79)
             b.gpu_series(0, range(8, 40), lambda s: (0, 20 * GIB, {}))
+            for s in range(10):  # its container's cgroup, sampled before and after it stopped
+                b.cgroup_tick(T0 + s, f"/system.slice/docker-{c}.scope", nr_periods=100 * s,
+                              nr_throttled=(85 if throttled else 1) * s,
+                              psi={"memory": (40.0 if pressure else 0.5, 25.0 if pressure else 0.0)})
         else:
             b.gpu_series(0, range(8, 40), lambda s, p=100 + r: (100, 20 * GIB, {p: (20 * GIB, 99.0)}))
             lines.append((T0 + 607, WATCHDOG.format(r=r)))
@@ -159,6 +164,14 @@ class TestStalledRank:
         (f,) = of_kind(analyze(*job(xid_at=10)), "stalled-rank")
         assert f["summary"].startswith("rank 2 (train-2 on gpu-12, GPU 0) stopped at 14:00:07Z, Xid 79 on its GPU "
                                        "3 s later (GPU has fallen off the bus)")
+
+    def test_its_cpu_throttling_and_memory_pressure_then_explain_it(self, analyze: Analyze) -> None:
+        (f,) = of_kind(analyze(*job(xid=False, throttled=True, pressure=True)), "stalled-rank")
+        assert ("; its container was then CPU-throttled in 85% of its CFS periods; its container was then under "
+                "memory pressure (PSI some 40%)") in f["summary"]
+        assert any(e["member"] == "cgroup/samples.jsonl" for e in f["evidence"])
+        (quiet,) = of_kind(analyze(*job(xid=False)), "stalled-rank")
+        assert "throttled" not in quiet["summary"] and "pressure" not in quiet["summary"]
 
     def test_no_stall_when_every_rank_times_out_alike(self, analyze: Analyze) -> None:
         doc = analyze(*job(stalled=None))
