@@ -27,7 +27,7 @@ from forensics.analysis.ranks import (
     rank_ranges,
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
-from forensics.analysis.rules.gpu_health import xid_meaning
+from forensics.analysis.rules.gpu_xid import xid_meaning
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
 from forensics.parsing.logsignals.line import Signal
