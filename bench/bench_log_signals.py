@@ -3,7 +3,7 @@
 ``logs.max_bytes`` default), each ending in a crash quoted from a public issue
 (tests/support/log_lines.py).
 
-Two numbers: scanning those logs with :func:`forensics.parsing.logsignals.scan_log` alone, and
+Two numbers: scanning those logs with :func:`forensics.parsing.logsignals.scan.scan_log` alone, and
 the time they add to ``analyze`` (the same synthetic bundle with and without the log members,
 each analysed in a fresh child process, CPU time, best of three).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from forensics.parsing.logsignals import scan_log  # noqa: E402
+from forensics.parsing.logsignals.scan import scan_log  # noqa: E402
 from forensics.parsing.timestamps import format_iso  # noqa: E402
 from tests.support import log_lines as L  # noqa: E402
 from tests.support.analysis_bundles import GIB, T0, BundleSpec  # noqa: E402

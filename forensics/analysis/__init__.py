@@ -21,6 +21,7 @@ from forensics.analysis.findings import Finding, severity_rank
 from forensics.analysis.incidents import WindowSpec, build_incidents, parse_window, window_for
 from forensics.analysis.joins import resolve_joins
 from forensics.analysis.loaders import finalize, load_manifest, load_source, note_missing_sources
+from forensics.analysis.loaders.clocks import align_clocks
 from forensics.analysis.model import Model
 from forensics.analysis.rules import RULES
 from forensics.analysis.source import Source
@@ -76,10 +77,17 @@ def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | No
     note_missing_sources(model)
     nodes = sorted(model.nodes)
     if len(nodes) > 1:
-        for name in nodes[1:]:
-            model.nodes[name].clock_offset_s = None
-        model.limit(f"{len(nodes)} nodes analysed together ({', '.join(nodes)}): their clocks were not "
-                    "synchronised by the capture, so cross-node times may be off by the nodes' clock offsets")
+        unaligned = align_clocks(model)
+        if len(unaligned) == len(nodes) - 1:
+            model.limit(f"{len(nodes)} nodes analysed together ({', '.join(nodes)}): their clocks were not "
+                        "synchronised by the capture, so cross-node times may be off by the nodes' clock offsets")
+        else:
+            worst = max(model.nodes[n].clock_uncertainty_s or 0.0 for n in nodes if n not in unaligned)
+            text = (f"{len(nodes)} nodes analysed together ({', '.join(nodes)}): clocks aligned to {nodes[0]}'s "
+                    f"within ±{worst:.3g} s")
+            if unaligned:
+                text += f"; not {', '.join(unaligned)} (no clock reference shared with {nodes[0]})"
+            model.limit(text)
 
 
 def run_rules(model: Model, config: AnalysisConfig) -> list[Finding]:

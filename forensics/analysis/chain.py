@@ -10,6 +10,7 @@ not found, as the kind's declaration says (:mod:`forensics.analysis.kinds`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,8 @@ _KIND = {k.id: k for k in SPECS}
 _RULED_OUT = sorted(((k.id, k.not_found) for k in SPECS if k.not_found is not None), key=lambda kc: kc[1].rank)
 # How far before the cause's start an effect may begin (sampling jitter).
 _SLACK_S = 5.0
+
+_STATES_A_TIME = re.compile(r"\b\d\d:\d\d:\d\dZ\b")  # fmt_time's clock time
 
 
 @dataclass(frozen=True)
@@ -149,10 +152,13 @@ def verdict_of(findings: Sequence[Finding], model: Model | None = None) -> dict[
     for e in effects:
         if e is joined:
             continue
+        sentence = e.headline or e.summary
         delay = ""
-        if e.start is not None and root.start is not None and e.start - root.start >= 1.0:
+        # an effect whose sentence says when it happened ("stopped at 14:00:07Z") needs no "N s later"
+        if (e.start is not None and root.start is not None and e.start - root.start >= 1.0
+                and not _STATES_A_TIME.search(sentence)):
             delay = f" {e.start - root.start:.0f} s later"
-        clauses.append((e.headline or e.summary) + delay)
+        clauses.append(sentence + delay)
     # Culprits and victims: those of the root's chain first, then by severity; a container whose
     # pod is listed is represented by its pod.
     in_chain = [root, *effects]

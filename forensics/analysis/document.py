@@ -16,6 +16,7 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.document_format import FORMAT, FORMAT_VERSION
+from forensics.parsing.logsignals.line import split_context
 from forensics.parsing.timestamps import format_iso
 from forensics.specs import prometheus as prometheus_spec
 
@@ -254,10 +255,12 @@ def _pods(model: Model) -> list[dict[str, Any]]:
 
 
 _TIMELINE_MAX = 2000
+_TIMELINE_SIGNALS = frozenset({"cuda-fault", "nccl-timeout", "nccl-abort", "nccl-error", "process-end"})
 
 
 def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
-    """Container starts/exits, OOM kills, Xids, CUDA OOM lines and finding starts, in time order."""
+    """Container starts/exits, OOM kills, Xids, CUDA OOM lines, the workloads' log signals (CUDA
+    faults, NCCL timeouts and errors, process ends) and finding starts, in time order."""
     items: list[tuple[float, dict[str, Any]]] = []
     for (node, _), c in model.containers.items():
         subj = c.subject().to_json()
@@ -290,6 +293,15 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
             who = model.container(co.node, co.container_id)
             items.append((co.t, {"node": co.node, "kind": "cuda-oom", "text": co.text[:160],
                                  "subject": who.subject().to_json() if who else None, "finding": None}))
+    for s in model.log_signals:
+        # the workload's own words (CUDA OOMs are above): faults, NCCL timeouts and errors, process ends
+        if s.signal.t is not None and s.signal.kind in _TIMELINE_SIGNALS:
+            writer = model.container(s.node, s.container_id)
+            pod = model.pods.get(s.pod_key) if writer is None and s.pod_key else None
+            who_subject = writer.subject() if writer else (pod.subject() if pod else None)
+            items.append((s.signal.t, {"node": s.node, "kind": "log-signal",
+                                       "text": f"{s.signal.kind}: {split_context(s.evidence.excerpt).text[:160]}",
+                                       "subject": who_subject.to_json() if who_subject else None, "finding": None}))
     for f in findings:
         if f.start is not None:
             items.append((f.start, {"node": f.node, "kind": "finding", "text": cap(f.headline or f.summary),
@@ -376,6 +388,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
         "containers": _containers(model),
         "pods": _pods(model),
         "nodes": [{"host": n.host, "bundles": list(n.bundles), "clock_offset_s": n.clock_offset_s,
+                   "clock_uncertainty_s": n.clock_uncertainty_s, "clock_reference": n.clock_reference,
                    "captured_start": iso(n.start), "captured_end": iso(n.end), **_facts(n.facts),
                    **({"history_step_s": n.history_step_s} if n.history_step_s is not None else {})}
                   for _, n in sorted(model.nodes.items())],

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
 from forensics.analysis.findings import Evidence, EvidenceRef, Subject
-from forensics.parsing.logsignals import Signal
+from forensics.parsing.logsignals.line import Signal
 
 if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
     from forensics.analysis.joins import Joins
@@ -131,6 +131,8 @@ class Process:
     start_ticks: int | None = None  # /proc/<pid>/stat starttime (ticks since boot)
     visible_devices: str | None = None  # NVIDIA_VISIBLE_DEVICES in /proc/<pid>/environ
     visible_devices_evidence: Evidence | None = None
+    # RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, NODE_RANK, GROUP_RANK from /proc/<pid>/environ
+    rank_env: tuple[tuple[str, str], ...] = ()
 
     def subject(self) -> Subject:
         return Subject("process", str(self.pid), self.comm or "?", self.node)
@@ -493,7 +495,12 @@ class NodeInfo:
     bundles: list[str] = field(default_factory=list)
     start: float | None = None
     end: float | None = None
-    clock_offset_s: float | None = 0.0
+    clock_offset_s: float | None = 0.0  # add to this node's times for the first node's clock (None: unknown)
+    clock_uncertainty_s: float | None = 0.0  # how far off clock_offset_s may be (None: unknown)
+    # this node's clock against references it was compared with during capture:
+    # reference name -> (offset_s to add for the reference's clock, uncertainty_s, evidence)
+    clock_refs: dict[str, tuple[float, float, Evidence | None]] = field(default_factory=dict)
+    clock_reference: str | None = None  # the reference clock_offset_s was derived through
     collector_status: dict[str, str] = field(default_factory=dict)
     kernel_records: int = 0
     psi_readings: int = 0

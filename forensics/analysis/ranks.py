@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.line import Signal
+from forensics.parsing.logsignals.nccl import NcclAbort, NcclCommInit, NcclProgress, NcclTimeout
+from forensics.parsing.logsignals.process import LauncherRendezvous
 
 __all__ = ["NodeClock", "RankState", "Stall", "collect_ranks", "find_stalled", "rank_ranges"]
 
@@ -42,7 +44,7 @@ class RankState:
     world_size: int | None = None
     bus_id: str | None = None
     cuda_device: int | None = None
-    timeouts: list[tuple[ls.NcclTimeout, object]] = field(default_factory=list)
+    timeouts: list[tuple[NcclTimeout, object]] = field(default_factory=list)
     last_completed_seq: int | None = None
     progress_ref: object = None
     last_seen: float | None = None
@@ -50,22 +52,31 @@ class RankState:
     aborted: bool = False
 
 
-def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, object]], float | None, object]]
+def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[Signal, object]], float | None, object]],
+                  env_ranks: Mapping[tuple[str, Hashable], tuple[int, int | None]] | None = None,
                   ) -> dict[int, RankState]:
     """``logs``: (node, subject, [(signal, ref)], last timestamp of the log, its ref) per log.
 
     A log's rank is what its signals say (``[rankN]:`` prefixes, ``[Rank N]``, NCCL's comm line,
-    a one-rank torchrun rendezvous); a log whose lines name several ranks feeds each of them."""
+    a one-rank torchrun rendezvous); a log whose lines name several ranks feeds each of them. A log
+    whose lines name no rank takes its writer's from ``env_ranks`` ((node, subject) -> (``RANK``,
+    ``WORLD_SIZE``) of the one rank its processes' environment names, recorded by procfs)."""
+    env_ranks = env_ranks or {}
     ranks: dict[int, RankState] = {}
     for node, subject, signals, last_t, last_ref in logs:
         sigs = list(signals)
         single: int | None = None
         for s, _ in sigs:
-            if isinstance(s, ls.LauncherRendezvous) and len(s.global_ranks) == 1:
+            if isinstance(s, LauncherRendezvous) and len(s.global_ranks) == 1:
                 single = s.global_ranks[0]
         named = {s.rank for s, _ in sigs if s.rank is not None}
         if single is None and len(named) == 1:
             single = next(iter(named))
+        env = env_ranks.get((node, subject))
+        if single is None and not named and env is not None:
+            single = env[0]
+            if env[1]:
+                ranks.setdefault(single, RankState(single, node, subject)).world_size = env[1]
 
         def state(rank: int, node: str = node, subject: Hashable = subject) -> RankState:
             st = ranks.get(rank)
@@ -78,17 +89,17 @@ def collect_ranks(logs: Iterable[tuple[str, Hashable, Iterable[tuple[ls.Signal, 
             if rank is None:
                 continue
             st = state(rank)
-            if isinstance(s, ls.NcclCommInit):
+            if isinstance(s, NcclCommInit):
                 st.world_size, st.bus_id, st.cuda_device = s.nranks, s.bus_id or st.bus_id, s.cuda_device
-            elif isinstance(s, ls.LauncherRendezvous) and s.world_size:
+            elif isinstance(s, LauncherRendezvous) and s.world_size:
                 st.world_size = st.world_size or s.world_size
-            elif isinstance(s, ls.NcclTimeout):
+            elif isinstance(s, NcclTimeout):
                 if all(t.seq != s.seq for t, _ in st.timeouts):
                     st.timeouts.append((s, ref))
-            elif isinstance(s, ls.NcclProgress) and s.last_completed_seq is not None:
+            elif isinstance(s, NcclProgress) and s.last_completed_seq is not None:
                 if st.last_completed_seq is None or s.last_completed_seq > st.last_completed_seq:
                     st.last_completed_seq, st.progress_ref = s.last_completed_seq, ref
-            elif isinstance(s, ls.NcclAbort):
+            elif isinstance(s, NcclAbort):
                 st.aborted = True
         for rank in ([single] if single is not None else sorted(named)):
             st = state(rank)
@@ -175,7 +186,7 @@ def find_stalled(ranks: Mapping[int, RankState], clocks: Mapping[str, NodeClock]
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 4, 6, 7]`` -> ``"0-4 and 6-7"``."""
+    """``[0, 1, 2, 3, 4, 6, 7, 9]`` -> ``"0-4, 6, 7 and 9"`` (a run of three or more is a range)."""
     rs = sorted(set(ranks))
     parts: list[str] = []
     i = 0
@@ -183,6 +194,6 @@ def rank_ranges(ranks: Iterable[int]) -> str:
         j = i
         while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
             j += 1
-        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        parts.extend([f"{rs[i]}-{rs[j]}"] if j - i >= 2 else [str(r) for r in rs[i:j + 1]])
         i = j + 1
     return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else (parts[0] if parts else "")

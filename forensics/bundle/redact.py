@@ -46,6 +46,8 @@ ENV_ALLOW_NAMES = frozenset(
         "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA",
         "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "WORLD_SIZE", "RANK", "LOCAL_RANK",
         "MASTER_PORT", "NODE_NAME", "POD_NAME", "POD_NAMESPACE", "container",
+        # a distributed job's rank identity (torchrun, torch.distributed): which rank a process is
+        "MASTER_ADDR", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_RANK",
     }
 )
 

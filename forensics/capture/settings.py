@@ -15,7 +15,10 @@ from forensics.specs import Setting, all_specs
 
 __all__ = ["SETTINGS", "Setting", "validate_settings"]
 
-SETTINGS: dict[str, Setting] = {key: s for spec in all_specs() for key, s in spec.setting_table().items()}
+SETTINGS: dict[str, Setting] = {
+    key: s for spec in all_specs()
+    for table in (spec.setting_table(), *(group.setting_table() for group in spec.shared))
+    for key, s in table.items()}
 
 
 def validate_settings(extra: Mapping[str, str]) -> None:

@@ -3,19 +3,23 @@
 Sources: ``os.uname()``, ``/etc/os-release``, ``/proc/stat`` (``btime``), ``/proc/uptime``,
 ``/proc/meminfo``, ``/proc/loadavg``, ``/proc/cpuinfo`` (model name only), ``/proc/<ppid>/status``
 (the capture process's own memory). Raw files are stored verbatim under ``host/proc/``; parsed
-values in ``host/host.json``. The boot time and the clock readings let the analyzer turn kernel-log
+values in ``host/host.json``. How well the clock is kept, in ``host/clock.json``: ``adjtimex(2)``
+with ``modes = 0`` (a read: the kernel's NTP state, maximum and estimated error; no privilege,
+changes nothing), systemd-timesyncd's ``/run/systemd/timesync/synchronized`` flag and chrony's
+``/var/lib/chrony/drift`` where present (no daemon is asked: no subprocess, no socket). The boot time and the clock readings let the analyzer turn kernel-log
 monotonic stamps into wall-clock time.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext
-from forensics.specs.host import FACTS, OS_RELEASE, SPEC, proc_copy
+from forensics.specs.host import CLOCK, FACTS, OS_RELEASE, SPEC, proc_copy
 
 __all__ = ["COLLECTOR", "HostCollector"]
 
@@ -130,8 +134,76 @@ class HostCollector:
             "unreadable": errors,
         }
         ctx.sink.write_json(FACTS, facts)
+        ctx.sink.write_json(CLOCK, clock_state())
         if errors:
             ctx.partial(f"{len(errors)} host files unreadable: {', '.join(sorted(errors))}")
+
+
+class _Timeval(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_usec", ctypes.c_long)]
+
+
+class _Timex(ctypes.Structure):
+    """``struct timex`` of <sys/timex.h> (Linux), with its trailing padding."""
+
+    _fields_ = [("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long),
+                ("maxerror", ctypes.c_long), ("esterror", ctypes.c_long), ("status", ctypes.c_int),
+                ("constant", ctypes.c_long), ("precision", ctypes.c_long), ("tolerance", ctypes.c_long),
+                ("time", _Timeval), ("tick", ctypes.c_long), ("ppsfreq", ctypes.c_long),
+                ("jitter", ctypes.c_long), ("shift", ctypes.c_int), ("stabil", ctypes.c_long),
+                ("jitcnt", ctypes.c_long), ("calcnt", ctypes.c_long), ("errcnt", ctypes.c_long),
+                ("stbcnt", ctypes.c_long), ("tai", ctypes.c_int), ("_pad", ctypes.c_int * 11)]
+
+
+_TIME_STATES = {0: "TIME_OK", 1: "TIME_INS", 2: "TIME_DEL", 3: "TIME_OOP", 4: "TIME_WAIT", 5: "TIME_ERROR"}
+_STA_BITS = {0x1: "PLL", 0x2: "PPSFREQ", 0x4: "PPSTIME", 0x8: "FLL", 0x10: "INS", 0x20: "DEL",
+             0x40: "UNSYNC", 0x80: "FREQHOLD", 0x100: "PPSSIGNAL", 0x200: "PPSJITTER", 0x400: "PPSWANDER",
+             0x800: "PPSERROR", 0x1000: "CLOCKERR", 0x2000: "NANO", 0x4000: "MODE", 0x8000: "CLK"}
+_STA_UNSYNC, _STA_NANO = 0x40, 0x2000
+
+
+def adjtimex_state() -> dict[str, Any]:
+    """``adjtimex(2)`` with ``modes = 0``: read the kernel's clock discipline, change nothing.
+
+    ``synchronised``: the call did not return ``TIME_ERROR`` and ``STA_UNSYNC`` is clear (an NTP
+    daemon is disciplining the clock); ``maxerror_us`` then bounds this clock's distance to UTC."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        tx = _Timex()
+        tx.modes = 0
+        rc = int(libc.adjtimex(ctypes.byref(tx)))
+    except (OSError, AttributeError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if rc < 0:
+        err = ctypes.get_errno()
+        return {"error": f"adjtimex: {os.strerror(err)}"}
+    nano = bool(tx.status & _STA_NANO)
+    return {
+        "state": _TIME_STATES.get(rc, str(rc)),
+        "status": tx.status,
+        "status_flags": [name for bit, name in _STA_BITS.items() if tx.status & bit],
+        "synchronised": rc != 5 and not tx.status & _STA_UNSYNC,
+        "offset_us": tx.offset / 1000 if nano else float(tx.offset),
+        "freq_ppm": round(tx.freq / 65536, 3),
+        "maxerror_us": tx.maxerror,
+        "esterror_us": tx.esterror,
+        "tai_offset_s": tx.tai,
+        "read_unix": time.time(),
+    }
+
+
+def clock_state() -> dict[str, Any]:
+    """``host/clock.json``: adjtimex, timesyncd's flag file and chrony's drift file (read-only)."""
+    flag = "/run/systemd/timesync/synchronized"
+    try:
+        timesyncd: dict[str, Any] = {"synchronized_flag": True, "flag_mtime": iso_from_unix(os.stat(flag).st_mtime)}
+    except OSError:
+        timesyncd = {"synchronized_flag": False}
+    timesyncd["present"] = os.path.isdir("/run/systemd/timesync") or os.path.isdir("/var/lib/systemd/timesync")
+    drift, _ = _read("/var/lib/chrony/drift", 4096)
+    chrony = {"present": os.path.isdir("/run/chrony") or os.path.isdir("/var/lib/chrony"),
+              "drift_file": drift.decode("utf-8", "replace").strip() if drift is not None else None}
+    return {"adjtimex": adjtimex_state(), "timesyncd": timesyncd, "chrony": chrony}
 
 
 def _pid_namespace() -> str | None:

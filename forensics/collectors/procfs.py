@@ -48,7 +48,7 @@ from forensics.parsing.procfs import (
     start_time_unix,
 )
 from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
-from forensics.specs.procfs import DSTATE, INDEX, SPEC, WINDOW, pid_member
+from forensics.specs.procfs import DSTATE, INDEX, RANK_ENV_NAMES, SPEC, WINDOW, pid_member
 
 if TYPE_CHECKING:
     from forensics.collectors.hostfs.cgroupns import NamespaceResolver
@@ -256,6 +256,10 @@ class ProcfsCollector:
                        if name in GPU_ENV_NAMES}
             if gpu_env:
                 record["gpu_env"] = gpu_env
+            kept = dict(e.partition("=")[::2] for e in redacted_env)
+            rank_env = {name: kept[name] for name in RANK_ENV_NAMES if name in kept}
+            if rank_env:
+                record["rank_env"] = rank_env
         except OSError as error:
             errors["environ"] = describe_os_error(error)
         namespaces: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from forensics.parsing.durations import parse_duration_s
 
 __all__ = [
     "Absence", "Excuse", "Hint", "HintReader", "HintWriter", "NoSettings", "Setting", "SettingKind",
-    "SourceSpec", "StandIn", "check_value", "setting",
+    "SettingsGroup", "SourceSpec", "StandIn", "check_value", "setting",
 ]
 
 SettingKind = Literal["path", "positive-int", "non-negative-int", "positive-seconds", "bool", "url", "duration"]
@@ -156,6 +156,41 @@ class Absence:
         return not any(e.applies(status, statuses) for e in self.excuses)
 
 
+def _setting_table(prefix: str, settings: type[Any]) -> dict[str, Setting]:
+    out: dict[str, Setting] = {}
+    for f in dataclasses.fields(settings):
+        meta = f.metadata
+        key = f"{prefix}.{f.name}"
+        out[key] = Setting(key, f.name, meta["kind"], f.default, meta["help"], meta["shown"])
+    return out
+
+
+def _read_settings(prefix: str, settings: type[T], extra: Mapping[str, str] | None, given: Mapping[str, Any]) -> T:
+    values: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    for key, s in _setting_table(prefix, settings).items():
+        raw = (extra or {}).get(key)
+        if raw is None or raw == "" or check_value(s.kind, raw) is not None:
+            continue
+        values[s.name] = _convert(s.kind, raw)
+    return settings(**values)
+
+
+@dataclass(frozen=True)
+class SettingsGroup(Generic[S]):
+    """Settings several sources' collectors read (``--set logs.max_bytes=``: the docker and the
+    kubernetes collectors both take workload logs), declared once; a source names the groups it
+    reads in ``SourceSpec.shared``, and the settings table lists each group once."""
+
+    name: str
+    settings: type[S]
+
+    def setting_table(self) -> dict[str, Setting]:
+        return _setting_table(self.name, self.settings)
+
+    def read_settings(self, extra: Mapping[str, str] | None, **given: Any) -> S:
+        return _read_settings(self.name, self.settings, extra, given)
+
+
 @dataclass(frozen=True)
 class StandIn:
     """What this source gives back when ``source`` is absent (exporter history stands in for part
@@ -188,6 +223,7 @@ class SourceSpec(Generic[S]):
     stands_in: tuple[StandIn, ...] = ()
     stand_in_label: str = ""
     remote: bool = False
+    shared: tuple[SettingsGroup[Any], ...] = ()
 
     def unconfigured(self, extra: Mapping[str, str] | None) -> str | None:
         """Why the source is not configured (its ``configured_by`` setting not given), or None."""
@@ -200,21 +236,10 @@ class SourceSpec(Generic[S]):
 
     def setting_table(self) -> dict[str, Setting]:
         """``{"SOURCE.NAME": Setting}`` from the fields of the settings dataclass."""
-        out: dict[str, Setting] = {}
-        for f in dataclasses.fields(self.settings):  # type: ignore[arg-type]
-            meta = f.metadata
-            key = f"{self.name}.{f.name}"
-            out[key] = Setting(key, f.name, meta["kind"], f.default, meta["help"], meta["shown"])
-        return out
+        return _setting_table(self.name, self.settings)
 
     def read_settings(self, extra: Mapping[str, str] | None, **given: Any) -> S:
         """The typed settings object: ``--set`` values first, then ``given`` (a collector built with
         explicit values, as tests do), then the spec's defaults. A value that does not parse (a
         caller that skipped :func:`forensics.capture.settings.validate_settings`) keeps the default."""
-        values: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        for key, s in self.setting_table().items():
-            raw = (extra or {}).get(key)
-            if raw is None or raw == "" or check_value(s.kind, raw) is not None:
-                continue
-            values[s.name] = _convert(s.kind, raw)
-        return self.settings(**values)
+        return _read_settings(self.name, self.settings, extra, given)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS
+from forensics.specs.logs import LOGS
 
 __all__ = [
     "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "PREFIX", "SAMPLES", "SPEC",
@@ -55,5 +56,5 @@ SPEC = SourceSpec(
                "a containerd/CRI-O Kubernetes node: allocations come from the pods", when_ok="kubernetes"),
         Excuse(frozenset({None, "unavailable", "skipped"}),
                "a containerd/CRI-O node: the runtime describes its containers (cri)", when_ok="cri"))),
-    publishes=(PIDS, CGROUP_PATHS),
+    publishes=(PIDS, CGROUP_PATHS), shared=(LOGS,),
 )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from forensics.specs.base import NoSettings, SourceSpec
 
-__all__ = ["FACTS", "OS_RELEASE", "SPEC", "proc_copy"]
+__all__ = ["CLOCK", "FACTS", "OS_RELEASE", "SPEC", "proc_copy"]
 
 FACTS = "host/host.json"
+CLOCK = "host/clock.json"
 OS_RELEASE = "host/etc/os-release"
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
+from forensics.specs.logs import LOGS
 
-__all__ = ["EVENTS", "METRICS", "NODE", "PODS", "PODS_INDEX", "PREFIX", "REQUESTS", "SPEC", "KubernetesSettings"]
+__all__ = [
+    "CLOCK", "EVENTS", "LOGS_DIR", "LOGS_INDEX", "METRICS", "NODE", "PODS", "PODS_INDEX", "PREFIX", "REQUESTS", "SPEC",
+    "KubernetesSettings", "pod_log_member",
+]
 
 PREFIX = "kubernetes"
 NODE = "kubernetes/node.json"
@@ -15,12 +19,22 @@ PODS_INDEX = "kubernetes/pods-index.json"
 REQUESTS = "kubernetes/requests.json"
 EVENTS = "kubernetes/events.json"
 METRICS = "kubernetes/metrics.json"
+CLOCK = "kubernetes/clock.json"
+LOGS_DIR = "kubernetes/logs/"
+LOGS_INDEX = "kubernetes/logs/index.json"
+
+
+def pod_log_member(namespace: str, pod: str, container: str, previous: bool = False) -> str:
+    """``kubernetes/logs/<namespace>/<pod>/<container>.log`` (``.previous.log``: the instance
+    before the last restart, where a crash is). Kubernetes names are DNS labels: no ``/``."""
+    return f"{LOGS_DIR}{namespace}/{pod}/{container}{'.previous' if previous else ''}.log"
 
 
 @dataclass(frozen=True)
 class KubernetesSettings:
     call_timeout_s: float = setting("positive-seconds", "deadline of each Kubernetes API call", 10.0)
     budget_s: float = setting("positive-seconds", "total time for all Kubernetes API calls", 40.0)
+    logs_tail: int = setting("non-negative-int", "pod log lines asked for per container, 0 for no pod logs", 5000)
 
 
 SPEC = SourceSpec(
@@ -28,4 +42,5 @@ SPEC = SourceSpec(
     settings=KubernetesSettings,
     absence=Absence("no Kubernetes data: pod allocations and OOMKilled statuses unknown", (
         Excuse(frozenset({None, "unavailable", "skipped"}), "not a Kubernetes node: nothing lost"),)),
+    shared=(LOGS,),
 )

@@ -7,12 +7,15 @@ from dataclasses import dataclass
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
 
-__all__ = ["DSTATE", "INDEX", "PREFIX", "SPEC", "WINDOW", "ProcfsSettings", "pid_member"]
+__all__ = ["DSTATE", "INDEX", "PREFIX", "RANK_ENV_NAMES", "SPEC", "WINDOW", "ProcfsSettings", "pid_member"]
 
 PREFIX = "proc/"
 INDEX = "proc/index.json"
 WINDOW = "proc/window.jsonl"
 DSTATE = "proc/dstate.json"  # processes in uninterruptible sleep, and which hold /dev/nvidia* open
+# a distributed job's rank identity in a process's environment (torchrun / torch.distributed set
+# them), kept verbatim by the redactor and recorded as ``rank_env`` in proc/index.json
+RANK_ENV_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "NODE_RANK", "GROUP_RANK")
 
 
 def pid_member(pid: int | str, name: str = "") -> str:

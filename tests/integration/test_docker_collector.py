@@ -24,6 +24,7 @@ from forensics.bundle.reader import Bundle, open_bundle
 from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
 from forensics.collectors.docker.docker import COLLECTOR, DockerCollector
+from tests.support import log_lines as L
 from tests.support.docker_engine import (
     BUSYBOX_IMAGE,
     CUDA_LIKE_IMAGE,
@@ -561,3 +562,74 @@ def test_container_removed_during_capture_is_a_race_not_a_failure(
     finally:
         for cid in (keep, gone):
             docker_engine.cli("rm", "-f", cid, check=False)
+
+
+@dataclass
+class WorkloadLogs:
+    bundle: Bundle
+    ids: dict[str, str]
+    printed: dict[str, float]  # when the workload containers were started (host clock)
+
+
+@pytest.fixture(scope="module")
+def workload_logs(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory,
+                  scenario: Scenario) -> Iterator[WorkloadLogs]:
+    """The workload's own words, real published lines a second apart, and a log larger than
+    logs.max_bytes (1000 lines of 400 bytes: the newest 256 KiB are kept). Started after
+    ``scenario`` took its bundle, so that bundle (and its collector's time budget) stays as it was."""
+    e = docker_engine
+    tag = uuid.uuid4().hex[:8]
+    ids: dict[str, str] = {}
+    try:
+        printed = {"ranklog": time.time()}
+        ids["ranklog"] = e.run_labelled(
+            "run", "-d", "--name", f"gf-{tag}-ranklog", "--network", "none",
+            "-e", f"L1={L.NCCL_COMM_INIT.text}", "-e", f"L2={L.ILLEGAL_ADDRESS.text.splitlines()[0]}", BUSYBOX_IMAGE,
+            "sh", "-c", 'echo "$L1"; sleep 1; echo "$L2" >&2; echo RANKLOG-DONE; exec sleep 600')
+        ids["chatty"] = e.run_labelled(
+            "run", "-d", "--name", f"gf-{tag}-chatty", "--network", "none", BUSYBOX_IMAGE,
+            "sh", "-c", 'x=$(printf "%0400d" 0); i=0; while [ $i -lt 999 ]; do echo "[rank0]: step $i $x"; '
+                        'i=$((i+1)); done; echo CHATTY-LAST; exec sleep 600')
+        client = e.client()
+        try:
+            wait_for(lambda: b"RANKLOG-DONE" in client.logs(ids["ranklog"]))
+            wait_for(lambda: b"CHATTY-LAST" in client.logs(ids["chatty"]))
+        finally:
+            client.close()
+        # the scenario's containers are still there: room for all their calls on a busy machine
+        bundle, _ = capture(e, tmp_path_factory.mktemp("docker-logs"), [COLLECTOR], lookback_s=600, timeout_s=180.0,
+                            extra={"docker.call_timeout_s": "30"})
+        calls = bundle.read_json("docker/index.json")["calls"]
+        assert not [c for c in calls if c["subject"] in ids.values() and c["error"]], calls
+        yield WorkloadLogs(bundle, ids, printed)
+    finally:
+        for cid in ids.values():
+            e.cli("rm", "-f", cid, check=False)
+
+
+class TestWorkloadLogs:
+    def test_real_lines_become_signals_at_the_engine_times(self, workload_logs: WorkloadLogs) -> None:
+        from forensics.analysis import build_model
+        from forensics.parsing.logsignals.cuda import CudaFault
+        from forensics.parsing.logsignals.nccl import NcclCommInit
+
+        cid = workload_logs.ids["ranklog"]
+        model = build_model([workload_logs.bundle.path])
+        sigs = [s.signal for s in model.log_signals if s.container_id == cid]
+        comm = next(s for s in sigs if isinstance(s, NcclCommInit))
+        fault = next(s for s in sigs if isinstance(s, CudaFault))
+        assert comm.rank == 36 and comm.nranks == 64 and fault.fault == "illegal-memory-access"
+        assert comm.t is not None and fault.t is not None
+        start = workload_logs.printed["ranklog"]
+        assert start - 1 <= comm.t < fault.t <= start + 30 and fault.t - comm.t >= 0.9  # the sleep 1 between
+        (tail,) = [t for t in model.log_tails if t.container_id == cid]
+        assert tail.t is not None and tail.t >= fault.t
+
+    def test_newest_max_bytes_kept(self, workload_logs: WorkloadLogs) -> None:
+        cid = workload_logs.ids["chatty"]
+        data = workload_logs.bundle.read_bytes(f"docker/containers/{cid}/logs.txt")
+        assert 200 * 1024 < len(data) <= 256 * 1024 and data.endswith(b" CHATTY-LAST\n")
+        assert re.match(rb"^\d{4}-\d\d-\d\dT[0-9:.]+Z \[rank0\]: step \d+ 0{400}\n", data)  # a whole line first
+        logs = workload_logs.bundle.read_json("docker/index.json")["containers"][cid]["logs"]
+        assert logs["kept_bytes"] == len(data) and logs["dropped_oldest_bytes"] > 0
+        assert logs["received_bytes"] == logs["kept_bytes"] + logs["dropped_oldest_bytes"]

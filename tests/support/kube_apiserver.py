@@ -555,7 +555,7 @@ class KubeAPIServer:
             lines = [(t, x) for t, x in lines if t >= round(st * 1e9)]
         tail = _positive_int(q, "tailLines")
         if tail is not None:
-            lines = lines[len(lines) - tail:] if tail else []
+            lines = lines[max(0, len(lines) - tail):] if tail else []
         stamps = q.get("timestamps", "false").lower() in ("true", "1")
         out = b"".join(((_rfc3339nano(t) + " ") if stamps else "").encode() + x.encode("utf-8", "surrogateescape")
                        + b"\n" for t, x in lines)

@@ -169,8 +169,8 @@ def rbac_of(path: str) -> tuple[str, str, str]:
         rest = rest[2:] if len(rest) > 2 else ["namespaces", rest[1]]
     resource = rest[0]
     verb = "get" if len(rest) == 2 else "list"
-    if len(rest) > 2:
-        resource = f"{rest[0]}/{rest[2]}"
+    if len(rest) > 2:  # a subresource of a named object (pods/{name}/log): always get
+        resource, verb = f"{rest[0]}/{rest[2]}", "get"
     return group, resource, verb
 
 
@@ -185,6 +185,7 @@ def test_rbac_mapping_helper():
     assert rbac_of("/api/v1/namespaces/ml/events") == ("", "events", "list")
     assert rbac_of("/apis/metrics.k8s.io/v1beta1/namespaces/ml/pods") == ("metrics.k8s.io", "pods", "list")
     assert rbac_of("/api/v1/namespaces/ml/secrets/x") == ("", "secrets", "get")
+    assert rbac_of("/api/v1/namespaces/ml/pods/train-0/log") == ("", "pods/log", "get")
 
 
 def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monkeypatch):
@@ -210,6 +211,7 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
         assert staged.ctx.partial_reasons == []
         used |= {rbac_of(p) for _, p, _ in api.requests}
     assert ("", "events", "list") in used and ("", "nodes", "list") in used
+    assert ("", "pods/log", "get") in used
     assert used == granted()
 
 

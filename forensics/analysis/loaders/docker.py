@@ -22,13 +22,11 @@ from forensics.analysis.loaders.common import (
     dig,
     parse_time,
 )
+from forensics.analysis.loaders.logs import load_log_signals
 from forensics.analysis.model import (
     UNKNOWN_ALLOCATION,
     Container,
     CpuSample,
-    CudaOom,
-    LogSignal,
-    LogTail,
     MemorySample,
     Model,
     OomKill,
@@ -37,13 +35,10 @@ from forensics.analysis.model import (
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect
-from forensics.parsing.logsignals import CudaOom as LogCudaOom
-from forensics.parsing.logsignals import last_timestamp, scan_log
 from forensics.specs import docker as docker_spec
 
-__all__ = ["LOADER", "load_docker", "load_log_signals"]
+__all__ = ["LOADER", "load_docker"]
 
-_MAX_SIGNALS_PER_LOG = 2000  # a crash loop repeats itself; the first thousands say it
 _INSPECT = re.compile(r"^docker/containers/([0-9a-f]{64})/inspect\.json$")
 
 
@@ -168,24 +163,6 @@ def _load_logs(src: Source, model: Model, node: str, cid: str) -> None:
     pod = c.pod_uid if c else None
     for member in src.under(docker_spec.container_member(cid, "log")):
         load_log_signals(src, model, node, member, cid, pod)
-
-
-def load_log_signals(src: Source, model: Model, node: str, member: str, container_id: str | None,
-                     pod_key: str | None) -> None:
-    """Every signal of one log member (engine or kubelet ``timestamps=true`` text) and where it ends."""
-    lines = src.text_lines(member, cache=False)
-    if lines is None:
-        return
-    text = "\n".join(lines)
-    for no, sig in scan_log(text, max_signals=_MAX_SIGNALS_PER_LOG):
-        line = lines[no - 1] if 0 < no <= len(lines) else ""
-        ev = src.ev_line(member, no, line)
-        model.log_signals.append(LogSignal(node, container_id, pod_key, sig, ev))
-        if isinstance(sig, LogCudaOom) and container_id is not None:
-            model.cuda_ooms.append(CudaOom(node, sig.t, container_id, line, ev))
-    tail = last_timestamp(text)
-    model.log_tails.append(LogTail(node, container_id, pod_key, member, tail[1] if tail else None,
-                                   src.ev_line(member, tail[0], lines[tail[0] - 1]) if tail else None))
 
 
 def _load_events(src: Source, model: Model, node: str) -> None:

@@ -1,6 +1,7 @@
 """Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
 collector's pure :func:`forensics.parsing.podindex.index_pod`) and the kubelet
-pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container).
+pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container), and the
+pod logs of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
 container no other source describes becomes a Container here, with its Kubernetes allocation.
@@ -14,6 +15,7 @@ from typing import Any
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, dig, parse_time
+from forensics.analysis.loaders.logs import load_log_signals
 from forensics.analysis.model import Container, Model, OomKill, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
@@ -52,8 +54,21 @@ def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Ev
     return out
 
 
+def _load_clock(src: Source, model: Model, node: str) -> None:
+    """``kubernetes/clock.json``: this node's clock against the API server's (a reference every
+    node of the cluster was compared with)."""
+    doc = src.json(kube_spec.CLOCK)
+    ref, off, unc = dig(doc, "reference"), dig(doc, "offset_s"), dig(doc, "uncertainty_s")
+    if not isinstance(ref, str) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (off, unc)):
+        return
+    if not (abs(off) < 1e9 and 0 <= unc < 3600):
+        return
+    model.node(node).clock_refs[ref[:200]] = (float(off), float(unc), src.ev_pointer(kube_spec.CLOCK, "/offset_s", doc))
+
+
 def load_kubernetes(src: Source, model: Model, node: str) -> None:
     load_kubernetes_events(src, model, node)
+    _load_clock(src, model, node)
     doc = src.json(kube_spec.PODS)
     items = dig(doc, "items")
     if not isinstance(items, list):
@@ -115,6 +130,10 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                     memory_limit_bytes=ce.memory_limit_bytes,
                     evidence=(src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/status", doc),),
                     k8s_container_name=ce.name)
+            for previous, log_cid in ((False, ce.container_id), (True, ce.last_container_id)):
+                member = kube_spec.pod_log_member(entry.namespace, entry.name, ce.name, previous)
+                if src.has(member):
+                    load_log_signals(src, model, node, member, log_cid, entry.uid)
             if ce.last_terminated_reason == "OOMKilled" or ce.oom_killed:
                 j2 = status_index.get(ce.name)
                 where = "lastState/terminated" if ce.last_terminated_reason == "OOMKilled" else "state/terminated"

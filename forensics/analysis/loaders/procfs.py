@@ -47,21 +47,40 @@ def check_pid_reuse(model: Model, node: str) -> None:
                 f"the GPU process at tick {start}")
 
 
-def _visible_devices(src: Source, pid: int) -> tuple[str | None, Evidence | None]:
+def _environ(src: Source, pid: int) -> list[bytes]:
+    member = procfs_spec.pid_member(pid, "environ")
+    if not src.has(member):
+        return []
+    try:
+        return src.bundle.read_bytes(member).split(b"\0")
+    except Exception:
+        return []
+
+
+def _visible_devices(src: Source, pid: int, environ: list[bytes]) -> tuple[str | None, Evidence | None]:
     """NVIDIA_VISIBLE_DEVICES from ``proc/<pid>/environ`` (NUL-separated; set by the runtime even
     when it came through the OCI spec rather than the container's Config.Env)."""
     member = procfs_spec.pid_member(pid, "environ")
-    if not src.has(member):
-        return None, None
-    try:
-        data = src.bundle.read_bytes(member)
-    except Exception:
-        return None, None
-    for index, item in enumerate(data.split(b"\0")):
+    for index, item in enumerate(environ):
         if item.startswith(b"NVIDIA_VISIBLE_DEVICES="):
             value = item.split(b"=", 1)[1].decode("utf-8", "replace")
             return value, Evidence(src.name, member, f"entry {index + 1}", f"NVIDIA_VISIBLE_DEVICES={value}")
     return None, None
+
+
+def _rank_env(environ: list[bytes], entry: Any) -> tuple[tuple[str, str], ...]:
+    """The rank identity (``RANK``, ``WORLD_SIZE``, ...) from ``proc/<pid>/environ``, else from the
+    index entry's ``rank_env``."""
+    found: dict[str, str] = {}
+    for item in environ:
+        name, _, value = item.decode("utf-8", "replace").partition("=")
+        if name in procfs_spec.RANK_ENV_NAMES:
+            found[name] = value
+    if not found:
+        env = dig(entry, "rank_env")
+        if isinstance(env, dict):
+            found = {k: v for k, v in env.items() if k in procfs_spec.RANK_ENV_NAMES and isinstance(v, str)}
+    return tuple(sorted(found.items()))
 
 
 def _comm(src: Source, pid: int) -> str:
@@ -115,13 +134,14 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
             reason = "cgroup path relative to a private cgroup namespace"
         elif attribution.kind == "unknown":
             reason = f"cgroup path {attribution.cgroup_path} names no known runtime"
-        visible, visible_ev = _visible_devices(src, pid)
+        environ = _environ(src, pid)
+        visible, visible_ev = _visible_devices(src, pid, environ)
         if visible is None and pid in by_pid:
             visible, visible_ev = _index_env(src, index, *by_pid[pid])
         model.processes[(node, pid)] = Process(
             node, pid, _comm(src, pid), attribution.cgroup_path, attribution.container_id,
             attribution.pod_uid, (src.ev_line(member, line_no),), reason, _start_ticks(src, pid),
-            visible, visible_ev)
+            visible, visible_ev, _rank_env(environ, by_pid.get(pid, (0, None))[1]))
     for pid, (i, entry) in by_pid.items():
         if (node, pid) in model.processes:
             continue
@@ -139,7 +159,7 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
         visible, visible_ev = _index_env(src, index, i, entry)
         model.processes[(node, pid)] = Process(
             node, pid, comm if isinstance(comm, str) else "", path, cid, uid, (ev,), reason,
-            as_int(dig(entry, "start_time_ticks")), visible, visible_ev)
+            as_int(dig(entry, "start_time_ticks")), visible, visible_ev, _rank_env([], entry))
     check_pid_reuse(model, node)
     load_dstate(src, model, node)
 

@@ -36,13 +36,13 @@ __all__ = [
 
 UNALLOCATED_GPU_USE = FindingKind(
     "unallocated-gpu-use", severity="medium", needs=("nvml", "procfs", "docker"), rank=10,
-    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault"))
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault", "workload-cuda-error"))
 OVERLAPPING_GPU_ALLOCATION = FindingKind(
     "overlapping-gpu-allocation", severity="medium", needs=("nvml", "procfs", "docker"), rank=20,
-    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill"))
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "workload-cuda-error"))
 UNATTRIBUTED_GPU_PROCESS = FindingKind(
     "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
-    causes=("gpu-compute-hog", "gpu-memory-pressure"))
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "workload-cuda-error"))
 
 
 def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:

@@ -33,7 +33,7 @@ from forensics.analysis.xid_catalog import xid_info
 __all__ = ["GPU_LOST", "gpu_lost"]
 
 GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78, hardware=True,
-                       causes=("gpu-allocatable-reduced",))
+                       causes=("gpu-allocatable-reduced", "workload-cuda-error", "stalled-rank"))
 
 
 @GPU_LOST.rule

@@ -9,7 +9,8 @@ kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`
 - ``GET /containers/{id}/json``                  -> ``docker/containers/<id>/inspect.json``
 - ``GET /containers/{id}/top?ps_args=...``       -> ``docker/containers/<id>/top.json``
 - ``GET /containers/{id}/stats?stream=0&one-shot=1`` -> ``docker/containers/<id>/stats.json``
-- ``GET /containers/{id}/logs?timestamps=1&tail=N`` -> ``docker/containers/<id>/logs.txt``
+- ``GET /containers/{id}/logs?timestamps=1&since=<window start>&tail=N`` -> ``docker/containers/<id>/logs.txt``
+  (the newest ``logs.max_bytes`` of it, cut at a line start)
 - ``GET /exec/{id}/json`` (inspect's ExecIDs)    -> ``docker/containers/<id>/execs/<exec>.json``
 - ``GET /images/{id}/json``                      -> ``docker/images/<hex>/inspect.json``
 - ``GET /events?since=..&until=..``              -> ``docker/events.jsonl`` (one event a line)
@@ -81,17 +82,18 @@ from forensics.errors import (
 )
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
+from forensics.parsing.logsignals.line import newest_lines
 from forensics.parsing.timestamps import is_zero_time, parse_iso
 from forensics.specs import docker as dspec
 from forensics.specs.docker import SPEC, DockerSettings
 from forensics.specs.hints import CGROUP_PATHS, PIDS
+from forensics.specs.logs import LOGS
 
 __all__ = ["COLLECTOR", "DockerCollector"]
 
 _RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
 _MAX_EVENTS = 100_000
-_MAX_LOG_CHARS = 1 << 20  # per container, the newest kept
 _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
 
 
@@ -224,6 +226,8 @@ class DockerCollector:
                 index["containers"][str(c.get("Id"))] = {
                     "taken": False, "why": f"over the cap of {_MAX_CONTAINERS} newest containers"}
 
+        max_log_bytes = LOGS.read_settings(ctx.options.extra).max_bytes
+        index["logs_max_bytes"] = max_log_bytes
         mounts, resolver = host_cgroup_mounts(ctx)
         if resolver is not None and resolver.error is not None:
             ctx.note(f"cgroup root from {resolver.origin}: {resolver.error}; container PIDs from top only")
@@ -276,12 +280,13 @@ class DockerCollector:
                     ctx.sink.write_json(dspec.exec_member(owner, subject), doc)
                     scratch.setdefault(owner, {}).setdefault("execs", []).append(doc)
             elif kind == "logs":
-                text = result.decode("utf-8", "replace") if isinstance(result, bytes) else ""
-                if len(text) > _MAX_LOG_CHARS:
-                    text = text[-_MAX_LOG_CHARS:].split("\n", 1)[-1]
+                data = result if isinstance(result, bytes) else b""
+                kept, dropped = newest_lines(data, max_log_bytes)
+                index["containers"].setdefault(subject, {})["logs"] = {
+                    "received_bytes": len(data), "kept_bytes": len(kept), "dropped_oldest_bytes": dropped}
                 # the whole text at once: a PEM block spans lines
                 ctx.sink.write_text(dspec.container_member(subject, "logs.txt"),
-                                    ctx.redactor.text(text, "logs"))
+                                    ctx.redactor.text(kept.decode("utf-8", "replace"), "logs"))
             elif kind == "stats":
                 ctx.sink.write_json(dspec.container_member(subject, "stats.json"), result)
             elif kind == "image":

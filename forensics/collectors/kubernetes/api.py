@@ -43,6 +43,11 @@ class CallRecord:
     duration_s: float
     response_bytes: int
     error: str | None
+    # the clock evidence of an answered call: the server's ``Date`` header (RFC 7231, whole
+    # seconds) and this host's wall clock when the request went and the answer came back
+    server_date: str | None = None
+    sent_unix: float | None = None
+    received_unix: float | None = None
 
 
 class CallFailed(Exception):
@@ -143,6 +148,7 @@ class KubeAPI:
             raise CallFailed("budget", f"{path}: not attempted, time budget spent")
         timeout = (min(self.connect_timeout_s, remaining), min(self.call_timeout_s, remaining))
         t0 = time.monotonic()
+        sent = time.time()
         try:
             method, url, headers, body, post = self._api_client.param_serialize(
                 method="GET", resource_path=path, query_params=list(query.items()),
@@ -151,6 +157,8 @@ class KubeAPI:
                                                  post_params=post, _request_timeout=timeout)
             data: bytes = response.read() or b""
             status = int(response.status)
+            received = time.time()
+            date = response.getheader("Date")
         except ApiException as exc:  # TLS errors and unpreparable requests
             took = time.monotonic() - t0
             self.log.append(CallRecord(path, query, None, "unreachable", took, 0, str(exc.reason)[:300]))
@@ -172,9 +180,10 @@ class KubeAPI:
         if not 200 <= status <= 299:
             message = _status_message(data) or f"HTTP {status}"
             kind = {403: "forbidden", 401: "unauthorized", 404: "not-found"}.get(status, "http-error")
-            self.log.append(CallRecord(path, query, status, kind, took, len(data), message))
+            self.log.append(CallRecord(path, query, status, kind, took, len(data), message,
+                                       _header(date), sent, received))
             raise CallFailed(kind, f"{path}: HTTP {status}: {message}", status)
-        self.log.append(CallRecord(path, query, status, "ok", took, len(data), None))
+        self.log.append(CallRecord(path, query, status, "ok", took, len(data), None, _header(date), sent, received))
         return data
 
     def get_json(self, path: str, query: dict[str, str] | None = None) -> dict[str, Any]:
@@ -218,6 +227,10 @@ def _status_message(body: Any) -> str | None:
     if isinstance(status, dict) and isinstance(status.get("message"), str):
         return str(status["message"])
     return None
+
+
+def _header(value: Any) -> str | None:
+    return value[:100] if isinstance(value, str) else None
 
 
 def _short(exc: BaseException) -> str:

@@ -10,7 +10,12 @@ Sources (API server, through the kubernetes client; see kube/api.py for the seam
   ``kubernetes/events.json``: events about those pods or the node within the look-back window;
 - ``GET /apis/metrics.k8s.io/v1beta1/nodes/{node}`` and ``.../namespaces/{ns}/pods`` ->
   ``kubernetes/metrics.json`` when metrics-server serves them;
-- every request made -> ``kubernetes/requests.json``.
+- ``GET /api/v1/namespaces/{ns}/pods/{name}/log?container=&timestamps=true&sinceSeconds=&tailLines=``
+  (``previous=true`` too for a container that restarted) for containers that touched a GPU, were
+  OOM-killed, restarted or failed -> ``kubernetes/logs/<ns>/<pod>/<container>[.previous].log``
+  (the newest ``logs.max_bytes``, redacted) and ``kubernetes/logs/index.json``;
+- every request made -> ``kubernetes/requests.json``, and the API server's clock against this
+  host's from their ``Date`` headers and round trips -> ``kubernetes/clock.json``.
 
 The node is ``--node``, else ``NODE_NAME`` (the DaemonSet sets it from ``spec.nodeName``), else
 this host's name matched against the Nodes. Secrets are never read. A 403 on one resource is
@@ -21,26 +26,32 @@ timeout and makes the collector ``unavailable``. Publishes ``pod_uids`` and ``co
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from forensics.capture.context import CollectContext
 from forensics.collectors.kubernetes.events import select_events
 from forensics.collectors.kubernetes.redaction import redact_events, redact_node, redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
+from forensics.parsing.clock import estimate_offset
+from forensics.parsing.logsignals.line import newest_lines
 from forensics.parsing.podindex import build_pods_index
 from forensics.specs import kubernetes as kspec
 from forensics.specs.kubernetes import SPEC
+from forensics.specs.logs import LOGS
 
 __all__ = ["COLLECTOR", "KubernetesCollector"]
 
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 # events are listed per namespace unless the node's pods span more namespaces than this
 MAX_EVENT_NAMESPACES = 20
+MAX_POD_LOGS = 200  # container logs asked for (GPU ones first)
+_GUARD_FACTOR = 4  # limitBytes: this many times logs.max_bytes (a memory guard, not the cap)
 
 
 class KubernetesCollector:
@@ -104,12 +115,14 @@ class KubernetesCollector:
             pod_uids: list[str] = []
             namespaces: list[str] = []
             pod_names: set[tuple[str, str]] = set()
+            index: dict[str, Any] | None = None
             if pod_list is not None:
                 redact_pod_list(pod_list, ctx.redactor)
                 ctx.sink.write_json(kspec.PODS, pod_list)
                 try:
                     index = build_pods_index(pod_list, node_name)
                 except ParseError as exc:
+                    index = None
                     ctx.partial(f"pods-index.json not derived: {exc}")
                 else:
                     ctx.sink.write_json(kspec.PODS_INDEX, index)
@@ -125,10 +138,15 @@ class KubernetesCollector:
 
             # -- metrics.k8s.io ---------------------------------------------------------------
             self._metrics(ctx, api, node_name, namespaces, pod_names, failures)
+
+            # -- the workloads' own logs ------------------------------------------------------
+            if index is not None and settings.logs_tail > 0:
+                self._pod_logs(ctx, api, index, since, settings.logs_tail, failures)
         finally:
             ctx.sink.write_json(kspec.REQUESTS,
                                 {"server": api.server, "config": loaded.source,
                                  "requests": [asdict(r) for r in api.log]})
+            _write_clock(ctx, api)
             api.close()
         if failures and all(f.kind in ("forbidden", "unauthorized") for f in failures.values()) \
                 and {"node", "pods", "events"} <= set(failures):
@@ -245,6 +263,109 @@ class KubernetesCollector:
                            "kind": "PodMetricsList", "metadata": {}, "items": items}
         if doc["node"] is not None or doc["pods"] is not None:
             ctx.sink.write_json(kspec.METRICS, doc)
+
+
+    def _pod_logs(self, ctx: CollectContext, api: Any, index: dict[str, Any], since: datetime,
+                  tail_lines: int, failures: dict[str, Any]) -> None:
+        """``GET /api/v1/namespaces/{ns}/pods/{name}/log?container=&timestamps=true&sinceSeconds=
+        &tailLines=&limitBytes=`` (and ``previous=true`` for a container that restarted) for the
+        containers :func:`log_targets` picks; the newest ``logs.max_bytes`` kept, redacted.
+
+        ``limitBytes`` keeps the *oldest* bytes of what the kubelet selected, so it is only a
+        memory guard (``_GUARD_FACTOR`` times the cap); an answer that reaches it is asked again
+        with fewer ``tailLines``, worked out from the line length of the first answer."""
+        from forensics.collectors.kubernetes.api import CallFailed
+
+        max_bytes = LOGS.read_settings(ctx.options.extra).max_bytes
+        guard = max(_GUARD_FACTOR * max_bytes, 1 << 20)
+        since_s = max(1, math.ceil(time.time() - since.timestamp()))
+        entries: list[dict[str, Any]] = []
+        targets = log_targets(index)
+        if len(targets) > MAX_POD_LOGS:
+            ctx.note(f"pod logs: {len(targets)} containers qualify; the first {MAX_POD_LOGS} taken")
+        for namespace, pod, container, previous, why in targets[:MAX_POD_LOGS]:
+            member = kspec.pod_log_member(namespace, pod, container, previous)
+            entry: dict[str, Any] = {"namespace": namespace, "pod": pod, "container": container,
+                                     "previous": previous, "why": why, "member": None, "error": None}
+            entries.append(entry)
+            query = {"container": container, "timestamps": "true", "sinceSeconds": str(since_s),
+                     "tailLines": str(tail_lines), "limitBytes": str(guard)}
+            if previous:
+                query["previous"] = "true"
+            path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+            try:
+                data = api.get(path, query)
+                if len(data) >= guard:
+                    lines = max(1, data.count(b"\n"))
+                    fewer = max(1, min(tail_lines - 1, lines * max_bytes // len(data)))
+                    entry["tail_lines_retry"] = fewer
+                    data = api.get(path, dict(query, tailLines=str(fewer)))
+            except CallFailed as exc:
+                entry["error"] = str(exc)
+                if exc.kind == "http-error":
+                    continue  # 400: a container still waiting, a previous instance rotated away
+                failures.setdefault("pods/log", exc)
+                ctx.partial(f"pod log {namespace}/{pod}/{container}: {exc}")
+                if exc.kind in ("timed-out", "budget", "unreachable"):
+                    break
+                continue
+            kept, dropped = newest_lines(data, max_bytes)
+            entry.update(member=member, received_bytes=len(data), kept_bytes=len(kept),
+                         dropped_oldest_bytes=dropped, limit_reached=len(data) >= guard)
+            ctx.sink.write_text(member, ctx.redactor.text(kept.decode("utf-8", "replace"), "logs"))
+        ctx.sink.write_json(kspec.LOGS_INDEX, {
+            "since": since.strftime("%Y-%m-%dT%H:%M:%SZ"), "since_seconds": since_s, "tail_lines": tail_lines,
+            "max_bytes": max_bytes, "limit_bytes": guard, "containers": entries})
+        taken = sum(1 for e in entries if e["member"])
+        ctx.note(f"{taken} of {len(entries)} pod container logs taken")
+
+
+def log_targets(index: dict[str, Any]) -> list[tuple[str, str, str, bool, str]]:
+    """(namespace, pod, container, previous, why) for every container of the pods index that
+    touched a GPU (a GPU or MIG limit, ``NVIDIA_VISIBLE_DEVICES`` set), was OOM-killed, restarted
+    or ended with a non-zero exit; its previous instance too when it restarted. GPU ones first."""
+    out: list[tuple[int, tuple[str, str, str, bool, str]]] = []
+    for pod in index.get("pods") or []:
+        if not isinstance(pod, dict):
+            continue
+        for c in pod.get("containers") or []:
+            if not isinstance(c, dict) or c.get("kind") != "container":
+                continue
+            why: list[str] = []
+            if c.get("gpu_limit_count") or c.get("mig_limits"):
+                why.append("GPU limit")
+            elif c.get("nvidia_visible_devices") not in (None, "", "void", "none"):
+                why.append("NVIDIA_VISIBLE_DEVICES")
+            if c.get("oom_killed"):
+                why.append("OOMKilled")
+            restarts = c.get("restart_count") or 0
+            if restarts:
+                why.append(f"{restarts} restart(s)")
+            if c.get("state") == "terminated" and c.get("state_exit_code") not in (None, 0):
+                why.append(f"exited {c.get('state_exit_code')}")
+            if not why:
+                continue
+            ns, name, cname = str(pod.get("namespace")), str(pod.get("name")), str(c.get("name"))
+            rank = 0 if why[0] in ("GPU limit", "NVIDIA_VISIBLE_DEVICES") else 1
+            reason = ", ".join(why)
+            out.append((rank, (ns, name, cname, False, reason)))
+            if restarts or c.get("last_terminated_reason"):
+                out.append((rank, (ns, name, cname, True, reason)))
+    return [t for _, t in sorted(out, key=lambda x: x[0])]
+
+
+def _write_clock(ctx: CollectContext, api: Any) -> None:
+    """``kubernetes/clock.json``: this host's clock against the API server's, from the ``Date``
+    header and round trip of every answered call (:mod:`forensics.parsing.clock`)."""
+    calls = [(r.server_date, r.sent_unix, r.received_unix) for r in api.log if r.server_date]
+    estimate = estimate_offset(calls)
+    if estimate is None:
+        return
+    ctx.sink.write_json(kspec.CLOCK, {
+        "reference": f"Kubernetes API server {api.server}", "method": "HTTP Date header and round trip",
+        "offset_s": estimate.offset_s, "uncertainty_s": estimate.uncertainty_s,
+        "samples": estimate.samples, "consistent": estimate.consistent,
+        "best_round_trip_s": estimate.best_round_trip_s})
 
 
 def _summary(what: str, errors: list[str], scopes: int) -> str:

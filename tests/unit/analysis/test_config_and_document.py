@@ -73,7 +73,8 @@ def test_document_shape_and_evidence_points_into_the_bundle(analyze: Analyze) ->
     assert trainer["gpu_allocation"]["explicit"] is True and trainer["cpu_quota_cores"] == 4.0
     assert len(trainer["series"]["t"]) == len(trainer["series"]["cpu_throttled_ratio"])
     assert doc["nodes"] == [{"host": "gpu-07", "bundles": [doc["bundles"][0]["path"].rsplit("/", 1)[1]],
-                             "clock_offset_s": 0.0, "captured_start": "2025-11-29T14:00:00Z",
+                             "clock_offset_s": 0.0, "clock_uncertainty_s": 0.0, "clock_reference": None,
+                             "captured_start": "2025-11-29T14:00:00Z",
                              "captured_end": "2025-11-29T14:01:00Z",
                              "driver_version": None, "cuda_version": None, "nvml_version": None,
                              "kernel": None, "os": None}]

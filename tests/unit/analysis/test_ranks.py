@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from forensics.analysis.ranks import NodeClock, collect_ranks, find_stalled, rank_ranges
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.line import last_timestamp
+from forensics.parsing.logsignals.nccl import NcclTimeout
+from forensics.parsing.logsignals.scan import scan_log
 
 T = 1795960987.0  # 2026-11-29T14:03:07Z
 WATCHDOG = ("[rank{r}]:[E1129 14:13:07.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
@@ -41,8 +43,8 @@ def job_logs(stalled: int = 5, *, stalled_times_out: bool = False) -> list[tuple
 def ranks_of(logs: list[tuple[str, str, str]]):  # noqa: ANN201 - test helper
     feed = []
     for node, pod, text in logs:
-        sigs = [(s, (pod, n)) for n, s in ls.scan_log(text)]
-        last = ls.last_timestamp(text)
+        sigs = [(s, (pod, n)) for n, s in scan_log(text)]
+        last = last_timestamp(text)
         feed.append((node, pod, sigs, last[1] if last else None, (pod, last[0] if last else None)))
     return collect_ranks(feed)
 
@@ -61,7 +63,8 @@ def test_the_rank_that_did_not_time_out() -> None:
         (5,), "no-timeout", (0, 1, 2, 3, 4, 6, 7), "ALLREDUCE", 1234)
     assert stall.stopped_at == T and stall.peer_timeout_at == T + 600
     assert "stopped-logging-first" in stall.corroborated_by and not stall.uncertain
-    assert rank_ranges(stall.peers) == "0-4 and 6-7"
+    assert rank_ranges(stall.peers) == "0-4, 6 and 7"
+    assert rank_ranges([3, 0, 1, 9, 8, 7]) == "0, 1, 3 and 7-9" and rank_ranges([5]) == "5" and rank_ranges([]) == ""
 
 
 def test_lowest_completed_seq_when_every_rank_timed_out() -> None:
@@ -114,3 +117,32 @@ def test_container_logs_in_a_bundle_become_log_signals(tmp_path) -> None:  # noq
     assert [(o.t, o.container_id) for o in model.cuda_ooms] == [(T0 + 3, cid)]
     (tail,) = model.log_tails
     assert tail.t == T0 + 4 and tail.evidence is not None and tail.evidence.locator == "line 4"
+
+
+def test_pod_logs_in_a_bundle_become_log_signals_of_that_container(tmp_path) -> None:  # noqa: ANN001
+    from forensics.analysis import build_model
+    from forensics.specs.kubernetes import pod_log_member
+    from tests.support import log_lines as L
+    from tests.support.analysis_bundles import T0, BundleSpec, cid_of
+
+    b = BundleSpec(host="gpu-12")
+    b.pod("ml", "train-5", "uid-5", [("trainer", cid_of("train-5"), 1)], oom_killed=["trainer"])
+    b.members[pod_log_member("ml", "train-5", "trainer", previous=True)] = (
+        f"{iso(T0 + 2)} " + L.TORCH_OOM_NEW.text + "\n").encode()
+    b.members[pod_log_member("ml", "train-5", "trainer")] = f"{iso(T0 + 9)} [rank5]: restarted\n".encode()
+    model = build_model([b.write(tmp_path)])
+    assert [(s.signal.kind, s.pod_key, s.container_id) for s in model.log_signals] == [
+        ("cuda-oom", "uid-5", cid_of("train-5"))]
+    assert sorted((t.member.rsplit("/", 1)[-1], t.t) for t in model.log_tails) == [
+        ("trainer.log", T0 + 9), ("trainer.previous.log", T0 + 2)]
+
+
+def test_a_log_naming_no_rank_takes_its_writers_environment() -> None:
+    logs = [("n1", "a", [], T, "end-a"), ("n2", "b", [(NcclTimeout(seq=7, t=T + 600.0, rank=1), "t1")], T + 601, "e")]
+    ranks = collect_ranks(logs, {("n1", "a"): (0, 2)})
+    assert sorted(ranks) == [0, 1] and ranks[0].world_size == 2 and ranks[0].node == "n1"
+    stall = find_stalled(ranks)
+    assert stall is not None and stall.ranks == (0,) and stall.method == "no-timeout"
+    # a log that names its own rank keeps it, whatever the environment says
+    assert sorted(collect_ranks([("n1", "a", [(NcclTimeout(seq=7, rank=3), "x")], T, "e")],
+                                {("n1", "a"): (0, 2)})) == [3]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.cuda import CudaOom
+from forensics.parsing.logsignals.scan import scan_log
 from tests.support import log_lines as L
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import gpu_node_scenario
@@ -37,8 +38,8 @@ def test_previous_instance_with_timestamps(api: tuple[KubeAPIServer, object]) ->
                                         timestamps=True, since_seconds=3600, limit_bytes=262144)
     lines = text.splitlines()
     assert len(lines) == 2 and lines[1].endswith(L.TORCH_OOM_NEW.text)
-    ((no, oom),) = list(ls.scan_log(text))
-    assert no == 2 and isinstance(oom, ls.CudaOom) and oom.t == pytest.approx(now - 20.5, abs=1e-6)
+    ((no, oom),) = list(scan_log(text))
+    assert no == 2 and isinstance(oom, CudaOom) and oom.t == pytest.approx(now - 20.5, abs=1e-6)
     current = core.read_namespaced_pod_log("inference-7d9c8b6f5-x2k4q", "ml", container="server")
     assert current == "restarted, serving\n"
     _, path, query = server.requests[0]
@@ -72,7 +73,7 @@ def test_a_log_still_being_written(api: tuple[KubeAPIServer, object]) -> None:
     server.append_pod_log("ml", "trainer-0", "trainer", now - 1, "Killed")
     second = core.read_namespaced_pod_log("trainer-0", "ml", timestamps=True)
     assert second.startswith(first) and len(second.splitlines()) == 2
-    assert [s.kind for _, s in ls.scan_log(second)] == ["process-end"]
+    assert [s.kind for _, s in scan_log(second)] == ["process-end"]
 
 
 @pytest.mark.parametrize(("kwargs", "status", "message"), [

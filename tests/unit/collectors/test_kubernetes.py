@@ -33,8 +33,12 @@ class TestFullCapture:
     def test_members_and_node_verbatim(self, tmp_path, kube_api):
         api, kubeconfig = kube_api
         staged = run(tmp_path, kubeconfig)
-        assert staged.members() == {f"kubernetes/{m}" for m in (
-            "node.json", "pods.json", "pods-index.json", "events.json", "metrics.json", "requests.json")}
+        members = staged.members()
+        logs = {m for m in members if m.startswith("kubernetes/logs/")}
+        assert members - logs == {f"kubernetes/{m}" for m in (
+            "node.json", "pods.json", "pods-index.json", "events.json", "metrics.json", "requests.json",
+            "clock.json")}
+        assert "kubernetes/logs/index.json" in logs and "kubernetes/logs/ml/trainer-0/trainer.log" in logs
         assert staged.ctx.partial_reasons == []
         node = staged.json("kubernetes/node.json")
         assert node["kind"] == "Node" and node["metadata"]["name"] == NODE
@@ -111,7 +115,9 @@ class TestFullCapture:
         staged = run(tmp_path, kubeconfig)
         log = staged.json("kubernetes/requests.json")
         assert [r["path"] for r in log["requests"]] == api.paths_requested()
-        assert all(r["status"] == 200 for r in log["requests"])
+        # a previous instance the kubelet no longer has is its 400, nothing else fails
+        assert all(r["status"] == 200 or (r["status"] == 400 and r["query"].get("previous") == "true")
+                   for r in log["requests"])
 
 
 class TestRedaction:

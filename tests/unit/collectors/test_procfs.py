@@ -170,3 +170,18 @@ def test_processes_stuck_in_d_state_holding_the_gpu(tmp_path: Path) -> None:
     # no wchan file in the fake /proc for 6002: the error is recorded, not fatal
     (other,) = [p for p in doc["processes"] if p["pid"] == 6002]
     assert other["nvidia_fds"] == [] and "wchan_error" in other
+
+
+def test_rank_identity_kept_verbatim_and_indexed(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path)
+    (proc / "5151/environ").write_bytes(b"RANK=5\0LOCAL_RANK=1\0WORLD_SIZE=8\0MASTER_ADDR=train-0.train.ml.svc\0"
+                                        b"NODE_RANK=2\0GROUP_RANK=2\0WANDB_API_KEY=0123456789abcdef\0")
+    stage = tmp_path / "stage"
+    ProcfsCollector(str(proc)).snapshot(make_context(stage))
+    environ = (stage / "proc/5151/environ").read_bytes()
+    assert b"RANK=5\0" in environ and b"MASTER_ADDR=train-0.train.ml.svc\0" in environ
+    assert b"0123456789abcdef" not in environ  # the rest of the environment still redacted
+    entry = next(p for p in read_json(stage, "proc/index.json")["processes"] if p["pid"] == 5151)
+    assert entry["rank_env"] == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+                                 "MASTER_ADDR": "train-0.train.ml.svc", "NODE_RANK": "2", "GROUP_RANK": "2"}
+    assert "rank_env" not in next(p for p in read_json(stage, "proc/index.json")["processes"] if p["pid"] == 4242)

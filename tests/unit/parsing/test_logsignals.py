@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -10,30 +9,42 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forensics.parsing import logsignals as ls
+from forensics.parsing.logsignals.cuda import CudaFault, CudaOom, size_bytes
+from forensics.parsing.logsignals.line import Signal, last_timestamp, split_context
+from forensics.parsing.logsignals.nccl import (
+    NcclAbort,
+    NcclCommInit,
+    NcclError,
+    NcclProgress,
+    NcclTimeout,
+    NcclWarn,
+    nccl_bus_id,
+)
+from forensics.parsing.logsignals.process import LauncherRendezvous, ProcessEnd
+from forensics.parsing.logsignals.scan import parse_line, scan_log
 from tests.support import log_lines as L
 
 GiB, MiB = 1 << 30, 1 << 20
 
 
-def signals(q: L.Quoted | str, tmp: Path | None = None) -> list[tuple[int, ls.Signal]]:
+def signals(q: L.Quoted | str, tmp: Path | None = None) -> list[tuple[int, Signal]]:
     """The fixture written as a log file (as a container would leave it), then scanned."""
     text = q if isinstance(q, str) else q.text + "\n"
     if tmp is not None:
         path = tmp / "log.txt"
         path.write_text(text, encoding="utf-8")
         text = path.read_text(encoding="utf-8")
-    return list(ls.scan_log(text))
+    return list(scan_log(text))
 
 
-def only(q: L.Quoted | str, cls: type[ls.Signal]) -> list[ls.Signal]:
+def only(q: L.Quoted | str, cls: type[Signal]) -> list[Signal]:
     return [s for _, s in signals(q) if isinstance(s, cls)]
 
 
 class TestCudaOom:
     def test_pytorch_2_2_wording(self, tmp_path: Path) -> None:
         ((_, oom),) = signals(L.TORCH_OOM_NEW, tmp_path)
-        assert isinstance(oom, ls.CudaOom)
+        assert isinstance(oom, CudaOom)
         assert (oom.framework, oom.cuda_device) == ("pytorch", 0)
         assert oom.requested_bytes == 22 * MiB
         assert oom.total_bytes == round(23.65 * GiB) and oom.free_bytes == round(11.06 * MiB)
@@ -42,48 +53,48 @@ class TestCudaOom:
         assert oom.reserved_bytes == round(22.90 * GiB) + round(194.87 * MiB)
 
     def test_pytorch_2_1_capacty_typo(self) -> None:
-        (oom,) = only(L.TORCH_OOM_CAPACTY, ls.CudaOom)
-        assert isinstance(oom, ls.CudaOom)
+        (oom,) = only(L.TORCH_OOM_CAPACTY, CudaOom)
+        assert isinstance(oom, CudaOom)
         assert oom.requested_bytes == round(55.57 * GiB) and oom.total_bytes == 12 * GiB
         assert oom.process_used_bytes is None and oom.free_bytes == round(9.02 * GiB)
 
     def test_pytorch_1_x_parenthesis(self) -> None:
-        (oom,) = only(L.TORCH_OOM_OLD, ls.CudaOom)
-        assert isinstance(oom, ls.CudaOom)
+        (oom,) = only(L.TORCH_OOM_OLD, CudaOom)
+        assert isinstance(oom, CudaOom)
         assert (oom.requested_bytes, oom.cuda_device, oom.total_bytes) == (round(2.26 * GiB), 0, 6 * GiB)
         assert (oom.allocated_bytes, oom.free_bytes, oom.reserved_bytes) == (
             round(781.59 * MiB), round(3.03 * GiB), round(1.24 * GiB))
 
     def test_pytorch_1_0_cached(self) -> None:
-        (oom,) = only(L.TORCH_OOM_CACHED, ls.CudaOom)
-        assert isinstance(oom, ls.CudaOom)
+        (oom,) = only(L.TORCH_OOM_CACHED, CudaOom)
+        assert isinstance(oom, CudaOom)
         assert oom.reserved_bytes == round(4.68 * MiB) and oom.allocated_bytes == round(8.57 * MiB)
 
     def test_tensorflow_tensor_shape_gives_bytes_and_gpu(self) -> None:
-        (oom,) = only(L.TF_OOM_TENSOR, ls.CudaOom)
-        assert isinstance(oom, ls.CudaOom)
+        (oom,) = only(L.TF_OOM_TENSOR, CudaOom)
+        assert isinstance(oom, CudaOom)
         assert (oom.framework, oom.cuda_device, oom.shape, oom.dtype) == (
             "tensorflow", 1, (128, 128, 109, 109), "float")
         assert oom.requested_bytes == 128 * 128 * 109 * 109 * 4
 
     def test_tensorflow_stream_executor_exact_bytes(self) -> None:
-        (oom,) = only(L.TF_OOM_STREAM_EXECUTOR, ls.CudaOom)
-        assert isinstance(oom, ls.CudaOom) and oom.requested_bytes == 33554432
+        (oom,) = only(L.TF_OOM_STREAM_EXECUTOR, CudaOom)
+        assert isinstance(oom, CudaOom) and oom.requested_bytes == 33554432
 
     def test_pinned_host_memory_is_not_a_gpu_oom(self) -> None:
-        assert only(L.TF_OOM_HOST, ls.CudaOom) == []
+        assert only(L.TF_OOM_HOST, CudaOom) == []
 
     def test_runtime_words(self) -> None:
-        (oom,) = only(L.CUDA_ERROR_OOM, ls.CudaOom)
-        assert isinstance(oom, ls.CudaOom) and oom.framework == "cuda" and oom.requested_bytes is None
-        (oom2,) = only("cupy.cuda.runtime.CUDARuntimeError: cudaErrorMemoryAllocation: out of memory", ls.CudaOom)
-        assert isinstance(oom2, ls.CudaOom) and oom2.framework == "cuda"
+        (oom,) = only(L.CUDA_ERROR_OOM, CudaOom)
+        assert isinstance(oom, CudaOom) and oom.framework == "cuda" and oom.requested_bytes is None
+        (oom2,) = only("cupy.cuda.runtime.CUDARuntimeError: cudaErrorMemoryAllocation: out of memory", CudaOom)
+        assert isinstance(oom2, CudaOom) and oom2.framework == "cuda"
 
 
 class TestNccl:
     def test_watchdog_timeout_and_progress(self) -> None:
         (timeout, progress) = [s for _, s in signals(L.NCCL_WATCHDOG)]
-        assert isinstance(timeout, ls.NcclTimeout) and isinstance(progress, ls.NcclProgress)
+        assert isinstance(timeout, NcclTimeout) and isinstance(progress, NcclProgress)
         assert (timeout.rank, timeout.seq, timeout.op_type, timeout.numel_in, timeout.numel_out) == (
             7, 80078, "BROADCAST", 5056, 5056)
         assert (timeout.timeout_ms, timeout.elapsed_ms, timeout.blocking_wait) == (600000, 600026, False)
@@ -91,21 +102,21 @@ class TestNccl:
                 progress.last_completed_seq) == (7, "0", 80078, 80078, 80077)
 
     def test_old_watchdog_without_numel(self) -> None:
-        (t,) = only(L.NCCL_WATCHDOG_OLD, ls.NcclTimeout)
-        assert isinstance(t, ls.NcclTimeout)
+        (t,) = only(L.NCCL_WATCHDOG_OLD, NcclTimeout)
+        assert isinstance(t, NcclTimeout)
         assert (t.rank, t.seq, t.op_type, t.numel_in, t.timeout_ms, t.elapsed_ms) == (
             0, 96120, "ALLREDUCE", None, 1800000, 25624887)
 
     def test_pytorch_2_6_progress_and_abort(self) -> None:
         found = [s for _, s in signals(L.NCCL_WATCHDOG_26)]
         progress, abort = found
-        assert isinstance(progress, ls.NcclProgress) and isinstance(abort, ls.NcclAbort)
+        assert isinstance(progress, NcclProgress) and isinstance(abort, NcclAbort)
         assert (progress.rank, progress.failed_seq, progress.last_completed_seq) == (5, 120049, 120048)
         assert abort.rank == 3
 
     def test_blocking_wait(self) -> None:
-        (t,) = only(L.NCCL_BLOCKING_WAIT, ls.NcclTimeout)
-        assert isinstance(t, ls.NcclTimeout) and t.blocking_wait and t.elapsed_ms is None and t.seq == 2521
+        (t,) = only(L.NCCL_BLOCKING_WAIT, NcclTimeout)
+        assert isinstance(t, NcclTimeout) and t.blocking_wait and t.elapsed_ms is None and t.seq == 2521
 
     @pytest.mark.parametrize(("q", "host", "dev", "call", "error", "errno"), [
         (L.NCCL_WARN_SOCKET, "n122-246-085", 5, "socketStartConnect", "Software caused connection abort", 103),
@@ -116,8 +127,8 @@ class TestNccl:
     ])
     def test_warn_call_and_errno(self, q: L.Quoted, host: str | None, dev: int | None, call: str | None,
                                  error: str, errno: int | None) -> None:
-        (w,) = only(q, ls.NcclWarn)
-        assert isinstance(w, ls.NcclWarn)
+        (w,) = only(q, NcclWarn)
+        assert isinstance(w, NcclWarn)
         assert (w.host, w.cuda_device, w.call, w.error, w.errno) == (host, dev, call, error, errno)
 
     @pytest.mark.parametrize(("q", "code", "version"), [
@@ -127,64 +138,64 @@ class TestNccl:
         (L.NCCL_UNHANDLED_CUDA, "ncclUnhandledCudaError", None),
     ])
     def test_result_codes(self, q: L.Quoted, code: str, version: str | None) -> None:
-        (e,) = only(q, ls.NcclError)
-        assert isinstance(e, ls.NcclError) and (e.code, e.nccl_version) == (code, version)
+        (e,) = only(q, NcclError)
+        assert isinstance(e, NcclError) and (e.code, e.nccl_version) == (code, version)
 
     def test_remote_error_keeps_last_error_and_the_other_signals_of_the_line(self) -> None:
         kinds = [s.kind for _, s in signals(L.NCCL_REMOTE_ERROR)]
         assert kinds == ["nccl-abort", "nccl-error", "process-end"]
-        (e,) = only(L.NCCL_REMOTE_ERROR, ls.NcclError)
-        assert isinstance(e, ls.NcclError) and e.detail is not None and e.detail.startswith("NET/IB : Got completion")
+        (e,) = only(L.NCCL_REMOTE_ERROR, NcclError)
+        assert isinstance(e, NcclError) and e.detail is not None and e.detail.startswith("NET/IB : Got completion")
 
     def test_comm_init_maps_rank_to_pci_bus_id(self) -> None:
-        (c,) = only(L.NCCL_COMM_INIT, ls.NcclCommInit)
-        assert isinstance(c, ls.NcclCommInit)
+        (c,) = only(L.NCCL_COMM_INIT, NcclCommInit)
+        assert isinstance(c, NcclCommInit)
         assert (c.rank, c.nranks, c.cuda_device, c.nvml_device, c.bus_id, c.host, c.pid) == (
             36, 64, 4, 4, "0000:9b:00.0", "hostname-test", 984)
-        (old,) = only(L.NCCL_COMM_INIT_OLD, ls.NcclCommInit)
-        assert isinstance(old, ls.NcclCommInit) and (old.rank, old.bus_id, old.nvml_device) == (
+        (old,) = only(L.NCCL_COMM_INIT_OLD, NcclCommInit)
+        assert isinstance(old, NcclCommInit) and (old.rank, old.bus_id, old.nvml_device) == (
             15, "0000:e7:00.0", None)
 
 
 class TestLauncherAndEnds:
     def test_torchrun_rendezvous_block(self) -> None:
-        (r,) = only(L.TORCHRUN_RENDEZVOUS, ls.LauncherRendezvous)
-        assert isinstance(r, ls.LauncherRendezvous)
+        (r,) = only(L.TORCHRUN_RENDEZVOUS, LauncherRendezvous)
+        assert isinstance(r, LauncherRendezvous)
         assert (r.master_addr, r.group_rank, r.group_world_size, r.global_ranks, r.world_size) == (
             "tristanr-arch2", 0, 2, (0,), 2)
 
     def test_torchrun_child_failed(self) -> None:
-        (e,) = only(L.TORCHRUN_CHILD_FAILED, ls.ProcessEnd)
-        assert isinstance(e, ls.ProcessEnd) and (e.how, e.exit_code, e.local_rank, e.pid) == (
+        (e,) = only(L.TORCHRUN_CHILD_FAILED, ProcessEnd)
+        assert isinstance(e, ProcessEnd) and (e.how, e.exit_code, e.local_rank, e.pid) == (
             "child-failed", -9, 0, 62498)
 
     def test_vllm_worker_died(self) -> None:
-        (e,) = only(L.VLLM_WORKER_DIED, ls.ProcessEnd)
-        assert isinstance(e, ls.ProcessEnd) and (e.how, e.exit_code) == ("child-failed", -15)
+        (e,) = only(L.VLLM_WORKER_DIED, ProcessEnd)
+        assert isinstance(e, ProcessEnd) and (e.how, e.exit_code) == ("child-failed", -15)
 
     def test_killed_by_the_shell(self) -> None:
-        (e,) = only(L.KILLED_SHELL, ls.ProcessEnd)
-        assert isinstance(e, ls.ProcessEnd) and (e.how, e.exit_code, e.pid) == ("killed", 137, 7364)
-        (bare,) = only(L.KILLED_BARE, ls.ProcessEnd)
-        assert isinstance(bare, ls.ProcessEnd) and bare.how == "killed"
+        (e,) = only(L.KILLED_SHELL, ProcessEnd)
+        assert isinstance(e, ProcessEnd) and (e.how, e.exit_code, e.pid) == ("killed", 137, 7364)
+        (bare,) = only(L.KILLED_BARE, ProcessEnd)
+        assert isinstance(bare, ProcessEnd) and bare.how == "killed"
 
     def test_a_message_mentioning_killed_is_not_a_kill(self) -> None:
-        ends = only(L.TRACEBACK_DATALOADER, ls.ProcessEnd)
-        assert [(e.how, e.exc_type) for e in ends if isinstance(e, ls.ProcessEnd)] == [("exception", "RuntimeError")]
+        ends = only(L.TRACEBACK_DATALOADER, ProcessEnd)
+        assert [(e.how, e.exc_type) for e in ends if isinstance(e, ProcessEnd)] == [("exception", "RuntimeError")]
 
     def test_traceback_last_line_with_its_line_number(self) -> None:
         found = signals(L.DEVICE_ASSERT)
-        end = next((n, s) for n, s in found if isinstance(s, ls.ProcessEnd))
+        end = next((n, s) for n, s in found if isinstance(s, ProcessEnd))
         assert end[0] == 7
-        assert isinstance(end[1], ls.ProcessEnd) and end[1].message == "CUDA error: device-side assert triggered"
+        assert isinstance(end[1], ProcessEnd) and end[1].message == "CUDA error: device-side assert triggered"
 
     def test_chained_traceback_ends_at_the_last_exception(self) -> None:
         text = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\nKeyError: 'x'\n\n"
                 "During handling of the above exception, another exception occurred:\n\n"
                 "Traceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n"
                 "RuntimeError: CUDA error: an illegal memory access was encountered\n")
-        ends = [(n, s) for n, s in signals(text) if isinstance(s, ls.ProcessEnd)]
-        assert [(n, s.exc_type) for n, s in ends if isinstance(s, ls.ProcessEnd)] == [(9, "RuntimeError")]
+        ends = [(n, s) for n, s in signals(text) if isinstance(s, ProcessEnd)]
+        assert [(n, s.exc_type) for n, s in ends if isinstance(s, ProcessEnd)] == [(9, "RuntimeError")]
 
     def test_terminate_after_watchdog(self) -> None:
         kinds = [s.kind for _, s in signals(L.TERMINATE)]
@@ -201,25 +212,25 @@ class TestCudaFaults:
         (L.DRIVER_MISMATCH, "driver-mismatch", None, None),
     ])
     def test_fault(self, q: L.Quoted, fault: str, code: int | None, pci: str | None) -> None:
-        faults = only(q, ls.CudaFault)
-        assert faults and all(isinstance(f, ls.CudaFault) for f in faults)
+        faults = only(q, CudaFault)
+        assert faults and all(isinstance(f, CudaFault) for f in faults)
         f = faults[0]
-        assert isinstance(f, ls.CudaFault) and (f.fault, f.code, f.pci_bus_id) == (fault, code, pci)
+        assert isinstance(f, CudaFault) and (f.fault, f.code, f.pci_bus_id) == (fault, code, pci)
 
     def test_device_side_assert_keeps_the_assertion(self) -> None:
-        first = only(L.DEVICE_ASSERT, ls.CudaFault)[0]
-        assert isinstance(first, ls.CudaFault) and first.detail == "t >= 0 && t < n_classes"
+        first = only(L.DEVICE_ASSERT, CudaFault)[0]
+        assert isinstance(first, CudaFault) and first.detail == "t >= 0 && t < n_classes"
 
 
 class TestPrefixesAndTime:
     def test_engine_timestamp_and_rank_prefix(self) -> None:
         line = "2026-11-29T14:03:07.123456789Z " + L.NCCL_WATCHDOG.text.splitlines()[0]
-        (t,) = ls.parse_line(line)
-        assert isinstance(t, ls.NcclTimeout) and t.rank == 7
+        (t,) = parse_line(line)
+        assert isinstance(t, NcclTimeout) and t.rank == 7
         assert t.t == pytest.approx(1795960987.123456, abs=1e-3)
 
     def test_torchrun_tee_prefix_is_the_local_rank(self) -> None:
-        ctx = ls.split_context("[default3]:RuntimeError: CUDA error: out of memory")
+        ctx = split_context("[default3]:RuntimeError: CUDA error: out of memory")
         assert (ctx.local_rank, ctx.rank, ctx.text) == (3, None, "RuntimeError: CUDA error: out of memory")
 
     def test_vllm_worker_prefix_before_a_traceback(self) -> None:
@@ -231,27 +242,27 @@ class TestPrefixesAndTime:
         found = signals(text)
         assert [(n, s.kind) for n, s in found] == [(3, "process-end"), (3, "cuda-oom")]
         end = found[0][1]
-        assert isinstance(end, ls.ProcessEnd) and end.exc_type == "torch.OutOfMemoryError"
+        assert isinstance(end, ProcessEnd) and end.exc_type == "torch.OutOfMemoryError"
 
     def test_last_timestamp_of_a_log_still_being_written(self) -> None:
         text = ("2026-11-29T14:03:05.000000001Z step 10\n2026-11-29T14:03:06.5Z step 11\n"
                 "2026-11-29T14:03:07.25Z step 1")  # no newline yet: the writer is mid-line
-        assert ls.last_timestamp(text) == (3, pytest.approx(1795960987.25, abs=1e-3))
-        assert ls.last_timestamp("no time here\n") is None
+        assert last_timestamp(text) == (3, pytest.approx(1795960987.25, abs=1e-3))
+        assert last_timestamp("no time here\n") is None
 
     def test_partial_last_line_is_parsed(self) -> None:
         text = "2026-11-29T14:03:07Z x\n2026-11-29T14:03:08Z RuntimeError: CUDA error: out of mem"
-        assert only(text, ls.CudaOom) == []
-        assert len(only(text + "ory", ls.CudaOom)) == 1
+        assert only(text, CudaOom) == []
+        assert len(only(text + "ory", CudaOom)) == 1
 
     def test_nccl_bus_id(self) -> None:
-        assert ls.nccl_bus_id("9b000") == "0000:9b:00.0"
-        assert ls.nccl_bus_id("11a000") == "0001:1a:00.0"
-        assert ls.nccl_bus_id("zz") is None
+        assert nccl_bus_id("9b000") == "0000:9b:00.0"
+        assert nccl_bus_id("11a000") == "0001:1a:00.0"
+        assert nccl_bus_id("zz") is None
 
     def test_sizes(self) -> None:
-        assert ls.size_bytes("0 bytes") == 0 and ls.size_bytes("1024.00 KiB") == 1 << 20
-        assert ls.size_bytes("17.79G") == round(17.79 * GiB) and ls.size_bytes("12 parsecs") is None
+        assert size_bytes("0 bytes") == 0 and size_bytes("1024.00 KiB") == 1 << 20
+        assert size_bytes("17.79G") == round(17.79 * GiB) and size_bytes("12 parsecs") is None
 
 
 class TestBounded:
@@ -261,38 +272,35 @@ class TestBounded:
                 "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) " \
                 "ran for 600061 milliseconds before timing out."
         assert len(line) > 10_000_000
-        tracemalloc.start()
-        t0 = time.process_time()
-        (t,) = only(line + "\n", ls.NcclTimeout)
-        elapsed = time.process_time() - t0
+        tracemalloc.start()  # a regex gone quadratic on 10 MB takes hours: pytest's --timeout ends it
+        (t,) = only(line + "\n", NcclTimeout)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert isinstance(t, ls.NcclTimeout) and t.rank == 5 and t.seq == 7
+        assert isinstance(t, NcclTimeout) and t.rank == 5 and t.seq == 7
         assert peak < 8 * len(line)  # copies of the line, never per-character structures
-        assert elapsed < 30  # generous: a regex gone quadratic takes hours on 10 MB
 
     def test_max_signals(self) -> None:
         text = "Killed\n" * 50
-        assert len(list(ls.scan_log(text, max_signals=7))) == 7
+        assert len(list(scan_log(text, max_signals=7))) == 7
 
     def test_traceback_without_end_is_bounded(self) -> None:
         text = "Traceback (most recent call last):\n" + "  File \"x\", line 1\n" * 10_000
-        assert [s for _, s in ls.scan_log(text) if isinstance(s, ls.ProcessEnd)] == []
+        assert [s for _, s in scan_log(text) if isinstance(s, ProcessEnd)] == []
 
     @settings(max_examples=300, deadline=None)
     @given(st.text(max_size=2000))
     def test_any_text_never_raises(self, text: str) -> None:
-        for n, s in ls.scan_log(text):
-            assert n >= 1 and isinstance(s, ls.Signal)
-        ls.parse_line(text)
-        ls.last_timestamp(text)
+        for n, s in scan_log(text):
+            assert n >= 1 and isinstance(s, Signal)
+        parse_line(text)
+        last_timestamp(text)
 
     @settings(max_examples=200, deadline=None)
     @given(st.binary(max_size=4000))
     def test_binary_never_raises(self, data: bytes) -> None:
         text = data.decode("utf-8", "replace")
-        list(ls.scan_log(text))
-        list(ls.scan_log(data.decode("latin-1")))
+        list(scan_log(text))
+        list(scan_log(data.decode("latin-1")))
 
     @settings(max_examples=200, deadline=None)
     @given(st.lists(st.sampled_from([q.text for q in L.ALL]), max_size=6),
@@ -301,9 +309,9 @@ class TestBounded:
         parts = [r.replace("\r", " ") for r in real] + [j.replace("\n", " ").replace("\r", " ") for j in junk]
         text = "\n".join(parts)
         lines = text.split("\n")
-        for n, s in ls.scan_log(text):
+        for n, s in scan_log(text):
             assert 1 <= n <= len(lines)
-            assert isinstance(s, ls.Signal)
+            assert isinstance(s, Signal)
 
     def test_every_fixture_gives_a_signal_and_names_its_source(self) -> None:
         for q in L.ALL:
