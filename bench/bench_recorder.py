@@ -56,6 +56,20 @@ def pss(pids: list[int]) -> int:
     return total
 
 
+def cpu_by_name(pids: list[int]) -> dict[str, float]:
+    """CPU seconds per process name (the sampler children are ``gfrec-<source>``)."""
+    out: dict[str, float] = {}
+    for pid in pids:
+        try:
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+            name = head.split("(", 1)[1]
+            f = rest.split()
+            out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / TCK
+        except (OSError, IndexError):
+            pass
+    return out
+
+
 def cpu_rss(pids: list[int]) -> tuple[float, int]:
     cpu, rss = 0.0, 0
     for pid in pids:
@@ -117,6 +131,7 @@ def main() -> int:
                              sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log)
         time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
         c0, _ = cpu_rss(tree(rec.pid))
+        by0 = cpu_by_name(tree(rec.pid))
         w0 = time.time()
         t0 = time.monotonic()
         peak = peak_pss = 0
@@ -126,6 +141,7 @@ def main() -> int:
             peak = max(peak, cpu_rss(pids)[1])
             peak_pss = max(peak_pss, pss(pids))
         c1, rss = cpu_rss(tree(rec.pid))
+        by1 = cpu_by_name(tree(rec.pid))
         el = time.monotonic() - t0
         w1 = time.time()
         rec.send_signal(signal.SIGTERM)
@@ -140,8 +156,15 @@ def main() -> int:
             print(f"  recorder status unreadable: {out[-500:]!r}")
         # the steady state: the ring lines of the records written in [w0, w1], raw and as the seal
         # compresses them (segments rotate meanwhile, so file sizes would mix both)
-        window = list(RingReader(ring).records(since=w0, until=w1))
-        steady = b"".join(encode_record(r.t, r.mono, r.member, r.op, r.data) for r in window)
+        reader = RingReader(ring)
+        window = list(reader.records(since=w0, until=w1))
+        stored = [rec for seg in reader.segments() for _, rec in reader._segment_lines(seg)[0][1:]
+                  if w0 <= float(rec["t"]) <= w1]  # as stored: change-only records stay encoded
+        steady = b"".join(encode_record(float(r["t"]), float(r["mono"]), r["member"], r["op"],
+                                        r["data"].encode("utf-8", "surrogateescape")) for r in stored)
+        decoded = sum(len(r.data) for r in window)
+        print(f"  window: {len(window)} records, {decoded / 1e6:.1f} MB of member bytes, "
+              f"{len(steady) / 1e6:.1f} MB as stored ({len(steady) / max(decoded, 1):.2f}x)")
         # NVML ticks recorded in the window (8 device lines each): on a loaded machine ticks are
         # missed, so figures per tick compare runs that the raw rates would not
         ticks = sum(r.data.count(b'"kind": "device"') for r in window if r.member == "nvml/samples.jsonl") / 8
@@ -153,6 +176,8 @@ def main() -> int:
         if ticks:
             print(f"  per NVML tick: CPU {1000 * (c1 - c0) / ticks:.1f} ms, ring {len(steady) / ticks / 1e3:.1f} kB raw, "
                   f"{len(gzip.compress(steady, 6, mtime=0)) / ticks / 1e3:.1f} kB sealed")
+        print("  CPU by process: " + ", ".join(f"{n} {100 * (c - by0.get(n, 0.0)) / el:.2f} %"
+                                               for n, c in sorted(by1.items())))
         print(f"  CPU {cpu_pct:.2f} % of one core (target 0.5 %: ratio {cpu_pct / 0.5:.1f}x)")
         print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
         print(f"  PSS peak {peak_pss / 1e6:.1f} MB (shared pages counted once; target 60 MB: ratio {peak_pss / 60e6:.2f}x)")

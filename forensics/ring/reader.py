@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import RingError
+from forensics.ring.delta import DELTA_OP, DeltaDecoder
 from forensics.ring.files import ACTIVE_RE, LOCK_FILE, WRITER_FILE
 from forensics.ring.segment import RingRecord, SegmentInfo, read_index, valid_prefix
 
@@ -106,8 +107,19 @@ class RingReader:
                     continue
                 run = str(lines[0][1].get("run", ""))
                 first = last = None
+                decoders: dict[str, DeltaDecoder] = {}
                 for no, rec in lines[1:]:
                     t = float(rec["t"])
+                    if rec["op"] == DELTA_OP:  # decoded even outside the window: later lines build on it
+                        if members and not rec["member"].startswith(members):
+                            continue
+                        text, bad = decoders.setdefault(rec["member"], DeltaDecoder()).decode(rec["data"])
+                        if bad:
+                            self.report.problems.append(f"{seg.name} line {no}: {bad} change-only lines of "
+                                                        f"{rec['member']} without the line before them: left out")
+                        rec = {**rec, "op": "append", "data": text}
+                        if not text:
+                            continue
                     if (until is not None and t > until) or (since is not None and t < since and not (
                             keep_writes and rec["op"] == "write")):
                         continue

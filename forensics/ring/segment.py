@@ -4,7 +4,7 @@ A segment's first line is a header (format, version, run id, boot id, host); eve
 one record::
 
     {"t": <wall unix s>, "mono": <CLOCK_MONOTONIC s>, "member": "nvml/samples.jsonl",
-     "op": "append" | "write", "data": "<the member's bytes, as the collector wrote them>"}
+     "op": "append" | "write" | "delta", "data": "<the member's bytes, as the collector wrote them>"}
 
 ``member`` and ``data`` are what a collector's ``sample()`` handed to ``ctx.sink``: a ring record
 *is* a bundle member's bytes, so capture folds records back into members byte for byte and the
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 RING_FORMAT = "gpuforensics-ring"
-RING_VERSION = 1
+RING_VERSION = 2  # 2: "delta" records (forensics.ring.delta)
 RECORD_KEYS = ("t", "mono", "member", "op", "data")
 
 

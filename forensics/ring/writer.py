@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import RingError
+from forensics.ring.delta import DELTA_OP, DeltaEncoder
 from forensics.ring.files import (
     ACTIVE_RE,
     DEFAULT_MAX_BYTES,
@@ -61,7 +62,7 @@ class RingWriter:
     def __init__(self, root: Path | str, max_bytes: int = DEFAULT_MAX_BYTES,
                  retention_s: float = DEFAULT_RETENTION_S, segment_bytes: int | None = None,
                  segment_age_s: float = 600.0, fsync_s: float = 2.0,
-                 writer_info: dict[str, Any] | None = None) -> None:
+                 writer_info: dict[str, Any] | None = None, delta_members: Iterable[str] = ()) -> None:
         if max_bytes < 64 << 10:
             raise RingError(f"--max-bytes {max_bytes} is too small for a ring (at least 64 KiB)")
         if retention_s <= 0:
@@ -86,7 +87,12 @@ class RingWriter:
         # the latest "write" record of each member (device lists, container inspects): written
         # again at the top of every new segment, so any segment read alone holds the state
         self._state: dict[str, tuple[float, float, str, str, bytes]] = {}
+        self._state_lines: dict[str, bytes] = {}  # their record lines, encoded once
         self.state_max_bytes = self.segment_bytes // 2
+        # append records of these members are stored change-only (forensics.ring.delta), one
+        # encoder per member per segment
+        self.delta_members = frozenset(delta_members)
+        self._encoders: dict[str, DeltaEncoder] = {}
 
     # -- opening ----------------------------------------------------------------------------
     def open(self) -> RingWriter:
@@ -173,9 +179,10 @@ class RingWriter:
                 self._remember((float(rec["t"]), float(rec["mono"]), rec["member"], "write",
                                 rec["data"].encode("utf-8", "surrogateescape")))
 
-    def _remember(self, record: tuple[float, float, str, str, bytes]) -> None:
+    def _remember(self, record: tuple[float, float, str, str, bytes], line: bytes | None = None) -> None:
         self._state.pop(record[2], None)
         self._state[record[2]] = record  # insertion order: oldest first
+        self._state_lines[record[2]] = line if line is not None else encode_record(*record)
         total = sum(len(r[4]) for r in self._state.values())
         horizon = time.time() - self.retention_s
         for member in list(self._state):
@@ -184,6 +191,7 @@ class RingWriter:
                 break
             total -= len(rec[4])
             del self._state[member]
+            self._state_lines.pop(member, None)
 
     def _next_seq(self) -> int:
         seqs = [s.seq for s in self._sealed]
@@ -212,8 +220,9 @@ class RingWriter:
         self._active = SegmentInfo(name=name, seq=seq, sealed=False, run=self.run, boot_id=boot_id())
         self._opened_mono = time.monotonic()
         self._last_sync = self._opened_mono
+        self._encoders = {}  # every segment decodes alone: its first line of each key is whole
         if self._state:
-            self.append(list(self._state.values()), remember=False)
+            self._write_lines([(r[0], r[1], self._state_lines[m]) for m, r in self._state.items()])
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, records: Iterable[tuple[float, float, str, str, bytes]], remember: bool = True) -> int:
@@ -222,23 +231,39 @@ class RingWriter:
         stays whole."""
         if self._fd is None:
             self._new_segment()
-        assert self._fd is not None and self._active is not None
-        chunks: list[bytes] = []
-        info = self._active
+        lines: list[tuple[float, float, bytes]] = []
         writes = []
         for t, mono, member, op, data in records:
-            chunks.append(encode_record(t, mono, member, op, data))
+            if op == "append" and member in self.delta_members and data.endswith(b"\n"):
+                enc = self._encoders.setdefault(member, DeltaEncoder())
+                text = enc.encode(data.decode("utf-8", "surrogateescape"))
+                line = encode_record(t, mono, member, DELTA_OP, text.encode("utf-8", "surrogateescape"))
+            else:
+                line = encode_record(t, mono, member, op, data)
+            lines.append((t, mono, line))
             if op == "write" and remember:
-                writes.append((t, mono, member, op, data))
-            info.records += 1
-            info.min_t = t if info.min_t is None else min(info.min_t, t)
-            info.max_t = t if info.max_t is None else max(info.max_t, t)
-            if info.first_mono is None:
-                info.first_mono = mono
-            info.last_mono = mono
-        if not chunks:
+                writes.append(((t, mono, member, op, data), line))
+        if not lines:
             return 0
-        blob = b"".join(chunks)
+        try:
+            written = self._write_lines(lines)
+        except OSError:
+            self._encoders = {}  # what they saw last was not written: the next lines are whole
+            raise
+        for w, line in writes:
+            self._remember(w, line)
+        now = time.monotonic()
+        if now - self._last_sync >= self.fsync_s and self._fd is not None:
+            os.fdatasync(self._fd)
+            self._last_sync = now
+        if remember and (self._size >= self.segment_bytes or now - self._opened_mono >= self.segment_age_s):
+            self.rotate()
+        return written
+
+    def _write_lines(self, lines: list[tuple[float, float, bytes]]) -> int:
+        """Record lines ``(wall, mono, line)`` with one write, counted in the active segment."""
+        assert self._fd is not None and self._active is not None
+        blob = b"".join(line for _, _, line in lines)
         try:
             write_all(self._fd, blob)
         except OSError:
@@ -248,14 +273,14 @@ class RingWriter:
                 pass
             raise
         self._size += len(blob)
-        for w in writes:
-            self._remember(w)
-        now = time.monotonic()
-        if now - self._last_sync >= self.fsync_s:
-            os.fdatasync(self._fd)
-            self._last_sync = now
-        if remember and (self._size >= self.segment_bytes or now - self._opened_mono >= self.segment_age_s):
-            self.rotate()
+        info = self._active
+        for t, mono, _ in lines:
+            info.records += 1
+            info.min_t = t if info.min_t is None else min(info.min_t, t)
+            info.max_t = t if info.max_t is None else max(info.max_t, t)
+            if info.first_mono is None:
+                info.first_mono = mono
+            info.last_mono = mono
         return len(blob)
 
     def rotate(self) -> None:
