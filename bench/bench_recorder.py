@@ -56,6 +56,18 @@ def pss(pids: list[int]) -> int:
     return total
 
 
+def pss_by_name(pids: list[int]) -> dict[str, int]:
+    """PSS per process name (bytes)."""
+    out: dict[str, int] = {}
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            out[name] = out.get(name, 0) + pss([pid])
+        except OSError:
+            pass
+    return out
+
+
 def cpu_by_name(pids: list[int]) -> dict[str, float]:
     """CPU seconds per process name (the sampler children are ``gfrec-<source>``)."""
     out: dict[str, float] = {}
@@ -144,6 +156,7 @@ def main() -> int:
         by1 = cpu_by_name(tree(rec.pid))
         el = time.monotonic() - t0
         w1 = time.time()
+        pss_end = pss_by_name(tree(rec.pid))
         rec.send_signal(signal.SIGTERM)
         out, _ = rec.communicate(timeout=20)
         log.close()
@@ -180,6 +193,7 @@ def main() -> int:
                                                for n, c in sorted(by1.items())))
         print(f"  CPU {cpu_pct:.2f} % of one core (target 0.5 %: ratio {cpu_pct / 0.5:.1f}x)")
         print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
+        print("  PSS by process at the end: " + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in sorted(pss_end.items())))
         print(f"  PSS peak {peak_pss / 1e6:.1f} MB (shared pages counted once; target 60 MB: ratio {peak_pss / 60e6:.2f}x)")
         print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h in the active segment, {sealed_rate * 86400 / 1e6:.0f} MB/24 h "
               f"sealed (gzip) (target 300 MB: ratio {sealed_rate * 86400 / 300e6:.2f}x)")

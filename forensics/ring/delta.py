@@ -69,9 +69,9 @@ class DeltaEncoder:
             self._ids[key] = len(self._ids)
         elif len(prev) == len(toks):
             changed: dict[str, list[int]] = {}
-            for i, (a, b) in enumerate(zip(prev, toks, strict=True)):
-                if a != b:
-                    changed.setdefault(b, []).append(i)
+            if prev != toks:  # the comparisons in C, then only the tokens that moved in Python
+                for i in [i for i, a, b in zip(range(len(toks)), prev, toks, strict=True) if a != b]:
+                    changed.setdefault(toks[i], []).append(i)
             if not any("\t" in tok for tok in changed):
                 body = "".join(f"\t{','.join(map(str, ix))}\t{tok}" for tok, ix in changed.items())
                 head = f"[{self._ids[key]},{len(toks)}]"
