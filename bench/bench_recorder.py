@@ -118,6 +118,32 @@ def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Pat
             (d / "cgroup.procs").write_text(str(p.pid))
 
 
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
+
+
+def flatness(trace: list[tuple[float, float, int, int]]) -> None:
+    """Growth over the run: the slope of RSS and PSS (MB per hour, least squares over the 5 s
+    samples after the first minute) and the CPU rate of the first and the second half."""
+    steady = [p for p in trace if p[0] >= 60] or trace
+    if len(steady) < 4:
+        print("  flatness: run too short (needs samples after the first minute; use --seconds 600)")
+        return
+    xs = [p[0] / 3600 for p in steady]
+    rss_slope = slope(xs, [p[2] / 1e6 for p in steady])
+    pss_slope = slope(xs, [p[3] / 1e6 for p in steady])
+    mid = len(steady) // 2
+    first = 100 * (steady[mid][1] - steady[0][1]) / max(steady[mid][0] - steady[0][0], 1e-9)
+    second = 100 * (steady[-1][1] - steady[mid][1]) / max(steady[-1][0] - steady[mid][0], 1e-9)
+    print(f"  flatness over {steady[-1][0] - steady[0][0]:.0f} s: RSS {rss_slope:+.2f} MB/h, PSS {pss_slope:+.2f} MB/h "
+          f"(from {steady[0][3] / 1e6:.1f} to {steady[-1][3] / 1e6:.1f} MB PSS); CPU first half {first:.2f} %, "
+          f"second half {second:.2f} %")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -147,11 +173,15 @@ def main() -> int:
         w0 = time.time()
         t0 = time.monotonic()
         peak = peak_pss = 0
+        trace: list[tuple[float, float, int, int]] = []  # (s since t0, CPU s, RSS, PSS): flat or growing?
         while time.monotonic() - t0 < args.seconds:
             time.sleep(5)
             pids = tree(rec.pid)
-            peak = max(peak, cpu_rss(pids)[1])
-            peak_pss = max(peak_pss, pss(pids))
+            cpu_now, rss_now = cpu_rss(pids)
+            pss_now = pss(pids)
+            peak = max(peak, rss_now)
+            peak_pss = max(peak_pss, pss_now)
+            trace.append((time.monotonic() - t0, cpu_now, rss_now, pss_now))
         c1, rss = cpu_rss(tree(rec.pid))
         by1 = cpu_by_name(tree(rec.pid))
         el = time.monotonic() - t0
@@ -197,6 +227,7 @@ def main() -> int:
         print(f"  PSS peak {peak_pss / 1e6:.1f} MB (shared pages counted once; target 60 MB: ratio {peak_pss / 60e6:.2f}x)")
         print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h in the active segment, {sealed_rate * 86400 / 1e6:.0f} MB/24 h "
               f"sealed (gzip) (target 300 MB: ratio {sealed_rate * 86400 / 300e6:.2f}x)")
+        flatness(trace)
         exe = shutil.which("prometheus-node-exporter")
         if args.skip_node_exporter:
             pass

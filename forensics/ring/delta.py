@@ -90,7 +90,7 @@ class DeltaDecoder:
     def __init__(self) -> None:
         self._prev: dict[str, list[str]] = {}
         self._keys: list[str] = []
-        self._last_changes: str | None = None
+        self._last_changes: list[tuple[list[int], str]] | None = None
 
     def decode(self, data: str) -> tuple[str, int]:
         """The original lines, and how many encoded lines could not be rebuilt (left out)."""
@@ -112,6 +112,19 @@ class DeltaDecoder:
         self._last_changes = None
         return line
 
+    @staticmethod
+    def _pairs(body: str, count: int) -> list[tuple[list[int], str]]:
+        parts = body.split("\t")
+        if parts[0] != "" or len(parts) % 2 != 1:
+            raise DeltaError("changes that are not <TAB>indices<TAB>token pairs")
+        try:
+            pairs = [([int(i) for i in parts[k].split(",")], parts[k + 1]) for k in range(1, len(parts), 2)]
+        except ValueError:
+            raise DeltaError("a change whose indices are not numbers") from None
+        if any(not 0 <= i < count for indices, _ in pairs for i in indices):
+            raise DeltaError("a change at an index outside the line")
+        return pairs
+
     def _line(self, line: str) -> str:
         if not line.startswith("["):
             return self._literal(line)
@@ -130,18 +143,13 @@ class DeltaDecoder:
         if body == _SAME:
             if self._last_changes is None:
                 raise DeltaError("'same changes' after no change")
-            body = self._last_changes
-        parts = body.split("\t")
-        if parts[0] != "" or len(parts) % 2 != 1:
-            raise DeltaError("changes that are not <TAB>indices<TAB>token pairs")
-        toks = list(prev)
-        try:
-            for k in range(1, len(parts), 2):
-                tok = parts[k + 1]
-                for i in parts[k].split(","):
-                    toks[int(i)] = tok
-        except (ValueError, IndexError):
-            raise DeltaError("a change at an index outside the line") from None
-        self._last_changes = body
+            pairs = self._last_changes
+        else:
+            pairs = self._pairs(body, count)
+        toks = prev  # popped above: changed in place, put back below
+        for indices, tok in pairs:
+            for i in indices:
+                toks[i] = tok
+        self._last_changes = pairs
         self._prev[key] = toks
         return SEP.join(toks)
