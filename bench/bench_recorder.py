@@ -206,6 +206,22 @@ def main() -> int:
         steady = b"".join(encode_record(float(r["t"]), float(r["mono"]), r["member"], r["op"],
                                         r["data"].encode("utf-8", "surrogateescape")) for r in stored)
         decoded = sum(len(r.data) for r in window)
+        by_member: dict[str, list[int]] = {}
+        for r in stored:
+            acc = by_member.setdefault(f"{r['member']} ({r['op']})", [0, 0])
+            acc[0] += 1
+            acc[1] += len(r["data"])
+        print("  stored by member: " + ", ".join(f"{m} {n} records {b / 1e6:.2f} MB"
+                                                 for m, (n, b) in sorted(by_member.items(), key=lambda kv: -kv[1][1])[:6]))
+        why: dict[str, int] = {}  # the recorder's own events: restarts and gaps, and why
+        for r in reader.records(members=("recorder/",)):
+            for line in r.data.splitlines():
+                ev = json.loads(line)
+                if ev.get("kind") in ("source", "gap", "tick-error"):
+                    key = f"{ev['kind']} {ev.get('source')}: {str(ev.get('error') or ev.get('reason'))[:80]}"
+                    why[key] = why.get(key, 0) + 1
+        for key, n in sorted(why.items()):
+            print(f"  recorder event {key} (x{n})")
         print(f"  window: {len(window)} records, {decoded / 1e6:.1f} MB of member bytes, "
               f"{len(steady) / 1e6:.1f} MB as stored ({len(steady) / max(decoded, 1):.2f}x)")
         # NVML ticks recorded in the window (8 device lines each): on a loaded machine ticks are
@@ -257,7 +273,10 @@ def main() -> int:
                 d.rmdir()
             except OSError as exc:
                 print(f"could not remove {d}: {exc}", file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("GF_KEEP"):
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
