@@ -56,6 +56,32 @@ def pss(pids: list[int]) -> int:
     return total
 
 
+def pss_by_name(pids: list[int]) -> dict[str, int]:
+    """PSS per process name (bytes)."""
+    out: dict[str, int] = {}
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            out[name] = out.get(name, 0) + pss([pid])
+        except OSError:
+            pass
+    return out
+
+
+def cpu_by_name(pids: list[int]) -> dict[str, float]:
+    """CPU seconds per process name (the sampler children are ``gfrec-<source>``)."""
+    out: dict[str, float] = {}
+    for pid in pids:
+        try:
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+            name = head.split("(", 1)[1]
+            f = rest.split()
+            out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / TCK
+        except (OSError, IndexError):
+            pass
+    return out
+
+
 def cpu_rss(pids: list[int]) -> tuple[float, int]:
     cpu, rss = 0.0, 0
     for pid in pids:
@@ -92,6 +118,32 @@ def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Pat
             (d / "cgroup.procs").write_text(str(p.pid))
 
 
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
+
+
+def flatness(trace: list[tuple[float, float, int, int]]) -> None:
+    """Growth over the run: the slope of RSS and PSS (MB per hour, least squares over the 5 s
+    samples after the first minute) and the CPU rate of the first and the second half."""
+    steady = [p for p in trace if p[0] >= 60] or trace
+    if len(steady) < 4:
+        print("  flatness: run too short (needs samples after the first minute; use --seconds 600)")
+        return
+    xs = [p[0] / 3600 for p in steady]
+    rss_slope = slope(xs, [p[2] / 1e6 for p in steady])
+    pss_slope = slope(xs, [p[3] / 1e6 for p in steady])
+    mid = len(steady) // 2
+    first = 100 * (steady[mid][1] - steady[0][1]) / max(steady[mid][0] - steady[0][0], 1e-9)
+    second = 100 * (steady[-1][1] - steady[mid][1]) / max(steady[-1][0] - steady[mid][0], 1e-9)
+    print(f"  flatness over {steady[-1][0] - steady[0][0]:.0f} s: RSS {rss_slope:+.2f} MB/h, PSS {pss_slope:+.2f} MB/h "
+          f"(from {steady[0][3] / 1e6:.1f} to {steady[-1][3] / 1e6:.1f} MB PSS); CPU first half {first:.2f} %, "
+          f"second half {second:.2f} %")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -117,17 +169,24 @@ def main() -> int:
                              sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log)
         time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
         c0, _ = cpu_rss(tree(rec.pid))
+        by0 = cpu_by_name(tree(rec.pid))
         w0 = time.time()
         t0 = time.monotonic()
         peak = peak_pss = 0
+        trace: list[tuple[float, float, int, int]] = []  # (s since t0, CPU s, RSS, PSS): flat or growing?
         while time.monotonic() - t0 < args.seconds:
             time.sleep(5)
             pids = tree(rec.pid)
-            peak = max(peak, cpu_rss(pids)[1])
-            peak_pss = max(peak_pss, pss(pids))
+            cpu_now, rss_now = cpu_rss(pids)
+            pss_now = pss(pids)
+            peak = max(peak, rss_now)
+            peak_pss = max(peak_pss, pss_now)
+            trace.append((time.monotonic() - t0, cpu_now, rss_now, pss_now))
         c1, rss = cpu_rss(tree(rec.pid))
+        by1 = cpu_by_name(tree(rec.pid))
         el = time.monotonic() - t0
         w1 = time.time()
+        pss_end = pss_by_name(tree(rec.pid))
         rec.send_signal(signal.SIGTERM)
         out, _ = rec.communicate(timeout=20)
         log.close()
@@ -140,8 +199,31 @@ def main() -> int:
             print(f"  recorder status unreadable: {out[-500:]!r}")
         # the steady state: the ring lines of the records written in [w0, w1], raw and as the seal
         # compresses them (segments rotate meanwhile, so file sizes would mix both)
-        window = list(RingReader(ring).records(since=w0, until=w1))
-        steady = b"".join(encode_record(r.t, r.mono, r.member, r.op, r.data) for r in window)
+        reader = RingReader(ring)
+        window = list(reader.records(since=w0, until=w1))
+        stored = [rec for seg in reader.segments() for _, rec in reader._segment_lines(seg)[0][1:]
+                  if w0 <= float(rec["t"]) <= w1]  # as stored: change-only records stay encoded
+        steady = b"".join(encode_record(float(r["t"]), float(r["mono"]), r["member"], r["op"],
+                                        r["data"].encode("utf-8", "surrogateescape")) for r in stored)
+        decoded = sum(len(r.data) for r in window)
+        by_member: dict[str, list[int]] = {}
+        for r in stored:
+            acc = by_member.setdefault(f"{r['member']} ({r['op']})", [0, 0])
+            acc[0] += 1
+            acc[1] += len(r["data"])
+        print("  stored by member: " + ", ".join(f"{m} {n} records {b / 1e6:.2f} MB"
+                                                 for m, (n, b) in sorted(by_member.items(), key=lambda kv: -kv[1][1])[:6]))
+        why: dict[str, int] = {}  # the recorder's own events: restarts and gaps, and why
+        for r in reader.records(members=("recorder/",)):
+            for line in r.data.splitlines():
+                ev = json.loads(line)
+                if ev.get("kind") in ("source", "gap", "tick-error"):
+                    key = f"{ev['kind']} {ev.get('source')}: {str(ev.get('error') or ev.get('reason'))[:80]}"
+                    why[key] = why.get(key, 0) + 1
+        for key, n in sorted(why.items()):
+            print(f"  recorder event {key} (x{n})")
+        print(f"  window: {len(window)} records, {decoded / 1e6:.1f} MB of member bytes, "
+              f"{len(steady) / 1e6:.1f} MB as stored ({len(steady) / max(decoded, 1):.2f}x)")
         # NVML ticks recorded in the window (8 device lines each): on a loaded machine ticks are
         # missed, so figures per tick compare runs that the raw rates would not
         ticks = sum(r.data.count(b'"kind": "device"') for r in window if r.member == "nvml/samples.jsonl") / 8
@@ -153,11 +235,15 @@ def main() -> int:
         if ticks:
             print(f"  per NVML tick: CPU {1000 * (c1 - c0) / ticks:.1f} ms, ring {len(steady) / ticks / 1e3:.1f} kB raw, "
                   f"{len(gzip.compress(steady, 6, mtime=0)) / ticks / 1e3:.1f} kB sealed")
+        print("  CPU by process: " + ", ".join(f"{n} {100 * (c - by0.get(n, 0.0)) / el:.2f} %"
+                                               for n, c in sorted(by1.items())))
         print(f"  CPU {cpu_pct:.2f} % of one core (target 0.5 %: ratio {cpu_pct / 0.5:.1f}x)")
         print(f"  RSS {rss / 1e6:.1f} MB all processes, peak {peak / 1e6:.1f} MB (target 60 MB: ratio {peak / 60e6:.2f}x)")
+        print("  PSS by process at the end: " + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in sorted(pss_end.items())))
         print(f"  PSS peak {peak_pss / 1e6:.1f} MB (shared pages counted once; target 60 MB: ratio {peak_pss / 60e6:.2f}x)")
         print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h in the active segment, {sealed_rate * 86400 / 1e6:.0f} MB/24 h "
               f"sealed (gzip) (target 300 MB: ratio {sealed_rate * 86400 / 300e6:.2f}x)")
+        flatness(trace)
         exe = shutil.which("prometheus-node-exporter")
         if args.skip_node_exporter:
             pass
@@ -187,7 +273,10 @@ def main() -> int:
                 d.rmdir()
             except OSError as exc:
                 print(f"could not remove {d}: {exc}", file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("GF_KEEP"):
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -205,6 +205,15 @@ def _send(fd: int, obj: dict[str, Any]) -> None:
         view = view[n:]
 
 
+def _name_process(comm: str) -> None:
+    """The child's name in ps/top (``/proc/self/comm``, 15 bytes): which source a sampler samples."""
+    try:
+        with open("/proc/self/comm", "w", encoding="ascii") as f:
+            f.write(comm[:15])
+    except OSError:
+        pass
+
+
 def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     """Fork a child that runs ``body(cmd_fd, out_fd)`` and exits; the parent gets its handle."""
     cmd_r, cmd_w = os.pipe()
@@ -217,6 +226,7 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
         code = 0
         try:
             enter_child(parent, nice=0)  # capture's rules; the recorder is at nice 10 already
+            _name_process(f"gfrec-{name}")
             os.close(cmd_w)
             os.close(out_r)
             body(cmd_r, out_w)

@@ -32,7 +32,7 @@ from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.errors import UsageError
 from forensics.record.child import RecordSink, SourceProcess, child_loop, spawn
-from forensics.record.sources import SOURCE_NAMES, make_driver
+from forensics.record.sources import DELTA_MEMBERS, SOURCE_NAMES, make_driver
 from forensics.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S, RingReader, RingWriter
 from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
@@ -369,7 +369,7 @@ class Recorder:
         writer = RingWriter(self.o.ring, self.o.max_bytes, self.o.retention_s,
                             segment_bytes=self.o.segment_bytes, segment_age_s=self.o.segment_age_s,
                             writer_info={"interval_s": self.o.interval_s, "sources": list(self.o.sources),
-                                         "argv": list(self.o.argv)})
+                                         "argv": list(self.o.argv)}, delta_members=DELTA_MEMBERS)
         writer.open()
         self.writer = writer
         self.key = writer.key

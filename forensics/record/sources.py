@@ -38,7 +38,7 @@ from forensics.specs import procfs as procfs_spec
 from forensics.specs.base import Hint, SourceSpec
 from forensics.specs.hints import CGROUP_PATHS
 
-__all__ = ["ATTRIBUTE_PIDS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver"]
+__all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver"]
 
 #: modules the recorder uses beside the sources' collectors, loaded by name as capture loads
 #: collectors (nothing outside capture and the recorder imports forensics.collectors)
@@ -48,6 +48,11 @@ DOCKER_FOLLOWER = "forensics.collectors.docker.follow"
 #: recorder-only hints, between the parent loop and its sampler children
 GPU_PIDS = Hint("gpu_pids", int, "the PIDs NVML saw on a GPU this tick (nvml child -> recorder)")
 ATTRIBUTE_PIDS = Hint("attribute_pids", int, "GPU PIDs seen for the first time (recorder -> procfs child)")
+
+
+#: the per-tick members whose lines mostly repeat the line before them for the same GPU or cgroup:
+#: the ring stores them change-only (forensics.ring.delta) and gives them back byte for byte
+DELTA_MEMBERS = (nvml_spec.SAMPLES, cgroups_spec.SAMPLES)
 
 
 def fresh_collector(spec: SourceSpec[Any]) -> Any:
@@ -123,6 +128,7 @@ class CgroupsDriver(_Driver):
         self.planned = 0.0
         self.extra: list[str] = []
         self.known: set[str] = set()
+        self.paths: list[str] = []  # the cgroups the plan was made from
 
     def _hints(self) -> list[str]:
         proc = importlib.import_module(HOSTFS_PROC)
@@ -143,9 +149,12 @@ class CgroupsDriver(_Driver):
             self.extra.extend(fresh)
         now = time.monotonic()
         if fresh or now - self.planned >= self.replan_s:
-            self.collector.end_sampling(ctx)  # forget the plan and the kept-open descriptors
-            ctx.hints[CGROUP_PATHS.key] = self._hints()
+            paths = self._hints()
             self.planned = now
+            if fresh or paths != self.paths:  # new or gone containers: plan again
+                self.collector.end_sampling(ctx)  # forget the plan and the kept-open descriptors
+                self.paths = paths
+        ctx.hints[CGROUP_PATHS.key] = self.paths
         self.collector.sample(ctx, tick)
         ctx.hints[CGROUP_PATHS.key] = []
 

@@ -53,6 +53,10 @@ SEVERITY_COLOURS = {
     "info": "#607D8B",
 }
 WINDOW_COLOUR = "#FDE2E1"
+#: Before the capture started (history the flight recorder kept): a grey ground, hatched so it
+#: reads in greyscale print; the capture's start is a solid line (findings' starts are dashed).
+HISTORY_COLOUR = "#EDEDED"
+CAPTURE_LINE_COLOUR = "#37474F"
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,17 @@ class ChartSpec:
     panels: tuple[Panel, ...]
     window: tuple[float, float] | None = None
     markers: tuple[Marker, ...] = ()
+    #: the live capture (start, end): samples before its start are history (the flight
+    #: recorder's ring), drawn on a hatched grey ground left of a solid "capture" line
+    capture: tuple[float, float] | None = None
+
+    def history_until(self) -> float | None:
+        """The capture's start when the chart shows samples before it, else None."""
+        if self.capture is None:
+            return None
+        times = [x for p in self.panels for line in p.lines for x in line.t] + \
+            [pt[0] for p in self.panels for pt in p.points]
+        return self.capture[0] if times and min(times) < self.capture[0] else None
 
     def span(self) -> tuple[float, float]:
         """The time axis: every sample, point and marker on it, at least :data:`MIN_SPAN_S` wide."""
@@ -225,9 +240,17 @@ def _clean_svg(svg: str, chart_id: str) -> str:
     return _prefix_ids(svg, re.sub(r"[^A-Za-z0-9_-]", "_", chart_id))
 
 
-def _draw_panel(ax: Any, panel: Panel, spec: ChartSpec, dates: Any) -> None:
+def _draw_panel(ax: Any, panel: Panel, spec: ChartSpec, dates: Any, index: int = 0) -> None:
     from matplotlib import ticker
 
+    history = spec.history_until()
+    if history is not None:
+        lo, _ = spec.span()
+        band = ax.axvspan(_num(dates, lo), _num(dates, history), facecolor=HISTORY_COLOUR, edgecolor="#BDBDBD",
+                          hatch="///", lw=0, zorder=0)
+        band.set_gid(f"history-{index}")
+        line = ax.axvline(_num(dates, history), color=CAPTURE_LINE_COLOUR, ls="-", lw=1.6, zorder=4)
+        line.set_gid(f"capture-start-{index}")
     if spec.window is not None:
         start, end = (_num(dates, x) for x in spec.window)
         ax.axvspan(start, end, color=WINDOW_COLOUR, zorder=0, lw=0)
@@ -359,6 +382,22 @@ def _label_markers(ax: Any, markers: Sequence[Marker], dates: Any) -> None:
         )
 
 
+def _label_history(ax: Any, spec: ChartSpec, dates: Any) -> None:
+    """"history (recorder)" left of the capture's start line and "capture" right of it, under
+    the top of the first panel."""
+    history = spec.history_until()
+    if history is None:
+        return
+    x = _num(dates, history)
+    for text, dx, ha in (("history (recorder)", -3, "right"), ("capture", 3, "left")):
+        label = ax.annotate(text, xy=(x, 0.0), xycoords=("data", "axes fraction"), xytext=(dx, 2),
+                            textcoords="offset points", ha=ha, va="bottom", fontsize=6.5,
+                            color=CAPTURE_LINE_COLOUR, fontstyle="italic",
+                            bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                            zorder=6)
+        label.set_gid("history-label" if dx < 0 else "capture-label")
+
+
 def _time_axis(ax: Any, span: tuple[float, float], dates: Any) -> None:
     """The shared x axis over ``span`` with tick labels that never repeat: clock times within a
     day, dates with them across days (a day-spaced tick would otherwise read 00:00:00 each time)."""
@@ -396,10 +435,11 @@ def render_svg(spec: ChartSpec) -> str:
             fig = Figure(figsize=(7.6, height), dpi=72)
             FigureCanvasSVG(fig)
             axes = fig.subplots(len(spec.panels), 1, sharex=True, squeeze=False)[:, 0]
-            for ax, panel in zip(axes, spec.panels, strict=True):
-                _draw_panel(ax, panel, spec, dates)
+            for index, (ax, panel) in enumerate(zip(axes, spec.panels, strict=True)):
+                _draw_panel(ax, panel, spec, dates, index)
             _time_axis(axes[-1], spec.span(), dates)
             _label_markers(axes[0], spec.markers, dates)
+            _label_history(axes[0], spec, dates)
             fig.subplots_adjust(
                 left=0.08, right=0.72, top=1 - 0.3 / height, bottom=0.5 / height, hspace=0.5
             )

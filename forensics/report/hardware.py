@@ -43,6 +43,7 @@ from forensics.report.series import (
     series_stats,
     series_values,
 )
+from forensics.report.timeline import capture_window
 
 __all__ = ["container_views", "gpu_views"]
 
@@ -154,6 +155,7 @@ def _gpu_chart(
         tuple(panels),
         incident_band(ctx.incidents, ctx.verdict, related, t),
         finding_markers(related, t)[0],
+        capture=capture_window(ctx),
     )
 
 
@@ -279,6 +281,7 @@ def _container_chart(
         tuple(panels),
         incident_band(ctx.incidents, ctx.verdict, related, t),
         finding_markers(related, t)[0],
+        capture=capture_window(ctx),
     )
 
 

@@ -13,7 +13,7 @@ from forensics.report.access import get_dict, get_dicts, get_str, unix
 from forensics.report.charts import Lane, LaneItem, TimelineSpec
 from forensics.report.findings import ViewContext
 
-__all__ = ["LANE_CAP", "timeline_view"]
+__all__ = ["LANE_CAP", "capture_window", "timeline_view"]
 
 #: Most party lanes (GPUs, containers, pods); the kernel, cluster and host lanes come on top.
 LANE_CAP = 10
@@ -93,7 +93,7 @@ def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
             items.append(LaneItem(at, get_str(entry, "text"), get_str(entry, "kind")))
     order = {"gpu": 0, "pod": 1, "container": 2, "host": 3, "kernel": 4, "cluster": 5}
     ranked = sorted(lanes.items(), key=lambda kv: order.get(kv[0][0], 9))
-    window = _capture_window(ctx)
+    window = capture_window(ctx)
     return TimelineSpec(
         "timeline",
         tuple(Lane(label, group, tuple(items)) for (group, label), items in ranked),
@@ -101,7 +101,9 @@ def timeline_view(ctx: ViewContext) -> TimelineSpec | None:
     )
 
 
-def _capture_window(ctx: ViewContext) -> tuple[float, float] | None:
+def capture_window(ctx: ViewContext) -> tuple[float, float] | None:
+    """The live capture: the earliest bundle's start to the latest's end (the charts mark what
+    came before it as history)."""
     starts = [unix(get_str(b, "captured_start")) for b in ctx.bundles]
     ends = [unix(get_str(b, "captured_end")) for b in ctx.bundles]
     s = [x for x in starts if x is not None]

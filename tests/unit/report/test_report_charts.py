@@ -125,3 +125,47 @@ class TestDownsample:
         kept = [x for x in out_v if x is not None]
         assert (max(kept) if kept else None) == (max(known) if known else None)
         assert out_t == sorted(out_t)
+
+
+class TestCaptureWindow:
+    """History before the capture (the flight recorder's ring) is set apart from the live capture."""
+
+    @staticmethod
+    def _ids(svg: str) -> set[str]:
+        return {el.get("id", "") for el in ET.fromstring(svg).iter()}
+
+    def test_history_before_the_capture_is_hatched_and_the_start_is_a_labelled_line(self) -> None:
+        spec = ChartSpec("gpu-0", "GPU 0", _spec().panels, capture=(T0 + 200, T0 + 400))
+        svg = render_svg(spec)
+        ids = self._ids(svg)
+        assert {"gpu-0-history-0", "gpu-0-history-1", "gpu-0-capture-start-0", "gpu-0-capture-start-1"} <= ids
+        assert {"gpu-0-history-label", "gpu-0-capture-label"} <= ids
+        assert "history (recorder)" in _texts(svg) and "capture" in _texts(svg)
+        hatch = next(el for el in ET.fromstring(svg).iter() if el.get("id") == "gpu-0-history-0")
+        assert "url(#gpu-0-" in ET.tostring(hatch, encoding="unicode")  # filled with the hatch pattern
+
+    def test_a_chart_of_the_capture_alone_has_no_history_marks(self) -> None:
+        for capture in ((T0, T0 + 400), (T0 - 50, T0 + 400), None):
+            svg = render_svg(ChartSpec("gpu-0", "GPU 0", _spec().panels, capture=capture))
+            assert not any("history" in i or "capture-" in i for i in self._ids(svg)), capture
+            assert "history (recorder)" not in _texts(svg)
+
+
+def test_report_charts_mark_the_history_before_the_capture() -> None:
+    """Through the document: a bundle whose capture began halfway through the GPU series draws
+    the first half as history on the GPU and container charts; the whole series inside the
+    capture draws none."""
+    from forensics.report.html import render_html
+    from tests.support.report_docs import T0 as DOC_T0
+    from tests.support.report_docs import build_incident_doc, iso
+
+    doc = build_incident_doc(seconds=300)
+    plain = render_html(doc)
+    assert "history (recorder)" not in plain
+    doc["bundles"][0]["captured_start"] = iso(DOC_T0 + 150)
+    html = render_html(doc)
+    charts = re.findall(r'id="([A-Za-z0-9_-]+)-capture-start-0"', html)
+    assert len(charts) >= 2 and any(c.startswith("gpu") for c in charts), charts
+    assert html.count("history (recorder)") == len(charts)
+    assert html.count("Hatched: history before the capture") == len(charts)
+    assert "Hatched: history" not in plain

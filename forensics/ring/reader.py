@@ -1,0 +1,160 @@
+"""Reading a ring while it is written (no lock): sealed segments checked against the SHA-256 the
+index lists, then the active ones up to their last whole line; ``writer.json`` and whether the
+writer still holds the lock."""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import RingError
+from forensics.ring.delta import DELTA_OP, DeltaDecoder
+from forensics.ring.files import ACTIVE_RE, LOCK_FILE, WRITER_FILE
+from forensics.ring.segment import RingRecord, SegmentInfo, read_index, valid_prefix
+
+__all__ = ["ReadReport", "RingReader"]
+
+
+@dataclass
+class ReadReport:
+    """What a read met: segments used (provenance), problems (hash mismatch, torn tails)."""
+
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+class RingReader:
+    """Reads a ring while it is written (no lock): sealed segments checked against their
+    SHA-256, then the active ones up to their last whole line."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise RingError(f"no ring at {self.root}")
+        self.report = ReadReport()
+
+    def segments(self) -> list[SegmentInfo]:
+        """Sealed (from the index) then active segments, oldest first."""
+        entries, _ = read_index(self.root)
+        names = {e.name for e in entries}
+        active = []
+        try:
+            files = os.listdir(self.root)
+        except OSError as exc:
+            raise RingError(f"cannot list {self.root}: {exc.strerror or exc}") from None
+        for f in files:
+            m = ACTIVE_RE.match(f)
+            if m and f + ".gz" not in names:
+                active.append(SegmentInfo(name=f, seq=int(m.group(1)), sealed=False))
+        return sorted(entries, key=lambda s: s.seq) + sorted(active, key=lambda s: s.seq)
+
+    def _segment_lines(self, seg: SegmentInfo) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+        path = self.root / seg.name
+        data = path.read_bytes()  # FileNotFoundError: sealed or dropped meanwhile (caller retries)
+        if seg.sealed:
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != seg.sha256:
+                self.report.problems.append(f"{seg.name}: SHA-256 {digest} does not match the index "
+                                            f"({seg.sha256}): segment skipped")
+                return [], None
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as exc:
+                self.report.problems.append(f"{seg.name}: cannot decompress: {exc}: segment skipped")
+                return [], None
+            sha = seg.sha256
+        else:
+            sha = None
+        good, lines = valid_prefix(data)
+        if good < len(data) and seg.sealed:
+            self.report.problems.append(f"{seg.name}: {len(data) - good} bytes after the last whole record")
+        if not seg.sealed:
+            sha = hashlib.sha256(data[:good]).hexdigest()
+        return lines, sha
+
+    def records(self, since: float | None = None, until: float | None = None,
+                members: tuple[str, ...] = (), keep_writes: bool = False) -> Iterator[RingRecord]:
+        """Records whose wall time is in [since, until], in the order they were written
+        (which is the monotonic order of one run; runs follow each other). ``keep_writes``: also
+        the "write" records older than ``since`` in the segments read (the state then: device
+        lists, container inspects; every segment starts with a copy of it)."""
+        done: set[str] = set()
+        for _attempt in range(3):
+            retry = False
+            for seg in self.segments():
+                stem = seg.name.removesuffix(".gz")
+                if stem in done:
+                    continue
+                if seg.sealed and ((since is not None and seg.max_t is not None and seg.max_t < since)
+                                   or (until is not None and seg.min_t is not None and seg.min_t > until)):
+                    done.add(stem)
+                    continue
+                try:
+                    lines, sha = self._segment_lines(seg)
+                except FileNotFoundError:
+                    retry = True
+                    continue
+                done.add(stem)
+                if not lines:
+                    continue
+                run = str(lines[0][1].get("run", ""))
+                first = last = None
+                decoders: dict[str, DeltaDecoder] = {}
+                for no, rec in lines[1:]:
+                    t = float(rec["t"])
+                    if rec["op"] == DELTA_OP:  # decoded even outside the window: later lines build on it
+                        if members and not rec["member"].startswith(members):
+                            continue
+                        text, bad = decoders.setdefault(rec["member"], DeltaDecoder()).decode(rec["data"])
+                        if bad:
+                            self.report.problems.append(f"{seg.name} line {no}: {bad} change-only lines of "
+                                                        f"{rec['member']} without the line before them: left out")
+                        rec = {**rec, "op": "append", "data": text}
+                        if not text:
+                            continue
+                    if (until is not None and t > until) or (since is not None and t < since and not (
+                            keep_writes and rec["op"] == "write")):
+                        continue
+                    if members and not rec["member"].startswith(members):
+                        continue
+                    first = no if first is None else first
+                    last = no
+                    yield RingRecord(t, float(rec["mono"]), rec["member"], str(rec["op"]),
+                                     rec["data"].encode("utf-8", "surrogateescape"), run, seg.name, no)
+                if first is not None:
+                    self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
+                                                 "sha256_of": "file" if seg.sealed else "lines read",
+                                                 "run": run, "lines": [first, last]})
+            if not retry:
+                return
+
+    def writer(self) -> dict[str, Any] | None:
+        """writer.json, with ``alive`` (the lock is held) and ``pid_alive``."""
+        try:
+            info = json.loads((self.root / WRITER_FILE).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(info, dict):
+            return None
+        held = False
+        try:
+            fd = os.open(self.root / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                held = True
+            finally:
+                os.close(fd)
+        info["alive"] = held
+        return info

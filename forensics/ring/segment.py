@@ -1,0 +1,164 @@
+"""The ring's on-disk format: segment lines (a header, then records) and index lines.
+
+A segment's first line is a header (format, version, run id, boot id, host); every other line is
+one record::
+
+    {"t": <wall unix s>, "mono": <CLOCK_MONOTONIC s>, "member": "nvml/samples.jsonl",
+     "op": "append" | "write" | "delta", "data": "<the member's bytes, as the collector wrote them>"}
+
+``member`` and ``data`` are what a collector's ``sample()`` handed to ``ctx.sink``: a ring record
+*is* a bundle member's bytes, so capture folds records back into members byte for byte and the
+analysis loaders read them with their usual code. Members under ``recorder/`` are the recorder's
+own (starts, stops, gaps, clock jumps, disk full).
+
+A line is whole when it ends in a newline and parses as a record (or, first, as the header):
+:func:`valid_prefix` is the one test of that, used by the writer's recovery (to cut a torn tail)
+and by the reader (to stop before one). ``index.jsonl`` holds one :class:`SegmentInfo` per sealed
+segment; :func:`read_index` reads it up to its last whole line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import RingError
+from forensics.ring.files import INDEX_FILE
+
+__all__ = [
+    "RECORD_KEYS", "RING_FORMAT", "RING_VERSION", "RingRecord", "SegmentInfo", "encode_record", "index_line",
+    "info_from_lines", "parse_record_line", "read_index", "valid_prefix",
+]
+
+RING_FORMAT = "gpuforensics-ring"
+RING_VERSION = 2  # 2: "delta" records (forensics.ring.delta)
+RECORD_KEYS = ("t", "mono", "member", "op", "data")
+
+
+@dataclass(frozen=True)
+class RingRecord:
+    """One record read back, with where it lies (its provenance in a capture)."""
+
+    t: float
+    mono: float
+    member: str
+    op: str
+    data: bytes
+    run: str
+    segment: str
+    line: int  # 1-based line in the segment's uncompressed text (the header is line 1)
+
+
+@dataclass
+class SegmentInfo:
+    """A segment's index entry (sealed) or what a scan of the active file found."""
+
+    name: str
+    seq: int
+    sealed: bool
+    run: str = ""
+    boot_id: str | None = None
+    sha256: str | None = None  # of the file as stored (compressed, for a sealed segment)
+    bytes: int = 0  # on disk
+    raw_bytes: int = 0  # uncompressed text
+    records: int = 0
+    min_t: float | None = None
+    max_t: float | None = None
+    first_mono: float | None = None
+    last_mono: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+
+def parse_record_line(line: bytes) -> dict[str, Any] | None:
+    """A record line (without its newline) as a dict, or None when it is not a whole record."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if "ring" in obj:
+        return obj  # the header
+    if not all(k in obj for k in RECORD_KEYS) or not isinstance(obj["data"], str) \
+            or not isinstance(obj["member"], str) or not isinstance(obj["t"], int | float) \
+            or not isinstance(obj["mono"], int | float):
+        return None
+    return obj
+
+
+def valid_prefix(data: bytes) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
+    """Length of the longest prefix made of whole, valid lines, and those lines parsed
+    (1-based line number, object). The first line must be a ring header."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    pos = 0
+    no = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        obj = parse_record_line(data[pos:nl])
+        if obj is None or (no == 0) != ("ring" in obj):
+            break
+        no += 1
+        out.append((no, obj))
+        pos = nl + 1
+    return pos, out
+
+
+def info_from_lines(name: str, seq: int, lines: list[tuple[int, dict[str, Any]]]) -> SegmentInfo:
+    info = SegmentInfo(name=name, seq=seq, sealed=False)
+    if lines:
+        head = lines[0][1]
+        info.run = str(head.get("run", ""))
+        info.boot_id = head.get("boot_id") if isinstance(head.get("boot_id"), str) else None
+    for _, rec in lines[1:]:
+        t, mono = float(rec["t"]), float(rec["mono"])
+        info.records += 1
+        info.min_t = t if info.min_t is None else min(info.min_t, t)
+        info.max_t = t if info.max_t is None else max(info.max_t, t)
+        if info.first_mono is None:
+            info.first_mono = mono
+        info.last_mono = mono
+    return info
+
+
+def encode_record(t: float, mono: float, member: str, op: str, data: bytes) -> bytes:
+    """One record line (ASCII JSON: undecodable bytes survive as surrogate escapes)."""
+    return (json.dumps({"t": round(t, 6), "mono": round(mono, 6), "member": member, "op": op,
+                        "data": data.decode("utf-8", "surrogateescape")},
+                       separators=(",", ":")) + "\n").encode("ascii")
+
+
+
+def index_line(info: SegmentInfo) -> bytes:
+    """A segment's line in ``index.jsonl``."""
+    return (json.dumps(info.as_json(), sort_keys=True) + "\n").encode()
+
+
+def read_index(root: Path) -> tuple[list[SegmentInfo], int]:
+    """Index entries, and the number of bytes of a torn tail (0 when whole)."""
+    try:
+        data = (root / INDEX_FILE).read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        raise RingError(f"cannot read {root / INDEX_FILE}: {exc.strerror or exc}") from None
+    out: list[SegmentInfo] = []
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        try:
+            d = json.loads(data[pos:nl])
+            out.append(SegmentInfo(**{k: d[k] for k in SegmentInfo.__dataclass_fields__ if k in d}))
+        except (ValueError, TypeError):
+            break
+        pos = nl + 1
+    return out, len(data) - pos
+

@@ -1,0 +1,140 @@
+"""Change-only records (forensics.ring.delta): lossless by construction, each segment decodes alone,
+a failed write never leaves a delta without the line it builds on."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics.ring import RingReader, RingWriter
+from forensics.ring import writer as writer_module
+from forensics.ring.delta import DeltaDecoder, DeltaEncoder
+
+MEMBER = "nvml/samples.jsonl"
+T0 = float(int(time.time()) - 3600)  # inside the ring's retention
+
+
+def _line(gpu: int, tick: int, rng: random.Random, procs: int = 16) -> str:
+    """A line shaped as the NVML sampler's: keys sorted, per-process samples whose timeStamp moves."""
+    return json.dumps({
+        "gpu_index": gpu, "kind": "device",
+        "nvml": {"nvmlDeviceGetPowerUsage": {"value": 70000 + rng.choice((0, 0, 250))},
+                 "nvmlDeviceGetProcessUtilization": {"lastSeenTimeStamp": 1000 * tick, "value": [
+                     {"pid": 100 + p, "smUtil": 10 if p % 5 else rng.randrange(100), "timeStamp": 1000 * (tick + 1)}
+                     for p in range(procs)]}},
+        "processes": [{"pid": 100 + p, "usedGpuMemory": 1 << 28} for p in range(procs)],
+        "t": 1.7e9 + tick, "tick": tick, "time": f"2026-12-01T00:00:{tick % 60:02d}Z", "uuid": f"GPU-{gpu}"},
+        sort_keys=True)
+
+
+def _roundtrip(lines: list[str]) -> tuple[str, str]:
+    enc, dec = DeltaEncoder(), DeltaDecoder()
+    encoded = [enc.encode(chunk) for chunk in lines]
+    decoded = []
+    for chunk in encoded:
+        text, bad = dec.decode(chunk)
+        assert bad == 0
+        decoded.append(text)
+    return "".join(encoded), "".join(decoded)
+
+
+def test_sampler_lines_come_back_byte_for_byte_and_much_smaller() -> None:
+    rng = random.Random(7)
+    chunks = ["".join(_line(g, tick, rng) + "\n" for g in range(4)) for tick in range(50)]
+    encoded, decoded = _roundtrip(chunks)
+    assert decoded == "".join(chunks)
+    assert len(encoded) < 0.4 * len(decoded), (len(encoded), len(decoded))  # a fifth of the samples move
+
+
+def test_odd_lines_survive() -> None:
+    """Lines starting with '[', lines without the separator, a changed token count, a new key,
+    undecodable bytes (as surrogate escapes), the same line twice."""
+    odd = "\udcff\udcfe raw, bytes"
+    chunks = ['[1, 2, 3]\n', '[1, 2, 4]\n', 'plain\n', 'plain\n', '{"k": 1, "v": 2}\n{"k": 2, "v": 2}\n',
+              '{"k": 1, "v": 3}\n', '{"k": 1, "v": 3, "w": 4}\n', f"{odd}\n", f"{odd}\n", '{"k": 1, "v": 3, "w": 5}\n',
+              '{"k": 1, "v": "a\tb", "w": 5}\n', '{"k": 1, "v": "a\tc", "w": 5}\n', '{"k": 1, "v": "=", "w": 5}\n',
+              # idle cgroups: the same changes line after line ("same as the line before")
+              *("".join(f'{{"cgroup": "/c{c}", "t": {t}, "values": {{"x": {c}}}}}\n' for c in range(5)) for t in range(4)),
+              '[]\tliteral, bracket\n', '[]\tliteral, bracket\n']
+    _, decoded = _roundtrip(chunks)
+    assert decoded == "".join(chunks)
+
+
+def test_a_delta_without_its_line_is_left_out_and_counted() -> None:
+    enc = DeltaEncoder()
+    enc.encode('{"k": 1, "v": 1, "x": "' + "a" * 200 + '"}\n')
+    delta = enc.encode('{"k": 1, "v": 2, "x": "' + "a" * 200 + '"}\n')
+    assert delta.startswith("[")
+    text, bad = DeltaDecoder().decode(delta + '{"k": 2, "v": 1}\n')
+    assert (text, bad) == ('{"k": 2, "v": 1}\n', 1)
+    # a bad line of a key: the later deltas of that key are refused too, never applied to an older line
+    enc, dec = DeltaEncoder(), DeltaDecoder()
+    first = enc.encode('{"k": 3, "v": 1, "x": "' + "a" * 200 + '"}\n')
+    second = enc.encode('{"k": 3, "v": 2, "x": "' + "a" * 200 + '"}\n')
+    third = enc.encode('{"k": 3, "v": 3, "x": "' + "a" * 200 + '"}\n')
+    assert dec.decode(first) == (first, 0) and second.startswith("[0,3]")
+    assert dec.decode(second.replace("]\t", "]\t999\t", 1)) == ("", 1)
+    assert dec.decode(third) == ("", 1)
+
+
+def _records(n: int, rng: random.Random) -> list[tuple[float, float, str, str, bytes]]:
+    out = []
+    for tick in range(n):
+        data = "".join(_line(g, tick, rng, procs=32) + "\n" for g in range(2)).encode()
+        out.append((T0 + tick, 100.0 + tick, MEMBER, "append", data))
+        out.append((T0 + tick, 100.0 + tick, "kernel/kmsg-window.txt", "append", f"6,{tick},0,-;line\n".encode()))
+    return out
+
+
+def test_ring_gives_back_what_was_appended_across_segments(tmp_path: Path) -> None:
+    """Small segments (many rotations): every record read back equals what was appended, and a
+    window that starts mid-ring reads the same bytes for its records."""
+    rng = random.Random(3)
+    recs = _records(120, rng)
+    w = RingWriter(tmp_path / "ring", max_bytes=64 << 20, segment_bytes=24 << 10,
+                   delta_members=[MEMBER]).open()
+    for r in recs:
+        w.append([r])
+    w.close()
+    reader = RingReader(tmp_path / "ring")
+    back = [(r.t, r.member, r.op, r.data) for r in reader.records()]
+    assert back == [(t, m, op, d) for t, _, m, op, d in recs]
+    assert not reader.report.problems
+    assert len(reader.segments()) > 3
+    window = [(r.t, r.data) for r in RingReader(tmp_path / "ring").records(since=T0 + 60, members=(MEMBER,))]
+    assert window == [(t, d) for t, _, m, _, d in recs if m == MEMBER and t >= T0 + 60]
+    stored = [rec for s in reader.segments() for _, rec in reader._segment_lines(s)[0][1:]]
+    assert {r["op"] for r in stored if r["member"] == MEMBER} == {"delta"}
+    assert {r["op"] for r in stored if r["member"] != MEMBER} == {"append"}
+    assert sum(len(r["data"]) for r in stored if r["member"] == MEMBER) < \
+        0.5 * sum(len(d) for _, _, m, _, d in recs if m == MEMBER)
+
+
+def test_a_failed_write_leaves_no_delta_without_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails (full disk) is cut away; the next lines of each key are whole again, so
+    everything written still decodes."""
+    rng = random.Random(5)
+    recs = _records(30, rng)
+    w = RingWriter(tmp_path / "ring", max_bytes=64 << 20, delta_members=[MEMBER]).open()
+    real = writer_module.write_all
+    kept = []
+    for i, r in enumerate(recs):
+        if i in (21, 22, 40):
+            def failing(fd: int, data: bytes) -> None:
+                real(fd, data[: len(data) // 2])
+                raise OSError(28, "No space left on device")
+            monkeypatch.setattr(writer_module, "write_all", failing)
+            with pytest.raises(OSError):
+                w.append([r])
+            monkeypatch.setattr(writer_module, "write_all", real)
+            continue
+        w.append([r])
+        kept.append(r)
+    w.close()
+    reader = RingReader(tmp_path / "ring")
+    assert [(r.t, r.member, r.data) for r in reader.records()] == [(t, m, d) for t, _, m, _, d in kept]
+    assert not reader.report.problems
