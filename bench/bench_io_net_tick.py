@@ -30,7 +30,7 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.net import TICK_IB_COUNTERS, NetCollector  # noqa: E402
-from forensics.parsing.cgroupfs import file_values  # noqa: E402
+from forensics.parsing.cgroup_files import file_values  # noqa: E402
 
 HEADER = ("Inter-|   Receive                                                |  Transmit\n"
           " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "

@@ -9,7 +9,7 @@ from forensics.bundle.redact import Redactor
 from forensics.collectors.docker.docker import _parse_docker_time
 from forensics.collectors.docker.pids import container_processes, merge_pids
 from forensics.collectors.docker.redact import redact_container, redact_listing, redact_top
-from forensics.parsing.cgroupfs import parse_cgroup_mounts
+from forensics.parsing.cgroup_mounts import parse_cgroup_mounts
 
 CID = "1949ad951dca5b0e8155513647f7e531501f57d38c6cd0c2f60e40891dac83e1"
 MOUNTINFO_HYBRID = """\

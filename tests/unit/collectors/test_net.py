@@ -14,7 +14,7 @@ from forensics.capture.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.net import NetCollector
 from forensics.errors import ParseError
-from forensics.parsing import cgroupfs, netstat
+from forensics.parsing import cgroup_files, cgroup_io, netstat
 from tests.support.host_evidence import (
     DOCKER_ID,
     DOCKER_SCOPE,
@@ -159,18 +159,18 @@ def test_cgroup_block_io_files_are_read_and_parsed(tmp_path: Path) -> None:
 
 def test_v1_blkio_files_parse() -> None:
     text = "8:0 Read 4194304\n8:0 Write 0\n8:0 Sync 4194304\n8:0 Async 0\n8:0 Discard 0\n8:0 Total 4194304\nTotal 4194304\n"
-    assert cgroupfs.file_values(1, "blkio.throttle.io_service_bytes", text) == (
+    assert cgroup_files.file_values(1, "blkio.throttle.io_service_bytes", text) == (
         "io", {"service_bytes": {"8:0": {"read": 4194304, "write": 0, "sync": 4194304, "async": 0, "discard": 0,
                                          "total": 4194304}}})
-    assert cgroupfs.file_values(1, "blkio.throttle.read_bps_device", "8:0 1048576\n") == (
+    assert cgroup_files.file_values(1, "blkio.throttle.read_bps_device", "8:0 1048576\n") == (
         "io", {"read_bps_device": {"8:0": 1048576}})
-    assert cgroupfs.parse_blkio_stat("Total 0\n") == {}
+    assert cgroup_io.parse_blkio_stat("Total 0\n") == {}
 
 
 @pytest.mark.parametrize(("fn", "text"), [
-    (cgroupfs.parse_io_stat, "sda rbytes=1\n"), (cgroupfs.parse_io_stat, "8:0 rbytes\n"),
-    (cgroupfs.parse_io_stat, "8:0 rbytes=-x\n"), (cgroupfs.parse_io_max, "8:0 speed=9\n"),
-    (cgroupfs.parse_blkio_stat, "8:0 Sideways 4\n"), (cgroupfs.parse_blkio_limits, "8:0\n"),
+    (cgroup_io.parse_io_stat, "sda rbytes=1\n"), (cgroup_io.parse_io_stat, "8:0 rbytes\n"),
+    (cgroup_io.parse_io_stat, "8:0 rbytes=-x\n"), (cgroup_io.parse_io_max, "8:0 speed=9\n"),
+    (cgroup_io.parse_blkio_stat, "8:0 Sideways 4\n"), (cgroup_io.parse_blkio_limits, "8:0\n"),
     (netstat.parse_net_dev, "h\nh\neth0: 1 2 3\n"), (netstat.parse_net_dev, "h\nh\neth0 1\n"),
     (netstat.parse_diskstats, "8 0 sda 1 2\n"), (netstat.parse_speed_mbps, "fast"),
     (netstat.parse_ib_rate, "very fast"), (netstat.parse_ib_state, "ACTIVE"),
