@@ -36,11 +36,37 @@ def _io_lines(text: str, what: str) -> list[tuple[int, list[str]]]:
     return lines
 
 
+def _io_stat_fast(text: object) -> dict[str, dict[str, int]] | None:
+    """The common ``io.stat``: a few lines of ``MAJ:MIN key=digits...``; None for anything else
+    (the checked path then reads it, and says what is wrong)."""
+    if not isinstance(text, str) or not text.isascii() or len(text) > 1 << 16:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        major, sep, minor = fields[0].partition(":")
+        if not sep or not major.isdigit() or not minor.isdigit():
+            return None
+        values: dict[str, int] = {}
+        for pair in fields[1:]:
+            key, sep, raw = pair.partition("=")
+            if not sep or not key or not raw.isdigit() or len(raw) > 40:
+                return None
+            values[key] = int(raw)
+        out[fields[0]] = values
+    return out
+
+
 def parse_io_stat(text: str, what: str = "io.stat") -> dict[str, dict[str, int]]:
     """v2 ``io.stat``: ``{"MAJ:MIN": {"rbytes": N, "wbytes": N, "rios": N, "wios": N, ...}}``
     (every ``key=value`` of the line; newer kernels add ``dbytes``/``dios`` and, with
     ``io.latency``/``io.cost``, more)."""
     out: dict[str, dict[str, int]] = {}
+    fast = _io_stat_fast(text)
+    if fast is not None:
+        return fast
     for number, fields in _io_lines(text, what):
         device = _device(fields[0], what, number)
         values: dict[str, int] = {}
@@ -80,6 +106,22 @@ def parse_blkio_stat(text: str, what: str = "blkio.throttle.io_service_bytes") -
     shape): ``{"MAJ:MIN": {"read": N, "write": N, "sync": .., "async": .., "discard": .., "total": ..}}``;
     the closing ``Total N`` line (all devices) is left out."""
     out: dict[str, dict[str, int]] = {}
+    fields_all = text.split() if isinstance(text, str) and text.isascii() and len(text) <= 1 << 18 else None
+    if fields_all and len(fields_all) % 3 == 2 and fields_all[-2] == "Total" and fields_all[-1].isdigit():
+        # the common file: "MAJ:MIN Op N" lines, then "Total N"; anything else takes the checked path
+        for i in range(0, len(fields_all) - 2, 3):
+            device, op, raw = fields_all[i:i + 3]
+            name = _BLKIO_OPS.get(op)
+            major, sep, minor = device.partition(":")
+            if name is None or not sep or not major.isdigit() or not minor.isdigit() \
+                    or not raw.isdigit() or len(raw) > 40:
+                out = {}
+                break
+            out.setdefault(device, {})[name] = int(raw)
+        else:
+            if text.count("\n") <= _IO_LINES:
+                return out
+            out = {}
     for number, fields in _io_lines(text, what):
         if len(fields) == 2 and fields[0] == "Total":
             to_int(fields[1], f"{what} line {number}")

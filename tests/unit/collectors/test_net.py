@@ -185,3 +185,47 @@ def test_ib_rate_and_speed_values() -> None:
     assert netstat.parse_ib_rate("2.5 Gb/sec (1X SDR)\n") == 2.5e9 / 8
     assert netstat.parse_ib_rate("100 Gb/sec (4X EDR)") == 12.5e9
     assert netstat.parse_speed_mbps("-1\n") is None and netstat.parse_speed_mbps("10000\n") == 10000
+
+
+def test_an_unchanged_namespace_is_named_not_repeated_and_its_rate_spans_the_idle_ticks(tmp_path: Path) -> None:
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"pids": [4242]})
+    collector = NetCollector(str(sys), str(proc))
+    t = time.time()
+    collector.sample(ctx, Tick(0, t))
+    collector.sample(ctx, Tick(1, t + 1.0))  # nothing moved
+    _proc(tmp_path, rx=100 + 2000, tx=200)  # the namespace's eth0 gets 1000 bytes (rx // 2)
+    collector.sample(ctx, Tick(2, t + 2.0))
+    collector.end_sampling(ctx)
+    first, idle, busy = read_jsonl(stage, "net/samples.jsonl")
+    assert "4026532577" in first["netns"] and "netns_unchanged" not in first
+    assert idle["netns"] == {} and idle["netns_unchanged"] == [4026532577]
+    assert idle["rates"]["netns"] == {}
+    assert busy["netns"]["4026532577"]["interfaces"]["eth0"]["rx_bytes"] == 1050
+    assert "netns_unchanged" not in busy
+    # against the counters last written (tick 0, the same at tick 1), over the last interval
+    assert busy["rates"]["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1000.0
+
+
+def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path) -> None:
+    """A seq_file gives at most a page per read: one pread of /proc/net/dev on a host with a few
+    dozen veths would cut it mid-line. The kernel's own mountinfo (longer than a page on most
+    hosts) is read through a kept descriptor, twice, and compared with a plain read."""
+    from forensics.collectors.hostfs.files import KeptFiles
+    path = "/proc/self/mountinfo"
+    whole = Path(path).read_bytes()
+    if len(whole) <= 4096:
+        pytest.skip(f"{path} is {len(whole)} bytes here: no longer than a page")
+    kept = KeptFiles(1 << 20)
+    try:
+        assert kept.read(path) == whole and kept.read(path) == whole  # the second pread starts at 0 again
+    finally:
+        kept.close()
+    small = tmp_path / "big"
+    small.write_bytes(b"x" * 100_000)
+    bounded = KeptFiles(70_000)
+    try:
+        assert bounded.read(str(small)) == b"x" * 70_000  # never past the limit
+    finally:
+        bounded.close()
