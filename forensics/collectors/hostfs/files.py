@@ -108,6 +108,15 @@ class KeptFiles:
             del self._fds[path]
             raise
 
+    def forget(self, path: str) -> None:
+        """Close the descriptor kept for ``path`` (the next read opens it again)."""
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def descriptors(self) -> list[int]:
         """The descriptors kept open now (benchmarks compare against bare preads of them)."""
         return list(self._fds.values())

@@ -210,22 +210,74 @@ def test_an_unchanged_namespace_is_named_not_repeated_and_its_rate_spans_the_idl
 
 def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path) -> None:
     """A seq_file gives at most a page per read: one pread of /proc/net/dev on a host with a few
-    dozen veths would cut it mid-line. The kernel's own mountinfo (longer than a page on most
-    hosts) is read through a kept descriptor, twice, and compared with a plain read."""
+    dozen veths cut it mid-line. A real network namespace with 30 veth pairs (its net/dev about
+    8 KiB) is read through a kept descriptor, twice, and compared with a plain read."""
+    import shutil
+    import subprocess
+
     from forensics.collectors.hostfs.files import KeptFiles
-    path = "/proc/self/mountinfo"
-    whole = Path(path).read_bytes()
-    if len(whole) <= 4096:
-        pytest.skip(f"{path} is {len(whole)} bytes here: no longer than a page")
-    kept = KeptFiles(1 << 20)
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare(1) and ip(8)")
+    child = subprocess.Popen(["unshare", "-n", "sh", "-c", "for i in $(seq 1 30); do ip link add gfa$i type veth "
+                              "peer name gfb$i || exit 1; done; echo ready; exec sleep 60"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, text=True)
     try:
-        assert kept.read(path) == whole and kept.read(path) == whole  # the second pread starts at 0 again
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        path = f"/proc/{child.pid}/net/dev"
+        whole = Path(path).read_bytes()
+        assert len(whole) > 4096 and whole.count(b"gfa") == 30
+        kept = KeptFiles(1 << 20)
+        try:
+            assert kept.read(path) == whole and kept.read(path) == whole  # the second pread starts at 0 again
+        finally:
+            kept.close()
     finally:
-        kept.close()
-    small = tmp_path / "big"
-    small.write_bytes(b"x" * 100_000)
+        child.kill()
+        child.wait()
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 100_000)
     bounded = KeptFiles(70_000)
     try:
-        assert bounded.read(str(small)) == b"x" * 70_000  # never past the limit
+        assert bounded.read(str(big)) == b"x" * 70_000  # never past the limit
     finally:
         bounded.close()
+
+
+def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_it_exits() -> None:
+    """A real process in a network namespace of its own: its net/dev read through a kept
+    descriptor equals a fresh read; once it exits, the next tick's reap closes the descriptor
+    (nothing holds the namespace) and the read fails as for any vanished process. A namespace
+    the process is not in (a reused PID) is never kept."""
+    import shutil
+    import subprocess
+
+    from forensics.collectors.net import _Namespace, _NamespaceFiles
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not hasattr(os, "pidfd_open"):
+        pytest.skip("needs root, unshare(1) and pidfd_open")
+    child = subprocess.Popen(["unshare", "-n", "sleep", "60"], stdin=subprocess.DEVNULL)
+    files = _NamespaceFiles("/proc")
+    try:
+        own = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{child.pid}/ns/net") == own and time.monotonic() < deadline:
+            time.sleep(0.01)
+        link = os.readlink(f"/proc/{child.pid}/ns/net")
+        ns = _Namespace(int(link[5:-1]), child.pid, None, None)
+        assert files.read(ns) == Path(f"/proc/{child.pid}/net/dev").read_bytes()
+        assert files.read(ns).startswith(b"Inter-|") and len(files._kept) == 1
+        wrong = _Namespace(ns.inode + 1, os.getpid(), None, None)
+        files.read(wrong)
+        assert os.getpid() not in files._kept  # not the namespace discovery named: read, not kept
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while files._kept and time.monotonic() < deadline:
+            files.reap()
+            time.sleep(0.01)
+        assert files._kept == {} and files._files.descriptors() == []
+        with pytest.raises(OSError):
+            files.read(ns)
+    finally:
+        child.kill()
+        child.wait()
+        files.close()
