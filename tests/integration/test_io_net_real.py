@@ -32,6 +32,7 @@ from forensics.collectors.docker.docker import COLLECTOR as DOCKER
 from forensics.collectors.net import COLLECTOR as NET
 from forensics.parsing.docker_stats import blkio_bytes
 from tests.support.docker_engine import BUSYBOX_IMAGE, DockerEngine
+from tests.support.kube_exec import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -58,16 +59,6 @@ def _backing_device(path: str) -> tuple[str, str]:
     raise AssertionError("unreachable")
 
 
-def _wait(predicate: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"condition not met within {timeout} s")
-
-
 @dataclass
 class Reader:
     engine: DockerEngine
@@ -87,7 +78,7 @@ def reader(docker_engine: DockerEngine) -> Iterator[Reader]:
         "sh", "-c", "dd if=/dev/urandom of=/tmp/data bs=1M count=4 oflag=direct 2>/dev/null && touch /tmp/ready; "
                     "while :; do dd if=/tmp/data of=/dev/null bs=64k iflag=direct 2>/dev/null; done")
     try:
-        _wait(lambda: e.cli("exec", cid, "test", "-e", "/tmp/ready", check=False).returncode == 0)
+        assert wait_for(lambda: e.cli("exec", cid, "test", "-e", "/tmp/ready", check=False).returncode == 0, 30)
         time.sleep(1.0)  # the loop is reading: the first sampling interval is already throttled
         yield Reader(e, cid, majmin)
     finally:
@@ -216,13 +207,13 @@ def test_veth_traffic_is_the_containers_and_a_flap_is_a_network_error(docker_eng
         _ip("link", "set", host_if, "up")
         _ip("addr", "add", f"{net}.2/30", "dev", peer_if, netns_pid=pid)
         _ip("link", "set", peer_if, "up", netns_pid=pid)
-        _wait(lambda: Path(f"/sys/class/net/{host_if}/operstate").read_text().strip() == "up")
+        assert wait_for(lambda: Path(f"/sys/class/net/{host_if}/operstate").read_text().strip() == "up", 30)
         sink = _Sink(f"{net}.1")
         sink.start()
         # the container sends 8 MiB a round, again and again, to the host end
         e.cli("exec", "-d", cid, "sh", "-c",
               f"while :; do dd if=/dev/zero bs=64k count=128 2>/dev/null | nc {net}.1 {sink.port}; sleep 0.2; done")
-        _wait(lambda: sink is not None and sink.received > 0)
+        assert wait_for(lambda: sink is not None and sink.received > 0, 30)
 
         def flap() -> None:  # down for two ticks, then up again, while sampling
             time.sleep(3.3)
