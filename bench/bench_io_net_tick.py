@@ -79,7 +79,7 @@ def build(root: Path, containers: int, links: int) -> tuple[Path, Path]:
 def real_namespaces(count: int, ticks: int) -> tuple[float, int]:
     """CPU per tick of the namespace reads over ``count`` real processes, each in a network
     namespace of its own (``unshare -n sleep``), through the collector's real /proc path."""
-    from forensics.collectors.net import _Namespace, _NamespaceFiles
+    from forensics.collectors.hostfs.netns import NamespaceFiles
 
     children = [subprocess.Popen(["unshare", "-n", "sleep", "600"], stdin=subprocess.DEVNULL)
                 for _ in range(count)]
@@ -92,16 +92,16 @@ def real_namespaces(count: int, ticks: int) -> tuple[float, int]:
                 if link != os.readlink("/proc/self/ns/net") or time.monotonic() > deadline:
                     break
                 time.sleep(0.01)  # unshare has not exec'd sleep in its namespace yet
-            namespaces.append(_Namespace(int(link[5:-1]), child.pid, None, None))
-        files = _NamespaceFiles("/proc")
-        for ns in namespaces:
-            files.read(ns)
+            namespaces.append((child.pid, int(link[5:-1])))
+        files = NamespaceFiles("/proc")
+        for pid, inode in namespaces:
+            files.read(pid, inode)
         spent = 0.0
         for _ in range(ticks):
             c0 = time.process_time()
             files.reap()
-            for ns in namespaces:
-                files.read(ns)
+            for pid, inode in namespaces:
+                files.read(pid, inode)
             spent += time.process_time() - c0
         kept = len(files._kept)
         files.close()

@@ -17,14 +17,13 @@ beside them, the rates derived from the previous tick (``rates``). See docs/bund
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
 from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
+from forensics.collectors.hostfs.netns import NamespaceFiles
 from forensics.collectors.hostfs.proc import pid_dirs
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import netstat
@@ -85,72 +84,6 @@ class _Namespace:
     cgroup: str | None
 
 
-class _NamespaceFiles:
-    """Each namespace's ``/proc/<pid>/net/dev`` through a descriptor kept open while its process
-    lives: one pread a tick instead of open, read, read, close.
-
-    A kept descriptor holds its network namespace (the kernel's ``seq_open_net`` takes a reference),
-    so each process is watched through a pidfd (``pidfd_open(2)``): one ``poll(2)`` a tick says which
-    processes exited, and their descriptors are closed before anything is read; an exited
-    container's namespace is never held a tick past its process. A descriptor is kept only once the
-    process is seen in the namespace discovery named (``/proc/<pid>/ns/net``), so a reused PID is
-    not read as the old namespace. Without pidfds (Linux < 5.3, out of descriptors), the file is
-    opened, read and closed each tick.
-    """
-
-    def __init__(self, proc_root: str) -> None:
-        self.proc_root = proc_root
-        self._files = KeptFiles(1 << 20)
-        self._poll = select.poll()
-        self._pidfds: dict[int, tuple[int, str]] = {}  # pidfd -> (pid, path)
-        self._kept: dict[int, int] = {}  # pid -> pidfd
-
-    def reap(self) -> None:
-        """Close the descriptors of processes that exited since the last tick."""
-        if not self._pidfds:
-            return
-        for pidfd, _ in self._poll.poll(0):
-            self._drop(pidfd)
-
-    def _drop(self, pidfd: int) -> None:
-        pid, path = self._pidfds.pop(pidfd)
-        self._kept.pop(pid, None)
-        self._poll.unregister(pidfd)
-        self._files.forget(path)
-        with contextlib.suppress(OSError):
-            os.close(pidfd)
-
-    def read(self, ns: _Namespace) -> bytes:
-        path = f"{self.proc_root}/{ns.pid}/net/dev"
-        if ns.pid in self._kept or self._keep(ns, path):
-            return self._files.read(path)
-        return read_small(path, 1 << 20)
-
-    def _keep(self, ns: _Namespace, path: str) -> bool:
-        pidfd_open = getattr(os, "pidfd_open", None)
-        if pidfd_open is None or self.proc_root != "/proc":  # a pidfd names a PID of this /proc only
-            return False
-        try:
-            pidfd = pidfd_open(ns.pid)
-        except OSError:
-            return False
-        try:
-            if os.readlink(f"/proc/{ns.pid}/ns/net") != f"net:[{ns.inode}]":
-                raise OSError("another namespace")
-        except OSError:
-            os.close(pidfd)
-            return False
-        self._pidfds[pidfd] = (ns.pid, path)
-        self._kept[ns.pid] = pidfd
-        self._poll.register(pidfd, select.POLLIN)
-        return True
-
-    def close(self) -> None:
-        for pidfd in list(self._pidfds):
-            self._drop(pidfd)
-        self._files.close()
-
-
 @dataclass
 class _Plan:
     interfaces: list[str] = field(default_factory=list)
@@ -175,7 +108,7 @@ class NetCollector:
         self._parsed: dict[str, tuple[bytes, dict[str, dict[str, int]]]] = {}
         # each namespace's interfaces as last read (an unchanged one is not repeated in the line)
         self._netns_last: dict[str, dict[str, Any]] = {}
-        self._netns_files: _NamespaceFiles | None = None
+        self._netns_files: NamespaceFiles | None = None
         self._settings_cache: NetSettings | None = None
 
     def _settings(self, ctx: CollectContext) -> NetSettings:
@@ -327,7 +260,8 @@ class NetCollector:
     # -- sampling ----------------------------------------------------------------------------
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """One tick: /proc/net/dev, /proc/diskstats, each interface's operstate, each IB port's
-        state and :data:`TICK_IB_COUNTERS`, each namespace's net/dev (:class:`_NamespaceFiles`);
+        state and :data:`TICK_IB_COUNTERS`, each namespace's net/dev
+        (:class:`forensics.collectors.hostfs.netns.NamespaceFiles`);
         one line with the counters and the rates since the previous tick."""
         s = self._settings(ctx)
         if self._plan is None:
@@ -393,12 +327,12 @@ class NetCollector:
         netns: dict[str, Any] = {}
         unchanged: list[int] = []
         if self._netns_files is None:
-            self._netns_files = _NamespaceFiles(s.proc_root)
+            self._netns_files = NamespaceFiles(s.proc_root)
         self._netns_files.reap()
         for ns in plan.namespaces:
             path = f"{s.proc_root}/{ns.pid}/net/dev"
             try:
-                data = self._netns_files.read(ns)
+                data = self._netns_files.read(ns.pid, ns.inode)
                 memo = self._parsed.get(path)
                 if memo is not None and memo[0] == data:
                     unchanged.append(ns.inode)  # an idle container's file reads the same: named, not repeated

@@ -251,22 +251,21 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
     import shutil
     import subprocess
 
-    from forensics.collectors.net import _Namespace, _NamespaceFiles
+    from forensics.collectors.hostfs.netns import NamespaceFiles
     if os.geteuid() != 0 or shutil.which("unshare") is None or not hasattr(os, "pidfd_open"):
         pytest.skip("needs root, unshare(1) and pidfd_open")
     child = subprocess.Popen(["unshare", "-n", "sleep", "60"], stdin=subprocess.DEVNULL)
-    files = _NamespaceFiles("/proc")
+    files = NamespaceFiles("/proc")
     try:
         own = os.readlink("/proc/self/ns/net")
         deadline = time.monotonic() + 10
         while os.readlink(f"/proc/{child.pid}/ns/net") == own and time.monotonic() < deadline:
             time.sleep(0.01)
         link = os.readlink(f"/proc/{child.pid}/ns/net")
-        ns = _Namespace(int(link[5:-1]), child.pid, None, None)
-        assert files.read(ns) == Path(f"/proc/{child.pid}/net/dev").read_bytes()
-        assert files.read(ns).startswith(b"Inter-|") and len(files._kept) == 1
-        wrong = _Namespace(ns.inode + 1, os.getpid(), None, None)
-        files.read(wrong)
+        inode = int(link[5:-1])
+        assert files.read(child.pid, inode) == Path(f"/proc/{child.pid}/net/dev").read_bytes()
+        assert files.read(child.pid, inode).startswith(b"Inter-|") and len(files._kept) == 1
+        files.read(os.getpid(), inode + 1)
         assert os.getpid() not in files._kept  # not the namespace discovery named: read, not kept
         child.kill()
         child.wait()
@@ -276,7 +275,7 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
             time.sleep(0.01)
         assert files._kept == {} and files._files.descriptors() == []
         with pytest.raises(OSError):
-            files.read(ns)
+            files.read(child.pid, inode)
     finally:
         child.kill()
         child.wait()
