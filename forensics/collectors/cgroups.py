@@ -36,14 +36,13 @@ from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read
 from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
 from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
-from forensics.parsing import cgroupfs
 from forensics.parsing.attribution import attribute_path, relative_to
-from forensics.parsing.cgroupfs import CgroupMount
-from forensics.parsing.cgroupfs import file_values as interpret
+from forensics.parsing.cgroup_files import file_values as interpret
+from forensics.parsing.cgroup_mounts import CgroupMount, cgroup_layout
 from forensics.specs.cgroups import INDEX, SAMPLES, SPEC, cgroup_member, host_member
 from forensics.specs.hints import CGROUP_PATHS
 
-__all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]  # interpret: cgroupfs.file_values
+__all__ = ["COLLECTOR", "CgroupsCollector", "interpret"]  # interpret: cgroup_files.file_values
 
 # (file, read on every tick?)
 V2_FILES: tuple[tuple[str, bool], ...] = (
@@ -261,7 +260,7 @@ class CgroupsCollector:
         if unresolved:
             ctx.partial(f"{unresolved} namespace-relative cgroup paths not resolved to host paths")
         info: dict[str, Any] = {
-            "layout": cgroupfs.cgroup_layout(mounts),
+            "layout": cgroup_layout(mounts),
             "mounts": [{"mount_point": m.mount_point, "version": m.version,
                         "controllers": list(m.controllers), "root": m.root} for m in mounts],
             "hierarchies_read": [h.name for h in found],

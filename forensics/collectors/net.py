@@ -23,6 +23,7 @@ from typing import Any
 
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
+from forensics.collectors.hostfs.netns import NamespaceFiles
 from forensics.collectors.hostfs.proc import pid_dirs
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import netstat
@@ -105,6 +106,9 @@ class NetCollector:
         self._files = KeptFiles(1 << 20)
         self._previous: tuple[float, dict[str, Any]] | None = None
         self._parsed: dict[str, tuple[bytes, dict[str, dict[str, int]]]] = {}
+        # each namespace's interfaces as last read (an unchanged one is not repeated in the line)
+        self._netns_last: dict[str, dict[str, Any]] = {}
+        self._netns_files: NamespaceFiles | None = None
         self._settings_cache: NetSettings | None = None
 
     def _settings(self, ctx: CollectContext) -> NetSettings:
@@ -256,8 +260,9 @@ class NetCollector:
     # -- sampling ----------------------------------------------------------------------------
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """One tick: /proc/net/dev, /proc/diskstats, each interface's operstate, each IB port's
-        state and :data:`TICK_IB_COUNTERS`, each namespace's net/dev; one line with the counters
-        and the rates since the previous tick."""
+        state and :data:`TICK_IB_COUNTERS`, each namespace's net/dev
+        (:class:`forensics.collectors.hostfs.netns.NamespaceFiles`);
+        one line with the counters and the rates since the previous tick."""
         s = self._settings(ctx)
         if self._plan is None:
             self._plan = self._discover(ctx, s)
@@ -320,20 +325,28 @@ class NetCollector:
         line["ib"] = ib
         line["disks"] = parse(netstat.parse_diskstats, f"{s.proc_root}/diskstats") or {}
         netns: dict[str, Any] = {}
+        unchanged: list[int] = []
+        if self._netns_files is None:
+            self._netns_files = NamespaceFiles(s.proc_root)
+        self._netns_files.reap()
         for ns in plan.namespaces:
             path = f"{s.proc_root}/{ns.pid}/net/dev"
-            try:  # a namespace's process may exit: read it fresh, never through a kept descriptor
-                data = read_small(path, 1 << 20)
+            try:
+                data = self._netns_files.read(ns.pid, ns.inode)
                 memo = self._parsed.get(path)
-                if memo is None or memo[0] != data:  # an idle container's file reads the same: same parse
-                    memo = (data, netstat.parse_net_dev(data.decode("utf-8", "replace"), path))
-                    self._parsed[path] = memo
+                if memo is not None and memo[0] == data:
+                    unchanged.append(ns.inode)  # an idle container's file reads the same: named, not repeated
+                    continue
+                memo = (data, netstat.parse_net_dev(data.decode("utf-8", "replace"), path))
+                self._parsed[path] = memo
                 netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id, "interfaces": memo[1]}
             except OSError as error:
                 errors[f"{s.proc_root}/{ns.pid}/net/dev"] = describe_os_error(error)
             except ParseError as error:
                 errors[f"{s.proc_root}/{ns.pid}/net/dev"] = f"parse error: {error}"
         line["netns"] = netns
+        if unchanged:
+            line["netns_unchanged"] = unchanged
         line["rates"] = self._rates(tick.time_unix, line)
         if errors:
             line["errors"] = errors
@@ -343,8 +356,14 @@ class NetCollector:
         """Per-second rates since the previous tick (empty on the first): NIC bytes and link
         utilisation, IB bytes (4 x the word counters) and xmit_wait, disk bytes, namespace bytes."""
         previous, self._previous = self._previous, (t, line)
-        if previous is None or t <= previous[0]:
-            return {}
+        try:
+            if previous is None or t <= previous[0]:
+                return {}
+            return self._rates_since(t, previous, line)
+        finally:  # after the rates: they are taken against each namespace's counters before this tick
+            self._netns_last.update((inode, now["interfaces"]) for inode, now in line["netns"].items())
+
+    def _rates_since(self, t: float, previous: tuple[float, dict[str, Any]], line: dict[str, Any]) -> dict[str, Any]:
         dt = t - previous[0]
         before = previous[1]
 
@@ -375,7 +394,7 @@ class NetCollector:
         for disk, now in line["disks"].items():
             rates["disks"][disk] = per_s(now, before["disks"].get(disk, {}), _DISK_RATES)
         for inode, now in line["netns"].items():
-            then = before["netns"].get(inode, {}).get("interfaces", {})
+            then = self._netns_last.get(inode, {})
             rates["netns"][inode] = {i: per_s(c, then.get(i, {}), _NIC_RATES)
                                      for i, c in now["interfaces"].items()}
         return rates
@@ -383,9 +402,13 @@ class NetCollector:
     def end_sampling(self, ctx: CollectContext) -> None:
         """Close the descriptors kept open across ticks."""
         self._files.close()
+        if self._netns_files is not None:
+            self._netns_files.close()
+            self._netns_files = None
         self._plan = None
         self._previous = None
         self._parsed.clear()
+        self._netns_last = {}
         self._settings_cache = None
 
 

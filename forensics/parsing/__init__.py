@@ -6,7 +6,9 @@ from the raw members of a bundle. Nothing here touches the live system; every pa
 :class:`forensics.errors.ParseError` on bad input.
 
 Modules: :mod:`.attribution` (cgroup path -> runtime, container, pod, QoS), :mod:`.cgroupfs`
-(cpu.stat, cpu.max, memory.*, PSI...), :mod:`.kmsg` (/dev/kmsg, dmesg, journald, OOM, Xid),
+(cpu.stat, cpu.max, memory.*, pids.*), :mod:`.cgroup_io` (io.stat, io.max, blkio.*),
+:mod:`.pressure` (PSI files), :mod:`.cgroup_mounts` (cgroup mounts in mountinfo),
+:mod:`.cgroup_files` (one cgroup file -> its normalised values), :mod:`.kmsg` (/dev/kmsg, dmesg, journald, OOM, Xid),
 :mod:`.procfs` (stat, status, cmdline, namespace links).
 """
 

@@ -57,7 +57,8 @@ def parse_net_dev(text: str, what: str = "/proc/net/dev") -> dict[str, dict[str,
         fields = rest.split()
         if len(fields) != len(NET_DEV_FIELDS) or not name.strip():
             raise ParseError(f"{what} line {number}: expected {len(NET_DEV_FIELDS)} counters: {line[:80]!r}")
-        if all(v.isdigit() and v.isascii() and len(v) <= 40 for v in fields):  # the common case, fast
+        digits = "".join(fields)
+        if digits.isdigit() and digits.isascii() and max(map(len, fields)) <= 40:  # the common case, fast
             out[name.strip()] = dict(zip(NET_DEV_FIELDS, map(int, fields), strict=True))
         else:
             out[name.strip()] = {k: _int(v, f"{what} line {number}") for k, v in zip(NET_DEV_FIELDS, fields, strict=True)}

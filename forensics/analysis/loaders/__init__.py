@@ -14,10 +14,11 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from functools import cache
+from typing import TypeVar
 
 from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
-from forensics.analysis.model import Model
+from forensics.analysis.model import CpuSample, IoSample, Model, NetSample
 from forensics.analysis.ring_view import ring_view
 from forensics.analysis.source import Source
 from forensics.specs import all_specs
@@ -25,6 +26,8 @@ from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
 
 __all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
+
+_Sample = TypeVar("_Sample", CpuSample, IoSample, NetSample)
 
 
 def _declared() -> list[Loader]:
@@ -86,8 +89,15 @@ def load_source(src: Source, model: Model, node: str) -> None:
         model.limit(problem)
 
 
+def _prefer_kernel_files(samples: list[_Sample]) -> list[_Sample]:
+    """Docker's stats figures for a container only where no collector read the kernel's own files
+    for it (the engine copies the same counters, at another time)."""
+    own = {(s.node, s.container_id) for s in samples if not s.ref.member.startswith(docker_spec.PREFIX)}
+    return [s for s in samples if not (s.ref.member.startswith(docker_spec.PREFIX) and (s.node, s.container_id) in own)]
+
+
 def finalize(model: Model) -> None:
-    """Merge what several bundles of one host said twice, and prefer cgroup counters to Docker's."""
+    """Merge what several bundles of one host said twice, and prefer cgroup and /proc counters to Docker's."""
     def dedupe(items: list, key: Callable) -> list:  # type: ignore[type-arg]
         seen: set[object] = set()
         out = []
@@ -98,9 +108,12 @@ def finalize(model: Model) -> None:
                 out.append(item)
         return out
 
-    from_cgroup = {(s.node, s.container_id) for s in model.cpu_samples if not s.ref.member.startswith(docker_spec.PREFIX)}
-    model.cpu_samples = [s for s in model.cpu_samples
-                         if not (s.ref.member.startswith(docker_spec.PREFIX) and (s.node, s.container_id) in from_cgroup)]
+    model.cpu_samples = _prefer_kernel_files(model.cpu_samples)
+    model.io_samples = _prefer_kernel_files(model.io_samples)  # blkio_stats beside io.stat/blkio files
+    netns = [s for s in model.net_samples if s.kind == "netns"]
+    if any(s.ref.member.startswith(docker_spec.PREFIX) for s in netns):  # networks beside /proc/<pid>/net/dev
+        kept = set(map(id, _prefer_kernel_files(netns)))
+        model.net_samples = [s for s in model.net_samples if s.kind != "netns" or id(s) in kept]
     if all(len(info.bundles) <= 1 for info in model.nodes.values()):
         return  # one bundle per host: nothing can be there twice
     model.gpu_samples = dedupe(model.gpu_samples, lambda s: (s.node, s.gpu_uuid, round(s.t, 3)))

@@ -1,7 +1,9 @@
 """Docker containers: ``docker/containers/<id>/inspect.json`` (GET /containers/{id}/json),
 ``docker/images/<hex>/inspect.json``, ``docker/info.json`` (DefaultRuntime), ``docker/events.jsonl``
 (``oom`` events), ``docker/samples.jsonl`` and ``docker/containers/<id>/stats.json``
-(``cpu_stats.throttling_data``, ``memory_stats``), ``docker/containers/<id>/processes.json``
+(``cpu_stats.throttling_data``, ``memory_stats``; and, per tick, ``blkio_stats`` and ``networks``
+(:mod:`forensics.parsing.docker_stats`) for containers whose cgroup or network namespace the
+cgroups and net collectors did not sample), ``docker/containers/<id>/processes.json``
 (the container's host PIDs) and any ``docker/containers/<id>/logs*`` (the workload's own words:
 :mod:`forensics.parsing.logsignals`).
 """
@@ -27,15 +29,19 @@ from forensics.analysis.model import (
     UNKNOWN_ALLOCATION,
     Container,
     CpuSample,
+    IoSample,
     MemorySample,
     Model,
+    NetSample,
     OomKill,
     Process,
 )
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
+from forensics.parsing.docker_stats import blkio_bytes, network_totals
 from forensics.parsing.gpu_allocation import allocation_from_inspect
 from forensics.specs import docker as docker_spec
+from forensics.specs import net as net_spec
 
 __all__ = ["LOADER", "load_docker"]
 
@@ -114,6 +120,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
                                       c.memory_limit_bytes, None, "docker",
                                       (src.ev_pointer(state_member, "/State/OOMKilled"),)))
         _load_processes(src, model, node, cid)
+        _load_io_limits(src, model, node, cid, host, member)
         _load_stats(src, model, node, cid)
         _load_logs(src, model, node, cid)
     _load_events(src, model, node)
@@ -133,6 +140,33 @@ def _load_processes(src: Source, model: Model, node: str, cid: str) -> None:
             continue
         model.processes[(node, pid)] = Process(node, pid, "", None, cid, None,
                                                (src.ev_pointer(member, f"/pids/{p}", doc),), None)
+
+
+_BLKIO_LIMITS = (("BlkioDeviceReadBps", "rbps"), ("BlkioDeviceWriteBps", "wbps"),
+                 ("BlkioDeviceReadIOps", "riops"), ("BlkioDeviceWriteIOps", "wiops"))
+
+
+def _load_io_limits(src: Source, model: Model, node: str, cid: str, host: dict[str, Any], member: str) -> None:
+    """``HostConfig.BlkioDevice{Read,Write}{Bps,IOps}`` (``--device-read-bps`` ...) for a container
+    whose cgroup limits the cgroups loader does not give (its own, read after, replace these): each ``Path`` (``/dev/vda``) resolved to
+    ``MAJ:MIN`` through the node's ``/proc/diskstats`` (net collector), the numbering cgroup IO
+    counters use."""
+    if not any(host.get(k) for k, _ in _BLKIO_LIMITS):
+        return
+    disks = dig(src.json(net_spec.INDEX), "disks")
+    if not isinstance(disks, dict):
+        return
+    limits: dict[str, dict[str, int | None]] = {}
+    for key, name in _BLKIO_LIMITS:
+        entries = host.get(key)
+        for entry in entries if isinstance(entries, list) else []:
+            path, rate = dig(entry, "Path"), as_int(dig(entry, "Rate"))
+            device = dig(disks, path.rsplit("/", 1)[-1], "device") if isinstance(path, str) else None
+            if isinstance(device, str) and rate:
+                limits.setdefault(device, {})[name] = rate
+    if limits:
+        first = next(k for k, _ in _BLKIO_LIMITS if host.get(k))
+        model.io_limits[(node, cid)] = (limits, src.ev_pointer(member, f"/HostConfig/{first}"))
 
 
 def _throttling(stats: Any) -> tuple[int, int, int] | None:
@@ -195,6 +229,9 @@ def _load_events_from(src: Source, model: Model, node: str, member: str,
                                       None, None, "docker", (src.ev_line(member, no, raw),)))
 
 
+_BLKIO_QUOTE = (("container_id",), ("stats", "blkio_stats", "io_service_bytes_recursive"))
+
+
 def _load_samples(src: Source, model: Model, node: str) -> None:
     for no, rec, raw in src.jsonl(docker_spec.SAMPLES):
         cid = rec.get("container_id")
@@ -211,6 +248,16 @@ def _load_samples(src: Source, model: Model, node: str) -> None:
         if usage is not None:
             model.memory_samples.append(MemorySample(node, cid, float(t), usage,
                                                      as_int(dig(stats, "memory_stats", "limit"))))
+        # the same kernel counters the cgroups and net collectors read: finalize() keeps these only
+        # for a container those left without a series
+        devices = blkio_bytes(stats)
+        if devices:
+            model.io_samples.append(IoSample(node, cid, float(t), devices, ev, _BLKIO_QUOTE))
+        counters = network_totals(stats)
+        if counters:
+            model.net_samples.append(NetSample(node, "netns", f"docker:{cid[:12]}", float(t), counters, None, None,
+                                               cid, src.ref(docker_spec.SAMPLES, no, raw,
+                                                            ("container_id",), ("stats", "networks"))))
 
 
 # needs: grants resolve against NVML's GPUs; its process lists only fill PIDs /proc did not record

@@ -1,7 +1,8 @@
 """Network and InfiniBand counters: ``net/samples.jsonl`` (net collector, one line per tick), into :class:`~forensics.analysis.model.NetSample` series:
 each node interface (``/proc/net/dev`` with its ``speed`` and ``operstate``), each InfiniBand
 port (``counters/*``, data counters times 4 as bytes, ``rate`` and ``state``) and each container
-network namespace (``/proc/<pid>/net/dev``, interfaces other than ``lo`` summed).
+network namespace (``/proc/<pid>/net/dev``, interfaces other than ``lo`` summed; a namespace the
+line names in ``netns_unchanged`` read the same as when last written, and keeps those counters).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _table(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any) -> None:
+def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
+              last: dict[str, tuple[dict[str, int], str | None]]) -> None:
     for iface, values in _table(rec.get("interfaces")).items():
         if isinstance(values, dict):
             state = values.get("operstate")
@@ -78,18 +80,27 @@ def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any) 
     for inode, values in _table(rec.get("netns")).items():
         if isinstance(values, dict):
             cid = values.get("container_id")
-            model.net_samples.append(NetSample(node, "netns", inode, t, _netns(values.get("interfaces")), None, None,
-                                               cid if isinstance(cid, str) else None, ref(("netns", inode))))
+            counters, owner = _netns(values.get("interfaces")), cid if isinstance(cid, str) else None
+            last[inode] = (counters, owner)
+            model.net_samples.append(NetSample(node, "netns", inode, t, counters, None, None, owner,
+                                               ref(("netns", inode))))
+    unchanged = rec.get("netns_unchanged")
+    for inode in unchanged if isinstance(unchanged, list) else []:
+        known = last.get(str(inode))
+        if known is not None:  # read the same as when last written: the same counters at this tick
+            model.net_samples.append(NetSample(node, "netns", str(inode), t, known[0], None, None, known[1],
+                                               ref(("netns_unchanged",))))
 
 
 def load_net(src: Source, model: Model, node: str) -> None:
     sampled = False
+    last: dict[str, tuple[dict[str, int], str | None]] = {}
     for no, rec, raw in src.jsonl(net_spec.SAMPLES):
         t = as_float(rec.get("t"))
         if t is None:
             continue
         sampled = True
-        _add_line(model, node, t, rec, lambda path, no=no, raw=raw: src.ref(net_spec.SAMPLES, no, raw, path))
+        _add_line(model, node, t, rec, lambda path, no=no, raw=raw: src.ref(net_spec.SAMPLES, no, raw, path), last)
     if sampled:  # the snapshot alone holds counters since boot: nothing can be seen rising
         model.node(node).members_used.setdefault("net", net_spec.SAMPLES)
 

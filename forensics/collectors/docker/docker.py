@@ -24,8 +24,9 @@ containers were taken and why, every call's outcome and duration). With ``--dura
 tick), then ``docker/window/events.jsonl`` and ``inspect-end.json`` of containers with events.
 Layout and field meanings: docs/bundle-format/docker.md.
 
-Containers taken: running (and paused/restarting) ones, plus those created, or exited, within the
-look-back window (``--since``, else capture start minus ``lookback_s``).
+Containers taken (forensics.collectors.docker.taken): running (and paused/restarting) ones, plus
+those created, or exited, within the look-back window (``--since``, else capture start minus
+``lookback_s``).
 
 Redaction (forensics.collectors.docker.redact) before anything is written; registry auth is
 never read. Calls run in parallel (forensics.collectors.docker.calls) with a per-call timeout and
@@ -36,13 +37,11 @@ what it got; no engine is ``unavailable``; an engine that does not answer is ``f
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from forensics.bundle.format import iso, iso_from_unix
@@ -55,17 +54,19 @@ from forensics.collectors.docker.calls import (
     is_race,
 )
 from forensics.collectors.docker.engine import (
+    MAX_EVENTS,
     STATS_REQUEST,
     StatsStream,
     connect,
-    engine_product,
+    engine_essentials,
     image_hex,
     logs,
     pool_call_timeout,
+    read_events,
     stats,
     top,
 )
-from forensics.collectors.docker.pids import container_processes, merge_pids
+from forensics.collectors.docker.pids import container_processes
 from forensics.collectors.docker.redact import (
     redact_container,
     redact_events,
@@ -74,26 +75,26 @@ from forensics.collectors.docker.redact import (
     redact_listing,
     redact_top,
 )
+from forensics.collectors.docker.taken import (
+    RUNNING_STATES,
+    parse_docker_time,
+    record_taken,
+    window_start,
+)
 from forensics.collectors.hostfs.mounts import host_cgroup_mounts
 from forensics.errors import (
-    ParseError,
     SourceTimeout,
     SourceUnavailable,
 )
 from forensics.parsing.docker_top import TOP_PS_ARGS
-from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
 from forensics.parsing.logsignals.line import newest_lines
-from forensics.parsing.timestamps import is_zero_time, parse_iso
 from forensics.specs import docker as dspec
 from forensics.specs.docker import SPEC, DockerSettings
-from forensics.specs.hints import CGROUP_PATHS, PIDS
 from forensics.specs.logs import LOGS
 
 __all__ = ["COLLECTOR", "DockerCollector"]
 
-_RUNNING_STATES = frozenset({"running", "paused", "restarting"})
 _MAX_CONTAINERS = 2000
-_MAX_EVENTS = 100_000
 _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
 
 
@@ -106,19 +107,6 @@ def _settings(ctx: CollectContext) -> DockerSettings:
     s = SPEC.read_settings(ctx.options.extra)
     return replace(s, host=s.host or os.environ.get("DOCKER_HOST"), call_timeout_s=max(0.2, s.call_timeout_s),
                    workers=max(1, min(s.workers, 32)), logs_tail=max(0, min(s.logs_tail, 100_000)))
-
-
-def _window_start(ctx: CollectContext) -> datetime:
-    if ctx.options.since is not None:
-        return ctx.options.since.astimezone(UTC)
-    return ctx.options.capture_start.astimezone(UTC) - timedelta(seconds=ctx.options.lookback_s)
-
-
-def _parse_docker_time(value: Any) -> datetime | None:
-    """``2026-11-30T05:31:14.123456789Z`` (nanoseconds) -> datetime; zero time -> None."""
-    if not isinstance(value, str) or is_zero_time(value):
-        return None
-    return parse_iso(value)
 
 
 class DockerCollector:
@@ -144,7 +132,7 @@ class DockerCollector:
             "call_timeout_s": settings.call_timeout_s,
             "top_ps_args": TOP_PS_ARGS,
             "stats": settings.stats,
-            "window_start": iso(_window_start(ctx)),
+            "window_start": iso(window_start(ctx)),
             "containers": {},
             "calls": [],
         }
@@ -168,12 +156,12 @@ class DockerCollector:
 
     def _collect(self, ctx: CollectContext, client: Any, pool: CallPool, budget_end: float,
                  index: dict[str, Any], settings: DockerSettings) -> None:
-        start = _window_start(ctx)
+        start = window_start(ctx)
         until = datetime.now(UTC)
         pool.submit("info", "engine", client.info)
         pool.submit("version", "engine", client.version)
         pool.submit("list", "containers", lambda: client.containers(all=True))
-        pool.submit("events", "engine", lambda: self._events(client, start, until, budget_end))
+        pool.submit("events", "engine", lambda: read_events(client, start, until, budget_end))
         first = {("info", "engine"), ("version", "engine"), ("list", "containers")}
         wave1 = {c.key: r for c, r in pool.wait(
             min(budget_end, time.monotonic() + 3 * pool_call_timeout(client)), only=first)}
@@ -185,7 +173,7 @@ class DockerCollector:
             ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
         if isinstance(version, dict):
             ctx.sink.write_json(dspec.VERSION, version)
-        essentials = _engine_essentials(info, version, index)
+        essentials = engine_essentials(info, version, index)
         ctx.sink.write_json(dspec.ENGINE, essentials)
         if essentials["engine"]:
             ctx.note(f"engine: {essentials['engine']} {essentials['server_version'] or ''}".rstrip())
@@ -205,13 +193,13 @@ class DockerCollector:
             # first: a one-shot stats call returns only at the engine's next stats tick (its
             # collector loop sleeps 1 s between ticks), so the wait overlaps every other call
             for c in chosen:
-                if c.get("State") in _RUNNING_STATES:
+                if c.get("State") in RUNNING_STATES:
                     pool.submit("stats", c["Id"],
                                 functools.partial(stats, client, c["Id"], stats_fallbacks), wide=True)
         images: set[str] = set()
         for c in chosen:
             cid = c["Id"]
-            running = c.get("State") in _RUNNING_STATES
+            running = c.get("State") in RUNNING_STATES
             pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
             if running:
                 pool.submit("top", cid, functools.partial(top, client, cid))
@@ -220,7 +208,7 @@ class DockerCollector:
                 images.add(img)
                 pool.submit("image", img, functools.partial(client.inspect_image, img))
         chosen_ids = {x["Id"] for x in chosen}
-        running_ids = {x["Id"] for x in chosen if x.get("State") in _RUNNING_STATES}
+        running_ids = {x["Id"] for x in chosen if x.get("State") in RUNNING_STATES}
         for c in listing:
             if isinstance(c, dict) and c.get("Id") not in chosen_ids:
                 index["containers"][str(c.get("Id"))] = {
@@ -249,7 +237,7 @@ class DockerCollector:
                 ctx.sink.write_json(dspec.container_member(subject, "inspect.json"), doc)
                 raw_state = doc.get("State")
                 state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
-                finished = _parse_docker_time(state.get("FinishedAt"))
+                finished = parse_docker_time(state.get("FinishedAt"))
                 # logs once inspect is here: it says whether the container has a TTY (how the
                 # stream is framed) and, for one not running, whether it ended in the window
                 if settings.logs_tail > 0 and (
@@ -297,28 +285,7 @@ class DockerCollector:
             call = pool.calls[("events", "engine")]
             index["events"] = {"complete": False, "error": call.error}
 
-        self._finish(ctx, chosen, inspects, image_docs, info, index, scratch)
-
-    def _events(self, client: Any, since: datetime, until: datetime, budget_end: float) -> list[Any]:
-        """``GET /events?since=&until=``: the engine streams past events, then closes.
-
-        The SDK's ``events()`` reads with no timeout at all (a frozen engine would hold it
-        forever), so the same request is made with the client's per-call read timeout.
-        """
-        out: list[Any] = []
-        # seconds.nanoseconds: a whole-second "until" in the future would hold the stream open
-        params = {"since": f"{since.timestamp():.9f}", "until": f"{until.timestamp():.9f}"}
-        response = client._get(client._url("/events"), params=params, stream=True,
-                               timeout=pool_call_timeout(client))
-        try:
-            client._raise_for_status(response)
-            for event in client._stream_helper(response, decode=True):
-                out.append(event)
-                if len(out) >= _MAX_EVENTS or time.monotonic() > budget_end:
-                    break
-        finally:
-            response.close()
-        return out
+        record_taken(ctx, chosen, inspects, image_docs, info, index, scratch)
 
     def _write_events(self, ctx: CollectContext, events: Any, call: Call,
                       index: dict[str, Any]) -> None:
@@ -330,7 +297,7 @@ class DockerCollector:
         # open per line cost more than every other member of the collector together
         ctx.sink.write_text(dspec.EVENTS,
                             "".join(dumps_json(ev) + "\n" for ev in lines))
-        index["events"] = {"complete": len(lines) < _MAX_EVENTS, "count": len(lines),
+        index["events"] = {"complete": len(lines) < MAX_EVENTS, "count": len(lines),
                            "error": None}
 
     @staticmethod
@@ -341,58 +308,6 @@ class DockerCollector:
         items = [c for c in listing if isinstance(c, dict) and isinstance(c.get("Id"), str)]
         items.sort(key=lambda c: -int(c.get("Created") or 0))
         return items[:_MAX_CONTAINERS]
-
-    def _finish(self, ctx: CollectContext, chosen: list[dict[str, Any]],
-                inspects: dict[str, dict[str, Any]], image_docs: dict[str, dict[str, Any]],
-                info: Any, index: dict[str, Any], scratch: dict[str, dict[str, Any]]) -> None:
-        start = _window_start(ctx)
-        allocations = []
-        pids: set[int] = set()
-        cgroup_paths: set[str] = set()
-        container_ids: list[str] = []
-        for c in chosen:
-            cid = c["Id"]
-            entry = index["containers"].setdefault(cid, {})
-            doc = inspects.get(cid)
-            state = (doc or {}).get("State") or {}
-            running = bool(state.get("Running")) or c.get("State") in _RUNNING_STATES
-            finished = _parse_docker_time(state.get("FinishedAt"))
-            created = _parse_docker_time((doc or {}).get("Created")) or (
-                datetime.fromtimestamp(int(c.get("Created") or 0), UTC))
-            if running:
-                entry["why"] = "running"
-            elif finished is not None and finished >= start:
-                entry["why"] = f"exited {iso(finished)} (in window)"
-            elif finished is None and created >= start:
-                entry["why"] = f"created {iso(created)}, never started (in window)"
-            elif doc is None:
-                entry["why"] = "inspect failed; kept because state is unknown"
-            else:
-                entry.update(taken=False, why="not running, ended before the window")
-                _drop_container_members(ctx, cid)
-                continue
-            entry["taken"] = True
-            entry["name"] = (c.get("Names") or [""])[0].lstrip("/")
-            container_ids.append(cid)
-            if doc is not None:
-                try:
-                    alloc = allocation_from_inspect(doc, image_docs.get(str(doc.get("Image"))),
-                                                    info if isinstance(info, dict) else None)
-                    allocations.append(alloc)
-                except ParseError as exc:
-                    ctx.note(f"allocation model for {cid[:12]}: {exc}")
-            seen = scratch.get(cid, {})
-            procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
-            if procs is not None or top_doc is not None:
-                processes = merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
-                ctx.sink.write_json(dspec.container_member(cid, "processes.json"), processes)
-                pids.update(int(p) for p in processes["pids"])
-                cgroup_paths.update(processes["cgroup_paths"].values())
-                entry["pids"] = len(processes["pids"])
-        ctx.sink.write_json(dspec.ALLOCATIONS, allocations_document(allocations))
-        PIDS.publish(ctx, sorted(pids))
-        CGROUP_PATHS.publish(ctx, sorted(cgroup_paths))
-        ctx.note(f"{len(container_ids)} containers taken, {len(pids)} container PIDs")
 
     # -- sampling ---------------------------------------------------------------------------------
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
@@ -432,7 +347,7 @@ class DockerCollector:
         try:
             since = ctx.options.capture_start.astimezone(UTC)
             until = datetime.now(UTC)
-            events = self._events(client, since, until, ctx.deadline - 1.0)
+            events = read_events(client, since, until, ctx.deadline - 1.0)
             ids: list[str] = []
             kept = redact_events([ev for ev in events if isinstance(ev, dict)], ctx)
             ctx.sink.write_text(dspec.WINDOW_EVENTS,
@@ -459,62 +374,6 @@ class DockerCollector:
             self._streams.clear()
             client.close()
             self._sample_client = None
-
-
-def _drop_container_members(ctx: CollectContext, cid: str) -> None:
-    """Containers outside the window were inspected only to learn that; keep the bundle lean."""
-    root = getattr(ctx.sink, "root", None)
-    if root is None:
-        return
-    directory = root / dspec.CONTAINERS_DIR / cid
-    members = getattr(ctx.sink, "members", None)
-    try:
-        files = [p for p in directory.rglob("*") if p.is_file()]
-    except OSError:
-        return
-    for path in files:
-        try:
-            size = path.stat().st_size
-            path.unlink()
-        except OSError:
-            continue
-        if isinstance(members, set):
-            members.discard(path.relative_to(root).as_posix())
-        if hasattr(ctx.sink, "bytes_written"):
-            ctx.sink.bytes_written -= size
-    for d in sorted((p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        with contextlib.suppress(OSError):
-            d.rmdir()
-    with contextlib.suppress(OSError):
-        directory.rmdir()
-
-
-def _engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dict[str, Any]:
-    info = info if isinstance(info, dict) else {}
-    version = version if isinstance(version, dict) else {}
-    runtimes = info.get("Runtimes") if isinstance(info.get("Runtimes"), dict) else {}
-    return {
-        "docker_host": index.get("docker_host"),
-        "engine": engine_product(version),
-        "name": info.get("Name"),
-        "server_version": version.get("Version") or info.get("ServerVersion"),
-        "api_version": version.get("ApiVersion"),
-        "min_api_version": version.get("MinAPIVersion"),
-        "os": info.get("OperatingSystem"),
-        "kernel_version": info.get("KernelVersion"),
-        "cgroup_version": info.get("CgroupVersion"),
-        "cgroup_driver": info.get("CgroupDriver"),
-        "storage_driver": info.get("Driver"),
-        "default_runtime": info.get("DefaultRuntime"),
-        "runtimes": {name: (v or {}).get("path") for name, v in sorted(runtimes.items())
-                     if isinstance(v, dict) or v is None},
-        "containers": {k: info.get(k) for k in ("Containers", "ContainersRunning",
-                                                  "ContainersPaused", "ContainersStopped")},
-        "ncpu": info.get("NCPU"),
-        "mem_total_bytes": info.get("MemTotal"),
-        "info_available": bool(info),
-        "version_available": bool(version),
-    }
 
 
 COLLECTOR = DockerCollector()

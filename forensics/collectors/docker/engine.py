@@ -1,12 +1,15 @@
 """The Docker Engine API calls the docker collector makes: connect (``/version``, ``/_ping``), ``top``,
-``logs``, one-shot ``stats`` and the streaming stats connection sampling keeps per container.
-Each takes the low-level ``APIClient``; the collector schedules them on its call pool."""
+``logs``, one-shot ``stats``, the streaming stats connection sampling keeps per container, and
+``events``; and ``engine_essentials``, what ``/info`` and ``/version`` say of the engine.
+Each call takes the low-level ``APIClient``; the collector schedules them on its call pool."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -23,8 +26,10 @@ from forensics.errors import (
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.specs.docker import DockerSettings
 
-__all__ = ["STATS_REQUEST", "StatsStream", "connect", "engine_product", "image_hex", "logs", "pool_call_timeout",
-           "stats", "top"]
+__all__ = ["MAX_EVENTS", "STATS_REQUEST", "StatsStream", "connect", "engine_essentials", "engine_product",
+           "image_hex", "logs", "pool_call_timeout", "read_events", "stats", "top"]
+
+MAX_EVENTS = 100_000
 
 def connect(settings: DockerSettings) -> Any:
     """The ``APIClient`` of ``docker.from_env`` (``DOCKER_HOST`` and TLS variables honoured,
@@ -183,3 +188,54 @@ def engine_product(version: Any) -> str | None:
     if any(isinstance(n, str) and "podman" in n.lower() for n in names):
         return "podman"
     return "docker"
+
+
+def read_events(client: Any, since: datetime, until: datetime, budget_end: float) -> list[Any]:
+    """``GET /events?since=&until=``: the engine streams past events, then closes.
+
+    The SDK's ``events()`` reads with no timeout at all (a frozen engine would hold it
+    forever), so the same request is made with the client's per-call read timeout.
+    """
+    out: list[Any] = []
+    # seconds.nanoseconds: a whole-second "until" in the future would hold the stream open
+    params = {"since": f"{since.timestamp():.9f}", "until": f"{until.timestamp():.9f}"}
+    response = client._get(client._url("/events"), params=params, stream=True,
+                           timeout=pool_call_timeout(client))
+    try:
+        client._raise_for_status(response)
+        for event in client._stream_helper(response, decode=True):
+            out.append(event)
+            if len(out) >= MAX_EVENTS or time.monotonic() > budget_end:
+                break
+    finally:
+        response.close()
+    return out
+
+
+def engine_essentials(info: Any, version: Any, index: Mapping[str, Any]) -> dict[str, Any]:
+    """``docker/engine.json``: the facts of ``/info`` and ``/version`` the analyzer reads first."""
+    info = info if isinstance(info, dict) else {}
+    version = version if isinstance(version, dict) else {}
+    runtimes = info.get("Runtimes") if isinstance(info.get("Runtimes"), dict) else {}
+    return {
+        "docker_host": index.get("docker_host"),
+        "engine": engine_product(version),
+        "name": info.get("Name"),
+        "server_version": version.get("Version") or info.get("ServerVersion"),
+        "api_version": version.get("ApiVersion"),
+        "min_api_version": version.get("MinAPIVersion"),
+        "os": info.get("OperatingSystem"),
+        "kernel_version": info.get("KernelVersion"),
+        "cgroup_version": info.get("CgroupVersion"),
+        "cgroup_driver": info.get("CgroupDriver"),
+        "storage_driver": info.get("Driver"),
+        "default_runtime": info.get("DefaultRuntime"),
+        "runtimes": {name: (v or {}).get("path") for name, v in sorted(runtimes.items())
+                     if isinstance(v, dict) or v is None},
+        "containers": {k: info.get(k) for k in ("Containers", "ContainersRunning",
+                                                  "ContainersPaused", "ContainersStopped")},
+        "ncpu": info.get("NCPU"),
+        "mem_total_bytes": info.get("MemTotal"),
+        "info_available": bool(info),
+        "version_available": bool(version),
+    }

@@ -17,7 +17,7 @@ from forensics.collectors.hostfs.cgroupns import NamespaceResolver
 from forensics.collectors.hostfs.files import describe_os_error, read_text
 from forensics.collectors.hostfs.mounts import cgroup_dirs
 from forensics.errors import ParseError
-from forensics.parsing.cgroupfs import CgroupMount
+from forensics.parsing.cgroup_mounts import CgroupMount
 from forensics.parsing.docker_top import parse_top
 from forensics.parsing.timestamps import parse_iso_unix
 

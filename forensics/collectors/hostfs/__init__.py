@@ -12,5 +12,6 @@ the resolver takes the collector's context (its settings). It imports no collect
 * :mod:`.proc`: one streaming scan of ``/proc/*/cgroup`` with attribution;
 * :mod:`.mounts`: the cgroup mounts (``/proc/self/mountinfo`` or the ``cgroups.root`` tree) and
   a cgroup path's directory in one of them;
-* :mod:`.cgroupns`: the ``cgroups.root`` option and namespace-relative path resolution.
+* :mod:`.cgroupns`: the ``cgroups.root`` option and namespace-relative path resolution;
+* :mod:`.netns`: each network namespace's ``net/dev`` per tick, kept open while its process lives.
 """

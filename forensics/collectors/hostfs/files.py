@@ -65,9 +65,17 @@ def check_socket(path: str, what: str) -> None:
         raise SourcePermissionDenied(f"permission denied: {path} (connecting needs write access; run as root)")
 
 
+_CHUNK = 65536
+# A seq_file (/proc/net/dev, /proc/diskstats, mountinfo, most cgroup files) gives at most its
+# page-sized buffer per read, short of the end when the next record does not fit: a read longer
+# than half a page may not be the whole file (records here are far shorter than half a page).
+_MAYBE_MORE = 2048
+
+
 class KeptFiles:
     """Files re-read on every sampling tick through descriptors kept open (one ``pread`` at offset
-    0 re-generates a kernel file); out of descriptors (EMFILE), a file is opened, read and closed."""
+    0 re-generates a kernel file; a long one is read on to its end, up to ``limit``); out of
+    descriptors (EMFILE), a file is opened, read and closed."""
 
     def __init__(self, limit: int = 65536) -> None:
         self.limit = limit
@@ -84,11 +92,30 @@ class KeptFiles:
                 return read_small(path, self.limit)
             self._fds[path] = fd
         try:
-            return os.pread(fd, self.limit, 0)
+            data = os.pread(fd, min(self.limit, _CHUNK), 0)  # never a limit-sized buffer per read
+            if len(data) <= _MAYBE_MORE or len(data) >= self.limit:
+                return data
+            parts, total = [data], len(data)
+            while total < self.limit:  # on from where the last read ended: the seq_file's next record
+                more = os.pread(fd, min(self.limit - total, _CHUNK), total)
+                if not more:
+                    break
+                parts.append(more)
+                total += len(more)
+            return b"".join(parts)
         except OSError:
             os.close(fd)
             del self._fds[path]
             raise
+
+    def forget(self, path: str) -> None:
+        """Close the descriptor kept for ``path`` (the next read opens it again)."""
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def descriptors(self) -> list[int]:
         """The descriptors kept open now (benchmarks compare against bare preads of them)."""

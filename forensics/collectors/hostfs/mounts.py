@@ -12,7 +12,7 @@ from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolve
 from forensics.collectors.hostfs.files import read_text
 from forensics.errors import ParseError
 from forensics.parsing.attribution import parse_proc_cgroup
-from forensics.parsing.cgroupfs import CgroupMount, parse_cgroup_mounts
+from forensics.parsing.cgroup_mounts import CgroupMount, parse_cgroup_mounts
 
 __all__ = ["MOUNTINFO", "cgroup_dir", "cgroup_dirs", "host_cgroup_mounts", "mountinfo_mounts", "resolver_mounts"]
 

@@ -3,8 +3,10 @@ not (and is ruled out), and hostile counters that must neither crash nor fire.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from forensics.analysis import build_model
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
 
@@ -178,3 +180,17 @@ class TestNetworkErrors:
         b.status["net"] = "ok"
         doc = analyze(b)
         assert not {r["kind"] for r in doc["ruled_out"]} & {"network-saturation", "network-errors"}
+
+
+def test_a_namespace_the_collector_named_unchanged_keeps_its_counters(tmp_path: Path) -> None:
+    b = BundleSpec()
+    b.status["net"] = "ok"
+    c = b.container("idle")
+    b.net_tick(T0, netns={"4026532577": {"pid": 10, "container_id": c,
+                                         "interfaces": {"eth0": {"rx_bytes": 7, "tx_bytes": 9}, "lo": {"rx_bytes": 1}}}})
+    for s in (1, 2):
+        b.add_jsonl("net/samples.jsonl", {"t": T0 + s, "tick": s, "interfaces": {}, "ib": {}, "disks": {},
+                                          "netns": {}, "netns_unchanged": [4026532577, 99], "rates": {}})
+    model = build_model([b.write(tmp_path)])
+    got = [(s.t - T0, s.name, s.counters, s.container_id) for s in model.net_samples if s.kind == "netns"]
+    assert got == [(float(s), "4026532577", {"rx_bytes": 7, "tx_bytes": 9}, c) for s in range(3)]  # 99: never written

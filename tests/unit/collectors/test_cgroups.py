@@ -167,7 +167,7 @@ def test_interpret_raises_only_parse_error() -> None:
     from hypothesis import strategies as st
 
     from forensics.errors import ParseError
-    from forensics.parsing.cgroupfs import _FILE_VALUES as _INTERPRET
+    from forensics.parsing.cgroup_files import _FILE_VALUES as _INTERPRET
     from tests.support.host_evidence import CGROUP_V2
 
     samples = [p.read_text() for p in sorted(CGROUP_V2.rglob("*")) if p.is_file()]
@@ -199,7 +199,7 @@ def test_hierarchy_mounted_with_a_non_root_view() -> None:
     """Inside a container, a cgroup mount shows only a subtree: paths outside it are skipped."""
     from forensics.collectors.cgroups import hierarchies
     from forensics.collectors.hostfs.mounts import cgroup_dir
-    from forensics.parsing.cgroupfs import parse_cgroup_mounts
+    from forensics.parsing.cgroup_mounts import parse_cgroup_mounts
 
     mounts = parse_cgroup_mounts(
         "30 1 0:27 /kubepods.slice /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"

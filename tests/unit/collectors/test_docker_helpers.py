@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.redact import Redactor
-from forensics.collectors.docker.docker import _parse_docker_time
 from forensics.collectors.docker.pids import container_processes, merge_pids
 from forensics.collectors.docker.redact import redact_container, redact_listing, redact_top
-from forensics.parsing.cgroupfs import parse_cgroup_mounts
+from forensics.collectors.docker.taken import parse_docker_time
+from forensics.parsing.cgroup_mounts import parse_cgroup_mounts
 
 CID = "1949ad951dca5b0e8155513647f7e531501f57d38c6cd0c2f60e40891dac83e1"
 MOUNTINFO_HYBRID = """\
@@ -100,10 +100,10 @@ def test_redaction_of_inspect_top_and_list() -> None:
 
 
 def test_docker_time() -> None:
-    t = _parse_docker_time("2026-11-30T05:31:14.123456789Z")
+    t = parse_docker_time("2026-11-30T05:31:14.123456789Z")
     assert t is not None and t.microsecond == 123456
-    assert _parse_docker_time("0001-01-01T00:00:00Z") is None
-    assert _parse_docker_time("garbage") is None
+    assert parse_docker_time("0001-01-01T00:00:00Z") is None
+    assert parse_docker_time("garbage") is None
 
 
 class _Resp:

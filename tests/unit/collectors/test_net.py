@@ -14,7 +14,7 @@ from forensics.capture.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.net import NetCollector
 from forensics.errors import ParseError
-from forensics.parsing import cgroupfs, netstat
+from forensics.parsing import cgroup_files, cgroup_io, netstat
 from tests.support.host_evidence import (
     DOCKER_ID,
     DOCKER_SCOPE,
@@ -159,18 +159,18 @@ def test_cgroup_block_io_files_are_read_and_parsed(tmp_path: Path) -> None:
 
 def test_v1_blkio_files_parse() -> None:
     text = "8:0 Read 4194304\n8:0 Write 0\n8:0 Sync 4194304\n8:0 Async 0\n8:0 Discard 0\n8:0 Total 4194304\nTotal 4194304\n"
-    assert cgroupfs.file_values(1, "blkio.throttle.io_service_bytes", text) == (
+    assert cgroup_files.file_values(1, "blkio.throttle.io_service_bytes", text) == (
         "io", {"service_bytes": {"8:0": {"read": 4194304, "write": 0, "sync": 4194304, "async": 0, "discard": 0,
                                          "total": 4194304}}})
-    assert cgroupfs.file_values(1, "blkio.throttle.read_bps_device", "8:0 1048576\n") == (
+    assert cgroup_files.file_values(1, "blkio.throttle.read_bps_device", "8:0 1048576\n") == (
         "io", {"read_bps_device": {"8:0": 1048576}})
-    assert cgroupfs.parse_blkio_stat("Total 0\n") == {}
+    assert cgroup_io.parse_blkio_stat("Total 0\n") == {}
 
 
 @pytest.mark.parametrize(("fn", "text"), [
-    (cgroupfs.parse_io_stat, "sda rbytes=1\n"), (cgroupfs.parse_io_stat, "8:0 rbytes\n"),
-    (cgroupfs.parse_io_stat, "8:0 rbytes=-x\n"), (cgroupfs.parse_io_max, "8:0 speed=9\n"),
-    (cgroupfs.parse_blkio_stat, "8:0 Sideways 4\n"), (cgroupfs.parse_blkio_limits, "8:0\n"),
+    (cgroup_io.parse_io_stat, "sda rbytes=1\n"), (cgroup_io.parse_io_stat, "8:0 rbytes\n"),
+    (cgroup_io.parse_io_stat, "8:0 rbytes=-x\n"), (cgroup_io.parse_io_max, "8:0 speed=9\n"),
+    (cgroup_io.parse_blkio_stat, "8:0 Sideways 4\n"), (cgroup_io.parse_blkio_limits, "8:0\n"),
     (netstat.parse_net_dev, "h\nh\neth0: 1 2 3\n"), (netstat.parse_net_dev, "h\nh\neth0 1\n"),
     (netstat.parse_diskstats, "8 0 sda 1 2\n"), (netstat.parse_speed_mbps, "fast"),
     (netstat.parse_ib_rate, "very fast"), (netstat.parse_ib_state, "ACTIVE"),
@@ -185,3 +185,98 @@ def test_ib_rate_and_speed_values() -> None:
     assert netstat.parse_ib_rate("2.5 Gb/sec (1X SDR)\n") == 2.5e9 / 8
     assert netstat.parse_ib_rate("100 Gb/sec (4X EDR)") == 12.5e9
     assert netstat.parse_speed_mbps("-1\n") is None and netstat.parse_speed_mbps("10000\n") == 10000
+
+
+def test_an_unchanged_namespace_is_named_not_repeated_and_its_rate_spans_the_idle_ticks(tmp_path: Path) -> None:
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"pids": [4242]})
+    collector = NetCollector(str(sys), str(proc))
+    t = time.time()
+    collector.sample(ctx, Tick(0, t))
+    collector.sample(ctx, Tick(1, t + 1.0))  # nothing moved
+    _proc(tmp_path, rx=100 + 2000, tx=200)  # the namespace's eth0 gets 1000 bytes (rx // 2)
+    collector.sample(ctx, Tick(2, t + 2.0))
+    collector.end_sampling(ctx)
+    first, idle, busy = read_jsonl(stage, "net/samples.jsonl")
+    assert "4026532577" in first["netns"] and "netns_unchanged" not in first
+    assert idle["netns"] == {} and idle["netns_unchanged"] == [4026532577]
+    assert idle["rates"]["netns"] == {}
+    assert busy["netns"]["4026532577"]["interfaces"]["eth0"]["rx_bytes"] == 1050
+    assert "netns_unchanged" not in busy
+    # against the counters last written (tick 0, the same at tick 1), over the last interval
+    assert busy["rates"]["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1000.0
+
+
+def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path) -> None:
+    """A seq_file gives at most a page per read: one pread of /proc/net/dev on a host with a few
+    dozen veths cut it mid-line. A real network namespace with 30 veth pairs (its net/dev about
+    8 KiB) is read through a kept descriptor, twice, and compared with a plain read."""
+    import shutil
+    import subprocess
+
+    from forensics.collectors.hostfs.files import KeptFiles
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare(1) and ip(8)")
+    child = subprocess.Popen(["unshare", "-n", "sh", "-c", "for i in $(seq 1 30); do ip link add gfa$i type veth "
+                              "peer name gfb$i || exit 1; done; echo ready; exec sleep 60"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        path = f"/proc/{child.pid}/net/dev"
+        whole = Path(path).read_bytes()
+        assert len(whole) > 4096 and whole.count(b"gfa") == 30
+        kept = KeptFiles(1 << 20)
+        try:
+            assert kept.read(path) == whole and kept.read(path) == whole  # the second pread starts at 0 again
+        finally:
+            kept.close()
+    finally:
+        child.kill()
+        child.wait()
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 100_000)
+    bounded = KeptFiles(70_000)
+    try:
+        assert bounded.read(str(big)) == b"x" * 70_000  # never past the limit
+    finally:
+        bounded.close()
+
+
+def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_it_exits() -> None:
+    """A real process in a network namespace of its own: its net/dev read through a kept
+    descriptor equals a fresh read; once it exits, the next tick's reap closes the descriptor
+    (nothing holds the namespace) and the read fails as for any vanished process. A namespace
+    the process is not in (a reused PID) is never kept."""
+    import shutil
+    import subprocess
+
+    from forensics.collectors.hostfs.netns import NamespaceFiles
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not hasattr(os, "pidfd_open"):
+        pytest.skip("needs root, unshare(1) and pidfd_open")
+    child = subprocess.Popen(["unshare", "-n", "sleep", "60"], stdin=subprocess.DEVNULL)
+    files = NamespaceFiles("/proc")
+    try:
+        own = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{child.pid}/ns/net") == own and time.monotonic() < deadline:
+            time.sleep(0.01)
+        link = os.readlink(f"/proc/{child.pid}/ns/net")
+        inode = int(link[5:-1])
+        assert files.read(child.pid, inode) == Path(f"/proc/{child.pid}/net/dev").read_bytes()
+        assert files.read(child.pid, inode).startswith(b"Inter-|") and len(files._kept) == 1
+        files.read(os.getpid(), inode + 1)
+        assert os.getpid() not in files._kept  # not the namespace discovery named: read, not kept
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while files._kept and time.monotonic() < deadline:
+            files.reap()
+            time.sleep(0.01)
+        assert files._kept == {} and files._files.descriptors() == []
+        with pytest.raises(OSError):
+            files.read(child.pid, inode)
+    finally:
+        child.kill()
+        child.wait()
+        files.close()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.errors import ParseError
-from forensics.parsing import cgroupfs
+from forensics.parsing import cgroup_mounts, cgroupfs, pressure
 from tests.support.env import need
 
 V2 = Path(__file__).resolve().parents[2] / "fixtures" / "cgroup" / "v2"
@@ -78,10 +78,10 @@ def test_oom_control() -> None:
 
 
 def test_pressure() -> None:
-    parsed = cgroupfs.parse_pressure((DOCKER / "cpu.pressure").read_text())
+    parsed = pressure.parse_pressure((DOCKER / "cpu.pressure").read_text())
     assert parsed.some.avg10_pct == 35.2 and parsed.some.total_usec == 9876543
     assert parsed.full is not None and parsed.full.avg300_pct == 10.0
-    host_cpu_old_kernel = cgroupfs.parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    host_cpu_old_kernel = pressure.parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
     assert host_cpu_old_kernel.full is None
 
 
@@ -92,7 +92,7 @@ def test_pressure() -> None:
 ])
 def test_bad_pressure(bad: str) -> None:
     with pytest.raises(ParseError):
-        cgroupfs.parse_pressure(bad)
+        pressure.parse_pressure(bad)
 
 
 def test_mountinfo_hybrid_and_v2() -> None:
@@ -102,20 +102,20 @@ def test_mountinfo_hybrid_and_v2() -> None:
         "34 31 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n"
         "35 23 0:5 / /proc rw - proc proc rw\n"
     )
-    mounts = cgroupfs.parse_cgroup_mounts(text)
+    mounts = cgroup_mounts.parse_cgroup_mounts(text)
     assert [(m.mount_point, m.version, m.controllers) for m in mounts] == [
         ("/sys/fs/cgroup/cpu,cpuacct", 1, ("cpu", "cpuacct")),
         ("/sys/fs/cgroup/memory", 1, ("memory",)),
         ("/sys/fs/cgroup/unified", 2, ()),
     ]
-    assert cgroupfs.cgroup_layout(mounts) == "hybrid"
-    assert cgroupfs.cgroup_layout(mounts[2:]) == "v2"
-    assert cgroupfs.cgroup_layout(mounts[:2]) == "v1"
+    assert cgroup_mounts.cgroup_layout(mounts) == "hybrid"
+    assert cgroup_mounts.cgroup_layout(mounts[2:]) == "v2"
+    assert cgroup_mounts.cgroup_layout(mounts[:2]) == "v1"
 
 
 def test_real_host_files_parse() -> None:
     """This host's own cgroup files (v1 hybrid here; v2 elsewhere) parse with our parsers."""
-    mounts = cgroupfs.parse_cgroup_mounts(Path("/proc/self/mountinfo").read_text())
+    mounts = cgroup_mounts.parse_cgroup_mounts(Path("/proc/self/mountinfo").read_text())
     need(bool(mounts), "a mounted cgroup filesystem")
     checked = 0
     for mount in mounts:
@@ -123,7 +123,7 @@ def test_real_host_files_parse() -> None:
             ("cpu.stat", lambda t, m=mount: cgroupfs.parse_cpu_stat(t, m.version)),
             ("memory.oom_control", cgroupfs.parse_oom_control),
             ("memory.usage_in_bytes", cgroupfs.parse_int),
-            ("cpu.pressure", cgroupfs.parse_pressure),
+            ("cpu.pressure", pressure.parse_pressure),
             ("memory.stat", cgroupfs.parse_flat_keyed),
         ):
             path = os.path.join(mount.mount_point, name)
@@ -132,7 +132,7 @@ def test_real_host_files_parse() -> None:
                 checked += 1
     for resource in ("cpu", "memory", "io"):
         if os.path.exists(f"/proc/pressure/{resource}"):
-            cgroupfs.parse_pressure(Path(f"/proc/pressure/{resource}").read_text())
+            pressure.parse_pressure(Path(f"/proc/pressure/{resource}").read_text())
             checked += 1
     assert checked > 0
 
@@ -141,8 +141,8 @@ PARSERS = [
     lambda t: cgroupfs.parse_cpu_stat(t, 2), lambda t: cgroupfs.parse_cpu_stat(t, 1),
     cgroupfs.parse_cpu_max, cgroupfs.parse_int, cgroupfs.parse_limit,
     cgroupfs.parse_v1_limit_bytes, cgroupfs.parse_v1_quota_usec, cgroupfs.parse_flat_keyed,
-    cgroupfs.parse_memory_events, cgroupfs.parse_oom_control, cgroupfs.parse_pressure,
-    cgroupfs.parse_cgroup_mounts, cgroupfs.pressure_values, cgroupfs.pressure_totals,
+    cgroupfs.parse_memory_events, cgroupfs.parse_oom_control, pressure.parse_pressure,
+    cgroup_mounts.parse_cgroup_mounts, pressure.pressure_values, pressure.pressure_totals,
 ]
 SAMPLES = [p.read_text() for p in sorted(V2.rglob("*")) if p.is_file()]
 
@@ -176,10 +176,10 @@ def test_non_text_raises_parse_error() -> None:
 
 def test_pressure_forms_agree() -> None:
     text = (DOCKER / "memory.pressure").read_text()
-    values = cgroupfs.pressure_values(text)
-    parsed = cgroupfs.parse_pressure(text)
+    values = pressure.pressure_values(text)
+    parsed = pressure.parse_pressure(text)
     assert values["some"]["total_usec"] == parsed.some.total_usec == 55555
-    assert cgroupfs.pressure_totals(text) == {"some_total_usec": 55555, "full_total_usec": 44444}
+    assert pressure.pressure_totals(text) == {"some_total_usec": 55555, "full_total_usec": 44444}
 
 
 @settings(max_examples=300, deadline=None)
@@ -190,8 +190,8 @@ def test_per_tick_pressure_totals_agree_with_the_full_parse(sample: str, at: int
     memory.events and memory.oom_control have one parser each, shared by snapshot and tick)."""
     text = sample[:at % (len(sample) + 1)] + insert + sample[at % (len(sample) + 1) + drop:]
     pairs = [
-        (lambda t: cgroupfs.pressure_totals(t),
-         lambda t: {f"{k}_total_usec": v["total_usec"] for k, v in cgroupfs.pressure_values(t).items()}),
+        (lambda t: pressure.pressure_totals(t),
+         lambda t: {f"{k}_total_usec": v["total_usec"] for k, v in pressure.pressure_values(t).items()}),
     ]
     for fast, slow in pairs:
         try:
