@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
+from forensics.analysis.events import CudaOom, LogSignal, LogTail, OomKill
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import (
     Loader,
@@ -22,18 +23,8 @@ from forensics.analysis.loaders.common import (
     dig,
     parse_time,
 )
-from forensics.analysis.model import (
-    UNKNOWN_ALLOCATION,
-    Container,
-    CpuSample,
-    CudaOom,
-    LogSignal,
-    LogTail,
-    MemorySample,
-    Model,
-    OomKill,
-    Process,
-)
+from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Process
+from forensics.analysis.samples import CpuSample, MemorySample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from forensics.analysis.events import GpuLostWitness, OomKill, XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, dig
-from forensics.analysis.model import GpuLostWitness, Model, OomKill, XidEvent
+from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg
