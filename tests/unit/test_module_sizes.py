@@ -23,7 +23,7 @@ PENDING = {
     "report/charts.py": "the capture-window marking (issue 14) is changing it",
     "ring/store.py": "the recorder costs work (issue 14) is changing it",
     "parsing/logsignals.py": "the container-logs work (issue 18) is changing it",
-    "analysis/rules/gpu_health.py": "the NVML faults work (issue 17) is changing it",
+    "record/live.py": "the triggers' live state (issue 15) has just landed and is still changing",
     "parsing/cgroupfs.py": "the cgroup I/O and network work (issue 21) is changing it",
     "collectors/docker/docker.py": "the Docker stats work (issue 21) is changing it",
 }
