@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forensics.collectors.kernel import _lines, derive  # noqa: E402
-from forensics.parsing import kmsg  # noqa: E402
+from forensics.parsing import kmsg, nvrm, oomkill  # noqa: E402
 
 OOM = [
     "4,{s},{t},-;python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
@@ -87,13 +87,13 @@ def main() -> None:
     parse_rate = rate("iter_kmsg (records)", n, time.perf_counter() - started, base)
 
     started = time.perf_counter()
-    tracker = kmsg.OomTracker()
+    tracker = oomkill.OomTracker()
     ooms = xids = n = 0
     for record in kmsg.iter_kmsg(_lines(raw)):
         n += 1
         ooms += tracker.feed(record) is not None
-        xids += kmsg.parse_xid(record) is not None
-        kmsg.parse_driver_message(record)
+        xids += nvrm.parse_xid(record) is not None
+        nvrm.parse_driver_message(record)
     rate("records + OOM + Xid + driver parsers", n, time.perf_counter() - started, base)
     print(f"  found {ooms} OOM kills, {xids} Xid events")
 
@@ -109,10 +109,10 @@ def main() -> None:
     print(f"  records.jsonl would be {written[0] / 1e6:.1f} MB")
 
     tracemalloc.start()
-    tracker = kmsg.OomTracker()
+    tracker = oomkill.OomTracker()
     for record in kmsg.iter_kmsg(_lines(raw)):
         tracker.feed(record)
-        kmsg.parse_xid(record)
+        nvrm.parse_xid(record)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     print(f"streaming parse peak Python memory: {peak / 1024:.0f} KiB for a "

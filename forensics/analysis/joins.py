@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.findings import Evidence, Subject
-from forensics.analysis.model import UNKNOWN_ALLOCATION, GpuAllocation, Model, Pod, ProcessGpuSample
+from forensics.analysis.model import UNKNOWN_ALLOCATION, GpuAllocation, Model, Pod
+from forensics.analysis.samples import ProcessGpuSample
 
 __all__ = ["ActiveOwners", "Joins", "Owner", "owner_of", "pod_allocation", "resolve_joins"]
 

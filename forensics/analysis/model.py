@@ -1,7 +1,8 @@
 """The analysis model: entities and one timeline, built from bundles only.
 
-Entities (GPU, process, container, pod, node) are frozen records; samples and events carry unix
-seconds (``t``) and the evidence they were read from. :class:`Model` holds them, keyed by node,
+Entities (GPU, process, container, pod, node) are frozen records; samples
+(forensics/analysis/samples.py) and events (forensics/analysis/events.py) carry unix seconds
+(``t``) and the evidence they were read from. :class:`Model` holds them, keyed by node,
 plus what is known about which sources were present (collector status) and the limitations met.
 Loaders (forensics/analysis/loaders/) fill it; then :func:`forensics.analysis.joins.resolve_joins`
 links PID -> cgroup -> container -> pod -> GPU allocation once, into ``Model.joins``, which rules,
@@ -13,38 +14,41 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from forensics.analysis.findings import Evidence, EvidenceRef, Subject
-from forensics.parsing.logsignals.line import Signal
+from forensics.analysis.events import (
+    CudaOom,
+    GpuHealthReading,
+    GpuLostWitness,
+    LogSignal,
+    LogTail,
+    OomKill,
+    XidEvent,
+)
+from forensics.analysis.findings import Evidence, Subject
+from forensics.analysis.samples import (
+    CpuSample,
+    ExporterAttribution,
+    GpuSample,
+    IoSample,
+    MemorySample,
+    NetSample,
+    ProcessGpuSample,
+    PsiSample,
+)
 
 if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
     from forensics.analysis.joins import Joins
 
 __all__ = [
     "Container",
-    "CpuSample",
-    "CudaOom",
-    "ExporterAttribution",
     "Gpu",
     "GpuAllocation",
-    "GpuHealthReading",
-    "GpuLostWitness",
-    "GpuSample",
-    "IoSample",
-    "LogSignal",
-    "LogTail",
-    "NetSample",
-    "MemorySample",
     "Model",
     "NodeInfo",
-    "OomKill",
     "Pod",
     "Process",
-    "ProcessGpuSample",
-    "PsiSample",
     "ShareContract",
-    "XidEvent",
 ]
 
 
@@ -67,53 +71,6 @@ class Gpu:
 
     def subject(self) -> Subject:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
-
-
-class GpuSample(NamedTuple):
-    """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...)."""
-
-    node: str
-    gpu_uuid: str
-    t: float
-    util_gpu_pct: float | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    clocks_event_reasons: int | None
-    temperature_c: float | None
-    power_w: float | None
-    ref: EvidenceRef
-
-    @property
-    def evidence(self) -> Evidence:
-        return self.ref.evidence
-
-
-class ProcessGpuSample(NamedTuple):
-    """One process on one GPU at time t (nvmlDeviceGetComputeRunningProcesses + GetProcessUtilization)."""
-
-    node: str
-    gpu_uuid: str
-    pid: int
-    t: float
-    used_memory_bytes: int | None
-    sm_util_pct: float | None
-    ref: EvidenceRef  # the NVML line (shared by every process of that line)
-    proc_index: int = -1  # index in the line's ``processes`` list, -1 when not listed
-    util_index: int = -1  # index of its nvmlDeviceGetProcessUtilization sample, -1 when none
-    mig_uuid: str | None = None  # the MIG device it ran on, when the GPU is in MIG mode
-
-    @property
-    def evidence(self) -> Evidence:
-        paths: list[tuple[str | int, ...]] = []
-        if self.proc_index >= 0:
-            paths.append(("processes", self.proc_index))
-        if self.util_index >= 0:
-            paths.append(("nvml", "nvmlDeviceGetProcessUtilization", "value", self.util_index))
-        if not paths or self.ref.paths:
-            return self.ref.evidence
-        r = self.ref
-        return EvidenceRef(r.bundle, r.member, r.line, r.payload, tuple(paths), r.pointer, r.source,
-                           r.offset).evidence
 
 
 @dataclass(frozen=True)
@@ -223,142 +180,6 @@ class Pod:
         return sum(n for _, n in self.gpu_limits)
 
 
-class CpuSample(NamedTuple):
-    """Cumulative CFS counters of one container (cgroup cpu.stat or Docker stats throttling_data)."""
-
-    node: str
-    container_id: str
-    t: float
-    nr_periods: int
-    nr_throttled: int
-    throttled_usec: int | None
-    ref: EvidenceRef
-    quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
-
-    @property
-    def evidence(self) -> Evidence:
-        return _quoting(self.ref, self.quote)
-
-
-class MemorySample(NamedTuple):
-    """Memory use of one container (cgroup memory.current / memory.usage_in_bytes)."""
-
-    node: str
-    container_id: str
-    t: float
-    memory_bytes: int
-    limit_bytes: int | None
-
-
-class PsiSample(NamedTuple):
-    """A PSI reading (/proc/pressure/<resource> or <cgroup>/<resource>.pressure); scope ``host`` or a container id."""
-
-    node: str
-    scope: str
-    resource: str
-    t: float
-    some_avg10_pct: float
-    full_avg10_pct: float | None
-    ref: EvidenceRef
-    quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
-    from_counters: bool = False  # the pcts are an interval's stall share from total_usec counters
-
-    @property
-    def evidence(self) -> Evidence:
-        return _quoting(self.ref, self.quote)
-
-
-class IoSample(NamedTuple):
-    """Block IO of one container at ``t``: per device (``MAJ:MIN``) bytes read and written
-    (cgroup v2 ``io.stat`` rbytes/wbytes, v1 ``blkio.throttle.io_service_bytes`` Read/Write)."""
-
-    node: str
-    container_id: str
-    t: float
-    devices: dict[str, tuple[int, int]]
-    ref: EvidenceRef
-    quote: tuple[tuple[str | int, ...], ...] = ()
-
-    @property
-    def evidence(self) -> Evidence:
-        return _quoting(self.ref, self.quote)
-
-
-class NetSample(NamedTuple):
-    """Counters of one link at ``t``: ``kind`` ``nic`` (an interface of the node, ``/proc/net/dev``),
-    ``ib`` (an InfiniBand/RoCE port ``dev/port``, data counters turned into bytes) or ``netns`` (a
-    container's network namespace, its interfaces summed, loopback left out). ``link_bytes_per_s``
-    is the link rate (NIC speed, IB rate) when known; ``state`` the operstate or IB port state."""
-
-    node: str
-    kind: str
-    name: str
-    t: float
-    counters: dict[str, int]
-    link_bytes_per_s: float | None
-    state: str | None
-    container_id: str | None
-    ref: EvidenceRef
-
-    @property
-    def evidence(self) -> Evidence:
-        return self.ref.evidence
-
-
-@dataclass(frozen=True)
-class OomKill:
-    """An OOM kill: kernel log sequence, Docker ``oom`` event / State.OOMKilled, or Kubernetes OOMKilled."""
-
-    node: str
-    t: float | None
-    pid: int | None
-    comm: str | None
-    container_id: str | None
-    pod_uid: str | None
-    global_oom: bool
-    usage_bytes: int | None
-    limit_bytes: int | None
-    task_memcg: str | None
-    source: str  # kernel | docker | cri | kubernetes | prometheus
-    evidence: tuple[Evidence, ...]
-    k8s_container_name: str | None = None
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    """An NVRM Xid from the kernel log or an NVML XidCriticalError event."""
-
-    node: str
-    t: float | None
-    code: int
-    pci_bus_id: str | None
-    gpu_uuid: str | None
-    pid: int | None
-    proc_name: str | None
-    text: str
-    evidence: Evidence
-
-
-class ExporterAttribution(NamedTuple):
-    """Whom dcgm-exporter named for a GPU at one Prometheus step (its ``pod``/``namespace``/``container``
-    labels, from the kubelet's pod-resources API), with the GPU's utilization then; None: no pod named."""
-
-    node: str
-    gpu_uuid: str
-    t: float
-    util_pct: float
-    namespace: str | None
-    pod: str | None
-    container: str | None
-    pod_uid: str | None
-    ref: EvidenceRef
-    step_s: float
-
-    @property
-    def evidence(self) -> Evidence:
-        return self.ref.evidence
-
-
 @dataclass(frozen=True)
 class ShareContract:
     """What a container was allowed when it shares a GPU by design: a device plugin's time-slicing or
@@ -382,44 +203,6 @@ class ShareContract:
 
     def covers(self, gpu_uuid: str) -> bool:
         return not self.gpus or gpu_uuid in self.gpus
-
-
-@dataclass(frozen=True)
-class GpuLostWitness:
-    """One witness that a GPU left the bus: an Xid 79 record (``kernel-xid``), a driver message naming
-    the PCI address without an Xid number (``kernel-nvrm``, its continuation records joined), an NVML
-    XidCriticalError 79 event (``nvml-event``) or an NVML call answering GpuIsLost (``nvml``)."""
-
-    node: str
-    t: float | None
-    pci_bus_id: str | None
-    gpu_uuid: str | None
-    source: str
-    text: str
-    evidence: tuple[Evidence, ...]
-    gpu_index: int | None = None  # NVML's index, for a device lost before its UUID was read
-
-
-@dataclass(frozen=True)
-class GpuHealthReading:
-    """A GPU's health counters at one moment (``phase``: ``start`` = the snapshot, ``end`` = the reading
-    after sampling): ``counters`` name -> value (None when NVML did not give it), from
-    nvmlDeviceGetTotalEccErrors, GetRetiredPages(_v2), GetRetiredPagesPendingStatus, GetRemappedRows,
-    GetPcieReplayCounter, the PCIe link width/generation, NVLink state and error counters per link
-    (``nvlink_<link>_<counter>``) and the recovery action field; ``evidence`` per counter name."""
-
-    node: str
-    gpu_uuid: str
-    t: float | None
-    phase: str
-    counters: tuple[tuple[str, int | None], ...]
-    evidence: tuple[tuple[str, Evidence], ...]
-
-    def get(self, name: str) -> int | None:
-        return next((v for k, v in self.counters if k == name), None)
-
-    def cite(self, name: str) -> Evidence | None:
-        return next((e for k, e in self.evidence if k == name), None)
 
 
 @dataclass(frozen=True)
@@ -451,40 +234,6 @@ class DStateHolder:
     devices: tuple[str, ...]
     t: float | None
     evidence: Evidence
-
-
-@dataclass(frozen=True)
-class CudaOom:
-    """A CUDA out-of-memory message in a container's log."""
-
-    node: str
-    t: float | None
-    container_id: str
-    text: str
-    evidence: Evidence
-
-
-@dataclass(frozen=True)
-class LogSignal:
-    """One signal of a container's or pod's own log (:mod:`forensics.parsing.logsignals`)."""
-
-    node: str
-    container_id: str | None
-    pod_key: str | None
-    signal: Signal
-    evidence: Evidence
-
-
-@dataclass(frozen=True)
-class LogTail:
-    """Where one log ends: its last timestamped line (``t`` None when no line had a timestamp)."""
-
-    node: str
-    container_id: str | None
-    pod_key: str | None
-    member: str
-    t: float | None
-    evidence: Evidence | None
 
 
 @dataclass
@@ -674,14 +423,6 @@ class Model:
     @cached_property
     def _gpu_sample_counts(self) -> Counter[str]:
         return Counter(s.node for s in self.gpu_samples)
-
-
-def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evidence:
-    """The evidence of ``ref``, quoting ``quote`` paths when the reference itself names none."""
-    if not quote or ref.paths:
-        return ref.evidence
-    return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
-                       ref.offset).evidence
 
 
 def norm_pci(pci: str) -> str:

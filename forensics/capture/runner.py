@@ -4,7 +4,7 @@ Why child processes: an NVML call can sleep uninterruptibly once a GPU has falle
 a wedged Docker or Kubernetes daemon can hold a socket forever. A thread cannot be stopped; a
 process group can be killed. Each child writes its evidence straight into the staging directory,
 so what it wrote before it was killed is kept, and reports its status, notes, hints and
-redaction counts to the parent over a pipe.
+redaction counts to the parent over a pipe (the children themselves: forensics/capture/children.py).
 
 Phases: snapshots, one collector after another in order of volatility (hints flow from earlier
 collectors to later ones); then, with ``--duration``, one sampling child per collector that can
@@ -13,52 +13,38 @@ failed, and on SIGINT/SIGTERM from whatever was collected, marked interrupted.
 
 Nothing outlives the capture: every child is set to die with it (forensics/capture/lifeline.py),
 and a capture starts by removing the staging directories, partial archives and name reservations
-that captures killed earlier left in its output directory (forensics/bundle/leftovers.py).
+that captures killed earlier left in its output directory (forensics/bundle/leftovers.py). The
+bundle's name is reserved, and the host named in the manifest, by forensics/capture/naming.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
-import select
 import signal
-import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.bundle.format import bundle_stem, iso, iso_from_unix, utc_now
-from forensics.bundle.leftovers import owner_token, sweep_abandoned
+from forensics.bundle.format import iso, iso_from_unix, utc_now
+from forensics.bundle.leftovers import sweep_abandoned
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
+from forensics.capture.children import Child, ChildPool, classify, one_line
 from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
-from forensics.capture.lifeline import enter_child
+from forensics.capture.naming import history_host, host_identity, reserve_name
 from forensics.capture.registry import load_collectors, not_selected
-from forensics.errors import (
-    CaptureError,
-    CollectorError,
-    SourcePermissionDenied,
-    SourceTimeout,
-    SourceUnavailable,
-    UsageError,
-    sentence,
-)
+from forensics.errors import SourcePermissionDenied, SourceUnavailable, UsageError
 from forensics.humanize import format_bytes
 from forensics.ring import load_key, resolve_ring_dir
 from forensics.specs import ring as ring_spec
-from forensics.specs import spec_named
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
 
-_NAME_WAIT_TRIES = 5  # seconds waited at most for a free bundle name
-
-_RESULT_CAP = 8 << 20  # bytes a child may report over its pipe
 _GRACE_S = 5.0
 _MIN_SLOT_S = 2.0  # seconds of --timeout kept back for each collector still to run
 
@@ -96,39 +82,6 @@ class CaptureResult:
     interrupted: bool
 
 
-@dataclass
-class _Child:
-    name: str
-    pid: int
-    fd: int
-    deadline: float
-    started_mono: float
-    buf: bytearray = field(default_factory=bytearray)
-    done: bool = False
-
-
-def _one_line(exc: BaseException) -> str:
-    """An unexpected exception as one line: its type, then its text as a sentence."""
-    text = sentence(str(exc))
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _classify(exc: BaseException) -> tuple[str, str]:
-    """(status, error) of a collector's exception; the error is a sentence (no Python reprs)."""
-    if isinstance(exc, SourcePermissionDenied):
-        msg = sentence(str(exc))
-        return "unavailable", msg if msg.lower().startswith("permission denied") else f"permission denied: {msg}"
-    if isinstance(exc, SourceUnavailable):
-        return "unavailable", sentence(str(exc)) or "source unavailable"
-    if isinstance(exc, PermissionError):
-        return "unavailable", f"permission denied: {exc.filename or sentence(str(exc))}"
-    if isinstance(exc, SourceTimeout):
-        return "failed", f"timed out: {sentence(str(exc))}"
-    if isinstance(exc, CollectorError):
-        return "failed", sentence(str(exc))
-    return "failed", _one_line(exc)
-
-
 def _staged_files(root: Path) -> set[str]:
     out = set()
     for dirpath, _dirs, files in os.walk(root):
@@ -162,8 +115,7 @@ class _Runner:
         self.hints: dict[str, list[Any]] = {}
         self.records: dict[str, CollectorRecord] = {}
         self.interrupted = False
-        self.children: dict[int, _Child] = {}
-        self.unreaped: list[str] = []
+        self.pool = ChildPool(lambda: self.interrupted)
         self.start_mono = time.monotonic()
         self.global_deadline = self.start_mono + options.timeout_s + options.duration_s
 
@@ -171,123 +123,6 @@ class _Runner:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.interrupted = True
         self.progress(f"{signal.Signals(signum).name}: finishing the bundle from what was collected")
-
-    # -- child processes --------------------------------------------------------------------
-    def _spawn(self, name: str, deadline: float, body: Callable[[], dict[str, Any]]) -> _Child:
-        r, w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 0
-            try:
-                enter_child(parent)  # first: a SIGKILLed capture takes its collectors with it
-                os.close(r)
-                try:
-                    result = body()
-                except BaseException as exc:  # noqa: BLE001 - the child reports everything
-                    status, error = _classify(exc)
-                    result = {"status": status, "error": error}
-                    if os.environ.get("GPUFORENSICS_DEBUG"):
-                        result["traceback"] = traceback.format_exc()
-                data = json.dumps(result, default=str).encode()[:_RESULT_CAP]
-                view = memoryview(data)
-                while view:
-                    n = os.write(w, view)
-                    view = view[n:]
-            except BaseException:  # noqa: BLE001
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(w)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
-        child = _Child(name=name, pid=pid, fd=r, deadline=deadline, started_mono=time.monotonic())
-        self.children[r] = child
-        return child
-
-    def _kill(self, child: _Child) -> None:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(child.pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def _wait_all(self, on_done: Callable[[_Child, dict[str, Any] | None, str | None], None],
-                  on_wait: Callable[[], None] | None = None) -> None:
-        """Wait for every running child; kill those past their deadline or on interrupt.
-        ``on_wait`` runs at least every 0.25 s while they run (the live progress line)."""
-        while self.children:
-            if on_wait is not None:
-                on_wait()
-            now = time.monotonic()
-            fds = list(self.children)
-            wait = max(0.0, min(min(c.deadline for c in self.children.values()) - now, 0.25))
-            try:
-                ready, _, _ = select.select(fds, [], [], wait)
-            except InterruptedError:
-                ready = []
-            for fd in ready:
-                child = self.children[fd]
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except OSError:
-                    chunk = b""
-                if chunk:
-                    if len(child.buf) < _RESULT_CAP:
-                        child.buf.extend(chunk)
-                    continue
-                self._finish(child, None, on_done)
-            now = time.monotonic()
-            for child in list(self.children.values()):
-                if self.interrupted:
-                    self._kill(child)
-                    self._finish(child, "interrupted (capture stopped by signal)", on_done)
-                elif now >= child.deadline:
-                    self._kill(child)
-                    limit = child.deadline - child.started_mono
-                    self._finish(child, f"timed out after {limit:.1f} s (killed)", on_done)
-
-    def _reap(self, child: _Child, patience_s: float = 2.0) -> int:
-        """Reap the child, but never wait long: a process in uninterruptible sleep (NVML after a
-        GPU fell off the bus) survives SIGKILL until the kernel lets go, and capture must finish."""
-        end = time.monotonic() + patience_s
-        while True:
-            try:
-                pid, status = os.waitpid(child.pid, os.WNOHANG)
-            except ChildProcessError:
-                return 0
-            if pid:
-                return status
-            if time.monotonic() >= end:
-                self._kill(child)
-                self.unreaped.append(child.name)
-                return -1
-            time.sleep(0.02)
-
-    def _finish(self, child: _Child, killed_reason: str | None,
-                on_done: Callable[[_Child, dict[str, Any] | None, str | None], None]) -> None:
-        self.children.pop(child.fd, None)
-        os.close(child.fd)
-        status = self._reap(child)
-        result: dict[str, Any] | None = None
-        error = killed_reason
-        if status == -1 and killed_reason is None:
-            killed_reason = "collector process did not exit (uninterruptible sleep?); left behind, not reaped"
-        if killed_reason is None:
-            try:
-                result = json.loads(bytes(child.buf)) if child.buf else None
-            except ValueError:
-                result = None
-            if result is None:
-                if os.WIFSIGNALED(status):
-                    error = f"collector process died from signal {signal.Signals(os.WTERMSIG(status)).name}"
-                else:
-                    error = f"collector process exited with status {os.WEXITSTATUS(status)} without a result"
-        on_done(child, result, error)
 
     # -- phases -----------------------------------------------------------------------------
     def _select(self) -> list[Any]:
@@ -351,12 +186,12 @@ class _Runner:
                 try:
                     collector.snapshot(ctx)
                 except BaseException as exc:
-                    status, error = _classify(exc)
+                    status, error = classify(exc)
                     return self._child_result(ctx, status, error)
                 status = "partial" if ctx.partial_reasons else "ok"
                 return self._child_result(ctx, status, "; ".join(ctx.partial_reasons) or None)
 
-            def done(child: _Child, result: dict[str, Any] | None, error: str | None,
+            def done(child: Child, result: dict[str, Any] | None, error: str | None,
                      rec: CollectorRecord = rec, before: set[str] = before) -> None:
                 rec.duration_s = time.monotonic() - child.started_mono
                 if result is not None:
@@ -369,8 +204,8 @@ class _Runner:
                     rec.error = error
                 self.roots[rec.name] = {m.split(os.sep, 1)[0] for m in _staged_files(sink.root) - before}
 
-            self._spawn(collector.name, kill_at, body)
-            self._wait_all(done)
+            self.pool.spawn(collector.name, kill_at, body)
+            self.pool.wait_all(done)
 
     def _sampling_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
         samplers = [
@@ -406,24 +241,24 @@ class _Runner:
                         collector.sample(ctx, Tick(index=index, time_unix=time.time()))
                         ticks += 1
                     except (SourceUnavailable, SourcePermissionDenied) as exc:
-                        fatal = _classify(exc)[1]
+                        fatal = classify(exc)[1]
                         break
                     except Exception as exc:  # noqa: BLE001 - one bad tick is recorded, not fatal
                         if len(errors) < 20:
-                            errors.append(f"tick {index}: {_one_line(exc)}")
+                            errors.append(f"tick {index}: {one_line(exc)}")
                     index += 1
                 end = getattr(collector, "end_sampling", None)
                 if callable(end):
                     try:
                         end(ctx)
                     except Exception as exc:  # noqa: BLE001
-                        errors.append(f"end of sampling: {_one_line(exc)}")
+                        errors.append(f"end of sampling: {one_line(exc)}")
                 errors.extend(f"partial: {r}" for r in ctx.partial_reasons[:20])
                 res = self._child_result(ctx, "ok", None)
                 res["sampling"] = {"ticks": ticks, "errors": errors, "stopped": fatal}
                 return res
 
-            self._spawn(collector.name, deadline, body)
+            self.pool.spawn(collector.name, deadline, body)
 
         ticks = int(duration // interval) + 1
         shown = [""]
@@ -432,12 +267,12 @@ class _Runner:
             elapsed = min(time.monotonic() - window_start, duration)
             due = min(int(elapsed // interval) + 1, ticks)
             line = (f"sampling: {elapsed:.0f} s of {duration:g} s, {duration - elapsed:.0f} s left, "
-                    f"tick {due} of {ticks}, {len(self.children)} of {len(samplers)} samplers running")
+                    f"tick {due} of {ticks}, {len(self.pool.children)} of {len(samplers)} samplers running")
             if line != shown[0]:
                 shown[0] = line
                 self.live(line)
 
-        def done(child: _Child, result: dict[str, Any] | None, error: str | None) -> None:
+        def done(child: Child, result: dict[str, Any] | None, error: str | None) -> None:
             rec = self.records[child.name]
             if result is not None:
                 self._merge_result(rec, result)
@@ -452,7 +287,7 @@ class _Runner:
                 rec.error = "; ".join(x for x in (rec.error, f"sampling: {error}") if x)
             rec.duration_s += time.monotonic() - child.started_mono
 
-        self._wait_all(done, live_line)
+        self.pool.wait_all(done, live_line)
 
     def _context(self, name: str, sink: EvidenceSink, hints: dict[str, list[Any]], deadline: float) -> CollectContext:
         self.redactor.counts.clear()  # in the child: count only this collector's redactions
@@ -478,7 +313,7 @@ class _Runner:
     def run(self) -> CaptureResult:
         hostname = history_host(self.options)
         self._sweep()
-        started, reservation = self._reserve_name(hostname)
+        started, reservation = reserve_name(self.out_dir, hostname)
         try:
             writer = BundleWriter(self.out_dir, hostname, when=started)
         except BaseException:
@@ -493,9 +328,9 @@ class _Runner:
                 if self.options.duration_s > 0:
                     self._sampling_phase(chosen, writer.sink)
             finally:
-                for child in list(self.children.values()):
-                    self._kill(child)
-                    self._finish(child, "interrupted", lambda *_: None)
+                for child in list(self.pool.children.values()):
+                    self.pool.kill(child)
+                    self.pool.finish(child, "interrupted", lambda *_: None)
             finished = utc_now()
             self.live("")
             for line in self._summary(writer.sink.root):
@@ -537,47 +372,12 @@ class _Runner:
             lines.append(f"{rec.name:<13} {rec.status:<12} {members:>5} members {written:>10}{sampled}{error}")
         return lines
 
-    def _reserve_name(self, hostname: str) -> tuple[Any, Path | None]:
-        """The capture's start time and a reservation of its bundle name.
-
-        Names have one-second resolution. A name already taken (a capture earlier this second)
-        or reserved (one running now, started this same second: two alerts firing together)
-        moves this capture to the next second, so the name still tells when it started and the
-        other capture's bundle is neither replaced nor lost at the final rename. The reservation
-        is a ``.<name>.reserved`` file in the output directory holding its owner's token, removed at
-        the end.
-        """
-        started = utc_now()
-        for _ in range(_NAME_WAIT_TRIES):
-            final = self.out_dir / f"{bundle_stem(hostname, started)}.tgz"
-            if not final.exists():
-                mark = final.with_name(f".{final.name}.reserved")
-                try:
-                    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    try:  # who holds it: a capture killed later leaves it for the next to remove
-                        os.write(fd, (owner_token() + "\n").encode("ascii"))
-                    except OSError:  # full disk: an empty reservation still reserves the name
-                        pass
-                    finally:
-                        os.close(fd)
-                except FileExistsError:
-                    pass
-                except OSError:  # not writable: BundleWriter says so in its own words
-                    return started, None
-                else:
-                    return started, mark
-            time.sleep(1.0 - started.microsecond / 1e6)
-            started = utc_now()
-        # refuse now rather than collect for the whole window and fail at the final rename
-        raise CaptureError(f"refusing to overwrite existing bundles: no free bundle name in {self.out_dir} "
-                           f"after {_NAME_WAIT_TRIES} s; use another --output directory")
-
     def _manifest(self, hostname: str, started: Any, finished: Any) -> dict[str, Any]:
         opts = self.options
         own = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
-            "host": _host_identity(hostname, opts.node_name or os.environ.get("NODE_NAME") or None),
+            "host": host_identity(hostname, opts.node_name or os.environ.get("NODE_NAME") or None),
             "capture": {
                 "started": iso(started),
                 "finished": iso(finished),
@@ -591,7 +391,7 @@ class _Runner:
                 "timeout_s": opts.timeout_s,
                 "argv": self.redactor.argv(list(opts.argv)),
                 "interrupted": self.interrupted,
-                "unreaped_collector_processes": self.unreaped,
+                "unreaped_collector_processes": self.pool.unreaped,
                 "removed_leftovers": self.swept,
                 "uid": os.getuid(),
                 "euid": os.geteuid(),
@@ -608,40 +408,6 @@ class _Runner:
             "redaction": self.redactor.summary(),
             **({"trigger": opts.trigger} if opts.trigger is not None else {}),
         }
-
-
-def _read_first_line(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.readline().strip() or None
-    except OSError:
-        return None
-
-
-def history_host(opts: CaptureOptions) -> str:
-    """The bundle's host: this machine, except when ``--only`` names remote sources alone (their spec
-    says ``remote``: Prometheus asked about ``--node N`` from anywhere, a laptop included) and
-    ``--node N`` is given: then it is N's bundle."""
-    specs = [spec_named(name) for name in opts.only]
-    if opts.only and opts.node_name and all(s is not None and s.remote for s in specs):
-        return opts.node_name
-    return socket.gethostname()
-
-
-def _host_identity(hostname: str, node_name: str | None) -> dict[str, Any]:
-    """``node_name``: the Kubernetes node (``--node``, ``$NODE_NAME``); in a pod the host name is
-    the pod's name, so the analysis names the node by this when it is known. ``captured_from``: the
-    machine that asked, when the bundle is another node's (history of remote sources alone)."""
-    here = socket.gethostname()
-    return {
-        "hostname": hostname,
-        **({"captured_from": here} if here != hostname else {}),
-        "node_name": node_name,
-        "machine_id": _read_first_line("/etc/machine-id"),
-        "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
-        "captured_at_unix": round(time.time(), 6),
-        "time_zone_offset_s": -time.timezone,
-    }
 
 
 def _reserve_for_later(left_s: float, later: int) -> float:

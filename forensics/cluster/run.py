@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from forensics._version import __version__
 from forensics.bundle.leftovers import owner_token, sweep_abandoned
 from forensics.cluster.jobspec import job_manifest, job_name
 from forensics.cluster.kube import APIError, Kube, load_client_config
+from forensics.cluster.selection import capture_pods_by_node, check_options, choose_nodes, pick_pod
 from forensics.cluster.stream import StreamOutcome, receive
 from forensics.errors import (
     BundleError,
@@ -61,11 +61,9 @@ __all__ = [
 CLUSTER_JSON = "cluster.json"
 CLUSTER_FORMAT = "gpuforensics-cluster-capture"
 CAPTURE_POD_SELECTOR = "app.kubernetes.io/name=gpuforensics,app.kubernetes.io/component=capture"
-GPU_NODE_SELECTOR = "nvidia.com/gpu.present=true"
 #: ``ok``: verified bundle kept; ``partial``: kept, but the capture was interrupted (exit 3);
 #: the rest keep no bundle.
 STATUSES = ("ok", "partial", "no-capture-pod", "forbidden", "timed-out", "failed")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _JOB_POLL_S = 0.5
 _EXIT_INTERRUPTED = 3
 
@@ -180,79 +178,6 @@ def _one_line(text: str | None, limit: int = 300) -> str | None:
 def _last_line(text: str) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else None
-
-
-# -- choosing nodes and pods -------------------------------------------------------------------
-def _check_options(opts: ClusterCaptureOptions) -> None:
-    chosen = [x for x in (opts.nodes, opts.selector, opts.pods_of) if x]
-    if len(chosen) > 1:
-        raise UsageError("choose nodes one way: --nodes, --selector or --pods-of")
-    for node in opts.nodes:
-        if len(node) > 253 or not _DNS_SUBDOMAIN.match(node):
-            raise UsageError(f"--nodes: not a node name: {node!r}")
-    if opts.pods_of is not None:
-        ns, sep, sel = opts.pods_of.partition("/")
-        if not sep or not ns or not sel:
-            raise UsageError(f"--pods-of expects NAMESPACE/LABEL-SELECTOR, e.g. ml/app=trainer; got {opts.pods_of!r}")
-    if opts.parallel < 1:
-        raise UsageError("--parallel must be at least 1")
-
-
-def _listing(kube: Kube, path: str, query: dict[str, str], what: str) -> list[dict[str, Any]]:
-    try:
-        return kube.list_items(path, query)
-    except APIError as exc:
-        raise ClusterError(f"cannot list {what}: {exc}") from None
-
-
-def choose_nodes(kube: Kube, opts: ClusterCaptureOptions, capture_pods: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """The node names to capture, sorted."""
-    if opts.nodes:
-        return sorted(dict.fromkeys(opts.nodes))
-    if opts.pods_of:
-        ns, _, sel = opts.pods_of.partition("/")
-        pods = _listing(kube, f"/api/v1/namespaces/{ns}/pods", {"labelSelector": sel},
-                        f"pods {sel!r} in namespace {ns}")
-        nodes = {p.get("spec", {}).get("nodeName") for p in pods}
-        found = sorted(n for n in nodes if isinstance(n, str) and n)
-        if not found:
-            raise ClusterError(f"--pods-of {opts.pods_of}: no scheduled pod matches"
-                               + (f" ({len(pods)} pending)" if pods else ""))
-        return found
-    # --selector, or by default the GPU nodes (the DaemonSet's own nodeSelector) and any node
-    # running a capture pod: a GPU node without one is a row of the summary, not left out
-    sel = opts.selector or GPU_NODE_SELECTOR
-    items = _listing(kube, "/api/v1/nodes", {"labelSelector": sel}, f"nodes {sel!r}")
-    chosen = {str(n["metadata"]["name"]) for n in items if isinstance(n.get("metadata"), dict)}
-    if not opts.selector:
-        chosen |= set(capture_pods)
-    if not chosen:
-        raise ClusterError(f"no node matches the label selector {sel!r}")
-    return sorted(chosen)
-
-
-def capture_pods_by_node(kube: Kube, opts: ClusterCaptureOptions) -> dict[str, list[dict[str, Any]]]:
-    pods = _listing(kube, f"/api/v1/namespaces/{opts.namespace}/pods", {"labelSelector": opts.pod_selector},
-                    f"capture pods in namespace {opts.namespace}")
-    by_node: dict[str, list[dict[str, Any]]] = {}
-    for pod in pods:
-        node = pod.get("spec", {}).get("nodeName")
-        if isinstance(node, str) and node:
-            by_node.setdefault(node, []).append(pod)
-    return by_node
-
-
-def _pick_pod(pods: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(a Running pod's name, or None and why none)."""
-    running = [p for p in pods if p.get("status", {}).get("phase") == "Running"
-               and not p.get("metadata", {}).get("deletionTimestamp")]
-    if running:
-        running.sort(key=lambda p: str(p["metadata"].get("creationTimestamp", "")), reverse=True)
-        return str(running[0]["metadata"]["name"]), None
-    if pods:
-        states = ", ".join(f"{p['metadata']['name']} is {p.get('status', {}).get('phase', 'unknown')}" for p in pods)
-        return None, f"no Running capture pod ({states})"
-    return None, None
 
 
 # -- one node ----------------------------------------------------------------------------------
@@ -429,7 +354,7 @@ def run_cluster_capture(opts: ClusterCaptureOptions, progress: Callable[[str], N
     all; a ``KeyboardInterrupt`` stops the nodes in flight, writes the summary, then propagates.
     What the local storage refused is in :meth:`ClusterResult.write_failure`. ``notice``
     receives what must be said even without a terminal (removed leftovers; default: stderr)."""
-    _check_options(opts)
+    check_options(opts)
     say = progress or (lambda _msg: None)
     _prepare_dir(opts.out_dir, notice or _stderr_notice)
     kube = Kube(load_client_config(opts.kubeconfig, opts.context))
@@ -451,7 +376,7 @@ def run_cluster_capture(opts: ClusterCaptureOptions, progress: Callable[[str], N
                 elif opts.job:
                     runner.capture_with_job(res, t0)
                 else:
-                    name, why = _pick_pod(pods.get(res.node, []))
+                    name, why = pick_pod(pods.get(res.node, []))
                     if name is None:
                         res.status = "no-capture-pod"
                         res.error = why or (f"no pod of the capture DaemonSet ({opts.pod_selector}) on this node "

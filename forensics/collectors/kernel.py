@@ -30,7 +30,7 @@ from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
 from forensics.capture.lifeline import run_tied
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
-from forensics.parsing import kmsg
+from forensics.parsing import kmsg, nvrm, oomkill
 from forensics.parsing.attribution import attribute_path
 from forensics.specs.hints import KMSG_LAST_SEQ
 from forensics.specs.kernel import (
@@ -158,7 +158,7 @@ def _link_memcg(path: str | None) -> dict[str, Any] | None:
         return {"cgroup_path": path, "kind": "unknown"}
 
 
-def oom_json(kill: kmsg.OomKill, boot: float) -> dict[str, Any]:
+def oom_json(kill: oomkill.OomKill, boot: float) -> dict[str, Any]:
     """An OOM kill as stored in ``kernel/oom.json``: the parsed fields, wall time, attribution."""
     item = asdict(kill)
     item["seqs"] = list(kill.seqs)
@@ -189,7 +189,7 @@ class Derived:
 
     def __init__(self, boot: float) -> None:
         self.boot = boot
-        self.tracker = kmsg.OomTracker()
+        self.tracker = oomkill.OomTracker()
         self.ooms: list[dict[str, Any]] = []
         self.xids: list[dict[str, Any]] = []
         self.driver: list[dict[str, Any]] = []
@@ -209,12 +209,12 @@ class Derived:
         kill = self.tracker.feed(record)
         if kill is not None and len(self.ooms) < _MAX_EVENTS:
             self.ooms.append(oom_json(kill, self.boot))
-        xid = kmsg.parse_xid(record)
+        xid = nvrm.parse_xid(record)
         if xid is not None and len(self.xids) < _MAX_EVENTS:
             item = asdict(xid)
             item["time"] = kmsg.wall_time_iso(xid.ts_usec, self.boot)
             self.xids.append(item)
-        driver = kmsg.parse_driver_message(record)
+        driver = nvrm.parse_driver_message(record)
         if driver is not None and len(self.driver) < _MAX_DRIVER_MESSAGES:
             item = asdict(driver)
             item["time"] = kmsg.wall_time_iso(driver.ts_usec, self.boot)
@@ -255,7 +255,7 @@ class KernelCollector:
         self.dmesg_argv = dmesg_argv
         self.journal_argv = journal_argv
         self._window_fd: int | None = None
-        self._window_tracker = kmsg.OomTracker()
+        self._window_tracker = oomkill.OomTracker()
         self._window_skip_seq = -1
         self._window_boot = 0.0
 
@@ -417,7 +417,7 @@ class KernelCollector:
             if kill is not None:
                 events.append(dumps_json({"type": "oom", "tick": tick.index,
                                           **oom_json(kill, self._window_boot)}, indent=None))
-            xid = kmsg.parse_xid(parsed)
+            xid = nvrm.parse_xid(parsed)
             if xid is not None:
                 item = asdict(xid)
                 item.update(type="xid", tick=tick.index,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from forensics.report.formatting import (
     fmt_bytes,
@@ -33,6 +33,7 @@ from forensics.report.view import build_view
 
 __all__ = ["md_code", "md_text", "render_markdown", "render_markdown_view"]
 
+T = TypeVar("T")
 _SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
 
 
@@ -90,6 +91,17 @@ def _evidence_line(e: EvidenceView) -> str:
     return f"{text} ({digest})"
 
 
+def _split_table(headers: Sequence[str], part: Split[T], row: Callable[[T], Sequence[str]],
+                 what: str) -> list[str]:
+    """A table of the rows of ``part`` shown in the body, then how many more the other reports hold."""
+    return [*_table(headers, (row(x) for x in part.body)), "", *_more(part, what)]
+
+
+def _heading(section: Section) -> list[str]:
+    """A section's first lines: its title, then a blank line."""
+    return [f"## {section.title}", ""]
+
+
 def _more(part: Split[Any], what: str) -> list[str]:
     rest = part.total - len(part.body)
     return [f"*{rest} more {what} are in the HTML and JSON reports.*", ""] if rest > 0 else []
@@ -140,7 +152,7 @@ def _verdict(v: ReportView, section: Section) -> list[str]:
 
 def _incidents(v: ReportView, section: Section) -> list[str]:
     """Every incident, most relevant to the window first, with its parties and next step."""
-    out: list[str] = [f"## {section.title}", "", f"{len(v.incidents)} incidents, most relevant first:", ""]
+    out = [*_heading(section), f"{len(v.incidents)} incidents, most relevant first:", ""]
     add = out.append
     if v.incidents:
         for i in v.incidents:
@@ -155,7 +167,7 @@ def _incidents(v: ReportView, section: Section) -> list[str]:
 
 def _timeline(v: ReportView, section: Section) -> list[str]:
     """The cross-source timeline as one list per lane (the HTML and PDF draw it)."""
-    out: list[str] = [f"## {section.title}", ""]
+    out = _heading(section)
     if v.timeline is None:
         return out
     for lane in v.timeline.lanes:
@@ -173,11 +185,9 @@ def _timeline(v: ReportView, section: Section) -> list[str]:
 
 def _chain(v: ReportView, section: Section) -> list[str]:
     """The evidence chain, step by step, each with its finding and evidence."""
-    out: list[str] = []
+    out = _heading(section)
     add = out.append
     verdict = v.verdict
-    add(f"## {section.title}")
-    add("")
     if not v.chain:
         add(
             "No chain: nothing in the bundle points to an incident."
@@ -207,39 +217,29 @@ def _chain(v: ReportView, section: Section) -> list[str]:
 
 def _other_findings(v: ReportView, section: Section) -> list[str]:
     """Findings outside the chain, as a table."""
-    out: list[str] = []
-    add = out.append
-    add(f"## {section.title}")
-    add("")
-    out.extend(
-        _table(
-            ["ID", "Severity", "Kind", "Start (UTC)", "Summary", "First evidence"],
-            (
-                [
-                    md_text(f.id),
-                    f.severity.upper(),
-                    md_code(f.kind),
-                    fmt_time_short(f.start),
-                    md_text(f.summary),
-                    (md_code(f.evidence[0].member) + " " + md_code(f.evidence[0].locator))
-                    if f.evidence
-                    else "—",
-                ]
-                for f in v.other_findings.body
-            ),
-        )
-    )
-    add("")
-    out.extend(_more(v.other_findings, "findings"))
+    out = _heading(section)
+    out.extend(_split_table(
+        ["ID", "Severity", "Kind", "Start (UTC)", "Summary", "First evidence"],
+        v.other_findings,
+        lambda f: [
+            md_text(f.id),
+            f.severity.upper(),
+            md_code(f.kind),
+            fmt_time_short(f.start),
+            md_text(f.summary),
+            (md_code(f.evidence[0].member) + " " + md_code(f.evidence[0].locator))
+            if f.evidence
+            else "—",
+        ],
+        "findings",
+    ))
     return out
 
 
 def _ruled_out(v: ReportView, section: Section) -> list[str]:
     """Causes checked and not found, with the evidence examined."""
-    out: list[str] = []
+    out = _heading(section)
     add = out.append
-    add(f"## {section.title}")
-    add("")
     if not v.ruled_out:
         add("Nothing was explicitly ruled out.")
     for r in v.ruled_out:
@@ -252,63 +252,51 @@ def _ruled_out(v: ReportView, section: Section) -> list[str]:
 
 def _gpus(v: ReportView, section: Section) -> list[str]:
     """GPUs (allocation against use) and the processes on each."""
-    out: list[str] = []
+    out = _heading(section)
     add = out.append
-    add(f"## {section.title}")
-    add("")
     if v.gpus.total:
-        out.extend(
-            _table(
-                [
-                    "GPU",
-                    "Model",
-                    "Allocated to",
-                    "Used by",
-                    "Without allocation",
-                    "Util avg / max",
-                    "Memory peak / total",
-                ],
-                (
-                    [
-                        md_text(g.label + (f" ({g.node})" if len(v.hosts) > 1 else "")),
-                        md_text(g.name),
-                        _subjects(g.allocated_to, "nobody"),
-                        _subjects(g.used_by, "idle"),
-                        ", ".join(f"**{md_text(s.label)}**" for s in g.unallocated_users) or "—",
-                        f"{fmt_pct(g.util_avg_pct)} / {fmt_pct(g.util_max_pct)}",
-                        f"{fmt_bytes(g.memory_peak_bytes)} / {fmt_bytes(g.memory_total_bytes)}",
-                    ]
-                    for g in v.gpus.body
-                ),
-            )
-        )
-        add("")
-        out.extend(_more(v.gpus, "GPUs"))
+        out.extend(_split_table(
+            [
+                "GPU",
+                "Model",
+                "Allocated to",
+                "Used by",
+                "Without allocation",
+                "Util avg / max",
+                "Memory peak / total",
+            ],
+            v.gpus,
+            lambda g: [
+                md_text(g.label + (f" ({g.node})" if len(v.hosts) > 1 else "")),
+                md_text(g.name),
+                _subjects(g.allocated_to, "nobody"),
+                _subjects(g.used_by, "idle"),
+                ", ".join(f"**{md_text(s.label)}**" for s in g.unallocated_users) or "—",
+                f"{fmt_pct(g.util_avg_pct)} / {fmt_pct(g.util_max_pct)}",
+                f"{fmt_bytes(g.memory_peak_bytes)} / {fmt_bytes(g.memory_total_bytes)}",
+            ],
+            "GPUs",
+        ))
         for g in v.gpus.body:
             if not g.processes.total:
                 continue
             add(f"Processes on {md_text(g.label)}:")
             add("")
-            out.extend(
-                _table(
-                    ["PID", "Command", "Container", "GPU memory", "SM avg", "Allocated this GPU"],
-                    (
-                        [
-                            md_text(p.pid),
-                            md_text(p.name),
-                            md_text(p.container or "host (no container)"),
-                            fmt_bytes(p.used_memory_bytes),
-                            fmt_pct(p.sm_util_avg_pct),
-                            "unknown"
-                            if p.allocated is None
-                            else ("yes" if p.allocated else "**no**"),
-                        ]
-                        for p in g.processes.body
-                    ),
-                )
-            )
-            add("")
-            out.extend(_more(g.processes, "processes"))
+            out.extend(_split_table(
+                ["PID", "Command", "Container", "GPU memory", "SM avg", "Allocated this GPU"],
+                g.processes,
+                lambda p: [
+                    md_text(p.pid),
+                    md_text(p.name),
+                    md_text(p.container or "host (no container)"),
+                    fmt_bytes(p.used_memory_bytes),
+                    fmt_pct(p.sm_util_avg_pct),
+                    "unknown"
+                    if p.allocated is None
+                    else ("yes" if p.allocated else "**no**"),
+                ],
+                "processes",
+            ))
     else:
         add("No GPU in the analysis (no NVML data).")
         add("")
@@ -317,115 +305,94 @@ def _gpus(v: ReportView, section: Section) -> list[str]:
 
 def _containers(v: ReportView, section: Section) -> list[str]:
     """Containers, then what could not be attributed to one."""
-    out: list[str] = []
+    out = _heading(section)
     add = out.append
-    add(f"## {section.title}")
-    add("")
     if v.containers.total:
-        out.extend(
-            _table(
-                [
-                    "Container",
-                    "Image",
-                    "GPU allocation",
-                    "CPU quota",
-                    "Throttled avg / max",
-                    "Memory peak / limit",
-                    "OOM kills",
-                    "State",
-                    "Findings",
-                ],
-                (
-                    [
-                        f"**{md_text(c.label)}** {md_code(short_id(c.id))}",
-                        md_text(c.image),
-                        md_text(c.allocation_kind)
-                        + (" (blanket)" if c.allocation_blanket else "")
-                        + (
-                            f": {md_text(', '.join(c.allocation_gpus))}"
-                            if c.allocation_gpus
-                            else ""
-                        ),
-                        f"{c.cpu_quota_cores:.1f} cores" if c.cpu_quota_cores is not None else "—",
-                        f"{fmt_ratio(c.throttled_avg_ratio)} / {fmt_ratio(c.throttled_max_ratio)}",
-                        f"{fmt_bytes(c.memory_peak_bytes)} / {fmt_bytes(c.memory_limit_bytes)}",
-                        (str(c.oom_kills) if c.oom_kills is not None else "—")
-                        + (" (OOMKilled)" if c.oom_killed else "")
-                        + "".join(
-                            f", {md_text(f.id)} at {fmt_time_short(f.start)}" for f in c.oom_events
-                        ),
-                        md_text(c.state or "—")
-                        + (f", exit {md_text(c.exit_code)}" if c.exit_code else ""),
-                        ", ".join(md_text(x) for x in c.finding_ids) or "—",
-                    ]
-                    for c in v.containers.body
+        out.extend(_split_table(
+            [
+                "Container",
+                "Image",
+                "GPU allocation",
+                "CPU quota",
+                "Throttled avg / max",
+                "Memory peak / limit",
+                "OOM kills",
+                "State",
+                "Findings",
+            ],
+            v.containers,
+            lambda c: [
+                f"**{md_text(c.label)}** {md_code(short_id(c.id))}",
+                md_text(c.image),
+                md_text(c.allocation_kind)
+                + (" (blanket)" if c.allocation_blanket else "")
+                + (
+                    f": {md_text(', '.join(c.allocation_gpus))}"
+                    if c.allocation_gpus
+                    else ""
                 ),
-            )
-        )
-        add("")
-        out.extend(_more(v.containers, "containers"))
+                f"{c.cpu_quota_cores:.1f} cores" if c.cpu_quota_cores is not None else "—",
+                f"{fmt_ratio(c.throttled_avg_ratio)} / {fmt_ratio(c.throttled_max_ratio)}",
+                f"{fmt_bytes(c.memory_peak_bytes)} / {fmt_bytes(c.memory_limit_bytes)}",
+                (str(c.oom_kills) if c.oom_kills is not None else "—")
+                + (" (OOMKilled)" if c.oom_killed else "")
+                + "".join(
+                    f", {md_text(f.id)} at {fmt_time_short(f.start)}" for f in c.oom_events
+                ),
+                md_text(c.state or "—")
+                + (f", exit {md_text(c.exit_code)}" if c.exit_code else ""),
+                ", ".join(md_text(x) for x in c.finding_ids) or "—",
+            ],
+            "containers",
+        ))
     else:
         add("No container in the analysis.")
         add("")
     if v.unattributed.total:
         add("Not attributed to a container or pod:")
         add("")
-        out.extend(
-            _table(
-                ["Type", "ID", "Name", "GPU", "Reason"],
-                (
-                    [
-                        md_text(u.type),
-                        md_code(u.id),
-                        md_text(u.name),
-                        md_text(u.gpu or "—"),
-                        md_text(u.reason),
-                    ]
-                    for u in v.unattributed.body
-                ),
-            )
-        )
-        add("")
-        out.extend(_more(v.unattributed, "entries"))
+        out.extend(_split_table(
+            ["Type", "ID", "Name", "GPU", "Reason"],
+            v.unattributed,
+            lambda u: [
+                md_text(u.type),
+                md_code(u.id),
+                md_text(u.name),
+                md_text(u.gpu or "—"),
+                md_text(u.reason),
+            ],
+            "entries",
+        ))
     return out
 
 
 def _collectors(v: ReportView, section: Section) -> list[str]:
     """What the report cannot say, and each collector's status."""
-    out: list[str] = []
+    out = _heading(section)
     add = out.append
-    add(f"## {section.title}")
-    add("")
     if v.limitations:
         add("**What this report cannot say:**")
         add("")
         out.extend(f"- {md_text(item)}" for item in v.limitations)
         add("")
-    out.extend(
-        _table(
-            ["Collector", "Status", "Duration", "Error"],
-            (
-                [
-                    md_text(c.name),
-                    md_text(c.status) + ("" if c.ok or c.expected else " (not expected on this node)"),
-                    fmt_duration(c.duration_s),
-                    md_text(c.error) or "—",
-                ]
-                for c in v.collectors.body
-            ),
-        )
-    )
-    add("")
-    out.extend(_more(v.collectors, "collectors"))
+    out.extend(_split_table(
+        ["Collector", "Status", "Duration", "Error"],
+        v.collectors,
+        lambda c: [
+            md_text(c.name),
+            md_text(c.status) + ("" if c.ok or c.expected else " (not expected on this node)"),
+            fmt_duration(c.duration_s),
+            md_text(c.error) or "—",
+        ],
+        "collectors",
+    ))
     return out
 
 
 def _verify(v: ReportView, section: Section) -> list[str]:
     """How to check the bundle before relying on the report."""
-    out: list[str] = []
+    out = _heading(section)
     add = out.append
-    add(f"## {section.title}")
-    add("")
     for b in v.bundles:
         add(
             f"- {md_code(b.path or b.name, False)}: SHA-256 {md_code(b.file_sha256 or 'unknown', False)}, "

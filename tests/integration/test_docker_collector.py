@@ -29,11 +29,11 @@ from tests.support.docker_engine import (
     BUSYBOX_IMAGE,
     CUDA_LIKE_IMAGE,
     DockerEngine,
-    EngineUnavailable,
     build_images,
     start_engine,
     stop_engine,
 )
+from tests.support.private_daemon import EngineUnavailable
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -29,9 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,13 +37,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.docker_engine import EngineUnavailable, _alive, _cleanup_dir, _in_ci, _tail
 from tests.support.oci_images import (
     BUSYBOX_REF,
     CUDA_LIKE_REF,
     PAUSE_REF,
     test_images,
     write_archives,
+)
+from tests.support.private_daemon import (
+    EngineUnavailable,
+    cgroup_hierarchies,
+    cleanup_dir,
+    engine_fixture,
+    kill_pids,
+    pids_naming,
+    private_dir,
+    spawn_logged,
+    tail,
+    terminate,
 )
 
 __all__ = [
@@ -308,19 +317,6 @@ class CriDriver:
 # start / stop
 
 
-def _hierarchies(root: str = CGROUP_ROOT) -> list[str]:
-    """Every mounted cgroup hierarchy under ``root`` (v1 controllers, ``unified``, or root itself)."""
-    if os.path.exists(os.path.join(root, "cgroup.controllers")):
-        return [root]
-    out = []
-    with contextlib.suppress(OSError):
-        for entry in sorted(os.listdir(root)):
-            path = os.path.join(root, entry)
-            if os.path.isdir(path) and not os.path.islink(path):
-                out.append(path)
-    return out
-
-
 def _shim_sockets() -> frozenset[str]:
     try:
         return frozenset(os.listdir(SHIM_SOCKET_DIR))
@@ -334,22 +330,16 @@ def start_containerd(tmp_parent: str | None = None, timeout_s: float = _START_TI
     if os.geteuid() != 0:
         raise EngineUnavailable("starting a private containerd needs root")
     ensure_packages({"containerd": CONTAINERD, "runc": RUNC})
-    tmp = Path(tempfile.mkdtemp(prefix="gfctd-", dir=tmp_parent or "/tmp"))
+    tmp = private_dir("gfctd-", tmp_parent)
     for sub in ("cni/bin", "cni/conf", "runc", "logs", "images"):
         (tmp / sub).mkdir(parents=True)
     (tmp / "config.toml").write_text(CONFIG.format(tmp=tmp, pause=PAUSE_REF, runc=RUNC))
     engine = ContainerdEngine(
         tmpdir=tmp, socket=str(tmp / "containerd.sock"), pid=None,
         shim_sockets_before=_shim_sockets(), run_containerd_existed=os.path.exists("/run/containerd"),
-        kubepods_existed={h: os.path.exists(os.path.join(h, "kubepods")) for h in _hierarchies()},
+        kubepods_existed={h: os.path.exists(os.path.join(h, "kubepods")) for h in cgroup_hierarchies(CGROUP_ROOT)},
     )
-    log = open(tmp / "containerd.log", "ab")  # noqa: SIM115 - handed to the child
-    try:
-        proc = subprocess.Popen([CONTAINERD, "--config", str(tmp / "config.toml")],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    finally:
-        log.close()
+    proc = spawn_logged([CONTAINERD, "--config", str(tmp / "config.toml")], tmp / "containerd.log")
     engine.pid, engine.proc = proc.pid, proc
     try:
         _wait_ready(engine, timeout_s)
@@ -389,41 +379,14 @@ def _wait_ready(engine: ContainerdEngine, timeout_s: float) -> None:
                 channel.close()
         time.sleep(0.05)
     raise EngineUnavailable(f"private containerd did not start: {reason}; log: "
-                            f"{_tail(engine.tmpdir / 'containerd.log')}")
-
-
-def _pids_naming(needles: Sequence[bytes], files: Sequence[str]) -> list[int]:
-    """PIDs whose ``/proc/<pid>/<file>`` contains one of ``needles``."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        for name in files:
-            try:
-                with open(f"/proc/{entry}/{name}", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            if any(n in data for n in needles):
-                out.append(int(entry))
-                break
-    return out
-
-
-def _kill(pids: Sequence[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
+                            f"{tail(engine.tmpdir / 'containerd.log')}")
 
 
 def remove_cgroup_dirs(parents: Sequence[str], existed: Mapping[str, bool],
                        top: str = "kubepods") -> None:
     """rmdir each parent's subtree in every hierarchy, deepest first, then the ``top`` levels
     that did not exist before (the kubelet's ``kubepods/<qos>``)."""
-    for hierarchy in _hierarchies():
+    for hierarchy in cgroup_hierarchies(CGROUP_ROOT):
         for parent in parents:
             base = os.path.join(hierarchy, parent.lstrip("/"))
             dirs = [d for d, _, _ in os.walk(base)] if os.path.isdir(base) else []
@@ -445,26 +408,17 @@ def stop_containerd(engine: ContainerdEngine) -> None:
         with contextlib.suppress(Exception), CriDriver(engine, timeout_s=20.0) as driver:
             driver.remove_all()
     if engine.pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(engine.pid, signal.SIGTERM)
-        if engine.proc is not None:
-            try:
-                engine.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                engine.proc.kill()
-                engine.proc.wait(timeout=5)
+        terminate(engine.pid, engine.proc, timeout_s=15)
     # shims name our socket on their command line; container processes sit in our cgroups
-    needle = str(engine.tmpdir).encode()
-    cgroup_needles = [p.encode() + b"/" for p in engine.cgroup_parents]
-    _kill(_pids_naming(cgroup_needles, ("cgroup",)) if cgroup_needles else [])
-    _kill(_pids_naming([needle], ("cmdline",)))
+    kill_pids(pids_naming([p.encode() + b"/" for p in engine.cgroup_parents], ("cgroup",)))
+    kill_pids(pids_naming([str(engine.tmpdir).encode()], ("cmdline",)))
     remove_cgroup_dirs(sorted(engine.cgroup_parents), engine.kubepods_existed)
     for name in _shim_sockets() - engine.shim_sockets_before:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(SHIM_SOCKET_DIR, name))
     if not engine.run_containerd_existed:
         shutil.rmtree("/run/containerd", ignore_errors=True)
-    _cleanup_dir(engine.tmpdir)
+    cleanup_dir(engine.tmpdir)
     engine.pid = None
     engine.proc = None
 
@@ -479,13 +433,4 @@ if pytest is not None:
     @pytest.fixture(scope="session")
     def containerd_engine() -> Iterator[ContainerdEngine]:
         """A private containerd with the test images; skips (fails under CI=true) when none."""
-        try:
-            engine = start_containerd()
-        except EngineUnavailable as exc:
-            if _in_ci():
-                pytest.fail(f"CI=true and no containerd: {exc}", pytrace=False)
-            pytest.skip(f"no containerd: {exc}")
-        try:
-            yield engine
-        finally:
-            stop_containerd(engine)
+        yield from engine_fixture(start_containerd, stop_containerd, "containerd")

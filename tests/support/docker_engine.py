@@ -30,18 +30,29 @@ import shutil
 import signal
 import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.private_daemon import (
+    EngineUnavailable,
+    cleanup_dir,
+    engine_fixture,
+    kill_pids,
+    pids_naming,
+    private_dir,
+    spawn_logged,
+    tail,
+    terminate,
+    wait_ready,
+)
+
 __all__ = [
     "BUSYBOX_IMAGE",
     "CUDA_LIKE_IMAGE",
     "DockerEngine",
-    "EngineUnavailable",
     "TEST_LABEL",
     "acquire_engine",
     "build_images",
@@ -59,10 +70,9 @@ DOCKERD = os.environ.get("GPUFORENSICS_DOCKERD", "/usr/sbin/dockerd")
 BUSYBOX = os.environ.get("GPUFORENSICS_BUSYBOX", "/bin/busybox")
 _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
+_KEEP_FOR_RETRY = ("dockerd.log", "daemon.json")  # kept when dockerd is retried with vfs
 
 
-class EngineUnavailable(RuntimeError):
-    """No engine is reachable and none could be started; the message says why."""
 
 
 @dataclass
@@ -161,7 +171,7 @@ def start_engine(default_runtime: str = "nvidia", tmp_parent: str | None = None,
         raise EngineUnavailable(f"{DOCKERD} not found (Debian: apt-get install docker.io)")
     if os.geteuid() != 0:
         raise EngineUnavailable("starting a private dockerd needs root")
-    tmp = Path(tempfile.mkdtemp(prefix="gfdk-", dir=tmp_parent or "/tmp"))
+    tmp = private_dir("gfdk-", tmp_parent)
     (tmp / "daemon.json").write_text("{}\n")
     sock = tmp / "docker.sock"
     attempts: list[list[str]] = [[], ["--storage-driver=vfs"]]
@@ -183,90 +193,20 @@ def start_engine(default_runtime: str = "nvidia", tmp_parent: str | None = None,
         ]
         if default_runtime != "runc":
             args.append(f"--default-runtime={default_runtime}")
-        log = open(tmp / "dockerd.log", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            log.close()
+        proc = spawn_logged(args, tmp / "dockerd.log")
         engine = DockerEngine(docker_host=f"unix://{sock}", private=True, pid=proc.pid, tmpdir=tmp,
                               proc=proc)
-        deadline = time.monotonic() + timeout_s
-        reason: str | None = "not started"
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                reason = f"dockerd exited with status {proc.returncode}"
-                break
-            if sock.exists():
-                reason = _ping(engine.docker_host, timeout=2.0)
-                if reason is None:
-                    break
-            time.sleep(0.2)
+        reason = wait_ready(proc, lambda: _ping(f"unix://{sock}", timeout=2.0) if sock.exists() else "not started",
+                            timeout_s, "dockerd", poll_s=0.2)
         if reason is None:
             engine.default_runtime = str(_engine_info(engine.docker_host).get("DefaultRuntime", ""))
             return engine
-        tail = _tail(tmp / "dockerd.log")
-        errors.append(f"{' '.join(storage) or 'default storage'}: {reason}; log: {tail}")
-        _terminate(proc.pid, proc)
-        _cleanup_dir(tmp, keep_root=True)
-    _cleanup_dir(tmp)
+        log_tail = tail(tmp / "dockerd.log")
+        errors.append(f"{' '.join(storage) or 'default storage'}: {reason}; log: {log_tail}")
+        terminate(proc.pid, proc, _STOP_TIMEOUT_S)
+        cleanup_dir(tmp, keep=_KEEP_FOR_RETRY)
+    cleanup_dir(tmp)
     raise EngineUnavailable("private dockerd did not start: " + " | ".join(errors))
-
-
-def _tail(path: Path, n: int = 600) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:].replace("\n", " / ")
-    except OSError:
-        return "(no log)"
-
-
-def _terminate(pid: int, proc: subprocess.Popen[bytes] | None = None,
-               timeout_s: float = _STOP_TIMEOUT_S) -> None:
-    """SIGTERM ``pid``, wait, then SIGKILL (only this PID, which we started)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None:
-            if proc.poll() is not None:
-                return
-        else:
-            try:
-                waited, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                waited = pid if not _alive(pid) else 0
-            if waited == pid:
-                return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if proc is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _processes_under(tmp: Path) -> list[int]:
-    """PIDs whose command line names our private directory (its containerd and shims)."""
-    needle = str(tmp).encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if needle in f.read():
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
 
 
 def _container_processes(tmp: Path) -> list[int]:
@@ -275,20 +215,7 @@ def _container_processes(tmp: Path) -> list[int]:
         ids = [d for d in os.listdir(tmp / "data" / "containers") if len(d) == 64]
     except OSError:
         return []
-    if not ids:
-        return []
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cgroup", encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            continue
-        if any(cid in text for cid in ids):
-            pids.append(int(entry))
-    return pids
+    return pids_naming([cid.encode() for cid in ids], ("cgroup",))
 
 
 def _remove_container_cgroups(tmp: Path, root: str = "/sys/fs/cgroup") -> None:
@@ -318,32 +245,6 @@ def _remove_container_cgroups(tmp: Path, root: str = "/sys/fs/cgroup") -> None:
             os.rmdir(path)
 
 
-def _mounts_under(tmp: Path) -> list[str]:
-    prefix = str(tmp) + "/"
-    out = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            mp = line.split()[4].replace("\\040", " ")
-            if mp.startswith(prefix):
-                out.append(mp)
-    return sorted(out, key=len, reverse=True)
-
-
-def _cleanup_dir(tmp: Path, keep_root: bool = False) -> None:
-    for mp in _mounts_under(tmp):
-        subprocess.run(["umount", "-l", mp], capture_output=True, check=False)
-    if keep_root:
-        for child in tmp.iterdir():
-            if child.name in ("dockerd.log", "daemon.json"):
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def stop_engine(engine: DockerEngine, remove_images: bool = True) -> None:
     """Remove what tests created; for a private engine, stop dockerd by PID and remove its dir."""
     if _ping(engine.docker_host, timeout=2.0) is None:
@@ -351,20 +252,15 @@ def stop_engine(engine: DockerEngine, remove_images: bool = True) -> None:
             remove_labelled(engine.client(), images=remove_images)
     if not engine.private or engine.pid is None or engine.tmpdir is None:
         return
-    _terminate(engine.pid, engine.proc)
+    terminate(engine.pid, engine.proc, _STOP_TIMEOUT_S)
     # a dockerd that was killed leaves its containers running: kill their processes (found by
     # their cgroup naming one of this engine's containers), then containerd and shims by PID
     leftovers = _container_processes(engine.tmpdir)
-    for pid in leftovers:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
     if leftovers:
-        time.sleep(0.2)
+        kill_pids(leftovers)
         _remove_container_cgroups(engine.tmpdir)
-    for pid in _processes_under(engine.tmpdir):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    _cleanup_dir(engine.tmpdir)
+    kill_pids(pids_naming([str(engine.tmpdir).encode()], ("cmdline",)))
+    cleanup_dir(engine.tmpdir)
     engine.pid = None
     engine.proc = None
 
@@ -479,10 +375,6 @@ def release_engine(engine: DockerEngine) -> None:
     stop_engine(engine, remove_images=True)
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
 try:
     import pytest
 except ImportError:  # pragma: no cover - scripts may run without pytest installed
@@ -493,16 +385,7 @@ if pytest is not None:
     @pytest.fixture(scope="session")
     def docker_engine() -> Iterator[DockerEngine]:
         """A real engine with the test images; skips (fails under CI=true) when none can be had."""
-        try:
-            engine = acquire_engine()
-        except EngineUnavailable as exc:
-            if _in_ci():
-                pytest.fail(f"CI=true and no Docker engine: {exc}", pytrace=False)
-            pytest.skip(f"no Docker engine: {exc}")
-        try:
-            yield engine
-        finally:
-            release_engine(engine)
+        yield from engine_fixture(acquire_engine, release_engine, "Docker engine")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.docker_engine import EngineUnavailable, busybox_rootfs_tar
+from tests.support.docker_engine import busybox_rootfs_tar
+from tests.support.private_daemon import EngineUnavailable
 
 __all__ = [
     "BUSYBOX_REF",

@@ -25,24 +25,27 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.containerd_engine import _hierarchies, _kill, _pids_naming, ensure_packages
-from tests.support.docker_engine import (
-    DockerEngine,
-    EngineUnavailable,
-    _cleanup_dir,
-    _in_ci,
-    _ping,
-    _tail,
-)
+from tests.support.containerd_engine import ensure_packages
+from tests.support.docker_engine import DockerEngine, _ping
 from tests.support.oci_images import BUSYBOX_REF, CUDA_LIKE_REF, test_images, write_archives
+from tests.support.private_daemon import (
+    EngineUnavailable,
+    cgroup_hierarchies,
+    cleanup_dir,
+    engine_fixture,
+    kill_pids,
+    pids_naming,
+    private_dir,
+    spawn_logged,
+    tail,
+    terminate,
+    wait_ready,
+)
 
 __all__ = [
     "BUSYBOX_REF",
@@ -114,7 +117,7 @@ def start_podman(tmp_parent: str | None = None, timeout_s: float = _START_TIMEOU
     if os.geteuid() != 0:
         raise EngineUnavailable("a rootful podman service needs root")
     ensure_packages({"podman": PODMAN, "runc": RUNC})
-    tmp = Path(tempfile.mkdtemp(prefix="gfpm-", dir=tmp_parent or "/tmp"))
+    tmp = private_dir("gfpm-", tmp_parent)
     for sub in ("cni", "net", "libpod", "volumes", "images"):
         (tmp / sub).mkdir()
     (tmp / "containers.conf").write_text(CONTAINERS_CONF.format(tmp=tmp))
@@ -124,31 +127,17 @@ def start_podman(tmp_parent: str | None = None, timeout_s: float = _START_TIMEOU
         docker_host=f"unix://{sock}", private=True, tmpdir=tmp,
         host_dirs_existed={d: os.path.exists(d) for d in _HOST_DIRS},
         cgroup_parent_existed={h: os.path.exists(os.path.join(h, CGROUP_PARENT))
-                               for h in _hierarchies()},
+                               for h in cgroup_hierarchies()},
     )
-    log = open(tmp / "podman.log", "ab")  # noqa: SIM115 - handed to the child
-    try:
-        proc = subprocess.Popen([PODMAN, "system", "service", "--time=0", f"unix://{sock}"],
-                                env=engine.podman_env(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        log.close()
+    proc = spawn_logged([PODMAN, "system", "service", "--time=0", f"unix://{sock}"], tmp / "podman.log",
+                        env=engine.podman_env())
     engine.pid, engine.proc = proc.pid, proc
     try:
-        deadline = time.monotonic() + timeout_s
-        reason: str | None = "not started"
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                reason = f"podman system service exited with status {proc.returncode}"
-                break
-            if sock.exists():
-                reason = _ping(engine.docker_host, timeout=2.0)
-                if reason is None:
-                    break
-            time.sleep(0.1)
+        reason = wait_ready(proc, lambda: _ping(engine.docker_host, timeout=2.0) if sock.exists() else "not started",
+                            timeout_s, "podman system service")
         if reason is not None:
             raise EngineUnavailable(f"podman service did not start: {reason}; log: "
-                                    f"{_tail(tmp / 'podman.log')}")
+                                    f"{tail(tmp / 'podman.log')}")
         engine.default_runtime = "runc"
         if load_images:
             images = test_images()
@@ -169,21 +158,13 @@ def stop_podman(engine: PodmanEngine) -> None:
         with contextlib.suppress(Exception):
             engine.podman("rm", "-a", "-f", "-t", "0", check=False, timeout=60)
     if engine.pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(engine.pid, signal.SIGTERM)
-        if engine.proc is not None:
-            try:
-                engine.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                engine.proc.kill()
-                engine.proc.wait(timeout=5)
+        terminate(engine.pid, engine.proc, timeout_s=15)
     # conmon names our run root on its command line; container processes sit in libpod cgroups
     # whose ids are this instance's (listed in its storage)
     ids = _container_ids(engine.tmpdir)
-    if ids:
-        _kill(_pids_naming([i.encode() for i in ids], ("cgroup",)))
-    _kill(_pids_naming([str(engine.tmpdir).encode()], ("cmdline",)))
-    for hierarchy in _hierarchies():
+    kill_pids(pids_naming([i.encode() for i in ids], ("cgroup",)))
+    kill_pids(pids_naming([str(engine.tmpdir).encode()], ("cmdline",)))
+    for hierarchy in cgroup_hierarchies():
         base = os.path.join(hierarchy, CGROUP_PARENT)
         if not os.path.isdir(base):
             continue
@@ -197,7 +178,7 @@ def stop_podman(engine: PodmanEngine) -> None:
     for d, existed in engine.host_dirs_existed.items():
         if not existed:
             shutil.rmtree(d, ignore_errors=True)
-    _cleanup_dir(engine.tmpdir)
+    cleanup_dir(engine.tmpdir)
     engine.pid = None
     engine.proc = None
     engine.tmpdir = None
@@ -221,13 +202,4 @@ if pytest is not None:
     @pytest.fixture(scope="session")
     def podman_engine() -> Iterator[PodmanEngine]:
         """A private podman service with the test images; skips (fails under CI=true) when none."""
-        try:
-            engine = start_podman()
-        except EngineUnavailable as exc:
-            if _in_ci():
-                pytest.fail(f"CI=true and no podman: {exc}", pytrace=False)
-            pytest.skip(f"no podman: {exc}")
-        try:
-            yield engine
-        finally:
-            stop_podman(engine)
+        yield from engine_fixture(start_podman, stop_podman, "podman")

@@ -18,8 +18,9 @@ from typing import TypeVar
 
 from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
-from forensics.analysis.model import CpuSample, IoSample, Model, NetSample
+from forensics.analysis.model import Model
 from forensics.analysis.ring_view import ring_view
+from forensics.analysis.samples import CpuSample, IoSample, NetSample
 from forensics.analysis.source import Source
 from forensics.specs import all_specs
 from forensics.specs import docker as docker_spec

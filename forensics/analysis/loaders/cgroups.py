@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.analysis.events import OomKill
 from forensics.analysis.findings import EvidenceRef
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig, parse_time
-from forensics.analysis.model import CpuSample, IoSample, MemorySample, Model, OomKill, PsiSample
+from forensics.analysis.model import Model
+from forensics.analysis.samples import CpuSample, IoSample, MemorySample, PsiSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_path

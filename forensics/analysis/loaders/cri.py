@@ -22,10 +22,11 @@ import json
 from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
+from forensics.analysis.events import OomKill
 from forensics.analysis.excerpt import JsonText, cut
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_dict, as_int, as_opt_str, as_str, dig
-from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, OomKill, Pod
+from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.oci_allocation import (

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from forensics.analysis.allocation import classify_docker_allocation
+from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import (
     Loader,
@@ -25,17 +26,8 @@ from forensics.analysis.loaders.common import (
     parse_time,
 )
 from forensics.analysis.loaders.logs import load_log_signals
-from forensics.analysis.model import (
-    UNKNOWN_ALLOCATION,
-    Container,
-    CpuSample,
-    IoSample,
-    MemorySample,
-    Model,
-    NetSample,
-    OomKill,
-    Process,
-)
+from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Process
+from forensics.analysis.samples import CpuSample, IoSample, MemorySample, NetSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.docker_stats import blkio_bytes, network_totals

@@ -1,20 +1,22 @@
 """Kernel log: ``kernel/kmsg.txt`` and ``kernel/kmsg-window.txt`` (``/dev/kmsg`` records verbatim),
 or the fallbacks ``kernel/dmesg.txt`` (``dmesg --raw``) and ``kernel/journal.jsonl``
 (``journalctl -k -o json``), parsed again from raw with :mod:`forensics.parsing.kmsg`: OOM-kill
-sequences (memcg -> container via the cgroup path) and ``NVRM: Xid`` lines (PCI id -> GPU via
-NVML's ``pciBusId``). Wall time = boot time (``kernel/index.json`` clocks, else ``host/host.json``)
-plus the record's microseconds since boot.
+sequences (:mod:`forensics.parsing.oomkill`; memcg -> container via the cgroup path) and
+``NVRM: Xid`` lines (:mod:`forensics.parsing.nvrm`; PCI id -> GPU via NVML's ``pciBusId``). Wall
+time = boot time (``kernel/index.json`` clocks, else ``host/host.json``) plus the record's
+microseconds since boot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from forensics.analysis.events import GpuLostWitness, OomKill, XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, dig
-from forensics.analysis.model import GpuLostWitness, Model, OomKill, XidEvent
+from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
-from forensics.parsing import kmsg
+from forensics.parsing import kmsg, nvrm, oomkill
 from forensics.parsing.attribution import attribute_path
 from forensics.specs import host as host_spec
 from forensics.specs import kernel as kernel_spec
@@ -55,9 +57,9 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
     info = model.node(node)
     info.members_used.setdefault("kernel", present[0])
     seen_seq: set[int] = set()
-    tracker = kmsg.OomTracker()
+    tracker = oomkill.OomTracker()
     oom_lines: list[tuple[int, str]] = []  # (line, text) of the OOM sequence in progress
-    bus = kmsg.BusLossJoiner()  # fell-off-the-bus messages without an Xid number, continuations joined
+    bus = nvrm.BusLossJoiner()  # fell-off-the-bus messages without an Xid number, continuations joined
     count = 0
     bad = 0
     for member, parse in _SOURCES:
@@ -93,7 +95,7 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
             lost = bus.feed(record.ts_usec, msg, (no, line, t, msg))
             if lost is not None:
                 _add_bus_loss(src, model, node, member, lost)
-            xid = kmsg.parse_xid(record)
+            xid = nvrm.parse_xid(record)
             if xid is not None:
                 gpu = model.gpu_by_pci(node, xid.pci_bus_id) if xid.pci_bus_id else None
                 model.xids.append(XidEvent(node, t, xid.xid, xid.pci_bus_id, gpu.uuid if gpu else None,
@@ -115,7 +117,7 @@ def _add_bus_loss(src: Source, model: Model, node: str, member: str, lost: tuple
         tuple(src.ev_line(member, r[0], r[1]) for r in records)))
 
 
-def _add_oom(src: Source, model: Model, node: str, member: str, kill: kmsg.OomKill, t: float | None,
+def _add_oom(src: Source, model: Model, node: str, member: str, kill: oomkill.OomKill, t: float | None,
              lines: list[tuple[int, str]]) -> None:
     cid = pod = None
     memcg = kill.task_memcg or kill.oom_memcg

@@ -13,10 +13,11 @@ import re
 from typing import Any
 
 from forensics.analysis.allocation import kubernetes_allocation
+from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, dig, parse_time
 from forensics.analysis.loaders.logs import load_log_signals
-from forensics.analysis.model import Container, Model, OomKill, Pod
+from forensics.analysis.model import Container, Model, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.podindex import index_pod

@@ -7,7 +7,8 @@ or the Kubernetes API server (``kubernetes/logs/<ns>/<pod>/<container>[.previous
 
 from __future__ import annotations
 
-from forensics.analysis.model import CudaOom, LogSignal, LogTail, Model
+from forensics.analysis.events import CudaOom, LogSignal, LogTail
+from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.parsing.logsignals.cuda import CudaOom as LogCudaOom
 from forensics.parsing.logsignals.line import last_timestamp

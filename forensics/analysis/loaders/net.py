@@ -1,4 +1,4 @@
-"""Network and InfiniBand counters: ``net/samples.jsonl`` (net collector, one line per tick), into :class:`~forensics.analysis.model.NetSample` series:
+"""Network and InfiniBand counters: ``net/samples.jsonl`` (net collector, one line per tick), into :class:`~forensics.analysis.samples.NetSample` series:
 each node interface (``/proc/net/dev`` with its ``speed`` and ``operstate``), each InfiniBand
 port (``counters/*``, data counters times 4 as bytes, ``rate`` and ``state``) and each container
 network namespace (``/proc/<pid>/net/dev``, interfaces other than ``lo`` summed; a namespace the
@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.analysis.loaders.common import Loader, as_float, as_int
-from forensics.analysis.model import Model, NetSample
+from forensics.analysis.model import Model
+from forensics.analysis.samples import NetSample
 from forensics.analysis.source import Source
 from forensics.parsing.netstat import IB_DATA_WORD_BYTES
 from forensics.specs import net as net_spec

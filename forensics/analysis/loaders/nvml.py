@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from forensics.analysis.events import XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
-from forensics.analysis.model import Gpu, GpuSample, Model, ProcessGpuSample, XidEvent
+from forensics.analysis.model import Gpu, Model
+from forensics.analysis.samples import GpuSample, ProcessGpuSample
 from forensics.analysis.source import Source
 from forensics.specs import nvml as nvml_spec
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from forensics.analysis.events import GpuHealthReading, GpuLostWitness
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import as_float, as_int, dig
-from forensics.analysis.model import GpuHealthReading, GpuLostWitness, Model
+from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.specs import nvml as nvml_spec
 

@@ -33,21 +33,16 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from forensics.analysis.events import OomKill, XidEvent
 from forensics.analysis.findings import Evidence, EvidenceRef
 from forensics.analysis.loaders.common import Loader, as_dict, as_str
-from forensics.analysis.model import (
-    Container,
+from forensics.analysis.model import Container, Gpu, GpuAllocation, Model, Pod
+from forensics.analysis.samples import (
     CpuSample,
     ExporterAttribution,
-    Gpu,
-    GpuAllocation,
     GpuSample,
     MemorySample,
-    Model,
-    OomKill,
-    Pod,
     PsiSample,
-    XidEvent,
 )
 from forensics.analysis.source import Source
 from forensics.errors import ParseError

@@ -11,9 +11,10 @@ from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import CpuSample, Model, PsiSample
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.samples import CpuSample, PsiSample
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["CPU_THROTTLING", "PRESSURE_STALL", "cpu_throttling", "pressure_stall"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from forensics.analysis.findings import Evidence, Finding, Role, Subject
 from forensics.analysis.joins import Owner
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import GpuAllocation, Model, Pod, ProcessGpuSample
+from forensics.analysis.model import GpuAllocation, Model, Pod
 from forensics.analysis.naming import (
     fmt_bytes,
     gpu_label,
@@ -22,6 +22,7 @@ from forensics.analysis.naming import (
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.rules.gpu_sharing import contract_for
+from forensics.analysis.samples import ProcessGpuSample
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = [

@@ -11,9 +11,10 @@ from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import Model, ProcessGpuSample
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.samples import ProcessGpuSample
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["GPU_COMPUTE_HOG", "GPU_MEMORY_PRESSURE", "gpu_compute_hog", "gpu_memory_pressure"]

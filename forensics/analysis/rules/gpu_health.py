@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from forensics.analysis.events import GpuHealthReading
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import GpuHealthReading, Model
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.thresholds import AnalysisConfig

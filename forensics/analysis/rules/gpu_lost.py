@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from forensics.analysis.events import GpuLostWitness
 from forensics.analysis.findings import Finding, Subject
 from forensics.analysis.kinds import FindingKind, Harm
-from forensics.analysis.model import GpuLostWitness, Model, norm_pci
+from forensics.analysis.model import Model, norm_pci
 from forensics.analysis.naming import fmt_time
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.xid_bursts import (

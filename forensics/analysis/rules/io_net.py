@@ -14,9 +14,10 @@ from collections.abc import Iterable
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import IoSample, Model, NetSample, PsiSample
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.samples import IoSample, NetSample, PsiSample
 from forensics.analysis.thresholds import AnalysisConfig
 
 __all__ = ["IO_STALL", "NETWORK_ERRORS", "NETWORK_SATURATION", "io_stall", "network_errors", "network_saturation"]

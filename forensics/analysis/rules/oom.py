@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence, Finding, Subject, severity_rank
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import Model, OomKill
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig

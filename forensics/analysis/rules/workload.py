@@ -14,9 +14,10 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable
 
+from forensics.analysis.events import LogSignal, LogTail
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm
-from forensics.analysis.model import CpuSample, LogSignal, LogTail, Model
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.ranks import (
     NodeClock,
@@ -28,6 +29,7 @@ from forensics.analysis.ranks import (
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.gpu_xid import xid_meaning
+from forensics.analysis.samples import CpuSample
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
 from forensics.parsing.logsignals.line import Signal

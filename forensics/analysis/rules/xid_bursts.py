@@ -15,8 +15,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from forensics.analysis.events import XidEvent
 from forensics.analysis.findings import Role, Subject
-from forensics.analysis.model import Model, XidEvent, norm_pci
+from forensics.analysis.model import Model, norm_pci
 from forensics.analysis.naming import fmt_time, gpu_label, with_pod
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.analysis.xid_catalog import caused_by

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from forensics.capture.children import classify
 from forensics.capture.context import CaptureOptions, CollectContext
-from forensics.capture.runner import _classify, run_capture
+from forensics.capture.runner import run_capture
 from forensics.cli import cli
 from forensics.errors import SourceUnavailable, sentence
 
@@ -41,11 +42,11 @@ class TestSentences:
             assert not REPR.search(sentence(raw)), sentence(raw)
 
     def test_collector_errors_are_sentences(self) -> None:
-        status, error = _classify(SourceUnavailable(f"no Docker engine at unix:///var/run/docker.sock: {DOCKER_NO_SOCKET}"))
+        status, error = classify(SourceUnavailable(f"no Docker engine at unix:///var/run/docker.sock: {DOCKER_NO_SOCKET}"))
         assert status == "unavailable"
         assert not REPR.search(error), error
         assert error.endswith("connection aborted: no such file or directory")
-        _, error = _classify(ConnectionError(DOCKER_NO_SOCKET))
+        _, error = classify(ConnectionError(DOCKER_NO_SOCKET))
         assert error.startswith("ConnectionError: ") and not REPR.search(error), error
 
 

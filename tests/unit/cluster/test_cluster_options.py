@@ -9,7 +9,8 @@ import pytest
 
 from forensics.cluster import ClusterCaptureOptions, ClusterResult, NodeResult, format_table
 from forensics.cluster.jobspec import job_manifest, job_name
-from forensics.cluster.run import _check_options, _pick_pod, _prepare_dir
+from forensics.cluster.run import _prepare_dir
+from forensics.cluster.selection import check_options, pick_pod
 from forensics.errors import UsageError
 
 
@@ -23,7 +24,7 @@ from forensics.errors import UsageError
 ])
 def test_bad_choices_are_usage_errors(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        _check_options(ClusterCaptureOptions(out_dir=tmp_path, **kwargs))
+        check_options(ClusterCaptureOptions(out_dir=tmp_path, **kwargs))
 
 
 def test_capture_command_and_deadline(tmp_path: Path) -> None:
@@ -58,10 +59,10 @@ def test_pick_pod_prefers_the_newest_running_and_says_why_not() -> None:
         meta = {"name": name, "creationTimestamp": created, **({"deletionTimestamp": created} if deleting else {})}
         return {"metadata": meta, "status": {"phase": phase}}
 
-    assert _pick_pod([pod("a", "Running", "2026-01-01T00:00:00Z"), pod("b", "Running", "2026-01-02T00:00:00Z"),
+    assert pick_pod([pod("a", "Running", "2026-01-01T00:00:00Z"), pod("b", "Running", "2026-01-02T00:00:00Z"),
                       pod("c", "Running", "2026-01-03T00:00:00Z", deleting=True)]) == ("b", None)
-    assert _pick_pod([pod("a", "Pending", "x")]) == (None, "no Running capture pod (a is Pending)")
-    assert _pick_pod([]) == (None, None)
+    assert pick_pod([pod("a", "Pending", "x")]) == (None, "no Running capture pod (a is Pending)")
+    assert pick_pod([]) == (None, None)
 
 
 def test_table_lists_every_node(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.errors import ParseError
-from forensics.parsing import kmsg
+from forensics.parsing import kmsg, nvrm, oomkill
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernel"
 POD = "6a1f3c2e_9b4d_4e5f_8a7b_1c2d3e4f5a6b"
@@ -22,8 +22,8 @@ def records(name: str) -> list[kmsg.KmsgRecord]:
     return list(kmsg.iter_kmsg((FIXTURES / name).read_text().splitlines(True)))
 
 
-def kills(recs: list[kmsg.KmsgRecord]) -> list[kmsg.OomKill]:
-    tracker = kmsg.OomTracker()
+def kills(recs: list[kmsg.KmsgRecord]) -> list[oomkill.OomKill]:
+    tracker = oomkill.OomTracker()
     return [k for k in map(tracker.feed, recs) if k is not None]
 
 
@@ -72,7 +72,7 @@ def test_old_kernel_task_in_format() -> None:
 
 
 def test_xid_formats() -> None:
-    xids = [x for x in map(kmsg.parse_xid, records("kmsg-oom-xid.txt")) if x is not None]
+    xids = [x for x in map(nvrm.parse_xid, records("kmsg-oom-xid.txt")) if x is not None]
     assert [(x.xid, x.pci_bus_id, x.pid, x.process_name) for x in xids] == [
         (79, "0000:3b:00.0", None, None),
         (31, "0000:86:00.0", 79749, "python"),
@@ -83,7 +83,7 @@ def test_xid_formats() -> None:
 
 
 def test_driver_messages_exclude_xid_and_info_noise() -> None:
-    driver = [d for d in map(kmsg.parse_driver_message, records("kmsg-oom-xid.txt")) if d]
+    driver = [d for d in map(nvrm.parse_driver_message, records("kmsg-oom-xid.txt")) if d]
     messages = [d.message for d in driver]
     assert not any("Xid" in m for m in messages)
     assert any(m.startswith("NVRM: GPU at PCI") for m in messages)
@@ -95,7 +95,7 @@ def test_driver_messages_exclude_xid_and_info_noise() -> None:
     ("0000:3b:00", "0000:3b:00.0"), ("00000000:3B:00.0", "0000:3b:00.0"), ("3b:00.1", "0000:3b:00.1"),
 ])
 def test_pci_normalisation(text: str, expected: str) -> None:
-    assert kmsg.normalize_pci_bus_id(text) == expected
+    assert nvrm.normalize_pci_bus_id(text) == expected
 
 
 def test_dmesg_raw_fallback() -> None:
@@ -103,7 +103,7 @@ def test_dmesg_raw_fallback() -> None:
     assert recs[1].ts_usec == 297757585 and recs[1].level == 4 and recs[1].seq is None
     (kill,) = kills(recs)
     assert kill.pid == 6911 and kill.task_memcg == f"/docker/{DOCKER_ID}"
-    assert kmsg.parse_xid(recs[-1]) is not None
+    assert nvrm.parse_xid(recs[-1]) is not None
 
 
 def test_journal_fallback_with_binary_message() -> None:
@@ -111,7 +111,7 @@ def test_journal_fallback_with_binary_message() -> None:
     assert recs[0].ts_usec == 297769613 and recs[0].level == 3
     assert kills(recs)[0].pid == 6911
     assert recs[1].message.startswith("NVRM: Xid (PCI:0000:3b:00): 48")
-    xid = kmsg.parse_xid(recs[1])
+    xid = nvrm.parse_xid(recs[1])
     assert xid is not None and xid.xid == 48
 
 
@@ -142,12 +142,12 @@ def _synthetic(n: int) -> Iterator[str]:
 
 
 def _peak_bytes(n: int) -> int:
-    tracker = kmsg.OomTracker()
+    tracker = oomkill.OomTracker()
     tracemalloc.start()
     count = 0
     for record in kmsg.iter_kmsg(_synthetic(n)):
         tracker.feed(record)
-        kmsg.parse_xid(record)
+        nvrm.parse_xid(record)
         count += 1
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -170,9 +170,9 @@ def test_random_lines_raise_only_parse_error(lines: list[str]) -> None:
     for parse in (kmsg.iter_kmsg, kmsg.iter_dmesg_raw, kmsg.iter_journal_json):
         try:
             for record in parse(lines):
-                kmsg.parse_xid(record)
-                kmsg.parse_driver_message(record)
-                kmsg.OomTracker().feed(record)
+                nvrm.parse_xid(record)
+                nvrm.parse_driver_message(record)
+                oomkill.OomTracker().feed(record)
         except ParseError:
             pass
 
@@ -184,12 +184,12 @@ def test_mutated_records_raise_only_parse_error(index: int, at: int, insert: str
     line = SAMPLE_LINES[index]
     at %= len(line) + 1
     mutated = SAMPLE_LINES[:index] + [line[:at] + insert + line[at + drop:]] + SAMPLE_LINES[index + 1:]
-    tracker = kmsg.OomTracker()
+    tracker = oomkill.OomTracker()
     try:
         for record in kmsg.iter_kmsg(mutated):
             tracker.feed(record)
-            kmsg.parse_xid(record)
-            kmsg.parse_driver_message(record)
+            nvrm.parse_xid(record)
+            nvrm.parse_driver_message(record)
     except ParseError:
         pass
 
@@ -197,7 +197,7 @@ def test_mutated_records_raise_only_parse_error(index: int, at: int, insert: str
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=40))
 def test_pci_and_journal_raise_only_parse_error(text: str) -> None:
-    for parse in (kmsg.normalize_pci_bus_id, kmsg.parse_journal_line, kmsg.parse_dmesg_raw_line,
+    for parse in (nvrm.normalize_pci_bus_id, kmsg.parse_journal_line, kmsg.parse_dmesg_raw_line,
                   kmsg.parse_kmsg_record):
         try:
             parse(text)

@@ -1,0 +1,181 @@
+"""The analysis model's time series: one record per reading of a sampled source, with its time.
+
+Each sample is a NamedTuple (millions of them in a long capture: a tuple is the cheapest record),
+carries unix seconds (``t``) and the reference to the line it was read from, and gives its
+evidence (``.evidence``) quoting the paths of that line that hold its values. The loaders
+(forensics/analysis/loaders/) make them; :class:`forensics.analysis.model.Model` holds them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from forensics.analysis.findings import Evidence, EvidenceRef
+
+__all__ = [
+    "CpuSample",
+    "ExporterAttribution",
+    "GpuSample",
+    "IoSample",
+    "MemorySample",
+    "NetSample",
+    "ProcessGpuSample",
+    "PsiSample",
+]
+
+
+class GpuSample(NamedTuple):
+    """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...)."""
+
+    node: str
+    gpu_uuid: str
+    t: float
+    util_gpu_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    clocks_event_reasons: int | None
+    temperature_c: float | None
+    power_w: float | None
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
+class ProcessGpuSample(NamedTuple):
+    """One process on one GPU at time t (nvmlDeviceGetComputeRunningProcesses + GetProcessUtilization)."""
+
+    node: str
+    gpu_uuid: str
+    pid: int
+    t: float
+    used_memory_bytes: int | None
+    sm_util_pct: float | None
+    ref: EvidenceRef  # the NVML line (shared by every process of that line)
+    proc_index: int = -1  # index in the line's ``processes`` list, -1 when not listed
+    util_index: int = -1  # index of its nvmlDeviceGetProcessUtilization sample, -1 when none
+    mig_uuid: str | None = None  # the MIG device it ran on, when the GPU is in MIG mode
+
+    @property
+    def evidence(self) -> Evidence:
+        paths: list[tuple[str | int, ...]] = []
+        if self.proc_index >= 0:
+            paths.append(("processes", self.proc_index))
+        if self.util_index >= 0:
+            paths.append(("nvml", "nvmlDeviceGetProcessUtilization", "value", self.util_index))
+        if not paths or self.ref.paths:
+            return self.ref.evidence
+        r = self.ref
+        return EvidenceRef(r.bundle, r.member, r.line, r.payload, tuple(paths), r.pointer, r.source,
+                           r.offset).evidence
+
+
+class CpuSample(NamedTuple):
+    """Cumulative CFS counters of one container (cgroup cpu.stat or Docker stats throttling_data)."""
+
+    node: str
+    container_id: str
+    t: float
+    nr_periods: int
+    nr_throttled: int
+    throttled_usec: int | None
+    ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
+
+    @property
+    def evidence(self) -> Evidence:
+        return _quoting(self.ref, self.quote)
+
+
+class MemorySample(NamedTuple):
+    """Memory use of one container (cgroup memory.current / memory.usage_in_bytes)."""
+
+    node: str
+    container_id: str
+    t: float
+    memory_bytes: int
+    limit_bytes: int | None
+
+
+class PsiSample(NamedTuple):
+    """A PSI reading (/proc/pressure/<resource> or <cgroup>/<resource>.pressure); scope ``host`` or a container id."""
+
+    node: str
+    scope: str
+    resource: str
+    t: float
+    some_avg10_pct: float
+    full_avg10_pct: float | None
+    ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
+    from_counters: bool = False  # the pcts are an interval's stall share from total_usec counters
+
+    @property
+    def evidence(self) -> Evidence:
+        return _quoting(self.ref, self.quote)
+
+
+class IoSample(NamedTuple):
+    """Block IO of one container at ``t``: per device (``MAJ:MIN``) bytes read and written
+    (cgroup v2 ``io.stat`` rbytes/wbytes, v1 ``blkio.throttle.io_service_bytes`` Read/Write)."""
+
+    node: str
+    container_id: str
+    t: float
+    devices: dict[str, tuple[int, int]]
+    ref: EvidenceRef
+    quote: tuple[tuple[str | int, ...], ...] = ()
+
+    @property
+    def evidence(self) -> Evidence:
+        return _quoting(self.ref, self.quote)
+
+
+class NetSample(NamedTuple):
+    """Counters of one link at ``t``: ``kind`` ``nic`` (an interface of the node, ``/proc/net/dev``),
+    ``ib`` (an InfiniBand/RoCE port ``dev/port``, data counters turned into bytes) or ``netns`` (a
+    container's network namespace, its interfaces summed, loopback left out). ``link_bytes_per_s``
+    is the link rate (NIC speed, IB rate) when known; ``state`` the operstate or IB port state."""
+
+    node: str
+    kind: str
+    name: str
+    t: float
+    counters: dict[str, int]
+    link_bytes_per_s: float | None
+    state: str | None
+    container_id: str | None
+    ref: EvidenceRef
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
+class ExporterAttribution(NamedTuple):
+    """Whom dcgm-exporter named for a GPU at one Prometheus step (its ``pod``/``namespace``/``container``
+    labels, from the kubelet's pod-resources API), with the GPU's utilization then; None: no pod named."""
+
+    node: str
+    gpu_uuid: str
+    t: float
+    util_pct: float
+    namespace: str | None
+    pod: str | None
+    container: str | None
+    pod_uid: str | None
+    ref: EvidenceRef
+    step_s: float
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.ref.evidence
+
+
+def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evidence:
+    """The evidence of ``ref``, quoting ``quote`` paths when the reference itself names none."""
+    if not quote or ref.paths:
+        return ref.evidence
+    return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
+                       ref.offset).evidence
