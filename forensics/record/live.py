@@ -27,6 +27,12 @@ small typed API:
   change, never per tick.
 
 Everything is keyed on what the samplers wrote; times are the records' wall clocks (``t``).
+
+Why this module is long: :class:`LiveState` is one fold with one small handler per member the
+samplers write (NVML devices, samples and events, proc/<pid> identity files, Docker inspect and
+events, cgroup samples, the kernel window), and the handlers share the state's bounds and
+invariants (what is dropped when, when attribution must run again); split per member, every
+part would reach into the same object.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ Safety: every label can come from a bundle. Text is written as SVG ``<text>`` by
 which escapes it; mathtext is disabled (``text.parse_math``) so ``$...$`` in a container name is
 shown, not interpreted, and labels matplotlib would hide (leading ``_``) are kept visible. The
 SVG's ids are prefixed with the chart id so several charts can live in one HTML document.
+
+Why this module is long: it is the one place that knows how matplotlib draws the report's
+figures. Both figure shapes (series panels and the timeline's lanes) share the same private
+helpers for the time axis, labels, the history band and capture line, lazy matplotlib set-up and
+the SVG clean-up that prefixes ids; splitting the two shapes apart would turn those helpers into a
+public API whose only users are the two halves, and the ids and styling would drift apart.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from forensics.errors import UsageError
-from forensics.record.metrics import Histogram, MetricsOptions, parse_metrics_addr
+from forensics.record.exposition import Histogram
+from forensics.record.metrics import MetricsOptions, parse_metrics_addr
 from forensics.record.recorder import Recorder, RecordOptions
 from forensics.record.triggers import Firing, TriggerOptions, parse_rules
 from tests.unit.record.test_live import SAMPLES, replay
