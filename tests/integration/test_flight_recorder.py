@@ -20,6 +20,7 @@ from tests.support import docker_engine as de
 from tests.support.env import is_root, need
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
+from tests.support.private_daemon import terminate
 from tests.support.record_support import (
     members,
     record_lines,
@@ -124,7 +125,7 @@ def test_restarted_dockerd_is_a_recorded_gap(tmp_path: Path) -> None:
         time.sleep(3.0)
         assert engine.proc is not None
         args = list(engine.proc.args)  # type: ignore[arg-type]
-        de._terminate(engine.pid or 0, engine.proc)
+        terminate(engine.pid or 0, engine.proc)
         time.sleep(1.0)
         log = open(engine.tmpdir / "dockerd.log", "ab")  # type: ignore[operator]
         engine.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
