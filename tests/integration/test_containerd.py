@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,6 +42,7 @@ from tests.support.nvmlsim import Scenario as NvmlScenario
 from tests.support.nvmlsim import activate
 from tests.support.nvmlsim import fixtures as nvf
 from tests.support.podresources_server import PodResourcesServer, gpu_uuid
+from tests.support.polling import wait_for
 
 __all__ = ["containerd_engine"]
 
@@ -89,14 +89,6 @@ def _collectors(kubernetes: bool) -> list[Any]:
     return [*base, KubernetesCollector(), PodResourcesCollector()] if kubernetes else base
 
 
-def _wait(predicate: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def _throttled(engine: ContainerdEngine, cgroup_parent: str, cid: str) -> int:
@@ -143,7 +135,7 @@ def node(containerd_engine: ContainerdEngine, sim_lib: Path,
             pids = {name: cri.pid_of(ids[name]) for name in ("train", "jupyter", "spin")}
             oom = cri.wait_exited(ids["eat"], timeout_s=60)
             assert (oom.exit_code, oom.reason) == (137, "OOMKilled"), (oom.exit_code, oom.reason)
-            _wait(lambda: _throttled(engine, pods["spin-0"].cgroup_parent, ids["spin"]) >= 5)
+            wait_for(lambda: _throttled(engine, pods["spin-0"].cgroup_parent, ids["spin"]) >= 5)
 
             # the cluster's view: the same pods, UIDs and container ids
             now = datetime.now(UTC).replace(microsecond=0)

@@ -33,6 +33,7 @@ from tests.support.docker_engine import (
     start_engine,
     stop_engine,
 )
+from tests.support.polling import host_pids_with_cmdline, wait_for
 from tests.support.private_daemon import EngineUnavailable
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -79,14 +80,6 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     return doc
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 @dataclass
@@ -108,23 +101,6 @@ class Scenario:
         return next(a for a in doc["containers"] if a["container_id"] == self.ids[name])
 
 
-def _host_pids_with_cmdline(argv: list[str], container_id: str) -> list[int]:
-    """Independent of the collector: scan /proc for ``argv`` inside the container's cgroup."""
-    want = ("\0".join(argv) + "\0").encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f.read() != want:
-                    continue
-            with open(f"/proc/{entry}/cgroup", encoding="utf-8") as f:
-                if container_id in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +143,8 @@ def scenario(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFacto
                                        "2.00 GiB'; echo 'export API_TOKEN=tok-12345' >&2; "
                                        "exec sleep 600"])
         e.cli("exec", "-d", ids["tree"], "sleep", "602")
-        exec_pid = wait_for(lambda: _host_pids_with_cmdline(["sleep", "602"], ids["tree"]))[0]
-        child_pid = wait_for(lambda: _host_pids_with_cmdline(["sleep", "601"], ids["tree"]))[0]
+        exec_pid = wait_for(lambda: host_pids_with_cmdline(["sleep", "602"], ids["tree"]))[0]
+        child_pid = wait_for(lambda: host_pids_with_cmdline(["sleep", "601"], ids["tree"]))[0]
 
         client = e.client()
         try:

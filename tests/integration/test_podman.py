@@ -11,7 +11,6 @@ with a child process (attributed by its cgroup, not by the main PID).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
 from forensics.collectors.docker.docker import COLLECTOR
 from tests.support.podman_engine import BUSYBOX_REF, CUDA_LIKE_REF, PodmanEngine, podman_engine
+from tests.support.polling import host_pids_with_cmdline, wait_for
 
 __all__ = ["podman_engine"]
 
@@ -45,32 +45,8 @@ class Podman:
         return doc
 
 
-def _wait(predicate: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
-def _pids_with_cmdline(argv: list[str], container_id: str) -> list[int]:
-    want = ("\0".join(argv) + "\0").encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f.read() != want:
-                    continue
-            with open(f"/proc/{entry}/cgroup", encoding="utf-8") as f:
-                if container_id in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 def _nr_throttled(cid: str) -> int:
@@ -108,13 +84,13 @@ def podman(podman_engine: PodmanEngine, tmp_path_factory: pytest.TempPathFactory
         run("notebook", image=CUDA_LIKE_REF)
         run("nvenv", "-e", "NVIDIA_VISIBLE_DEVICES=0", "-e", "DB_PASSWORD=hunter2-secret")
         run("tree", cmd=("sh", "-c", "sleep 601 & exec sleep 600"))
-        child = _wait(lambda: _pids_with_cmdline(["sleep", "601"], ids["tree"]))[0]
+        child = wait_for(lambda: host_pids_with_cmdline(["sleep", "601"], ids["tree"]))[0]
         client = e.client()
         try:
-            _wait(lambda: client.inspect_container(ids["oommain"])["State"]["Status"] == "exited")
+            wait_for(lambda: client.inspect_container(ids["oommain"])["State"]["Status"] == "exited")
             # podman 4.3's compat stats report throttling_data as zeros on cgroup v1: the
             # kernel's cpu.stat is the evidence
-            _wait(lambda: _nr_throttled(ids["cpuhog"]) >= 5, timeout=30)
+            wait_for(lambda: _nr_throttled(ids["cpuhog"]) >= 5, timeout=30)
         finally:
             client.close()
         out = tmp_path_factory.mktemp("podman-bundle")
