@@ -489,6 +489,28 @@ def test_sampling_keeps_the_newest_stats_frame(docker_engine: DockerEngine, tmp_
         docker_engine.cli("rm", "-f", cid, check=False)
 
 
+def test_sampling_a_busy_engine_ends_inside_its_deadline(docker_engine: DockerEngine,
+                                                          tmp_path: Path) -> None:
+    """Twelve running containers, twelve stats streams: ending them must not take a second each
+    (closing a stream whose reader waits for the engine's next frame once cost ~0.5 s a stream,
+    and a 3 s window with 11 containers ran past the 9 s sampling deadline)."""
+    ids = [docker_engine.run_labelled("run", "-d", "--network", "none", BUSYBOX_IMAGE, *SLEEP)
+           for _ in range(12)]
+    try:
+        bundle, _ = capture(docker_engine, tmp_path, [COLLECTOR], duration_s=3.0, interval_s=1.0)
+        record = status(bundle)
+        assert record["status"] == "ok", record
+        assert record["sampling"]["ticks"] == 4 and not record["sampling"]["errors"], record
+        # the window's own length, its grace and one interval; closing 12 streams one after
+        # another at ~0.5 s each does not fit
+        assert record["duration_s"] < 3.0 + 5.0 + 1.0, record
+        sampled = {ev["container_id"] for _, ev in bundle.iter_jsonl("docker/samples.jsonl")
+                   if ev["stats"] is not None}
+        assert set(ids) <= sampled
+    finally:
+        docker_engine.cli("rm", "-f", *ids, check=False)
+
+
 def test_containers_that_ended_before_the_window_are_left_out(docker_engine: DockerEngine,
                                                                tmp_path: Path) -> None:
     from datetime import UTC, datetime

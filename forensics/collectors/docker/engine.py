@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -165,10 +166,28 @@ class StatsStream:
                 self.error = "stats stream ended (container stopped?)"
 
     def close(self) -> None:
+        """Ends the connection at once. The reading thread holds the response's buffer lock
+        while it waits for the engine's next frame (up to a second), and ``response.close()``
+        needs that lock: closing streams one after another cost ~0.5 s each (11 containers:
+        5.3 s, past the sampling deadline). Shutting the socket down first wakes that read."""
         response = self.response
-        if response is not None:
-            with contextlib.suppress(Exception):
-                response.close()
+        if response is None:
+            return
+        sock = _response_socket(response)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            response.close()
+
+
+def _response_socket(response: Any) -> socket.socket | None:
+    """The socket under a streaming ``requests`` response over the Engine API (unix, tcp or
+    tls), found the way the SDK's own ``_get_raw_response_socket`` does; None if the layers
+    are not the expected ones."""
+    raw = getattr(getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", raw)
+    return sock if isinstance(sock, socket.socket) else None
 
 
 def pool_call_timeout(client: Any) -> float:
