@@ -36,6 +36,7 @@ from forensics.analysis.samples import (
     ProcessGpuSample,
     PsiSample,
 )
+from forensics.parsing.pci import pci_bus_key
 
 if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
     from forensics.analysis.joins import Joins
@@ -353,9 +354,9 @@ class Model:
         return None
 
     def gpu_by_pci(self, node: str, pci: str) -> Gpu | None:
-        want = _norm_pci(pci)
+        want = pci_bus_key(pci)
         for (n, _), g in self.gpus.items():
-            if n == node and g.pci_bus_id and _norm_pci(g.pci_bus_id) == want:
+            if n == node and g.pci_bus_id and pci_bus_key(g.pci_bus_id) == want:
                 return g
         return None
 
@@ -423,19 +424,3 @@ class Model:
     @cached_property
     def _gpu_sample_counts(self) -> Counter[str]:
         return Counter(s.node for s in self.gpu_samples)
-
-
-def norm_pci(pci: str) -> str:
-    """A PCI bus id in the one form two readings of the same GPU share (``3b:00.0``, see :func:`_norm_pci`)."""
-    return _norm_pci(pci)
-
-
-def _norm_pci(pci: str) -> str:
-    """Normalise a PCI bus id to ``bb:dd.f`` lower case (NVML uses 8-digit domains, Xid lines 4)."""
-    p = pci.strip().lower()
-    if p.startswith("pci:"):
-        p = p[4:]
-    parts = p.split(":")
-    if len(parts) == 3:
-        parts = parts[1:]
-    return ":".join(parts)

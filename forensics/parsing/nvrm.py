@@ -16,43 +16,24 @@ from dataclasses import dataclass
 
 from forensics.errors import ParseError
 from forensics.parsing.kmsg import KmsgRecord
+from forensics.parsing.pci import normalize_pci_bus_id
+from forensics.parsing.xid_catalog import xid_description
 
 __all__ = [
-    "XID_DESCRIPTIONS",
     "BusLossJoiner",
     "DriverMessage",
     "XidEvent",
     "fell_off_bus",
-    "normalize_pci_bus_id",
     "parse_driver_message",
     "parse_xid",
 ]
 
 
-XID_DESCRIPTIONS: dict[int, str] = {
-    13: "graphics engine exception (application)",
-    31: "GPU memory page fault (application)",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup, due to previous errors",
-    48: "double-bit ECC error",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error (GPU reset needed)",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    154: "GPU recovery action changed",
-}
-
-
 @dataclass(frozen=True)
 class XidEvent:
     """One ``NVRM: Xid`` line. ``pci_bus_id`` is normalised (``0000:3b:00.0``) to be matched with
-    NVML's ``pciBusId`` (``00000000:3B:00.0``) through :func:`normalize_pci_bus_id`.
+    NVML's ``pciBusId`` (``00000000:3B:00.0``) through :func:`forensics.parsing.pci.pci_bus_key`.
+    ``description`` is NVIDIA's catalog's (:func:`forensics.parsing.xid_catalog.xid_description`).
     ``pid``/``process_name`` are None when the driver printed ``<unknown>`` or nothing."""
 
     ts_usec: int
@@ -67,22 +48,6 @@ class XidEvent:
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]{1,32})\): (\d{1,5}),\s?(.*)$")
 _XID_PID = re.compile(r"^pid='?([^,']*)'?, name=([^,]*),\s?(.*)$")
-
-
-def normalize_pci_bus_id(text: str) -> str:
-    """``0000:3b:00``, ``00000000:3B:00.0`` or ``3b:00.0`` -> ``0000:3b:00.0`` (domain, bus,
-    device, function; lower-case). Raises ParseError for anything else."""
-    if not isinstance(text, str):
-        raise ParseError("PCI bus id: expected text")
-    found = re.fullmatch(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?",
-                         text.strip())
-    if not found:
-        raise ParseError(f"PCI bus id: {text[:40]!r}")
-    domain = int(found.group(1) or "0", 16)
-    if domain > 0xFFFF:
-        raise ParseError(f"PCI domain out of range: {text[:40]!r}")
-    return (f"{domain:04x}:{int(found.group(2), 16):02x}:{int(found.group(3), 16):02x}."
-            f"{int(found.group(4) or '0')}")
 
 
 def parse_xid(record: KmsgRecord) -> XidEvent | None:
@@ -106,7 +71,7 @@ def parse_xid(record: KmsgRecord) -> XidEvent | None:
         pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() else None
         name = None if name_text in ("<unknown>", "") else name_text
     return XidEvent(record.ts_usec, record.seq, bus, xid, pid, name, rest,
-                    XID_DESCRIPTIONS.get(xid))
+                    xid_description(xid))
 
 
 @dataclass(frozen=True)

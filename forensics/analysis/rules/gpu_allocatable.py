@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from forensics.analysis.findings import Evidence, Finding, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import Gpu, Model, NodeGpuResource, norm_pci
+from forensics.analysis.model import Gpu, Model, NodeGpuResource
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.thresholds import AnalysisConfig
+from forensics.parsing.pci import pci_bus_key
 
 __all__ = ["GPU_ALLOCATABLE_REDUCED", "gpu_allocatable_reduced"]
 
@@ -44,7 +45,7 @@ def _left_out(model: Model, r: NodeGpuResource) -> list[Gpu] | None:
 
 def _on(g: Gpu, uuid: str | None, pci: str | None) -> bool:
     return (uuid is not None and uuid == g.uuid) or (
-        pci is not None and g.pci_bus_id is not None and norm_pci(pci) == norm_pci(g.pci_bus_id))
+        pci is not None and g.pci_bus_id is not None and pci_bus_key(pci) == pci_bus_key(g.pci_bus_id))
 
 
 def _witnesses(model: Model, r: NodeGpuResource, gpus: list[Gpu] | None) -> list[tuple[float | None, str, Evidence]]:

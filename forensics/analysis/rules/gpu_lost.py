@@ -15,7 +15,7 @@ from collections import defaultdict
 from forensics.analysis.events import GpuLostWitness
 from forensics.analysis.findings import Finding, Subject
 from forensics.analysis.kinds import FindingKind, Harm
-from forensics.analysis.model import Model, norm_pci
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.xid_bursts import (
@@ -29,7 +29,8 @@ from forensics.analysis.rules.xid_bursts import (
     xid_causes,
 )
 from forensics.analysis.thresholds import AnalysisConfig
-from forensics.analysis.xid_catalog import xid_info
+from forensics.parsing.pci import pci_bus_key
+from forensics.parsing.xid_catalog import xid_info
 
 __all__ = ["GPU_LOST", "gpu_lost"]
 
@@ -53,7 +54,7 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     witnesses[(c.node, c.gpu)].append(GpuLostWitness(
                         e.node, e.t, e.pci_bus_id, e.gpu_uuid, source, e.text, (e.evidence,)))
     for w in model.lost_witnesses:
-        key = w.gpu_uuid or (f"pci:{norm_pci(w.pci_bus_id)}" if w.pci_bus_id else
+        key = w.gpu_uuid or (f"pci:{pci_bus_key(w.pci_bus_id)}" if w.pci_bus_id else
                              f"index:{w.gpu_index}" if w.gpu_index is not None else "unknown")
         witnesses[(w.node, key)].append(w)
     findings: list[Finding] = []

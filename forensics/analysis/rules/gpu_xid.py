@@ -2,7 +2,7 @@
 
 Sources: kernel log ``NVRM: Xid (PCI:...): <code>, pid=..., name=..., ...`` lines and NVML
 ``nvmlEventTypeXidCriticalError`` events, grouped into bursts by :mod:`.xid_bursts`. Xid meanings and
-actions come from NVIDIA's Xid catalog (:mod:`forensics.analysis.xid_catalog`). Xid 79 (fallen off the
+actions come from NVIDIA's Xid catalog (:mod:`forensics.parsing.xid_catalog`). Xid 79 (fallen off the
 bus) is ``gpu-lost``'s (:mod:`.gpu_lost`).
 
 Next step: the catalog's immediate action for the cause (``metrics.action``).
@@ -30,7 +30,7 @@ from forensics.analysis.rules.xid_bursts import (
     xid_causes,
 )
 from forensics.analysis.thresholds import AnalysisConfig
-from forensics.analysis.xid_catalog import BUCKETS, CATALOG_URL, XidInfo, xid_info
+from forensics.parsing.xid_catalog import BUCKETS, CATALOG_URL, XidInfo, xid_info
 
 __all__ = ["GPU_XID_FAULT", "gpu_xid_fault", "xid_meaning"]
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 from forensics.analysis.events import XidEvent
 from forensics.analysis.findings import Role, Subject
-from forensics.analysis.model import Model, norm_pci
+from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label, with_pod
 from forensics.analysis.thresholds import AnalysisConfig
-from forensics.analysis.xid_catalog import caused_by
+from forensics.parsing.pci import pci_bus_key
+from forensics.parsing.xid_catalog import caused_by
 
 __all__ = ["FELL_OFF_BUS", "Cause", "consequence_text", "gpu_name", "gpu_where", "pid_phrase", "record_pids",
            "running_on", "xid_causes"]
@@ -33,7 +34,7 @@ _XID154 = re.compile(r"to (0x[0-9a-fA-F]+) \(([^)]{1,60})\)")
 def _gpu_key(x: XidEvent) -> str:
     if x.gpu_uuid:
         return x.gpu_uuid
-    return f"pci:{norm_pci(x.pci_bus_id)}" if x.pci_bus_id else "unknown"
+    return f"pci:{pci_bus_key(x.pci_bus_id)}" if x.pci_bus_id else "unknown"
 
 
 def _merge_xids(xids: list[XidEvent]) -> list[list[XidEvent]]:
@@ -121,7 +122,7 @@ def gpu_where(model: Model, node: str, gpu: str, pci: str | None, text: str = ""
                 False)
     address = pci or (gpu[4:] if gpu.startswith("pci:") else gpu)
     written = next((m.group(0) for m in _ADDRESS.finditer(text)
-                    if pci is None or norm_pci(m.group(0)).split(".")[0] == norm_pci(pci).split(".")[0]), address)
+                    if pci is None or pci_bus_key(m.group(0)).split(".")[0] == pci_bus_key(pci).split(".")[0]), address)
     subject = Subject("gpu", written if not gpu.startswith("GPU-") else gpu, f"GPU at PCI {address}", node)
     if model.has_source(node, "nvml") and model.node_gpus(node):
         return (f"the GPU at PCI {address}, which NVML did not enumerate in this capture "

@@ -1,9 +1,10 @@
 """Pure decoders for NVML values: enums and bitmasks to names, ctypes structures to JSON.
 
 Sources: nvml.h / pynvml.py constants (``nvmlClocksEventReason*``, the old
-``nvmlClocksThrottleReason*`` names, ``NVML_COMPUTEMODE_*``, ``nvmlEventType*``), and NVIDIA's Xid
-catalog for the short Xid descriptions. ``nvidia-smi -q -d PERFORMANCE`` prints the same clock event
-reason names. These functions never call NVML; they raise :class:`forensics.errors.ParseError`
+``nvmlClocksThrottleReason*`` names, ``NVML_COMPUTEMODE_*``, ``nvmlEventType*``);
+``nvidia-smi -q -d PERFORMANCE`` prints the same clock event reason names. An Xid event's
+description is NVIDIA's catalog's, from the package's one Xid table
+(:func:`forensics.parsing.xid_catalog.xid_description`, re-exported here for the sampler). These functions never call NVML; they raise :class:`forensics.errors.ParseError`
 on values that cannot be what NVML returns (negative or over 64 bits).
 """
 
@@ -13,13 +14,13 @@ import ctypes
 from typing import Any
 
 from forensics.errors import ParseError
+from forensics.parsing.xid_catalog import xid_description
 
 __all__ = [
     "CLOCKS_EVENT_REASONS",
     "COMPUTE_MODES",
     "EVENT_TYPES",
     "RECOVERY_ACTIONS",
-    "XID_DESCRIPTIONS",
     "decode_bitmask",
     "decode_clocks_event_reasons",
     "decode_compute_mode",
@@ -85,27 +86,6 @@ EVENT_TYPES: dict[int, str] = {
     0x8000: "GpuRecoveryAction",
 }
 
-#: Short descriptions of common Xid codes (NVIDIA's Xid catalog is the authority).
-XID_DESCRIPTIONS: dict[int, str] = {
-    13: "Graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "Preemptive cleanup, due to previous errors",
-    48: "Double-bit ECC error",
-    62: "Internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "High single-bit ECC error rate",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    154: "GPU recovery action changed",
-}
-
-
 def _check_u64(value: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParseError(f"{what}: expected an integer, got {type(value).__name__}")
@@ -152,10 +132,6 @@ def decode_enable_state(value: int) -> str:
     """``nvmlEnableState_t`` (persistence, ECC, accounting, MIG modes)."""
     _check_u64(value, "enable state")
     return {0: "Disabled", 1: "Enabled"}.get(value, f"Unknown({value})")
-
-
-def xid_description(code: int) -> str | None:
-    return XID_DESCRIPTIONS.get(code)
 
 
 _SCALARS = frozenset({int, float, str, bool, type(None)})

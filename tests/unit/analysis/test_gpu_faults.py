@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.analysis import analyze_bundles
-from forensics.analysis.xid_catalog import CATALOG_URL, caused_by, xid_info
 from forensics.parsing.nvrm import BusLossJoiner, fell_off_bus
+from forensics.parsing.xid_catalog import CATALOG_URL, caused_by, xid_info
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
 

@@ -91,13 +91,6 @@ def test_driver_messages_exclude_xid_and_info_noise() -> None:
     assert not any(m.startswith("nvidia-nvlink") for m in messages)  # level 6, not NVRM
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("0000:3b:00", "0000:3b:00.0"), ("00000000:3B:00.0", "0000:3b:00.0"), ("3b:00.1", "0000:3b:00.1"),
-])
-def test_pci_normalisation(text: str, expected: str) -> None:
-    assert nvrm.normalize_pci_bus_id(text) == expected
-
-
 def test_dmesg_raw_fallback() -> None:
     recs = list(kmsg.iter_dmesg_raw((FIXTURES / "dmesg-raw.txt").read_text().splitlines(True)))
     assert recs[1].ts_usec == 297757585 and recs[1].level == 4 and recs[1].seq is None
@@ -196,8 +189,8 @@ def test_mutated_records_raise_only_parse_error(index: int, at: int, insert: str
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=40))
-def test_pci_and_journal_raise_only_parse_error(text: str) -> None:
-    for parse in (nvrm.normalize_pci_bus_id, kmsg.parse_journal_line, kmsg.parse_dmesg_raw_line,
+def test_journal_raises_only_parse_error(text: str) -> None:
+    for parse in (kmsg.parse_journal_line, kmsg.parse_dmesg_raw_line,
                   kmsg.parse_kmsg_record):
         try:
             parse(text)

@@ -1,4 +1,8 @@
-"""NVIDIA's Xid catalog, kept as data in the package (``forensics/analysis/data/*.tsv``).
+"""NVIDIA's Xid catalog, kept as data in the package (``forensics/parsing/data/*.tsv``): the one table
+of Xid codes. The kernel-log parser (:mod:`forensics.parsing.nvrm`), the NVML collector's event
+records and the analysis' rules all take an Xid's description from here (:func:`xid_description`,
+:func:`xid_info`); the analysis never reads the description a bundle holds, so bundles written
+with an older wording analyse the same way (docs/analysis-format.md, "Xid descriptions").
 
 ``xid_catalog.tsv``: the catalog for Ampere and newer GPUs (sheet "Xids" of NVIDIA's
 ``Xid-Catalog.xlsx``, published at :data:`CATALOG_URL`): per code its mnemonic, description, the
@@ -29,6 +33,7 @@ __all__ = [
     "XidInfo",
     "caused_by",
     "is_pre_ampere",
+    "xid_description",
     "xid_info",
 ]
 
@@ -126,7 +131,7 @@ def caused_by(effect: int, earlier: set[int]) -> Consequence | None:
 
 
 def _rows(name: str) -> list[list[str]]:
-    text = resources.files("forensics.analysis").joinpath("data", name).read_text(encoding="utf-8")
+    text = resources.files("forensics.parsing").joinpath("data", name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return [ln.split("\t") for ln in lines[1:]]
 
@@ -161,3 +166,10 @@ def xid_info(code: int, gpu_name: str | None = None) -> XidInfo:
     if code in older:
         return older[code]
     return XidInfo(code, "", "not in NVIDIA's Xid catalog", "", "", "none", CATALOG_URL)
+
+
+def xid_description(code: int, gpu_name: str | None = None) -> str | None:
+    """The catalog's description of ``code`` (as :func:`xid_info` chooses the table), None when
+    neither table lists it: the text a bundle's Xid records carry beside the code."""
+    info = xid_info(code, gpu_name)
+    return info.description if info.known else None
