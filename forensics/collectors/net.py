@@ -332,14 +332,15 @@ class NetCollector:
             self._netns_files = NamespaceFiles(s.proc_root)
         self._netns_files.reap()
         moved: dict[str, dict[str, dict[str, int]]] = {}  # the changed namespaces' bytes, for their rates
+        read, last, idle = self._netns_files.read, self._netns_bytes, unchanged.append
         for ns in plan.namespaces:
             try:
-                data = self._netns_files.read(ns.pid, ns.inode)
+                data = read(ns.pid, ns.inode)
             except OSError as error:
                 errors[f"{s.proc_root}/{ns.pid}/net/dev"] = describe_os_error(error)
                 continue
-            if self._netns_bytes.get(ns.inode) == data:
-                unchanged.append(ns.inode)  # an idle container's file reads the same: named, not repeated
+            if last.get(ns.inode) == data:
+                idle(ns.inode)  # an idle container's file reads the same: named, not repeated
                 continue
             dev, path = data.decode("utf-8", "replace"), f"{s.proc_root}/{ns.pid}/net/dev"
             try:
@@ -347,7 +348,7 @@ class NetCollector:
             except ParseError as error:
                 errors[path] = f"parse error: {error}"
                 continue
-            self._netns_bytes[ns.inode] = data
+            last[ns.inode] = data
             # the kernel's own text (the loader parses it): no sixteen counters per interface to encode
             netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id, "dev": dev}
         line["netns"] = netns

@@ -70,9 +70,9 @@ def net_dev_bytes(text: str, what: str = "/proc/net/dev") -> dict[str, dict[str,
     tx_bytes}}`` (what a rate needs; no dict of sixteen counters per interface)."""
     out: dict[str, dict[str, int]] = {}
     for number, line in enumerate(_lines(text, what), 1):
-        name, sep, rest = line.partition(":")
-        if (not sep or "|" in line) and number <= 2:
+        if number <= 2 and "|" in line:
             continue  # the two header lines
+        name, sep, rest = line.partition(":")
         fields = rest.split()
         digits = "".join(fields)
         if not sep or "|" in line or len(fields) != len(NET_DEV_FIELDS) or not name.strip() \
