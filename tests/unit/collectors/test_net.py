@@ -245,6 +245,15 @@ def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path
             assert kept.read(path) == whole and kept.read(path) == whole  # the second pread starts at 0 again
         finally:
             kept.close()
+        if hasattr(os, "pidfd_open"):  # the namespace reader's one-pread tick gives way to the read to the end
+            from forensics.collectors.hostfs.netns import NamespaceFiles
+            files = NamespaceFiles("/proc")
+            try:
+                inode = int(os.readlink(f"/proc/{child.pid}/ns/net")[5:-1])
+                assert [files.read(child.pid, inode) for _ in range(3)] == [whole] * 3
+                assert child.pid in files._kept and child.pid not in files._fds
+            finally:
+                files.close()
     finally:
         child.kill()
         child.wait()
@@ -279,6 +288,7 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
         inode = int(link[5:-1])
         assert files.read(child.pid, inode) == Path(f"/proc/{child.pid}/net/dev").read_bytes()
         assert files.read(child.pid, inode).startswith(b"Inter-|") and len(files._kept) == 1
+        assert list(files._fds) == [child.pid]  # the next tick: one bare pread
         files.read(os.getpid(), inode + 1)
         assert os.getpid() not in files._kept  # not the namespace discovery named: read, not kept
         child.kill()
@@ -287,7 +297,7 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
         while files._kept and time.monotonic() < deadline:
             files.reap()
             time.sleep(0.01)
-        assert files._kept == {} and files._files.descriptors() == []
+        assert files._kept == {} and files._fds == {} and files._files.descriptors() == []
         with pytest.raises(OSError):
             files.read(child.pid, inode)
     finally:
