@@ -32,7 +32,7 @@ from typing import Any
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
+from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
 from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
@@ -141,6 +141,10 @@ class _Target:
     namespace_path: str | None = None  # as read, when ``path`` was resolved from it
     files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)
     # (hierarchy name, version, file, absolute path, per tick)
+    # sampling: each per-tick file's kept descriptor once read whole in one pread (None: not
+    # kept, or read through KeptFiles), and the line's start, made once
+    fds: list[int | None] = field(default_factory=list)
+    line_start: str = ""
 
 
 class CgroupsCollector:
@@ -335,29 +339,49 @@ class CgroupsCollector:
                     # hybrid: the unified cpu.stat already carries usage; skip cpuacct.usage
                     files = [f for f in files if f[2] != "cpuacct.usage"]
                 target.files = files
+                target.fds = [None] * len(files)
+                target.line_start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
             self._plan = plan
             _raise_fd_limit(sum(len(t.files) for t in self._plan) + 64)
         lines: list[str] = []
         head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
+        kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
         for target in self._plan:
             datas: list[bytes | None] = []
             errors: dict[str, str] = {}
-            for hierarchy, _, file, absolute, _ in target.files:
+            fds = target.fds
+            for index, fd in enumerate(fds):
+                if fd is not None:  # the common tick: one bare pread on the kept descriptor
+                    try:
+                        data = pread(fd, 65536, 0)
+                    except OSError:
+                        fds[index] = None  # KeptFiles.read below says why (and closes it)
+                    else:
+                        if len(data) <= MAYBE_MORE:  # no longer than half a page: the whole file
+                            datas.append(data)
+                            continue
+                        fds[index] = None
+                hierarchy, _, file, absolute, _ = target.files[index]
                 try:
-                    datas.append(self._files.read(absolute))
+                    data = kept(absolute)
                 except OSError as error:
                     errors[f"{hierarchy}/{file}"] = describe_os_error(error)
                     datas.append(None)
+                    continue
+                datas.append(data)
+                if len(data) <= MAYBE_MORE:
+                    fds[index] = descriptor(absolute)
             previous = self._previous.get(target.path)
             if not errors and previous is not None and previous[0] == datas:
                 values_json = previous[1]  # every file read now, byte-identical to last tick
             else:
                 values: dict[str, Any] = {}
-                for (hierarchy, version, file, absolute, _), data in zip(
+                for (hierarchy, version, file, absolute, _), read_now in zip(
                         target.files, datas, strict=True):
-                    if data is None:
+                    if read_now is None:
                         continue
+                    data = read_now
                     memo = self._parsed.get(absolute)
                     if memo is not None and memo[0] == data:
                         parsed = memo[1]  # same bytes as last tick: same parse
@@ -373,7 +397,7 @@ class CgroupsCollector:
                         _merge(values, *parsed)
                 values_json = dumps_json(values, indent=None)
                 self._previous[target.path] = (datas, values_json)
-            start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
+            start = target.line_start
             if errors:
                 start += f'"errors": {dumps_json(errors, indent=None)}, '
             lines.append(f"{start}{head}{values_json}}}")

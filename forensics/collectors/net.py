@@ -11,7 +11,8 @@ per container network namespace (``/proc/<pid>/ns/net``, one process per namespa
 
 Members: every file verbatim under ``net/`` (see :mod:`forensics.specs.net`), the derived
 ``net/index.json`` (parsed values, link rates, which container each namespace belongs to), and,
-when sampling, ``net/samples.jsonl``: one line per tick with the counters read that tick and,
+when sampling, ``net/samples.jsonl``: one line per tick with the counters read that tick (each
+changed namespace's ``net/dev`` as the kernel wrote it) and,
 beside them, the rates derived from the previous tick (``rates``). See docs/bundle-format/net.md.
 """
 
@@ -105,9 +106,10 @@ class NetCollector:
         self._plan: _Plan | None = None
         self._files = KeptFiles(1 << 20)
         self._previous: tuple[float, dict[str, Any]] | None = None
-        self._parsed: dict[str, tuple[bytes, dict[str, dict[str, int]]]] = {}
-        # each namespace's interfaces as last read (an unchanged one is not repeated in the line)
-        self._netns_last: dict[str, dict[str, Any]] = {}
+        # each namespace's net/dev as last written (one that reads the same is not repeated in the line)
+        self._netns_bytes: dict[int, bytes] = {}
+        # and its bytes counters then, per interface (its rates are taken against them)
+        self._netns_last: dict[str, dict[str, dict[str, int]]] = {}
         self._netns_files: NamespaceFiles | None = None
         self._settings_cache: NetSettings | None = None
 
@@ -329,41 +331,48 @@ class NetCollector:
         if self._netns_files is None:
             self._netns_files = NamespaceFiles(s.proc_root)
         self._netns_files.reap()
+        moved: dict[str, dict[str, dict[str, int]]] = {}  # the changed namespaces' bytes, for their rates
+        read, last, idle = self._netns_files.read, self._netns_bytes, unchanged.append
         for ns in plan.namespaces:
-            path = f"{s.proc_root}/{ns.pid}/net/dev"
             try:
-                data = self._netns_files.read(ns.pid, ns.inode)
-                memo = self._parsed.get(path)
-                if memo is not None and memo[0] == data:
-                    unchanged.append(ns.inode)  # an idle container's file reads the same: named, not repeated
-                    continue
-                memo = (data, netstat.parse_net_dev(data.decode("utf-8", "replace"), path))
-                self._parsed[path] = memo
-                netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id, "interfaces": memo[1]}
+                data = read(ns.pid, ns.inode)
             except OSError as error:
                 errors[f"{s.proc_root}/{ns.pid}/net/dev"] = describe_os_error(error)
+                continue
+            if last.get(ns.inode) == data:
+                idle(ns.inode)  # an idle container's file reads the same: named, not repeated
+                continue
+            dev, path = data.decode("utf-8", "replace"), f"{s.proc_root}/{ns.pid}/net/dev"
+            try:
+                moved[str(ns.inode)] = netstat.net_dev_bytes(dev, path)
             except ParseError as error:
-                errors[f"{s.proc_root}/{ns.pid}/net/dev"] = f"parse error: {error}"
+                errors[path] = f"parse error: {error}"
+                continue
+            last[ns.inode] = data
+            # the kernel's own text (the loader parses it): no sixteen counters per interface to encode
+            netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id, "dev": dev}
         line["netns"] = netns
         if unchanged:
             line["netns_unchanged"] = unchanged
-        line["rates"] = self._rates(tick.time_unix, line)
+        line["rates"] = self._rates(tick.time_unix, line, moved)
         if errors:
             line["errors"] = errors
         ctx.sink.append_jsonl(SAMPLES, line)
 
-    def _rates(self, t: float, line: dict[str, Any]) -> dict[str, Any]:
+    def _rates(self, t: float, line: dict[str, Any], moved: dict[str, dict[str, dict[str, int]]]) -> dict[str, Any]:
         """Per-second rates since the previous tick (empty on the first): NIC bytes and link
-        utilisation, IB bytes (4 x the word counters) and xmit_wait, disk bytes, namespace bytes."""
+        utilisation, IB bytes (4 x the word counters) and xmit_wait, disk bytes, namespace bytes
+        (``moved``: the bytes of each namespace written this tick)."""
         previous, self._previous = self._previous, (t, line)
         try:
             if previous is None or t <= previous[0]:
                 return {}
-            return self._rates_since(t, previous, line)
+            return self._rates_since(t, previous, line, moved)
         finally:  # after the rates: they are taken against each namespace's counters before this tick
-            self._netns_last.update((inode, now["interfaces"]) for inode, now in line["netns"].items())
+            self._netns_last.update(moved)
 
-    def _rates_since(self, t: float, previous: tuple[float, dict[str, Any]], line: dict[str, Any]) -> dict[str, Any]:
+    def _rates_since(self, t: float, previous: tuple[float, dict[str, Any]], line: dict[str, Any],
+                     moved: dict[str, dict[str, dict[str, int]]]) -> dict[str, Any]:
         dt = t - previous[0]
         before = previous[1]
 
@@ -393,10 +402,9 @@ class NetCollector:
             rates["ib"][key] = r
         for disk, now in line["disks"].items():
             rates["disks"][disk] = per_s(now, before["disks"].get(disk, {}), _DISK_RATES)
-        for inode, now in line["netns"].items():
+        for inode, now in moved.items():
             then = self._netns_last.get(inode, {})
-            rates["netns"][inode] = {i: per_s(c, then.get(i, {}), _NIC_RATES)
-                                     for i, c in now["interfaces"].items()}
+            rates["netns"][inode] = {i: per_s(c, then.get(i, {}), _NIC_RATES) for i, c in now.items()}
         return rates
 
     def end_sampling(self, ctx: CollectContext) -> None:
@@ -407,7 +415,7 @@ class NetCollector:
             self._netns_files = None
         self._plan = None
         self._previous = None
-        self._parsed.clear()
+        self._netns_bytes.clear()
         self._netns_last = {}
         self._settings_cache = None
 

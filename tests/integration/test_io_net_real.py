@@ -31,6 +31,7 @@ from forensics.collectors.cgroups import COLLECTOR as CGROUPS
 from forensics.collectors.docker.docker import COLLECTOR as DOCKER
 from forensics.collectors.net import COLLECTOR as NET
 from forensics.parsing.docker_stats import blkio_bytes
+from forensics.parsing.netstat import parse_net_dev
 from tests.support.docker_engine import BUSYBOX_IMAGE, DockerEngine
 from tests.support.kube_exec import wait_for
 
@@ -244,7 +245,7 @@ def test_veth_traffic_is_the_containers_and_a_flap_is_a_network_error(docker_eng
         # before the flap: the container's own counters moved, and what it sent the host end received
         up = lines[:states.index("down")]
         inode = str(ns["inode"])
-        mine = [(rec["interfaces"][host_if]["rx_bytes"], rec["netns"][inode]["interfaces"][peer_if]["tx_bytes"])
+        mine = [(rec["interfaces"][host_if]["rx_bytes"], parse_net_dev(rec["netns"][inode]["dev"])[peer_if]["tx_bytes"])
                 for rec in up if inode in rec["netns"]]
         assert len(mine) >= 2, up
         received, sent = mine[-1][0] - mine[0][0], mine[-1][1] - mine[0][1]

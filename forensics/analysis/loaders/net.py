@@ -1,7 +1,8 @@
 """Network and InfiniBand counters: ``net/samples.jsonl`` (net collector, one line per tick), into :class:`~forensics.analysis.samples.NetSample` series:
 each node interface (``/proc/net/dev`` with its ``speed`` and ``operstate``), each InfiniBand
 port (``counters/*``, data counters times 4 as bytes, ``rate`` and ``state``) and each container
-network namespace (``/proc/<pid>/net/dev``, interfaces other than ``lo`` summed; a namespace the
+network namespace (``/proc/<pid>/net/dev``, the kernel's text in ``dev``, or parsed in
+``interfaces`` as bundles before it wrote; interfaces other than ``lo`` summed; a namespace the
 line names in ``netns_unchanged`` read the same as when last written, and keeps those counters).
 """
 
@@ -13,7 +14,8 @@ from forensics.analysis.loaders.common import Loader, as_float, as_int
 from forensics.analysis.model import Model
 from forensics.analysis.samples import NetSample
 from forensics.analysis.source import Source
-from forensics.parsing.netstat import IB_DATA_WORD_BYTES
+from forensics.errors import ParseError
+from forensics.parsing.netstat import IB_DATA_WORD_BYTES, parse_net_dev
 from forensics.specs import net as net_spec
 
 __all__ = ["LOADER", "load_net"]
@@ -44,7 +46,14 @@ def _ib(values: Any) -> dict[str, int]:
     return counters
 
 
-def _netns(interfaces: Any) -> dict[str, int]:
+def _netns(values: dict[str, Any]) -> dict[str, int] | None:
+    """A namespace's counters, other than ``lo``'s, summed; None for a ``dev`` text that does not parse."""
+    interfaces, dev = values.get("interfaces"), values.get("dev")
+    if isinstance(dev, str):
+        try:
+            interfaces = parse_net_dev(dev, "net/dev")
+        except ParseError:
+            return None
     total: dict[str, int] = {}
     if isinstance(interfaces, dict):
         for iface, counters in interfaces.items():
@@ -81,7 +90,9 @@ def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
     for inode, values in _table(rec.get("netns")).items():
         if isinstance(values, dict):
             cid = values.get("container_id")
-            counters, owner = _netns(values.get("interfaces")), cid if isinstance(cid, str) else None
+            counters, owner = _netns(values), cid if isinstance(cid, str) else None
+            if counters is None:
+                continue
             last[inode] = (counters, owner)
             model.net_samples.append(NetSample(node, "netns", inode, t, counters, None, None, owner,
                                                ref(("netns", inode))))

@@ -9,7 +9,7 @@ import stat
 
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 
-__all__ = ["check_socket", "describe_os_error", "read_small", "read_text"]
+__all__ = ["MAYBE_MORE", "KeptFiles", "check_socket", "describe_os_error", "read_small", "read_text"]
 
 
 def read_small(path: str, limit: int = 1 << 20) -> bytes:
@@ -69,7 +69,7 @@ _CHUNK = 65536
 # A seq_file (/proc/net/dev, /proc/diskstats, mountinfo, most cgroup files) gives at most its
 # page-sized buffer per read, short of the end when the next record does not fit: a read longer
 # than half a page may not be the whole file (records here are far shorter than half a page).
-_MAYBE_MORE = 2048
+MAYBE_MORE = 2048
 
 
 class KeptFiles:
@@ -93,7 +93,7 @@ class KeptFiles:
             self._fds[path] = fd
         try:
             data = os.pread(fd, min(self.limit, _CHUNK), 0)  # never a limit-sized buffer per read
-            if len(data) <= _MAYBE_MORE or len(data) >= self.limit:
+            if len(data) <= MAYBE_MORE or len(data) >= self.limit:
                 return data
             parts, total = [data], len(data)
             while total < self.limit:  # on from where the last read ended: the seq_file's next record
@@ -116,6 +116,10 @@ class KeptFiles:
                 os.close(fd)
             except OSError:
                 pass
+
+    def descriptor(self, path: str) -> int | None:
+        """The descriptor kept for ``path`` (None: none kept, e.g. out of descriptors)."""
+        return self._fds.get(path)
 
     def descriptors(self) -> list[int]:
         """The descriptors kept open now (benchmarks compare against bare preads of them)."""

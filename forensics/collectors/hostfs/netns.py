@@ -7,7 +7,7 @@ import contextlib
 import os
 import select
 
-from forensics.collectors.hostfs.files import KeptFiles, read_small
+from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, read_small
 
 __all__ = ["NamespaceFiles"]
 
@@ -31,6 +31,7 @@ class NamespaceFiles:
         self._poll = select.poll()
         self._pidfds: dict[int, tuple[int, str]] = {}  # pidfd -> (pid, path)
         self._kept: dict[int, int] = {}  # pid -> pidfd
+        self._fds: dict[int, int] = {}  # pid -> the kept descriptor of its net/dev, once opened
 
     def reap(self) -> None:
         """Close the descriptors of processes that exited since the last tick."""
@@ -42,6 +43,7 @@ class NamespaceFiles:
     def _drop(self, pidfd: int) -> None:
         pid, path = self._pidfds.pop(pidfd)
         self._kept.pop(pid, None)
+        self._fds.pop(pid, None)
         self._poll.unregister(pidfd)
         self._files.forget(path)
         with contextlib.suppress(OSError):
@@ -49,9 +51,23 @@ class NamespaceFiles:
 
     def read(self, pid: int, inode: int) -> bytes:
         """``/proc/<pid>/net/dev`` of the process ``pid``, seen in network namespace ``inode``."""
+        fd = self._fds.get(pid)
+        if fd is not None:  # the common tick: one pread, no longer than half a page (the whole file)
+            try:
+                data = os.pread(fd, 65536, 0)
+            except OSError:
+                del self._fds[pid]  # KeptFiles.read below says why (and closes it)
+            else:
+                if len(data) <= MAYBE_MORE:
+                    return data
+                del self._fds[pid]  # a long file: read on to its end, below, from now on
         path = f"{self.proc_root}/{pid}/net/dev"
         if pid in self._kept or self._keep(pid, inode, path):
-            return self._files.read(path)
+            data = self._files.read(path)
+            fd = self._files.descriptor(path)
+            if fd is not None and len(data) <= MAYBE_MORE:
+                self._fds[pid] = fd
+            return data
         return read_small(path, 1 << 20)
 
     def _keep(self, pid: int, inode: int, path: str) -> bool:

@@ -194,3 +194,19 @@ def test_a_namespace_the_collector_named_unchanged_keeps_its_counters(tmp_path: 
     model = build_model([b.write(tmp_path)])
     got = [(s.t - T0, s.name, s.counters, s.container_id) for s in model.net_samples if s.kind == "netns"]
     assert got == [(float(s), "4026532577", {"rx_bytes": 7, "tx_bytes": 9}, c) for s in range(3)]  # 99: never written
+
+
+def test_a_namespace_written_as_the_kernels_text_is_parsed_by_the_loader(tmp_path: Path) -> None:
+    b = BundleSpec()
+    b.status["net"] = "ok"
+    c = b.container("busy")
+    head = "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n"
+    for s, rx in ((0, 100), (1, 5100)):
+        b.net_tick(T0 + s, netns={"4026532577": {"pid": 10, "container_id": c, "dev": head +
+                                                 "    lo: 5 1 0 0 0 0 0 0 6 1 0 0 0 0 0 0\n"
+                                                 f"  eth0: {rx} 10 2 0 0 0 0 0 200 3 0 0 0 0 0 0\n"}})
+    b.net_tick(T0 + 2, netns={"4026532578": {"pid": 11, "container_id": c, "dev": head + "eth0: 1 2\n"}})
+    model = build_model([b.write(tmp_path)])
+    got = [(s.t - T0, s.counters["rx_bytes"], s.counters["tx_bytes"], s.counters["rx_errors"])
+           for s in model.net_samples if s.kind == "netns"]
+    assert got == [(0.0, 100, 200, 2), (1.0, 5100, 200, 2)]  # lo left out; the text that does not parse: no sample

@@ -83,6 +83,29 @@ def test_sampling_reads_each_file_once_per_tick(tmp_path: Path) -> None:
     assert docker[0]["values"]["memory"]["events"]["oom_kill"] == 3
 
 
+def test_a_tick_file_that_grows_past_one_read_is_read_to_its_end(tmp_path: Path) -> None:
+    """The tick reads a kept descriptor with one pread while the file is short; an io.stat of 40
+    devices (longer than half a page: maybe not the whole of a seq_file) goes through the kept
+    file's read-to-the-end, and the short file after it through one pread again."""
+    stage = tmp_path / "stage"
+    collector = _collector(tmp_path)
+    ctx = make_context(stage, {"cgroup_paths": [DOCKER_SCOPE]})
+    io_stat = tmp_path / "sys-fs-cgroup" / DOCKER_SCOPE[1:] / "io.stat"
+    short = "8:0 rbytes=1 wbytes=2 rios=3 wios=4 dbytes=0 dios=0\n"
+    long = "".join(f"259:{n} rbytes={n * 1000} wbytes=2 rios=3 wios=4 dbytes=0 dios=0\n" for n in range(40))
+    assert len(long) > 2048
+    for index, text in enumerate((short, long, short, long, short)):
+        io_stat.write_text(text)  # the same file rewritten: the kept descriptor reads the new bytes
+        collector.sample(ctx, Tick(index, time.time()))
+    collector.end_sampling(ctx)
+    docker = [line for line in read_jsonl(stage, "cgroup/samples.jsonl") if line["cgroup"] == DOCKER_SCOPE]
+    stats = [d["values"].get("io", {}).get("stat") for d in docker]
+    assert stats[0] == stats[2] == stats[4] == {"8:0": {"rbytes": 1, "wbytes": 2, "rios": 3, "wios": 4,
+                                                         "dbytes": 0, "dios": 0}}
+    assert stats[1] == stats[3] and len(stats[1]) == 40 and stats[1]["259:39"]["rbytes"] == 39000
+    assert all("errors" not in d for d in docker)
+
+
 def test_discovery_without_hints_scans_proc(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path)
     stage = tmp_path / "stage"

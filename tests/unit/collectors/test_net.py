@@ -175,10 +175,22 @@ def test_v1_blkio_files_parse() -> None:
     (netstat.parse_diskstats, "8 0 sda 1 2\n"), (netstat.parse_speed_mbps, "fast"),
     (netstat.parse_ib_rate, "very fast"), (netstat.parse_ib_state, "ACTIVE"),
     (netstat.parse_net_dev, b"bytes"),
+    (netstat.net_dev_bytes, "h\nh\neth0: 1 2 3\n"), (netstat.net_dev_bytes, "h\nh\neth0 1\n"),
+    (netstat.net_dev_bytes, "h\nh\neth0: " + "1 " * 15 + "\u0663\n"), (netstat.net_dev_bytes, b"bytes"),
 ])
 def test_parsers_refuse_garbage_with_parse_error(fn: object, text: object) -> None:
     with pytest.raises(ParseError):
         fn(text)  # type: ignore[operator]
+
+
+def test_net_dev_bytes_reads_what_parse_net_dev_reads() -> None:
+    text = (tmp := "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n") + \
+        "    lo: 5 1 0 0 0 0 0 0 6 1 0 0 0 0 0 0\n  eth0: 1050 10 2 0 0 0 0 0 200 3 0 0 0 0 0 0\n"
+    full = netstat.parse_net_dev(text)
+    assert netstat.net_dev_bytes(text) == {i: {"rx_bytes": c["rx_bytes"], "tx_bytes": c["tx_bytes"]}
+                                           for i, c in full.items()} == {
+        "lo": {"rx_bytes": 5, "tx_bytes": 6}, "eth0": {"rx_bytes": 1050, "tx_bytes": 200}}
+    assert netstat.net_dev_bytes(tmp) == {}
 
 
 def test_ib_rate_and_speed_values() -> None:
@@ -202,7 +214,9 @@ def test_an_unchanged_namespace_is_named_not_repeated_and_its_rate_spans_the_idl
     assert "4026532577" in first["netns"] and "netns_unchanged" not in first
     assert idle["netns"] == {} and idle["netns_unchanged"] == [4026532577]
     assert idle["rates"]["netns"] == {}
-    assert busy["netns"]["4026532577"]["interfaces"]["eth0"]["rx_bytes"] == 1050
+    # the namespace's net/dev as the kernel wrote it, not its sixteen counters parsed
+    assert busy["netns"]["4026532577"]["dev"] == (proc / "4242/net/dev").read_text()
+    assert netstat.parse_net_dev(busy["netns"]["4026532577"]["dev"])["eth0"]["rx_bytes"] == 1050
     assert "netns_unchanged" not in busy
     # against the counters last written (tick 0, the same at tick 1), over the last interval
     assert busy["rates"]["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1000.0
@@ -231,6 +245,15 @@ def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path
             assert kept.read(path) == whole and kept.read(path) == whole  # the second pread starts at 0 again
         finally:
             kept.close()
+        if hasattr(os, "pidfd_open"):  # the namespace reader's one-pread tick gives way to the read to the end
+            from forensics.collectors.hostfs.netns import NamespaceFiles
+            files = NamespaceFiles("/proc")
+            try:
+                inode = int(os.readlink(f"/proc/{child.pid}/ns/net")[5:-1])
+                assert [files.read(child.pid, inode) for _ in range(3)] == [whole] * 3
+                assert child.pid in files._kept and child.pid not in files._fds
+            finally:
+                files.close()
     finally:
         child.kill()
         child.wait()
@@ -265,6 +288,7 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
         inode = int(link[5:-1])
         assert files.read(child.pid, inode) == Path(f"/proc/{child.pid}/net/dev").read_bytes()
         assert files.read(child.pid, inode).startswith(b"Inter-|") and len(files._kept) == 1
+        assert list(files._fds) == [child.pid]  # the next tick: one bare pread
         files.read(os.getpid(), inode + 1)
         assert os.getpid() not in files._kept  # not the namespace discovery named: read, not kept
         child.kill()
@@ -273,7 +297,7 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
         while files._kept and time.monotonic() < deadline:
             files.reap()
             time.sleep(0.01)
-        assert files._kept == {} and files._files.descriptors() == []
+        assert files._kept == {} and files._fds == {} and files._files.descriptors() == []
         with pytest.raises(OSError):
             files.read(child.pid, inode)
     finally:
