@@ -275,6 +275,63 @@ def test_rotation_keeps_the_newest_by_count_and_bytes(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("gpuforensics-*.tgz")) == sorted([names[5], link.name])
 
 
+def test_rotation_removes_what_a_recorder_killed_mid_capture_left(tmp_path: Path) -> None:
+    """A recorder SIGKILLed while its triggered capture runs: the capture dies with it and its
+    stderr log (and staging directory) stay in --bundles. The next rotation removes them, and so
+    does the next recorder's start; a log whose recorder still runs is kept."""
+    from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token
+
+    bundles = tmp_path / "b"
+    code = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from forensics.record.live import LiveState\n"
+        "from forensics.record.triggers import TriggerEngine, TriggerOptions, parse_rules, Firing\n"
+        f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(bundles)!r}), trigger_duration_s=60)\n"
+        "o.check()\n"
+        f"e = TriggerEngine(o, LiveState(), print, ring=Path({str(tmp_path / 'ring')!r}), interval_s=1.0)\n"
+        "e.offer(Firing(o.rules[0], 'host', None, time.time(), time.time(), 'x', 'kernel/window.jsonl'))\n"
+        "print(e.running.proc.pid, flush=True)\ntime.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30  # the capture under way: its staging directory exists
+        while not list(bundles.glob(".gpuforensics-staging-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline + 10:
+            if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":
+                break
+            time.sleep(0.05)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    orphans = list(bundles.glob(f"{TRIGGER_LOG_PREFIX}*.log"))
+    assert len(orphans) == 1 and list(bundles.glob(".gpuforensics-staging-*")), sorted(bundles.iterdir())
+    live = bundles / f"{TRIGGER_LOG_PREFIX}{owner_token()}.abcd1234.log"  # this process's: alive
+    live.write_text("capture still running\n")
+    unnamed = bundles / f"{TRIGGER_LOG_PREFIX}k2j4h5g6.log"  # no owner to ask: left alone
+    unnamed.write_text("?\n")
+    bundle = bundles / "gpuforensics-h-20261201T000000Z.tgz"
+    bundle.write_bytes(b"x" * 100)
+    assert rotate_bundles(bundles, keep=10, keep_bytes=1 << 20) == []  # no bundle beyond the caps
+    assert not orphans[0].exists() and not list(bundles.glob(".gpuforensics-staging-*"))
+    assert live.exists() and unnamed.exists() and bundle.exists()
+
+    # the next recorder's start sweeps too (no capture needs to end first)
+    dead = bundles / orphans[0].name
+    dead.write_text("left by the killed recorder\n")
+    logs: list[str] = []
+    opts = TriggerOptions(rules=parse_rules(["oom"]), bundles=bundles)
+    opts.check()
+    TriggerEngine(opts, LiveState(), logs.append, ring=tmp_path / "ring", interval_s=1.0)
+    assert not dead.exists() and live.exists()
+    assert any("removed 1 leftovers" in line for line in logs), logs
+
+
 # -- --on-capture -----------------------------------------------------------------------------
 def test_on_capture_timeout_kills_its_group_and_logs_exit_status(tmp_path: Path) -> None:
     clock = _Clock()
