@@ -220,18 +220,24 @@ def test_cooldown_and_one_capture_at_a_time(tmp_path: Path) -> None:
     assert len(list((tmp_path / "bundles").glob("gpuforensics-*.tgz"))) == 3
 
 
-def test_capture_child_dies_with_the_recorder(tmp_path: Path) -> None:
+def _recorder_capturing(tmp_path: Path, bundles: Path) -> subprocess.Popen[str]:
+    """A process with a trigger engine whose 60 s capture into ``bundles`` runs; it prints the
+    capture's PID."""
     code = (
         "import sys, time\nfrom pathlib import Path\n"
         "from forensics.record.live import LiveState\n"
         "from forensics.record.triggers import TriggerEngine, TriggerOptions, parse_rules, Firing\n"
-        f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(tmp_path / 'b')!r}), trigger_duration_s=60)\n"
+        f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(bundles)!r}), trigger_duration_s=60)\n"
         "o.check()\n"
         f"e = TriggerEngine(o, LiveState(), print, ring=Path({str(tmp_path / 'ring')!r}), interval_s=1.0)\n"
         "e.offer(Firing(o.rules[0], 'host', None, time.time(), time.time(), 'x', 'kernel/window.jsonl'))\n"
         "print(e.running.proc.pid, flush=True)\ntime.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_capture_child_dies_with_the_recorder(tmp_path: Path) -> None:
+    parent = _recorder_capturing(tmp_path, tmp_path / "b")
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -282,17 +288,7 @@ def test_rotation_removes_what_a_recorder_killed_mid_capture_left(tmp_path: Path
     from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token
 
     bundles = tmp_path / "b"
-    code = (
-        "import sys, time\nfrom pathlib import Path\n"
-        "from forensics.record.live import LiveState\n"
-        "from forensics.record.triggers import TriggerEngine, TriggerOptions, parse_rules, Firing\n"
-        f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(bundles)!r}), trigger_duration_s=60)\n"
-        "o.check()\n"
-        f"e = TriggerEngine(o, LiveState(), print, ring=Path({str(tmp_path / 'ring')!r}), interval_s=1.0)\n"
-        "e.offer(Firing(o.rules[0], 'host', None, time.time(), time.time(), 'x', 'kernel/window.jsonl'))\n"
-        "print(e.running.proc.pid, flush=True)\ntime.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    parent = _recorder_capturing(tmp_path, bundles)
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
