@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from forensics.collectors.kubernetes.events import select_events
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import gpu_node_scenario, make_event
 from tests.support.polling import wait_for
@@ -154,3 +156,38 @@ def test_a_restarted_recorder_resumes_without_writing_events_twice(tmp_path: Pat
     assert len(keys) == len(set(keys)), "an event written twice"
     assert len(keys) == len(first) + 1 and down["metadata"]["uid"] in {k[0] for k in keys}
     assert len([e for e in ring_events(ring) if e["kind"] == "start"]) == 2
+
+
+def test_an_api_server_outage_is_a_gap_and_what_came_meanwhile_is_listed(tmp_path: Path, recorders: list) -> None:
+    """The API server goes away (its watches end, every request answered 503) and comes back:
+    the recorder records a gap from when to when, lists again and writes the event of the outage,
+    and nothing it had already written is written twice."""
+    home = tmp_path / "home"
+    home.mkdir()
+    state = gpu_node_scenario()
+    node = next(n for n in state.nodes if n["metadata"]["name"] == NODE)
+    scopes = 1 + len({p["metadata"]["namespace"] for p in state.pods if p["spec"].get("nodeName") == NODE})
+    with KubeAPIServer(state) as api:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        ring = tmp_path / "ring"
+        proc = _record(ring, kubeconfig, home, recorders)
+        uids = {p["metadata"]["uid"] for p in state.pods if p["spec"].get("nodeName") == NODE}
+        before = len(select_events(state.events, NODE, uids, None))  # what capture keeps of the same list
+        wait_for(lambda: api.watches >= scopes and len(_ring_events(ring)) >= before, 60)
+        api.unavailable = True
+        api.end_watches()
+        lost = time.time()
+        wait_for(lambda: api.open_watches == 0, 10)
+        meanwhile = api.add_event(make_event(node, "SystemOOM", "System OOM encountered, victim process: java, pid: 9001",
+                                             datetime.now(UTC).replace(microsecond=0), type_="Warning", host=NODE))
+        time.sleep(2.0)
+        api.unavailable = False
+        wait_for(lambda: meanwhile["metadata"]["uid"] in {e["metadata"]["uid"] for e in _ring_events(ring)}, 60)
+        wait_for(lambda: [e for e in ring_events(ring) if e["kind"] == "gap"], 30)
+        _stop(proc)
+    keys = [(e["metadata"]["uid"], e["metadata"]["resourceVersion"]) for e in _ring_events(ring)]
+    assert len(keys) == len(set(keys)) == before + 1
+    gaps = [e for e in ring_events(ring) if e["kind"] == "gap" and e["source"] == "kubernetes"]
+    assert len(gaps) == 1, gaps
+    assert lost - 1 <= gaps[0]["from"] < gaps[0]["to"] and gaps[0]["to"] - gaps[0]["from"] >= 1.5, gaps[0]
+    assert "503" in gaps[0]["reason"] or "unable to handle" in gaps[0]["reason"], gaps[0]

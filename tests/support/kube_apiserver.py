@@ -27,7 +27,8 @@ collector reads, serving the objects of a :class:`~tests.support.kube_objects.Cl
   :meth:`KubeAPIServer.add_event` after ``resourceVersion`` (an event list's own
   ``metadata.resourceVersion`` is the newest), filtered by ``fieldSelector``, ended after
   ``timeoutSeconds``; a ``resourceVersion`` older than ``compacted_rv`` gets the API server's
-  ``ERROR`` event (410 ``Expired``);
+  ``ERROR`` event (410 ``Expired``); :meth:`KubeAPIServer.end_watches` ends the open streams, and
+  ``unavailable`` answers every request 503 (an API server restarting);
 - ``limit``/``continue`` pagination with opaque continue tokens; unknown field selectors -> 400;
   errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404; 409).
 
@@ -223,6 +224,9 @@ class KubeAPIServer:
         self.event_changes: list[tuple[int, str, dict[str, Any]]] = []  # (resourceVersion, type, Event)
         self.compacted_rv = 0  # a watch from an older resourceVersion is answered 410 Expired
         self.watches = 0  # watch streams opened
+        self.open_watches = 0  # and not ended yet
+        self.unavailable = False  # every request answered 503, as an API server restarting
+        self._watch_epoch = 0
         self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[int, str]]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -317,6 +321,12 @@ class KubeAPIServer:
             self._changed.notify_all()
         return event
 
+    def end_watches(self) -> None:
+        """End every open watch stream (as an API server going away does)."""
+        with self._changed:
+            self._watch_epoch += 1
+            self._changed.notify_all()
+
     def paths_requested(self) -> list[str]:
         return [p for _, p, _ in self.requests]
 
@@ -334,6 +344,8 @@ class KubeAPIServer:
             if len(segs) == 7 and segs[:3] == ["api", "v1", "namespaces"] and segs[4] == "pods" and segs[6] == "exec":
                 self._exec(req, segs[3], segs[5], parse_qs(parts.query, keep_blank_values=True))
                 return
+            if self.unavailable:
+                raise _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
             is_jobs = segs[:3] == ["apis", "batch", "v1"]
             if req.command != "GET" and not (is_jobs and req.command in ("POST", "DELETE")):
                 raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -599,7 +611,9 @@ class KubeAPIServer:
         timeout = float(_positive_int(q, "timeoutSeconds") or 1800)
         with self._lock:
             self.watches += 1
+            self.open_watches += 1
             newest = max((c[0] for c in self.event_changes), default=0)
+            epoch = self._watch_epoch
         since = int(q["resourceVersion"]) if q.get("resourceVersion", "").isdigit() else newest
         req.send_response(200)
         req.send_header("Content-Type", "application/json")
@@ -619,7 +633,7 @@ class KubeAPIServer:
                                                   "message": f"too old resource version: {since} ({self.compacted_rv})",
                                                   "reason": "Expired", "code": 410}})
             else:
-                while not self._stopping.is_set() and time.monotonic() < end:
+                while not self._stopping.is_set() and time.monotonic() < end and self._watch_epoch == epoch:
                     with self._changed:
                         if seen >= len(self.event_changes):
                             self._changed.wait(min(0.2, max(0.0, end - time.monotonic())))
@@ -631,6 +645,9 @@ class KubeAPIServer:
             req.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
+        finally:
+            with self._lock:
+                self.open_watches -= 1
         req.close_connection = True
 
     @staticmethod

@@ -211,8 +211,9 @@ class KubeAPI:
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._failed(exc, path, query, time.monotonic() - t0) from None
         finally:
-            if response is not None:
+            if response is not None:  # a stream is not reused: the server may end it any time
                 try:
+                    response.response.close()
                     response.response.release_conn()
                 except Exception:  # noqa: BLE001 - closing must never mask the result
                     pass

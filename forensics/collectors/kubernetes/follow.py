@@ -106,11 +106,13 @@ def _key(event: Any) -> tuple[str, str] | None:
 
 
 class KubeEventFollower:
-    """``start`` once (fails as ``SourceUnavailable`` without a configuration, an API server or
-    this host's Node), then ``sample`` every tick (nothing: the threads write as events come)."""
+    """``start`` once (fails as ``SourceUnavailable`` without a configuration), then ``sample``
+    every tick (nothing: the threads write as events come)."""
 
     name = "kubernetes"
     replan_s = 30.0  # this node's pods listed again
+    connect_backoff_s = 5.0  # no API server or no Node yet: tried again after this, doubling
+    connect_backoff_max_s = 300.0
     watch_timeout_s = 290  # timeoutSeconds of each watch: the server ends it, it is watched again
 
     def __init__(self) -> None:
@@ -129,19 +131,34 @@ class KubeEventFollower:
 
     # -- the driver's interface ------------------------------------------------------------
     def start(self, ctx: CollectContext) -> None:
-        opts = ctx.options
-        if not configured(opts.kubeconfig):
+        """Without a configuration: ``SourceUnavailable`` (the recorder asks again later, at the
+        cost of a ``stat``). With one, the rest happens in a thread that keeps trying with a
+        backoff up to ``connect_backoff_max_s``: the client import alone costs about half a CPU
+        second, too much to pay again every time the recorder restarts an unavailable source."""
+        if not configured(ctx.options.kubeconfig):
             raise SourceUnavailable("no Kubernetes configuration (not in a cluster; no --kubeconfig, "
                                     "KUBECONFIG or ~/.kube/config): no Kubernetes events recorded")
-        settings = kspec.SPEC.read_settings(opts.extra)
-        loaded = load_config(opts.kubeconfig, opts.kube_context)
-        self.api = KubeAPI(loaded, math.inf, settings.call_timeout_s)
-        self.node = KubernetesCollector()._node_name(ctx, self.api)
-        self.seen, self.resume_t = ring_cursor(ring_spec.SPEC.read_settings(opts.extra).dir, time.time())
-        self._plan(ctx)  # the first pod list: a failure here is the source's, reported at start
         thread = threading.Thread(target=self._supervise, args=(ctx,), name="kube-events", daemon=True)
         thread.start()
-        ctx.note(f"following Kubernetes events of node {self.node} on {self.api.server} ({loaded.source})"
+
+    def _connect(self, ctx: CollectContext) -> None:
+        """The configuration, this host's Node, the resume cursor, the first pod list."""
+        if self.api is not None:  # an earlier attempt that failed at the pod list
+            self.api.close()
+            self.api = None
+        opts = ctx.options
+        settings = kspec.SPEC.read_settings(opts.extra)
+        loaded = load_config(opts.kubeconfig, opts.kube_context)
+        api = KubeAPI(loaded, math.inf, settings.call_timeout_s)
+        try:
+            self.node = KubernetesCollector()._node_name(ctx, api)
+        except BaseException:
+            api.close()
+            raise
+        self.api = api
+        self.seen, self.resume_t = ring_cursor(ring_spec.SPEC.read_settings(opts.extra).dir, time.time())
+        self._plan(ctx)
+        ctx.note(f"following Kubernetes events of node {self.node} on {api.server} ({loaded.source})"
                  + (f"; resuming after {iso_from_unix(self.resume_t)}" if self.resume_t else ""))
 
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
@@ -186,6 +203,20 @@ class KubeEventFollower:
             del self._threads[scope]
 
     def _supervise(self, ctx: CollectContext) -> None:
+        wait, said = self.connect_backoff_s, ""
+        while self.api is None or not self._threads:
+            try:
+                self._connect(ctx)
+                break
+            except Exception as exc:  # noqa: BLE001 - SourceUnavailable, CallFailed, or a bug: said, retried
+                why = str(exc) if isinstance(exc, SourceUnavailable | CallFailed) else f"{type(exc).__name__}: {exc}"
+                if why != said:  # said once per reason, not per attempt
+                    said = why
+                    ctx.note(f"Kubernetes events not followed yet: {said}; trying again (at most every "
+                             f"{self.connect_backoff_max_s:g} s)")
+            if self._stop.wait(wait):
+                return
+            wait = min(wait * 2, self.connect_backoff_max_s)
         while not self._stop.wait(self.replan_s):
             try:
                 self._plan(ctx)
@@ -205,6 +236,7 @@ class KubeEventFollower:
         path, selector = self._request(scope)
         version: str | None = None
         attempt = 0
+        failed_at = 0.0
         while not (stop.is_set() or self._stop.is_set()):
             try:
                 if version is None:
@@ -214,10 +246,12 @@ class KubeEventFollower:
                     for ev in items:
                         self._keep(ctx, ev, listed=True)
                     self._alive(ctx)
+                    attempt = 0
                 query = {"fieldSelector": selector, "allowWatchBookmarks": "true",
                          "timeoutSeconds": str(self.watch_timeout_s)}
                 if version:
                     query["resourceVersion"] = version
+                opened = time.monotonic()
                 for change in self.api.watch(path, query, idle_timeout_s=self.watch_timeout_s + 30.0):
                     if stop.is_set() or self._stop.is_set():
                         return
@@ -231,13 +265,17 @@ class KubeEventFollower:
                     if kind in ("ADDED", "MODIFIED"):
                         self._keep(ctx, obj, listed=False)
                 attempt = 0
+                if time.monotonic() - opened < 1.0 and stop.wait(1.0):  # a server (or proxy) ending
+                    return  # every stream at once is not asked again in a busy loop
             except CallFailed as exc:
+                version = None  # what came meanwhile: listed again
                 if exc.kind == "gone":
-                    version = None
                     continue
-                self._lost(str(exc))
-                version = None  # the events of the outage: listed again on reconnection
-                if stop.wait(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)]):
+                if attempt == 0:  # one failure alone (a kept-alive connection the server had closed) is
+                    attempt, failed_at = 1, time.time()  # tried again at once; a second one is an outage
+                    continue
+                self._lost(str(exc), failed_at)
+                if stop.wait(_BACKOFF_S[min(attempt - 1, len(_BACKOFF_S) - 1)]):
                     return
                 attempt += 1
 
@@ -270,10 +308,10 @@ class KubeEventFollower:
         ctx.sink.append_jsonl(kspec.EVENTS_FOLLOWED, redact_events([ev], ctx.redactor)[0])
 
     # -- outages ----------------------------------------------------------------------------
-    def _lost(self, why: str) -> None:
+    def _lost(self, why: str, since: float | None = None) -> None:
         with self._lock:
             if self.lost_at is None:
-                self.lost_at, self.lost_why = time.time(), why
+                self.lost_at, self.lost_why = since or time.time(), why
 
     def _alive(self, ctx: CollectContext) -> None:
         with self._lock:
