@@ -191,3 +191,31 @@ def test_an_api_server_outage_is_a_gap_and_what_came_meanwhile_is_listed(tmp_pat
     assert len(gaps) == 1, gaps
     assert lost - 1 <= gaps[0]["from"] < gaps[0]["to"] and gaps[0]["to"] - gaps[0]["from"] >= 1.5, gaps[0]
     assert "503" in gaps[0]["reason"] or "unable to handle" in gaps[0]["reason"], gaps[0]
+
+
+def test_an_expired_resource_version_is_listed_again_without_a_gap(tmp_path: Path, recorders: list) -> None:
+    """The watch cache moved past the recorder's resourceVersion (410 Expired, as after an API
+    server's compaction): it lists again, writes what it had not seen, and records no gap."""
+    from tests.support.kube_objects import _rv
+
+    home = tmp_path / "home"
+    home.mkdir()
+    state = gpu_node_scenario()
+    node = next(n for n in state.nodes if n["metadata"]["name"] == NODE)
+    with KubeAPIServer(state) as api:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        ring = tmp_path / "ring"
+        proc = _record(ring, kubeconfig, home, recorders)
+        wait_for(lambda: api.watches >= 2 and "Evicted" in _reasons(ring), 60)
+        opened = api.watches
+        unseen = make_event(node, "SystemOOM", "System OOM encountered, victim process: ray, pid: 31337",
+                            datetime.now(UTC).replace(microsecond=0), type_="Warning", host=NODE)
+        api.state.events.append(unseen)  # in the lists only: no watch streams it
+        api.compacted_rv = int(_rv())  # every version the watches hold is older
+        api.end_watches()
+        wait_for(lambda: unseen["metadata"]["uid"] in {e["metadata"]["uid"] for e in _ring_events(ring)}, 30)
+        wait_for(lambda: api.watches >= 2 * opened, 30)  # each scope: a refused watch, then a new one
+        _stop(proc)
+    keys = [(e["metadata"]["uid"], e["metadata"]["resourceVersion"]) for e in _ring_events(ring)]
+    assert len(keys) == len(set(keys))
+    assert not [e for e in ring_events(ring) if e["kind"] == "gap"]
