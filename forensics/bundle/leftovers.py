@@ -6,6 +6,12 @@ itself: its staging directory (mode 0700, evidence not yet redacted away: sensit
 Each of them therefore names its owner, and the next capture into that directory removes those
 whose owner process no longer exists.
 
+A capture a ``record --trigger`` started writes its stderr to ``.trigger-capture-<token>.<random>.log``
+in the bundles directory, the token the recorder's (its owner: the recorder reads the log when the
+capture ends, and removes it; the capture dies with it). A recorder SIGKILLed mid-capture leaves
+the log; the next sweep (rotation of triggered bundles, the next capture into that directory)
+removes it once that recorder is gone.
+
 The owner is named by an :func:`owner_token`: ``<pid>-<start>-<boot>``, where ``start`` is the
 process's start time in clock ticks after boot (``/proc/<pid>/stat`` field 22) and ``boot`` the
 first 8 characters of ``/proc/sys/kernel/random/boot_id``. A PID alone is not enough (PIDs are
@@ -23,13 +29,15 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Leftover", "STAGING_PREFIX", "owner_alive", "owner_token", "sweep_abandoned"]
+__all__ = ["Leftover", "STAGING_PREFIX", "TRIGGER_LOG_PREFIX", "owner_alive", "owner_token", "sweep_abandoned"]
 
 STAGING_PREFIX = ".gpuforensics-staging-"
 _TOKEN = r"(?P<pid>[1-9][0-9]{0,9})-(?P<start>[0-9]{1,20})-(?P<boot>[0-9a-f]{8})"
 _STAGING_RE = re.compile(re.escape(STAGING_PREFIX) + _TOKEN + r"-")
 _PARTIAL_RE = re.compile(r"^\.gpuforensics-.+\." + _TOKEN + r"\.[^.]+\.tgz\.partial$")
 _RESERVED_RE = re.compile(r"^\.gpuforensics-.+\.tgz\.reserved$")
+TRIGGER_LOG_PREFIX = ".trigger-capture-"
+_TRIGGER_LOG_RE = re.compile("^" + re.escape(TRIGGER_LOG_PREFIX) + _TOKEN + r"\.[^.]+\.log$")
 _TOKEN_RE = re.compile("^" + _TOKEN + "$")
 
 
@@ -76,7 +84,7 @@ class Leftover:
     """One removed file or directory and the capture process that had left it."""
 
     path: Path
-    kind: str  # "staging directory", "partial archive", "name reservation"
+    kind: str  # "staging directory", "partial archive", "name reservation", "trigger capture log"
     owner_pid: int
 
 
@@ -86,6 +94,8 @@ def _token_of(entry: os.DirEntry[str]) -> tuple[str, str] | None:
         return "staging directory", f"{m['pid']}-{m['start']}-{m['boot']}"
     if (m := _PARTIAL_RE.match(name)) and entry.is_file(follow_symlinks=False):
         return "partial archive", f"{m['pid']}-{m['start']}-{m['boot']}"
+    if (m := _TRIGGER_LOG_RE.match(name)) and entry.is_file(follow_symlinks=False):
+        return "trigger capture log", f"{m['pid']}-{m['start']}-{m['boot']}"
     if _RESERVED_RE.match(name) and entry.is_file(follow_symlinks=False):
         try:
             with open(entry.path, encoding="ascii", errors="replace") as f:
@@ -96,8 +106,8 @@ def _token_of(entry: os.DirEntry[str]) -> tuple[str, str] | None:
 
 
 def sweep_abandoned(out_dir: Path) -> list[Leftover]:
-    """Remove the staging directories, partial archives and reservations in ``out_dir`` whose
-    owner process is gone; return what was removed (what could not be removed is skipped)."""
+    """Remove the staging directories, partial archives, reservations and trigger capture logs in
+    ``out_dir`` whose owner process is gone; return what was removed (what could not be removed is skipped)."""
     removed: list[Leftover] = []
     try:
         entries = list(os.scandir(out_dir))

@@ -24,7 +24,11 @@ __all__ = ["record", "ring"]
 @click.option("--max-bytes", default="512M", show_default=True, help="Cap of the ring on disk (oldest data dropped first).")
 @click.option("--retention", default="24h", show_default=True, help="How long records are kept (oldest dropped first).")
 @click.option("--sources", help="Comma-separated sources to record (default: every one the recorder knows: "
-              "nvml, procfs, cgroups, kernel, docker).")
+              "nvml, procfs, cgroups, kernel, docker, kubernetes).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False),
+              help="Kubeconfig for the Kubernetes events (default: in-cluster, then $KUBECONFIG, ~/.kube/config; none: not recorded).")
+@click.option("--context", "kube_context", help="Kubeconfig context to use.")
+@click.option("--node", "node_name", help="Kubernetes node name of this host (default: $NODE_NAME, then the host name).")
 @click.option("--no-redact", is_flag=True, help="Keep secrets verbatim in the ring (not recommended).")
 @click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector setting, as for capture.")
@@ -55,11 +59,13 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
            triggers: tuple[str, ...], config_file: Path | None, bundles_dir: Path | None, trigger_duration: str,
            cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_capture_timeout: str,
            metrics_addr: str | None, metrics_tls_cert: str | None, metrics_tls_key: str | None,
-           metrics_client_ca: str | None) -> None:
+           metrics_client_ca: str | None, kubeconfig: str | None, kube_context: str | None,
+           node_name: str | None) -> None:
     """Run the flight recorder: sample this node into a bounded, crash-safe ring, in the foreground.
 
     Samples what capture samples (NVML devices and processes, per-process utilisation, cgroup
-    CPU/memory/PSI of containers and GPU processes, the kernel log, Docker events) every
+    CPU/memory/PSI of containers and GPU processes, the kernel log, Docker events, and the
+    Kubernetes events of this node and its pods where a configuration is found) every
     --interval at nice 10, records each GPU process and container when first seen, and keeps
     --retention of it within --max-bytes. Stop it with SIGTERM. `capture --since 30m` folds it in.
 
@@ -84,8 +90,10 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
 
     extra = settings_map(settings)
     validate_settings(extra)
+    kube = {"kubeconfig": kubeconfig, "kube_context": kube_context, "node_name": node_name}
     trigger_options = _trigger_options(triggers, config_file, bundles_dir, trigger_duration, cooldown, keep,
-                                       keep_bytes, on_capture, on_capture_timeout)
+                                       keep_bytes, on_capture, on_capture_timeout,
+                                       {k: v for k, v in kube.items() if v})
     from forensics.record.metrics import metrics_options
 
     metrics = metrics_options(metrics_addr, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
@@ -93,14 +101,17 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
                             max_bytes=parse_bytes("--max-bytes", max_bytes), retention_s=parse_seconds("--retention", retention),
                             sources=names(sources) or SOURCE_NAMES, redact=not no_redact,
                             nvml_library=nvml_library, extra=extra,
-                            argv=tuple(["gpuforensics", *sys.argv[1:]]))
+                            argv=tuple(["gpuforensics", *sys.argv[1:]]),
+                            kubeconfig=kubeconfig, kube_context=kube_context, node_name=node_name)
     result = run_recorder(options)
     click.echo(json.dumps(result, sort_keys=True))
 
 
 def _trigger_options(rules: tuple[str, ...], config_file: Path | None, bundles_dir: Path | None, duration: str,
-                     cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_timeout: str) -> Any:
-    """``record --trigger`` and its bounds, checked before anything runs (None: no trigger)."""
+                     cooldown: str, keep: int, keep_bytes: str, on_capture: str | None, on_timeout: str,
+                     capture_args: dict[str, Any] | None = None) -> Any:
+    """``record --trigger`` and its bounds, checked before anything runs (None: no trigger);
+    ``capture_args``: more capture options of the triggered captures (``--kubeconfig``...)."""
     from forensics.record.triggers import (
         TriggerOptions,
         load_trigger_config,
@@ -119,7 +130,7 @@ def _trigger_options(rules: tuple[str, ...], config_file: Path | None, bundles_d
         trigger_duration_s=parse_seconds("--trigger-duration", duration),
         cooldown_s=parse_seconds("--cooldown", cooldown), keep=keep, keep_bytes=parse_bytes("--keep-bytes", keep_bytes),
         on_capture=parse_on_capture(on_capture), on_capture_timeout_s=parse_seconds("--on-capture-timeout", on_timeout),
-        active_sm_pct=cfg.process_active_sm_pct)
+        active_sm_pct=cfg.process_active_sm_pct, capture_args=dict(capture_args or {}))
     options.check()
     return options
 

@@ -70,6 +70,9 @@ class RecordOptions:
     argv: tuple[str, ...] = ()
     triggers: TriggerOptions | None = None  # record --trigger (forensics.record.triggers)
     metrics: MetricsOptions | None = None  # record --metrics-addr (forensics.record.metrics)
+    kubeconfig: str | None = None  # record --kubeconfig/--context/--node: the kubernetes source
+    kube_context: str | None = None
+    node_name: str | None = None
 
     def check(self) -> None:
         if not (0.05 <= self.interval_s <= 3600):
@@ -189,9 +192,12 @@ class Recorder:
 
     # -- sources ----------------------------------------------------------------------------
     def _capture_options(self) -> CaptureOptions:
-        extra = {"nvml.call_timeout_s": str(max(1.0, min(self.tick_timeout, 5.0))), **self.o.extra}
+        extra = {"nvml.call_timeout_s": str(max(1.0, min(self.tick_timeout, 5.0))), **self.o.extra,
+                 "ring.dir": str(self.o.ring)}  # the kubernetes source resumes after what the ring holds
         return CaptureOptions(interval_s=self.o.interval_s, timeout_s=self.hang_kill, redact=self.o.redact,
-                              nvml_library=self.o.nvml_library, extra=extra, argv=self.o.argv)
+                              nvml_library=self.o.nvml_library, extra=extra, argv=self.o.argv,
+                              kubeconfig=self.o.kubeconfig, kube_context=self.o.kube_context,
+                              node_name=self.o.node_name)
 
     def _start_source(self, st: _SourceState) -> None:
         options = self._capture_options()

@@ -18,6 +18,9 @@ Each driver runs inside its source's child process (forensics.record.child) and 
   ``kernel/window.jsonl`` OOM kills and Xids), resuming after the last sequence number in the ring.
 - ``docker``: :class:`forensics.collectors.docker.follow.DockerFollower` (events as they happen,
   inspect at first sight).
+- ``kubernetes``: :class:`forensics.collectors.kubernetes.follow.KubeEventFollower` (the Events
+  about this node and its pods, listed then watched, ``kubernetes/events.jsonl``), when a
+  configuration is there (``record --kubeconfig``, in-cluster, ``KUBECONFIG``, ``~/.kube/config``).
 
 :data:`DRIVERS` is the one list of what the recorder records, keyed by the sources' spec names;
 :data:`SOURCE_NAMES` (the default of ``record --sources``) follows from it in volatility order.
@@ -33,6 +36,7 @@ from forensics.capture.context import CollectContext, Tick
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
+from forensics.specs import kubernetes as kubernetes_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 from forensics.specs.base import Hint, SourceSpec
@@ -44,6 +48,7 @@ __all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAM
 #: collectors (nothing outside capture and the recorder imports forensics.collectors)
 HOSTFS_PROC = "forensics.collectors.hostfs.proc"
 DOCKER_FOLLOWER = "forensics.collectors.docker.follow"
+KUBE_FOLLOWER = "forensics.collectors.kubernetes.follow"
 
 #: recorder-only hints, between the parent loop and its sampler children
 GPU_PIDS = Hint("gpu_pids", int, "the PIDs NVML saw on a GPU this tick (nvml child -> recorder)")
@@ -184,9 +189,16 @@ class DockerDriver(_Driver):
         self.follower.stop()
 
 
+class KubernetesDriver(DockerDriver):
+    """The Kubernetes event follower: started once, its threads write as events come."""
+
+    def __init__(self) -> None:
+        self.follower = importlib.import_module(KUBE_FOLLOWER).KubeEventFollower()
+
+
 _BY_SPEC: tuple[tuple[SourceSpec[Any], type[_Driver]], ...] = (
     (nvml_spec.SPEC, NvmlDriver), (procfs_spec.SPEC, ProcfsDriver), (cgroups_spec.SPEC, CgroupsDriver),
-    (kernel_spec.SPEC, KernelDriver), (docker_spec.SPEC, DockerDriver),
+    (kernel_spec.SPEC, KernelDriver), (docker_spec.SPEC, DockerDriver), (kubernetes_spec.SPEC, KubernetesDriver),
 )
 DRIVERS: dict[str, type[_Driver]] = {spec.name: driver for spec, driver in sorted(_BY_SPEC, key=lambda p: p[0].order)}
 SOURCE_NAMES: tuple[str, ...] = tuple(DRIVERS)

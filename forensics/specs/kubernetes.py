@@ -44,3 +44,7 @@ SPEC = SourceSpec(
         Excuse(frozenset({None, "unavailable", "skipped"}), "not a Kubernetes node: nothing lost"),)),
     shared=(LOGS,),
 )
+
+#: the flight recorder's Kubernetes events (forensics.collectors.kubernetes.follow): one Event a
+#: line, each as an item of :data:`EVENTS`; in a bundle only under ``ring/`` (``capture --since``)
+EVENTS_FOLLOWED = "kubernetes/events.jsonl"

@@ -22,6 +22,13 @@ collector reads, serving the objects of a :class:`~tests.support.kube_objects.Cl
   simulated Job controller: each Job gets one pod (``job-name`` labels, ``nodeName`` from its
   template), ``Pending`` then ``Running`` after ``job_pod_delay_s``; ``DELETE`` removes the pods
   only with ``propagationPolicy=Background|Foreground`` (the API's default for Jobs orphans them);
+- ``GET /api/v1/events?watch=true`` (and namespaced): a chunked stream of watch events
+  (``{"type": "ADDED"|"MODIFIED", "object": Event}`` a line) for the changes made through
+  :meth:`KubeAPIServer.add_event` after ``resourceVersion`` (an event list's own
+  ``metadata.resourceVersion`` is the newest), filtered by ``fieldSelector``, ended after
+  ``timeoutSeconds``; a ``resourceVersion`` older than ``compacted_rv`` gets the API server's
+  ``ERROR`` event (410 ``Expired``); :meth:`KubeAPIServer.end_watches` ends the open streams, and
+  ``unavailable`` answers every request 503 (an API server restarting);
 - ``limit``/``continue`` pagination with opaque continue tokens; unknown field selectors -> 400;
   errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404; 409).
 
@@ -213,6 +220,13 @@ class KubeAPIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._continues: dict[str, int] = {}
+        self._changed = threading.Condition(self._lock)
+        self.event_changes: list[tuple[int, str, dict[str, Any]]] = []  # (resourceVersion, type, Event)
+        self.compacted_rv = 0  # a watch from an older resourceVersion is answered 410 Expired
+        self.watches = 0  # watch streams opened
+        self.open_watches = 0  # and not ended yet
+        self.unavailable = False  # every request answered 503, as an API server restarting
+        self._watch_epoch = 0
         self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[int, str]]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -291,6 +305,28 @@ class KubeAPIServer:
         with self._lock:
             self.pod_logs.setdefault((ns, pod, container, False), []).append((_ns(t), text))
 
+    def add_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """An Event created (or, same ``metadata.uid``, updated) now: it gets a new
+        ``resourceVersion``, is served by lists and streamed to the watches. Returns it."""
+        with self._changed:
+            event["metadata"]["resourceVersion"] = _rv()
+            uid = event["metadata"]["uid"]
+            old = [i for i, e in enumerate(self.state.events) if e["metadata"]["uid"] == uid]
+            if old:
+                self.state.events[old[0]] = event
+            else:
+                self.state.events.append(event)
+            self.event_changes.append((int(event["metadata"]["resourceVersion"]), "MODIFIED" if old else "ADDED",
+                                       copy.deepcopy(event)))
+            self._changed.notify_all()
+        return event
+
+    def end_watches(self) -> None:
+        """End every open watch stream (as an API server going away does)."""
+        with self._changed:
+            self._watch_epoch += 1
+            self._changed.notify_all()
+
     def paths_requested(self) -> list[str]:
         return [p for _, p, _ in self.requests]
 
@@ -308,6 +344,8 @@ class KubeAPIServer:
             if len(segs) == 7 and segs[:3] == ["api", "v1", "namespaces"] and segs[4] == "pods" and segs[6] == "exec":
                 self._exec(req, segs[3], segs[5], parse_qs(parts.query, keep_blank_values=True))
                 return
+            if self.unavailable:
+                raise _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
             is_jobs = segs[:3] == ["apis", "batch", "v1"]
             if req.command != "GET" and not (is_jobs and req.command in ("POST", "DELETE")):
                 raise _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -323,6 +361,11 @@ class KubeAPIServer:
             if self.latency_s:
                 time.sleep(self.latency_s)
             self._authorize(resource, path, req.command)
+            if query.get("watch", "").lower() in ("true", "1"):
+                if resource != "events" or (len(segs) != 3 and len(segs) != 5):
+                    raise _status(405, "MethodNotAllowed", "watch is served for event lists only by this server")
+                self._watch(req, segs[3] if len(segs) == 5 else None, query)
+                return
             code, obj = 200, handler(query)
             if req.command == "POST":
                 code = 201
@@ -562,23 +605,66 @@ class KubeAPIServer:
         limit = _positive_int(q, "limitBytes")
         return out[:limit] if limit is not None else out
 
+    def _watch(self, req: BaseHTTPRequestHandler, ns: str | None, q: dict[str, str]) -> None:
+        """A watch on events: the changes after ``resourceVersion`` as a chunked JSON-lines stream."""
+        fields = _parse_field_selector("events", q.get("fieldSelector", ""))
+        timeout = float(_positive_int(q, "timeoutSeconds") or 1800)
+        with self._lock:
+            self.watches += 1
+            self.open_watches += 1
+            newest = max((c[0] for c in self.event_changes), default=0)
+            epoch = self._watch_epoch
+        since = int(q["resourceVersion"]) if q.get("resourceVersion", "").isdigit() else newest
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Transfer-Encoding", "chunked")
+        req.end_headers()
+
+        def send(obj: dict[str, Any]) -> None:
+            data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+            req.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            req.wfile.flush()
+
+        end = time.monotonic() + timeout
+        seen = 0
+        try:
+            if since < self.compacted_rv:
+                send({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                                  "message": f"too old resource version: {since} ({self.compacted_rv})",
+                                                  "reason": "Expired", "code": 410}})
+            else:
+                while not self._stopping.is_set() and time.monotonic() < end and self._watch_epoch == epoch:
+                    with self._changed:
+                        if seen >= len(self.event_changes):
+                            self._changed.wait(min(0.2, max(0.0, end - time.monotonic())))
+                        batch, seen = self.event_changes[seen:], len(self.event_changes)
+                    for rv, kind, ev in batch:
+                        if rv > since and (ns is None or ev["metadata"].get("namespace") == ns) \
+                                and self._selected("events", ev, fields, []):
+                            send({"type": kind, "object": {"kind": "Event", "apiVersion": "v1", **ev}})
+            req.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with self._lock:
+                self.open_watches -= 1
+        req.close_connection = True
+
+    @staticmethod
+    def _selected(resource: str, item: dict[str, Any], fields: list[tuple[str, str, str]],
+                  labels: list[tuple[str, str, list[str]]]) -> bool:
+        getters = _FIELDS[resource]
+        for key, op, value in fields:
+            if (str(getters[key](item)) == value) != (op == "="):
+                return False
+        return _label_match(item["metadata"].get("labels", {}), labels)
+
     def _list(self, resource: str, items: list[dict[str, Any]], ns: str | None, q: dict[str, str]) -> dict[str, Any]:
         api_version, list_kind, _ = _KINDS[resource]
         fields = _parse_field_selector(resource, q.get("fieldSelector", ""))
         labels = _parse_label_selector(q.get("labelSelector", ""))
-        getters = _FIELDS[resource]
-        selected = []
-        for item in items:
-            if ns is not None and item["metadata"].get("namespace") != ns:
-                continue
-            ok = True
-            for key, op, value in fields:
-                actual = str(getters[key](item))
-                if (actual == value) != (op == "="):
-                    ok = False
-                    break
-            if ok and _label_match(item["metadata"].get("labels", {}), labels):
-                selected.append(item)
+        selected = [item for item in items if (ns is None or item["metadata"].get("namespace") == ns)
+                    and self._selected(resource, item, fields, labels)]
         start = 0
         token = q.get("continue")
         if token:
@@ -589,6 +675,9 @@ class KubeAPIServer:
         limit = int(q.get("limit") or 0)
         page = selected[start:start + limit] if limit > 0 else selected[start:]
         metadata: dict[str, Any] = {"resourceVersion": str(184_500_000 + len(self.requests))}
+        if resource == "events":  # a watch from here streams the changes after this list
+            metadata["resourceVersion"] = str(max([0, *(int(e["metadata"]["resourceVersion"]) for e in items),
+                                                   *(c[0] for c in self.event_changes)]))
         if limit > 0 and start + limit < len(selected):
             metadata["continue"] = base64.urlsafe_b64encode(json.dumps({"v": "meta.k8s.io/v1", "rv": 184500000, "start": start + limit}).encode()).decode()
             metadata["remainingItemCount"] = len(selected) - start - limit

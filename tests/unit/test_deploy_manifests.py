@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from forensics.collectors.hostfs.cgroupns import ENV_CGROUP_ROOT
+from forensics.collectors.kubernetes.follow import KubeEventFollower
 from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.collectors.podresources.client import DEFAULT_SOCKET
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
@@ -212,6 +214,21 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
         used |= {rbac_of(p) for _, p, _ in api.requests}
     assert ("", "events", "list") in used and ("", "nodes", "list") in used
     assert ("", "pods/log", "get") in used
+    # the DaemonSet's `record` follows the node's events (collectors/kubernetes/follow.py): a list
+    # then a watch per scope, with the same service account
+    monkeypatch.setenv("GPUFORENSICS_RING", str(tmp_path / "no-ring"))
+    with KubeAPIServer(gpu_node_scenario(now)) as api:
+        kubeconfig = write_kubeconfig(tmp_path / "follow-kubeconfig", api.url)
+        follower = KubeEventFollower()
+        (tmp_path / "follow").mkdir()
+        follower.start(make_ctx(tmp_path / "follow", kubeconfig=str(kubeconfig), node_name="gpu-node-07").ctx)
+        deadline = time.monotonic() + 30
+        while api.watches < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        follower.stop()
+    watched = {rbac_of(p)[:2] + ("watch",) if q.get("watch") == "true" else rbac_of(p) for _, p, q in api.requests}
+    assert ("", "events", "watch") in watched
+    used |= watched
     assert used == granted()
 
 

@@ -150,25 +150,34 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                                      *grant_ev))
 
 
+_OOM_REASONS = ("SystemOOM", "OOMKilling")
 _OOM_EVENT = re.compile(r"victim process: (?P<comm>[^,]+), pid: (?P<pid>\d+)|Killed process (?P<pid2>\d+) \((?P<comm2>[^)]*)\)")
 
 
 def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
-    """Node OOM events (kubelet ``SystemOOM``, node-problem-detector ``OOMKilling``) from ``kubernetes/events.json``."""
+    """Node OOM events (kubelet ``SystemOOM``, node-problem-detector ``OOMKilling``) from
+    ``kubernetes/events.json``, and from ``kubernetes/events.jsonl`` (the flight recorder's, one
+    Event a line: a bundle has it under ``ring/``, read through the ring view)."""
     doc = src.json(kube_spec.EVENTS)
     items = dig(doc, "items")
     for i, ev in enumerate(items if isinstance(items, list) else []):
-        reason = dig(ev, "reason")
-        if reason not in ("SystemOOM", "OOMKilling"):
-            continue
-        message = dig(ev, "message")
-        m = _OOM_EVENT.search(message) if isinstance(message, str) else None
-        pid = int(m.group("pid") or m.group("pid2")) if m else None
-        comm = (m.group("comm") or m.group("comm2")) if m else None
-        t = parse_time(dig(ev, "lastTimestamp")) or parse_time(dig(ev, "series", "lastObservedTime")) or \
-            parse_time(dig(ev, "eventTime")) or parse_time(dig(ev, "firstTimestamp"))
-        model.ooms.append(OomKill(node, t, pid, comm, None, None, reason == "SystemOOM", None, None, None,
-                                  "kubernetes", (src.ev_pointer(kube_spec.EVENTS, f"/items/{i}/message", doc),)))
+        if dig(ev, "reason") in _OOM_REASONS:
+            model.ooms.append(_oom_kill(node, ev, src.ev_pointer(kube_spec.EVENTS, f"/items/{i}/message", doc)))
+    for no, ev, raw in src.jsonl(kube_spec.EVENTS_FOLLOWED):
+        if dig(ev, "reason") in _OOM_REASONS:
+            ref = src.ref(kube_spec.EVENTS_FOLLOWED, no, raw, ("reason",), ("message",))
+            model.ooms.append(_oom_kill(node, ev, ref.evidence))
+
+
+def _oom_kill(node: str, ev: Any, evidence: Evidence) -> OomKill:
+    message = dig(ev, "message")
+    m = _OOM_EVENT.search(message) if isinstance(message, str) else None
+    pid = int(m.group("pid") or m.group("pid2")) if m else None
+    comm = (m.group("comm") or m.group("comm2")) if m else None
+    t = parse_time(dig(ev, "lastTimestamp")) or parse_time(dig(ev, "series", "lastObservedTime")) or \
+        parse_time(dig(ev, "eventTime")) or parse_time(dig(ev, "firstTimestamp"))
+    return OomKill(node, t, pid, comm, None, None, dig(ev, "reason") == "SystemOOM", None, None, None,
+                   "kubernetes", (evidence,))
 
 
 def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:

@@ -5,7 +5,7 @@ client's v37 models are strict and reject real objects), a ``(connect, read)`` t
 the collector's total budget, no urllib3 retries, and each call logged (path, query, HTTP
 status, duration, bytes) for ``kubernetes/requests.json``. Client and urllib3 errors become
 :class:`CallFailed` with a kind (``forbidden``, ``not-found``, ``unreachable``, ``timed-out``,
-``http-error``, ``budget``) here and nowhere else. ``kubernetes`` is imported lazily.
+``http-error``, ``gone``, ``budget``) here and nowhere else. ``kubernetes`` is imported lazily.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,41 +151,91 @@ class KubeAPI:
         t0 = time.monotonic()
         sent = time.time()
         try:
-            method, url, headers, body, post = self._api_client.param_serialize(
-                method="GET", resource_path=path, query_params=list(query.items()),
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-            response = self._api_client.call_api(method, url, header_params=headers, body=body,
-                                                 post_params=post, _request_timeout=timeout)
+            response = self._call(path, query, timeout)
             data: bytes = response.read() or b""
             status = int(response.status)
             received = time.time()
             date = response.getheader("Date")
-        except ApiException as exc:  # TLS errors and unpreparable requests
-            took = time.monotonic() - t0
-            self.log.append(CallRecord(path, query, None, "unreachable", took, 0, str(exc.reason)[:300]))
-            raise CallFailed("unreachable", f"{path}: {str(exc.reason)[:300]}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            took = time.monotonic() - t0
-            # NewConnectionError subclasses ConnectTimeoutError: test it first
-            if isinstance(exc, urllib3.exceptions.NewConnectionError):
-                kind, text = "unreachable", f"unreachable: {_short(exc)}"
-            elif isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
-                kind, text = "unreachable", f"unreachable: connect timed out after {took:.1f} s"
-            elif isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(exc).lower():
-                kind, text = "timed-out", f"timed out after {took:.1f} s"
-            else:
-                kind, text = "unreachable", f"unreachable: {_short(exc)}"
-            self.log.append(CallRecord(path, query, None, kind, took, 0, text))
-            raise CallFailed(kind, f"{path}: {text}") from None
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self._failed(exc, path, query, time.monotonic() - t0) from None
         took = time.monotonic() - t0
         if not 200 <= status <= 299:
-            message = _status_message(data) or f"HTTP {status}"
-            kind = {403: "forbidden", 401: "unauthorized", 404: "not-found"}.get(status, "http-error")
-            self.log.append(CallRecord(path, query, status, kind, took, len(data), message,
-                                       _header(date), sent, received))
-            raise CallFailed(kind, f"{path}: HTTP {status}: {message}", status)
+            raise self._refused(path, query, status, data, took, _header(date), sent, received)
         self.log.append(CallRecord(path, query, status, "ok", took, len(data), None, _header(date), sent, received))
         return data
+
+    def _call(self, path: str, query: dict[str, str], timeout: tuple[float, float]) -> Any:
+        """One GET through the client's machinery; the unread response."""
+        method, url, headers, body, post = self._api_client.param_serialize(
+            method="GET", resource_path=path, query_params=list(query.items()),
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        return self._api_client.call_api(method, url, header_params=headers, body=body,
+                                         post_params=post, _request_timeout=timeout)
+
+    def _refused(self, path: str, query: dict[str, str], status: int, data: bytes, took: float,
+                 date: str | None = None, sent: float | None = None, received: float | None = None) -> CallFailed:
+        """A non-2xx answer as :class:`CallFailed` (logged), its kind from the status."""
+        message = _status_message(data) or f"HTTP {status}"
+        kind = {403: "forbidden", 401: "unauthorized", 404: "not-found", 410: "gone"}.get(status, "http-error")
+        self.log.append(CallRecord(path, query, status, kind, took, len(data), message, date, sent, received))
+        return CallFailed(kind, f"{path}: HTTP {status}: {message}", status)
+
+    def watch(self, path: str, query: dict[str, str], idle_timeout_s: float) -> Iterator[dict[str, Any]]:
+        """``GET path?watch=true&query``: the watch events (``{"type": ..., "object": ...}``) one
+        JSON object a line as the server streams them, until it ends the stream (``timeoutSeconds``)
+        or sends nothing for ``idle_timeout_s``; failures as :class:`CallFailed` (a ``410 Gone``
+        answer or ``ERROR`` event is yielded as it came: the caller lists again)."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        query = dict(query, watch="true")
+        t0 = time.monotonic()
+        response: Any = None
+        try:
+            response = self._call(path, query, (self.connect_timeout_s, idle_timeout_s))
+            status = int(response.status)
+            if not 200 <= status <= 299:
+                raise self._refused(path, query, status, response.read() or b"", time.monotonic() - t0)
+            self.log.append(CallRecord(path, query, status, "ok", 0.0, 0, None))
+            pending = b""
+            for chunk in response.response.stream(amt=None, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(obj, dict):
+                        yield obj
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self._failed(exc, path, query, time.monotonic() - t0) from None
+        finally:
+            if response is not None:  # a stream is not reused: the server may end it any time
+                try:
+                    response.response.close()
+                    response.response.release_conn()
+                except Exception:  # noqa: BLE001 - closing must never mask the result
+                    pass
+
+    def _failed(self, exc: BaseException, path: str, query: dict[str, str], took: float) -> CallFailed:
+        """The one mapping of a client or urllib3 error to :class:`CallFailed` (logged)."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        if isinstance(exc, ApiException):  # TLS errors and unpreparable requests
+            kind, text = "unreachable", str(exc.reason)[:300]
+        # NewConnectionError subclasses ConnectTimeoutError: test it first
+        elif isinstance(exc, urllib3.exceptions.NewConnectionError):
+            kind, text = "unreachable", f"unreachable: {_short(exc)}"
+        elif isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+            kind, text = "unreachable", f"unreachable: connect timed out after {took:.1f} s"
+        elif isinstance(exc, urllib3.exceptions.TimeoutError) or "timed out" in str(exc).lower():
+            kind, text = "timed-out", f"timed out after {took:.1f} s"
+        else:
+            kind, text = "unreachable", f"unreachable: {_short(exc)}"
+        self.log.append(CallRecord(path, query, None, kind, took, 0, text))
+        return CallFailed(kind, f"{path}: {text}")
 
     def get_json(self, path: str, query: dict[str, str] | None = None) -> dict[str, Any]:
         data = self.get(path, query)

@@ -14,7 +14,9 @@
   recorder; killed (group) past its deadline, or on the recorder's stop after ``stop_grace_s``.
 - Its manifest carries ``trigger`` (docs/bundle-format.md); when it ends one line is logged with
   the bundle path, then bundles in ``bundles`` (``gpuforensics-*.tgz``) are rotated: newest first,
-  at most ``keep`` and at most ``keep_bytes`` together (the newest is always kept).
+  at most ``keep`` and at most ``keep_bytes`` together (the newest is always kept); the capture's
+  stderr log, the staging directory and partial archive a capture killed with its recorder left
+  are removed then and when the next recorder starts.
 - ``on_capture`` (argv, the bundle path appended) runs in its own process group, killed after
   ``on_capture_timeout_s``; its exit status is logged. At most ``MAX_ON_CAPTURE`` run at once.
 """
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
+from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token, sweep_abandoned
 from forensics.capture.lifeline import die_with_parent
 from forensics.errors import UsageError
 from forensics.record.live import LiveState
@@ -103,7 +106,9 @@ def parse_on_capture(cmd: str | None) -> tuple[str, ...]:
 def rotate_bundles(directory: Path, keep: int, keep_bytes: int, busy: frozenset[str] = frozenset()) -> list[Path]:
     """Delete the oldest ``gpuforensics-*.tgz`` regular files of ``directory`` beyond ``keep``
     bundles or ``keep_bytes`` together (the newest is always kept, and so are ``busy`` names);
-    return what was deleted."""
+    return what was deleted. What killed captures left there (their stderr logs, staging
+    directories, partial archives: forensics.bundle.leftovers) goes first, once its owner is gone."""
+    sweep_abandoned(directory)
     found: list[tuple[float, str, int, Path]] = []
     for p in directory.glob(BUNDLE_GLOB):
         try:
@@ -172,6 +177,9 @@ class TriggerEngine:
         self.per_rule: dict[str, Counter[str]] = {r.text: Counter() for r in options.rules}
         self.bundles: list[str] = []
         self.eval_s = 0.0
+        left = sweep_abandoned(options.bundles)  # a recorder before this one killed mid-capture
+        if left:
+            self.log(f"removed {len(left)} leftovers of interrupted triggered captures in {options.bundles}")
 
     # -- the tick ------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -234,7 +242,8 @@ class TriggerEngine:
     def _start(self, f: Firing) -> None:
         name = f.rule.text
         self.last_start[name] = self.clock()
-        fd, log_name = tempfile.mkstemp(prefix=".trigger-capture-", suffix=".log", dir=self.o.bundles)
+        # named by this recorder's token: a recorder killed mid-capture leaves it to the next sweep
+        fd, log_name = tempfile.mkstemp(prefix=f"{TRIGGER_LOG_PREFIX}{owner_token()}.", suffix=".log", dir=self.o.bundles)
         parent = os.getpid()
         try:
             proc = subprocess.Popen(

@@ -220,18 +220,24 @@ def test_cooldown_and_one_capture_at_a_time(tmp_path: Path) -> None:
     assert len(list((tmp_path / "bundles").glob("gpuforensics-*.tgz"))) == 3
 
 
-def test_capture_child_dies_with_the_recorder(tmp_path: Path) -> None:
+def _recorder_capturing(tmp_path: Path, bundles: Path) -> subprocess.Popen[str]:
+    """A process with a trigger engine whose 60 s capture into ``bundles`` runs; it prints the
+    capture's PID."""
     code = (
         "import sys, time\nfrom pathlib import Path\n"
         "from forensics.record.live import LiveState\n"
         "from forensics.record.triggers import TriggerEngine, TriggerOptions, parse_rules, Firing\n"
-        f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(tmp_path / 'b')!r}), trigger_duration_s=60)\n"
+        f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(bundles)!r}), trigger_duration_s=60)\n"
         "o.check()\n"
         f"e = TriggerEngine(o, LiveState(), print, ring=Path({str(tmp_path / 'ring')!r}), interval_s=1.0)\n"
         "e.offer(Firing(o.rules[0], 'host', None, time.time(), time.time(), 'x', 'kernel/window.jsonl'))\n"
         "print(e.running.proc.pid, flush=True)\ntime.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_capture_child_dies_with_the_recorder(tmp_path: Path) -> None:
+    parent = _recorder_capturing(tmp_path, tmp_path / "b")
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -273,6 +279,53 @@ def test_rotation_keeps_the_newest_by_count_and_bytes(tmp_path: Path) -> None:
     assert [p.name for p in removed] == [names[4]]  # the newest stays even over the cap
     assert other.exists() and link.is_symlink()
     assert sorted(p.name for p in tmp_path.glob("gpuforensics-*.tgz")) == sorted([names[5], link.name])
+
+
+def test_rotation_removes_what_a_recorder_killed_mid_capture_left(tmp_path: Path) -> None:
+    """A recorder SIGKILLed while its triggered capture runs: the capture dies with it and its
+    stderr log (and staging directory) stay in --bundles. The next rotation removes them, and so
+    does the next recorder's start; a log whose recorder still runs is kept."""
+    from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token
+
+    bundles = tmp_path / "b"
+    parent = _recorder_capturing(tmp_path, bundles)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30  # the capture under way: its staging directory exists
+        while not list(bundles.glob(".gpuforensics-staging-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline + 10:
+            if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":
+                break
+            time.sleep(0.05)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    orphans = list(bundles.glob(f"{TRIGGER_LOG_PREFIX}*.log"))
+    assert len(orphans) == 1 and list(bundles.glob(".gpuforensics-staging-*")), sorted(bundles.iterdir())
+    live = bundles / f"{TRIGGER_LOG_PREFIX}{owner_token()}.abcd1234.log"  # this process's: alive
+    live.write_text("capture still running\n")
+    unnamed = bundles / f"{TRIGGER_LOG_PREFIX}k2j4h5g6.log"  # no owner to ask: left alone
+    unnamed.write_text("?\n")
+    bundle = bundles / "gpuforensics-h-20261201T000000Z.tgz"
+    bundle.write_bytes(b"x" * 100)
+    assert rotate_bundles(bundles, keep=10, keep_bytes=1 << 20) == []  # no bundle beyond the caps
+    assert not orphans[0].exists() and not list(bundles.glob(".gpuforensics-staging-*"))
+    assert live.exists() and unnamed.exists() and bundle.exists()
+
+    # the next recorder's start sweeps too (no capture needs to end first)
+    dead = bundles / orphans[0].name
+    dead.write_text("left by the killed recorder\n")
+    logs: list[str] = []
+    opts = TriggerOptions(rules=parse_rules(["oom"]), bundles=bundles)
+    opts.check()
+    TriggerEngine(opts, LiveState(), logs.append, ring=tmp_path / "ring", interval_s=1.0)
+    assert not dead.exists() and live.exists()
+    assert any("removed 1 leftovers" in line for line in logs), logs
 
 
 # -- --on-capture -----------------------------------------------------------------------------
