@@ -20,7 +20,7 @@ import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from forensics.record.live import LiveEvent, LiveState
+from forensics.record.live import PSI_KEYS, LiveEvent, LiveState
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
@@ -67,6 +67,7 @@ class Evaluator:
         self._seen: dict[str, dict[str, float]] = {}  # rule -> subject -> last sample time looked at
         self.evaluations = 0
         self._tick_values: dict[str, list[tuple[str, float, float, str]]] = {}
+        self._tick_subjects: list[str | None] | None = None
         self._names: dict[str, tuple[str, str]] = {}  # container id -> (its name, the subject)
 
     # -- the figures each metric reads -----------------------------------------------------------
@@ -97,20 +98,30 @@ class Evaluator:
                 if pct is not None:
                     yield _gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES
         elif name == "container.throttled":
-            for c in live.cgroups():
-                if c.container_id and c.throttled_pct is not None:
-                    yield self._cname(c.container_id, c.container_name), c.t, c.throttled_pct, cgroups_spec.SAMPLES
+            for (_, _, t, throttled, _), subject in zip(live.cgroup_rows(), self._subjects(live), strict=True):
+                if subject is not None and throttled is not None:
+                    yield subject, t, throttled, cgroups_spec.SAMPLES
         elif name.startswith("psi."):
             _, res, kind = name.split(".")
+            k = PSI_KEYS.index((res, kind))
             host = live.host_psi().get(res, _EMPTY).get(kind)
-            cgs = live.cgroups()
+            rows = live.cgroup_rows()
             if host is not None:
-                t = max((c.t for c in cgs if c.path == "/"), default=max((c.t for c in cgs), default=0.0))
+                t = max((r[2] for r in rows if r[0] == "/"), default=max((r[2] for r in rows), default=0.0))
                 yield "host", t, host, cgroups_spec.SAMPLES
-            for c in cgs:
-                v = c.psi_pct.get(res, _EMPTY).get(kind)
-                if c.container_id and v is not None:
-                    yield self._cname(c.container_id, c.container_name), c.t, v, cgroups_spec.SAMPLES
+            for (_, _, t, _, psi), subject in zip(rows, self._subjects(live), strict=True):
+                v = psi[k] if psi else None
+                if subject is not None and v is not None:
+                    yield subject, t, v, cgroups_spec.SAMPLES
+
+    def _subjects(self, live: LiveState) -> list[str | None]:
+        """The subject (the container's name) of each of :meth:`LiveState.cgroup_rows`, None for a
+        cgroup that is no container's; once per tick for all the container rules."""
+        got = self._tick_subjects
+        if got is None:
+            got = self._tick_subjects = [self._cname(cid, live.container_name(cid)) if cid else None
+                                         for _, cid, _, _, _ in live.cgroup_rows()]
+        return got
 
     def _threshold(self, rule: Rule, live: LiveState) -> list[Firing]:
         out: list[Firing] = []
@@ -149,16 +160,18 @@ class Evaluator:
                        e.member, also=len(hits) - 1)]
 
     def _unallocated(self, rule: Rule, live: LiveState) -> list[Firing]:
-        for p in live.processes():
-            active = (p.used_memory_bytes or 0) > 0 or (p.sm_util_pct or 0) >= self.active_sm_pct
-            if not (p.grant.unallocated and active):
+        for pid, gpu_index, gpu_uuid, mig, t, used, sm in live.process_rows():  # live.processes(), unbuilt
+            active = (used or 0) > 0 or (sm or 0) >= self.active_sm_pct
+            if not active:
                 continue
-            o = p.owner
+            o, grant = live.owner_grant(pid, gpu_uuid, mig)
+            if not grant.unallocated:
+                continue
             who = _container_name(o.container_id, o.container_name) if o.container_id else f"pod {o.pod_namespace}/{o.pod_name}"
             pod = f" (pod {o.pod_namespace}/{o.pod_name})" if o.container_id and o.pod_name else ""
-            return [Firing(rule, who, p.sm_util_pct, p.t, p.t,
-                           f"{who}{pod} pid {p.pid} on GPU {p.gpu_index} ({p.gpu_uuid}) without a grant for it "
-                           f"(grant {p.grant.grant}: {p.grant.detail})", nvml_spec.SAMPLES)]
+            return [Firing(rule, who, sm, t, t,
+                           f"{who}{pod} pid {pid} on GPU {gpu_index} ({gpu_uuid}) without a grant for it "
+                           f"(grant {grant.grant}: {grant.detail})", nvml_spec.SAMPLES)]
         return []
 
     def evaluate(self, live: LiveState) -> list[Firing]:
@@ -168,6 +181,7 @@ class Evaluator:
     def evaluate_with(self, live: LiveState, events: list[LiveEvent]) -> list[Firing]:
         self.evaluations += 1
         self._tick_values = {}
+        self._tick_subjects = None
         out: list[Firing] = []
         for rule in self.rules:
             if rule.kind == "threshold":
