@@ -180,21 +180,25 @@ def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
     util = _value(nv, "nvmlDeviceGetUtilizationRates")
     mem = _value(nv, "nvmlDeviceGetMemoryInfo_v2") or _value(nv, "nvmlDeviceGetMemoryInfo")
     lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
-    sm: dict[int, tuple[int, float]] = {}
+    sm: dict[int, tuple[int, float]] = {}  # PID -> its newest sample (timeStamp, SM %)
     for u in _value(nv, "nvmlDeviceGetProcessUtilization") or []:
-        if isinstance(u, dict) and isinstance(u.get("pid"), int):
-            stamp = u.get("timeStamp")
-            ts = stamp if isinstance(stamp, int) else 0
-            if u["pid"] not in sm or ts >= sm[u["pid"]][0]:
-                sm[u["pid"]] = (ts, _num(u.get("smUtil")) or 0.0)
+        if isinstance(u, dict):
+            pid = u.get("pid")
+            if isinstance(pid, int):
+                stamp = u.get("timeStamp")
+                ts = stamp if isinstance(stamp, int) else 0
+                prev = sm.get(pid)
+                if prev is None or ts >= prev[0]:
+                    v = u.get("smUtil")
+                    sm[pid] = (ts, (float(v) or 0.0) if isinstance(v, _NUMBER) and not isinstance(v, bool) else 0.0)
     procs = []
     for p in line.get("processes") or []:
-        if not isinstance(p, dict) or not isinstance(p.get("pid"), int):
-            continue
-        used = p.get("usedGpuMemory")
-        mig = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else None
-        procs.append([p["pid"], mig, used if isinstance(used, int) else None,
-                      sm[p["pid"]][1] if p["pid"] in sm else None])
+        if isinstance(p, dict):
+            pid = p.get("pid")
+            if isinstance(pid, int):
+                used, mig, hit = p.get("usedGpuMemory"), p.get("mig_uuid"), sm.get(pid)
+                procs.append([pid, mig if isinstance(mig, str) else None, used if isinstance(used, int) else None,
+                              None if hit is None else hit[1]])
     return [tick, idx, uuid, _num(line.get("t")),
             _num(util.get("gpu")) if isinstance(util, dict) else None,
             int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
@@ -559,7 +563,7 @@ class LiveState:
 
 
 PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
-_PSI_FIELDS = tuple((res, f"{kind}_total_usec") for res, kind in PSI_KEYS)
+_NUMBER = (int, float)
 _Totals = tuple[float | None, ...]  # PSI *_total_usec in PSI_KEYS order
 _Pcts = tuple[float | None, ...]  # PSI stall shares (%) in PSI_KEYS order
 _NO_STALL: _Pcts = (0.0,) * len(PSI_KEYS)
@@ -571,10 +575,14 @@ def _psi_totals(pressure: Any) -> _Totals:
     if type(pressure) is not dict:
         return ()
     out: list[float | None] = []
-    for res, key in _PSI_FIELDS:
+    for res in PSI_RESOURCES:
         r = pressure.get(res)
-        v = r.get(key) if type(r) is dict else None
-        out.append(v if isinstance(v, int | float) else None)
+        if type(r) is dict:
+            some, full = r.get("some_total_usec"), r.get("full_total_usec")
+            out.append(some if isinstance(some, _NUMBER) else None)
+            out.append(full if isinstance(full, _NUMBER) else None)
+        else:
+            out += (None, None)
     return tuple(out)
 
 
@@ -586,8 +594,8 @@ def _psi_shares(prev: _Totals, cur: _Totals, dt: float) -> _Pcts:
     if prev == cur and None not in cur:  # an idle cgroup: nothing stalled
         return _NO_STALL
     span = dt * 1e6
-    return tuple(min(100.0, 100.0 * (y - x) / span) if x is not None and y is not None and y >= x else None
-                 for x, y in zip(prev, cur, strict=True))
+    return tuple([min(100.0, 100.0 * (y - x) / span) if x is not None and y is not None and y >= x else None
+                  for x, y in zip(prev, cur, strict=True)])
 
 
 def _psi_dict(shares: _Pcts) -> dict[str, dict[str, float]]:
