@@ -18,7 +18,7 @@ Protocol (pipes; the child is the only reader of its command pipe):
   record's ``summary`` (when the recorder keeps a live state): what ``forensics.record.live
   .summarize`` gives for each of its lines, taken from the objects before they were encoded.
 
-A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.enter_child`:
+A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.fork_child`:
 it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
 whole group) by the parent when it does not answer a tick in time (a hung NVML call).
 """
@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,7 +37,7 @@ from typing import Any
 
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
-from forensics.capture.lifeline import enter_child
+from forensics.capture.lifeline import fork_child
 from forensics.errors import BundleUnsafe
 
 __all__ = ["RecordSink", "SourceProcess", "spawn"]
@@ -263,29 +262,17 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     """Fork a child that runs ``body(cmd_fd, out_fd)`` and exits; the parent gets its handle."""
     cmd_r, cmd_w = os.pipe()
     out_r, out_w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
-        try:
-            enter_child(parent, nice=0)  # capture's rules; the recorder is at nice 10 already
-            _name_process(f"gfrec-{name}")
-            os.close(cmd_w)
-            os.close(out_r)
-            body(cmd_r, out_w)
-        except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
-            code = 1
-        finally:
-            os._exit(code)
+
+    def run() -> None:  # in the child
+        _name_process(f"gfrec-{name}")
+        os.close(cmd_w)
+        os.close(out_r)
+        body(cmd_r, out_w)
+
+    pid = fork_child(run, nice=0)  # capture's rules; the recorder is at nice 10 already
     os.close(cmd_r)
     os.close(out_w)
     os.set_blocking(out_r, False)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass
     return SourceProcess(name=name, pid=pid, cmd_fd=cmd_w, out_fd=out_r, started_mono=time.monotonic())
 
 
