@@ -144,7 +144,7 @@ _NUMBER_CTYPES = frozenset({ctypes.c_bool, ctypes.c_byte, ctypes.c_ubyte, ctypes
                             ctypes.c_int, ctypes.c_uint, ctypes.c_long, ctypes.c_ulong, ctypes.c_longlong,
                             ctypes.c_ulonglong, ctypes.c_float, ctypes.c_double})
 #: structure classes whose every field is such a number (pynvml's per-process utilisation sample):
-#: a list of them is converted in one comprehension, ``True``/``False`` once per class
+#: a list of them is converted in one comprehension (:func:`_uniform`), ``True``/``False`` once per class
 _FLAT: dict[type, bool] = {}
 
 
@@ -156,15 +156,28 @@ def _getters(kind: type, obj: Any) -> tuple[tuple[str, Any], ...]:
     return getters
 
 
-def _flat_structs(obj: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]] | None:
-    """A list of structures of one flat class, as dicts; None when it is not one."""
+#: types to_jsonable reads by their own branch; an object of any other class is read by its vars()
+_NOT_PLAIN = (bool, int, float, str, bytes, ctypes.Structure, ctypes.Array, ctypes._SimpleCData, list, tuple, dict)
+_PLAIN: dict[type, bool] = {}  # class -> read by vars() (pynvml's nvmlFriendlyObject)
+
+
+def _uniform(obj: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]] | None:
+    """A list of one class read field by field (structures whose fields are all numbers; pynvml's
+    nvmlFriendlyObject, read by its vars()) in one comprehension, as to_jsonable reads each; None
+    when the list is not one."""
     kind = type(obj[0])
-    if not issubclass(kind, ctypes.Structure):
+    if any(type(x) is not kind for x in obj):
         return None
-    getters = _getters(kind, obj[0])
-    if not _FLAT[kind] or any(type(x) is not kind for x in obj):
+    if issubclass(kind, ctypes.Structure):
+        getters = _getters(kind, obj[0])
+        return [{name: get(x, kind) for name, get in getters} for x in obj] if _FLAT[kind] else None
+    plain = _PLAIN.get(kind)
+    if plain is None:
+        plain = _PLAIN[kind] = not issubclass(kind, _NOT_PLAIN) and hasattr(obj[0], "__dict__")
+    if not plain:
         return None
-    return [{name: get(x, kind) for name, get in getters} for x in obj]
+    return [{k: (v if type(v) in _SCALARS else to_jsonable(v)) for k, v in vars(x).items() if not k.startswith("_")}
+            for x in obj]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -194,8 +207,8 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, ctypes._SimpleCData):
         return to_jsonable(obj.value)
     if isinstance(obj, list | tuple):
-        flat = _flat_structs(obj) if obj else None
-        return flat if flat is not None else [x if type(x) in _SCALARS else to_jsonable(x) for x in obj]
+        same = _uniform(obj) if obj else None
+        return same if same is not None else [x if type(x) in _SCALARS else to_jsonable(x) for x in obj]
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if hasattr(obj, "__dict__"):  # pynvml.nvmlFriendlyObject

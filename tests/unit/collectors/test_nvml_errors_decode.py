@@ -152,6 +152,10 @@ class TestDecoders:
         assert to_jsonable(samples) == expected
         mixed = [listed[0], pynvml.c_nvmlMemory_v2_t()]  # not one flat class: element by element
         assert to_jsonable(mixed) == [expected[0], to_jsonable(mixed[1])]
+        procs = [pynvml.nvmlFriendlyObject({"pid": 7 + i, "usedGpuMemory": None if i else 1 << 30, "_x": 1})
+                 for i in range(2)]  # what nvmlDeviceGetComputeRunningProcesses returns
+        assert to_jsonable(procs) == [{"pid": 7, "usedGpuMemory": 1 << 30}, {"pid": 8, "usedGpuMemory": None}]
+        assert to_jsonable([None, None]) == [None, None] and to_jsonable([b"a", b"b"]) == ["a", "b"]
         pci = pynvml.nvmlPciInfo_t()
         pci.busId, pci.domain, pci.bus = b"00000000:3B:00.0", 0, 0x3B  # bytes fields: still decoded
         got = to_jsonable(pci)
