@@ -2,7 +2,10 @@
 
 Per recorder tick the live state (forensics.record.live) folds that tick's records (8 GPUs x 64
 processes of ``nvml/samples.jsonl``, ``--cgroups`` cgroup lines of ``cgroup/samples.jsonl``, in
-the collectors' own shapes, taken from the sample bundle ``unallocated-gpu-use``), then the engine
+the collectors' own shapes, taken from the sample bundle ``unallocated-gpu-use``) as the recorder
+does: the sampler children summarise each line from its object (``live.summarize``, counted here:
+it runs only when the recorder keeps a live state), the summaries cross the pipe as JSON (encoded
+and decoded here) and the live state folds them with the record's bytes; then the engine
 refreshes the attribution if identities changed (they do not in steady state; the first run is
 timed apart) and evaluates 20 rules over every GPU, process and cgroup. CPU time is measured with
 ``time.process_time`` over ``--ticks`` ticks.
@@ -24,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forensics.record.live import LiveState  # noqa: E402
+from forensics.bundle.sink import dumps_json  # noqa: E402
+from forensics.record.live import LiveState, summarize  # noqa: E402
 from forensics.record.triggers import Evaluator, parse_rules  # noqa: E402
 
 RULES = [
@@ -51,7 +55,8 @@ def templates() -> tuple[dict, dict, dict[str, bytes]]:
 
 
 def tick_records(device: dict, cgroup: dict, tick: int, t: float, gpus: int, procs: int,
-                 cgroups: int) -> list[tuple[str, str]]:
+                 cgroups: int) -> list[tuple[str, list[dict], bytes]]:
+    """The tick's records: member, the lines as the collectors' objects, and as their bytes."""
     lines = []
     for g in range(gpus):
         d = copy.deepcopy(device)
@@ -61,7 +66,7 @@ def tick_records(device: dict, cgroup: dict, tick: int, t: float, gpus: int, pro
         util = d["nvml"]["nvmlDeviceGetProcessUtilization"]
         util["value"] = [{"pid": 10_000 + g * procs + i, "smUtil": i % 100, "memUtil": 5, "encUtil": 0, "decUtil": 0,
                           "timeStamp": int(t * 1e6)} for i in range(procs)]
-        lines.append(json.dumps(d))
+        lines.append(d)
     cg_lines = []
     for c in range(cgroups):
         x = copy.deepcopy(cgroup)
@@ -72,8 +77,17 @@ def tick_records(device: dict, cgroup: dict, tick: int, t: float, gpus: int, pro
         for res in x["values"]["pressure"].values():
             for k in list(res):
                 res[k] = tick * 1000 * (1 + c % 5)
-        cg_lines.append(json.dumps(x))
-    return [("nvml/samples.jsonl", "\n".join(lines) + "\n"), ("cgroup/samples.jsonl", "\n".join(cg_lines) + "\n")]
+        cg_lines.append(x)
+    return [(member, objs, "".join(dumps_json(o) + "\n" for o in objs).encode())
+            for member, objs in (("nvml/samples.jsonl", lines), ("cgroup/samples.jsonl", cg_lines))]
+
+
+def fold(state: LiveState, recs: list[tuple[str, list[dict], bytes]], t: float) -> None:
+    """What the recorder's children and loop do with one tick's records for the live state."""
+    for member, objs, data in recs:
+        summary = [x for x in (summarize(member, o) for o in objs) if x is not None]  # in the child
+        summary = json.loads(json.dumps(summary, separators=(",", ":")))  # the frame's header
+        state.feed(t, 0.0, member, "append", data.decode("utf-8", "surrogateescape"), summary)
 
 
 def measure(device: dict, cgroup: dict, identity: dict[str, bytes], ticks_n: int, gpus: int, procs: int,
@@ -86,8 +100,7 @@ def measure(device: dict, cgroup: dict, identity: dict[str, bytes], ticks_n: int
     # the records, built beforehand: the samplers' JSON is not the triggers' cost
     t0 = time.time() - ticks_n
     ticks = [tick_records(device, cgroup, i, t0 + i, gpus, procs, cgroups) for i in range(ticks_n + 1)]
-    for member, data in ticks[0]:
-        state.feed(t0, 0.0, member, "append", data)
+    fold(state, ticks[0], t0)
     c0 = time.process_time()
     state.refresh()  # first sight of every PID: the attribution runs (on change only)
     refresh_s = time.process_time() - c0
@@ -96,8 +109,7 @@ def measure(device: dict, cgroup: dict, identity: dict[str, bytes], ticks_n: int
     fired = 0
     for recs in ticks[1:]:
         c0 = time.process_time()
-        for member, data in recs:
-            state.feed(0.0, 0.0, member, "append", data)
+        fold(state, recs, 0.0)
         c1 = time.process_time()
         state.refresh()
         fired += len(ev.evaluate(state))

@@ -14,14 +14,13 @@ import json
 import os
 import select
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.capture.lifeline import enter_child
+from forensics.capture.lifeline import fork_child
 from forensics.errors import (
     CollectorError,
     SourcePermissionDenied,
@@ -81,36 +80,24 @@ class ChildPool:
 
     def spawn(self, name: str, deadline: float, body: Callable[[], dict[str, Any]]) -> Child:
         r, w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 0
+
+        def run() -> None:  # in the child (fork_child: a SIGKILLed capture takes its collectors with it)
+            os.close(r)
             try:
-                enter_child(parent)  # first: a SIGKILLed capture takes its collectors with it
-                os.close(r)
-                try:
-                    result = body()
-                except BaseException as exc:  # noqa: BLE001 - the child reports everything
-                    status, error = classify(exc)
-                    result = {"status": status, "error": error}
-                    if os.environ.get("GPUFORENSICS_DEBUG"):
-                        result["traceback"] = traceback.format_exc()
-                data = json.dumps(result, default=str).encode()[:_RESULT_CAP]
-                view = memoryview(data)
-                while view:
-                    n = os.write(w, view)
-                    view = view[n:]
-            except BaseException:  # noqa: BLE001
-                code = 1
-            finally:
-                os._exit(code)
+                result = body()
+            except BaseException as exc:  # noqa: BLE001 - the child reports everything
+                status, error = classify(exc)
+                result = {"status": status, "error": error}
+                if os.environ.get("GPUFORENSICS_DEBUG"):
+                    result["traceback"] = traceback.format_exc()
+            data = json.dumps(result, default=str).encode()[:_RESULT_CAP]
+            view = memoryview(data)
+            while view:
+                n = os.write(w, view)
+                view = view[n:]
+
+        pid = fork_child(run)
         os.close(w)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
         child = Child(name=name, pid=pid, fd=r, deadline=deadline, started_mono=time.monotonic())
         self.children[r] = child
         return child

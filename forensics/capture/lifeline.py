@@ -20,9 +20,10 @@ import ctypes.util
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
-__all__ = ["die_with_parent", "enter_child", "parent_death_signal", "run_tied"]
+__all__ = ["die_with_parent", "enter_child", "fork_child", "parent_death_signal", "run_tied"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
@@ -66,6 +67,32 @@ def enter_child(parent_pid: int, nice: int = 10) -> None:
             pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def fork_child(body: Callable[[], None], nice: int = 10) -> int:
+    """Fork a child that follows :func:`enter_child`'s rules (first thing), runs ``body()`` and
+    exits: status 0, or 1 when ``body`` raised (it never returns into the parent's code). The
+    parent gets the child's PID, the child's process group made its own from both sides (the
+    parent kills the group even before the child has run). Buffered output is flushed first, so
+    the child cannot write the parent's pending output a second time."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            enter_child(parent, nice=nice)  # first: a SIGKILLed parent takes its children with it
+            body()
+        except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
+            code = 1
+        finally:
+            os._exit(code)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # the child did it first, or has exited already
+        pass
+    return pid
 
 
 def parent_death_signal() -> int:

@@ -10,11 +10,15 @@ Protocol (pipes; the child is the only reader of its command pipe):
 
 - parent -> child: one JSON line per command: ``{"tick": i, "t": wall, "hints": {...}}`` or
   ``{"quit": true}``;
-- child -> parent: frames of a 4-byte big-endian length and a JSON object:
-  ``{"kind": "hello"|"tick"|"fatal", "tick": i, "records": [[t, mono, member, op, data], ...],
-  "notes": [...], "error": str|None, "hints": {...}}``.
+- child -> parent: frames of two 4-byte big-endian lengths, a JSON header and the records' bytes:
+  ``{"kind": "hello"|"tick"|"fatal", "tick": i, "records": [[t, mono, member, op, size(, summary)], ...],
+  "notes": [...], "error": str|None, "hints": {...}}`` then each record's ``size`` bytes of member
+  data, in order. The data travels as the bytes the collector wrote: not escaped into JSON by the
+  child and parsed back by the parent (most of a tick's frame is JSON lines, all quotes). A
+  record's ``summary`` (when the recorder keeps a live state): what ``forensics.record.live
+  .summarize`` gives for each of its lines, taken from the objects before they were encoded.
 
-A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.enter_child`:
+A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.fork_child`:
 it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
 whole group) by the parent when it does not answer a tick in time (a hung NVML call).
 """
@@ -25,21 +29,20 @@ import json
 import os
 import signal
 import struct
-import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
-from forensics.capture.lifeline import enter_child
+from forensics.capture.lifeline import fork_child
 from forensics.errors import BundleUnsafe
 
 __all__ = ["RecordSink", "SourceProcess", "spawn"]
 
-_FRAME = struct.Struct(">I")
+_FRAME = struct.Struct(">II")  # header length, body length
 MAX_FRAME = 64 << 20
 
 
@@ -53,22 +56,28 @@ class RecordSink:
     The member's bytes are the same; the ring pays one record envelope per member and tick
     instead of one per line."""
 
-    def __init__(self, max_buffer_bytes: int = 32 << 20, batch_bytes: int = 1 << 20) -> None:
+    def __init__(self, max_buffer_bytes: int = 32 << 20, batch_bytes: int = 1 << 20,
+                 summarize: Callable[[str, Any], Any] | None = None, summarized: Iterable[str] = ()) -> None:
         self.max_buffer_bytes = max_buffer_bytes
         self.batch_bytes = batch_bytes
         self.bytes_written = 0
         self.members: set[str] = set()
         self.dropped = 0
         self._buffered = 0
-        self._records: list[list[Any]] = []  # [t, mono, member, op, [chunks], size]
+        self._records: list[list[Any]] = []  # [t, mono, member, op, [byte chunks], size, summary]
         self._lock = threading.Lock()
         self.watch: Callable[[str, Any], None] | None = None  # sees each appended JSON object
+        # the live state's summary of each line appended to these members (forensics.record.live
+        # .summarize), sent with the record: the recorder's live state then never parses the lines
+        self.summarize = summarize
+        self.summarized = frozenset(summarized) if summarize is not None else frozenset()
 
-    def _add(self, member: str, op: str, data: bytes) -> None:
+    def _add(self, member: str, op: str, data: bytes, summary: list[Any] | None = None) -> None:
+        """``summary``: the summaries of ``data``'s lines; None for a member not summarised, or
+        bytes appended without one (the record then has none: its reader parses it)."""
         check_member_name(member)
         if member == "manifest.json":
             raise BundleUnsafe("collectors may not write manifest.json")
-        text = data.decode("utf-8", "surrogateescape")
         with self._lock:
             if self._buffered + len(data) > self.max_buffer_bytes:
                 self.dropped += 1
@@ -79,16 +88,24 @@ class RecordSink:
             last = self._records[-1] if self._records else None
             if (op == "append" and last is not None and last[3] == "append" and last[2] == member
                     and last[5] + len(data) <= self.batch_bytes):
-                last[4].append(text)
+                last[4].append(data)
                 last[5] += len(data)
+                last[6] = None if last[6] is None or summary is None else last[6] + summary
                 return
-            self._records.append([round(time.time(), 6), round(time.monotonic(), 6), member, op, [text], len(data)])
+            self._records.append([round(time.time(), 6), round(time.monotonic(), 6), member, op, [data], len(data),
+                                  summary])
 
-    def take(self) -> list[list[Any]]:
-        """The buffered records as ``[t, mono, member, op, data]``, oldest first."""
+    def take_bytes(self) -> list[list[Any]]:
+        """The buffered records as ``[t, mono, member, op, data]`` (``data``: bytes), oldest first,
+        each followed by its ``summary`` where it has one."""
         with self._lock:
             out, self._records, self._buffered = self._records, [], 0
-        return [[t, mono, member, op, "".join(chunks)] for t, mono, member, op, chunks, _ in out]
+        return [[t, mono, member, op, b"".join(chunks), *(() if summary is None else (summary,))]
+                for t, mono, member, op, chunks, _, summary in out]
+
+    def take(self) -> list[list[Any]]:
+        """:meth:`take_bytes` with ``data`` decoded (UTF-8, undecodable bytes kept as surrogates)."""
+        return [[*rec[:4], rec[4].decode("utf-8", "surrogateescape"), *rec[5:]] for rec in self.take_bytes()]
 
     def write_bytes(self, member: str, data: bytes) -> None:
         self._add(member, "write", bytes(data))
@@ -111,7 +128,13 @@ class RecordSink:
     def append_jsonl(self, member: str, obj: Any) -> None:
         if self.watch is not None:
             self.watch(member, obj)
-        self.append_bytes(member, (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape"))
+        data = (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape")
+        if member in self.summarized:
+            assert self.summarize is not None
+            got = self.summarize(member, obj)
+            self._add(member, "append", data, [] if got is None else [got])
+        else:
+            self._add(member, "append", data)
 
     def append_bytes(self, member: str, data: bytes) -> None:
         self._add(member, "append", bytes(data))
@@ -140,7 +163,8 @@ class SourceProcess:
         return True
 
     def frames(self) -> list[dict[str, Any]]:
-        """Read what is there (non-blocking) and return the complete frames; [] and EOF -> raises EOFError."""
+        """Read what is there (non-blocking) and return the complete frames (each header with its
+        ``records`` as ``[t, mono, member, op, data]``, ``data`` bytes); EOF raises EOFError."""
         try:
             chunk = os.read(self.out_fd, 1 << 20)
         except BlockingIOError:
@@ -152,19 +176,21 @@ class SourceProcess:
         if chunk:
             self.buf.extend(chunk)
         out = []
-        while len(self.buf) >= 4:
-            (n,) = _FRAME.unpack_from(self.buf)
-            if n > MAX_FRAME:
+        head = _FRAME.size
+        while len(self.buf) >= head:
+            n, size = _FRAME.unpack_from(self.buf)
+            if n + size > MAX_FRAME:
                 raise EOFError
-            if len(self.buf) < 4 + n:
+            if len(self.buf) < head + n + size:
                 break
-            payload = bytes(self.buf[4:4 + n])
-            del self.buf[:4 + n]
+            payload = bytes(self.buf[head:head + n])
+            body = bytes(self.buf[head + n:head + n + size])
+            del self.buf[:head + n + size]
             try:
                 obj = json.loads(payload)
             except ValueError:
                 continue
-            if isinstance(obj, dict):
+            if isinstance(obj, dict) and _attach(obj, body):
                 out.append(obj)
         return out
 
@@ -196,9 +222,27 @@ class SourceProcess:
             time.sleep(0.01)
 
 
+def _attach(obj: dict[str, Any], body: bytes) -> bool:
+    """Put each record's bytes from the frame's body in place of its size; False when the sizes do
+    not add up to the body (a frame not from :func:`_send`)."""
+    records = obj.get("records") or []
+    if not isinstance(records, list):
+        return False
+    at = 0
+    for rec in records:
+        if not (isinstance(rec, list) and len(rec) in (5, 6) and type(rec[4]) is int and rec[4] >= 0):
+            return False
+        rec[4], at = body[at:at + rec[4]], at + rec[4]
+    return at == len(body)
+
+
 def _send(fd: int, obj: dict[str, Any]) -> None:
-    data = json.dumps(obj, separators=(",", ":"), default=str).encode()
-    data = _FRAME.pack(len(data)) + data
+    """One frame: ``obj`` with its ``records``' data (bytes) sent after the header, not in it."""
+    records = obj.get("records") or []
+    head = {**obj, "records": [[*rec[:4], len(rec[4]), *rec[5:]] for rec in records]}
+    header = json.dumps(head, separators=(",", ":"), default=str).encode()
+    body = b"".join(rec[4] for rec in records)
+    data = _FRAME.pack(len(header), len(body)) + header + body
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -218,29 +262,17 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     """Fork a child that runs ``body(cmd_fd, out_fd)`` and exits; the parent gets its handle."""
     cmd_r, cmd_w = os.pipe()
     out_r, out_w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
-        try:
-            enter_child(parent, nice=0)  # capture's rules; the recorder is at nice 10 already
-            _name_process(f"gfrec-{name}")
-            os.close(cmd_w)
-            os.close(out_r)
-            body(cmd_r, out_w)
-        except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
-            code = 1
-        finally:
-            os._exit(code)
+
+    def run() -> None:  # in the child
+        _name_process(f"gfrec-{name}")
+        os.close(cmd_w)
+        os.close(out_r)
+        body(cmd_r, out_w)
+
+    pid = fork_child(run, nice=0)  # capture's rules; the recorder is at nice 10 already
     os.close(cmd_r)
     os.close(out_w)
     os.set_blocking(out_r, False)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass
     return SourceProcess(name=name, pid=pid, cmd_fd=cmd_w, out_fd=out_r, started_mono=time.monotonic())
 
 
@@ -254,7 +286,7 @@ def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: f
     def answer(kind: str, tick: int | None, error: str | None) -> None:
         notes, ctx.notes = ctx.notes, []
         hints, ctx.published = ctx.published, {}
-        _send(out_fd, {"kind": kind, "tick": tick, "records": sink.take(), "notes": notes,
+        _send(out_fd, {"kind": kind, "tick": tick, "records": sink.take_bytes(), "notes": notes,
                        "error": error, "hints": hints, "dropped": sink.dropped})
 
     ctx.deadline = time.monotonic() + max(tick_budget_s * 4, 30.0)

@@ -51,7 +51,8 @@ from forensics.specs import kernel as kernel_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 
-__all__ = ["CgroupLive", "GpuLive", "Grant", "LiveEvent", "LiveState", "OwnerInfo", "ProcessLive"]
+__all__ = ["PSI_KEYS", "SUMMARIZED", "CgroupLive", "GpuLive", "Grant", "LiveEvent", "LiveState", "OwnerInfo", "ProcessLive",
+           "summarize"]
 
 XID_GPU_LOST = 79  # "GPU has fallen off the bus"
 _XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError
@@ -147,6 +148,79 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+#: the per-tick members whose lines the sampler children summarise (:func:`summarize`) as they
+#: append them: the live state then folds the summaries, never the lines' JSON
+SUMMARIZED = (nvml_spec.SAMPLES, cgroups_spec.SAMPLES)
+
+
+def summarize(member: str, line: Any) -> list[Any] | None:
+    """What the live state takes from one appended line of a :data:`SUMMARIZED` member, as a
+    JSON-able list (it travels from the sampler child in its frame's header); None for a line that
+    changes nothing. The one reading of those lines: the live state's own parsing goes through it."""
+    if type(line) is not dict:
+        return None
+    if member == nvml_spec.SAMPLES:
+        return _nvml_summary(line)
+    if member == cgroups_spec.SAMPLES:
+        return _cgroup_summary(line)
+    return None
+
+
+def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
+    """``[tick, gpu_index, uuid, t, util_pct, memory used, memory total, lost, [[pid, mig_uuid,
+    used memory, SM %], ...]]`` of a device line (index and UUID None when either is not valid)."""
+    if line.get("kind") != "device":
+        return None
+    tick = line.get("tick") if isinstance(line.get("tick"), int) else None
+    idx, uuid = line.get("gpu_index"), line.get("uuid")
+    if not isinstance(idx, int) or not isinstance(uuid, str):
+        return [tick, None, None, None, None, None, None, False, []]
+    nv_raw = line.get("nvml")
+    nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
+    util = _value(nv, "nvmlDeviceGetUtilizationRates")
+    mem = _value(nv, "nvmlDeviceGetMemoryInfo_v2") or _value(nv, "nvmlDeviceGetMemoryInfo")
+    lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
+    sm: dict[int, tuple[int, float]] = {}  # PID -> its newest sample (timeStamp, SM %)
+    for u in _value(nv, "nvmlDeviceGetProcessUtilization") or []:
+        if isinstance(u, dict):
+            pid = u.get("pid")
+            if isinstance(pid, int):
+                stamp = u.get("timeStamp")
+                ts = stamp if isinstance(stamp, int) else 0
+                prev = sm.get(pid)
+                if prev is None or ts >= prev[0]:
+                    v = u.get("smUtil")
+                    sm[pid] = (ts, (float(v) or 0.0) if isinstance(v, _NUMBER) and not isinstance(v, bool) else 0.0)
+    procs = []
+    for p in line.get("processes") or []:
+        if isinstance(p, dict):
+            pid = p.get("pid")
+            if isinstance(pid, int):
+                used, mig, hit = p.get("usedGpuMemory"), p.get("mig_uuid"), sm.get(pid)
+                procs.append([pid, mig if isinstance(mig, str) else None, used if isinstance(used, int) else None,
+                              None if hit is None else hit[1]])
+    return [tick, idx, uuid, _num(line.get("t")),
+            _num(util.get("gpu")) if isinstance(util, dict) else None,
+            int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
+            int(mem["total"]) if isinstance(mem, dict) and isinstance(mem.get("total"), int) else None,
+            lost, procs]
+
+
+def _cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
+    """``[path, t, nr_periods, nr_throttled, PSI totals, host PSI totals or None]`` of a cgroup line."""
+    path, values, t = line.get("cgroup"), line.get("values"), line.get("t")
+    if type(path) is not str or type(values) is not dict or not isinstance(t, float | int):
+        return None
+    cpu = values.get("cpu")
+    if type(cpu) is dict:
+        periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
+    else:
+        periods = throttled = None
+    host = values.get("host_pressure")
+    return [path, float(t), periods, throttled, list(_psi_totals(values.get("pressure"))),
+            list(_psi_totals(host)) if type(host) is dict else None]
+
+
 class LiveState:
     """See the module docstring. ``max_identity_bytes`` bounds the member bytes kept for attribution."""
 
@@ -168,6 +242,7 @@ class LiveState:
         self._cg_ids: dict[str, str | None] = {}
         self._cg_gen = 0
         self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
+        self._cg_rows: tuple[int, tuple[tuple[str, str | None, float, float | None, _Pcts], ...]] = (-1, ())
         self._host_cur: tuple[float, _Totals] | None = None
         self._host_prev: tuple[float, _Totals] | None = None
         self._events: list[LiveEvent] = []
@@ -182,13 +257,15 @@ class LiveState:
         self.records_seen = 0
 
     # -- feeding -------------------------------------------------------------------------------
-    def feed(self, t: float, mono: float, member: str, op: str, data: str) -> None:
-        """One record as the recorder received it (``data``: the member bytes, decoded)."""
+    def feed(self, t: float, mono: float, member: str, op: str, data: str, summary: list[Any] | None = None) -> None:
+        """One record as the recorder received it (``data``: the member bytes, decoded). ``summary``:
+        what :func:`summarize` gave for each of its lines (the sampler child had them as objects:
+        see :data:`SUMMARIZED`), so the record's JSON is not parsed again here; None: parse it."""
         self.records_seen += 1
         if member == nvml_spec.SAMPLES:
-            self._nvml_samples(t, data)
+            self._nvml_samples(t, data, summary)
         elif member == cgroups_spec.SAMPLES:
-            self._cgroup_samples(data)
+            self._cgroup_samples(data, summary)
         elif member == kernel_spec.WINDOW:
             self._kernel_window(t, data)
         elif member == nvml_spec.EVENTS:
@@ -226,51 +303,32 @@ class LiveState:
             if isinstance(d, dict) and isinstance(d.get("uuid"), str):
                 self._names[d["uuid"]] = str(_value(d.get("nvml") or {}, "nvmlDeviceGetName") or d.get("name") or "")
 
-    def _nvml_samples(self, t: float, data: str) -> None:
+    def _nvml_samples(self, t: float, data: str, summary: list[Any] | None = None) -> None:
         lines = [ln for ln in data.splitlines() if ln.strip()]
+        if summary is None:
+            summary = []
+            for raw in lines:
+                try:
+                    line = _loads(raw)
+                except ValueError:
+                    continue
+                got = summarize(nvml_spec.SAMPLES, line)
+                if got is not None:
+                    summary.append(got)
         procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
         tick: int | None = None
-        for raw in lines:
-            try:
-                line = _loads(raw)
-            except ValueError:
+        for line_tick, idx, uuid, line_t, util, used, total, lost, line_procs in summary:
+            tick = line_tick if type(line_tick) is int else tick
+            if idx is None:
                 continue
-            if not isinstance(line, dict) or line.get("kind") != "device":
-                continue
-            tick = line.get("tick") if isinstance(line.get("tick"), int) else tick
-            idx, uuid = line.get("gpu_index"), line.get("uuid")
-            if not isinstance(idx, int) or not isinstance(uuid, str):
-                continue
-            nv_raw = line.get("nvml")
-            nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
-            lt = _num(line.get("t")) or t
-            util = _value(nv, "nvmlDeviceGetUtilizationRates")
-            mem = _value(nv, "nvmlDeviceGetMemoryInfo_v2") or _value(nv, "nvmlDeviceGetMemoryInfo")
-            lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
+            lt = line_t or t
             was = self._gpus.get(idx)
             if lost and not (was and was.lost):
                 self._events.append(LiveEvent("gpu-lost", lt, f"GPU {idx} ({uuid}) answered GpuIsLost",
                                               gpu=uuid, member=nvml_spec.SAMPLES))
-            self._gpus[idx] = GpuLive(
-                idx, uuid, self._names.get(uuid, ""), lt,
-                _num(util.get("gpu")) if isinstance(util, dict) else None,
-                int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
-                int(mem["total"]) if isinstance(mem, dict) and isinstance(mem.get("total"), int) else None,
-                lost)
-            sm: dict[int, tuple[int, float]] = {}
-            for u in _value(nv, "nvmlDeviceGetProcessUtilization") or []:
-                if isinstance(u, dict) and isinstance(u.get("pid"), int):
-                    stamp = u.get("timeStamp")
-                    ts = stamp if isinstance(stamp, int) else 0
-                    if u["pid"] not in sm or ts >= sm[u["pid"]][0]:
-                        sm[u["pid"]] = (ts, _num(u.get("smUtil")) or 0.0)
-            for p in line.get("processes") or []:
-                if not isinstance(p, dict) or not isinstance(p.get("pid"), int):
-                    continue
-                used = p.get("usedGpuMemory")
-                mig = p.get("mig_uuid") if isinstance(p.get("mig_uuid"), str) else None
-                procs.append((p["pid"], idx, uuid, mig, lt, used if isinstance(used, int) else None,
-                              sm[p["pid"]][1] if p["pid"] in sm else None))
+            self._gpus[idx] = GpuLive(idx, uuid, self._names.get(uuid, ""), lt, util, used, total, lost)
+            for pid, mig, pused, sm in line_procs:
+                procs.append((pid, idx, uuid, mig, lt, pused, sm))
         if tick is None:
             return
         self._procs = procs
@@ -286,24 +344,18 @@ class LiveState:
                 self._known_pids = {p[0] for p in procs}
             self._dirty = True
 
-    def _cgroup_samples(self, data: str) -> None:
+    def _cgroup_samples(self, data: str, summary: list[Any] | None = None) -> None:
         """Keep the last two readings of each cgroup (compact tuples); the figures are derived
-        when read (:meth:`cgroups`), so a tick costs one JSON parse per line and a few lookups."""
-        for line in _lines(data):
-            path, values, t = line.get("cgroup"), line.get("values"), line.get("t")
-            if type(path) is not str or type(values) is not dict or not isinstance(t, float | int):
-                continue
-            cpu = values.get("cpu")
-            if type(cpu) is dict:
-                periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
-            else:
-                periods = throttled = None
-            reading = (float(t), periods, throttled, _psi_totals(values.get("pressure")))
+        when read (:meth:`cgroups`), so a tick costs a few lookups per cgroup (and one JSON parse
+        per line when the sampler sent no summary)."""
+        if summary is None:
+            summary = [got for got in (summarize(cgroups_spec.SAMPLES, line) for line in _lines(data)) if got is not None]
+        for path, t, periods, throttled, totals, host in summary:
+            reading = (t, periods, throttled, tuple(totals))
             self._cg_prev[path] = self._cg_cur.get(path)
             self._cg_cur[path] = reading
-            host = values.get("host_pressure")
-            if type(host) is dict:
-                self._host_prev, self._host_cur = self._host_cur, (float(t), _psi_totals(host))
+            if host is not None:
+                self._host_prev, self._host_cur = self._host_cur, (t, tuple(host))
             self._cg_gen += 1
         if len(self._cg_cur) > 20_000:  # containers come and go: forget what was not sampled lately
             newest = max(r[0] for r in self._cg_cur.values())
@@ -463,6 +515,18 @@ class LiveState:
         gen, view = self._cg_view
         if gen == self._cg_gen:
             return view
+        view = tuple(CgroupLive(path, cid, self.container_name(cid) if cid else "", t, throttled, _psi_dict(psi))
+                     for path, cid, t, throttled, psi in self.cgroup_rows())
+        self._cg_view = (self._cg_gen, view)
+        return view
+
+    def cgroup_rows(self) -> tuple[tuple[str, str | None, float, float | None, _Pcts], ...]:
+        """:meth:`cgroups` as plain rows, ``(path, container id, t, throttled %, PSI %)`` with the
+        PSI shares in :data:`PSI_KEYS` order (None where not known; ``()`` without PSI): what the
+        triggers compare every tick, without an object per cgroup (derived once per new batch)."""
+        gen, rows = self._cg_rows
+        if gen == self._cg_gen:
+            return rows
         out = []
         for path in sorted(self._cg_cur):
             cur, prev = self._cg_cur[path], self._cg_prev.get(path)
@@ -472,28 +536,37 @@ class LiveState:
             if type(cur[1]) is int and type(prev[1]) is int and type(cur[2]) is int and type(prev[2]) is int:
                 dp, dth = cur[1] - prev[1], cur[2] - prev[2]
                 throttled = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp == 0 else None)
-            cid = self._cgroup_id(path)
-            out.append(CgroupLive(path, cid, self.container_name(cid) if cid else "", cur[0], throttled,
-                                  _psi_pct(prev[3], cur[3], cur[0] - prev[0])))
-        view = tuple(out)
-        self._cg_view = (self._cg_gen, view)
-        return view
+            out.append((path, self._cgroup_id(path), cur[0], throttled, _psi_shares(prev[3], cur[3], cur[0] - prev[0])))
+        rows = tuple(out)
+        self._cg_rows = (self._cg_gen, rows)
+        return rows
+
+    def process_rows(self) -> list[tuple[int, int, str, str | None, float, int | None, float | None]]:
+        """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID, t, used memory, SM %), as
+        :meth:`processes` lists them, without their owners and grants (see :meth:`owner_grant`)."""
+        return self._procs
+
+    def owner_grant(self, pid: int, uuid: str, mig: str | None) -> tuple[OwnerInfo, Grant]:
+        """A GPU process's owner and grant, as :meth:`processes` gives them (cached per attribution)."""
+        return self._owner_grant(pid, uuid, mig)
 
     def host_psi(self) -> dict[str, dict[str, float]]:
         """PSI stall share (%) of the host over the last interval (``/proc/pressure``)."""
         cur, prev = self._host_cur, self._host_prev
         if cur is None or prev is None or not cur[0] > prev[0]:
             return {}
-        return _psi_pct(prev[1], cur[1], cur[0] - prev[0])
+        return _psi_dict(_psi_shares(prev[1], cur[1], cur[0] - prev[0]))
 
     def take_events(self) -> list[LiveEvent]:
         out, self._events = self._events, []
         return out
 
 
-_PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
-_PSI_FIELDS = tuple((res, f"{kind}_total_usec") for res, kind in _PSI_KEYS)
-_Totals = tuple[float | None, ...]  # PSI *_total_usec in _PSI_KEYS order
+PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
+_NUMBER = (int, float)
+_Totals = tuple[float | None, ...]  # PSI *_total_usec in PSI_KEYS order
+_Pcts = tuple[float | None, ...]  # PSI stall shares (%) in PSI_KEYS order
+_NO_STALL: _Pcts = (0.0,) * len(PSI_KEYS)
 _Reading = tuple[float, Any, Any, _Totals]
 
 
@@ -502,19 +575,33 @@ def _psi_totals(pressure: Any) -> _Totals:
     if type(pressure) is not dict:
         return ()
     out: list[float | None] = []
-    for res, key in _PSI_FIELDS:
+    for res in PSI_RESOURCES:
         r = pressure.get(res)
-        v = r.get(key) if type(r) is dict else None
-        out.append(v if isinstance(v, int | float) else None)
+        if type(r) is dict:
+            some, full = r.get("some_total_usec"), r.get("full_total_usec")
+            out.append(some if isinstance(some, _NUMBER) else None)
+            out.append(full if isinstance(full, _NUMBER) else None)
+        else:
+            out += (None, None)
     return tuple(out)
 
 
-def _psi_pct(prev: _Totals, cur: _Totals, dt: float) -> dict[str, dict[str, float]]:
-    """Stall share (%) per resource and some|full between two PSI readings ``dt`` seconds apart."""
-    out: dict[str, dict[str, float]] = {}
+def _psi_shares(prev: _Totals, cur: _Totals, dt: float) -> _Pcts:
+    """Stall share (%) per :data:`PSI_KEYS` entry between two PSI readings ``dt`` seconds apart
+    (None where either reading lacks it or the counter went back; ``()`` when nothing compares)."""
     if not prev or not cur or dt <= 0:
-        return out
-    for (res, kind), x, y in zip(_PSI_KEYS, prev, cur, strict=True):
-        if x is not None and y is not None and y >= x:
-            out.setdefault(res, {})[kind] = min(100.0, 100.0 * (y - x) / (dt * 1e6))
+        return ()
+    if prev == cur and None not in cur:  # an idle cgroup: nothing stalled
+        return _NO_STALL
+    span = dt * 1e6
+    return tuple([min(100.0, 100.0 * (y - x) / span) if x is not None and y is not None and y >= x else None
+                  for x, y in zip(prev, cur, strict=True)])
+
+
+def _psi_dict(shares: _Pcts) -> dict[str, dict[str, float]]:
+    """:func:`_psi_shares` per resource and some|full (the shares known)."""
+    out: dict[str, dict[str, float]] = {}
+    for (res, kind), v in zip(PSI_KEYS, shares, strict=False):
+        if v is not None:
+            out.setdefault(res, {})[kind] = v
     return out

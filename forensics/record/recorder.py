@@ -203,6 +203,7 @@ class Recorder:
         options = self._capture_options()
         key = self.key
         budget = self.hang_kill
+        live = self.live is not None
 
         def body(cmd_fd: int, out_fd: int, name: str = st.name) -> None:
             if self.o.nice:
@@ -210,7 +211,12 @@ class Recorder:
                     os.nice(self.o.nice if os.nice(0) < self.o.nice else 0)
                 except OSError:
                     pass
-            ctx = CollectContext(options, RecordSink(), Redactor(enabled=options.redact, key=key),  # type: ignore[arg-type]
+            sink = RecordSink()
+            if live:  # the live state folds the children's summaries, not the lines' JSON
+                from forensics.record.live import SUMMARIZED, summarize
+
+                sink = RecordSink(summarize=summarize, summarized=SUMMARIZED)
+            ctx = CollectContext(options, sink, Redactor(enabled=options.redact, key=key),  # type: ignore[arg-type]
                                  {}, None, name)
             child_loop(cmd_fd, out_fd, make_driver(name), ctx, budget)
 
@@ -233,13 +239,13 @@ class Recorder:
 
     def _handle(self, st: _SourceState, msg: dict[str, Any]) -> None:
         kind = msg.get("kind")
-        for rec in msg.get("records") or []:
+        for rec in msg.get("records") or []:  # data: the member's bytes (SourceProcess.frames)
             try:
-                t, mono, member, op, data = rec
-                self.pending.append((float(t), float(mono), str(member), str(op),
-                                     str(data).encode("utf-8", "surrogateescape")))
-                if self.live is not None:
-                    self.live.feed(float(t), float(mono), str(member), str(op), str(data))
+                t, mono, member, op, data = rec[:5]
+                self.pending.append((float(t), float(mono), str(member), str(op), data))
+                if self.live is not None:  # the child's summary of the lines where it sent one
+                    self.live.feed(float(t), float(mono), str(member), str(op), data.decode("utf-8", "surrogateescape"),
+                                   rec[5] if len(rec) > 5 else None)
             except (TypeError, ValueError):
                 continue
         for note in msg.get("notes") or []:

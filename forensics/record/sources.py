@@ -100,7 +100,8 @@ class NvmlDriver(_Driver):
         try:
             self.collector.sample(ctx, tick)
         finally:
-            GPU_PIDS.publish(ctx, sorted(self.pids))
+            ctx.hints.pop(GPU_PIDS.key, None)  # this tick's PIDs only: publishing merges into ctx.hints,
+            GPU_PIDS.publish(ctx, sorted(self.pids))  # which would otherwise keep every PID ever seen
 
 
 class ProcfsDriver(_Driver):

@@ -135,7 +135,49 @@ def decode_enable_state(value: int) -> str:
 
 
 _SCALARS = frozenset({int, float, str, bool, type(None)})
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+#: per structure class, its fields' names and their ctypes descriptors' getters: reading a field
+#: through the descriptor skips pynvml's ``_PrintableStructure.__getattribute__`` (Python code on
+#: every attribute read, which only changes bytes: those are read through it still)
+_FIELD_GETTERS: dict[type, tuple[tuple[str, Any], ...]] = {}
+#: ctypes whose fields read as plain int/float/bool (never bytes, never a nested object)
+_NUMBER_CTYPES = frozenset({ctypes.c_bool, ctypes.c_byte, ctypes.c_ubyte, ctypes.c_short, ctypes.c_ushort,
+                            ctypes.c_int, ctypes.c_uint, ctypes.c_long, ctypes.c_ulong, ctypes.c_longlong,
+                            ctypes.c_ulonglong, ctypes.c_float, ctypes.c_double})
+#: structure classes whose every field is such a number (pynvml's per-process utilisation sample):
+#: a list of them is converted in one comprehension (:func:`_uniform`), ``True``/``False`` once per class
+_FLAT: dict[type, bool] = {}
+
+
+def _getters(kind: type, obj: Any) -> tuple[tuple[str, Any], ...]:
+    getters = _FIELD_GETTERS.get(kind)
+    if getters is None:
+        getters = _FIELD_GETTERS[kind] = tuple((f[0], getattr(kind, f[0]).__get__) for f in obj._fields_)
+        _FLAT[kind] = all(len(f) == 2 and f[1] in _NUMBER_CTYPES for f in obj._fields_)
+    return getters
+
+
+#: types to_jsonable reads by their own branch; an object of any other class is read by its vars()
+_NOT_PLAIN = (bool, int, float, str, bytes, ctypes.Structure, ctypes.Array, ctypes._SimpleCData, list, tuple, dict)
+_PLAIN: dict[type, bool] = {}  # class -> read by vars() (pynvml's nvmlFriendlyObject)
+
+
+def _uniform(obj: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]] | None:
+    """A list of one class read field by field (structures whose fields are all numbers; pynvml's
+    nvmlFriendlyObject, read by its vars()) in one comprehension, as to_jsonable reads each; None
+    when the list is not one."""
+    kind = type(obj[0])
+    if any(type(x) is not kind for x in obj):
+        return None
+    if issubclass(kind, ctypes.Structure):
+        getters = _getters(kind, obj[0])
+        return [{name: get(x, kind) for name, get in getters} for x in obj] if _FLAT[kind] else None
+    plain = _PLAIN.get(kind)
+    if plain is None:
+        plain = _PLAIN[kind] = not issubclass(kind, _NOT_PLAIN) and hasattr(obj[0], "__dict__")
+    if not plain:
+        return None
+    return [{k: (v if type(v) in _SCALARS else to_jsonable(v)) for k, v in vars(x).items() if not k.startswith("_")}
+            for x in obj]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -153,12 +195,11 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
     if isinstance(obj, ctypes.Structure):
-        names = _FIELD_NAMES.get(kind)
-        if names is None:
-            names = _FIELD_NAMES[kind] = tuple(f[0] for f in obj._fields_)
         out = {}
-        for name in names:
-            v = getattr(obj, name)
+        for name, get in _getters(kind, obj):
+            v = get(obj, kind)
+            if type(v) is bytes:
+                v = getattr(obj, name)  # as the structure's own class reads it (pynvml decodes)
             out[name] = v if type(v) in _SCALARS else to_jsonable(v)
         return out
     if isinstance(obj, ctypes.Array):
@@ -166,7 +207,8 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, ctypes._SimpleCData):
         return to_jsonable(obj.value)
     if isinstance(obj, list | tuple):
-        return [x if type(x) in _SCALARS else to_jsonable(x) for x in obj]
+        same = _uniform(obj) if obj else None
+        return same if same is not None else [x if type(x) in _SCALARS else to_jsonable(x) for x in obj]
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if hasattr(obj, "__dict__"):  # pynvml.nvmlFriendlyObject

@@ -17,10 +17,10 @@ Cooldown and concurrency are not decided here: every firing is returned, the eng
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from forensics.record.live import LiveEvent, LiveState
+from forensics.record.live import PSI_KEYS, LiveEvent, LiveState
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
@@ -29,6 +29,12 @@ __all__ = ["Evaluator", "Firing"]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _EMPTY: dict[str, float] = {}
+_Values = list[tuple[str, float, float, str]]
+#: per operator, the values (subject, t, value, member) that meet a limit (one comprehension)
+_MET: dict[str, Callable[[_Values, float], _Values]] = {
+    ">": lambda vs, lim: [v for v in vs if v[2] > lim], ">=": lambda vs, lim: [v for v in vs if v[2] >= lim],
+    "<": lambda vs, lim: [v for v in vs if v[2] < lim], "<=": lambda vs, lim: [v for v in vs if v[2] <= lim],
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,9 @@ class Evaluator:
         self._seen: dict[str, dict[str, float]] = {}  # rule -> subject -> last sample time looked at
         self.evaluations = 0
         self._tick_values: dict[str, list[tuple[str, float, float, str]]] = {}
+        self._tick_subjects: list[str | None] | None = None
+        self._granted: set[tuple[int, str, str | None]] = set()  # GPU processes not unallocated ...
+        self._granted_at = -1  # ... as of this attribution (LiveState.refreshes)
         self._names: dict[str, tuple[str, str]] = {}  # container id -> (its name, the subject)
 
     # -- the figures each metric reads -----------------------------------------------------------
@@ -75,7 +84,7 @@ class Evaluator:
         read once per tick for all the rules on that metric."""
         got = self._tick_values.get(name)
         if got is None:
-            got = self._tick_values[name] = list(self._read_values(name, live))
+            got = self._tick_values[name] = self._read_values(name, live)
         return got
 
     def _cname(self, cid: str, name: str) -> str:
@@ -86,31 +95,40 @@ class Evaluator:
             got = self._names[cid] = (name, _container_name(cid, name))
         return got[1]
 
-    def _read_values(self, name: str, live: LiveState) -> Iterator[tuple[str, float, float, str]]:
+    def _read_values(self, name: str, live: LiveState) -> _Values:
         if name == "gpu.util":
-            for g in live.gpus():
-                if g.util_pct is not None:
-                    yield _gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES
-        elif name == "gpu.memory":
-            for g in live.gpus():
-                pct = g.memory_used_pct
-                if pct is not None:
-                    yield _gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES
-        elif name == "container.throttled":
-            for c in live.cgroups():
-                if c.container_id and c.throttled_pct is not None:
-                    yield self._cname(c.container_id, c.container_name), c.t, c.throttled_pct, cgroups_spec.SAMPLES
-        elif name.startswith("psi."):
+            return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES)
+                    for g in live.gpus() if g.util_pct is not None]
+        if name == "gpu.memory":
+            return [(_gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES)
+                    for g in live.gpus() if (pct := g.memory_used_pct) is not None]
+        if name == "container.throttled":
+            return [(subject, t, throttled, cgroups_spec.SAMPLES)
+                    for (_, _, t, throttled, _), subject in zip(live.cgroup_rows(), self._subjects(live), strict=True)
+                    if subject is not None and throttled is not None]
+        if name.startswith("psi."):
             _, res, kind = name.split(".")
+            k = PSI_KEYS.index((res, kind))
             host = live.host_psi().get(res, _EMPTY).get(kind)
-            cgs = live.cgroups()
+            rows = live.cgroup_rows()
+            out: _Values = []
             if host is not None:
-                t = max((c.t for c in cgs if c.path == "/"), default=max((c.t for c in cgs), default=0.0))
-                yield "host", t, host, cgroups_spec.SAMPLES
-            for c in cgs:
-                v = c.psi_pct.get(res, _EMPTY).get(kind)
-                if c.container_id and v is not None:
-                    yield self._cname(c.container_id, c.container_name), c.t, v, cgroups_spec.SAMPLES
+                t = max((r[2] for r in rows if r[0] == "/"), default=max((r[2] for r in rows), default=0.0))
+                out.append(("host", t, host, cgroups_spec.SAMPLES))
+            out.extend([(subject, t, v, cgroups_spec.SAMPLES)
+                        for (_, _, t, _, psi), subject in zip(rows, self._subjects(live), strict=True)
+                        if subject is not None and psi and (v := psi[k]) is not None])
+            return out
+        return []
+
+    def _subjects(self, live: LiveState) -> list[str | None]:
+        """The subject (the container's name) of each of :meth:`LiveState.cgroup_rows`, None for a
+        cgroup that is no container's; once per tick for all the container rules."""
+        got = self._tick_subjects
+        if got is None:
+            got = self._tick_subjects = [self._cname(cid, live.container_name(cid)) if cid else None
+                                         for _, cid, _, _, _ in live.cgroup_rows()]
+        return got
 
     def _threshold(self, rule: Rule, live: LiveState) -> list[Firing]:
         out: list[Firing] = []
@@ -118,7 +136,16 @@ class Evaluator:
         assert limit is not None  # a threshold rule always has one
         holds = self._holds.setdefault(rule.text, {})
         seen = self._seen.setdefault(rule.text, {})
-        for subject, t, value, member in self._values(rule.name, live):
+        values = self._values(rule.name, live)
+        # Only a value that meets the rule, or one of a subject that holds (or may hold by then:
+        # one with a value that meets it), changes anything: the others are skipped unread, in order.
+        met = _MET[rule.op](values, limit)
+        if not met and not holds:
+            return out
+        if len(met) < len(values):
+            may_hold = holds.keys() | {v[0] for v in met}
+            values = [v for v in values if v[0] in may_hold]
+        for subject, t, value, member in values:
             if not cmp(value, limit):  # the common case: nothing to remember
                 if subject in holds:
                     del holds[subject]
@@ -149,16 +176,24 @@ class Evaluator:
                        e.member, also=len(hits) - 1)]
 
     def _unallocated(self, rule: Rule, live: LiveState) -> list[Firing]:
-        for p in live.processes():
-            active = (p.used_memory_bytes or 0) > 0 or (p.sm_util_pct or 0) >= self.active_sm_pct
-            if not (p.grant.unallocated and active):
+        if self._granted_at != live.refreshes or len(self._granted) > 100_000:  # grants change on attribution only
+            self._granted, self._granted_at = set(), live.refreshes
+        granted = self._granted
+        for pid, gpu_index, gpu_uuid, mig, t, used, sm in live.process_rows():  # live.processes(), unbuilt
+            if (pid, gpu_uuid, mig) in granted:
                 continue
-            o = p.owner
+            active = (used or 0) > 0 or (sm or 0) >= self.active_sm_pct
+            if not active:
+                continue
+            o, grant = live.owner_grant(pid, gpu_uuid, mig)
+            if not grant.unallocated:
+                granted.add((pid, gpu_uuid, mig))
+                continue
             who = _container_name(o.container_id, o.container_name) if o.container_id else f"pod {o.pod_namespace}/{o.pod_name}"
             pod = f" (pod {o.pod_namespace}/{o.pod_name})" if o.container_id and o.pod_name else ""
-            return [Firing(rule, who, p.sm_util_pct, p.t, p.t,
-                           f"{who}{pod} pid {p.pid} on GPU {p.gpu_index} ({p.gpu_uuid}) without a grant for it "
-                           f"(grant {p.grant.grant}: {p.grant.detail})", nvml_spec.SAMPLES)]
+            return [Firing(rule, who, sm, t, t,
+                           f"{who}{pod} pid {pid} on GPU {gpu_index} ({gpu_uuid}) without a grant for it "
+                           f"(grant {grant.grant}: {grant.detail})", nvml_spec.SAMPLES)]
         return []
 
     def evaluate(self, live: LiveState) -> list[Firing]:
@@ -168,6 +203,7 @@ class Evaluator:
     def evaluate_with(self, live: LiveState, events: list[LiveEvent]) -> list[Firing]:
         self.evaluations += 1
         self._tick_values = {}
+        self._tick_subjects = None
         out: list[Firing] = []
         for rule in self.rules:
             if rule.kind == "threshold":

@@ -138,3 +138,25 @@ class TestDecoders:
         assert to_jsonable(pci)["busId"] == "00000000:3B:00.0"
         assert to_jsonable((ctypes.c_uint * 2)(7, 8)) == [7, 8]
         assert to_jsonable([ctypes.c_ulonglong(5), b"x", None]) == [5, "x", None]
+
+    def test_to_jsonable_reads_fields_as_pynvml_does(self) -> None:
+        """The descriptor fast paths (a flat sample list in one comprehension, a structure's
+        numbers without pynvml's ``__getattribute__``) give what reading each attribute gives."""
+        samples = (pynvml.c_nvmlProcessUtilizationSample_t * 3)()
+        for i, smp in enumerate(samples):
+            smp.pid, smp.timeStamp, smp.smUtil, smp.memUtil = 100 + i, (1 << 62) + i, i, 2 * i
+        listed = samples[0:3]  # what pynvml's nvmlDeviceGetProcessUtilization returns
+        expected = [{f[0]: getattr(smp, f[0]) for f in smp._fields_} for smp in listed]
+        assert to_jsonable(listed) == expected
+        assert list(to_jsonable(listed)[0]) == ["pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil"]
+        assert to_jsonable(samples) == expected
+        mixed = [listed[0], pynvml.c_nvmlMemory_v2_t()]  # not one flat class: element by element
+        assert to_jsonable(mixed) == [expected[0], to_jsonable(mixed[1])]
+        procs = [pynvml.nvmlFriendlyObject({"pid": 7 + i, "usedGpuMemory": None if i else 1 << 30, "_x": 1})
+                 for i in range(2)]  # what nvmlDeviceGetComputeRunningProcesses returns
+        assert to_jsonable(procs) == [{"pid": 7, "usedGpuMemory": 1 << 30}, {"pid": 8, "usedGpuMemory": None}]
+        assert to_jsonable([None, None]) == [None, None] and to_jsonable([b"a", b"b"]) == ["a", "b"]
+        pci = pynvml.nvmlPciInfo_t()
+        pci.busId, pci.domain, pci.bus = b"00000000:3B:00.0", 0, 0x3B  # bytes fields: still decoded
+        got = to_jsonable(pci)
+        assert got["busId"] == "00000000:3B:00.0" and got["bus"] == 0x3B and isinstance(got["busIdLegacy"], str)

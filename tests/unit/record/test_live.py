@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 
 from forensics.analysis import analyze_bundles
-from forensics.record.live import LiveState
+from forensics.record.live import SUMMARIZED, LiveState, summarize
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "sample_bundles"
 REPLAYED = ("nvml/", "proc/", "docker/", "cgroup/samples.jsonl", "kernel/window.jsonl")
 
 
-def replay(bundle: Path, state: LiveState, until_tick: int | None = None, from_tick: int = 0) -> None:
-    """Feed ``state`` the bundle's members in the order a recorder would have received them."""
+def replay(bundle: Path, state: LiveState, until_tick: int | None = None, from_tick: int = 0,
+           summaries: bool = False) -> None:
+    """Feed ``state`` the bundle's members in the order a recorder would have received them;
+    ``summaries``: with each sampled line's summary as a sampler child sends it (through JSON)."""
     with tarfile.open(bundle) as tar:
         members = {m.name.split("/", 1)[1]: tar.extractfile(m).read()  # type: ignore[union-attr]
                    for m in tar.getmembers() if m.isfile() and "/" in m.name}
@@ -42,7 +44,11 @@ def replay(bundle: Path, state: LiveState, until_tick: int | None = None, from_t
         for name, line in ticks[tick]:
             by_member[name].append(line)
         for name, lines in by_member.items():
-            state.feed(0.0, 0.0, name, "append", "\n".join(lines) + "\n")
+            summary = None
+            if summaries and name in SUMMARIZED:
+                summary = json.loads(json.dumps([x for x in (summarize(name, json.loads(ln)) for ln in lines)
+                                                 if x is not None]))
+            state.feed(0.0, 0.0, name, "append", "\n".join(lines) + "\n", summary)
 
 
 def test_gpu_figures_and_grants_match_the_analysis() -> None:
@@ -125,3 +131,17 @@ def test_gpu_pids_gone_a_while_are_forgotten_at_the_next_attribution() -> None:
     assert state.refresh()
     assert not any(m.startswith(("proc/6768/", "proc/6718/")) for m in state._identity)
     assert any(m.startswith("docker/") for m in state._identity)  # only the gone PIDs' files
+
+
+@pytest.mark.parametrize("bundle", sorted(SAMPLES.glob("*.tgz")), ids=lambda p: p.stem)
+def test_the_samplers_summaries_fold_as_the_lines_do(bundle: Path) -> None:
+    """The recorder's live state folds what the sampler children summarised (never parsing the
+    lines); it must end where folding the lines' JSON ends, for every sample bundle."""
+    states = []
+    for summaries in (False, True):
+        state = LiveState()
+        replay(bundle, state, summaries=summaries)
+        state.refresh()
+        states.append((state.gpus(), state.processes(), state.cgroups(), state.host_psi(), state.take_events(),
+                       state._nvml_tick, state.refreshes))
+    assert states[0] == states[1]

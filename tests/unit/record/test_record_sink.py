@@ -50,3 +50,32 @@ def test_replace_json_keeps_only_the_last_buffered_version() -> None:
         sink.replace_json("nvml/devices.json", {"gpus": v})
     recs = sink.take()
     assert [json.loads(r[4]) for r in recs] == [{"gpus": 3}]
+
+
+def test_a_frame_carries_the_records_bytes_verbatim_after_its_header() -> None:
+    """child -> parent: the records' data is sent as the member's own bytes (quotes, newlines,
+    undecodable bytes), not escaped into the JSON header; several frames in one read all arrive."""
+    import os
+    import time
+
+    from forensics.record.child import SourceProcess, _send
+
+    sink = RecordSink()
+    sink.append_jsonl("nvml/samples.jsonl", {"q": 'say "hi"\n', "n": 1})
+    sink.append_bytes("kernel/kmsg-window.txt", b"6,1,2,-;caf\xc3\xa9 \xff\xfe\n")
+    sink.write_json("nvml/devices.json", {})
+    records = sink.take_bytes()
+    r, w = os.pipe()
+    try:
+        _send(w, {"kind": "tick", "tick": 7, "records": records, "notes": ["n"]})
+        _send(w, {"kind": "tick", "tick": 8, "records": []})
+        proc = SourceProcess("x", 0, -1, r, time.monotonic())
+        os.set_blocking(r, False)
+        frames = proc.frames()
+    finally:
+        os.close(r)
+        os.close(w)
+    assert [f["tick"] for f in frames] == [7, 8]
+    assert frames[0]["records"] == records and frames[0]["notes"] == ["n"]
+    assert frames[0]["records"][1][4] == b"6,1,2,-;caf\xc3\xa9 \xff\xfe\n"
+    assert frames[1]["records"] == []
