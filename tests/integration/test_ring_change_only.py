@@ -22,6 +22,7 @@ from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
+from tests.support.polling import wait_for
 from tests.support.record_support import wait_for_writer
 
 sim_lib = nvf.sim_lib
@@ -80,6 +81,11 @@ def _member(bundle: Path, name: str) -> bytes:
     raise AssertionError(f"{name} not in {bundle}")
 
 
+def _ring_lines(ring: Path, member: str) -> int:
+    """Lines the ring holds for one member so far (the open segment too)."""
+    return sum(r.data.count(b"\n") for r in RingReader(ring).records(members=(member,)) if r.member == member)
+
+
 def _plain(sample: tuple[object, ...]) -> tuple[object, ...]:
     """A sample's fields, its evidence reference as (member, line): the same bytes in the same
     place cite the same line."""
@@ -110,6 +116,9 @@ def test_change_only_ring_folds_the_same_series_as_the_whole_lines(sim_lib: Path
     try:
         wait_for_writer(ring, rec)
         time.sleep(5.0)
+        # a loaded machine skips ticks: wait, rather than sleep longer for everyone, until the
+        # ring holds the lines the assertions below count
+        wait_for(lambda: _ring_lines(ring, cgroups_spec.SAMPLES) > 25, timeout=90.0, interval=1.0)
     finally:
         rec.send_signal(signal.SIGTERM)
         _out, err = rec.communicate(timeout=30)
