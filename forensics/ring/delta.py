@@ -97,13 +97,18 @@ class _Key:
     def __init__(self, text: str) -> None:
         self.text = text  # split into tokens only when a change comes (many whole lines get none)
         self.toks: list[str] = []
-        self.count = text.count(SEP) + 1
+        self.count = -1  # counted when a change comes: see counted()
         self.ix: tuple[int, ...] = ()
         self.ixset: frozenset[int] = frozenset()
         self.vals: tuple[str, ...] = ()
         self.chunks: list[str] = []
         self.parts: list[str] = []
         self.pos: dict[int, int] = {}
+
+    def counted(self) -> int:
+        if self.count < 0:
+            self.count = self.text.count(SEP) + 1
+        return self.count
 
     def line(self, changes: _Changes) -> str:
         """The line after ``changes``."""
@@ -243,7 +248,7 @@ class DeltaDecoder:
         except IndexError:
             raise DeltaError("an encoded line without a known [key,count] head") from None
         st = self._state.pop(key, None)  # put back only once this line is rebuilt: after a bad
-        if st is None or st.count != head[1]:  # line, later ones of its key are refused, never guessed
+        if st is None or st.counted() != head[1]:  # line, later ones of its key are refused, never guessed
             raise DeltaError(f"a delta for key {key[:80]!r} without the line before it")
         body = line[close + 1:]
         if body == _SAME:
