@@ -14,14 +14,19 @@ Target (issue 14): the ring adds under 2 s to the capture.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,16 +44,49 @@ def shifted(data: bytes, by: float) -> bytes:
     return _T.sub(lambda m: b'"t": ' + repr(float(m.group(1)) + by).encode(), data)
 
 
-def capture(ring: Path, out: Path, env: dict[str, str], lib: Path, with_ring: bool) -> float:
+def _children_cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def capture(ring: Path, out: Path, env: dict[str, str], lib: Path, with_ring: bool) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of the capture and its collector children (the same cost
+    whatever else loads the machine)."""
     out.mkdir(parents=True)
     cmd = [sys.executable, "-m", "forensics", "capture", "--since", "1h", "-o", str(out), "--quiet",
            "--nvml-library", str(lib), "--ring", str(ring)] + ([] if with_ring else ["--skip", "ring"])
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _children_cpu_s()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    took = time.monotonic() - t0
+    took, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     if r.returncode != 0:
         raise SystemExit(f"capture failed ({r.returncode}): {r.stderr[-2000:]}")
-    return took
+    return took, cpu
+
+
+def fold_and_floor(bundle: Path) -> tuple[float, int, float]:
+    """The ring collector's own time (manifest), the bytes it folded (members under ``ring/``), and
+    what packing just those bytes costs the bundle writer: their SHA-256 (the manifest's member table)
+    and gzip at the bundle's level 6, timed here on the same bytes. That part is the price of having
+    the members' whole bytes in the bundle, whatever the fold does."""
+    fold_s, data = 0.0, []
+    with tarfile.open(bundle) as tar:
+        for m in tar.getmembers():
+            name = m.name.split("/", 1)[-1]
+            f = tar.extractfile(m) if m.isfile() else None
+            if f is None:
+                continue
+            if name == "manifest.json":
+                fold_s = next(c["duration_s"] for c in json.loads(f.read())["collectors"] if c["name"] == "ring")
+            elif name.startswith("ring/"):
+                data.append(f.read())
+    t0 = time.process_time()  # CPU: what the bundle writer's one thread spends, whatever the load
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    for chunk in data:
+        hashlib.sha256(chunk).digest()
+        for at in range(0, len(chunk), 1 << 20):
+            packer.compress(chunk[at:at + (1 << 20)])
+    packer.flush()
+    return fold_s, sum(map(len, data)), time.process_time() - t0
 
 
 def main() -> int:
@@ -56,6 +94,8 @@ def main() -> int:
     ap.add_argument("--record-s", type=float, default=30.0)
     ap.add_argument("--hour-s", type=float, default=3600.0)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--seed", type=Path, help="a recorded ring to build the hour from (a kept run's seed/), "
+                    "instead of recording one: the same hour for two versions of the code")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gffold-"))
     sleepers: list[subprocess.Popen[bytes]] = []
@@ -70,13 +110,14 @@ def main() -> int:
                            sm_util=[(0, 10), (20, 40)] if k % 7 == 0 else 10, mem_util=5)
         env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
         env["PYTHONPATH"] = str(ROOT)
-        seed = tmp / "seed"
-        rec = start_recorder(seed, env=env, interval_s=1.0, nvml_library=str(lib),
-                             sources=["nvml", "procfs", "cgroups", "kernel"], stderr=subprocess.DEVNULL)
-        wait_for_writer(seed, rec)
-        time.sleep(args.record_s)
-        rec.send_signal(signal.SIGTERM)
-        rec.communicate(timeout=30)
+        seed = args.seed or tmp / "seed"
+        if not args.seed:
+            rec = start_recorder(seed, env=env, interval_s=1.0, nvml_library=str(lib),
+                                 sources=["nvml", "procfs", "cgroups", "kernel"], stderr=subprocess.DEVNULL)
+            wait_for_writer(seed, rec)
+            time.sleep(args.record_s)
+            rec.send_signal(signal.SIGTERM)
+            rec.communicate(timeout=30)
         records = list(RingReader(seed).records())
         t_lo, t_hi = min(r.t for r in records), max(r.t for r in records)
         period = max(t_hi - t_lo, 1.0) + 1.0
@@ -101,16 +142,29 @@ def main() -> int:
               f"{member_bytes / 1e6:.0f} MB of member bytes, {disk / 1e6:.1f} MB on disk in {len(span)} segments "
               f"(written in {time.monotonic() - started:.0f} s)")
         cap_env = {**env, "GPUFORENSICS_RING": str(ring)}
-        with_ring, without = [], []
+        with_ring: list[float] = []
+        without: list[float] = []
+        cpu_with: list[float] = []
+        cpu_without: list[float] = []
         for i in range(args.runs):
-            without.append(capture(ring, tmp / f"without-{i}", cap_env, lib, False))
-            with_ring.append(capture(ring, tmp / f"with-{i}", cap_env, lib, True))
+            for runs, cpus, flag, name in ((without, cpu_without, False, "without"), (with_ring, cpu_with, True, "with")):
+                wall, cpu = capture(ring, tmp / f"{name}-{i}", cap_env, lib, flag)
+                runs.append(wall)
+                cpus.append(cpu)
         sizes = [sum(f.stat().st_size for f in (tmp / f"{k}-0").glob("*.tgz")) for k in ("without", "with")]
         extra = min(with_ring) - min(without)
         print(f"capture --since 1h: {min(without):.1f} s without the ring, {min(with_ring):.1f} s with it "
               f"(runs: {', '.join(f'{x:.1f}' for x in without)} / {', '.join(f'{x:.1f}' for x in with_ring)}); "
               f"bundle {sizes[0] / 1e6:.1f} MB -> {sizes[1] / 1e6:.1f} MB")
         print(f"  the ring adds {extra:.1f} s (target 2 s: ratio {extra / 2:.2f}x)")
+        cpu_extra = min(cpu_with) - min(cpu_without)
+        print(f"  CPU of the capture and its children: {min(cpu_without):.1f} s without, {min(cpu_with):.1f} s with: "
+              f"the ring adds {cpu_extra:.1f} s of CPU (ratio {cpu_extra / 2:.2f}x; wall time above is this on an "
+              f"idle machine, more when others share it; load average now {os.getloadavg()[0]:.1f})")
+        fold_s, folded, pack_s = fold_and_floor(next((tmp / f"with-{with_ring.index(min(with_ring))}").glob("*.tgz")))
+        print(f"  of which the ring collector (read, check, decode, write members): {fold_s:.1f} s; "
+              f"packing its {folded / 1e6:.0f} MB of members (SHA-256 + gzip level 6, CPU timed alone): {pack_s:.1f} s "
+              f"(the floor for whole member bytes: ratio {pack_s / 2:.2f}x)")
     finally:
         for p in sleepers:
             p.kill()

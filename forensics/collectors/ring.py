@@ -17,7 +17,9 @@ layout (so the analysis loaders read them as they read live members):
   than the window (every segment starts with a copy of that state);
 - ``ring/provenance.json``: the ring, its writer, the window, and per segment read its name,
   whether sealed, its SHA-256 (of the file for a sealed segment, of the lines read for the
-  active one) and the first and last line used; per member the record count and time span.
+  active one) and the first and last line used; per member the record count and time span;
+  ``left_out_from`` when the bundle's evidence size cap stopped the fold (partial: the records
+  from then on are left out, the state and provenance still written).
 
 No ring: ``unavailable`` with one note ("no flight recorder ring at DIR").
 """
@@ -29,12 +31,14 @@ from typing import Any
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext
 from forensics.errors import RingError, SourceUnavailable
+from forensics.humanize import format_bytes
 from forensics.ring import RingReader, resolve_ring_dir
 from forensics.specs.ring import PROVENANCE, SPEC, folded
 
 __all__ = ["COLLECTOR", "RingFold"]
 
 _FLUSH_BYTES = 1 << 20
+_RESERVE_BYTES = 4 << 20  # kept below the sink's cap for provenance.json and what the state adds late
 
 
 class RingFold:
@@ -59,13 +63,26 @@ class RingFold:
             sizes: dict[str, int] = {}
             latest: dict[str, tuple[float, bytes]] = {}
             spans: dict[str, list[Any]] = {}
+            cut: dict[str, Any] | None = None
+            # the sink's cap (a collector's members in all): appends stop short of it, keeping room
+            # for the state and provenance.json, and the fold says where it stopped
+            room = ctx.sink.max_bytes - ctx.sink.bytes_written - _RESERVE_BYTES
+            appended = state = 0
             for rec in reader.records(since=since, until=until, keep_writes=True):
+                if rec.op == "write":
+                    state += len(rec.data) - len(latest.get(rec.member, (0.0, b""))[1])
+                elif appended + state + len(rec.data) > room:
+                    cut = {"at": iso_from_unix(rec.t), "t": rec.t, "cap_bytes": ctx.sink.max_bytes}
+                    ctx.partial(f"the evidence size cap ({format_bytes(ctx.sink.max_bytes, '?')}) is reached: ring "
+                                f"records from {iso_from_unix(rec.t)} on are left out (a shorter --since folds them)")
+                    break
                 span = spans.setdefault(rec.member, [0, rec.t, rec.t, rec.op])
                 span[0] += 1
                 span[1], span[2] = min(span[1], rec.t), max(span[2], rec.t)
                 if rec.op == "write":
                     latest[rec.member] = (rec.t, rec.data)
                     continue
+                appended += len(rec.data)
                 buffers.setdefault(rec.member, []).append(rec.data)
                 sizes[rec.member] = sizes.get(rec.member, 0) + len(rec.data)
                 if sizes[rec.member] >= _FLUSH_BYTES:
@@ -93,6 +110,7 @@ class RingFold:
             "problems": reader.report.problems,
             "members": {m: {"records": s[0], "op": s[3], "first": iso_from_unix(s[1]), "last": iso_from_unix(s[2])}
                         for m, s in sorted(spans.items())},
+            **({"left_out_from": cut} if cut else {}),
         })
         for problem in reader.report.problems:
             ctx.partial(f"ring: {problem}")

@@ -23,6 +23,9 @@ collector wrote it. Nothing is dropped: the codec is lossless by construction (a
   it (an idle container's ``t``, ``tick`` and ``time``, the same for every cgroup of a tick). Tabs
   and plain text, not JSON: the record that holds these lines is JSON already, and JSON inside JSON
   would escape every quote twice.
+- **Decoding cost**: the decoder keeps, per key, the text between the tokens that keep changing,
+  so a line is those pieces and the new tokens joined (a few dozen pieces for an NVML line of ~800
+  tokens), and a run of ``=`` lines (every idle cgroup of a tick) costs a lookup and a join each.
 - **Scope**: one :class:`DeltaEncoder` / :class:`DeltaDecoder` per member per segment: every segment
   decodes alone (its first line of each key is whole), as every segment carries its own state.
 
@@ -84,46 +87,146 @@ class DeltaEncoder:
         return "[]\t" + line if line.startswith("[") else line
 
 
+class _Key:
+    """One key's line as last rebuilt: its tokens, where the tokens at ``ix`` are ``vals`` (the
+    ones that keep changing, kept apart), and the text between those (``chunks``), so a line is
+    the chunks and the new values joined, not every token joined again."""
+
+    __slots__ = ("chunks", "count", "ix", "ixset", "parts", "pos", "text", "toks", "vals")
+
+    def __init__(self, text: str) -> None:
+        self.text = text  # split into tokens only when a change comes (many whole lines get none)
+        self.toks: list[str] = []
+        self.count = -1  # counted when a change comes: see counted()
+        self.ix: tuple[int, ...] = ()
+        self.ixset: frozenset[int] = frozenset()
+        self.vals: tuple[str, ...] = ()
+        self.chunks: list[str] = []
+        self.parts: list[str] = []
+        self.pos: dict[int, int] = {}
+
+    def counted(self) -> int:
+        if self.count < 0:
+            self.count = self.text.count(SEP) + 1
+        return self.count
+
+    def line(self, changes: _Changes) -> str:
+        """The line after ``changes``."""
+        if changes.ix == self.ix and self.chunks:  # the same tokens changed as last time
+            vals = changes.vals
+        elif self.ixset.issuperset(changes.ix) and self.chunks:
+            pos = self.pos
+            new = list(self.vals)
+            for i, tok in changes.flat.items():
+                new[pos[i]] = tok
+            vals = tuple(new)
+        else:  # other tokens changed: the chunks again, around what changed now and before
+            if not self.toks:
+                self.toks = self.text.split(SEP)
+            toks = self.toks
+            for i, tok in zip(self.ix, self.vals, strict=True):
+                toks[i] = tok
+            for i, tok in changes.flat.items():
+                toks[i] = tok
+            self.ix = tuple(sorted(self.ixset.union(changes.ix)))
+            self.ixset = frozenset(self.ix)
+            self.vals = tuple(toks[i] for i in self.ix)
+            self.pos = {i: k for k, i in enumerate(self.ix)}
+            self.chunks, at = [], 0
+            for i in self.ix:  # the text before each changing token, then after the last one
+                inner = SEP.join(toks[at:i])
+                self.chunks.append((SEP if at else "") + (inner + SEP if at < i else ""))
+                at = i + 1
+            self.chunks.append(SEP + SEP.join(toks[at:]) if at < len(toks) else "")
+            self.parts = [""] * (2 * len(self.ix) + 1)
+            self.parts[0::2] = self.chunks
+            if not self.ix:
+                self.chunks = []
+                return SEP.join(toks)
+            vals = self.vals
+        self.vals = vals
+        self.parts[1::2] = vals
+        return "".join(self.parts)
+
+
+class _Changes:
+    """The changes of one encoded line: token index -> text, and the indices sorted with their texts."""
+
+    __slots__ = ("flat", "ix", "top", "vals")
+
+    def __init__(self, flat: dict[int, str]) -> None:
+        self.flat = flat
+        self.ix = tuple(sorted(flat))
+        self.vals = tuple(map(flat.__getitem__, self.ix))
+        self.top = self.ix[-1] if self.ix else -1  # "same changes" fit only a line with more tokens
+
+
 class DeltaDecoder:
     """Rebuilds the lines of one member from its encoded lines, in order."""
 
     def __init__(self) -> None:
-        self._prev: dict[str, list[str]] = {}
+        self._state: dict[str, _Key] = {}
         self._keys: list[str] = []
-        self._last_changes: list[tuple[list[int], str]] | None = None
+        self._last: _Changes | None = None
+        self._heads: dict[str, tuple[int, int]] = {}  # "[key,count" -> (key, count)
+        self._same: dict[str, tuple[str, int]] = {}  # "[key,count]=" -> (key, count), once decoded
+        self._indices: dict[str, tuple[tuple[int, ...], int, int]] = {}  # "1,5,9" -> (indices, min, max)
 
     def decode(self, data: str) -> tuple[str, int]:
         """The original lines, and how many encoded lines could not be rebuilt (left out)."""
         out: list[str] = []
         bad = 0
+        state, same = self._state, self._same
         for line in _lines(data):
+            hit = same.get(line)  # "[key,count]=" seen before: the same changes, for a known key
+            if hit is not None and self._last is not None and self._last.top < hit[1]:
+                st = state.get(hit[0])
+                if st is not None and st.count == hit[1]:
+                    if self._last.ix == st.ix and st.chunks:  # and the same tokens as its last line
+                        st.vals = self._last.vals
+                        st.parts[1::2] = st.vals
+                        out.append("".join(st.parts))
+                    else:
+                        out.append(st.line(self._last))
+                    continue
             try:
                 out.append(self._line(line))
             except DeltaError:
                 bad += 1
-                self._last_changes = None
-        return ("\n".join(out) + "\n" if out else ""), bad
+                self._last = None
+        if out:
+            out.append("")  # the last newline, without copying the text once more
+        return "\n".join(out), bad
 
     def _literal(self, line: str) -> str:
-        toks = line.split(SEP)
-        if toks[0] not in self._prev:
-            self._keys.append(toks[0])
-        self._prev[toks[0]] = toks
-        self._last_changes = None
+        key = line.split(SEP, 1)[0]
+        if key not in self._state:
+            self._keys.append(key)
+        self._state[key] = _Key(line)
+        self._last = None
         return line
 
-    @staticmethod
-    def _pairs(body: str, count: int) -> list[tuple[list[int], str]]:
+    def _changes(self, body: str, count: int) -> _Changes:
         parts = body.split("\t")
         if parts[0] != "" or len(parts) % 2 != 1:
             raise DeltaError("changes that are not <TAB>indices<TAB>token pairs")
-        try:
-            pairs = [([int(i) for i in parts[k].split(",")], parts[k + 1]) for k in range(1, len(parts), 2)]
-        except ValueError:
-            raise DeltaError("a change whose indices are not numbers") from None
-        if any(not 0 <= i < count for indices, _ in pairs for i in indices):
-            raise DeltaError("a change at an index outside the line")
-        return pairs
+        flat: dict[int, str] = {}
+        cache = self._indices
+        for k in range(1, len(parts), 2):
+            known = cache.get(parts[k])
+            if known is None:
+                try:
+                    indices = tuple(int(i) for i in parts[k].split(","))
+                except ValueError:
+                    raise DeltaError("a change whose indices are not numbers") from None
+                known = (indices, min(indices), max(indices))
+                if len(cache) > 4096:
+                    cache.clear()
+                cache[parts[k]] = known
+            if known[1] < 0 or known[2] >= count:
+                raise DeltaError("a change at an index outside the line")
+            flat.update(dict.fromkeys(known[0], parts[k + 1]))
+        return _Changes(flat)
 
     def _line(self, line: str) -> str:
         if not line.startswith("["):
@@ -131,25 +234,32 @@ class DeltaDecoder:
         if line.startswith("[]\t"):
             return self._literal(line[3:])
         close = line.find("]")
+        if close < 0:
+            raise DeltaError("an encoded line without a known [key,count] head")
+        head = self._heads.get(line[:close])
+        if head is None:
+            try:
+                key_no, count = (int(x) for x in line[1:close].split(","))
+            except ValueError:
+                raise DeltaError("an encoded line without a known [key,count] head") from None
+            head = self._heads[line[:close]] = (key_no, count)
         try:
-            key_no, count = (int(x) for x in line[1:close].split(","))
-            key = self._keys[key_no]
-        except (ValueError, IndexError):
+            key = self._keys[head[0]]
+        except IndexError:
             raise DeltaError("an encoded line without a known [key,count] head") from None
-        prev = self._prev.pop(key, None)  # put back only once this line is rebuilt: after a bad
-        if prev is None or len(prev) != count:  # line, later ones of its key are refused, never guessed
+        st = self._state.pop(key, None)  # put back only once this line is rebuilt: after a bad
+        if st is None or st.counted() != head[1]:  # line, later ones of its key are refused, never guessed
             raise DeltaError(f"a delta for key {key[:80]!r} without the line before it")
         body = line[close + 1:]
         if body == _SAME:
-            if self._last_changes is None:
+            if self._last is None:
                 raise DeltaError("'same changes' after no change")
-            pairs = self._last_changes
+            if self._last.top >= head[1]:
+                raise DeltaError("'same changes' at an index outside the line")
+            changes = self._last
+            self._same[line] = (key, head[1])
         else:
-            pairs = self._pairs(body, count)
-        toks = prev  # popped above: changed in place, put back below
-        for indices, tok in pairs:
-            for i in indices:
-                toks[i] = tok
-        self._last_changes = pairs
-        self._prev[key] = toks
-        return SEP.join(toks)
+            changes = self._changes(body, head[1])
+        self._last = changes
+        self._state[key] = st
+        return st.line(changes)

@@ -11,6 +11,7 @@ import json
 import os
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,23 +57,27 @@ class RingReader:
                 active.append(SegmentInfo(name=f, seq=int(m.group(1)), sealed=False))
         return sorted(entries, key=lambda s: s.seq) + sorted(active, key=lambda s: s.seq)
 
-    def _segment_lines(self, seg: SegmentInfo) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
-        path = self.root / seg.name
-        data = path.read_bytes()  # FileNotFoundError: sealed or dropped meanwhile (caller retries)
-        if seg.sealed:
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != seg.sha256:
-                self.report.problems.append(f"{seg.name}: SHA-256 {digest} does not match the index "
-                                            f"({seg.sha256}): segment skipped")
-                return [], None
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError, zlib.error) as exc:
-                self.report.problems.append(f"{seg.name}: cannot decompress: {exc}: segment skipped")
-                return [], None
-            sha = seg.sha256
-        else:
-            sha = None
+    def _load(self, seg: SegmentInfo) -> tuple[bytes, str | None, str | None]:
+        """A segment's text, the SHA-256 that vouches for it (a sealed one's, from the index), and
+        what is wrong with it (then no text). Hashing and inflating leave the GIL, so the reader
+        loads the next segment this way while it decodes the one before."""
+        data = (self.root / seg.name).read_bytes()  # FileNotFoundError: sealed or dropped meanwhile (caller retries)
+        if not seg.sealed:
+            return data, None, None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != seg.sha256:
+            return b"", None, f"{seg.name}: SHA-256 {digest} does not match the index ({seg.sha256}): segment skipped"
+        try:
+            return gzip.decompress(data), seg.sha256, None
+        except (OSError, EOFError, zlib.error) as exc:
+            return b"", None, f"{seg.name}: cannot decompress: {exc}: segment skipped"
+
+    def _segment_lines(self, seg: SegmentInfo, loaded: Future[tuple[bytes, str | None, str | None]] | None = None,
+                       ) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+        data, sha, problem = loaded.result() if loaded is not None else self._load(seg)
+        if problem:
+            self.report.problems.append(problem)
+            return [], None
         good, lines = valid_prefix(data)
         if good < len(data) and seg.sealed:
             self.report.problems.append(f"{seg.name}: {len(data) - good} bytes after the last whole record")
@@ -87,54 +92,64 @@ class RingReader:
         the "write" records older than ``since`` in the segments read (the state then: device
         lists, container inspects; every segment starts with a copy of it)."""
         done: set[str] = set()
-        for _attempt in range(3):
-            retry = False
-            for seg in self.segments():
-                stem = seg.name.removesuffix(".gz")
-                if stem in done:
-                    continue
-                if seg.sealed and ((since is not None and seg.max_t is not None and seg.max_t < since)
-                                   or (until is not None and seg.min_t is not None and seg.min_t > until)):
-                    done.add(stem)
-                    continue
-                try:
-                    lines, sha = self._segment_lines(seg)
-                except FileNotFoundError:
-                    retry = True
-                    continue
-                done.add(stem)
-                if not lines:
-                    continue
-                run = str(lines[0][1].get("run", ""))
-                first = last = None
-                decoders: dict[str, DeltaDecoder] = {}
-                for no, rec in lines[1:]:
-                    t = float(rec["t"])
-                    if rec["op"] == DELTA_OP:  # decoded even outside the window: later lines build on it
-                        if members and not rec["member"].startswith(members):
-                            continue
-                        text, bad = decoders.setdefault(rec["member"], DeltaDecoder()).decode(rec["data"])
-                        if bad:
-                            self.report.problems.append(f"{seg.name} line {no}: {bad} change-only lines of "
-                                                        f"{rec['member']} without the line before them: left out")
-                        rec = {**rec, "op": "append", "data": text}
-                        if not text:
-                            continue
-                    if (until is not None and t > until) or (since is not None and t < since and not (
-                            keep_writes and rec["op"] == "write")):
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring-load") as pool:
+            for _attempt in range(3):
+                todo = []
+                for seg in self.segments():
+                    stem = seg.name.removesuffix(".gz")
+                    if stem in done:
                         continue
-                    if members and not rec["member"].startswith(members):
+                    if seg.sealed and ((since is not None and seg.max_t is not None and seg.max_t < since)
+                                       or (until is not None and seg.min_t is not None and seg.min_t > until)):
+                        done.add(stem)
                         continue
-                    first = no if first is None else first
-                    last = no
-                    yield RingRecord(t, float(rec["mono"]), rec["member"], str(rec["op"]),
-                                     rec["data"].encode("utf-8", "surrogateescape"), run, seg.name, no)
-                if first is not None:
-                    self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
-                                                 "sha256_of": "file" if seg.sealed else "lines read",
-                                                 "run": run, "lines": [first, last]})
-            if not retry:
-                return
+                    todo.append(seg)
+                retry = False
+                loads = [pool.submit(self._load, todo[0])] if todo else []
+                for k, seg in enumerate(todo):
+                    if k + 1 < len(todo):
+                        loads.append(pool.submit(self._load, todo[k + 1]))
+                    try:
+                        lines, sha = self._segment_lines(seg, loads[k])
+                    except FileNotFoundError:
+                        retry = True
+                        continue
+                    done.add(seg.name.removesuffix(".gz"))
+                    if lines:
+                        yield from self._segment_records(seg, lines, sha, since, until, members, keep_writes)
+                if not retry:
+                    return
+
+    def _segment_records(self, seg: SegmentInfo, lines: list[tuple[int, dict[str, Any]]], sha: str | None,
+                         since: float | None, until: float | None, members: tuple[str, ...],
+                         keep_writes: bool) -> Iterator[RingRecord]:
+        run = str(lines[0][1].get("run", ""))
+        first = last = None
+        decoders: dict[str, DeltaDecoder] = {}
+        for no, rec in lines[1:]:
+            t = float(rec["t"])
+            member, op, data = rec["member"], rec["op"], rec["data"]
+            if members and not member.startswith(members):
+                continue
+            if op == DELTA_OP:  # decoded even outside the window: later lines build on it
+                data, bad = decoders.setdefault(member, DeltaDecoder()).decode(data)
+                if bad:
+                    self.report.problems.append(f"{seg.name} line {no}: {bad} change-only lines of "
+                                                f"{member} without the line before them: left out")
+                op = "append"
+                if not data:
+                    continue
+            if (until is not None and t > until) or (since is not None and t < since and not (
+                    keep_writes and op == "write")):
+                continue
+            first = no if first is None else first
+            last = no
+            yield RingRecord(t, float(rec["mono"]), member, str(op), data.encode("utf-8", "surrogateescape"),
+                             run, seg.name, no)
+        if first is not None:
+            self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
+                                         "sha256_of": "file" if seg.sealed else "lines read",
+                                         "run": run, "lines": [first, last]})
 
     def writer(self) -> dict[str, Any] | None:
         """writer.json, with ``alive`` (the lock is held) and ``pid_alive``."""

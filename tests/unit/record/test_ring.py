@@ -160,3 +160,39 @@ def test_kill_9_at_random_moments(tmp_path: Path) -> None:
     w.close()
     assert [r["kind"] for r in w.recovered if r["kind"] != "torn-tail-cut"] == []
     assert RingReader(ring).segments() and all(s.sealed for s in RingReader(ring).segments())
+
+
+def test_the_fold_stops_short_of_the_evidence_cap_and_says_where(tmp_path: Path) -> None:
+    """A window holding more member bytes than the bundle's cap: the fold writes a prefix of the
+    records, whole, the state and provenance.json still, and a partial reason naming the cut."""
+    from datetime import UTC, datetime
+
+    from forensics.bundle.redact import Redactor
+    from forensics.bundle.sink import EvidenceSink
+    from forensics.capture.context import CaptureOptions, CollectContext
+    from forensics.collectors.ring import COLLECTOR
+
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, segment_bytes=256 << 10).open()
+    t0 = time.time() - 600
+    line = b'{"n": %d, "pad": "' + b"x" * 2000 + b'"}\n'
+    w.append([(t0, 1.0, "nvml/devices.json", "write", b'{"devices": []}\n')])
+    for n in range(4000):  # 8 MB of appends
+        w.append([(t0 + n * 0.1, 1.0 + n * 0.1, "nvml/samples.jsonl", "append", line % n)])
+    w.close()
+    root = tmp_path / "staging"
+    root.mkdir()
+    sink = EvidenceSink(root, max_bytes=7 << 20)
+    start = datetime.fromtimestamp(time.time(), UTC)
+    ctx = CollectContext(CaptureOptions(since=datetime.fromtimestamp(t0 - 1, UTC), capture_start=start,
+                                        extra={"ring.dir": str(ring)}), sink, Redactor(True), {})
+    COLLECTOR.snapshot(ctx)
+    data = (root / "ring/nvml/samples.jsonl").read_bytes()
+    kept = data.count(b"\n")
+    assert 0 < kept < 4000 and data == b"".join(line % n for n in range(kept))
+    assert sink.bytes_written <= 7 << 20
+    assert (root / "ring/nvml/devices.json").read_bytes() == b'{"devices": []}\n'
+    prov = json.loads((root / "ring/provenance.json").read_bytes())
+    assert prov["left_out_from"]["t"] == pytest.approx(t0 + kept * 0.1, abs=1e-3)
+    assert prov["members"]["nvml/samples.jsonl"]["records"] == kept
+    assert any("evidence size cap" in r for r in ctx.partial_reasons), ctx.partial_reasons

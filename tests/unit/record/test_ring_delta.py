@@ -64,6 +64,39 @@ def test_odd_lines_survive() -> None:
     assert decoded == "".join(chunks)
 
 
+def test_changes_that_move_from_token_to_token_come_back_byte_for_byte() -> None:
+    """The decoder keeps the text between the tokens that changed before: changes at the same
+    tokens, at fewer of them, at others, and with "%" or NUL in the text all rebuild the same lines."""
+    rng = random.Random(11)
+    chunks = []
+    values = {k: [f'"f{i}": {i}' for i in range(40)] for k in range(3)}
+    for tick in range(300):
+        lines = []
+        shared = rng.random() < 0.5  # every key changes the same way (as idle cgroups do)
+        picks = [(i, f'"f{i}": "{rng.choice(("%s", "%", chr(0), "x"))}{tick}"')
+                 for i in rng.sample(range(40), rng.choice((0, 1, 3, 3, 3, 6, 12)))]
+        for k in range(3):
+            toks = values[k]
+            for i, tok in picks if shared else [(i, f'"f{i}": "{rng.choice(("%s", "%", chr(0), "x"))}{tick}"')
+                                                for i in rng.sample(range(40), rng.choice((0, 1, 3, 6, 12)))]:
+                toks[i] = tok
+            lines.append(", ".join([f'{{"key": {k}'] + toks) + "}\n")
+        chunks.append("".join(lines))
+    encoded, decoded = _roundtrip(chunks)
+    assert decoded == "".join(chunks)
+    assert encoded.count("=\n") > 100  # "the same changes" lines were among them
+
+
+def test_same_changes_at_a_token_a_line_does_not_have_are_refused() -> None:
+    """A foreign "[key,count]=" whose changes (from a longer line) reach past its own line is a
+    bad line (counted), never an error out of the decoder."""
+    long_line = '{"k": 1, ' + ", ".join(f'"v{i}": 0' for i in range(30)) + "}"
+    short = '{"k": 2, "v": 0, "w": 0, "x": "' + "a" * 100 + '"}'
+    dec = DeltaDecoder()
+    text, bad = dec.decode(f"{long_line}\n{short}\n[0,31]\t29\t\"v28\": 1\n[1,4]=\n")
+    assert bad == 1 and text.count("\n") == 3
+
+
 def test_a_delta_without_its_line_is_left_out_and_counted() -> None:
     enc = DeltaEncoder()
     enc.encode('{"k": 1, "v": 1, "x": "' + "a" * 200 + '"}\n')
