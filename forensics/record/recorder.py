@@ -23,65 +23,28 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
-from forensics.errors import UsageError
 from forensics.record.child import RecordSink, SourceProcess, child_loop, spawn
-from forensics.record.sources import DELTA_MEMBERS, SOURCE_NAMES, make_driver
-from forensics.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S, RingReader, RingWriter
+from forensics.record.options import RecordOptions
+from forensics.record.sources import DELTA_MEMBERS, make_driver
+from forensics.ring import RingReader, RingWriter
 from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
     from forensics.record.live import LiveState
-    from forensics.record.metrics import MetricsOptions, RecorderMetrics
-    from forensics.record.triggers import TriggerEngine, TriggerOptions
+    from forensics.record.metrics import RecorderMetrics
+    from forensics.record.triggers import TriggerEngine
 
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
 
 EVENTS = RECORDER_EVENTS
-
-
-@dataclass(frozen=True)
-class RecordOptions:
-    """Everything ``gpuforensics record`` was asked to do."""
-
-    ring: Path
-    interval_s: float = 1.0
-    max_bytes: int = DEFAULT_MAX_BYTES
-    retention_s: float = DEFAULT_RETENTION_S
-    sources: tuple[str, ...] = SOURCE_NAMES
-    redact: bool = True
-    nvml_library: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
-    duration_s: float = 0.0  # 0: until SIGTERM
-    tick_timeout_s: float | None = None  # default: the interval
-    hang_kill_s: float | None = None  # default: max(5 s, 5 intervals)
-    clock_jump_s: float = 2.0
-    retry_s: float = 5.0
-    segment_bytes: int | None = None
-    segment_age_s: float = 600.0
-    nice: int = 10
-    argv: tuple[str, ...] = ()
-    triggers: TriggerOptions | None = None  # record --trigger (forensics.record.triggers)
-    metrics: MetricsOptions | None = None  # record --metrics-addr (forensics.record.metrics)
-    kubeconfig: str | None = None  # record --kubeconfig/--context/--node: the kubernetes source
-    kube_context: str | None = None
-    node_name: str | None = None
-
-    def check(self) -> None:
-        if not (0.05 <= self.interval_s <= 3600):
-            raise UsageError(f"--interval must be between 0.05 and 3600 s, not {self.interval_s:g}")
-        unknown = sorted(set(self.sources) - set(SOURCE_NAMES))
-        if unknown:
-            raise UsageError(f"unknown source {', '.join(unknown)} (known: {', '.join(SOURCE_NAMES)})")
-        if not self.sources:
-            raise UsageError("no source to record")
 
 
 @dataclass
