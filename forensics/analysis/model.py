@@ -211,7 +211,8 @@ class NodeGpuResource:
     """A GPU resource the node advertises (``kubernetes/node.json``: ``status.capacity`` and
     ``status.allocatable``, read at ``t``), and the device ids the kubelet reports allocatable for it
     (pod-resources ``GetAllocatableResources``; None when not captured): the device plugin leaves a
-    GPU it found unhealthy out of both."""
+    GPU it found unhealthy out of both. ``end_*``: the same resource in the Node read again at the
+    end of the window (``kubernetes/node-end.json``, read at ``end_t``; None without that read)."""
 
     node: str
     resource: str
@@ -221,6 +222,10 @@ class NodeGpuResource:
     evidence: Evidence
     allocatable_ids: tuple[str, ...] | None = None
     ids_evidence: Evidence | None = None
+    end_capacity: int | None = None
+    end_allocatable: int | None = None
+    end_t: float | None = None
+    end_evidence: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.analysis import analyze_bundles
+from forensics.bundle.format import iso_from_unix
 from tests.support.analysis_bundles import T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, of_kind
 
 XID79 = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 
-def _node(b: BundleSpec, capacity: int, allocatable: int, resource: str = "nvidia.com/gpu") -> None:
-    b.add_json("kubernetes/node.json", {"kind": "Node", "metadata": {"name": b.host}, "status": {
+def _node(b: BundleSpec, capacity: int, allocatable: int, resource: str = "nvidia.com/gpu",
+          member: str = "kubernetes/node.json") -> None:
+    b.add_json(member, {"kind": "Node", "metadata": {"name": b.host}, "status": {
         "capacity": {"cpu": "64", resource: str(capacity)}, "allocatable": {"cpu": "63", resource: str(allocatable)}}})
+
+
+def _node_end(b: BundleSpec, capacity: int, allocatable: int, at: float) -> None:
+    """The Node read again at ``at`` (``kubernetes/node-end.json`` and its request)."""
+    _node(b, capacity, allocatable, member="kubernetes/node-end.json")
+    b.add_json("kubernetes/requests-end.json", {"server": "https://127.0.0.1:6443", "config": "in-cluster", "requests": [
+        {"path": f"/api/v1/nodes/{b.host}", "query": {}, "status": 200, "outcome": "ok", "duration_s": 0.01,
+         "response_bytes": 300, "error": None, "server_date": None, "sent_unix": at - 0.01, "received_unix": at}]})
 
 
 def test_a_gpu_marked_unhealthy_after_it_fell_off_the_bus(analyze: Analyze) -> None:
@@ -54,6 +64,68 @@ def test_a_renamed_resource_without_podresources(analyze: Analyze) -> None:
     assert f["metrics"]["gpus_left_out"] is None and "no Xid or lost-GPU record" in f["summary"]
 
 
+def test_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
+    b = BundleSpec()
+    g0, g1 = b.gpu(0), b.gpu(1)
+    _node(b, 2, 1)
+    _node_end(b, 2, 2, T0 + 50)
+    b.add_json("kubernetes/podresources/allocatable.json",
+               {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g0]}]})
+    b.kmsg(T0 - 20, XID79.format(bus="86"))
+    (f,) = of_kind(analyze(b), "gpu-allocatable-reduced")
+    assert f["metrics"]["recovered_by_end"] == 1 and f["metrics"]["allocatable_at_end"] == 2
+    assert f["severity"] == "medium" and f["metrics"]["gpus_left_out"] == g1
+    assert "recovered by the end of the window: 2 of 2 when the node was read again at" in f["summary"]
+    (again,) = [e for e in f["evidence"] if e["member"] == "kubernetes/node-end.json"]
+    assert again["locator"] == "/status/allocatable/nvidia.com~1gpu" and again["excerpt"] == "2"
+
+
+def test_not_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
+    b = BundleSpec()
+    b.gpu(0)
+    b.gpu(1)
+    _node(b, 2, 1)
+    _node_end(b, 2, 1, T0 + 50)
+    b.kmsg(T0 - 20, XID79.format(bus="86"))
+    (f,) = of_kind(analyze(b), "gpu-allocatable-reduced")
+    assert f["metrics"]["recovered_by_end"] == 0 and f["severity"] == "high"
+    assert "not recovered by the end of the window: 1 of 2 when the node was read again at" in f["summary"]
+    assert f["end"][:19] == iso_from_unix(T0 + 50)[:19]
+    assert "kubernetes/node-end.json" in {e["member"] for e in f["evidence"]}
+
+
+def test_allocatable_that_fell_during_the_window(analyze: Analyze) -> None:
+    b = BundleSpec()
+    g0, g1 = b.gpu(0), b.gpu(1)
+    _node(b, 2, 2)
+    _node_end(b, 2, 1, T0 + 50)
+    # read with the first read of the node: it lists both GPUs and cannot say which one left
+    b.add_json("kubernetes/podresources/allocatable.json",
+               {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g0, g1]}]})
+    b.kmsg(T0 + 10, XID79.format(bus="86"))  # during the window, before the second read
+    doc = analyze(b)
+    (f,) = of_kind(doc, "gpu-allocatable-reduced")
+    assert (f["metrics"]["fell_during_window"], f["metrics"]["recovered_by_end"], f["metrics"]["allocatable"]) == (1, 0, 1)
+    assert "fell below its capacity during the window, to 1 of 2" in f["summary"]
+    assert "2 of 2 at the capture's start, 1 of 2 when the node was read again at" in f["summary"]
+    assert "Xid 79 at" in f["summary"] and f["metrics"]["gpus_left_out"] is None
+    assert f["metrics"]["gpus_suspected"] == g1 and "which GPU left is inferred" in f["summary"]
+    (lost,) = of_kind(doc, "gpu-lost")
+    assert f["id"] in lost["causes"]
+
+
+def test_full_at_both_reads_is_no_finding(analyze: Analyze) -> None:
+    b = BundleSpec()
+    b.gpu(0)
+    _node(b, 1, 1)
+    _node_end(b, 1, 1, T0 + 50)
+    doc = analyze(b)
+    assert "gpu-allocatable-reduced" not in kinds(doc)
+    (r,) = [r for r in doc["ruled_out"] if r["kind"] == "gpu-allocatable-reduced"]
+    assert "at the start and the end of the window" in r["statement"]
+    assert {e["member"] for e in r["evidence"]} == {"kubernetes/node.json", "kubernetes/node-end.json"}
+
+
 def test_full_allocatable_is_no_finding(analyze: Analyze) -> None:
     b = BundleSpec()
     b.gpu(0)
@@ -72,13 +144,17 @@ _COUNT = st.one_of(st.integers(-3, 10).map(str), st.integers(-3, 10), _JSON)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(capacity=_COUNT, allocatable=_COUNT, devices=_JSON, status=_JSON)
-def test_garbage_node_resources_never_raise(capacity: Any, allocatable: Any, devices: Any, status: Any) -> None:
+@given(capacity=_COUNT, allocatable=_COUNT, devices=_JSON, status=_JSON, end=_COUNT, requests=_JSON)
+def test_garbage_node_resources_never_raise(capacity: Any, allocatable: Any, devices: Any, status: Any,
+                                            end: Any, requests: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         b = BundleSpec()
         b.gpu(0)
         node = {"capacity": {"nvidia.com/gpu": capacity}, "allocatable": {"nvidia.com/gpu": allocatable}}
         b.add_json("kubernetes/node.json", {"status": status if isinstance(status, dict) and status else node})
+        b.add_json("kubernetes/node-end.json", {"status": {"capacity": {"nvidia.com/gpu": capacity},
+                                                           "allocatable": {"nvidia.com/gpu": end}}})
+        b.add_json("kubernetes/requests-end.json", {"requests": requests})
         b.add_json("kubernetes/podresources/allocatable.json", {"devices": devices})
         doc = analyze_bundles([b.write(Path(tmp))])
         assert not [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
