@@ -65,10 +65,11 @@ class Gpu:
     memory_total_bytes: int | None
     mig_enabled: bool = False
     evidence: Evidence | None = None
-    minor_number: int | None = None
+    minor_number: int | None = None  # nvmlDeviceGetMinorNumber: N of /dev/nvidiaN
     serial: str | None = None  # nvmlDeviceGetSerial
     vbios_version: str | None = None  # nvmlDeviceGetVbiosVersion
     mig_mode: str | None = None  # "enabled", "disabled", "not supported"; None when not read
+    minor_evidence: Evidence | None = None  # where minor_number was read
 
     def subject(self) -> Subject:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
