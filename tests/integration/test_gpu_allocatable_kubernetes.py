@@ -24,6 +24,19 @@ NODE = "gpu-node-09"
 XID79 = "NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 
+def _gpu_side(tmp_path: Path, now: datetime) -> Path:
+    """The GPU side of the node (named after it, as a capture there with --node is): two GPUs, and
+    GPU 1 (PCI 86) fell off the bus 25 s before the node was read."""
+    b = BundleSpec(host=NODE, start=now.timestamp() - 30)
+    b.gpu(0)
+    b.gpu(1)
+    b.kmsg(now.timestamp() - 25, XID79)
+    b.status.update({"docker": "unavailable", "kubernetes": "skipped"})
+    gpu_dir = tmp_path / "gpu"
+    gpu_dir.mkdir()
+    return b.write(gpu_dir)
+
+
 def test_a_gpu_marked_unhealthy_by_the_device_plugin(tmp_path: Path, env: dict[str, str]) -> None:  # noqa: F811
     now = datetime.now(UTC).replace(microsecond=0)
     # the capture names itself after the Kubernetes node (--node): the GPU bundle is the same node
@@ -41,14 +54,7 @@ def test_a_gpu_marked_unhealthy_by_the_device_plugin(tmp_path: Path, env: dict[s
     assert healthy.encode() in members["kubernetes/podresources/allocatable.json"]
     assert lost.encode() not in members["kubernetes/podresources/allocatable.json"]
     assert manifest["host"]["node_name"] == NODE
-    b = BundleSpec(host=NODE, start=now.timestamp() - 30)
-    b.gpu(0)
-    b.gpu(1)
-    b.kmsg(now.timestamp() - 25, XID79)  # GPU 1 (PCI 86) fell off the bus before the node was read
-    b.status.update({"docker": "unavailable", "kubernetes": "skipped"})
-    gpu_dir = tmp_path / "gpu"
-    gpu_dir.mkdir()
-    doc = analyze_bundles([kube_bundle, b.write(gpu_dir)])
+    doc = analyze_bundles([kube_bundle, _gpu_side(tmp_path, now)])
     (f,) = [f for f in doc["findings"] if f["kind"] == "gpu-allocatable-reduced"]
     assert (f["metrics"]["capacity"], f["metrics"]["allocatable"], f["metrics"]["gpus_left_out"]) == (2, 1, lost)
     assert "left out of the kubelet's allocatable devices: GPU 1" in f["summary"] and "Xid 79 at" in f["summary"]
@@ -87,14 +93,7 @@ def test_allocatable_recovered_during_the_window(tmp_path: Path, env: dict[str, 
     assert kube["status"] == "ok" and kube["sampling"]["end_of_window_only"] is True
     assert b'"nvidia.com/gpu":"1"' in members["kubernetes/node.json"].replace(b" ", b"")
     assert b'"nvidia.com/gpu":"2"' in members["kubernetes/node-end.json"].replace(b" ", b"")
-    b = BundleSpec(host=NODE, start=now.timestamp() - 30)
-    b.gpu(0)
-    b.gpu(1)
-    b.kmsg(now.timestamp() - 25, XID79)
-    b.status.update({"docker": "unavailable", "kubernetes": "skipped"})
-    gpu_dir = tmp_path / "gpu"
-    gpu_dir.mkdir()
-    doc = analyze_bundles([kube_bundle, b.write(gpu_dir)])
+    doc = analyze_bundles([kube_bundle, _gpu_side(tmp_path, now)])
     (f,) = [f for f in doc["findings"] if f["kind"] == "gpu-allocatable-reduced"]
     assert (f["metrics"]["recovered_by_end"], f["metrics"]["allocatable_at_end"], f["metrics"]["gpus_left_out"]) == (1, 2, lost)
     assert "recovered by the end of the window: 2 of 2 when the node was read again at" in f["summary"]

@@ -64,14 +64,22 @@ def test_a_renamed_resource_without_podresources(analyze: Analyze) -> None:
     assert f["metrics"]["gpus_left_out"] is None and "no Xid or lost-GPU record" in f["summary"]
 
 
-def test_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
+def _two_reads(start: int, end: int, listed: tuple[int, ...] | None, xid_at: float) -> tuple[BundleSpec, str, str]:
+    """Two GPUs; the node's allocatable ``start`` of 2, then ``end`` of 2 read again at T0 + 50;
+    pod-resources (read with the first) listing the GPUs ``listed``; GPU 1 falls off the bus at ``xid_at``."""
     b = BundleSpec()
-    g0, g1 = b.gpu(0), b.gpu(1)
-    _node(b, 2, 1)
-    _node_end(b, 2, 2, T0 + 50)
-    b.add_json("kubernetes/podresources/allocatable.json",
-               {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g0]}]})
-    b.kmsg(T0 - 20, XID79.format(bus="86"))
+    g = (b.gpu(0), b.gpu(1))
+    _node(b, 2, start)
+    _node_end(b, 2, end, T0 + 50)
+    if listed is not None:
+        b.add_json("kubernetes/podresources/allocatable.json",
+                   {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g[i] for i in listed]}]})
+    b.kmsg(xid_at, XID79.format(bus="86"))
+    return b, g[0], g[1]
+
+
+def test_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
+    b, _, g1 = _two_reads(1, 2, (0,), T0 - 20)
     (f,) = of_kind(analyze(b), "gpu-allocatable-reduced")
     assert f["metrics"]["recovered_by_end"] == 1 and f["metrics"]["allocatable_at_end"] == 2
     assert f["severity"] == "medium" and f["metrics"]["gpus_left_out"] == g1
@@ -81,12 +89,7 @@ def test_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
 
 
 def test_not_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
-    b = BundleSpec()
-    b.gpu(0)
-    b.gpu(1)
-    _node(b, 2, 1)
-    _node_end(b, 2, 1, T0 + 50)
-    b.kmsg(T0 - 20, XID79.format(bus="86"))
+    b, _, _ = _two_reads(1, 1, None, T0 - 20)
     (f,) = of_kind(analyze(b), "gpu-allocatable-reduced")
     assert f["metrics"]["recovered_by_end"] == 0 and f["severity"] == "high"
     assert "not recovered by the end of the window: 1 of 2 when the node was read again at" in f["summary"]
@@ -95,14 +98,9 @@ def test_not_recovered_by_the_end_of_the_window(analyze: Analyze) -> None:
 
 
 def test_allocatable_that_fell_during_the_window(analyze: Analyze) -> None:
-    b = BundleSpec()
-    g0, g1 = b.gpu(0), b.gpu(1)
-    _node(b, 2, 2)
-    _node_end(b, 2, 1, T0 + 50)
-    # read with the first read of the node: it lists both GPUs and cannot say which one left
-    b.add_json("kubernetes/podresources/allocatable.json",
-               {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g0, g1]}]})
-    b.kmsg(T0 + 10, XID79.format(bus="86"))  # during the window, before the second read
+    # pod-resources, read with the first read of the node, lists both GPUs: it cannot say which one
+    # left; GPU 1 falls off the bus during the window, before the second read
+    b, _, g1 = _two_reads(2, 1, (0, 1), T0 + 10)
     doc = analyze(b)
     (f,) = of_kind(doc, "gpu-allocatable-reduced")
     assert (f["metrics"]["fell_during_window"], f["metrics"]["recovered_by_end"], f["metrics"]["allocatable"]) == (1, 0, 1)
