@@ -244,7 +244,7 @@ def degraded_gpu_node(st: Stage, sc: nvmlsim.Scenario) -> str:
 
     from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
     from tests.support.kube_objects import ClusterState, ContainerSpec, make_node, make_pod
-    from tests.support.podresources_server import PodResourcesServer
+    from tests.support.podresources_server import PodResourcesServer, allocatable_response
 
     _degrading_gpus(sc, degraded=False)
     uuid0, uuid1 = sc.gpu_uuid(0), sc.gpu_uuid(1)
@@ -273,6 +273,9 @@ def degraded_gpu_node(st: Stage, sc: nvmlsim.Scenario) -> str:
             ("inference-0", "server", ["python", "serve.py"], inference_cid, uuid1, inference_uid))]
     api = KubeAPIServer(ClusterState(nodes=[node], pods=pods)).start()
     st.cleanups.append(api.stop)
+    sock = st.tmp / "kubelet.sock"
+    pr = PodResourcesServer(sock, pods=pods, gpu_ids=[uuid0, uuid1]).start()
+    st.cleanups.append(pr.stop)
     swapped: list[float] = []
 
     def swap(_method: str, path: str, _query: dict[str, str]) -> None:
@@ -281,14 +284,13 @@ def degraded_gpu_node(st: Stage, sc: nvmlsim.Scenario) -> str:
             _degrading_gpus(later, degraded=True)
             processes(later, degraded=True)
             later.write(st.nvml_scenario_file)
-            node["status"]["allocatable"]["nvidia.com/gpu"] = "1"  # the device plugin marked GPU 1 unhealthy
+            # the device plugin marks GPU 1 unhealthy: the Node and pod-resources, read again, say so
+            node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+            pr.allocatable_response = allocatable_response([uuid0])
             swapped.append(time.time())
 
     api.on_request = swap
     kubeconfig = write_kubeconfig(st.tmp / "kubeconfig", api.url)
-    sock = st.tmp / "kubelet.sock"
-    pr = PodResourcesServer(sock, pods=pods, gpu_ids=[uuid0, uuid1]).start()
-    st.cleanups.append(pr.stop)
     st.capture_args += ["--kubeconfig", str(kubeconfig), "--node", HOSTNAME, "--set", f"podresources.socket={sock}"]
     return ("Kubernetes node, GPUs healthy at the start of the window: during it GPU 0 (ml/trainer-0) drops to "
             "PCIe x8 of x16 with replays, NVLink 3 goes down and a thermal slowdown holds its clocks; GPU 1 "

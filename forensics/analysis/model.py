@@ -213,7 +213,8 @@ class NodeGpuResource:
     ``status.allocatable``, read at ``t``), and the device ids the kubelet reports allocatable for it
     (pod-resources ``GetAllocatableResources``; None when not captured): the device plugin leaves a
     GPU it found unhealthy out of both. ``end_*``: the same resource in the Node read again at the
-    end of the window (``kubernetes/node-end.json``, read at ``end_t``; None without that read)."""
+    end of the window (``kubernetes/node-end.json``, read at ``end_t``; None without that read), and
+    pod-resources' allocatable device ids read again then (``allocatable-end.json``)."""
 
     node: str
     resource: str
@@ -227,6 +228,8 @@ class NodeGpuResource:
     end_allocatable: int | None = None
     end_t: float | None = None
     end_evidence: Evidence | None = None
+    end_allocatable_ids: tuple[str, ...] | None = None  # GetAllocatableResources at the end of the window
+    end_ids_evidence: Evidence | None = None
 
 
 @dataclass(frozen=True)

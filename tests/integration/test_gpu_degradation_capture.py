@@ -11,8 +11,9 @@ the nvml snapshot):
   errors and NVLink 3 goes down after two recoveries; a hardware thermal slowdown holds its clocks
   down for 3 s;
 - GPU 1: an uncontained ECC error (Xid 95) and Xid 154: the driver's recovery action becomes
-  GPU_RESET, a row remapping is pending; the device plugin marks the GPU unhealthy and the node's
-  allocatable ``nvidia.com/gpu`` falls from 2 to 1 (read again at the end of the window).
+  GPU_RESET, a row remapping is pending; the device plugin marks the GPU unhealthy: the node's
+  allocatable ``nvidia.com/gpu`` falls from 2 to 1 and pod-resources' allocatable devices leave
+  GPU 1 out (both read again at the end of the window).
 
 What the on-call engineer checks: which GPU, what is degraded, what the driver asks for, and that
 the scheduler stopped using the GPU. Times in the swapped scenario are seconds after the swap.
@@ -34,7 +35,7 @@ from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import ClusterState, make_node
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
-from tests.support.podresources_server import PodResourcesServer
+from tests.support.podresources_server import PodResourcesServer, allocatable_response
 
 sim_lib = nvf.sim_lib  # the fixture
 
@@ -97,12 +98,15 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
         scenario_file = _scenario(pid, degraded=False).write(tmp_path / "nvml.tsv")
         node = make_node(NODE, datetime.now(UTC).replace(microsecond=0), gpus=2, product="NVIDIA-H100-80GB-HBM3")
         swapped: list[float] = []
+        kubelet: list[PodResourcesServer] = []
 
         def swap(_method: str, path: str, _query: dict[str, str]) -> None:
             # the pods are listed after the Node, and after the nvml snapshot (collector order)
             if path == "/api/v1/pods" and not swapped:
                 _scenario(pid, degraded=True).write(scenario_file)
-                node["status"]["allocatable"]["nvidia.com/gpu"] = "1"  # seen by the end-of-window read
+                # the device plugin marks GPU 1 unhealthy: seen by the end-of-window reads
+                node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+                kubelet[0].allocatable_response = allocatable_response([UUIDS[0]])
                 swapped.append(time.time())
 
         env = {**subprocess_env(scenario_file, sim_lib), **docker_engine.env()}
@@ -112,7 +116,8 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
         out = tmp_path / "out"
         out.mkdir()
         with KubeAPIServer(ClusterState(nodes=[node], pods=[])) as api, \
-                PodResourcesServer(sock, pods=[], gpu_ids=list(UUIDS)):
+                PodResourcesServer(sock, pods=[], gpu_ids=list(UUIDS)) as pr:
+            kubelet.append(pr)
             api.on_request = swap
             kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
             proc = subprocess.run(
@@ -167,8 +172,10 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
     (alloc,) = _by_kind(doc, "gpu-allocatable-reduced")
     assert (alloc["metrics"]["fell_during_window"], alloc["metrics"]["recovered_by_end"]) == (1, 0)
     assert (alloc["metrics"]["capacity"], alloc["metrics"]["allocatable"]) == (2, 1)
-    assert alloc["metrics"]["gpus_suspected"] == UUIDS[1], alloc["summary"]
-    assert "kubernetes/node-end.json" in {e["member"] for e in alloc["evidence"]}
+    assert alloc["metrics"]["gpus_left_out"] == UUIDS[1], alloc["summary"]
+    assert "left out of the kubelet's allocatable devices at the end of the window: GPU 1" in alloc["summary"]
+    assert {"kubernetes/node-end.json", "kubernetes/podresources/allocatable-end.json"} <= \
+        {e["member"] for e in alloc["evidence"]}
     assert alloc["id"] in xid["causes"]
 
     # none of it is contention, and trainer is not accused of anything

@@ -8,8 +8,9 @@ since kubernetes PR #104123: a device plugin that marks a GPU unhealthy (the NVI
 an Xid it does not ignore) lowers allocatable below capacity and drops the GPU's id from that list.
 Both are read when the kubernetes and podresources collectors ran (the capture's start); with
 ``--duration`` the Node is read again at the end of the window (``kubernetes/node-end.json``, the
-time of that read from ``kubernetes/requests-end.json``), so whether allocatable recovered, or
-fell, during the window is known.
+time of that read from ``kubernetes/requests-end.json``), and ``GetAllocatableResources``
+(``kubernetes/podresources/allocatable-end.json``), so whether allocatable recovered, or fell, during
+the window, and which GPU left, is known.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def _resources(doc: Any, field: str) -> tuple[dict[str, int], str]:
     return out, base
 
 
-def _allocatable_ids(src: Source) -> dict[str, tuple[list[str], Evidence]]:
-    doc = src.json(podresources_spec.ALLOCATABLE)
+def _allocatable_ids(src: Source, member: str) -> dict[str, tuple[list[str], Evidence]]:
+    doc = src.json(member)
     devices = dig(doc, "devices")
     out: dict[str, tuple[list[str], Evidence]] = {}
     for k, d in enumerate(devices if isinstance(devices, list) else []):
@@ -50,7 +51,7 @@ def _allocatable_ids(src: Source) -> dict[str, tuple[list[str], Evidence]]:
             continue
         have = out.get(res)
         found = [str(x) for x in ids if isinstance(x, str)]
-        ev = src.ev_pointer(podresources_spec.ALLOCATABLE, f"/devices/{k}", doc)
+        ev = src.ev_pointer(member, f"/devices/{k}", doc)
         out[res] = ((have[0] if have else []) + found, have[1] if have else ev)
     return out
 
@@ -74,7 +75,9 @@ def load_node_resources(src: Source, model: Model, node: str) -> None:
     if not capacity:
         return
     allocatable, alloc_base = _resources(doc, "allocatable")
-    ids = _allocatable_ids(src) if src.has(podresources_spec.ALLOCATABLE) else None
+    ids = _allocatable_ids(src, podresources_spec.ALLOCATABLE) if src.has(podresources_spec.ALLOCATABLE) else None
+    end_ids = (_allocatable_ids(src, podresources_spec.ALLOCATABLE_END)
+               if src.has(podresources_spec.ALLOCATABLE_END) else None)
     t = model.nodes[node].start if node in model.nodes else None
     end_doc = src.json(kube_spec.NODE_END) if src.has(kube_spec.NODE_END) else None
     end_capacity, _ = _resources(end_doc, "capacity")
@@ -85,10 +88,13 @@ def load_node_resources(src: Source, model: Model, node: str) -> None:
         pointer = alloc_base + json_pointer(name) if alloc is not None else cap_base + json_pointer(name)
         listed = ids.get(name) if ids is not None else None
         end_alloc = end_allocatable.get(name)
+        end_listed = end_ids.get(name) if end_ids is not None else None
         model.node_gpu_resources.append(NodeGpuResource(
             node, name, count, alloc, t, src.ev_pointer(kube_spec.NODE, pointer, doc),
             tuple(listed[0]) if listed else (() if ids is not None else None), listed[1] if listed else None,
             end_capacity.get(name, count) if end_alloc is not None else None, end_alloc,
             end_t if end_alloc is not None else None,
             src.ev_pointer(kube_spec.NODE_END, end_base + json_pointer(name), end_doc)
-            if end_alloc is not None else None))
+            if end_alloc is not None else None,
+            tuple(end_listed[0]) if end_listed else (() if end_ids is not None else None),
+            end_listed[1] if end_listed else None))

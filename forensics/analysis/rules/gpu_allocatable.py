@@ -16,9 +16,10 @@ With ``--duration`` the Node is read again at the end of the window (``kubernete
 the finding says whether allocatable recovered by then (``metrics.recovered_by_end`` 1, severity
 medium: the plugin advertises the GPU again) or not (0), citing that read; allocatable that was
 full at the start and below capacity at the end fell during the window (``metrics.fell_during_window``
-1; which GPU is then not told by pod-resources, read at the start, and the witnesses are the node's
-Xids and lost GPUs before the second read). Without the second read (a snapshot, or it failed)
-whether allocatable recovered is not known, and the finding says so.
+1; which GPU left is told by pod-resources read again at the end, ``allocatable-end.json``, else
+inferred: ``metrics.gpus_suspected``, the GPUs with an Xid or lost-GPU record before the second read,
+when no more than the devices lost). Without the second read (a snapshot, or it failed) whether
+allocatable recovered is not known, and the finding says so.
 
 Next step: fix or reset the GPU the plugin marked unhealthy (the Xid's action), then restart the
 device plugin pod so it registers the GPU as healthy again.
@@ -39,15 +40,24 @@ __all__ = ["GPU_ALLOCATABLE_REDUCED", "gpu_allocatable_reduced"]
 GPU_ALLOCATABLE_REDUCED = FindingKind("gpu-allocatable-reduced", severity="high", needs=("kubernetes",), rank=79)
 
 
-def _left_out(model: Model, r: NodeGpuResource) -> list[Gpu] | None:
+def _left_out(model: Model, node: str, ids: tuple[str, ...] | None) -> list[Gpu] | None:
     """NVML's GPUs missing from the allocatable device ids; None when that cannot be told."""
-    if r.allocatable_ids is None:
+    if ids is None:
         return None
-    listed = {i.split("::", 1)[0] for i in r.allocatable_ids}
+    listed = {i.split("::", 1)[0] for i in ids}
     if listed and not all(i.upper().startswith("GPU-") for i in listed):
         return None  # MIG devices or another plugin's ids: not NVML GPU UUIDs
-    gpus = model.node_gpus(r.node)
+    gpus = model.node_gpus(node)
     return [g for g in gpus if g.uuid not in listed] if gpus else None
+
+
+def _which(model: Model, r: NodeGpuResource, fell: bool) -> tuple[list[Gpu] | None, Evidence | None, str]:
+    """The GPUs left out of pod-resources' allocatable device ids of the read that showed the
+    reduction (the end-of-window one when allocatable fell during the window), its evidence, and
+    the words for when it was read."""
+    if fell:
+        return _left_out(model, r.node, r.end_allocatable_ids), r.end_ids_evidence, " at the end of the window"
+    return _left_out(model, r.node, r.allocatable_ids), r.ids_evidence, ""
 
 
 def _on(g: Gpu, uuid: str | None, pci: str | None) -> bool:
@@ -109,14 +119,13 @@ def gpu_allocatable_reduced(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         fell = not at_start and _reduced(end_cap, r.end_allocatable)
         if not at_start and not fell:
             continue
-        # pod-resources was read with the first read of the node: it tells which GPU only then
-        gpus = _left_out(model, r) if at_start else None
+        gpus, ids_evidence, read_when = _which(model, r, fell)
         at_end, recovered = _at_end(r)
         witnesses = _witnesses(model, r, gpus, r.end_t if fell or recovered == 0 else r.t)
         low = r.end_allocatable if fell and r.end_allocatable is not None else r.allocatable
         cap = end_cap if fell else r.capacity
         missing = cap - low
-        suspects = _suspects(model, r, r.end_t, missing) if fell else []
+        suspects = _suspects(model, r, r.end_t, missing) if fell and gpus is None else []
         if fell:
             summary = (f"The node's allocatable {r.resource} fell below its capacity during the window, to "
                        f"{low} of {cap}: the device plugin marked {missing} device(s) unhealthy and no new pod "
@@ -127,14 +136,15 @@ def gpu_allocatable_reduced(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         subjects: list[Subject] = [Subject("host", r.node, r.node, r.node)]
         if gpus:
             labels = [gpu_label(model, r.node, g.uuid) for g in gpus]
-            summary += f"; left out of the kubelet's allocatable devices: {', '.join(labels)}"
+            summary += f"; left out of the kubelet's allocatable devices{read_when}: {', '.join(labels)}"
             subjects += [g.subject() for g in gpus]
         elif gpus is not None:
-            summary += "; every NVML GPU is still in the kubelet's allocatable devices (a replica or another device)"
+            summary += (f"; every NVML GPU is still in the kubelet's allocatable devices{read_when} "
+                        "(a replica or another device)")
         elif suspects:
             labels = [gpu_label(model, r.node, g.uuid) for g in suspects]
             summary += (f"; the GPU(s) with a fault record before the second read: {', '.join(labels)} "
-                        "(pod-resources was read at the start, so which GPU left is inferred)")
+                        "(pod-resources was not read again at the end, so which GPU left is inferred)")
             subjects += [g.subject() for g in suspects]
         if witnesses:
             seen = ", ".join(f"{what} at {fmt_time(t)}" for t, what, _ in witnesses[:4])
@@ -144,7 +154,7 @@ def gpu_allocatable_reduced(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         summary += at_end
         times = [t for t, _, _ in witnesses if t is not None]
         evidence = ([r.evidence] + ([r.end_evidence] if r.end_evidence is not None else [])
-                    + ([r.ids_evidence] if r.ids_evidence is not None else []) + [e for _, _, e in witnesses])
+                    + ([ids_evidence] if ids_evidence is not None else []) + [e for _, _, e in witnesses])
         severity: Severity = "medium" if recovered == 1 else "high"
         findings.append(Finding(
             kind=GPU_ALLOCATABLE_REDUCED.id, severity=severity,

@@ -107,9 +107,22 @@ def test_allocatable_that_fell_during_the_window(analyze: Analyze) -> None:
     assert "fell below its capacity during the window, to 1 of 2" in f["summary"]
     assert "2 of 2 at the capture's start, 1 of 2 when the node was read again at" in f["summary"]
     assert "Xid 79 at" in f["summary"] and f["metrics"]["gpus_left_out"] is None
-    assert f["metrics"]["gpus_suspected"] == g1 and "which GPU left is inferred" in f["summary"]
+    assert f["metrics"]["gpus_suspected"] == g1 and "so which GPU left is inferred" in f["summary"]
     (lost,) = of_kind(doc, "gpu-lost")
     assert f["id"] in lost["causes"]
+
+
+def test_pod_resources_read_again_names_the_gpu_that_left(analyze: Analyze) -> None:
+    b, g0, g1 = _two_reads(2, 1, (0, 1), T0 + 10)
+    b.add_json("kubernetes/podresources/allocatable-end.json",
+               {"devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [g0]}]})
+    (f,) = of_kind(analyze(b), "gpu-allocatable-reduced")
+    assert f["metrics"]["gpus_left_out"] == g1 and f["metrics"]["gpus_suspected"] is None
+    assert "left out of the kubelet's allocatable devices at the end of the window: GPU 1" in f["summary"]
+    assert "inferred" not in f["summary"]
+    members = {e["member"] for e in f["evidence"]}
+    assert "kubernetes/podresources/allocatable-end.json" in members
+    assert "kubernetes/podresources/allocatable.json" not in members  # read before the GPU left
 
 
 def test_full_at_both_reads_is_no_finding(analyze: Analyze) -> None:
@@ -154,6 +167,7 @@ def test_garbage_node_resources_never_raise(capacity: Any, allocatable: Any, dev
                                                            "allocatable": {"nvidia.com/gpu": end}}})
         b.add_json("kubernetes/requests-end.json", {"requests": requests})
         b.add_json("kubernetes/podresources/allocatable.json", {"devices": devices})
+        b.add_json("kubernetes/podresources/allocatable-end.json", {"devices": requests})
         doc = analyze_bundles([b.write(Path(tmp))])
         assert not [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
         json.dumps(doc)
