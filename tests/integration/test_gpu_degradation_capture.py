@@ -82,9 +82,11 @@ def _by_kind(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [f for f in doc["findings"] if f["kind"] == kind]
 
 
-def _on(findings: list[dict[str, Any]], gpu: str) -> dict[str, Any]:
-    (f,) = [f for f in findings if any(s["type"] == "gpu" and s["name"] == gpu for s in f["subjects"])]
-    return f
+def _on(findings: list[dict[str, Any]], gpu: str, doc: dict[str, Any]) -> dict[str, Any]:
+    found = [f for f in findings if any(s["type"] == "gpu" and s["name"] == gpu for s in f["subjects"])]
+    assert len(found) == 1, (gpu, [(f["kind"], f["summary"]) for f in doc["findings"]], doc["limitations"],
+                             doc.get("collectors"))
+    return found[0]
 
 
 def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.DockerEngine, sim_lib: Path,
@@ -139,7 +141,7 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
     kinds = sorted({f["kind"] for f in doc["findings"]})
 
     # GPU 0: the PCIe link fell to x8 during the window and replayed (health_end against the snapshot)
-    pcie = _on(_by_kind(doc, "gpu-pcie-degraded"), "GPU 0")
+    pcie = _on(_by_kind(doc, "gpu-pcie-degraded"), "GPU 0", doc)
     assert (pcie["metrics"]["width"], pcie["metrics"]["max_width"]) == ("x8", "x16")
     assert (pcie["metrics"]["degraded_at_start"], pcie["metrics"]["degraded_at_end"]) == (0, 1)
     assert pcie["metrics"]["replays_in_window"] == 177 and pcie["severity"] == "medium"
@@ -148,24 +150,24 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
     assert not [f for f in _by_kind(doc, "gpu-pcie-degraded") if f is not pcie], "GPU 1's link is fine"
 
     # GPU 0: NVLink 3 went down, NVLink 2 counted CRC errors
-    nvlink = _on(_by_kind(doc, "gpu-nvlink-errors"), "GPU 0")
+    nvlink = _on(_by_kind(doc, "gpu-nvlink-errors"), "GPU 0", doc)
     assert nvlink["severity"] == "high" and nvlink["metrics"]["links_went_down"] == 1
     assert nvlink["metrics"]["links_with_errors"] == "2, 3"
     assert "link 3 went down during the window" in nvlink["summary"] and "CRC flit +57" in nvlink["summary"]
 
     # GPU 0: how long the hardware thermal slowdown held its clocks
-    clocks = _on(_by_kind(doc, "gpu-clock-throttle"), "GPU 0")
+    clocks = _on(_by_kind(doc, "gpu-clock-throttle"), "GPU 0", doc)
     assert "HW thermal slowdown" in clocks["metrics"]["reason_seconds"]
     assert 2.0 <= clocks["metrics"]["throttled_s"] <= 4.5, clocks["metrics"]
 
     # GPU 1: the driver's recovery action changed to a GPU reset during the window
-    action = _on(_by_kind(doc, "gpu-recovery-action"), "GPU 1")
+    action = _on(_by_kind(doc, "gpu-recovery-action"), "GPU 1", doc)
     assert action["metrics"]["changed_during_window"] == 1 and "reset" in action["metrics"]["meaning"].lower()
     assert "nvml/health_end.json" in {e["member"] for e in action["evidence"]}
-    health = _on(_by_kind(doc, "gpu-memory-health"), "GPU 1")
+    health = _on(_by_kind(doc, "gpu-memory-health"), "GPU 1", doc)
     assert health["metrics"]["verdict"] == "reset-needed" and health["severity"] == "critical"
     assert "remap_pending 0 -> 1" in health["metrics"]["moved"]
-    xid = _on([f for f in _by_kind(doc, "gpu-xid-fault") if f["metrics"]["xid"] == 95], "GPU 1")
+    xid = _on([f for f in _by_kind(doc, "gpu-xid-fault") if f["metrics"]["xid"] == 95], "GPU 1", doc)
     assert "nvml/events.jsonl" in {e["member"] for e in xid["evidence"]}
 
     # the node: the device plugin took GPU 1 out during the window; the second read of the Node says so
