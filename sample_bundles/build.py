@@ -67,6 +67,20 @@ class Stage:
         out = self.engine.cli("inspect", "-f", "{{.State.Pid}}", self.containers[name]).stdout.strip()
         return int(out)
 
+    @property
+    def nvml_scenario_file(self) -> Path:
+        """Where :func:`build` writes the simulated NVML's scenario; the sampling child reads it
+        again at its ``nvmlInit``, so a scenario can change what the GPUs say during the window."""
+        return self.tmp / "nvml-scenario.tsv"
+
+    def pod_container(self, pod: str, ns: str, uid: str, container: str, *args: str,
+                      image: str = BUSYBOX_IMAGE) -> str:
+        """A pod's container, named and labelled the way the kubelet (cri-dockerd) names it on Docker."""
+        return self.run(f"k8s_{container}_{pod}_{ns}_{uid}_0", *args,
+                        "--label", f"io.kubernetes.pod.name={pod}", "--label", f"io.kubernetes.pod.namespace={ns}",
+                        "--label", f"io.kubernetes.pod.uid={uid}", "--label", f"io.kubernetes.container.name={container}",
+                        image=image)
+
 
 def two_gpus(sc: nvmlsim.Scenario, gpu0_util: Any = 0, gpu1_util: Any = 0) -> None:
     sc.add_gpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-8f2c1d3e-5a6b-4c7d-9e0f-1a2b3c4d5e6f",
@@ -152,15 +166,8 @@ def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
     import uuid as uuidlib
     trainer_uid, notebook_uid = str(uuidlib.uuid4()), str(uuidlib.uuid4())
 
-    def pod_container(pod: str, ns: str, uid: str, container: str, *args: str, image: str = BUSYBOX_IMAGE) -> str:
-        # named and labelled the way the kubelet (cri-dockerd) names a pod's container on Docker
-        return st.run(f"k8s_{container}_{pod}_{ns}_{uid}_0", *args,
-                      "--label", f"io.kubernetes.pod.name={pod}", "--label", f"io.kubernetes.pod.namespace={ns}",
-                      "--label", f"io.kubernetes.pod.uid={uid}", "--label", f"io.kubernetes.container.name={container}",
-                      image=image)
-
-    trainer_cid = pod_container("trainer-0", "ml", trainer_uid, "trainer", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid0}")
-    notebook_cid = pod_container("notebook-alice", "research", notebook_uid, "jupyter", image=CUDA_LIKE_IMAGE)
+    trainer_cid = st.pod_container("trainer-0", "ml", trainer_uid, "trainer", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid0}")
+    notebook_cid = st.pod_container("notebook-alice", "research", notebook_uid, "jupyter", image=CUDA_LIKE_IMAGE)
     trainer_name = next(n for n in st.containers if n.startswith("k8s_trainer_"))
     notebook_name = next(n for n in st.containers if n.startswith("k8s_jupyter_"))
     sc.add_process(pid=st.pid(trainer_name), gpu=0, used_memory_bytes=20 * GIB,
@@ -198,6 +205,100 @@ def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
     return "Kubernetes pod research/notebook-alice has no nvidia.com/gpu limit but sees every GPU (NVIDIA_VISIBLE_DEVICES=all) and takes GPU 0, assigned by the kubelet to ml/trainer-0."
 
 
+DEGRADE_AT_S = 6.0  # after the swap: the sampling child has registered for NVML events by then
+
+
+def _degrading_gpus(sc: nvmlsim.Scenario, degraded: bool) -> None:
+    """Two H100s; ``degraded``: from the swap on (times relative to it), GPU 0's PCIe link at x8 of
+    x16 and replaying, NVLink 2 counting CRC errors, NVLink 3 down after two recoveries, a 3 s
+    hardware thermal slowdown; GPU 1 an uncontained ECC error with a row remapping pending and the
+    driver's recovery action GPU_RESET."""
+    def during(healthy: float, bad: float, at: float = DEGRADE_AT_S) -> Any:
+        return [(0, healthy), (at, bad)] if degraded else healthy
+
+    links = ({"nvlink_crc_flit_2": [(0, 0), (3, 57)], "nvlink_state_3": [(0, 1), (DEGRADE_AT_S, 0)],
+              "nvlink_recovery_3": [(0, 0), (DEGRADE_AT_S - 1, 2)]} if degraded else {})
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-8f2c1d3e-5a6b-4c7d-9e0f-1a2b3c4d5e6f",
+               pci_bus_id="00000000:3B:00.0", serial="1652923000001", gpu_util=96, power_mw=[(0, 612_000)],
+               pcie_width_curr=during(16, 8, 2), pcie_replay_counter=[(0, 3), (3, 60), (8, 180)] if degraded else 3,
+               clocks_event_reasons=[(0, 0), (DEGRADE_AT_S, 0x40), (DEGRADE_AT_S + 3, 0)] if degraded else 0,
+               temperature_c=during(71, 89), nvlink_links=4, attrs=links)
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-2b7e9a10-c4d5-4e6f-8a9b-0c1d2e3f4a5b",
+               pci_bus_id="00000000:86:00.0", serial="1652923000002", gpu_util=during(41, 0),
+               temperature_c=[(0, 52)], power_mw=[(0, 210_000)], nvlink_links=4,
+               gpu_recovery_action=during(0, 1), ecc_uncorrected_volatile=during(0, 1), remapped_rows=None,
+               attrs={"remapped_rows_correctable": 0, "remapped_rows_failure": 0,
+                      "remapped_rows_uncorrectable": during(0, 1), "remapped_rows_pending": during(0, 1)})
+    if degraded:
+        sc.add_xid(gpu=1, at_s=DEGRADE_AT_S, code=95)
+        sc.add_xid(gpu=1, at_s=DEGRADE_AT_S + 0.2, code=154)
+
+
+def degraded_gpu_node(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """Silent degradation and a GPU the driver wants reset, on a Kubernetes node: healthy when the
+    snapshot reads them, the GPUs degrade during the window (the NVML scenario is swapped once the
+    kubernetes collector lists the pods, after the nvml snapshot) and the device plugin takes GPU 1
+    out of the node's allocatable (seen by the Node's second read at the end of the window)."""
+    import uuid as uuidlib
+    from datetime import UTC, datetime
+
+    from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
+    from tests.support.kube_objects import ClusterState, ContainerSpec, make_node, make_pod
+    from tests.support.podresources_server import PodResourcesServer, allocatable_response
+
+    _degrading_gpus(sc, degraded=False)
+    uuid0, uuid1 = sc.gpu_uuid(0), sc.gpu_uuid(1)
+    trainer_uid, inference_uid = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    trainer_cid = st.pod_container("trainer-0", "ml", trainer_uid, "trainer", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid0}")
+    inference_cid = st.pod_container("inference-0", "ml", inference_uid, "server", "-e", f"NVIDIA_VISIBLE_DEVICES={uuid1}")
+    trainer_pid = st.pid(next(n for n in st.containers if n.startswith("k8s_trainer_")))
+    inference_pid = st.pid(next(n for n in st.containers if n.startswith("k8s_server_")))
+
+    def processes(s: nvmlsim.Scenario, degraded: bool) -> None:
+        s.add_process(pid=trainer_pid, gpu=0, used_memory_bytes=52 * GIB, sm_util=94, mem_util=58)
+        s.add_process(pid=inference_pid, gpu=1, used_memory_bytes=18 * GIB, sm_util=40, mem_util=22,
+                      end_s=DEGRADE_AT_S + 0.5 if degraded else None)  # the ECC error kills it
+
+    processes(sc, degraded=False)
+    now = datetime.now(UTC).replace(microsecond=0)
+    node = make_node(HOSTNAME, now, gpus=2, product="NVIDIA-H100-80GB-HBM3")
+    pods = [make_pod(name, "ml", HOSTNAME, now, [ContainerSpec(
+        container, command=cmd, runtime="docker", container_id=cid,
+        requests={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+        limits={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+        env=[("NVIDIA_VISIBLE_DEVICES", gpu)])], owner=("StatefulSet", name.rsplit("-", 1)[0]),
+        labels={"app": name.rsplit("-", 1)[0]}, uid=uid)
+        for name, container, cmd, cid, gpu, uid in (
+            ("trainer-0", "trainer", ["torchrun", "train.py"], trainer_cid, uuid0, trainer_uid),
+            ("inference-0", "server", ["python", "serve.py"], inference_cid, uuid1, inference_uid))]
+    api = KubeAPIServer(ClusterState(nodes=[node], pods=pods)).start()
+    st.cleanups.append(api.stop)
+    sock = st.tmp / "kubelet.sock"
+    pr = PodResourcesServer(sock, pods=pods, gpu_ids=[uuid0, uuid1]).start()
+    st.cleanups.append(pr.stop)
+    swapped: list[float] = []
+
+    def swap(_method: str, path: str, _query: dict[str, str]) -> None:
+        if path == "/api/v1/pods" and not swapped:
+            later = nvmlsim.Scenario()
+            _degrading_gpus(later, degraded=True)
+            processes(later, degraded=True)
+            later.write(st.nvml_scenario_file)
+            # the device plugin marks GPU 1 unhealthy: the Node and pod-resources, read again, say so
+            node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+            pr.allocatable_response = allocatable_response([uuid0])
+            swapped.append(time.time())
+
+    api.on_request = swap
+    kubeconfig = write_kubeconfig(st.tmp / "kubeconfig", api.url)
+    st.capture_args += ["--kubeconfig", str(kubeconfig), "--node", HOSTNAME, "--set", f"podresources.socket={sock}"]
+    return ("Kubernetes node, GPUs healthy at the start of the window: during it GPU 0 (ml/trainer-0) drops to "
+            "PCIe x8 of x16 with replays, NVLink 3 goes down and a thermal slowdown holds its clocks; GPU 1 "
+            "(ml/inference-0) raises an uncontained ECC error (Xid 95, then 154): the driver asks for a GPU reset, "
+            "a row remapping is pending, the server's process dies and the device plugin takes GPU 1 out of the "
+            "node's allocatable nvidia.com/gpu (2 -> 1).")
+
+
 OLDER_OOM_WAIT_S = 45  # how long before the capture the unrelated containers' kills happen
 
 
@@ -230,6 +331,7 @@ SCENARIOS: dict[str, Callable[[Stage, nvmlsim.Scenario], str]] = {
     "clean-host": clean_host,
     "k8s-pod-without-gpu-limit": k8s_pod_without_gpu_limit,
     "busy-node": busy_node,
+    "degraded-gpu-node": degraded_gpu_node,
 }
 
 
@@ -258,7 +360,7 @@ def build(name: str, engine: DockerEngine, library: Path, dest: Path) -> dict[st
         try:
             sc = nvmlsim.Scenario(epoch=time.time() + 1.0)  # capture starts about a second later
             story = SCENARIOS[name](stage, sc)
-            scenario_file = sc.write(tmp / "nvml-scenario.tsv")
+            scenario_file = sc.write(stage.nvml_scenario_file)
             (tmp / "out").mkdir()
             bundle = capture(stage, scenario_file, library, tmp / "out", since)
             target = dest / f"{name}.tgz"

@@ -167,7 +167,7 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
             "index": gpu.index, "uuid": uuid, "name": gpu.name, "node": node,
             "pci_bus_id": gpu.pci_bus_id, "memory_total_bytes": gpu.memory_total_bytes,
             "mig_enabled": gpu.mig_enabled, "mig_mode": gpu.mig_mode,
-            "serial": gpu.serial, "vbios_version": gpu.vbios_version,
+            "serial": gpu.serial, "vbios_version": gpu.vbios_version, "minor_number": gpu.minor_number,
             "allocated_to": allocated, "used_by": list(used_by.values()),
             "processes": [procs[p] for p in sorted(procs)],
             "series": {"t": t_axis, "gpu_util_pct": util, "memory_used_bytes": mem,

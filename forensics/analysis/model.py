@@ -65,10 +65,11 @@ class Gpu:
     memory_total_bytes: int | None
     mig_enabled: bool = False
     evidence: Evidence | None = None
-    minor_number: int | None = None
+    minor_number: int | None = None  # nvmlDeviceGetMinorNumber: N of /dev/nvidiaN
     serial: str | None = None  # nvmlDeviceGetSerial
     vbios_version: str | None = None  # nvmlDeviceGetVbiosVersion
     mig_mode: str | None = None  # "enabled", "disabled", "not supported"; None when not read
+    minor_evidence: Evidence | None = None  # where minor_number was read
 
     def subject(self) -> Subject:
         return Subject("gpu", self.uuid, f"GPU {self.index}", self.node)
@@ -211,7 +212,9 @@ class NodeGpuResource:
     """A GPU resource the node advertises (``kubernetes/node.json``: ``status.capacity`` and
     ``status.allocatable``, read at ``t``), and the device ids the kubelet reports allocatable for it
     (pod-resources ``GetAllocatableResources``; None when not captured): the device plugin leaves a
-    GPU it found unhealthy out of both."""
+    GPU it found unhealthy out of both. ``end_*``: the same resource in the Node read again at the
+    end of the window (``kubernetes/node-end.json``, read at ``end_t``; None without that read), and
+    pod-resources' allocatable device ids read again then (``allocatable-end.json``)."""
 
     node: str
     resource: str
@@ -221,6 +224,12 @@ class NodeGpuResource:
     evidence: Evidence
     allocatable_ids: tuple[str, ...] | None = None
     ids_evidence: Evidence | None = None
+    end_capacity: int | None = None
+    end_allocatable: int | None = None
+    end_t: float | None = None
+    end_evidence: Evidence | None = None
+    end_allocatable_ids: tuple[str, ...] | None = None  # GetAllocatableResources at the end of the window
+    end_ids_evidence: Evidence | None = None
 
 
 @dataclass(frozen=True)

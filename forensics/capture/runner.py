@@ -208,9 +208,12 @@ class _Runner:
             self.pool.wait_all(done)
 
     def _sampling_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
+        # a collector with ``end_sampling`` and no ``sample`` (kubernetes: the Node read again)
+        # takes no ticks: its child waits out the window, then runs the end-of-window read
         samplers = [
             c for c in chosen
-            if callable(getattr(c, "sample", None)) and self.records[c.name].status in ("ok", "partial")
+            if (callable(getattr(c, "sample", None)) or callable(getattr(c, "end_sampling", None)))
+            and self.records[c.name].status in ("ok", "partial")
         ]
         if not samplers or self.interrupted:
             return
@@ -227,7 +230,10 @@ class _Runner:
                 ticks, fatal = 0, None
                 errors: list[str] = []
                 index = 0
-                while True:
+                end_only = not callable(getattr(collector, "sample", None))
+                if end_only:
+                    time.sleep(max(0.0, window_start + duration - time.monotonic()))
+                while not end_only:
                     due = window_start + index * interval
                     if due - window_start > duration + 1e-6:
                         break
@@ -255,7 +261,9 @@ class _Runner:
                         errors.append(f"end of sampling: {one_line(exc)}")
                 errors.extend(f"partial: {r}" for r in ctx.partial_reasons[:20])
                 res = self._child_result(ctx, "ok", None)
-                res["sampling"] = {"ticks": ticks, "errors": errors, "stopped": fatal}
+                res["sampling"] = {"ticks": None if end_only else ticks, "errors": errors, "stopped": fatal}
+                if end_only:
+                    res["sampling"]["end_of_window_only"] = True
                 return res
 
             self.pool.spawn(collector.name, deadline, body)

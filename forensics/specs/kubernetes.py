@@ -5,15 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
+from forensics.specs.hints import KUBE_NODE
 from forensics.specs.logs import LOGS
 
 __all__ = [
-    "CLOCK", "EVENTS", "LOGS_DIR", "LOGS_INDEX", "METRICS", "NODE", "PODS", "PODS_INDEX", "PREFIX", "REQUESTS", "SPEC",
+    "CLOCK", "EVENTS", "LOGS_DIR", "LOGS_INDEX", "METRICS", "NODE", "NODE_END", "PODS", "PODS_INDEX", "PREFIX",
+    "REQUESTS", "REQUESTS_END", "SPEC",
     "KubernetesSettings", "pod_log_member",
 ]
 
 PREFIX = "kubernetes"
 NODE = "kubernetes/node.json"
+# with --duration: the Node read again at the end of the window, and that request
+NODE_END = "kubernetes/node-end.json"
+REQUESTS_END = "kubernetes/requests-end.json"
 PODS = "kubernetes/pods.json"
 PODS_INDEX = "kubernetes/pods-index.json"
 REQUESTS = "kubernetes/requests.json"
@@ -42,7 +47,7 @@ SPEC = SourceSpec(
     settings=KubernetesSettings,
     absence=Absence("no Kubernetes data: pod allocations and OOMKilled statuses unknown", (
         Excuse(frozenset({None, "unavailable", "skipped"}), "not a Kubernetes node: nothing lost"),)),
-    shared=(LOGS,),
+    publishes=(KUBE_NODE,), reads=(KUBE_NODE,), shared=(LOGS,),
 )
 
 #: the flight recorder's Kubernetes events (forensics.collectors.kubernetes.follow): one Event a

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from forensics.specs.base import SourceSpec, setting
 
-__all__ = ["ALLOCATABLE", "DEFAULT_SOCKET", "LIST", "SPEC", "PodResourcesSettings"]
+__all__ = ["ALLOCATABLE", "ALLOCATABLE_END", "DEFAULT_SOCKET", "LIST", "SPEC", "PodResourcesSettings"]
 
 LIST = "kubernetes/podresources/list.json"
 ALLOCATABLE = "kubernetes/podresources/allocatable.json"
+# with --duration: GetAllocatableResources again at the end of the window
+ALLOCATABLE_END = "kubernetes/podresources/allocatable-end.json"
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 

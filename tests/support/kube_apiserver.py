@@ -36,7 +36,9 @@ collector reads, serving the objects of a :class:`~tests.support.kube_objects.Cl
 ``{"pods/exec"}``, ``{"jobs"}``; ``"pods/exec:NAME"`` for one pod, as a Role with
 ``resourceNames`` would) makes those answer 403; ``hang`` (a set of resources, or ``{"*"}``) makes them never answer until
 ``stop()``. ``latency_s`` adds a delay per request. ``server_time_s`` sums the time spent in
-handlers, ``requests`` records ``(method, path, query)``.
+handlers, ``requests`` records ``(method, path, query)``. ``on_request(method, path, query)``, when
+set, runs in the handler before the request is answered (a test changes the cluster, or the
+simulated GPUs, at a known point of the client's sequence of calls).
 
 Usage::
 
@@ -228,6 +230,7 @@ class KubeAPIServer:
         self.unavailable = False  # every request answered 503, as an API server restarting
         self._watch_epoch = 0
         self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[int, str]]] = {}
+        self.on_request: Callable[[str, str, dict[str, str]], None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -338,6 +341,8 @@ class KubeAPIServer:
         path = unquote(parts.path)
         with self._lock:
             self.requests.append((req.command, path, query))
+        if self.on_request is not None:
+            self.on_request(req.command, path, query)
         code, body, resource, content_type = 200, b"", "", "application/json"
         try:
             segs = path.strip("/").split("/")

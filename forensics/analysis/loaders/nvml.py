@@ -110,6 +110,8 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         _, total = _memory(nvml)
         mig = _val(nvml, "nvmlDeviceGetMigMode")
         serial, vbios = _val(nvml, "nvmlDeviceGetSerial"), _val(nvml, "nvmlDeviceGetVbiosVersion")
+        minor = as_int(_val(nvml, "nvmlDeviceGetMinorNumber"))
+        minor = minor if minor is not None and minor >= 0 else None
         model.gpus[(node, uuid)] = Gpu(
             node=node, index=index, uuid=uuid, name=name if isinstance(name, str) else "",
             pci_bus_id=pci if isinstance(pci, str) else None, memory_total_bytes=total,
@@ -117,7 +119,9 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             evidence=src.ev_pointer(nvml_spec.DEVICES, f"/devices/{i}/nvml/nvmlDeviceGetUUID", devices_doc),
             serial=serial if isinstance(serial, str) else None,
             vbios_version=vbios if isinstance(vbios, str) else None,
-            mig_mode=_mig_mode(mig, dig(nvml, "nvmlDeviceGetMigMode")))
+            mig_mode=_mig_mode(mig, dig(nvml, "nvmlDeviceGetMigMode")), minor_number=minor,
+            minor_evidence=src.ev_pointer(nvml_spec.DEVICES, f"/devices/{i}/nvml/nvmlDeviceGetMinorNumber/value",
+                                          devices_doc) if minor is not None else None)
     _system_facts(model, node, dig(devices_doc, "system"))
     by_index = {g.index: g.uuid for (n, _), g in model.gpus.items() if n == node}
     sampled = False

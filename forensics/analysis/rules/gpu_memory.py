@@ -8,9 +8,11 @@ memory they held stayed behind). A GPU in MIG mode is left out (its processes ar
 
 Processes in uninterruptible sleep (``/proc/<pid>/stat`` state D) holding ``/dev/nvidia*`` open
 (``/proc/<pid>/fd`` links, ``proc/dstate.json``) are named as the likely holders: they cannot be
-killed, so only a GPU reset (or a reboot) frees what they hold. Their device files are named as
-read: which ``/dev/nvidiaN`` is which GPU is not read (``nvmlDeviceGetMinorNumber``), so every such
-process of the node is named on each GPU's finding.
+killed, so only a GPU reset (or a reboot) frees what they hold. Which ``/dev/nvidiaN`` is which GPU
+comes from ``nvmlDeviceGetMinorNumber`` (N): a holder is named on the GPU whose device file it holds
+open; one holding only files that are no GPU's own (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+``/dev/nvidia-modeset``, ``/dev/nvidia-caps/...``) is named on every GPU, saying so. When a GPU's
+minor number was not read, every such process of the node is named on its finding, and it says so.
 
 Next step: find and end the process that still holds the GPU (``fuser -v /dev/nvidia*``); when none
 does, only a GPU reset (``nvidia-smi -r``) frees the memory.
@@ -18,11 +20,12 @@ does, only a GPU reset (``nvidia-smi -r``) frees the memory.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from forensics.analysis.findings import Evidence, Finding, Subject
 from forensics.analysis.kinds import FindingKind, RuledOutCheck
-from forensics.analysis.model import Model
+from forensics.analysis.model import DStateHolder, Gpu, Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.thresholds import AnalysisConfig
@@ -33,6 +36,33 @@ GPU_MEMORY_UNATTRIBUTED = FindingKind(
     "gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55,
     next_step="find the process still holding the GPU's device files (fuser -v /dev/nvidia*) and end it; "
               "when none does, drain the GPU and reset it (nvidia-smi -r) to free the memory")
+
+
+#: ``/dev/nvidiaN``: one GPU's own device file (N its minor number); every other ``/dev/nvidia*`` is the driver's
+_GPU_DEVICE_FILE = re.compile(r"^/dev/nvidia(\d+)$")
+
+
+def _gpu_minors(h: DStateHolder) -> set[int]:
+    return {int(m.group(1)) for d in h.devices if (m := _GPU_DEVICE_FILE.match(d)) is not None}
+
+
+def _holders_on(model: Model, node: str, gpu: Gpu | None) -> tuple[list[tuple[DStateHolder, str]], str]:
+    """The D-state holders to name on this GPU's finding, each with what ties it to the GPU, and a
+    sentence on how they were matched ("" when by the GPU's own device file)."""
+    holders = [h for h in model.dstate_holders if h.node == node]
+    if gpu is None or gpu.minor_number is None:
+        return ([(h, f"on {', '.join(h.devices)}") for h in holders],
+                " (this GPU's minor number was not read, so which /dev/nvidiaN is its own is not known: "
+                "every such process of the node is named)" if holders else "")
+    own = f"/dev/nvidia{gpu.minor_number}"
+    out: list[tuple[DStateHolder, str]] = []
+    for h in holders:
+        minors = _gpu_minors(h)
+        if gpu.minor_number in minors:
+            out.append((h, f"on {own}, this GPU's device file"))
+        elif not minors:
+            out.append((h, f"on {', '.join(h.devices)} (no GPU's own device file: which GPU is not known)"))
+    return out, ""
 
 
 @GPU_MEMORY_UNATTRIBUTED.rule
@@ -84,19 +114,22 @@ def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         summary = (f"{fmt_bytes(peak[1])} of {gl}'s memory was used by no listed process "
                    f"({fmt_bytes(peak_used)} used, {fmt_bytes(peak_used - peak[1])} "
                    f"attributed) in {len(ghost)} of {len(rows)} readings; {when}{owner_text}")
-        holders = [h for h in model.dstate_holders if h.node == node]
+        named, matched = _holders_on(model, node, gpu)
+        holders = [h for h, _ in named]
         for h in holders:
             subjects.extend(s.at(h.t) for s in with_pod(model, model.joins.owner(node, h.pid, h.comm).subject
                                                          .with_role("culprit")))
         if holders:
             summary += ("; in uninterruptible sleep (state D), unkillable, holding NVIDIA device files open: "
                         + ", ".join(f"PID {h.pid}" + (f" ({h.comm})" if h.comm else "")
-                                    + (f" waiting in {h.wchan}" if h.wchan else "") + f" on {', '.join(h.devices)}"
-                                    for h in holders[:4])
+                                    + (f" waiting in {h.wchan}" if h.wchan else "") + f" {why}"
+                                    for h, why in named[:4])
                         + (f" and {len(holders) - 4} more" if len(holders) > 4 else "")
-                        + ": only a GPU reset or a reboot frees what they hold")
+                        + matched + ": only a GPU reset or a reboot frees what they hold")
         elif last[1] >= floor and not last[2]:
-            checked = ("no process in uninterruptible sleep holds /dev/nvidia* open" if node in model.dstate_scanned
+            files = (f"/dev/nvidia{gpu.minor_number} (this GPU's device file)"
+                     if gpu is not None and gpu.minor_number is not None else "/dev/nvidia*")
+            checked = (f"no process in uninterruptible sleep holds {files} open" if node in model.dstate_scanned
                        else "unless a process still holds /dev/nvidia* open (not read by this capture)")
             summary += (f"; at the last reading no process was listed and {fmt_bytes(last[1])} stayed used: "
                         f"{checked}; only a GPU reset frees it")
@@ -108,11 +141,14 @@ def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             subjects=dedupe_subjects(subjects),
             evidence=dedupe_evidence([*(r[0].evidence for r in ([before] if before else [])),
                                       ghost[0][0].evidence, peak[0].evidence, last[0].evidence,
-                                      *(h.evidence for h in holders)]),
+                                      *(h.evidence for h in holders),
+                                      *([gpu.minor_evidence] if holders and gpu and gpu.minor_evidence else [])]),
             metrics=(("gap_bytes", peak[1]), ("used_bytes", peak[0].memory_used_bytes),
                      ("attributed_bytes", attributed), ("readings", len(rows)), ("readings_with_gap", len(ghost)),
                      ("last_owner_pid", left[-1][1] if left else None),
-                     ("dstate_holders", ", ".join(str(h.pid) for h in holders) or None)),
+                     ("dstate_holders", ", ".join(str(h.pid) for h in holders) or None),
+                     ("device_file", f"/dev/nvidia{gpu.minor_number}"
+                      if gpu is not None and gpu.minor_number is not None else None)),
             key=f"ghost:{node}:{uuid}",
             headline=f"{fmt_bytes(peak[1])} of {gl}'s memory belonged to no listed process",
         ))

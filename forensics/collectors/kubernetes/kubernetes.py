@@ -15,12 +15,16 @@ Sources (API server, through the kubernetes client; see kube/api.py for the seam
   OOM-killed, restarted or failed -> ``kubernetes/logs/<ns>/<pod>/<container>[.previous].log``
   (the newest ``logs.max_bytes``, redacted) and ``kubernetes/logs/index.json``;
 - every request made -> ``kubernetes/requests.json``, and the API server's clock against this
-  host's from their ``Date`` headers and round trips -> ``kubernetes/clock.json``.
+  host's from their ``Date`` headers and round trips -> ``kubernetes/clock.json``;
+- with ``--duration``, at the end of the window: ``GET /api/v1/nodes/{node}`` again ->
+  ``kubernetes/node-end.json`` (redacted as ``node.json``), its request -> ``kubernetes/requests-end.json``
+  (did allocatable recover, or fall, during the window?).
 
 The node is ``--node``, else ``NODE_NAME`` (the DaemonSet sets it from ``spec.nodeName``), else
 this host's name matched against the Nodes. Secrets are never read. A 403 on one resource is
 recorded and the rest collected (status partial); an unreachable API server costs one call
-timeout and makes the collector ``unavailable``. Publishes ``pod_uids`` and ``container_ids``.
+timeout and makes the collector ``unavailable``. Publishes the node's name (``kube_node``) for
+the end-of-window read.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from forensics.parsing.clock import estimate_offset
 from forensics.parsing.logsignals.line import newest_lines
 from forensics.parsing.podindex import build_pods_index
 from forensics.specs import kubernetes as kspec
+from forensics.specs.hints import KUBE_NODE
 from forensics.specs.kubernetes import SPEC
 from forensics.specs.logs import LOGS
 
@@ -92,6 +97,7 @@ class KubernetesCollector:
             try:
                 raw = api.get(f"/api/v1/nodes/{node_name}")
                 ctx.sink.write_bytes(kspec.NODE, redact_node(raw, ctx.redactor))
+                KUBE_NODE.publish(ctx, [node_name])
             except CallFailed as exc:
                 if exc.kind == "unreachable" or (exc.kind == "timed-out" and not api.log[:-1]):
                     raise SourceUnavailable(f"Kubernetes API server {api.server} {exc}") from None
@@ -154,6 +160,32 @@ class KubernetesCollector:
                 "permission denied: " + "; ".join(str(f) for f in failures.values()))
 
     # ------------------------------------------------------------------------------------------
+    def end_sampling(self, ctx: CollectContext) -> None:
+        """At the end of the window (the runner calls it once the window's time is up):
+        ``GET /api/v1/nodes/{node}`` again -> ``kubernetes/node-end.json``, redacted as the first
+        read, and that request -> ``kubernetes/requests-end.json``. Allocatable GPUs the device
+        plugin marked unhealthy may have come back, or fallen, since the snapshot. Nothing when the
+        snapshot did not read the Node; a failed read is a partial reason and no member."""
+        from forensics.collectors.kubernetes.api import CallFailed, KubeAPI, load_config
+
+        names = KUBE_NODE.read(ctx)
+        if not names:
+            return
+        opts = ctx.options
+        settings = SPEC.read_settings(opts.extra, call_timeout_s=self.call_timeout_s, budget_s=self.budget_s)
+        loaded = load_config(opts.kubeconfig, opts.kube_context)
+        api = KubeAPI(loaded, ctx.deadline - 1.0, settings.call_timeout_s, self.connect_timeout_s)
+        try:
+            raw = api.get(f"/api/v1/nodes/{names[0]}")
+            ctx.sink.write_bytes(kspec.NODE_END, redact_node(raw, ctx.redactor))
+        except CallFailed as exc:
+            ctx.partial(f"end of window: node not read again: {exc}")
+        finally:
+            ctx.sink.write_json(kspec.REQUESTS_END,
+                                {"server": api.server, "config": loaded.source,
+                                 "requests": [asdict(r) for r in api.log]})
+            api.close()
+
     def _node_name(self, ctx: CollectContext, api: Any) -> str:
         from forensics.collectors.kubernetes.api import CallFailed
 

@@ -181,6 +181,8 @@ def read_device(s: _Session, gpu: _Gpu, rec: dict[str, Any]) -> None:
     pci = s.record(out, "nvmlDeviceGetPciInfo_v3", _bind(nv.nvmlDeviceGetPciInfo_v3, hd), device=d)
     if pci.ok:
         gpu.pci_bus_id = str(pci.value.get("busId") or "") or None
+    # N of /dev/nvidiaN (``nvidia-smi -q`` "Minor Number"): which device file is this GPU's
+    s.record(out, "nvmlDeviceGetMinorNumber", _bind(nv.nvmlDeviceGetMinorNumber, hd), device=d)
     s.record(out, "nvmlDeviceGetPersistenceMode", _bind(nv.nvmlDeviceGetPersistenceMode, hd), device=d,
              decode=decode_enable_state)
     s.record(out, "nvmlDeviceGetComputeMode", _bind(nv.nvmlDeviceGetComputeMode, hd), device=d,

@@ -4,7 +4,9 @@ Source: the kubelet pod-resources API v1 over its unix socket
 (``/var/lib/kubelet/pod-resources/kubelet.sock``; ``--set podresources.socket=PATH`` overrides),
 ``List`` -> ``kubernetes/podresources/list.json`` and ``GetAllocatableResources`` ->
 ``kubernetes/podresources/allocatable.json`` (proto3 JSON with the proto's field names; see
-docs/bundle-format/kubernetes.md). It needs no API server access, so it is its own collector:
+docs/bundle-format/kubernetes.md); with ``--duration``, ``GetAllocatableResources`` again at the
+end of the window -> ``kubernetes/podresources/allocatable-end.json`` (which GPU the device plugin
+took out, or gave back, during the window). It needs no API server access, so it is its own collector:
 it works on a node where the kubernetes collector has no configuration.
 
 No socket -> ``unavailable``; a socket this user may not open -> ``unavailable`` (permission
@@ -18,7 +20,7 @@ from __future__ import annotations
 from forensics.capture.context import CollectContext
 from forensics.collectors.podresources.client import OK, fetch
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
-from forensics.specs.podresources import ALLOCATABLE, LIST, SPEC
+from forensics.specs.podresources import ALLOCATABLE, ALLOCATABLE_END, LIST, SPEC
 
 __all__ = ["COLLECTOR", "PodResourcesCollector"]
 
@@ -60,6 +62,17 @@ class PodResourcesCollector:
             devices = sum(len(d.get("device_ids", [])) for p in pods for c in p.get("containers", [])
                           for d in c.get("devices", []))
             ctx.note(f"{len(pods)} pods, {devices} device ids assigned")
+
+    def end_sampling(self, ctx: CollectContext) -> None:
+        """At the end of the window (the runner calls it once the window's time is up):
+        ``GetAllocatableResources`` again -> ``kubernetes/podresources/allocatable-end.json``; a
+        failed call is a partial reason and no member."""
+        settings = SPEC.read_settings(ctx.options.extra, call_timeout_s=self.call_timeout_s)
+        part = fetch(settings.socket, timeout_s=settings.call_timeout_s, deadline=ctx.deadline - 1.0).allocatable
+        if part.status == OK and part.document is not None:
+            ctx.sink.write_json(ALLOCATABLE_END, part.document)
+        else:
+            ctx.partial(f"end of window: {part.method} {part.status}: {part.error}")
 
 
 COLLECTOR = PodResourcesCollector()

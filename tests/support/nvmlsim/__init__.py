@@ -203,7 +203,7 @@ class Scenario:
         accounting: bool | None = False,
         accounting_buffer_size: int = 4000, supported_event_types: Series = ALL_EVENTS,
         process_utilization: bool = True, mig: bool | None = None, mig_max_devices: int = 7,
-        lost_at_s: float | None = None, attrs: dict[str, Series] | None = None,
+        lost_at_s: float | None = None, minor_number: int | None = None, attrs: dict[str, Series] | None = None,
         unsupported: Iterable[str] = (),
     ) -> Scenario:
         """Add a physical GPU (NVML index = order of addition).
@@ -212,7 +212,9 @@ class Scenario:
         enabled (add instances with :meth:`add_mig`). ``nvlink_links``: that many NVLinks, each
         active with its error counters at 0 (change one with ``attrs``, e.g. ``nvlink_crc_flit_2``);
         ``gpu_recovery_action`` is served as the field value NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
-        ``vbios_version=None``: NotSupported. ``attrs`` sets raw attributes by their C
+        ``vbios_version=None``: NotSupported. ``minor_number``: N of its ``/dev/nvidiaN``
+        (``nvmlDeviceGetMinorNumber``; default its NVML index; the driver's probe order can differ
+        from NVML's PCI order, so give it to test that). ``attrs`` sets raw attributes by their C
         name (see README.md), overriding the keywords; ``unsupported`` removes attributes so their
         getters answer NotSupported.
         """
@@ -241,6 +243,7 @@ class Scenario:
             "pcie_gen_curr": pcie_gen_curr, "pcie_gen_max": pcie_gen_max, "pcie_gen_gpu_max": pcie_gen_gpu_max,
             "pcie_width_curr": pcie_width_curr, "pcie_width_max": pcie_width_max,
             "gpu_recovery_action": gpu_recovery_action,
+            "minor_number": index if minor_number is None else minor_number,
             "process_utilization": 1 if process_utilization else None,
         }
         if ecc:

@@ -692,6 +692,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t d, char *serial, unsigned i
     return copy_str(serial, len, d->serial);
 }
 
+/* N of the GPU's /dev/nvidiaN (attribute minor_number; a MIG device has none: NotSupported) */
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
+    CHECK_DEV(d);
+    return get_uint_attr(d, "minor_number", minor);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) {
     unsigned int dom = 0, bus = 0, dv = 0, fn = 0;
     double v;

@@ -47,10 +47,62 @@ def test_an_unkillable_process_still_holding_the_gpu(analyze: Analyze) -> None:
                 {"pid": 61, "comm": "kworker", "state": "D", "wchan": "io_schedule", "nvidia_fds": []}])
     (f,) = of_kind(analyze(b), "gpu-memory-unattributed")
     assert ("in uninterruptible sleep (state D), unkillable, holding NVIDIA device files open: PID 50 (trainer) "
-            "waiting in uvm_va_space_destroy on /dev/nvidia0, /dev/nvidiactl: only a GPU reset or a reboot") \
-        in f["summary"], f["summary"]
+            "waiting in uvm_va_space_destroy on /dev/nvidia0, /dev/nvidiactl (this GPU's minor number was not "
+            "read, so which /dev/nvidiaN is its own is not known: every such process of the node is named): "
+            "only a GPU reset or a reboot") in f["summary"], f["summary"]
     assert f["metrics"]["dstate_holders"] == "50" and "trainer" in names(f, "culprit")
+    assert f["metrics"]["device_file"] is None
     assert "proc/dstate.json" in {e["member"] for e in f["evidence"]}
+
+
+def _two_ghosts(minors: tuple[int, int] | None) -> BundleSpec:
+    """Two GPUs, each left with 30 GiB no listed process holds; ``minors``: their /dev/nvidiaN."""
+    b = BundleSpec()
+    for i in (0, 1):
+        b.gpu(i)
+        if minors is not None:
+            b.gpus[i]["nvml"]["nvmlDeviceGetMinorNumber"] = {"value": minors[i]}
+        b.gpu_series(i, range(20), lambda s: (0, 30 * GIB, {}))
+    b.process(50, "trainer", container=b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=1"]))
+    b.process(70, "loader", container=b.container("loader", env=["NVIDIA_VISIBLE_DEVICES=all"]))
+    _dstate(b, [{"pid": 50, "comm": "trainer", "state": "D", "wchan": "uvm_va_space_destroy",
+                 "nvidia_fds": [{"fd": 4, "target": "/dev/nvidiactl"}, {"fd": 5, "target": "/dev/nvidia-uvm"},
+                                {"fd": 6, "target": "/dev/nvidia0"}]},
+                {"pid": 70, "comm": "loader", "state": "D", "wchan": "os_acquire_mutex",
+                 "nvidia_fds": [{"fd": 3, "target": "/dev/nvidiactl"}, {"fd": 4, "target": "/dev/nvidia-uvm"}]}])
+    return b
+
+
+def test_a_stuck_process_is_named_on_the_gpu_whose_device_file_it_holds(analyze: Analyze) -> None:
+    # the driver's minor numbers need not follow NVML's (PCI) order: GPU 0 is /dev/nvidia1 here
+    found = {f["subjects"][0]["name"]: f for f in of_kind(analyze(_two_ghosts((1, 0))), "gpu-memory-unattributed")}
+    g0, g1 = found["GPU 0"], found["GPU 1"]
+    assert (g0["metrics"]["device_file"], g1["metrics"]["device_file"]) == ("/dev/nvidia1", "/dev/nvidia0")
+    # PID 50 holds /dev/nvidia0: GPU 1's file, not GPU 0's; PID 70 holds no GPU's own file: on both
+    assert g1["metrics"]["dstate_holders"] == "50, 70" and g0["metrics"]["dstate_holders"] == "70"
+    assert "PID 50 (trainer) waiting in uvm_va_space_destroy on /dev/nvidia0, this GPU's device file" in g1["summary"]
+    assert "PID 50" not in g0["summary"] and "trainer" not in names(g0, "culprit")
+    assert ("PID 70 (loader) waiting in os_acquire_mutex on /dev/nvidia-uvm, /dev/nvidiactl (no GPU's own "
+            "device file: which GPU is not known)") in g0["summary"]
+    assert "minor number was not read" not in g0["summary"] + g1["summary"]
+    (minor,) = [e for e in g1["evidence"] if e["locator"].endswith("nvmlDeviceGetMinorNumber/value")]
+    assert minor["member"] == "nvml/devices.json" and minor["excerpt"] == "0"
+
+
+def test_no_stuck_process_on_this_gpus_device_file(analyze: Analyze) -> None:
+    b = _two_ghosts((0, 1))
+    _dstate(b, [{"pid": 50, "comm": "trainer", "state": "D", "wchan": "uvm_va_space_destroy",
+                 "nvidia_fds": [{"fd": 6, "target": "/dev/nvidia0"}]}])
+    found = {f["subjects"][0]["name"]: f for f in of_kind(analyze(b), "gpu-memory-unattributed")}
+    assert found["GPU 0"]["metrics"]["dstate_holders"] == "50"
+    assert found["GPU 1"]["metrics"]["dstate_holders"] is None
+    assert "no process in uninterruptible sleep holds /dev/nvidia1 (this GPU's device file) open" in found["GPU 1"]["summary"]
+
+
+def test_without_minor_numbers_every_stuck_process_is_named_on_every_gpu(analyze: Analyze) -> None:
+    for f in of_kind(analyze(_two_ghosts(None)), "gpu-memory-unattributed"):
+        assert f["metrics"]["dstate_holders"] == "50, 70"
+        assert "this GPU's minor number was not read" in f["summary"]
 
 
 def test_no_holder_in_d_state_is_said_when_the_scan_found_none(analyze: Analyze) -> None:
@@ -91,3 +143,16 @@ def test_garbage_memory_readings_never_raise(used: list[int | None], held: int |
             b.gpu_tick(0, b.start + i, 10, u if u is not None else 0, procs={7: (held, 5.0)})  # type: ignore[dict-item]
         doc = analyze_bundles([b.write(Path(tmp))])
         assert not [lim for lim in doc["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(minor=st.recursive(st.none() | st.booleans() | st.integers(-5, 1 << 40) | st.text(max_size=6),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                          max_leaves=6))
+def test_garbage_minor_numbers_never_raise(minor: object) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        b = _two_ghosts((0, 1))
+        b.gpus[0]["nvml"]["nvmlDeviceGetMinorNumber"] = minor if isinstance(minor, dict) else {"value": minor}
+        out = analyze_bundles([b.write(Path(tmp))])
+        assert not [lim for lim in out["limitations"] if "could not be read" in lim or lim.startswith("rule ")]
+        assert len([f for f in out["findings"] if f["kind"] == "gpu-memory-unattributed"]) == 2

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,31 @@ class TestSampling:
         s = statuses(capture([SamplingCollector("gpu", on_tick)], duration_s=1.2, interval_s=0.4))["gpu"]
         assert s["status"] == "partial" and s["sampling"]["stopped"] == "GPU fell off the bus"
         assert s["sampling"]["ticks"] == 1
+
+    def test_an_end_of_window_read_without_ticks_waits_out_the_window(self, capture: Capture) -> None:
+        """A collector with ``end_sampling`` and no ``sample`` reads once, when the window is over."""
+        @dataclass
+        class EndOnly:
+            name: str = "kube"
+            order: int = 10
+            timeout_s: float = 10.0
+
+            def snapshot(self, ctx: CollectContext) -> None:
+                ctx.sink.write_json("kube/snapshot.json", {"t": time.time()})
+                ctx.publish("kube_node", ["gpu-07"])
+
+            def end_sampling(self, ctx: CollectContext) -> None:
+                ctx.sink.write_json("kube/end.json", {"t": time.time(), "hint": ctx.hint("kube_node")})
+
+        res = capture([EndOnly(), SamplingCollector("gpu")], duration_s=1.2, interval_s=0.4)
+        s = statuses(res)
+        assert s["kube"]["status"] == "ok"
+        assert s["kube"]["sampling"] == {"ticks": None, "errors": [], "stopped": None, "end_of_window_only": True}
+        b = open_bundle(res.path)
+        start, end = b.read_json("kube/snapshot.json"), b.read_json("kube/end.json")
+        assert end["hint"] == ["gpu-07"] and end["t"] - start["t"] >= 1.2
+        last_tick = [o for _, o in b.iter_jsonl("gpu/samples.jsonl")][-1]["t"]
+        assert end["t"] >= last_tick - 0.2  # at the end of the window, with the samplers' last tick
 
     def test_collectors_that_failed_their_snapshot_are_not_sampled(self, capture: Capture) -> None:
         class Broken(SamplingCollector):

@@ -78,7 +78,8 @@ class TestFullCapture:
         # the index names every container, the restarted one's previous id too
         assert server["container_id"] in index["container_ids"]
         assert server["last_container_id"] in index["container_ids"]
-        assert staged.ctx.published == {}  # no later collector reads pod uids or container ids
+        # no later collector reads pod uids or container ids; the node name is for the end-of-window read
+        assert staged.ctx.published == {"kube_node": [NODE]}
 
     def test_events_of_node_and_its_pods_within_window(self, tmp_path, kube_api):
         api, kubeconfig = kube_api
@@ -334,3 +335,46 @@ def test_objects_can_be_replaced_between_captures(tmp_path, kube_api):
     assert staged.json("kubernetes/events.json")["items"] == []
     with pytest.raises(TypeError):
         api.set_objects(configmaps=[])
+
+
+class TestEndOfWindow:
+    """``end_sampling``: the Node read again at the end of the window, redacted as the first read."""
+
+    def test_the_node_read_again_after_allocatable_changed(self, tmp_path, clean_kube_env):
+        state = gpu_node_scenario()
+        node = next(n for n in state.nodes if n["metadata"]["name"] == NODE)
+        node["metadata"]["labels"]["vault.io/agent-token"] = "nd-tok-6c1f0a9e"
+        with KubeAPIServer(state) as api:
+            kubeconfig = write_kubeconfig(tmp_path / "kc", api.url)
+            collector = KubernetesCollector(call_timeout_s=2.0)
+            staged = run(tmp_path, kubeconfig, collector)
+            assert staged.ctx.published == {"kube_node": [NODE]}
+            node["status"]["allocatable"]["nvidia.com/gpu"] = "6"  # the plugin marks a GPU unhealthy
+            (tmp_path / "end").mkdir()
+            end = make_ctx(tmp_path / "end", kubeconfig=str(kubeconfig), node_name=NODE)
+            end.ctx.redactor = staged.ctx.redactor  # one capture, one redaction key
+            end.ctx.hints.update(staged.ctx.published)
+            collector.end_sampling(end.ctx)
+        assert end.ctx.partial_reasons == []
+        first, again = staged.json("kubernetes/node.json"), end.json("kubernetes/node-end.json")
+        assert (first["status"]["allocatable"]["nvidia.com/gpu"], again["status"]["allocatable"]["nvidia.com/gpu"]) == ("7", "6")
+        assert again["metadata"]["labels"]["vault.io/agent-token"] == first["metadata"]["labels"]["vault.io/agent-token"]
+        assert b"nd-tok-6c1f0a9e" not in (end.root / "kubernetes/node-end.json").read_bytes()
+        (call,) = end.json("kubernetes/requests-end.json")["requests"]
+        assert (call["path"], call["outcome"]) == (f"/api/v1/nodes/{NODE}", "ok") and call["received_unix"] > 0
+
+    def test_no_node_read_at_the_start_no_second_read(self, tmp_path, clean_kube_env):
+        with KubeAPIServer(gpu_node_scenario()) as api:
+            end = make_ctx(tmp_path, kubeconfig=str(write_kubeconfig(tmp_path / "kc", api.url)), node_name=NODE)
+            KubernetesCollector(call_timeout_s=2.0).end_sampling(end.ctx)
+            assert api.requests == []
+        assert end.members() == set()
+
+    def test_a_failed_second_read_is_partial(self, tmp_path, clean_kube_env):
+        with KubeAPIServer(gpu_node_scenario(), forbidden={"nodes"}) as api:
+            end = make_ctx(tmp_path, kubeconfig=str(write_kubeconfig(tmp_path / "kc", api.url)), node_name=NODE)
+            end.ctx.hints["kube_node"] = [NODE]
+            KubernetesCollector(call_timeout_s=2.0).end_sampling(end.ctx)
+        assert end.members() == {"kubernetes/requests-end.json"}
+        (reason,) = end.ctx.partial_reasons
+        assert reason.startswith("end of window: node not read again:") and "403" in reason

@@ -69,6 +69,29 @@ def test_list_and_allocatable_written(tmp_path, sock):
     assert "5 pods, 6 device ids assigned" in staged.ctx.notes
 
 
+def test_allocatable_read_again_at_the_end_of_the_window(tmp_path, sock):
+    from tests.support.podresources_server import allocatable_response
+
+    with server(sock) as pr:
+        collect(tmp_path, sock)
+        pr.allocatable_response = allocatable_response([gpu_uuid(i) for i in range(7) if i != 5])  # GPU 5 unhealthy
+        (tmp_path / "end").mkdir()
+        end = make_ctx(tmp_path / "end", extra={"podresources.socket": str(sock)})
+        PodResourcesCollector(call_timeout_s=0.5).end_sampling(end.ctx)
+    assert end.members() == {"kubernetes/podresources/allocatable-end.json"} and end.ctx.partial_reasons == []
+    ids = [i for d in end.json("kubernetes/podresources/allocatable-end.json")["devices"] for i in d["device_ids"]]
+    assert ids == [gpu_uuid(i) for i in range(7) if i != 5]
+
+
+def test_a_failed_end_of_window_read_is_partial(tmp_path, sock):
+    with server(sock, "old-kubelet"):
+        end = make_ctx(tmp_path, extra={"podresources.socket": str(sock)})
+        PodResourcesCollector(call_timeout_s=0.5).end_sampling(end.ctx)
+    assert end.members() == set()
+    (reason,) = end.ctx.partial_reasons
+    assert reason.startswith("end of window: GetAllocatableResources unimplemented")
+
+
 def test_absent_socket_is_unavailable(tmp_path, sock):
     with pytest.raises(SourceUnavailable, match="no kubelet pod-resources socket"):
         collect(tmp_path, sock)

@@ -47,7 +47,8 @@ def full_scenario() -> Scenario:
                  attrs={"nvlink_crc_flit_1": 7, "nvlink_state_0": 0})
         .add_retired_page(gpu=0, cause=1, address=0x2F5A000, timestamp=1764460000)
         .add_retired_page(gpu=0, cause=0, address=0x1000, timestamp=1764450000)
-        .add_gpu(uuid="GPU-99999999-1111-2222-3333-444444444444", pci_bus_id="00000000:BE:00.0", mig=True)
+        .add_gpu(uuid="GPU-99999999-1111-2222-3333-444444444444", pci_bus_id="00000000:BE:00.0", mig=True,
+                 minor_number=3)
         .add_mig(gpu=1, slot=0, gpu_instance_id=1, compute_instance_id=0,
                  uuid="MIG-aaaaaaaa-1111-2222-3333-444444444444", memory_total_bytes=10 * GiB)
         .add_mig(gpu=1, slot=3, gpu_instance_id=5, compute_instance_id=0,
@@ -88,6 +89,8 @@ class TestEveryFieldDecoded:
         assert (pci["busId"], pci["busIdLegacy"], pci["domain"], pci["bus"], pci["device"]) == (
             "00000000:3B:00.0", "0000:3B:00.0", 0, 0x3B, 0)
         assert pci["pciDeviceId"] == 0x233010DE
+        # N of /dev/nvidiaN: the driver's numbering, not NVML's index
+        assert [value(g, "nvmlDeviceGetMinorNumber") for g in doc["devices"]] == [0, 3]
 
     def test_every_read_answered_and_decoded(self, sim_lib: Path, tmp_path: Path) -> None:
         _ctx, m = snapshot(full_scenario(), tmp_path, sim_lib)
