@@ -50,6 +50,16 @@ DURATION_S = 12
 FAULT_AT_S = 6.0
 
 
+def _wait_for_staged(out: Path, member: str, timeout_s: float = 60.0) -> None:
+    """Until the capture writing into ``out`` has staged ``member`` (its staging directory is
+    ``out/.gpuforensics-staging-*``)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(out.glob(f".gpuforensics-staging-*/{member}")):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{member} was not staged within {timeout_s} s")
+        time.sleep(0.05)
+
+
 def _scenario(pid: int, degraded: bool) -> Scenario:
     """The two GPUs; ``degraded``: the scenario from the swap on (times relative to it)."""
     sc = Scenario()
@@ -103,8 +113,12 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
         kubelet: list[PodResourcesServer] = []
 
         def swap(_method: str, path: str, _query: dict[str, str]) -> None:
-            # the pods are listed after the Node, and after the nvml snapshot (collector order)
+            # the pods are listed after the Node; the snapshot's collectors run side by side, so
+            # on a loaded machine the nvml child may not have read the scenario yet: this request
+            # waits until its first member is staged (the sampling child, which reads the swapped
+            # scenario, starts only once this collector is done)
             if path == "/api/v1/pods" and not swapped:
+                _wait_for_staged(out, "nvml/devices.json")
                 _scenario(pid, degraded=True).write(scenario_file)
                 # the device plugin marks GPU 1 unhealthy: seen by the end-of-window reads
                 node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
