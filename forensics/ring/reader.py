@@ -105,12 +105,15 @@ class RingReader:
                         continue
                     todo.append(seg)
                 retry = False
-                loads = [pool.submit(self._load, todo[0])] if todo else []
+                loads: list[Future[Any] | None] = [pool.submit(self._load, todo[0])] if todo else []
                 for k, seg in enumerate(todo):
                     if k + 1 < len(todo):
                         loads.append(pool.submit(self._load, todo[k + 1]))
+                    # the future is dropped once read: it holds the whole inflated segment, and
+                    # a fold of a long window must hold one segment at a time, not all of them
+                    loaded, loads[k] = loads[k], None
                     try:
-                        lines, sha = self._segment_lines(seg, loads[k])
+                        lines, sha = self._segment_lines(seg, loaded)
                     except FileNotFoundError:
                         retry = True
                         continue
@@ -124,8 +127,22 @@ class RingReader:
                          since: float | None, until: float | None, members: tuple[str, ...],
                          keep_writes: bool) -> Iterator[RingRecord]:
         run = str(lines[0][1].get("run", ""))
-        first = last = None
         decoders: dict[str, DeltaDecoder] = {}
+        marks: list[int] = []  # the first and the last line handed out
+        try:
+            yield from self._window_records(seg, lines, run, since, until, members, keep_writes, decoders, marks)
+        finally:  # also when the consumer stops early (a cap, a deadline): its records have provenance
+            if marks:
+                self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
+                                             "sha256_of": "file" if seg.sealed else "lines read",
+                                             "run": run, "lines": [marks[0], marks[-1]]})
+
+    def _window_records(self, seg: SegmentInfo, lines: list[tuple[int, dict[str, Any]]], run: str,
+                        since: float | None, until: float | None, members: tuple[str, ...],
+                        keep_writes: bool, decoders: dict[str, DeltaDecoder],
+                        marks: list[int]) -> Iterator[RingRecord]:
+        """The segment's records in the window; ``marks`` gets the line number of each one handed
+        out (before it is, so a consumer that stops after taking it still has it on record)."""
         for no, rec in lines[1:]:
             t = float(rec["t"])
             member, op, data = rec["member"], rec["op"], rec["data"]
@@ -142,14 +159,12 @@ class RingReader:
             if (until is not None and t > until) or (since is not None and t < since and not (
                     keep_writes and op == "write")):
                 continue
-            first = no if first is None else first
-            last = no
+            if marks:
+                marks[1:] = [no]
+            else:
+                marks.append(no)
             yield RingRecord(t, float(rec["mono"]), member, str(op), data.encode("utf-8", "surrogateescape"),
                              run, seg.name, no)
-        if first is not None:
-            self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
-                                         "sha256_of": "file" if seg.sealed else "lines read",
-                                         "run": run, "lines": [first, last]})
 
     def writer(self) -> dict[str, Any] | None:
         """writer.json, with ``alive`` (the lock is held) and ``pid_alive``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def workload() -> Iterator[int]:
 def run_check(sim_lib: Path, tmp_path: Path, sc: Scenario, pid: int) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, NVMLSIM_SCENARIO=str(sc.write(tmp_path / "sc.tsv")),
                DEVICE_CHECK_NVML_LIBRARY=str(sim_lib), DEVICE_CHECK_WORKLOAD_PID=str(pid),
-               DEVICE_CHECK_DURATION="2", DEVICE_CHECK_OUT=str(tmp_path / "out"))
+               DEVICE_CHECK_DURATION="2", DEVICE_CHECK_OUT=str(tmp_path / "out"),
+               PYTHON=sys.executable)  # the interpreter running the tests, not whatever python3 PATH finds
     return subprocess.run(["bash", str(ROOT / "scripts" / "device-check")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 

@@ -196,3 +196,48 @@ def test_the_fold_stops_short_of_the_evidence_cap_and_says_where(tmp_path: Path)
     assert prov["left_out_from"]["t"] == pytest.approx(t0 + kept * 0.1, abs=1e-3)
     assert prov["members"]["nvml/samples.jsonl"]["records"] == kept
     assert any("evidence size cap" in r for r in ctx.partial_reasons), ctx.partial_reasons
+
+
+def test_a_reader_stopped_early_still_gives_the_provenance_of_what_it_handed_out(tmp_path: Path) -> None:
+    """A fold that stops at a cap or a deadline has taken records from the segment it stopped in:
+    that segment is in the provenance, with the lines handed out."""
+    w = RingWriter(tmp_path / "r", max_bytes=64 << 20, segment_bytes=1 << 20).open()
+    t = time.time() - 100
+    for i in range(3):
+        w.append([(t + i + j / 10, float(i), "x/samples.jsonl", "append", b"line %d %d\n" % (i, j))
+                  for j in range(5)])
+        w.rotate()
+    w.close()
+    reader = RingReader(tmp_path / "r")
+    taken = []
+    for rec in reader.records():
+        taken.append(rec)
+        if len(taken) == 8:
+            break
+    named = {s["segment"]: s["lines"] for s in reader.report.segments}
+    assert {rec.segment for rec in taken} == set(named), named
+    last = taken[-1]
+    assert named[last.segment] == [min(r.line for r in taken if r.segment == last.segment), last.line]
+
+
+def test_a_reader_holds_one_inflated_segment_at_a_time(tmp_path: Path) -> None:
+    """Reading a long ring must not keep every segment it read (its read-ahead futures did)."""
+    import tracemalloc
+
+    w = RingWriter(tmp_path / "r", max_bytes=256 << 20, segment_bytes=1 << 20).open()
+    t = time.time() - 100
+    rng = random.Random(7)
+    for i in range(30):  # 30 segments of ~1.2 MB that gzip cannot shrink much
+        w.append([(t + i, float(i), "x/samples.jsonl", "append",
+                   rng.randbytes(200_000).hex().encode() + b"\n") for _ in range(3)])
+        w.rotate()
+    w.close()
+    reader = RingReader(tmp_path / "r")
+    tracemalloc.start()
+    try:
+        read = sum(len(rec.data) for rec in reader.records())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert read > 30 * 1_000_000 and len(reader.report.segments) == 30
+    assert peak < read / 4, (peak, read)  # a few segments at most, not the whole ring
