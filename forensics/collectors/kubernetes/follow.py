@@ -278,6 +278,12 @@ class KubeEventFollower:
                 if stop.wait(_BACKOFF_S[min(attempt - 1, len(_BACKOFF_S) - 1)]):
                     return
                 attempt += 1
+            except Exception as exc:  # noqa: BLE001 - anything else must not end this scope unseen
+                version = None  # (its thread stays in the plan, so it would never be started again)
+                self._lost(f"events of {scope}: {type(exc).__name__}: {exc}", time.time())
+                if stop.wait(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)]):
+                    return
+                attempt += 1
 
     def _keep(self, ctx: CollectContext, ev: Any, listed: bool, retry: bool = True) -> None:
         """Write ``ev`` once when it is about this node or its pods (a pod event of a pod not yet
@@ -292,8 +298,8 @@ class KubeEventFollower:
             try:
                 ours = bool(select_events([ev], self.node, self.pod_uids, None))
                 when = event_time(ev)
-            except ParseError:
-                return
+            except (ParseError, TypeError, ValueError, AttributeError):  # an Event no API server
+                return  # would send (a list for a uid): skipped, never the end of this scope's thread
             if not ours:
                 involved = ev.get("involvedObject")
                 if retry and isinstance(involved, dict) and involved.get("kind") == "Pod":

@@ -378,3 +378,17 @@ class TestEndOfWindow:
         assert end.members() == {"kubernetes/requests-end.json"}
         (reason,) = end.ctx.partial_reasons
         assert reason.startswith("end of window: node not read again:") and "403" in reason
+
+
+def test_the_recorders_event_follower_skips_an_event_no_api_server_would_send() -> None:
+    """A pod Event whose involvedObject.uid is a list made select_events raise TypeError, which
+    ended that namespace's follower thread for good (its thread stays in the plan)."""
+    from forensics.collectors.kubernetes.follow import KubeEventFollower
+
+    follower = KubeEventFollower()
+    follower.node, follower.pod_uids = "gpu-1", {"pod-uid-1"}
+    hostile = {"metadata": {"uid": "ev-1", "resourceVersion": "5"}, "reason": "OOMKilling",
+               "involvedObject": {"kind": "Pod", "uid": ["pod-uid-1"], "name": "p", "namespace": "ml"},
+               "source": {"host": "gpu-1"}, "lastTimestamp": "2026-12-01T00:00:00Z"}
+    follower._keep(None, hostile, listed=False)  # type: ignore[arg-type]  # skipped: no ctx needed
+    assert ("ev-1", "5") not in follower.seen
