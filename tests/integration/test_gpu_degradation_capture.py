@@ -125,7 +125,9 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
                 kubelet[0].allocatable_response = allocatable_response([UUIDS[0]])
                 swapped.append(time.time())
 
-        env = {**subprocess_env(scenario_file, sim_lib), **docker_engine.env()}
+        # the scenario on top of the engine's environment: in-process tests activate() theirs in
+        # os.environ, which docker_engine.env() copies (it overrode this one after them in the suite)
+        env = subprocess_env(scenario_file, sim_lib, base=docker_engine.env())
         for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "NODE_NAME"):
             env.pop(var, None)
         env["HOME"] = str(tmp_path)
