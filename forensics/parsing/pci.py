@@ -33,9 +33,9 @@ def normalize_pci_bus_id(text: str) -> str:
     found = _PCI.fullmatch(text.strip())
     if not found:
         raise ParseError(f"PCI bus id: {text[:40]!r}")
+    # a domain above ffff is real: Linux numbers the domains behind an Intel VMD from 10000, and
+    # NVML writes them in its 8 digits (00010000:3B:00.0 is the kernel's 10000:3b:00.0)
     domain = int(found.group(1) or "0", 16)
-    if domain > 0xFFFF:
-        raise ParseError(f"PCI domain out of range: {text[:40]!r}")
     return (f"{domain:04x}:{int(found.group(2), 16):02x}:{int(found.group(3), 16):02x}."
             f"{int(found.group(4) or '0')}")
 

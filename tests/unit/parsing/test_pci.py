@@ -34,7 +34,13 @@ def test_the_nvml_and_kernel_forms_of_one_gpu_share_a_key_and_other_gpus_do_not(
     assert pci_bus_key("0000:3b:00.1") != pci_bus_key(kernel)  # another function
 
 
-@pytest.mark.parametrize("bad", ["", "GPU-1234", "3b", "0000:3b:00.8", "100000000:3b:00.0", "00010000:3b:00.0",
+def test_a_gpu_behind_an_intel_vmd_joins_across_forms() -> None:
+    """Linux numbers VMD domains from 10000 (five digits); NVML writes them in its eight."""
+    assert normalize_pci_bus_id("00010000:3B:00.0") == normalize_pci_bus_id("PCI:10000:3b:00") == "10000:3b:00.0"
+    assert pci_bus_key("00010000:3B:00.0") != pci_bus_key("0000:3b:00.0")
+
+
+@pytest.mark.parametrize("bad", ["", "GPU-1234", "3b", "0000:3b:00.8", "100000000:3b:00.0",
                                  "0000:3b:00.0.0", "0000:3b:000.0"])
 def test_anything_else_is_a_parse_error_and_joins_only_by_its_own_text(bad: str) -> None:
     with pytest.raises(ParseError):
