@@ -68,7 +68,8 @@ def select_events(
         if kind == "Node":
             ours = involved.get("name") == node_name
         elif kind == "Pod":
-            ours = involved.get("uid") in pod_uids or (host is not None and host == node_name)
+            uid = involved.get("uid")  # not a string (no API server sends one): matches no pod
+            ours = (isinstance(uid, str) and uid in pod_uids) or (host is not None and host == node_name)
         else:
             ours = False
         if not ours:

@@ -298,8 +298,8 @@ class KubeEventFollower:
             try:
                 ours = bool(select_events([ev], self.node, self.pod_uids, None))
                 when = event_time(ev)
-            except (ParseError, TypeError, ValueError, AttributeError):  # an Event no API server
-                return  # would send (a list for a uid): skipped, never the end of this scope's thread
+            except ParseError:
+                return
             if not ours:
                 involved = ev.get("involvedObject")
                 if retry and isinstance(involved, dict) and involved.get("kind") == "Pod":

@@ -380,15 +380,16 @@ class TestEndOfWindow:
         assert reason.startswith("end of window: node not read again:") and "403" in reason
 
 
-def test_the_recorders_event_follower_skips_an_event_no_api_server_would_send() -> None:
-    """A pod Event whose involvedObject.uid is a list made select_events raise TypeError, which
-    ended that namespace's follower thread for good (its thread stays in the plan)."""
-    from forensics.collectors.kubernetes.follow import KubeEventFollower
+def test_an_event_whose_pod_uid_is_not_text_matches_no_pod() -> None:
+    """A pod Event whose involvedObject.uid is a list made select_events raise TypeError (in the
+    recorder that ended a namespace's follower thread for good): it matches no pod, and its host
+    still counts."""
+    from forensics.collectors.kubernetes.events import select_events
 
-    follower = KubeEventFollower()
-    follower.node, follower.pod_uids = "gpu-1", {"pod-uid-1"}
-    hostile = {"metadata": {"uid": "ev-1", "resourceVersion": "5"}, "reason": "OOMKilling",
-               "involvedObject": {"kind": "Pod", "uid": ["pod-uid-1"], "name": "p", "namespace": "ml"},
-               "source": {"host": "gpu-1"}, "lastTimestamp": "2026-12-01T00:00:00Z"}
-    follower._keep(None, hostile, listed=False)  # type: ignore[arg-type]  # skipped: no ctx needed
-    assert ("ev-1", "5") not in follower.seen
+    def event(host: str) -> dict:
+        return {"metadata": {"uid": "ev-1", "resourceVersion": "5"}, "reason": "OOMKilling",
+                "involvedObject": {"kind": "Pod", "uid": ["pod-uid-1"], "name": "p", "namespace": "ml"},
+                "source": {"host": host}, "lastTimestamp": "2026-12-01T00:00:00Z"}
+
+    assert select_events([event("other-node")], "gpu-1", {"pod-uid-1"}, None) == []
+    assert select_events([event("gpu-1")], "gpu-1", {"pod-uid-1"}, None) == [event("gpu-1")]
