@@ -72,6 +72,15 @@ class SegmentInfo:
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
 
+    def count(self, t: float, mono: float) -> None:
+        """One more record at wall time ``t``, monotonic ``mono`` (in the order written)."""
+        self.records += 1
+        self.min_t = t if self.min_t is None else min(self.min_t, t)
+        self.max_t = t if self.max_t is None else max(self.max_t, t)
+        if self.first_mono is None:
+            self.first_mono = mono
+        self.last_mono = mono
+
 
 
 def parse_record_line(line: bytes) -> dict[str, Any] | None:
@@ -117,13 +126,7 @@ def info_from_lines(name: str, seq: int, lines: list[tuple[int, dict[str, Any]]]
         info.run = str(head.get("run", ""))
         info.boot_id = head.get("boot_id") if isinstance(head.get("boot_id"), str) else None
     for _, rec in lines[1:]:
-        t, mono = float(rec["t"]), float(rec["mono"])
-        info.records += 1
-        info.min_t = t if info.min_t is None else min(info.min_t, t)
-        info.max_t = t if info.max_t is None else max(info.max_t, t)
-        if info.first_mono is None:
-            info.first_mono = mono
-        info.last_mono = mono
+        info.count(float(rec["t"]), float(rec["mono"]))
     return info
 
 

@@ -275,12 +275,7 @@ class RingWriter:
         self._size += len(blob)
         info = self._active
         for t, mono, _ in lines:
-            info.records += 1
-            info.min_t = t if info.min_t is None else min(info.min_t, t)
-            info.max_t = t if info.max_t is None else max(info.max_t, t)
-            if info.first_mono is None:
-                info.first_mono = mono
-            info.last_mono = mono
+            info.count(t, mono)
         return len(blob)
 
     def rotate(self) -> None:
