@@ -30,7 +30,7 @@ from tests.support import nvmlsim  # noqa: E402
 from tests.support.record_support import start_recorder  # noqa: E402
 
 CG_ROOT = Path("/sys/fs/cgroup")
-CG = CG_ROOT / "gfbench.slice"  # cgroup v2
+CG = CG_ROOT / f"gfbench{os.getpid()}.slice"  # cgroup v2; per run, so two benches never share cgroups
 V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")  # cgroup v1: /<controller>/docker/<id>, Docker's layout
 TCK = os.sysconf("SC_CLK_TCK")
 
@@ -97,7 +97,7 @@ def cpu_rss(pids: list[int]) -> tuple[float, int]:
 
 
 def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Path]) -> None:
-    """``n`` real container-like cgroups (v2 ``gfbench.slice/docker-<id>.scope``, else v1
+    """``n`` real container-like cgroups (v2 ``gfbench<pid>.slice/docker-<id>.scope``, else v1
     ``<controller>/docker/<id>``), each holding one sleeping process; every directory made is
     appended to ``made`` (parents first). A plain directory on a tmpfs is not a cgroup: refuse to pretend."""
     v2 = (CG_ROOT / "cgroup.controllers").exists()
@@ -112,7 +112,8 @@ def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Pat
         p = subprocess.Popen(["sleep", "3600"])
         sleepers.append(p)
         for parent in parents:
-            d = parent / (f"docker-{i:064x}.scope" if v2 else f"{i:064x}")
+            cid = f"{os.getpid():08x}{i:056x}"  # Docker-shaped 64-hex id, unique to this run
+            d = parent / (f"docker-{cid}.scope" if v2 else cid)
             d.mkdir(exist_ok=True)
             made.append(d)
             (d / "cgroup.procs").write_text(str(p.pid))
