@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from forensics.errors import ParseError
 from forensics.parsing.logsignals.line import Signal, SignalBase, cut_text, to_int
+from forensics.parsing.pci import normalize_pci_bus_id
 
 __all__ = ["TRIGGER_WORDS", "NcclAbort", "NcclCommInit", "NcclError", "NcclProgress", "NcclTimeout", "NcclWarn",
            "nccl_bus_id", "parse_nccl"]
@@ -112,8 +114,12 @@ def nccl_bus_id(value: str) -> str | None:
     ``0000:9b:00.0``; None when not hex."""
     if not value or len(value) > 16 or not re.fullmatch(r"[0-9a-fA-F]+", value):
         return None
-    s = value.lower().zfill(9)
-    return f"{s[:-5][-8:].zfill(4)}:{s[-5:-3]}:{s[-3:-1]}.{s[-1]}"
+    s = value.zfill(6)  # the domain is what stands before bus (2), device (2) and function (1)
+    domain = s[:-5].lstrip("0") or "0"
+    try:  # the one PCI form of the bundle (forensics.parsing.pci), so a rank's GPU joins its NVML GPU
+        return normalize_pci_bus_id(f"{domain}:{s[-5:-3]}:{s[-3:-1]}.{s[-1]}")
+    except ParseError:  # a function digit above 7, a domain over 8 digits: no PCI address
+        return None
 
 
 _STRERROR = {os.strerror(n): n for n in range(1, 134)}

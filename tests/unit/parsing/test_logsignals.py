@@ -259,6 +259,10 @@ class TestPrefixesAndTime:
         assert nccl_bus_id("9b000") == "0000:9b:00.0"
         assert nccl_bus_id("11a000") == "0001:1a:00.0"
         assert nccl_bus_id("zz") is None
+        # the same GPU however NCCL pads it, and a VMD domain above ffff as the kernel and NVML name it
+        assert nccl_bus_id("00000000009b000") == "0000:9b:00.0"
+        assert nccl_bus_id("100003b000") == "10000:3b:00.0"
+        assert nccl_bus_id("9b00f") is None  # function 15: no PCI address
 
     def test_sizes(self) -> None:
         assert size_bytes("0 bytes") == 0 and size_bytes("1024.00 KiB") == 1 << 20
