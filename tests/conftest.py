@@ -16,3 +16,20 @@ def out_dir(tmp_path):
     d = tmp_path / "out"
     d.mkdir()
     return d
+
+
+
+def _scenario_kept():
+    before = os.environ.get("NVMLSIM_SCENARIO")
+    yield
+    if before is None:
+        os.environ.pop("NVMLSIM_SCENARIO", None)
+    else:
+        os.environ["NVMLSIM_SCENARIO"] = before
+
+
+# ``nvmlsim.activate()`` points this process's simulated NVML at a scenario through
+# ``$NVMLSIM_SCENARIO``; whoever set it (a test, or a module's fixture) must not hand it on (a later
+# test that copied ``os.environ`` into a child's environment read another test's GPUs).
+_nvmlsim_scenario_kept_per_test = pytest.fixture(autouse=True)(_scenario_kept)
+_nvmlsim_scenario_kept_per_module = pytest.fixture(autouse=True, scope="module")(_scenario_kept)
