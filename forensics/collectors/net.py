@@ -11,9 +11,10 @@ per container network namespace (``/proc/<pid>/ns/net``, one process per namespa
 
 Members: every file verbatim under ``net/`` (see :mod:`forensics.specs.net`), the derived
 ``net/index.json`` (parsed values, link rates, which container each namespace belongs to), and,
-when sampling, ``net/samples.jsonl``: one line per tick with the counters read that tick (each
-changed namespace's ``net/dev`` as the kernel wrote it) and,
-beside them, the rates derived from the previous tick (``rates``). See docs/bundle-format/net.md.
+when sampling, ``net/samples.jsonl``: one line per tick with what moved since the last, as the
+kernel wrote it (each changed ``/proc/net/dev`` line, ``operstate``, namespace ``net/dev``; see
+:mod:`forensics.collectors.net_tick`), and, beside it, the rates derived from the previous tick
+(``rates``). See docs/bundle-format/net.md.
 """
 
 from __future__ import annotations
