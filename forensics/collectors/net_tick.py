@@ -67,8 +67,10 @@ def _counter(raw: bytes) -> int | None:
     return int(value) if value.isdigit() and len(value) <= 40 else None  # bytes.isdigit: ASCII only
 
 
-def _per_s(now: int, then: int | None, dt: float, scale: int = 1) -> float | None:
-    return round((now - then) * scale / dt, 1) if then is not None and now >= then else None
+def _per_s(now: int, then: int | None, dt: float, scale: int = 1) -> int | None:
+    """A counter's rate in whole units a second (an int: a byte a second is finer than any link
+    cares about, and encodes in half the time of a float); None over a reset."""
+    return round((now - then) * scale / dt) if then is not None and now >= then else None
 
 
 class TickReader:
@@ -193,10 +195,10 @@ class TickReader:
             last_bytes[iface] = (rx, tx)
             if dt > 0 and then is not None:
                 r: dict[str, float] = {}
-                for name, now, before in (("rx_bytes_per_s", rx, then[0]), ("tx_bytes_per_s", tx, then[1])):
-                    value = _per_s(now, before, dt)
-                    if value is not None:
-                        r[name] = value
+                if rx >= then[0]:
+                    r["rx_bytes_per_s"] = round((rx - then[0]) / dt)
+                if tx >= then[1]:
+                    r["tx_bytes_per_s"] = round((tx - then[1]) / dt)
                 speed = speeds.get(iface)
                 if r and isinstance(speed, int):
                     r["utilisation"] = round(max(r.get("rx_bytes_per_s", 0), r.get("tx_bytes_per_s", 0)) * 8
@@ -317,15 +319,15 @@ class TickReader:
             netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id,
                                     "dev": data.decode("utf-8", "replace")}
             if dt > 0 and then is not None:
-                moved: dict[str, dict[str, float]] = {}
+                moved: dict[str, dict[str, int]] = {}
                 for iface, (rx, tx) in now.items():
                     before = then.get(iface)
-                    r: dict[str, float] = {}
+                    r: dict[str, int] = {}
                     if before is not None:
-                        for name, a, b in (("rx_bytes_per_s", rx, before[0]), ("tx_bytes_per_s", tx, before[1])):
-                            value = _per_s(a, b, dt)
-                            if value is not None:
-                                r[name] = value
+                        if rx >= before[0]:
+                            r["rx_bytes_per_s"] = round((rx - before[0]) / dt)
+                        if tx >= before[1]:
+                            r["tx_bytes_per_s"] = round((tx - before[1]) / dt)
                     moved[iface] = r
                 rates[str(ns.inode)] = moved
         line["netns"] = netns
