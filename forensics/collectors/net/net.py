@@ -13,7 +13,7 @@ Members: every file verbatim under ``net/`` (see :mod:`forensics.specs.net`), th
 ``net/index.json`` (parsed values, link rates, which container each namespace belongs to), and,
 when sampling, ``net/samples.jsonl``: one line per tick with what moved since the last, as the
 kernel wrote it (each changed ``/proc/net/dev`` line, ``operstate``, namespace ``net/dev``; see
-:mod:`forensics.collectors.net_tick`), and, beside it, the rates derived from the previous tick
+:mod:`forensics.collectors.net.tick`), and, beside it, the rates derived from the previous tick
 (``rates``). See docs/bundle-format/net.md.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.files import describe_os_error, read_small
 from forensics.collectors.hostfs.proc import pid_dirs
-from forensics.collectors.net_tick import TICK_IB_COUNTERS, Namespace, Plan, Port, TickReader
+from forensics.collectors.net.tick import TICK_IB_COUNTERS, Namespace, Plan, Port, TickReader
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing import netstat
 from forensics.parsing.attribution import attribute_proc_cgroup
@@ -226,7 +226,7 @@ class NetCollector:
     # -- sampling ----------------------------------------------------------------------------
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """One tick: one line of ``net/samples.jsonl``
-        (:class:`forensics.collectors.net_tick.TickReader`: what is read, what is written)."""
+        (:class:`forensics.collectors.net.tick.TickReader`: what is read, what is written)."""
         s = self._settings(ctx)
         if self._tick is None:
             if self._plan is None:

@@ -26,7 +26,7 @@ from typing import Any
 from forensics.capture.context import Tick
 from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.netns import NamespaceFiles
-from forensics.collectors.net_links import LinkWatch
+from forensics.collectors.net.links import LinkWatch
 from forensics.errors import ParseError
 from forensics.parsing import netstat
 
@@ -136,7 +136,7 @@ class TickReader:
     # -- node interfaces ---------------------------------------------------------------------
     def _links(self, line: dict[str, Any], errors: dict[str, str]) -> None:
         """Each interface's operstate, written when it changed (the first tick: all), with its speed;
-        with a :class:`~forensics.collectors.net_links.LinkWatch`, read only where the kernel
+        with a :class:`~forensics.collectors.net.links.LinkWatch`, read only where the kernel
         announced a change of that link since the last tick."""
         links: dict[str, Any] = {}
         read, last = self._files.read, self._oper_last
