@@ -13,13 +13,15 @@ Written only when it changed, each as the kernel wrote it: a ``/proc/net/dev`` l
 by interface: an interface absent from a line read the same as when last written; one gone from
 the file is named in ``net_dev_gone``), an interface's ``operstate`` (``links``, with its ``speed``
 read again when the state moved: a link renegotiates when it comes back), a namespace's whole
-``net/dev`` (``netns``; one that read the same is named in ``netns_unchanged``). On a node with a
+``net/dev`` (``netns``; one that read the same is named in ``netns_unchanged``); an interface's
+``statistics/*`` (``statistics``) the tick its fault counters in ``/proc/net/dev`` moved. On a node with a
 veth per container, an idle container's veth costs one pread and one comparison a tick, and no
 bytes in the line.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +64,13 @@ class Plan:
     speeds: dict[str, int | None] = field(default_factory=dict)  # Mb/s
 
 
+def _faults(line: bytes) -> list[bytes]:
+    """A /proc/net/dev line's fault counters: rx errs, drop, fifo, frame; tx errs, drop, fifo,
+    colls, carrier (the fields between the byte and packet counts and the compressed/multicast ones)."""
+    fields = line.partition(b":")[2].split()
+    return fields[2:6] + fields[10:15]
+
+
 def _counter(raw: bytes) -> int | None:
     value = raw.strip()
     return int(value) if value.isdigit() and len(value) <= 40 else None  # bytes.isdigit: ASCII only
@@ -87,6 +96,8 @@ class TickReader:
         self._nic_lines: dict[bytes, bytes] = {}
         self._nic_bytes: dict[str, tuple[int, int]] = {}
         self._opers = [(iface, f"{sysfs_root}/class/net/{iface}/operstate") for iface in plan.interfaces]
+        self._opers_by_name = dict(self._opers)
+        self._stat_names: dict[str, list[str]] = {}  # each interface's statistics/ files, once listed
         self._oper_last: dict[str, bytes] = {}  # each interface's operstate as last written
         # opened before the first tick reads every operstate: no change after that read goes unannounced
         self._watch = LinkWatch.open(sysfs_root, plan.interfaces) if plan.interfaces else None
@@ -172,6 +183,7 @@ class TickReader:
             self._nic_lines, self._nic_bytes = {}, {}
             return
         changed: dict[str, str] = {}
+        faulted: list[str] = []
         lines: dict[bytes, bytes] = {}
         previous, last_bytes, speeds = self._nic_lines, self._nic_bytes, self._speeds
         for number, raw in enumerate(data.split(b"\n"), 1):
@@ -191,6 +203,9 @@ class TickReader:
             iface, rx, tx = counts
             lines[key] = raw
             changed[iface] = raw.decode("utf-8", "replace")
+            was = previous.get(key)
+            if was is not None and _faults(was) != _faults(raw):
+                faulted.append(iface)
             then = last_bytes.get(iface)
             last_bytes[iface] = (rx, tx)
             if dt > 0 and then is not None:
@@ -211,6 +226,34 @@ class TickReader:
         line["net_dev"] = changed
         if gone:
             line["net_dev_gone"] = gone
+        if faulted:
+            self._statistics(line, faulted, errors)
+
+    def _statistics(self, line: dict[str, Any], faulted: list[str], errors: dict[str, str]) -> None:
+        """The detail of an interface whose error, drop, fifo, frame, collision or carrier counts
+        moved this tick: every file of its ``statistics/`` as the kernel wrote it (``rx_crc_errors``,
+        ``rx_missed_errors``, ``tx_aborted_errors``...: what the aggregate of /proc/net/dev sums)."""
+        details: dict[str, dict[str, str]] = {}
+        for iface in faulted:
+            if iface not in self._opers_by_name:
+                continue  # not one of class/net's (read at discovery): no statistics directory known
+            base = f"{self.sysfs_root}/class/net/{iface}/statistics"
+            names = self._stat_names.get(iface)
+            if names is None:
+                try:
+                    names = self._stat_names[iface] = sorted(n for n in os.listdir(base) if n.isprintable()
+                                                             and "/" not in n and not n.startswith("."))
+                except OSError as error:
+                    errors[base] = describe_os_error(error)
+                    continue
+            files: dict[str, str] = {}
+            for name in names:
+                raw = self._read(f"{base}/{name}", errors)
+                if raw is not None:
+                    files[name] = raw.decode("utf-8", "replace")
+            details[iface] = files
+        if details:
+            line["statistics"] = details
 
     # -- InfiniBand ports ----------------------------------------------------------------------
     def _ports(self, rates: dict[str, Any], dt: float, errors: dict[str, str]) -> dict[str, Any]:

@@ -122,6 +122,9 @@ def test_ticks_carry_counters_and_the_rates_beside_them(tmp_path: Path) -> None:
     assert second["net_dev"] == {"eth0": eth0} and netstat.net_dev_line(eth0.encode()) == ("eth0", 100 + 6_250_000_000, 200)
     assert netstat.parse_net_dev(NET_DEV.format(lo=5, rx=1, tx=1, err=2))["eth0"]["rx_errors"] == 2 and " 2 3 " in eth0
     assert first["links"]["eth0"] == {"operstate": "up", "speed_mbps": 25000} and second["links"] == {}
+    # rx errs moved in the aggregate: the interface's statistics/ read that tick, verbatim
+    assert "statistics" not in first
+    assert second["statistics"] == {"eth0": {"rx_bytes": "7\n", "rx_errors": "7\n", "tx_bytes": "7\n"}}
     assert rates["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1_562_500_000.0
     assert rates["disks"]["sda"]["read_bytes_per_s"] > 0
 
@@ -222,6 +225,7 @@ def test_an_unchanged_namespace_is_named_not_repeated_and_its_rate_spans_the_idl
     assert busy["netns"]["4026532577"]["dev"] == (proc / "4242/net/dev").read_text()
     assert netstat.parse_net_dev(busy["netns"]["4026532577"]["dev"])["eth0"]["rx_bytes"] == 1050
     assert "netns_unchanged" not in busy
+    assert list(busy["net_dev"]) == ["eth0"] and "statistics" not in busy  # bytes moved, no fault counter
     # against the counters last written (tick 0, the same at tick 1), over the last interval
     assert busy["rates"]["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1000.0
 
