@@ -216,7 +216,9 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
                 child.kill()
             for child in children:
                 child.wait()
-            subprocess.run(["umount", str(mnt)], check=False)
+            # lazily: detached now even if a descriptor is still open, so the temporary directory's
+            # removal never walks into sysfs (the mount namespace goes with this process anyway)
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def main() -> None:
