@@ -167,10 +167,10 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
                                 for i, c in enumerate(children))
                 subprocess.run(["ip", "-batch", "-"], input=batch.encode(), check=True)
             for child in children:
-                while os.readlink(f"/proc/{child.pid}/exe").endswith("/sh"):
+                while not os.readlink(f"/proc/{child.pid}/exe").endswith("/sleep"):
                     if time.monotonic() > deadline or child.poll() is not None:
                         raise SystemExit("namespaces not ready after 120 s")
-                    time.sleep(0.01)  # the namespace is not set up yet (sh has not exec'd sleep)
+                    time.sleep(0.01)  # the namespace is not set up yet (unshare, then sh, has not exec'd sleep)
                 fd = os.open(f"/proc/{child.pid}/ns/net", os.O_RDONLY)
                 try:
                     _enter(fd)
