@@ -19,7 +19,7 @@ import re
 
 from forensics.errors import ParseError
 
-__all__ = ["IB_DATA_WORD_BYTES", "NET_DEV_FIELDS", "net_dev_bytes", "parse_diskstats", "parse_ib_rate",
+__all__ = ["IB_DATA_WORD_BYTES", "NET_DEV_FIELDS", "net_dev_bytes", "net_dev_line", "parse_diskstats", "parse_ib_rate",
            "parse_ib_state", "parse_net_dev", "parse_speed_mbps"]
 
 NET_DEV_FIELDS = ("rx_bytes", "rx_packets", "rx_errors", "rx_dropped", "rx_fifo_errors", "rx_frame_errors",
@@ -65,21 +65,41 @@ def parse_net_dev(text: str, what: str = "/proc/net/dev") -> dict[str, dict[str,
     return out
 
 
-def net_dev_bytes(text: str, what: str = "/proc/net/dev") -> dict[str, dict[str, int]]:
-    """``/proc/net/dev`` checked as :func:`parse_net_dev` checks it, giving only ``{iface: {rx_bytes,
-    tx_bytes}}`` (what a rate needs; no dict of sixteen counters per interface)."""
+def net_dev_line(line: bytes, what: str = "/proc/net/dev") -> tuple[str, int, int] | None:
+    """One line of ``/proc/net/dev`` as read (bytes, no newline): ``(iface, rx_bytes, tx_bytes)``,
+    or None for a header line (one with ``|``) or an empty one; checked as :func:`parse_net_dev`
+    checks a line (sixteen ASCII counters, none longer than 40 digits). Raises ParseError."""
+    if not line or b"|" in line:
+        return None
+    name, sep, rest = line.partition(b":")
+    fields = rest.split()
+    # bytes.isdigit: ASCII digits only; a kernel line's counters (u64: 20 digits at most) fit in 400
+    if not sep or len(fields) != len(NET_DEV_FIELDS) or not name.strip() or not b"".join(fields).isdigit() \
+            or (len(rest) > 400 and max(map(len, fields)) > 40):
+        raise ParseError(f"{what}: expected 'iface: {len(NET_DEV_FIELDS)} counters': {line[:80]!r}")
+    return name.strip().decode("utf-8", "replace"), int(fields[0]), int(fields[8])
+
+
+def net_dev_bytes(text: str | bytes, what: str = "/proc/net/dev") -> dict[str, dict[str, int]]:
+    """``/proc/net/dev`` (text, or the bytes as read) checked as :func:`parse_net_dev` checks it,
+    giving only ``{iface: {rx_bytes, tx_bytes}}`` (what a rate needs; no dict of sixteen counters
+    per interface)."""
+    if isinstance(text, str):
+        data = text.encode("utf-8", "surrogateescape")
+    elif isinstance(text, bytes):
+        data = text
+    else:
+        raise ParseError(f"{what}: expected text, got {type(text).__name__}")
     out: dict[str, dict[str, int]] = {}
-    for number, line in enumerate(_lines(text, what), 1):
-        if number <= 2 and "|" in line:
-            continue  # the two header lines
-        name, sep, rest = line.partition(":")
-        fields = rest.split()
-        digits = "".join(fields)
-        if not sep or "|" in line or len(fields) != len(NET_DEV_FIELDS) or not name.strip() \
-                or not digits.isdigit() or not digits.isascii() or max(map(len, fields)) > 40:
-            return {i: {"rx_bytes": c["rx_bytes"], "tx_bytes": c["tx_bytes"]}  # raises, saying what is wrong
-                    for i, c in parse_net_dev(text, what).items()}
-        out[name.strip()] = {"rx_bytes": int(fields[0]), "tx_bytes": int(fields[8])}
+    lines = data.split(b"\n")
+    if len(lines) > _MAX_LINES:
+        raise ParseError(f"{what}: more than {_MAX_LINES} lines")
+    for number, line in enumerate(lines, 1):
+        if number > 2 and b"|" in line:
+            raise ParseError(f"{what} line {number}: expected 'iface: counters': {line[:80]!r}")
+        counts = net_dev_line(line, f"{what} line {number}")
+        if counts is not None:
+            out[counts[0]] = {"rx_bytes": counts[1], "tx_bytes": counts[2]}
     return out
 
 

@@ -47,7 +47,7 @@ class NetSettings:
 
 
 SPEC = SourceSpec(
-    name="net", order=37, collector="forensics.collectors.net", settings=NetSettings,
+    name="net", order=37, collector="forensics.collectors.net.net", settings=NetSettings,
     absence=Absence("no network or disk counters: link saturation and link errors cannot be assessed",
                     (Excuse(frozenset({None}), "the bundle predates the net source"),)),
     reads=(PIDS,),

@@ -31,7 +31,7 @@ from forensics.collectors.cgroups import COLLECTOR as CGROUPS
 from forensics.collectors.docker.docker import COLLECTOR as DOCKER
 from forensics.collectors.net import COLLECTOR as NET
 from forensics.parsing.docker_stats import blkio_bytes
-from forensics.parsing.netstat import parse_net_dev
+from forensics.parsing.netstat import net_dev_line, parse_net_dev
 from tests.support.docker_engine import BUSYBOX_IMAGE, DockerEngine
 from tests.support.kube_exec import wait_for
 
@@ -240,13 +240,22 @@ def test_veth_traffic_is_the_containers_and_a_flap_is_a_network_error(docker_eng
         (ns,) = [n for n in index["namespaces"] if n["container_id"] == cid]
         assert peer_if in ns["interfaces"], ns
         lines = [rec for _, rec in bundle.iter_jsonl("net/samples.jsonl")]
-        states = [rec["interfaces"][host_if]["operstate"] for rec in lines]
+        # each line writes a state when it moved (links) and a /proc/net/dev line when it moved (net_dev)
+        states: list[str | None] = []
+        received_by_tick: list[int | None] = []
+        for rec in lines:
+            moved = rec["links"].get(host_if)
+            states.append(moved["operstate"] if moved is not None else states[-1] if states else None)
+            line = rec["net_dev"].get(host_if)
+            counts = net_dev_line(line.encode()) if line is not None else None
+            received_by_tick.append(counts[1] if counts else received_by_tick[-1] if received_by_tick else None)
         assert "down" in states and states[0] == "up" and states[-1] == "up", states
+        assert 3 <= sum(1 for rec in lines if host_if in rec["links"]) < len(lines), lines  # written when it moved
         # before the flap: the container's own counters moved, and what it sent the host end received
         up = lines[:states.index("down")]
         inode = str(ns["inode"])
-        mine = [(rec["interfaces"][host_if]["rx_bytes"], parse_net_dev(rec["netns"][inode]["dev"])[peer_if]["tx_bytes"])
-                for rec in up if inode in rec["netns"]]
+        mine = [(received_by_tick[i], parse_net_dev(rec["netns"][inode]["dev"])[peer_if]["tx_bytes"])
+                for i, rec in enumerate(up) if inode in rec["netns"]]
         assert len(mine) >= 2, up
         received, sent = mine[-1][0] - mine[0][0], mine[-1][1] - mine[0][1]
         assert sent >= 1 << 20 and abs(received - sent) <= 0.1 * sent, mine

@@ -1,5 +1,8 @@
 """Network and InfiniBand counters: ``net/samples.jsonl`` (net collector, one line per tick), into :class:`~forensics.analysis.samples.NetSample` series:
-each node interface (``/proc/net/dev`` with its ``speed`` and ``operstate``), each InfiniBand
+each node interface (``/proc/net/dev`` with its ``speed`` and ``operstate``: the kernel's line of
+each interface that changed in ``net_dev``, the others as last written, those gone from the file
+named in ``net_dev_gone``, and the state and speed of ``links`` as last written; or, as bundles
+before it wrote, parsed in ``interfaces``), each InfiniBand
 port (``counters/*``, data counters times 4 as bytes, ``rate`` and ``state``) and each container
 network namespace (``/proc/<pid>/net/dev``, the kernel's text in ``dev``, or parsed in
 ``interfaces`` as bundles before it wrote; interfaces other than ``lo`` summed; a namespace the
@@ -22,6 +25,8 @@ __all__ = ["LOADER", "load_net"]
 
 NIC_COUNTERS = ("rx_bytes", "tx_bytes", "rx_errors", "tx_errors", "rx_dropped", "tx_dropped",
                 "rx_fifo_errors", "rx_frame_errors", "tx_carrier_errors")
+# the two header lines of /proc/net/dev (a line of net_dev is parsed as the file's only interface)
+_NET_DEV_HEAD = "Inter-|\n face |\n"
 IB_COUNTERS = ("port_xmit_wait", "symbol_error", "link_downed", "port_rcv_errors", "port_xmit_discards",
                "link_error_recovery")
 
@@ -73,8 +78,49 @@ def _table(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+class _Nics:
+    """The node interfaces as last written (``net_dev`` lines, ``links`` states and speeds)."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, tuple[dict[str, int], Any]] = {}  # iface -> counters, the ref of their line
+        self.links: dict[str, tuple[str | None, float | None]] = {}  # iface -> operstate, link bytes/s
+
+
+def _nic_lines(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any, nics: _Nics) -> None:
+    """A line written with ``net_dev`` (one line of ``/proc/net/dev`` per interface that changed)."""
+    lines, links = rec.get("net_dev"), _table(rec.get("links"))
+    for iface, values in links.items():
+        if isinstance(values, dict):
+            state = values.get("operstate")
+            nics.links[iface] = (state if isinstance(state, str) else None, _speed(values.get("speed_mbps")))
+    if not isinstance(lines, dict):  # /proc/net/dev not read this tick: nothing known of its interfaces
+        nics.counters = {}
+        return
+    gone = rec.get("net_dev_gone")
+    for iface in gone if isinstance(gone, list) else []:
+        nics.counters.pop(str(iface), None)
+    for iface, text in lines.items():
+        if isinstance(text, str):
+            try:
+                parsed = parse_net_dev(_NET_DEV_HEAD + text, "net_dev").get(iface)
+            except ParseError:
+                parsed = None
+            if parsed is None:
+                nics.counters.pop(iface, None)
+            else:
+                nics.counters[iface] = (_ints(parsed, NIC_COUNTERS), ref(("net_dev", iface)))
+    for iface, (counters, written) in nics.counters.items():
+        state, speed = nics.links.get(iface, (None, None))
+        where = written  # an interface whose line read the same: the line that last wrote it
+        if iface in links:
+            where = ref(("net_dev", iface), ("links", iface)) if iface in lines else ref(("links", iface))
+        model.net_samples.append(NetSample(node, "nic", iface, t, counters, speed, state, None, where))
+
+
 def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
-              last: dict[str, tuple[dict[str, int], str | None]]) -> None:
+              last: dict[str, tuple[dict[str, int], str | None]], nics: _Nics) -> None:
+    if "net_dev" in rec or "links" in rec:
+        _nic_lines(model, node, t, rec, ref, nics)
     for iface, values in _table(rec.get("interfaces")).items():
         if isinstance(values, dict):
             state = values.get("operstate")
@@ -107,12 +153,14 @@ def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
 def load_net(src: Source, model: Model, node: str) -> None:
     sampled = False
     last: dict[str, tuple[dict[str, int], str | None]] = {}
+    nics = _Nics()
     for no, rec, raw in src.jsonl(net_spec.SAMPLES):
         t = as_float(rec.get("t"))
         if t is None:
             continue
         sampled = True
-        _add_line(model, node, t, rec, lambda path, no=no, raw=raw: src.ref(net_spec.SAMPLES, no, raw, path), last)
+        _add_line(model, node, t, rec, lambda *paths, no=no, raw=raw: src.ref(net_spec.SAMPLES, no, raw, *paths), last,
+                  nics)
     if sampled:  # the snapshot alone holds counters since boot: nothing can be seen rising
         model.node(node).members_used.setdefault("net", net_spec.SAMPLES)
 

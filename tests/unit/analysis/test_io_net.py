@@ -3,10 +3,14 @@ not (and is ruled out), and hostile counters that must neither crash nor fire.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from forensics.analysis import build_model
+from forensics.parsing.netstat import NET_DEV_FIELDS
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
 
@@ -100,15 +104,52 @@ def _ib(xmit_words: int, wait: int = 0, *, state: str = "ACTIVE", **counters: in
             "link_downed": 0, "port_rcv_errors": 0, **counters, "state": state, "rate_bytes_per_s": 25e9}
 
 
+_FORM = ["interfaces"]
+
+
+@pytest.fixture(params=["interfaces", "net_dev"])
+def net_form(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each network case twice: node interfaces written parsed (``interfaces``, bundles before
+    ``net_dev``) and as the collector writes them now (each changed ``/proc/net/dev`` line verbatim
+    in ``net_dev``, each changed state in ``links``): the same findings from both."""
+    _FORM[0] = request.param
+    yield request.param
+    _FORM[0] = "interfaces"
+
+
+def _as_net_dev(interfaces: dict[str, dict[str, Any]], lines: dict[str, str],
+                states: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The lines and states that changed since the last tick, as the collector writes them."""
+    changed, links = {}, {}
+    for iface, values in interfaces.items():
+        line = f"{iface:>6}: " + " ".join(str(values.get(f, 0)) for f in NET_DEV_FIELDS)
+        if lines.get(iface) != line:
+            changed[iface] = lines[iface] = line
+        state = {"operstate": values.get("operstate"), "speed_mbps": values.get("speed_mbps")}
+        if states.get(iface) != state:
+            links[iface] = states[iface] = state
+    return changed, links
+
+
 def _net(seconds: int, nic: Any, ib: Any = None, netns: Any = None, b: BundleSpec | None = None) -> BundleSpec:
     b = b if b is not None else BundleSpec()
     b.status["net"] = "ok"
+    lines: dict[str, str] = {}
+    states: dict[str, Any] = {}
     for s in range(seconds):
-        b.net_tick(T0 + s, interfaces={"eth0": nic(s), "lo": _nic(100 * s, 100 * s, speed=None, state="unknown")},
-                   ib={"mlx5_0/1": ib(s)} if ib else None, netns=netns(s) if netns else None)
+        interfaces = {"eth0": nic(s), "lo": _nic(100 * s, 100 * s, speed=None, state="unknown")}
+        if _FORM[0] == "interfaces":
+            b.net_tick(T0 + s, interfaces=interfaces, ib={"mlx5_0/1": ib(s)} if ib else None,
+                       netns=netns(s) if netns else None)
+            continue
+        changed, links = _as_net_dev(interfaces, lines, states)
+        b.add_jsonl("net/samples.jsonl", {"t": T0 + s, "tick": s, "net_dev": changed, "links": links,
+                                          "ib": {"mlx5_0/1": ib(s)} if ib else {}, "disks": {},
+                                          "netns": netns(s) if netns else {}, "rates": {}})
     return b
 
 
+@pytest.mark.usefixtures("net_form")
 class TestNetworkSaturation:
     def test_nic_at_link_rate_names_the_container_that_sent(self, analyze: Analyze) -> None:
         link = 10_000 * MB // 8  # 10 Gb/s in bytes/s
@@ -149,6 +190,7 @@ class TestNetworkSaturation:
         assert "network-saturation" not in kinds(doc)
 
 
+@pytest.mark.usefixtures("net_form")
 class TestNetworkErrors:
     def test_ib_link_down_and_symbol_errors_are_high(self, analyze: Analyze) -> None:
         doc = analyze(_net(6, lambda s: _nic(s, s), ib=lambda s: _ib(s, link_downed=1 if s >= 3 else 0,

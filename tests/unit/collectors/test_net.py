@@ -117,7 +117,14 @@ def test_ticks_carry_counters_and_the_rates_beside_them(tmp_path: Path) -> None:
     assert rates["ib"]["mlx5_0/1"]["utilisation"] == 0.02
     assert rates["interfaces"]["eth0"]["rx_bytes_per_s"] == 3_125_000_000.0
     assert rates["interfaces"]["eth0"]["utilisation"] == 1.0  # 25 Gb/s link, 25 Gb/s received
-    assert second["interfaces"]["eth0"]["rx_errors"] == 2
+    # the interface's line of /proc/net/dev as the kernel wrote it: the rising error counter with it
+    eth0 = next(x for x in (proc / "net/dev").read_text().splitlines() if x.strip().startswith("eth0:"))
+    assert second["net_dev"] == {"eth0": eth0} and netstat.net_dev_line(eth0.encode()) == ("eth0", 100 + 6_250_000_000, 200)
+    assert netstat.parse_net_dev(NET_DEV.format(lo=5, rx=1, tx=1, err=2))["eth0"]["rx_errors"] == 2 and " 2 3 " in eth0
+    assert first["links"]["eth0"] == {"operstate": "up", "speed_mbps": 25000} and second["links"] == {}
+    # rx errs moved in the aggregate: the interface's statistics/ read that tick, verbatim
+    assert "statistics" not in first
+    assert second["statistics"] == {"eth0": {"rx_bytes": "7\n", "rx_errors": "7\n", "tx_bytes": "7\n"}}
     assert rates["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1_562_500_000.0
     assert rates["disks"]["sda"]["read_bytes_per_s"] > 0
 
@@ -218,6 +225,7 @@ def test_an_unchanged_namespace_is_named_not_repeated_and_its_rate_spans_the_idl
     assert busy["netns"]["4026532577"]["dev"] == (proc / "4242/net/dev").read_text()
     assert netstat.parse_net_dev(busy["netns"]["4026532577"]["dev"])["eth0"]["rx_bytes"] == 1050
     assert "netns_unchanged" not in busy
+    assert list(busy["net_dev"]) == ["eth0"] and "statistics" not in busy  # bytes moved, no fault counter
     # against the counters last written (tick 0, the same at tick 1), over the last interval
     assert busy["rates"]["netns"]["4026532577"]["eth0"]["rx_bytes_per_s"] == 1000.0
 
@@ -304,3 +312,145 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
         child.kill()
         child.wait()
         files.close()
+
+
+def test_an_interface_is_written_when_its_line_or_its_state_moves(tmp_path: Path) -> None:
+    """On a laid-out tree (no link notifications for it: every operstate read every tick), an idle
+    interface costs nothing in the line; a line that moved is written verbatim, a state that moved
+    is written with its speed read again, and an interface gone from /proc/net/dev is named."""
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"pids": [4242]})
+    collector = NetCollector(str(sys), str(proc))
+    t = time.time()
+    collector.sample(ctx, Tick(0, t))
+    collector.sample(ctx, Tick(1, t + 1.0))  # nothing moved
+    (sys / "class/net/eth0/operstate").write_text("down\n")
+    (sys / "class/net/eth0/speed").write_text("10000\n")
+    collector.sample(ctx, Tick(2, t + 2.0))
+    (sys / "class/net/eth0/operstate").write_text("up\n")
+    _proc(tmp_path, rx=1100, err=1)
+    collector.sample(ctx, Tick(3, t + 3.0))
+    (proc / "net/dev").write_text("".join(f"{x}\n" for x in NET_DEV.format(lo=5, rx=1, tx=1, err=0).splitlines()[:3]))
+    collector.sample(ctx, Tick(4, t + 4.0))
+    collector.end_sampling(ctx)
+    first, idle, down, back, gone = read_jsonl(stage, "net/samples.jsonl")
+    assert set(first["net_dev"]) == {"lo", "eth0"} and first["links"]["eth0"]["operstate"] == "up"
+    assert idle["net_dev"] == {} and idle["links"] == {} and "net_dev_gone" not in idle
+    assert idle["rates"]["interfaces"] == {}  # nothing moved: no rate written
+    assert down["links"] == {"eth0": {"operstate": "down", "speed_mbps": 10000}} and down["net_dev"] == {}
+    assert back["links"] == {"eth0": {"operstate": "up", "speed_mbps": 10000}}
+    assert list(back["net_dev"]) == ["eth0"] and netstat.parse_net_dev(
+        NET_DEV.splitlines()[0] + "\n" + NET_DEV.splitlines()[1] + "\n" + back["net_dev"]["eth0"])["eth0"]["rx_errors"] == 1
+    assert back["rates"]["interfaces"]["eth0"]["rx_bytes_per_s"] == 1000.0  # against tick 0's, over the last second
+    assert gone["net_dev_gone"] == ["eth0"] and gone["net_dev"] == {}
+
+
+def test_an_unreadable_proc_net_dev_is_said_and_every_line_written_again(tmp_path: Path) -> None:
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage)
+    collector = NetCollector(str(sys), str(proc))
+    t = time.time()
+    text = (proc / "net/dev").read_text()
+    (proc / "net/dev").unlink()
+    collector.sample(ctx, Tick(0, t))
+    (proc / "net/dev").write_text(text)
+    collector.sample(ctx, Tick(1, t + 1.0))
+    (proc / "net/dev").write_text(text.replace("eth0:", "eth0 ", 1))
+    collector.sample(ctx, Tick(2, t + 2.0))
+    (proc / "net/dev").write_text(text)
+    collector.sample(ctx, Tick(3, t + 3.0))
+    collector.end_sampling(ctx)
+    missing, first, garbled, again = read_jsonl(stage, "net/samples.jsonl")
+    assert "net_dev" not in missing and "absent" in missing["errors"][f"{proc}/net/dev"]
+    assert set(first["net_dev"]) == {"lo", "eth0"}
+    # lo read as before; eth0's line does not parse: said, and not taken for its counters
+    assert garbled["net_dev"] == {} and garbled["net_dev_gone"] == ["eth0"]
+    assert "parse error" in garbled["errors"][f"{proc}/net/dev"]
+    assert list(again["net_dev"]) == ["eth0"] and "errors" not in again
+
+
+_WATCHED = r"""
+import json, os, subprocess, sys, time
+from forensics.capture.context import Tick
+from forensics.collectors.net import NetCollector
+from tests.support.host_evidence import make_context, read_jsonl
+from pathlib import Path
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+subprocess.run(["mount", "-t", "sysfs", "sysfs", "/sys"], check=True)  # this namespace's (this mount namespace only)
+ip("link", "set", "lo", "up")
+for i in range(3):
+    ip("link", "add", f"gfh{i}", "type", "veth", "peer", "name", f"gfc{i}")
+    ip("link", "set", f"gfh{i}", "up")
+    ip("link", "set", f"gfc{i}", "up")
+stage = Path(sys.argv[1])
+ctx = make_context(stage)
+collector = NetCollector()
+reads = []
+t = time.time()
+def tick(i):
+    reader = collector._tick
+    if reader is None:
+        collector.sample(ctx, Tick(i, t + i))
+        reads.append(None)
+        return
+    files, seen = reader._files, []
+    original = files.read
+    files.read = lambda path: (seen.append(path), original(path))[1]
+    try:
+        collector.sample(ctx, Tick(i, t + i))
+    finally:
+        files.read = original
+    reads.append(sorted(p.split("/")[-2] for p in seen if p.endswith("/operstate")))
+tick(0)
+tick(1)                                   # nothing moved
+ip("link", "set", "gfc1", "down")         # the peer down: gfh1 says lowerlayerdown
+time.sleep(0.2)
+tick(2)
+ip("link", "set", "gfc1", "up")
+time.sleep(0.2)
+tick(3)
+ip("link", "del", "gfh2")                 # both ends gone
+time.sleep(0.2)
+tick(4)
+tick(5)
+watch = collector._tick._watch is not None
+collector.end_sampling(ctx)
+print(json.dumps({"watch": watch, "reads": reads, "lines": read_jsonl(stage, "net/samples.jsonl")}))
+"""
+
+
+def test_link_notifications_say_which_operstate_to_read_on_real_veths(tmp_path: Path) -> None:
+    """Real veth pairs in a private network namespace (``unshare -n -m``, its own sysfs mounted on
+    /sys in its own mount namespace: nothing of this host's network is touched), sampled with the
+    collector's defaults: every operstate is read on the first tick; afterwards only the links the
+    kernel announced are read, and a state that moved is written the tick after it moved."""
+    import json
+    import shutil
+    import subprocess
+    import sys as system
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare(1) and ip(8)")
+    root = str(Path(__file__).resolve().parents[3])
+    done = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", system.executable, "-c", _WATCHED,
+                           str(tmp_path / "stage")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["watch"] is True
+    reads, lines = out["reads"], out["lines"]
+    assert reads[1] == [] and lines[1]["links"] == {}  # nothing announced, nothing read or written
+    assert "gfh1" in reads[2] and "gfh0" not in reads[2]
+    assert lines[2]["links"]["gfh1"]["operstate"] == "lowerlayerdown" and lines[2]["links"]["gfc1"]["operstate"] == "down"
+    assert "gfh0" not in lines[2]["links"]
+    assert lines[3]["links"]["gfh1"]["operstate"] == "up" and lines[3]["links"]["gfc1"]["operstate"] == "up"
+    # the pair deleted: announced, read, found absent, said once; its lines gone from /proc/net/dev
+    assert lines[4]["links"]["gfh2"]["operstate"] is None and lines[4]["links"]["gfc2"]["operstate"] is None
+    assert any("gfh2/operstate" in path for path in lines[4]["errors"])
+    assert sorted(lines[4]["net_dev_gone"]) == ["gfc2", "gfh2"]
+    assert reads[5] == [] and "errors" not in lines[5]

@@ -1,0 +1,378 @@
+"""The net collector's sampling tick: what is read on every tick, what one ``net/samples.jsonl``
+line holds, and the rates beside it (docs/bundle-format/net.md).
+
+Read every tick, each through a descriptor kept open (one ``pread``): ``/proc/net/dev`` (every
+interface's sixteen counters, errors and drops included: the same kernel counters as
+``statistics/*``), ``/proc/diskstats``, each interface's ``operstate``, each InfiniBand port's
+``state`` and :data:`TICK_IB_COUNTERS` (sysfs has no aggregate of a port's error counters, so each
+is read: a rising ``symbol_error`` or ``link_downed`` is seen the tick it rises), and each
+container network namespace's ``net/dev``
+(:class:`forensics.collectors.hostfs.netns.NamespaceFiles`).
+
+Written only when it changed, each as the kernel wrote it: a ``/proc/net/dev`` line (``net_dev``,
+by interface: an interface absent from a line read the same as when last written; one gone from
+the file is named in ``net_dev_gone``), an interface's ``operstate`` (``links``, with its ``speed``
+read again when the state moved: a link renegotiates when it comes back), a namespace's whole
+``net/dev`` (``netns``; one that read the same is named in ``netns_unchanged``); an interface's
+``statistics/*`` (``statistics``) the tick its fault counters in ``/proc/net/dev`` moved. On a node with a
+veth per container, an idle container's veth costs one pread and one comparison a tick, and no
+bytes in the line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.capture.context import Tick
+from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
+from forensics.collectors.hostfs.netns import NamespaceFiles
+from forensics.collectors.net.links import LinkWatch
+from forensics.errors import ParseError
+from forensics.parsing import netstat
+
+__all__ = ["TICK_IB_COUNTERS", "Namespace", "Plan", "Port", "TickReader"]
+
+# read on every tick (the others once, in the snapshot)
+TICK_IB_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_wait", "symbol_error", "link_downed",
+                    "port_rcv_errors", "port_xmit_discards", "link_error_recovery")
+_DISK_RATES = {"read_bytes": "read_bytes_per_s", "write_bytes": "write_bytes_per_s"}
+
+
+@dataclass
+class Port:
+    device: str
+    port: str
+    directory: str
+    rate_bytes_per_s: float | None = None
+
+
+@dataclass
+class Namespace:
+    inode: int
+    pid: int
+    container_id: str | None
+    cgroup: str | None
+
+
+@dataclass
+class Plan:
+    interfaces: list[str] = field(default_factory=list)
+    ports: list[Port] = field(default_factory=list)
+    namespaces: list[Namespace] = field(default_factory=list)
+    speeds: dict[str, int | None] = field(default_factory=dict)  # Mb/s
+
+
+def _faults(line: bytes) -> list[bytes]:
+    """A /proc/net/dev line's fault counters: rx errs, drop, fifo, frame; tx errs, drop, fifo,
+    colls, carrier (the fields between the byte and packet counts and the compressed/multicast ones)."""
+    fields = line.partition(b":")[2].split()
+    return fields[2:6] + fields[10:15]
+
+
+def _counter(raw: bytes) -> int | None:
+    value = raw.strip()
+    return int(value) if value.isdigit() and len(value) <= 40 else None  # bytes.isdigit: ASCII only
+
+
+def _per_s(now: int, then: int | None, dt: float, scale: int = 1) -> int | None:
+    """A counter's rate in whole units a second (an int: a byte a second is finer than any link
+    cares about, and encodes in half the time of a float); None over a reset."""
+    return round((now - then) * scale / dt) if then is not None and now >= then else None
+
+
+class TickReader:
+    """The state one sampling run keeps between ticks: kept descriptors, what was last written."""
+
+    def __init__(self, plan: Plan, sysfs_root: str, proc_root: str) -> None:
+        self.plan = plan
+        self.sysfs_root = sysfs_root
+        self.proc_root = proc_root
+        self._files = KeptFiles(1 << 20)
+        self._netns_files = NamespaceFiles(proc_root)
+        self._t: float | None = None  # the previous tick's time
+        # /proc/net/dev: each interface's line as last read, and its (rx, tx) bytes then
+        self._nic_lines: dict[bytes, bytes] = {}
+        self._nic_bytes: dict[str, tuple[int, int]] = {}
+        self._opers = [(iface, f"{sysfs_root}/class/net/{iface}/operstate") for iface in plan.interfaces]
+        self._opers_by_name = dict(self._opers)
+        self._stat_names: dict[str, list[str]] = {}  # each interface's statistics/ files, once listed
+        self._oper_last: dict[str, bytes] = {}  # each interface's operstate as last written
+        # opened before the first tick reads every operstate: no change after that read goes unannounced
+        self._watch = LinkWatch.open(sysfs_root, plan.interfaces) if plan.interfaces else None
+        self._speeds = dict(plan.speeds)
+        self._ib = [(f"{p.device}/{p.port}", p, [(n, f"{p.directory}/counters/{n}") for n in TICK_IB_COUNTERS],
+                     f"{p.directory}/state") for p in plan.ports]
+        self._ib_last: dict[str, dict[str, Any]] = {}
+        self._disk_lines: dict[bytes, tuple[str, dict[str, int | str]]] = {}
+        self._disks_last: dict[str, dict[str, Any]] = {}
+        # each namespace's net/dev as last written (one that reads the same is not repeated in the line)
+        self._netns_bytes: dict[int, bytes] = {}
+        # and its bytes counters then, per interface (its rates are taken against them)
+        self._netns_last: dict[int, dict[str, tuple[int, int]]] = {}
+
+    def close(self) -> None:
+        """Close the descriptors kept open across ticks."""
+        self._files.close()
+        self._netns_files.close()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def tick(self, tick: Tick) -> dict[str, Any]:
+        """One tick's line (rates since the previous tick beside the counters)."""
+        errors: dict[str, str] = {}
+        line: dict[str, Any] = {"t": tick.time_unix, "tick": tick.index, "time": tick.time_iso}
+        dt = tick.time_unix - self._t if self._t is not None else 0.0
+        self._t = tick.time_unix
+        rates: dict[str, Any] = {"interval_s": round(dt, 3), "interfaces": {}, "ib": {}, "disks": {}, "netns": {}}
+        self._links(line, errors)
+        self._interfaces(line, rates["interfaces"], dt, errors)
+        line["ib"] = self._ports(rates["ib"], dt, errors)
+        line["disks"] = self._disks(rates["disks"], dt, errors)
+        self._namespaces(line, rates["netns"], dt, errors)
+        line["rates"] = rates if dt > 0 else {}
+        if errors:
+            line["errors"] = errors
+        return line
+
+    def _read(self, path: str, errors: dict[str, str]) -> bytes | None:
+        try:
+            return self._files.read(path)
+        except OSError as error:
+            errors[path] = describe_os_error(error)
+            return None
+
+    # -- node interfaces ---------------------------------------------------------------------
+    def _links(self, line: dict[str, Any], errors: dict[str, str]) -> None:
+        """Each interface's operstate, written when it changed (the first tick: all), with its speed;
+        with a :class:`~forensics.collectors.net.links.LinkWatch`, read only where the kernel
+        announced a change of that link since the last tick."""
+        links: dict[str, Any] = {}
+        read, last = self._files.read, self._oper_last
+        opers = self._opers
+        if self._watch is not None and last:
+            moved = self._watch.moved()
+            if moved is not None:
+                opers = [(iface, path) for iface, path in opers if iface in moved] if moved else []
+        for iface, path in opers:
+            try:
+                raw = read(path)
+            except OSError as error:
+                errors[path] = describe_os_error(error)
+                raw = b""
+            if last.get(iface) == raw:
+                continue
+            if iface in last:  # the state moved: a link that came back may have renegotiated its speed
+                try:
+                    self._speeds[iface] = netstat.parse_speed_mbps(read_small(
+                        f"{self.sysfs_root}/class/net/{iface}/speed").decode("ascii", "replace"))
+                except (OSError, ParseError):
+                    self._speeds[iface] = None  # EINVAL while down or on a virtual link
+            last[iface] = raw
+            links[iface] = {"operstate": raw.decode("utf-8", "replace").strip() or None,
+                            "speed_mbps": self._speeds.get(iface)}
+        line["links"] = links
+
+    def _interfaces(self, line: dict[str, Any], rates: dict[str, Any], dt: float, errors: dict[str, str]) -> None:
+        """``/proc/net/dev``: the lines that changed since the last tick, verbatim, by interface."""
+        path = f"{self.proc_root}/net/dev"
+        data = self._read(path, errors)
+        if data is None:  # nothing known this tick: the next read writes every line again
+            self._nic_lines, self._nic_bytes = {}, {}
+            return
+        changed: dict[str, str] = {}
+        faulted: list[str] = []
+        lines: dict[bytes, bytes] = {}
+        previous, last_bytes, speeds = self._nic_lines, self._nic_bytes, self._speeds
+        for number, raw in enumerate(data.split(b"\n"), 1):
+            key = raw.partition(b":")[0].strip()
+            if previous.get(key) == raw:  # an idle interface: one comparison, nothing parsed or written
+                lines[key] = raw
+                continue
+            try:
+                if number > 2 and b"|" in raw:
+                    raise ParseError(f"{path} line {number}: expected 'iface: counters': {raw[:80]!r}")
+                counts = netstat.net_dev_line(raw, f"{path} line {number}")
+            except ParseError as error:
+                errors[path] = f"parse error: {error}"
+                continue
+            if counts is None:
+                continue
+            iface, rx, tx = counts
+            lines[key] = raw
+            changed[iface] = raw.decode("utf-8", "replace")
+            was = previous.get(key)
+            if was is not None and _faults(was) != _faults(raw):
+                faulted.append(iface)
+            then = last_bytes.get(iface)
+            last_bytes[iface] = (rx, tx)
+            if dt > 0 and then is not None:
+                r: dict[str, float] = {}
+                if rx >= then[0]:
+                    r["rx_bytes_per_s"] = round((rx - then[0]) / dt)
+                if tx >= then[1]:
+                    r["tx_bytes_per_s"] = round((tx - then[1]) / dt)
+                speed = speeds.get(iface)
+                if r and isinstance(speed, int):
+                    r["utilisation"] = round(max(r.get("rx_bytes_per_s", 0), r.get("tx_bytes_per_s", 0)) * 8
+                                             / (speed * 1e6), 4)
+                rates[iface] = r
+        gone = [key.decode("utf-8", "replace") for key in previous if key not in lines]
+        for iface in gone:
+            last_bytes.pop(iface, None)
+        self._nic_lines = lines
+        line["net_dev"] = changed
+        if gone:
+            line["net_dev_gone"] = gone
+        if faulted:
+            self._statistics(line, faulted, errors)
+
+    def _statistics(self, line: dict[str, Any], faulted: list[str], errors: dict[str, str]) -> None:
+        """The detail of an interface whose error, drop, fifo, frame, collision or carrier counts
+        moved this tick: every file of its ``statistics/`` as the kernel wrote it (``rx_crc_errors``,
+        ``rx_missed_errors``, ``tx_aborted_errors``...: what the aggregate of /proc/net/dev sums)."""
+        details: dict[str, dict[str, str]] = {}
+        for iface in faulted:
+            if iface not in self._opers_by_name:
+                continue  # not one of class/net's (read at discovery): no statistics directory known
+            base = f"{self.sysfs_root}/class/net/{iface}/statistics"
+            names = self._stat_names.get(iface)
+            if names is None:
+                try:
+                    names = self._stat_names[iface] = sorted(n for n in os.listdir(base) if n.isprintable()
+                                                             and "/" not in n and not n.startswith("."))
+                except OSError as error:
+                    errors[base] = describe_os_error(error)
+                    continue
+            files: dict[str, str] = {}
+            for name in names:
+                raw = self._read(f"{base}/{name}", errors)
+                if raw is not None:
+                    files[name] = raw.decode("utf-8", "replace")
+            details[iface] = files
+        if details:
+            line["statistics"] = details
+
+    # -- InfiniBand ports ----------------------------------------------------------------------
+    def _ports(self, rates: dict[str, Any], dt: float, errors: dict[str, str]) -> dict[str, Any]:
+        ib: dict[str, Any] = {}
+        read = self._files.read
+        for key, port, counters_at, state_path in self._ib:
+            counters: dict[str, Any] = {}
+            for name, path in counters_at:
+                try:
+                    counters[name] = _counter(read(path))
+                except OSError as error:
+                    errors[path] = describe_os_error(error)
+            state = self._read(state_path, errors)
+            if state is not None:
+                text = state.decode("utf-8", "replace")
+                try:
+                    counters["state"] = netstat.parse_ib_state(text)
+                except ParseError:
+                    counters["state"] = text.strip() or None
+            else:
+                counters["state"] = None
+            counters["rate_bytes_per_s"] = port.rate_bytes_per_s
+            ib[key] = counters
+            then = self._ib_last.get(key)
+            if dt > 0 and then is not None:
+                r: dict[str, float] = {}
+                for name, out, scale in (("port_xmit_data", "xmit_bytes_per_s", netstat.IB_DATA_WORD_BYTES),
+                                         ("port_rcv_data", "rcv_bytes_per_s", netstat.IB_DATA_WORD_BYTES),
+                                         ("port_xmit_wait", "xmit_wait_per_s", 1)):
+                    now, before = counters.get(name), then.get(name)
+                    if isinstance(now, int) and isinstance(before, int):
+                        value = _per_s(now, before, dt, scale)
+                        if value is not None:
+                            r[out] = value
+                link = port.rate_bytes_per_s
+                if r and isinstance(link, float) and link > 0:
+                    r["utilisation"] = round(max(r.get("xmit_bytes_per_s", 0), r.get("rcv_bytes_per_s", 0)) / link, 4)
+                rates[key] = r
+        self._ib_last = ib
+        return ib
+
+    # -- disks ---------------------------------------------------------------------------------
+    def _disks(self, rates: dict[str, Any], dt: float, errors: dict[str, str]) -> dict[str, Any]:
+        """``/proc/diskstats`` parsed (a line that reads as on the last tick is not parsed again)."""
+        path = f"{self.proc_root}/diskstats"
+        data = self._read(path, errors)
+        disks: dict[str, Any] = {}
+        memo: dict[bytes, tuple[str, dict[str, int | str]]] = {}
+        if data is not None:
+            for number, raw in enumerate(data.split(b"\n"), 1):
+                known = self._disk_lines.get(raw)
+                if known is None:
+                    if not raw.strip():
+                        continue
+                    try:
+                        ((name, values),) = netstat.parse_diskstats(raw.decode("utf-8", "replace"),
+                                                                    f"{path} line {number}").items()
+                    except ParseError as error:
+                        errors[path] = f"parse error: {error}"
+                        continue
+                    known = (name, values)
+                memo[raw] = known
+                disks[known[0]] = known[1]
+        self._disk_lines = memo
+        if dt > 0:
+            for disk, now in disks.items():
+                then = self._disks_last.get(disk, {})
+                r: dict[str, float] = {}
+                for counter, name in _DISK_RATES.items():
+                    a, b = then.get(counter), now.get(counter)
+                    if isinstance(a, int) and isinstance(b, int):
+                        value = _per_s(b, a, dt)
+                        if value is not None:
+                            r[name] = value
+                rates[disk] = r
+        self._disks_last = disks
+        return disks
+
+    # -- container network namespaces ----------------------------------------------------------
+    def _namespaces(self, line: dict[str, Any], rates: dict[str, Any], dt: float, errors: dict[str, str]) -> None:
+        netns: dict[str, Any] = {}
+        unchanged: list[int] = []
+        files = self._netns_files
+        files.reap()
+        read, last, idle = files.read, self._netns_bytes, unchanged.append
+        for ns in self.plan.namespaces:
+            try:
+                data = read(ns.pid, ns.inode)
+            except OSError as error:
+                errors[f"{self.proc_root}/{ns.pid}/net/dev"] = describe_os_error(error)
+                last.pop(ns.inode, None)  # not known this tick: no rate against older counters
+                self._netns_last.pop(ns.inode, None)
+                continue
+            if last.get(ns.inode) == data:
+                idle(ns.inode)  # an idle container's file reads the same: named, not repeated
+                continue
+            path = f"{self.proc_root}/{ns.pid}/net/dev"
+            try:
+                now = {i: (c["rx_bytes"], c["tx_bytes"]) for i, c in netstat.net_dev_bytes(data, path).items()}
+            except ParseError as error:
+                errors[path] = f"parse error: {error}"
+                continue
+            then = self._netns_last.get(ns.inode)
+            last[ns.inode], self._netns_last[ns.inode] = data, now
+            # the kernel's own text (the loader parses it): no sixteen counters per interface to encode
+            netns[str(ns.inode)] = {"pid": ns.pid, "container_id": ns.container_id,
+                                    "dev": data.decode("utf-8", "replace")}
+            if dt > 0 and then is not None:
+                moved: dict[str, dict[str, int]] = {}
+                for iface, (rx, tx) in now.items():
+                    before = then.get(iface)
+                    r: dict[str, int] = {}
+                    if before is not None:
+                        if rx >= before[0]:
+                            r["rx_bytes_per_s"] = round((rx - before[0]) / dt)
+                        if tx >= before[1]:
+                            r["tx_bytes_per_s"] = round((tx - before[1]) / dt)
+                    moved[iface] = r
+                rates[str(ns.inode)] = moved
+        line["netns"] = netns
+        if unchanged:
+            line["netns_unchanged"] = unchanged
