@@ -12,7 +12,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
