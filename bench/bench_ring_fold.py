@@ -60,7 +60,9 @@ def capture(code: Path, ring: Path, out: Path, env: dict[str, str], lib: Path, w
     cmd = [sys.executable, "-m", "forensics", "capture", "--since", "1h", "-o", str(out), "--quiet",
            "--nvml-library", str(lib), "--ring", str(ring)] + ([] if with_ring else ["--skip", "ring"])
     t0, cpu0 = time.monotonic(), _children_cpu_s()
-    r = subprocess.run(cmd, env={**env, "PYTHONPATH": str(code)}, capture_output=True, text=True, timeout=600)
+    # cwd: ``python -m`` puts the working directory before PYTHONPATH, so it must be the version's own
+    r = subprocess.run(cmd, env={**env, "PYTHONPATH": str(code)}, cwd=code, capture_output=True, text=True,
+                       timeout=600)
     took, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     if r.returncode != 0:
         raise SystemExit(f"capture failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -71,7 +73,7 @@ def analyze(code: Path, bundle: Path, env: dict[str, str]) -> tuple[float, float
     """``analyze -f json`` of ``bundle`` by the version at ``code``: wall s, CPU s, findings."""
     t0, cpu0 = time.monotonic(), _children_cpu_s()
     r = subprocess.run([sys.executable, "-m", "forensics", "analyze", "-f", "json", str(bundle)],
-                       env={**env, "PYTHONPATH": str(code)}, capture_output=True, timeout=1200)
+                       env={**env, "PYTHONPATH": str(code)}, cwd=code, capture_output=True, timeout=1200)
     took, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     if r.returncode not in (0, 1):
         raise SystemExit(f"analyze failed ({r.returncode}): {r.stderr[-2000:]!r}")

@@ -120,6 +120,7 @@ class RingFold:
         # for provenance.json, and the fold says from when records are left out
         room = ctx.sink.max_bytes - ctx.sink.bytes_written - _RESERVE_BYTES
         done: set[str] = set()
+        gone: set[str] = set()
         for _attempt in range(3):
             retry = False
             for seg in reader.segments():
@@ -134,6 +135,7 @@ class RingFold:
                     data = (root / seg.name).read_bytes()
                 except FileNotFoundError:
                     retry = True
+                    gone.add(seg.name)
                     continue
                 except OSError as exc:
                     raise RingError(f"cannot read {root / seg.name}: {exc.strerror or exc}") from None
@@ -166,7 +168,9 @@ class RingFold:
                                 f"({_iso(seg.max_t)})")
                     return None
             if not retry:
-                break
+                return None
+        problems.extend(f"{name}: listed but gone each time it was read (removed meanwhile): left out"
+                        for name in sorted(gone) if name.removesuffix(".gz") not in done)
         return None
 
 
