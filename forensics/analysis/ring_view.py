@@ -77,7 +77,7 @@ def _listed(prov: Any) -> dict[str, dict[str, Any]]:
 
 def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     """The members rebuilt from ``src``'s segment members (see the module's docstring)."""
-    limits = limits or ReadLimits()
+    limits = limits or getattr(src.bundle, "limits", None) or ReadLimits()  # the bundle's, as read
     out = RebuiltRing()
     prov = src.json(PROVENANCE)
     listed = _listed(prov)
@@ -91,7 +91,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     for m in listed:
         if m not in src.members:
             out.problems.append(f"{name}: {m} is listed in {PROVENANCE} but not in the bundle: its records are missing")
-    chunks: dict[str, list[bytes]] = {}
+    chunks: dict[str, bytearray] = {}  # grown in place: a member of hundreds of MB is never joined (copied) again
     lines_so_far: dict[str, int] = {}
     latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
     total = 0
@@ -112,9 +112,8 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
                                 f"ring's ({entry.get('sha256')}, {PROVENANCE}): the segment was altered after "
                                 "capture; its records are left out")
             continue
-        try:
-            text = segment_text(bytes(data), seg.endswith(".gz"),
-                                min(limits.max_member_bytes, limits.max_total_bytes - total))
+        try:  # one segment's text at a time, at most a member's size (the rebuilt bytes are capped below)
+            text = segment_text(bytes(data), seg.endswith(".gz"), limits.max_member_bytes)
         except RingError as exc:
             out.problems.append(f"{name}: {member}: {exc}: its records are left out")
             continue
@@ -139,20 +138,24 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
                 capped = True
                 break
             origin = (member, rec.line)
-            if rec.op == "write":
+            if rec.op == "write":  # the state, copied into every segment: only the latest copy is kept
+                total -= len(latest.get(rec.member, (b"", origin))[0])
                 latest[rec.member] = (rec.data, origin)
                 continue
             first = lines_so_far.get(rec.member, 0) + 1
             lines_so_far[rec.member] = first - 1 + rec.data.count(b"\n")
-            chunks.setdefault(rec.member, []).append(rec.data)
+            buf = chunks.get(rec.member)
+            if buf is None:
+                buf = chunks[rec.member] = bytearray()
+            buf += rec.data
             starts, where = out.origins.setdefault(rec.member, ([], []))
             starts.append(first)
             where.append(origin)
         out.problems.extend(f"{name}: {p}" for p in problems)
         if capped:
             break
-    for m, parts in chunks.items():
-        out.members[m] = b"".join(parts)
+    for m, buf in chunks.items():
+        out.members[m] = buf  # bytes-like, as the bundle reader's members are
     for m, (data, origin) in latest.items():  # a write is the member as of the capture start
         out.members[m] = data
         out.origins[m] = ([1], [origin])

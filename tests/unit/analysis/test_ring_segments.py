@@ -236,7 +236,7 @@ def test_hostile_segments_are_problems_not_tracebacks(captured: tuple[Path, Path
     assert "seg-0000000002.jsonl.gz: cannot decompress" in limits, limits
     assert "bytes after line" in limits and "are not whole ring records" in limits, limits
     assert any(e["member"].startswith("ring/") for f in doc["findings"] for e in f["evidence"])
-    opened = open_bundle(bad)
-    rebuilt = rebuild_ring(Source(opened, bad.name, opened.members), ReadLimits(max_member_bytes=1 << 20))
+    opened = open_bundle(bad, ReadLimits(max_member_bytes=1 << 20))  # the caps analyze --max-bundle-mb sets
+    rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
     assert any("inflates past the cap of 1048576 bytes" in p for p in rebuilt.problems), rebuilt.problems
     assert rebuilt.members.get("nvml/samples.jsonl")
