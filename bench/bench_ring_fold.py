@@ -5,9 +5,13 @@ simulated GPUs x 64 processes and the host's cgroups; its records are then writt
 back in time (``t`` of each record and the ``"t": ...`` of each sampled line), until the ring spans
 an hour, through the recorder's own writer (change-only samples, sealed gzip segments). Then
 ``capture --since 1h`` runs with that ring and with ``--skip ring`` (otherwise the same), each
-``--runs`` times; the best of each is compared.
+``--runs`` times; the best of each is compared. With ``--base DIR`` (a worktree of another version,
+e.g. ``git worktree add --detach ../base main``) every capture runs for both versions, interleaved
+(base, this, base, this: the same load for both), and ``analyze -f json`` of each version's hour
+bundle is timed too: since the bundle carries the ring's segments, the reader rebuilds the
+members, so what capture no longer pays, analyze does.
 
-    sudo python bench/bench_ring_fold.py --record-s 30
+    sudo python bench/bench_ring_fold.py --record-s 30 --base /work/wt/segfold-base
 Target (issue 14): the ring adds under 2 s to the capture.
 """
 
@@ -49,18 +53,40 @@ def _children_cpu_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def capture(ring: Path, out: Path, env: dict[str, str], lib: Path, with_ring: bool) -> tuple[float, float]:
-    """Wall seconds, and CPU seconds of the capture and its collector children (the same cost
-    whatever else loads the machine)."""
+def capture(code: Path, ring: Path, out: Path, env: dict[str, str], lib: Path, with_ring: bool,
+            only: str | None = None) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of the capture and its collector children, of the version at
+    ``code``; ``only``: the collectors beside the ring (all when None)."""
     out.mkdir(parents=True)
+    if only:
+        which = ["--only", only + (",ring" if with_ring else "")]
+    else:
+        which = [] if with_ring else ["--skip", "ring"]
     cmd = [sys.executable, "-m", "forensics", "capture", "--since", "1h", "-o", str(out), "--quiet",
-           "--nvml-library", str(lib), "--ring", str(ring)] + ([] if with_ring else ["--skip", "ring"])
+           "--nvml-library", str(lib), "--ring", str(ring), *which]
     t0, cpu0 = time.monotonic(), _children_cpu_s()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    # cwd: ``python -m`` puts the working directory before PYTHONPATH, so it must be the version's own
+    r = subprocess.run(cmd, env={**env, "PYTHONPATH": str(code)}, cwd=code, capture_output=True, text=True,
+                       timeout=600)
     took, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     if r.returncode != 0:
         raise SystemExit(f"capture failed ({r.returncode}): {r.stderr[-2000:]}")
     return took, cpu
+
+
+def analyze(code: Path, bundle: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """``analyze -f json --max-bundle-mb 2048`` of ``bundle`` by the version at ``code``: wall s,
+    CPU s, and what came of it (findings, or why the bundle was refused)."""
+    t0, cpu0 = time.monotonic(), _children_cpu_s()
+    r = subprocess.run([sys.executable, "-m", "forensics", "analyze", "-f", "json", "--max-bundle-mb", "2048",
+                        str(bundle)], env={**env, "PYTHONPATH": str(code)}, cwd=code, capture_output=True,
+                       timeout=1200)
+    took, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
+    if r.returncode not in (0, 1):
+        return took, cpu, f"refused (exit {r.returncode}): {r.stderr.decode(errors='replace').strip()[-300:]}"
+    doc = json.loads(r.stdout)
+    cut = [x for x in doc["limitations"] if "pass the reader's cap" in x]
+    return took, cpu, f"{len(doc['findings'])} findings" + (f"; {cut[0][-160:]}" if cut else "")
 
 
 def fold_and_floor(bundle: Path) -> tuple[float, int, float]:
@@ -96,6 +122,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seed", type=Path, help="a recorded ring to build the hour from (a kept run's seed/), "
                     "instead of recording one: the same hour for two versions of the code")
+    ap.add_argument("--base", type=Path, help="a worktree of the version to compare with (before)")
+    ap.add_argument("--only", help="the collectors beside the ring, e.g. host (default: all): on a shared "
+                    "machine the cgroup and procfs collectors' cost varies by seconds from run to run, "
+                    "more than the ring's; the difference with and without the ring is the ring's either way")
+    ap.add_argument("--no-analyze", action="store_true", help="do not time analyze of the hour bundles")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gffold-"))
     sleepers: list[subprocess.Popen[bytes]] = []
@@ -142,29 +173,37 @@ def main() -> int:
               f"{member_bytes / 1e6:.0f} MB of member bytes, {disk / 1e6:.1f} MB on disk in {len(span)} segments "
               f"(written in {time.monotonic() - started:.0f} s)")
         cap_env = {**env, "GPUFORENSICS_RING": str(ring)}
-        with_ring: list[float] = []
-        without: list[float] = []
-        cpu_with: list[float] = []
-        cpu_without: list[float] = []
+        versions = [("before", args.base)] if args.base else []
+        versions.append(("after" if args.base else "this", ROOT))
+        runs: dict[tuple[str, bool], list[tuple[float, float]]] = {}
         for i in range(args.runs):
-            for runs, cpus, flag, name in ((without, cpu_without, False, "without"), (with_ring, cpu_with, True, "with")):
-                wall, cpu = capture(ring, tmp / f"{name}-{i}", cap_env, lib, flag)
-                runs.append(wall)
-                cpus.append(cpu)
-        sizes = [sum(f.stat().st_size for f in (tmp / f"{k}-0").glob("*.tgz")) for k in ("without", "with")]
-        extra = min(with_ring) - min(without)
-        print(f"capture --since 1h: {min(without):.1f} s without the ring, {min(with_ring):.1f} s with it "
-              f"(runs: {', '.join(f'{x:.1f}' for x in without)} / {', '.join(f'{x:.1f}' for x in with_ring)}); "
-              f"bundle {sizes[0] / 1e6:.1f} MB -> {sizes[1] / 1e6:.1f} MB")
-        print(f"  the ring adds {extra:.1f} s (target 2 s: ratio {extra / 2:.2f}x)")
-        cpu_extra = min(cpu_with) - min(cpu_without)
-        print(f"  CPU of the capture and its children: {min(cpu_without):.1f} s without, {min(cpu_with):.1f} s with: "
-              f"the ring adds {cpu_extra:.1f} s of CPU (ratio {cpu_extra / 2:.2f}x; wall time above is this on an "
-              f"idle machine, more when others share it; load average now {os.getloadavg()[0]:.1f})")
-        fold_s, folded, pack_s = fold_and_floor(next((tmp / f"with-{with_ring.index(min(with_ring))}").glob("*.tgz")))
-        print(f"  of which the ring collector (read, check, decode, write members): {fold_s:.1f} s; "
-              f"packing its {folded / 1e6:.0f} MB of members (SHA-256 + gzip level 6, CPU timed alone): {pack_s:.1f} s "
-              f"(the floor for whole member bytes: ratio {pack_s / 2:.2f}x)")
+            for label, code in versions:
+                for flag in (False, True):
+                    runs.setdefault((label, flag), []).append(
+                        capture(code, ring, tmp / f"{label}-{flag}-{i}", cap_env, lib, flag, args.only))
+        print(f"load average {os.getloadavg()[0]:.1f} (2 cores shared: absolute figures read high; "
+              f"compare the versions, measured interleaved); collectors beside the ring: {args.only or 'all'}")
+        for label, _code in versions:
+            without, with_ring = runs[(label, False)], runs[(label, True)]
+            bundles = [next((tmp / f"{label}-{k}-0").glob("*.tgz")) for k in (False, True)]
+            extra = min(w for w, _ in with_ring) - min(w for w, _ in without)
+            cpu_extra = min(c for _, c in with_ring) - min(c for _, c in without)
+            print(f"[{label}] capture --since 1h: {min(w for w, _ in without):.1f} s without the ring, "
+                  f"{min(w for w, _ in with_ring):.1f} s with it (runs: "
+                  f"{', '.join(f'{w:.1f}' for w, _ in without)} / {', '.join(f'{w:.1f}' for w, _ in with_ring)}); "
+                  f"bundle {bundles[0].stat().st_size / 1e6:.1f} MB -> {bundles[1].stat().st_size / 1e6:.1f} MB")
+            print(f"[{label}]   the ring adds {extra:.1f} s of wall time (target 2 s: ratio {extra / 2:.2f}x) and "
+                  f"{cpu_extra:.1f} s of CPU of the capture and its children (ratio {cpu_extra / 2:.2f}x)")
+            fold_s, folded, pack_s = fold_and_floor(bundles[1])
+            print(f"[{label}]   the ring collector: {fold_s:.1f} s; packing its {folded / 1e6:.1f} MB of members "
+                  f"(SHA-256 + gzip level 6, CPU timed alone): {pack_s:.1f} s")
+        if not args.no_analyze:
+            for label, code in versions:
+                bundle = next((tmp / f"{label}-True-0").glob("*.tgz"))
+                took, cpu, found = analyze(code, bundle, env)
+                print(f"[{label}] analyze -f json of the hour bundle: {took:.1f} s wall, {cpu:.1f} s CPU: {found} "
+                      "(where the bundle carries the segments, the reader rebuilds the ring members: the "
+                      "decoding capture no longer does, analyze does)")
     finally:
         for p in sleepers:
             p.kill()

@@ -88,15 +88,22 @@ class Evidence:
     locator: str
     excerpt: str
     normalised: bool = False
+    #: a member rebuilt at read time (the flight recorder's ``ring/<member>``, rebuilt from the ring
+    #: segments the bundle carries): the segment member and the line of the record it comes from
+    derived_from: tuple[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "bundle": self.bundle,
             "member": self.member,
             "locator": self.locator,
             "excerpt": shorten(self.excerpt) if self.normalised else cut(self.excerpt),
             "excerpt_normalised": self.normalised,
         }
+        if self.derived_from is not None:
+            member, line = self.derived_from
+            out["derived_from"] = {"member": member, "segment": member.rsplit("/", 1)[-1], "line": line}
+        return out
 
 
 def _text(p: bytes | bytearray | str) -> tuple[str, bool]:
@@ -133,6 +140,12 @@ class EvidenceRef:
 
     @property
     def evidence(self) -> Evidence:
+        ev = self._quoted()
+        # a source over rebuilt members (the flight recorder's ring view) says where a line came from
+        derived = getattr(self.source, "derived", None)
+        return derived(ev, self.line) if derived is not None else ev
+
+    def _quoted(self) -> Evidence:
         p = self.payload
         if p is None and self.source is not None and self.offset >= 0:
             p = self.source.line_at(self.member, self.offset)

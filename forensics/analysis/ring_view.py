@@ -1,23 +1,165 @@
 """The flight recorder's history inside a bundle, read by the ordinary loaders.
 
-``capture --since`` folds ring records into members under ``ring/`` that mirror the bundle's own
-layout (``ring/nvml/samples.jsonl``, ``ring/proc/<pid>/cgroup``, ``ring/docker/containers/<id>/
-inspect.json``...), byte for byte what the collectors wrote. :func:`ring_view` gives the loaders
-a :class:`~forensics.analysis.source.Source` that sees those members under their usual names,
-so ring samples and capture samples land in the model as one series; every evidence it builds
-names the real member (``ring/...``), so a finding cites where its bytes are in the bundle.
+``capture --since`` carries the ring's own segments (``ring/segments/seg-N.jsonl.gz``, sealed, their
+SHA-256 the ring index's; ``seg-N.jsonl``, the active one's whole lines) with ``ring/provenance.json``.
+:func:`ring_view` rebuilds from them the members the recorder's collectors wrote, under ``ring/``
+with the bundle's own layout (``ring/nvml/samples.jsonl``, ``ring/proc/<pid>/cgroup``,
+``ring/docker/containers/<id>/inspect.json``...): the records whose wall time is in the provenance's
+window, appends concatenated in the order written, each write member as of the capture start
+(``forensics.ring.reader.window_records``, the ring reader's own definition, so the bytes are the
+ones a fold into whole members wrote). It gives the loaders a
+:class:`~forensics.analysis.source.Source` that sees those members under their usual names, so
+ring samples and capture samples land in the model as one series; every evidence it builds names
+the rebuilt member (``ring/...``) and line, and says which segment record it was rebuilt from
+(``derived_from``: the segment member and its line).
+
+A segment is untrusted input: its hash is checked against the provenance (a mismatch leaves it out,
+named), its inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line
+is a problem in the report. Bundles of earlier versions hold the ``ring/`` members whole: they are
+read as they are.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import hashlib
+from bisect import bisect_right
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forensics.analysis.findings import Evidence, EvidenceRef
 from forensics.analysis.source import Source
+from forensics.bundle.format import iso_from_unix
+from forensics.bundle.reader import ReadLimits
+from forensics.errors import RingError
+from forensics.ring.reader import window_records
+from forensics.ring.segment import segment_text, valid_prefix
 from forensics.specs.ring import PREFIX as RING_PREFIX
+from forensics.specs.ring import PROVENANCE, SEGMENTS
 
-__all__ = ["RING_PREFIX", "RingSource", "ring_view"]
+__all__ = ["RING_PREFIX", "RebuiltRing", "RingSource", "rebuild_ring", "ring_view"]
+
+
+@dataclass
+class RebuiltRing:
+    """The ``ring/<member>`` members rebuilt from a bundle's segments (names without ``ring/``), and
+    where each record's lines came from."""
+
+    members: dict[str, bytes] = field(default_factory=dict)
+    #: member -> (first line of each record in the member, (segment member, record line) of each)
+    origins: dict[str, tuple[list[int], list[tuple[str, int]]]] = field(default_factory=dict)
+    segments: list[str] = field(default_factory=list)  # the segment members used, in order
+    problems: list[str] = field(default_factory=list)
+
+    def origin(self, member: str, line: int) -> tuple[str, int] | None:
+        """The segment record that line ``line`` (1-based; 0: the first) of ``member`` was rebuilt from."""
+        found = self.origins.get(member)
+        if not found:
+            return None
+        starts, where = found
+        k = bisect_right(starts, max(line, 1)) - 1
+        return where[max(k, 0)]
+
+
+def _window(prov: Any) -> tuple[float | None, float | None]:
+    window = prov.get("window") if isinstance(prov, dict) else None
+    if not isinstance(window, dict):
+        return None, None
+    since, until = window.get("t_since"), window.get("t_until")
+    ok = [v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in (since, until)]
+    return ok[0], ok[1]
+
+
+def _listed(prov: Any) -> dict[str, dict[str, Any]]:
+    segs = prov.get("segments") if isinstance(prov, dict) else None
+    return {e["member"]: e for e in segs or [] if isinstance(e, dict) and isinstance(e.get("member"), str)} \
+        if isinstance(segs, list) else {}
+
+
+def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
+    """The members rebuilt from ``src``'s segment members (see the module's docstring)."""
+    limits = limits or getattr(src.bundle, "limits", None) or ReadLimits()  # the bundle's, as read
+    out = RebuiltRing()
+    prov = src.json(PROVENANCE)
+    listed = _listed(prov)
+    since, until = _window(prov)
+    name = src.name
+    if prov is None:
+        out.problems.append(f"{name}: {PROVENANCE} is missing or unreadable: the ring segments are read "
+                            "without their window (every record, unclipped) and without their hashes")
+    present = sorted(m for m in src.members if m.startswith(SEGMENTS))
+    order = [m for m in listed if m in src.members] + [m for m in present if m not in listed]
+    for m in listed:
+        if m not in src.members:
+            out.problems.append(f"{name}: {m} is listed in {PROVENANCE} but not in the bundle: its records are missing")
+    chunks: dict[str, bytearray] = {}  # grown in place: a member of hundreds of MB is never joined (copied) again
+    lines_so_far: dict[str, int] = {}
+    latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
+    total = 0
+    for member in order:
+        entry = listed.get(member)
+        seg = member.rsplit("/", 1)[-1]
+        try:
+            data = src.bundle.read_bytes(member)
+        except Exception as exc:  # the reader's BundleError: noted, the rest goes on
+            out.problems.append(f"{name}: cannot read {member}: {exc}")
+            continue
+        if entry is None:
+            if prov is not None:
+                out.problems.append(f"{name}: {member} is not listed in {PROVENANCE}: its SHA-256 is not checked "
+                                    "against the ring index")
+        elif hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            out.problems.append(f"{name}: {member}: SHA-256 {hashlib.sha256(data).hexdigest()} does not match the "
+                                f"ring's ({entry.get('sha256')}, {PROVENANCE}): the segment was altered after "
+                                "capture; its records are left out")
+            continue
+        try:  # one segment's text at a time, at most a member's size (the rebuilt bytes are capped below)
+            text = segment_text(bytes(data), seg.endswith(".gz"), limits.max_member_bytes)
+        except RingError as exc:
+            out.problems.append(f"{name}: {member}: {exc}: its records are left out")
+            continue
+        good, lines = valid_prefix(text)
+        if good < len(text):
+            out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line {len(lines)} are not whole "
+                                "ring records: left out")
+        del text
+        if not lines:
+            out.problems.append(f"{name}: {member}: not a ring segment (no header line): left out")
+            continue
+        out.segments.append(member)
+        problems: list[str] = []
+        run = str(lines[0][1].get("run", ""))
+        capped = False
+        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems):
+            total += len(rec.data)
+            if total > limits.max_total_bytes:
+                problems.append(f"the ring members rebuilt from the segments pass the reader's cap "
+                                f"({limits.max_total_bytes} bytes): records from {iso_from_unix(rec.t)} "
+                                f"({member} line {rec.line}) on are left out")
+                capped = True
+                break
+            origin = (member, rec.line)
+            if rec.op == "write":  # the state, copied into every segment: only the latest copy is kept
+                total -= len(latest.get(rec.member, (b"", origin))[0])
+                latest[rec.member] = (rec.data, origin)
+                continue
+            first = lines_so_far.get(rec.member, 0) + 1
+            lines_so_far[rec.member] = first - 1 + rec.data.count(b"\n")
+            buf = chunks.get(rec.member)
+            if buf is None:
+                buf = chunks[rec.member] = bytearray()
+            buf += rec.data
+            starts, where = out.origins.setdefault(rec.member, ([], []))
+            starts.append(first)
+            where.append(origin)
+        out.problems.extend(f"{name}: {p}" for p in problems)
+        if capped:
+            break
+    for m, buf in chunks.items():
+        out.members[m] = buf  # bytes-like, as the bundle reader's members are
+    for m, (data, origin) in latest.items():  # a write is the member as of the capture start
+        out.members[m] = data
+        out.origins[m] = ([1], [origin])
+    return out
 
 
 class _PrefixBundle:
@@ -35,31 +177,78 @@ class _PrefixBundle:
         return data
 
 
+class _RebuiltBundle(_PrefixBundle):
+    """The rebuilt members first, then the bundle's own ``ring/`` members (an older layout's)."""
+
+    def __init__(self, bundle: Any, prefix: str, rebuilt: RebuiltRing) -> None:
+        super().__init__(bundle, prefix)
+        self.rebuilt = rebuilt
+
+    def read_bytes(self, member: str) -> bytes:
+        data = self.rebuilt.members.get(member)
+        return data if data is not None else super().read_bytes(member)
+
+
 class RingSource(Source):
-    """A Source over the ``ring/`` members of another, evidence named by their real paths."""
+    """A Source over the ``ring/`` members of another (rebuilt from its segments, or the members an
+    older capture wrote whole), evidence named by their paths in the bundle."""
 
     def __init__(self, src: Source, prefix: str = RING_PREFIX) -> None:
-        super().__init__(_PrefixBundle(src.bundle, prefix), src.name,
-                         (m[len(prefix):] for m in src.members if m.startswith(prefix)))
+        self.rebuilt: RebuiltRing | None = None
+        own = [m[len(prefix):] for m in src.members
+               if m.startswith(prefix) and not m.startswith(SEGMENTS) and m != PROVENANCE]
+        if any(m.startswith(SEGMENTS) for m in src.members):
+            self.rebuilt = rebuild_ring(src)
+            if own:
+                src.problems.append(f"{src.name}: {len(own)} ring member(s) beside the ring segments "
+                                    f"(such as ring/{sorted(own)[0]}): read only where no segment rebuilds them")
+            bundle: _PrefixBundle = _RebuiltBundle(src.bundle, prefix, self.rebuilt)
+            names = set(own) | set(self.rebuilt.members)
+        else:
+            bundle = _PrefixBundle(src.bundle, prefix)
+            names = {m[len(prefix):] for m in src.members if m.startswith(prefix)}
+        super().__init__(bundle, src.name, names)
         self.prefix = prefix
         self.problems = src.problems  # one list: the bundle's problems
+        if self.rebuilt is not None:
+            self.problems.extend(self.rebuilt.problems)
 
-    def _real(self, ev: Evidence) -> Evidence:
-        return replace(ev, member=self.prefix + ev.member)
+    def real_bytes(self, member: str) -> bytes | None:
+        """The bytes of ``member`` (its path in the bundle, ``ring/...``) as this view reads them."""
+        rel = member.removeprefix(self.prefix)
+        if member == rel or rel not in self.members:
+            return None
+        try:
+            return self.bundle.read_bytes(rel)
+        except Exception:
+            return None
+
+    def derived(self, ev: Evidence, line: int) -> Evidence:
+        """``ev`` (its member the bundle path) with the segment record its member's line came from."""
+        if self.rebuilt is None:
+            return ev
+        origin = self.rebuilt.origin(ev.member.removeprefix(self.prefix), line)
+        return replace(ev, derived_from=origin) if origin else ev
+
+    def _real(self, ev: Evidence, line: int = 0) -> Evidence:
+        return self.derived(replace(ev, member=self.prefix + ev.member), line)
 
     def ev_pointer(self, member: str, pointer: str, doc: Any = None) -> Evidence:
         return self._real(super().ev_pointer(member, pointer, doc))
 
     def ev_line(self, member: str, line_no: int, raw: str | bytes | None = None) -> Evidence:
-        return self._real(super().ev_line(member, line_no, raw))
+        return self._real(super().ev_line(member, line_no, raw), line_no)
 
     def ev_member(self, member: str, excerpt: str) -> Evidence:
         return self._real(super().ev_member(member, excerpt))
 
+    def ev_text(self, member: str, locator: str, excerpt: str) -> Evidence:
+        return self._real(super().ev_text(member, locator, excerpt))
+
     def ref(self, member: str, line: int, payload: Any, *paths: tuple[str | int, ...],
             pointer: str = "") -> EvidenceRef:
         r = super().ref(member, line, payload, *paths, pointer=pointer)
-        return replace(r, member=self.prefix + r.member)
+        return replace(r, member=self.prefix + r.member)  # quoted, it asks derived() where it came from
 
     def line_at(self, member: str, offset: int) -> bytes:
         return super().line_at(member.removeprefix(self.prefix), offset)

@@ -220,6 +220,11 @@ class Source:
         end = data.find(b"\n", offset)
         return data[offset: end if end >= 0 else len(data)]
 
+    def ev_text(self, member: str, locator: str, excerpt: str) -> Evidence:
+        """Evidence whose excerpt the caller located in ``member`` itself (an ``entry N`` of a
+        NUL-separated member): built here so a view over other members names the real one."""
+        return Evidence(self.name, member, locator, excerpt)
+
     def ev_member(self, member: str, excerpt: str) -> Evidence:
         """Evidence about the whole member: ``excerpt`` describes what was examined (normalised)."""
         return Evidence(self.name, member, "", shorten(excerpt), True)

@@ -13,6 +13,10 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 MANIFEST = "manifest.json"
 COLLECTOR_STATUSES = ("ok", "partial", "failed", "unavailable", "skipped")
+#: the flight recorder's provenance in a bundle (source ``ring``): it lists the ring segments the
+#: bundle carries (``segments``: ``member`` and ``sha256``, the ring index's), which
+#: ``gpuforensics verify`` checks besides the manifest
+RING_PROVENANCE = "ring/provenance.json"
 
 _MEMBER_RE = re.compile(r"^[A-Za-z0-9._@:+=,-]+(/[A-Za-z0-9._@:+=,-]+)*$")
 

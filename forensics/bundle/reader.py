@@ -85,6 +85,9 @@ class Bundle:
     file_sha256: str
     top: str
     _manifest_index: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    #: the caps it was read under: a reader of what members hold (the flight recorder's segments,
+    #: rebuilt at read time) applies the same
+    limits: ReadLimits = field(default_factory=ReadLimits, repr=False)
 
     def names(self) -> list[str]:
         return sorted(self.members)
@@ -317,4 +320,5 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
 
     top, file_sha256 = scan_bundle(path, limits, keep)
     manifest = parse_manifest(path.name, members.pop(MANIFEST))
-    return Bundle(path=path, manifest=manifest, members=members, file_sha256=file_sha256, top=top)
+    return Bundle(path=path, manifest=manifest, members=members, file_sha256=file_sha256, top=top,
+                  limits=limits or ReadLimits())

@@ -1,4 +1,6 @@
-"""``gpuforensics verify``: every member against the manifest's SHA-256 and size.
+"""``gpuforensics verify``: every member against the manifest's SHA-256 and size, and the flight
+recorder's segments a bundle carries against the SHA-256 its ``ring/provenance.json`` lists (the
+ring index's, written by the recorder when it sealed the segment).
 
 :func:`verify_bundle` streams the bundle (each member hashed in chunks, nothing held but the
 manifest), so verifying a 1 GiB bundle, or sixteen at once as ``cluster capture`` does, costs a
@@ -8,12 +10,13 @@ few MiB; :func:`check_integrity` checks a bundle already read into memory (``ana
 from __future__ import annotations
 
 import hashlib
+import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.bundle.format import MANIFEST
+from forensics.bundle.format import MANIFEST, RING_PROVENANCE
 from forensics.bundle.reader import (
     Bundle,
     ReadLimits,
@@ -26,6 +29,7 @@ from forensics.errors import BundleIntegrityError
 __all__ = ["VerifyResult", "check_integrity", "verify_bundle"]
 
 _CHUNK = 256 << 10  # per member read: sixteen verifications at once stay within a few MiB
+_PROVENANCE_CAP = 16 << 20  # ring/provenance.json is kept to check the segments (a few KiB; past this, invalid)
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,35 @@ def _problems(manifest: dict[str, Any], found: dict[str, tuple[str, int]]) -> li
     return problems
 
 
+def _segment_problems(provenance: bytes | None, found: dict[str, tuple[str, int]]) -> list[str]:
+    """The ring segments ``ring/provenance.json`` lists against ``found``: each one's SHA-256 is the
+    ring index's (sealed) or the one computed when capture copied it (the active segment)."""
+    if provenance is None:
+        return []
+    try:
+        prov = json.loads(provenance)
+    except (ValueError, RecursionError):
+        return [f"{RING_PROVENANCE} is not valid JSON: the ring segments cannot be checked"]
+    segments = prov.get("segments") if isinstance(prov, dict) else None
+    problems: list[str] = []
+    for entry in segments if isinstance(segments, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("member"), str):
+            continue  # an older layout's entries name segments of the node's ring, not members
+        member = entry["member"]
+        got = found.get(member)
+        if got is None:
+            problems.append(f"ring segment missing: {member} (listed in {RING_PROVENANCE})")
+        elif got[0] != entry.get("sha256"):
+            problems.append(f"ring segment hash mismatch: {member} (not the SHA-256 {RING_PROVENANCE} lists"
+                            f"{', the ring index' if entry.get('sealed') else ''}'s)")
+    return problems
+
+
 def check_integrity(bundle: Bundle) -> list[str]:
-    """Problems found: hash or size mismatches, members missing or not in the manifest."""
+    """Problems found: hash or size mismatches, members missing or not in the manifest, ring
+    segments that are not what their provenance lists."""
     found = {name: (hashlib.sha256(data).hexdigest(), len(data)) for name, data in bundle.members.items()}
-    return _problems(bundle.manifest, found)
+    return _problems(bundle.manifest, found) + _segment_problems(bundle.members.get(RING_PROVENANCE), found)
 
 
 def verify_bundle(path: Path | str, limits: ReadLimits | None = None) -> VerifyResult:
@@ -76,6 +105,7 @@ def verify_bundle(path: Path | str, limits: ReadLimits | None = None) -> VerifyR
     path = Path(path)
     found: dict[str, tuple[str, int]] = {}
     manifest_bytes = bytearray()
+    provenance = bytearray()
 
     def take(member: str, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
         h = hashlib.sha256()
@@ -86,12 +116,16 @@ def verify_bundle(path: Path | str, limits: ReadLimits | None = None) -> VerifyR
             else:
                 h.update(chunk)
                 size += len(chunk)
+                if member == RING_PROVENANCE and len(provenance) < _PROVENANCE_CAP:
+                    provenance.extend(chunk)
         if member != MANIFEST:
             found[member] = (h.hexdigest(), size)
 
     top, file_sha256 = scan_bundle(path, limits, take)
     manifest = parse_manifest(path.name, bytes(manifest_bytes))
     problems = _problems(manifest, found)
+    if RING_PROVENANCE in found:
+        problems += _segment_problems(bytes(provenance), found)
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise BundleIntegrityError(f"{path.name}: integrity check failed: {shown}", problems)

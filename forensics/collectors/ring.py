@@ -1,48 +1,69 @@
 """``ring``: capture folds the flight recorder's history into the bundle (``capture --since``).
 
 Source: the ring directory (``capture --ring DIR`` or ``--set ring.dir=DIR``, else
-``$GPUFORENSICS_RING``, else ``/var/lib/gpuforensics/ring``), read while the recorder writes
-(forensics.ring.RingReader: sealed segments checked against
-their SHA-256, the active one up to its last whole line). The window: ``--since`` when given,
-else the capture start minus ``--lookback``; records up to the capture start.
+``$GPUFORENSICS_RING``, else ``/var/lib/gpuforensics/ring``), read while the recorder writes.
+The window: ``--since`` when given, else the capture start minus ``--lookback``; up to the
+capture start.
 
-Members, each the bytes the recorder's collectors wrote, under ``ring/`` with the bundle's own
-layout (so the analysis loaders read them as they read live members):
+Members: the ring's own segments, verbatim (docs/bundle-format/ring.md):
 
-- append records concatenated in the order written (``ring/nvml/samples.jsonl``,
-  ``ring/cgroup/samples.jsonl``, ``ring/docker/events.jsonl``, ``ring/proc/window.jsonl``,
-  ``ring/kernel/kmsg-window.txt``, ``ring/recorder/events.jsonl``...);
-- write records: the latest at or before the capture start (``ring/nvml/devices.json``,
-  ``ring/docker/containers/<id>/inspect.json``, ``ring/proc/<pid>/cgroup``...), even when older
-  than the window (every segment starts with a copy of that state);
-- ``ring/provenance.json``: the ring, its writer, the window, and per segment read its name,
-  whether sealed, its SHA-256 (of the file for a sealed segment, of the lines read for the
-  active one) and the first and last line used; per member the record count and time span;
-  ``left_out_from`` when the bundle's evidence size cap stopped the fold (partial: the records
-  from then on are left out, the state and provenance still written).
+- ``ring/segments/seg-N.jsonl.gz``: every sealed segment whose records overlap the window, the
+  file's bytes as the ring holds them (their SHA-256 is the one the recorder wrote to the ring's
+  ``index.jsonl`` at seal time; checked before the copy: a segment that does not match is left
+  out and named);
+- ``ring/segments/seg-N.jsonl``: the active segment's whole lines (up to its last whole line);
+- ``ring/provenance.json``: the ring, its writer, the window, and per segment its name, member,
+  whether sealed, its SHA-256 (the index's for a sealed one, of the lines copied for the active
+  one), size, record count and time span; ``left_out_from`` when the bundle's evidence size cap
+  stopped the fold (partial: the segments from then on are left out, the provenance still written).
+
+The members the analysis loaders read (``ring/nvml/samples.jsonl``, ``ring/proc/<pid>/cgroup``...)
+are rebuilt from the segments at read time (forensics.analysis.ring_view): the ring stores
+change-only lines, so a member is a reconstruction either way, and a deterministic one; the
+segments are the evidence with a chain of custody back to the node. Whole segments are carried:
+a window starting inside a segment includes all of it, and the view clips records by wall time.
+Every segment starts with a copy of the state (the latest write records), so the first segment
+of the window holds the state as of then.
 
 No ring: ``unavailable`` with one note ("no flight recorder ring at DIR").
 """
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.capture.context import CollectContext
 from forensics.errors import RingError, SourceUnavailable
 from forensics.humanize import format_bytes
-from forensics.ring import RingReader, resolve_ring_dir
-from forensics.specs.ring import PROVENANCE, SPEC, folded
+from forensics.ring import RingReader, SegmentInfo, resolve_ring_dir
+from forensics.ring.segment import info_from_lines, valid_prefix
+from forensics.specs.ring import LAYOUT, PROVENANCE, SEGMENTS, SPEC
 
 __all__ = ["COLLECTOR", "RingFold"]
 
-_FLUSH_BYTES = 1 << 20
-_RESERVE_BYTES = 4 << 20  # kept below the sink's cap for provenance.json and what the state adds late
+_RESERVE_BYTES = 1 << 20  # kept below the sink's cap for provenance.json
+_SELECTED_BY = ("whole segments whose records overlap [since, until], carried verbatim; the members the "
+                "analysis reads (ring/<member>) are rebuilt from them: records whose wall time is in the "
+                "window, appends in the order written, the state (write records) as of the capture start")
+
+
+def _iso(t: float | None) -> str | None:
+    return iso_from_unix(t) if t is not None else None
+
+
+def _entry(seg: SegmentInfo, member: str, data: bytes, sha: str) -> dict[str, Any]:
+    return {"segment": seg.name, "member": member, "sealed": seg.sealed, "sha256": sha,
+            "sha256_of": "file, as the ring index lists it (written at seal time)" if seg.sealed
+            else "whole lines copied (the active segment, hashed at capture)",
+            "bytes": len(data), "run": seg.run, "records": seg.records,
+            "first": _iso(seg.min_t), "last": _iso(seg.max_t), "t_first": seg.min_t, "t_last": seg.max_t}
 
 
 class RingFold:
-    """``ring``: the flight recorder's records for the capture window, from the ring directory
+    """``ring``: the flight recorder's segments for the capture window, from the ring directory
     (``index.jsonl`` and ``seg-*.jsonl[.gz]``, see forensics.ring)."""
 
     name = SPEC.name
@@ -59,66 +80,98 @@ class RingFold:
         try:
             reader = RingReader(root)
             writer = reader.writer()
-            buffers: dict[str, list[bytes]] = {}
-            sizes: dict[str, int] = {}
-            latest: dict[str, tuple[float, bytes]] = {}
-            spans: dict[str, list[Any]] = {}
-            cut: dict[str, Any] | None = None
-            # the sink's cap (a collector's members in all): appends stop short of it, keeping room
-            # for the state and provenance.json, and the fold says where it stopped
-            room = ctx.sink.max_bytes - ctx.sink.bytes_written - _RESERVE_BYTES
-            appended = state = 0
-            for rec in reader.records(since=since, until=until, keep_writes=True):
-                if rec.op == "write":
-                    state += len(rec.data) - len(latest.get(rec.member, (0.0, b""))[1])
-                elif appended + state + len(rec.data) > room:
-                    cut = {"at": iso_from_unix(rec.t), "t": rec.t, "cap_bytes": ctx.sink.max_bytes}
-                    ctx.partial(f"the evidence size cap ({format_bytes(ctx.sink.max_bytes, '?')}) is reached: ring "
-                                f"records from {iso_from_unix(rec.t)} on are left out (a shorter --since folds them)")
-                    break
-                span = spans.setdefault(rec.member, [0, rec.t, rec.t, rec.op])
-                span[0] += 1
-                span[1], span[2] = min(span[1], rec.t), max(span[2], rec.t)
-                if rec.op == "write":
-                    latest[rec.member] = (rec.t, rec.data)
-                    continue
-                appended += len(rec.data)
-                buffers.setdefault(rec.member, []).append(rec.data)
-                sizes[rec.member] = sizes.get(rec.member, 0) + len(rec.data)
-                if sizes[rec.member] >= _FLUSH_BYTES:
-                    ctx.sink.append_bytes(folded(rec.member), b"".join(buffers.pop(rec.member)))
-                    sizes[rec.member] = 0
-                if ctx.remaining() < 3.0:
-                    ctx.partial("deadline near: the ring was read only up to "
-                                f"{iso_from_unix(rec.t)}")
-                    break
         except RingError as exc:
             raise SourceUnavailable(str(exc)) from None
-        for member, chunks in buffers.items():
-            if chunks:
-                ctx.sink.append_bytes(folded(member), b"".join(chunks))
-        for member, (_t, data) in latest.items():
-            ctx.sink.write_bytes(folded(member), data)
-        records = sum(s[0] for s in spans.values())
-        ctx.sink.write_json(PROVENANCE, {
-            "ring": str(root),
-            "writer": writer,
-            "window": {"since": iso_from_unix(since), "until": iso_from_unix(until), "t_since": since,
-                       "t_until": until, "selected_by": "wall time of each record; state (write records) "
-                       "as of the capture start"},
-            "segments": reader.report.segments,
-            "problems": reader.report.problems,
-            "members": {m: {"records": s[0], "op": s[3], "first": iso_from_unix(s[1]), "last": iso_from_unix(s[2])}
-                        for m, s in sorted(spans.items())},
-            **({"left_out_from": cut} if cut else {}),
-        })
-        for problem in reader.report.problems:
+        copied: list[dict[str, Any]] = []
+        problems: list[str] = []
+        cut: dict[str, Any] | None = None
+        try:
+            cut = self._copy(ctx, root, reader, since, until, copied, problems)
+        except RingError as exc:
+            if not copied:
+                raise SourceUnavailable(str(exc)) from None
+            ctx.partial(f"ring: {exc}")
+        finally:  # also at a deadline: what was copied has its provenance
+            ctx.sink.write_json(PROVENANCE, {
+                "ring": str(root),
+                "writer": writer,
+                "layout": LAYOUT,
+                "window": {"since": iso_from_unix(since), "until": iso_from_unix(until), "t_since": since,
+                           "t_until": until, "selected_by": _SELECTED_BY},
+                "segments": copied,
+                "problems": problems,
+                **({"left_out_from": cut} if cut else {}),
+            })
+        for problem in problems:
             ctx.partial(f"ring: {problem}")
-        if not records:
+        records = sum(int(s["records"] or 0) for s in copied)
+        if not copied:
             ctx.note(f"ring at {root}: no records between {iso_from_unix(since)} and {iso_from_unix(until)}")
         else:
-            ctx.note(f"ring at {root}: {records} records from {len(reader.report.segments)} segments, "
+            ctx.note(f"ring at {root}: {len(copied)} segments ({records} records, "
+                     f"{format_bytes(sum(s['bytes'] for s in copied), '?')}) carried for "
                      f"{iso_from_unix(since)} .. {iso_from_unix(until)}")
+
+    @staticmethod
+    def _copy(ctx: CollectContext, root: Path, reader: RingReader, since: float, until: float,
+              copied: list[dict[str, Any]], problems: list[str]) -> dict[str, Any] | None:
+        """Copy the window's segments, oldest first; the cut (cap) when the sink's cap stopped it."""
+        # the sink's cap (a collector's members in all): segments stop short of it, keeping room
+        # for provenance.json, and the fold says from when records are left out
+        room = ctx.sink.max_bytes - ctx.sink.bytes_written - _RESERVE_BYTES
+        done: set[str] = set()
+        gone: set[str] = set()
+        for _attempt in range(3):
+            retry = False
+            for seg in reader.segments():
+                stem = seg.name.removesuffix(".gz")
+                if stem in done:
+                    continue
+                if seg.sealed and ((seg.max_t is not None and seg.max_t < since)
+                                   or (seg.min_t is not None and seg.min_t > until)):
+                    done.add(stem)
+                    continue
+                try:  # a sealed segment dropped by retention, or the active one sealed meanwhile: listed again
+                    data = (root / seg.name).read_bytes()
+                except FileNotFoundError:
+                    retry = True
+                    gone.add(seg.name)
+                    continue
+                except OSError as exc:
+                    raise RingError(f"cannot read {root / seg.name}: {exc.strerror or exc}") from None
+                done.add(stem)
+                if seg.sealed:
+                    sha = hashlib.sha256(data).hexdigest()
+                    if sha != seg.sha256:
+                        problems.append(f"{seg.name}: SHA-256 {sha} does not match the index ({seg.sha256}): "
+                                        "segment left out")
+                        continue
+                else:
+                    good, lines = valid_prefix(data)
+                    data = data[:good]
+                    if len(lines) <= 1:
+                        continue  # a header alone: no records
+                    seg = info_from_lines(seg.name, seg.seq, lines)
+                    sha = hashlib.sha256(data).hexdigest()
+                if len(data) > room:
+                    t = seg.min_t if seg.min_t is not None else since
+                    ctx.partial(f"the evidence size cap ({format_bytes(ctx.sink.max_bytes, '?')}) is reached: ring "
+                                f"segments from {seg.name} ({iso_from_unix(t)}) on are left out "
+                                "(a shorter --since folds them)")
+                    return {"at": iso_from_unix(t), "t": t, "segment": seg.name, "cap_bytes": ctx.sink.max_bytes}
+                member = SEGMENTS + seg.name
+                ctx.sink.write_bytes(member, data)
+                room -= len(data)
+                copied.append(_entry(seg, member, data, sha))
+                if ctx.remaining() < 3.0:
+                    ctx.partial(f"deadline near: the ring was copied only up to {seg.name} "
+                                f"({_iso(seg.max_t)})")
+                    return None
+            if not retry:
+                return None
+        problems.extend(f"{name}: listed but gone each time it was read (removed meanwhile): left out"
+                        for name in sorted(gone) if name.removesuffix(".gz") not in done)
+        return None
 
 
 COLLECTOR = RingFold()

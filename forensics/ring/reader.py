@@ -21,7 +21,7 @@ from forensics.ring.delta import DELTA_OP, DeltaDecoder
 from forensics.ring.files import ACTIVE_RE, LOCK_FILE, WRITER_FILE
 from forensics.ring.segment import RingRecord, SegmentInfo, read_index, valid_prefix
 
-__all__ = ["ReadReport", "RingReader"]
+__all__ = ["ReadReport", "RingReader", "window_records"]
 
 
 @dataclass
@@ -130,41 +130,13 @@ class RingReader:
         decoders: dict[str, DeltaDecoder] = {}
         marks: list[int] = []  # the first and the last line handed out
         try:
-            yield from self._window_records(seg, lines, run, since, until, members, keep_writes, decoders, marks)
+            yield from window_records(seg.name, lines, run, since, until, members, keep_writes, decoders, marks,
+                                      self.report.problems)
         finally:  # also when the consumer stops early (a cap, a deadline): its records have provenance
             if marks:
                 self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
                                              "sha256_of": "file" if seg.sealed else "lines read",
                                              "run": run, "lines": [marks[0], marks[-1]]})
-
-    def _window_records(self, seg: SegmentInfo, lines: list[tuple[int, dict[str, Any]]], run: str,
-                        since: float | None, until: float | None, members: tuple[str, ...],
-                        keep_writes: bool, decoders: dict[str, DeltaDecoder],
-                        marks: list[int]) -> Iterator[RingRecord]:
-        """The segment's records in the window; ``marks`` gets the line number of each one handed
-        out (before it is, so a consumer that stops after taking it still has it on record)."""
-        for no, rec in lines[1:]:
-            t = float(rec["t"])
-            member, op, data = rec["member"], rec["op"], rec["data"]
-            if members and not member.startswith(members):
-                continue
-            if op == DELTA_OP:  # decoded even outside the window: later lines build on it
-                data, bad = decoders.setdefault(member, DeltaDecoder()).decode(data)
-                if bad:
-                    self.report.problems.append(f"{seg.name} line {no}: {bad} change-only lines of "
-                                                f"{member} without the line before them: left out")
-                op = "append"
-                if not data:
-                    continue
-            if (until is not None and t > until) or (since is not None and t < since and not (
-                    keep_writes and op == "write")):
-                continue
-            if marks:
-                marks[1:] = [no]
-            else:
-                marks.append(no)
-            yield RingRecord(t, float(rec["mono"]), member, str(op), data.encode("utf-8", "surrogateescape"),
-                             run, seg.name, no)
 
     def writer(self) -> dict[str, Any] | None:
         """writer.json, with ``alive`` (the lock is held) and ``pid_alive``."""
@@ -188,3 +160,37 @@ class RingReader:
                 os.close(fd)
         info["alive"] = held
         return info
+
+
+def window_records(segment: str, lines: list[tuple[int, dict[str, Any]]], run: str,
+                   since: float | None, until: float | None, members: tuple[str, ...],
+                   keep_writes: bool, decoders: dict[str, DeltaDecoder], marks: list[int],
+                   problems: list[str]) -> Iterator[RingRecord]:
+    """The records of one segment's parsed lines (``valid_prefix``; the header first) in the window
+    (wall time in [since, until]; with ``keep_writes`` also the older "write" records, the state),
+    change-only lines rebuilt; ``marks`` gets the line number of each one handed out (before it is,
+    so a consumer that stops after taking it still has it on record). The one definition of a
+    window's records: the ring reader's (a fold) and a bundle's ring view (segments carried
+    verbatim, forensics.analysis.ring_view) are the same bytes."""
+    for no, rec in lines[1:]:
+        t = float(rec["t"])
+        member, op, data = rec["member"], rec["op"], rec["data"]
+        if members and not member.startswith(members):
+            continue
+        if op == DELTA_OP:  # decoded even outside the window: later lines build on it
+            data, bad = decoders.setdefault(member, DeltaDecoder()).decode(data)
+            if bad:
+                problems.append(f"{segment} line {no}: {bad} change-only lines of "
+                                f"{member} without the line before them: left out")
+            op = "append"
+            if not data:
+                continue
+        if (until is not None and t > until) or (since is not None and t < since and not (
+                keep_writes and op == "write")):
+            continue
+        if marks:
+            marks[1:] = [no]
+        else:
+            marks.append(no)
+        yield RingRecord(t, float(rec["mono"]), member, str(op), data.encode("utf-8", "surrogateescape"),
+                         run, segment, no)

@@ -20,6 +20,7 @@ segment; :func:`read_index` reads it up to its last whole line.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from forensics.ring.files import INDEX_FILE
 
 __all__ = [
     "RECORD_KEYS", "RING_FORMAT", "RING_VERSION", "RingRecord", "SegmentInfo", "encode_record", "index_line",
-    "info_from_lines", "parse_record_line", "read_index", "valid_prefix",
+    "info_from_lines", "parse_record_line", "read_index", "segment_text", "valid_prefix",
 ]
 
 RING_FORMAT = "gpuforensics-ring"
@@ -117,6 +118,37 @@ def valid_prefix(data: bytes) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
         out.append((no, obj))
         pos = nl + 1
     return pos, out
+
+
+def segment_text(data: bytes, sealed: bool, cap: int) -> bytes:
+    """A segment file's text: a sealed one (gzip, one member or several) inflated, an active one as
+    it is. At most ``cap`` bytes are inflated: a segment that expands further (a gzip bomb in a
+    bundle, where a segment is untrusted input) raises :class:`RingError`, as does a corrupt one."""
+    if not sealed:
+        if len(data) > cap:
+            raise RingError(f"{len(data)} bytes, over the cap of {cap}")
+        return data
+    out: list[bytes] = []
+    size = 0
+    rest = data
+    try:
+        while rest:
+            d = zlib.decompressobj(wbits=31)
+            while not d.eof:
+                chunk = d.decompress(rest, max(1, min(1 << 20, cap + 1 - size)))
+                size += len(chunk)
+                if size > cap:
+                    raise RingError(f"inflates past the cap of {cap} bytes")
+                out.append(chunk)
+                rest = d.unconsumed_tail
+                if not chunk and not rest:
+                    break
+            if not d.eof:
+                raise RingError("cannot decompress: truncated gzip stream")
+            rest = d.unused_data.lstrip(b"\0")
+    except zlib.error as exc:
+        raise RingError(f"cannot decompress: {exc}") from None
+    return b"".join(out)
 
 
 def info_from_lines(name: str, seq: int, lines: list[tuple[int, dict[str, Any]]]) -> SegmentInfo:

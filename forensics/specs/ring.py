@@ -1,9 +1,11 @@
 """``ring``: the flight recorder's history folded into the bundle (members ``ring/*``).
 
 ``gpuforensics record`` keeps a ring on the node (:mod:`forensics.ring`); capture's ``ring``
-collector copies the records of its window into members that mirror the bundle's own layout
-(``ring/nvml/samples.jsonl``, ``ring/proc/<pid>/cgroup``, ...), so the analysis loaders read the
-history with their usual code (``forensics/analysis/ring_view.py``). Without a ring the analysis
+collector carries the ring's segments of its window verbatim (``ring/segments/seg-N.jsonl.gz``,
+with ``ring/provenance.json``), and the analysis rebuilds from them members that mirror the
+bundle's own layout (``ring/nvml/samples.jsonl``, ``ring/proc/<pid>/cgroup``, ...), so its loaders
+read the history with their usual code (``forensics/analysis/ring_view.py``). Bundles of earlier
+versions hold those members whole, and are read as they are. Without a ring the analysis
 is what it was: the source's absence costs nothing (``absence`` is None), and the capture says so
 once in its manifest note.
 """
@@ -12,12 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forensics.bundle.format import RING_PROVENANCE
 from forensics.specs.base import SourceSpec, setting
 
-__all__ = ["PREFIX", "PROVENANCE", "RECORDER_EVENTS", "SPEC", "RingSettings", "folded"]
+__all__ = ["LAYOUT", "PREFIX", "PROVENANCE", "RECORDER_EVENTS", "SEGMENTS", "SPEC", "RingSettings", "folded"]
 
 PREFIX = "ring/"
-PROVENANCE = "ring/provenance.json"
+PROVENANCE = RING_PROVENANCE
+#: the ring's segments, carried verbatim (``seg-N.jsonl.gz`` sealed, ``seg-N.jsonl`` the active one)
+SEGMENTS = "ring/segments/"
+#: provenance.json's ``layout``: the members are the ring's segments, rebuilt at read time
+LAYOUT = "segments"
 #: the recorder's own events (start, stop, gap, clock-jump, source): a ring member, not a collector's
 RECORDER_EVENTS = "recorder/events.jsonl"
 

@@ -20,6 +20,7 @@ from tests.support.env import is_root, need
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
 from tests.support.record_support import start_recorder, wait_for_writer
+from tests.support.ring_bundle import ring_member
 
 sim_lib = nvf.sim_lib
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -29,11 +30,6 @@ GIB = 1 << 30
 def _manifest(bundle: Path) -> dict[str, Any]:
     return json.loads(subprocess.run(["tar", "-xOzf", str(bundle), "--wildcards", "*/manifest.json"],
                                      capture_output=True, check=True).stdout)
-
-
-def _members(bundle: Path, member: str) -> list[dict[str, Any]]:
-    out = subprocess.run(["tar", "-xOzf", str(bundle), "--wildcards", f"*/{member}"], capture_output=True).stdout
-    return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
 
 
 def _iso(text: str) -> float:
@@ -86,7 +82,8 @@ def test_gpu_util_trigger_captures_once_with_the_lead_up(docker_engine: de.Docke
         assert fired - crossed >= 10.0
         assert bundle.stat().st_mtime - fired < 30.0  # the bundle within 30 s of the firing
         # the ring's history in the bundle covers the lead-up (the 10 s the condition held)
-        ring_ticks = [s["t"] for s in _members(bundle, "ring/nvml/samples.jsonl") if s.get("kind") == "device"]
+        ring_ticks = [s["t"] for s in map(json.loads, ring_member(bundle, "ring/nvml/samples.jsonl").splitlines())
+                      if s.get("kind") == "device"]
         assert ring_ticks and min(ring_ticks) <= crossed + 1.0 and min(ring_ticks) >= started - 5
         # the condition stays true: no second bundle inside the cooldown
         time.sleep(20)

@@ -64,7 +64,7 @@ def _visible_devices(src: Source, pid: int, environ: list[bytes]) -> tuple[str |
     for index, item in enumerate(environ):
         if item.startswith(b"NVIDIA_VISIBLE_DEVICES="):
             value = item.split(b"=", 1)[1].decode("utf-8", "replace")
-            return value, Evidence(src.name, member, f"entry {index + 1}", f"NVIDIA_VISIBLE_DEVICES={value}")
+            return value, src.ev_text(member, f"entry {index + 1}", f"NVIDIA_VISIBLE_DEVICES={value}")
     return None, None
 
 

@@ -163,10 +163,13 @@ def test_kill_9_at_random_moments(tmp_path: Path) -> None:
 
 
 def test_the_fold_stops_short_of_the_evidence_cap_and_says_where(tmp_path: Path) -> None:
-    """A window holding more member bytes than the bundle's cap: the fold writes a prefix of the
-    records, whole, the state and provenance.json still, and a partial reason naming the cut."""
+    """A window whose segments are more than the bundle's cap: the fold carries the oldest segments
+    whole, provenance.json still, and a partial reason naming the cut; the history rebuilt from
+    them is a prefix of the records, with the state."""
     from datetime import UTC, datetime
 
+    from forensics.analysis.ring_view import rebuild_ring
+    from forensics.analysis.source import Source
     from forensics.bundle.redact import Redactor
     from forensics.bundle.sink import EvidenceSink
     from forensics.capture.context import CaptureOptions, CollectContext
@@ -175,27 +178,44 @@ def test_the_fold_stops_short_of_the_evidence_cap_and_says_where(tmp_path: Path)
     ring = tmp_path / "ring"
     w = RingWriter(ring, segment_bytes=256 << 10).open()
     t0 = time.time() - 600
-    line = b'{"n": %d, "pad": "' + b"x" * 2000 + b'"}\n'
+    rng = random.Random(3)
+    line = b'{"n": %d, "pad": "%s"}\n'
     w.append([(t0, 1.0, "nvml/devices.json", "write", b'{"devices": []}\n')])
-    for n in range(4000):  # 8 MB of appends
-        w.append([(t0 + n * 0.1, 1.0 + n * 0.1, "nvml/samples.jsonl", "append", line % n)])
+    pads = [rng.randbytes(1000).hex().encode() for _ in range(4000)]  # 8 MB that gzip halves at best
+    for n in range(4000):
+        w.append([(t0 + n * 0.1, 1.0 + n * 0.1, "nvml/samples.jsonl", "append", line % (n, pads[n]))])
     w.close()
     root = tmp_path / "staging"
     root.mkdir()
-    sink = EvidenceSink(root, max_bytes=7 << 20)
+    cap = 3 << 20
+    sink = EvidenceSink(root, max_bytes=cap)
     start = datetime.fromtimestamp(time.time(), UTC)
     ctx = CollectContext(CaptureOptions(since=datetime.fromtimestamp(t0 - 1, UTC), capture_start=start,
                                         extra={"ring.dir": str(ring)}), sink, Redactor(True), {})
     COLLECTOR.snapshot(ctx)
-    data = (root / "ring/nvml/samples.jsonl").read_bytes()
-    kept = data.count(b"\n")
-    assert 0 < kept < 4000 and data == b"".join(line % n for n in range(kept))
-    assert sink.bytes_written <= 7 << 20
-    assert (root / "ring/nvml/devices.json").read_bytes() == b'{"devices": []}\n'
+    assert sink.bytes_written <= cap
     prov = json.loads((root / "ring/provenance.json").read_bytes())
-    assert prov["left_out_from"]["t"] == pytest.approx(t0 + kept * 0.1, abs=1e-3)
-    assert prov["members"]["nvml/samples.jsonl"]["records"] == kept
+    carried = [s["segment"] for s in prov["segments"]]
+    ring_segs = [s.name for s in RingReader(ring).segments()]
+    assert 0 < len(carried) < len(ring_segs) and carried == ring_segs[:len(carried)]
+    left_out = RingReader(ring).segments()[len(carried)]
+    assert prov["left_out_from"]["segment"] == left_out.name and prov["left_out_from"]["t"] == left_out.min_t
     assert any("evidence size cap" in r for r in ctx.partial_reasons), ctx.partial_reasons
+
+    class Staged:  # the staging directory, read as the bundle it becomes
+        manifest: dict[str, object] = {}
+
+        def read_bytes(self, member: str) -> bytes:
+            return (root / member).read_bytes()
+
+    rebuilt = rebuild_ring(Source(Staged(), "staged", [str(p.relative_to(root)) for p in root.rglob("*")
+                                                         if p.is_file()]))
+    assert not rebuilt.problems
+    data = rebuilt.members["nvml/samples.jsonl"]
+    kept = data.count(b"\n")
+    assert 0 < kept < 4000 and data == b"".join(line % (n, pads[n]) for n in range(kept))
+    assert t0 + kept * 0.1 >= left_out.min_t - 0.11  # the records stop where the segments do
+    assert rebuilt.members["nvml/devices.json"] == b'{"devices": []}\n'
 
 
 def test_a_reader_stopped_early_still_gives_the_provenance_of_what_it_handed_out(tmp_path: Path) -> None:

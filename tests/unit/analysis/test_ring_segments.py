@@ -1,0 +1,242 @@
+"""``capture --since`` carries the flight recorder's segments verbatim; the analysis rebuilds the
+``ring/<member>`` members from them. What a user checks: the segments are the ring's own (the
+ring index's SHA-256), the rebuilt members are the bytes the window's records make (the fold of
+earlier versions), the analysis finds the same things from them as from those whole members, its
+excerpts are in the rebuilt members and say which segment record they come from, and a changed
+byte in a segment is caught by ``verify`` and by ``analyze``."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics.analysis import analyze_bundles
+from forensics.analysis.ring_view import rebuild_ring, ring_view
+from forensics.analysis.source import Source
+from forensics.bundle.reader import ReadLimits, open_bundle
+from forensics.bundle.verify import verify_bundle
+from forensics.errors import BundleIntegrityError
+from forensics.record.sources import DELTA_MEMBERS
+from forensics.ring import RingReader, RingWriter
+from tests.golden.test_excerpts import check_excerpts
+from tests.support.hostile_bundles import build_bundle, read_members, rewrite, write_tar
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE = ROOT / "sample_bundles" / "unallocated-gpu-use.tgz"
+
+
+def _capture(ring: Path, out: Path, since: str) -> Path:
+    out.mkdir()
+    cap = subprocess.run([sys.executable, "-m", "forensics", "capture", "--since", since, "--only", "ring",
+                          "--ring", str(ring), "-o", str(out), "--quiet"],
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                         text=True, timeout=120)
+    assert cap.returncode == 0, cap.stderr[-3000:]
+    (bundle,) = out.glob("*.tgz")
+    return bundle
+
+
+def _members(bundle: Path) -> dict[str, bytes]:
+    return dict(read_members(bundle)[1])
+
+
+def _ring_from_sample(ring: Path, segment_bytes: int = 48 << 10) -> None:
+    """The sample bundle's members as a recorder would have written them: each line of a JSON-lines
+    member an append at its own ``t``, every other member a write (NVML and cgroup samples change-only)."""
+    members = _members(SAMPLE)
+    started = json.loads(members.pop("manifest.json"))["capture"]["started"]
+    t_start = time.mktime(time.strptime(started[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    records: list[tuple[float, float, str, str, bytes]] = []
+    for name, data in sorted(members.items()):
+        if name.endswith(".jsonl"):
+            for line in data.splitlines(keepends=True):
+                t = json.loads(line).get("t")
+                t = float(t) if isinstance(t, int | float) else t_start
+                records.append((t, t - t_start + 1000.0, name, "append", line))
+        else:
+            records.append((t_start - 30.0, 970.0, name, "write", data))
+    records.sort(key=lambda r: (r[3] != "write", r[0]))
+    w = RingWriter(ring, segment_bytes=segment_bytes, delta_members=DELTA_MEMBERS, retention_s=90 * 86400.0).open()
+    for rec in records:
+        w.append([rec])
+    w.close(seal=False)  # the last segment stays active, as under a running recorder
+
+
+def _whole_members(ring: Path, since: float, until: float) -> dict[str, bytes]:
+    """The window's members as the fold of earlier versions wrote them: appends in the order
+    written, each write member as of the capture start (the ring reader's records)."""
+    out: dict[str, bytes] = {}
+    for rec in RingReader(ring).records(since=since, until=until, keep_writes=True):
+        out[rec.member] = rec.data if rec.op == "write" else out.get(rec.member, b"") + rec.data
+    return out
+
+
+def _findings(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return sorted((f["kind"], f["summary"], json.dumps(f["subjects"], sort_keys=True),
+                   json.dumps([{k: e[k] for k in ("member", "locator", "excerpt")} for e in f["evidence"]],
+                              sort_keys=True)) for f in doc["findings"])
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("segfold")
+    ring = tmp / "ring"
+    _ring_from_sample(ring)
+    return ring, _capture(ring, tmp / "out", "2026-11-29T00:00:00Z")
+
+
+def test_the_bundle_carries_the_rings_segments_verbatim(captured: tuple[Path, Path]) -> None:
+    ring, bundle = captured
+    members = _members(bundle)
+    prov = json.loads(members["ring/provenance.json"])
+    index = {json.loads(line)["name"]: json.loads(line) for line in (ring / "index.jsonl").read_text().splitlines()}
+    segs = prov["segments"]
+    assert len(segs) >= 3 and segs[-1]["sealed"] is False and all(s["sealed"] for s in segs[:-1])
+    for s in segs:
+        data = members[s["member"]]
+        assert hashlib.sha256(data).hexdigest() == s["sha256"]
+        if s["sealed"]:
+            assert s["sha256"] == index[s["segment"]]["sha256"] and data == (ring / s["segment"]).read_bytes()
+        else:
+            assert (ring / s["segment"]).read_bytes().startswith(data) and data.endswith(b"\n")
+    assert not [m for m in members if m.startswith("ring/") and not m.startswith("ring/segments/")
+                and m != "ring/provenance.json"]  # no member is written twice
+    verify_bundle(bundle)
+
+
+def test_the_rebuilt_members_are_the_windows_records(captured: tuple[Path, Path]) -> None:
+    ring, bundle = captured
+    opened = open_bundle(bundle)
+    view = ring_view(Source(opened, bundle.name, opened.members))
+    assert view is not None and view.rebuilt is not None and not view.problems
+    window = json.loads(opened.members["ring/provenance.json"])["window"]
+    expected = _whole_members(ring, window["t_since"], window["t_until"])
+    assert view.rebuilt.members == expected
+    assert {"nvml/samples.jsonl", "cgroup/samples.jsonl", "nvml/devices.json"} <= set(expected)
+
+
+def test_the_analysis_finds_the_same_as_from_whole_members(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """The same window folded the old way (whole members under ring/) analyses the same; every
+    ring-derived excerpt is in its rebuilt member and names its segment and line."""
+    ring, bundle = captured
+    members = _members(bundle)
+    manifest = json.loads(members.pop("manifest.json"))
+    window = json.loads(members["ring/provenance.json"])["window"]
+    whole = {n: d for n, d in members.items() if not n.startswith("ring/segments/")}
+    whole.update({"ring/" + m: d for m, d in _whole_members(ring, window["t_since"], window["t_until"]).items()})
+    old = build_bundle(tmp_path, whole, manifest_fields={k: manifest[k] for k in ("host", "capture", "collectors")})
+    new_doc, old_doc = analyze_bundles([bundle]), analyze_bundles([old])
+    assert _findings(new_doc) == _findings(old_doc) and new_doc["findings"]
+    cited = [e for f in new_doc["findings"] for e in f["evidence"] if e["member"].startswith("ring/")]
+    assert cited and all(e["member"] not in members for e in cited)  # rebuilt, not stored
+    assert check_excerpts(bundle, new_doc) > 0
+    for e in cited:
+        origin = e["derived_from"]
+        seg = members[origin["member"]]
+        text = gzip.decompress(seg) if origin["member"].endswith(".gz") else seg
+        line = text.splitlines()[origin["line"] - 1]
+        assert json.loads(line)["member"] == e["member"].removeprefix("ring/"), (e, line[:200])
+    assert not any("derived_from" in e for f in old_doc["findings"] for e in f["evidence"])
+
+
+def test_a_window_inside_a_segment_is_clipped_by_wall_time(tmp_path: Path) -> None:
+    ring = tmp_path / "ring"
+    now = time.time()
+    w = RingWriter(ring, segment_bytes=4096, delta_members=DELTA_MEMBERS).open()
+    w.append([(now - 500, 1.0, "nvml/devices.json", "write", b'{"devices": ["old"]}\n')])
+    for n in range(300):
+        t = now - 300 + n
+        line = b'{"gpu_index": 0, "kind": "device", "n": %d, "t": %.1f}\n' % (n, t)
+        w.append([(t, 10.0 + n, "nvml/samples.jsonl", "append", line)])
+        if n == 200:
+            w.append([(t, 10.0 + n, "nvml/devices.json", "write", b'{"devices": ["new"]}\n')])
+    w.close()
+    bundle = _capture(ring, tmp_path / "out", "120s")
+    prov = json.loads(_members(bundle)["ring/provenance.json"])
+    since = prov["window"]["t_since"]
+    first = prov["segments"][0]
+    assert first["t_first"] < since < first["t_last"]  # the first segment starts before the window
+    assert len(prov["segments"]) < len(RingReader(ring).segments())  # older segments are not carried
+    opened = open_bundle(bundle)
+    view = ring_view(Source(opened, bundle.name, opened.members))
+    assert view is not None and view.rebuilt is not None
+    got = [json.loads(line)["n"] for line in view.rebuilt.members["nvml/samples.jsonl"].splitlines()]
+    assert got == [n for n in range(300) if now - 300 + n >= since]
+    assert view.rebuilt.members["nvml/devices.json"] == b'{"devices": ["new"]}\n'
+
+
+def _tampered(bundle: Path, dst: Path, fix_manifest: bool) -> Path:
+    """``bundle`` with one byte of a sealed segment member changed (and the manifest's hash of it
+    changed to match, when ``fix_manifest``: only the provenance then tells)."""
+    top, members = read_members(bundle)
+    prov = json.loads(dict(members)["ring/provenance.json"])
+    target = next(s["member"] for s in prov["segments"] if s["sealed"])
+    out = []
+    changed = b""
+    for name, data in members:
+        if name == target:
+            raw = bytearray(gzip.decompress(data))
+            at = raw.index(b'"data":"') + 9
+            raw[at] = ord("Z") if raw[at] != ord("Z") else ord("Y")
+            changed = data = gzip.compress(bytes(raw))
+        out.append((name, data))
+    if fix_manifest:
+        manifest = json.loads(dict(out)["manifest.json"])
+        for entry in manifest["members"]:
+            if entry["path"] == target:
+                entry["sha256"], entry["size"] = hashlib.sha256(changed).hexdigest(), len(changed)
+        out = [(n, json.dumps(manifest).encode() if n == "manifest.json" else d) for n, d in out]
+    return write_tar(dst, [(f"{top}/{n}", d) for n, d in out])
+
+
+@pytest.mark.parametrize("fix_manifest", [False, True], ids=["member-only", "manifest-too"])
+def test_a_changed_byte_in_a_segment_is_caught_by_verify_and_analyze(
+        captured: tuple[Path, Path], tmp_path: Path, fix_manifest: bool) -> None:
+    _ring, bundle = captured
+    bad = _tampered(bundle, tmp_path / "bad.tgz", fix_manifest)
+    with pytest.raises(BundleIntegrityError) as caught:
+        verify_bundle(bad)
+    assert any("ring segment hash mismatch: ring/segments/" in p for p in caught.value.problems), caught.value.problems
+    doc = analyze_bundles([bad])
+    limits = " | ".join(doc["limitations"])
+    assert "INTEGRITY CHECK FAILED" in limits and "altered after capture; its records are left out" in limits
+
+
+def test_hostile_segments_are_problems_not_tracebacks(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """Segment members rewritten with their provenance (so the hashes agree): a gzip bomb, not
+    gzip, and the active one cut mid-line. Each is named in the limitations, the rest of the
+    history is still read, and inflation stops at the cap."""
+    _ring, bundle = captured
+    bomb = gzip.compress(b"\0" * (8 << 20))
+
+    def transform(top: str, members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        by_name = dict(members)
+        prov = json.loads(by_name["ring/provenance.json"])
+        segs = prov["segments"]
+        by_name[segs[0]["member"]] = bomb
+        by_name[segs[1]["member"]] = b"not gzip at all"
+        active = by_name[segs[-1]["member"]]
+        by_name[segs[-1]["member"]] = active[: active.rindex(b"\n", 0, len(active) - 1) + 40]
+        for s in (segs[0], segs[1], segs[-1]):
+            s["sha256"] = hashlib.sha256(by_name[s["member"]]).hexdigest()
+        by_name["ring/provenance.json"] = json.dumps(prov).encode()
+        return [(f"{top}/{name}", data) for name, data in by_name.items()]
+
+    bad = rewrite(bundle, tmp_path / "hostile.tgz", transform)
+    doc = analyze_bundles([bad])
+    limits = " | ".join(doc["limitations"])
+    assert "seg-0000000002.jsonl.gz: cannot decompress" in limits, limits
+    assert "bytes after line" in limits and "are not whole ring records" in limits, limits
+    assert any(e["member"].startswith("ring/") for f in doc["findings"] for e in f["evidence"])
+    opened = open_bundle(bad, ReadLimits(max_member_bytes=1 << 20))  # the caps analyze --max-bundle-mb sets
+    rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
+    assert any("inflates past the cap of 1048576 bytes" in p for p in rebuilt.problems), rebuilt.problems
+    assert rebuilt.members.get("nvml/samples.jsonl")
