@@ -185,20 +185,20 @@ def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
     lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
     samples = _value(nv, "nvmlDeviceGetProcessUtilization")
     samples = [u for u in samples if type(u) is dict] if isinstance(samples, list) else []
-    by_pid = {u.get("pid"): u for u in samples}  # one sample per PID: the common answer
-    if len(by_pid) < len(samples):  # several: each PID's newest (timeStamp) wins, the later on a tie
-        by_pid = {}
+    sm_of = {u.get("pid"): u.get("smUtil") for u in samples}  # one sample per PID: the common answer
+    if len(sm_of) < len(samples):  # several: each PID's newest (timeStamp) wins, the later on a tie
+        newest: dict[Any, dict[str, Any]] = {}
         for u in samples:
-            prev = by_pid.get(u.get("pid"))
+            prev = newest.get(u.get("pid"))
             if prev is None or _stamp(u) >= _stamp(prev):
-                by_pid[u.get("pid")] = u
+                newest[u.get("pid")] = u
+        sm_of = {pid: u.get("smUtil") for pid, u in newest.items()}
     procs: list[Any] = []
     for p in line.get("processes") or ():
         if type(p) is dict and type(pid := p.get("pid")) is int:
-            used, mig, hit = p.get("usedGpuMemory"), p.get("mig_uuid"), by_pid.get(pid)
-            sm = None if hit is None else hit.get("smUtil")
+            used, mig, sm = p.get("usedGpuMemory"), p.get("mig_uuid"), sm_of.get(pid, _NO_SAMPLE)
             procs += (pid, mig if type(mig) is str else None, used if type(used) is int else None,
-                      (sm or 0) if type(sm) in _NUMBER else (None if hit is None else 0))
+                      None if sm is _NO_SAMPLE else (sm or 0) if type(sm) in _NUMBER else 0)
     return [tick, idx, uuid, _num(line.get("t")),
             _num(util.get("gpu")) if isinstance(util, dict) else None,
             int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
@@ -573,3 +573,4 @@ class LiveState:
 
 
 _NUMBER = (int, float)
+_NO_SAMPLE: Any = object()

@@ -33,6 +33,7 @@ __all__ = ["Evaluator", "Firing"]
 _OPS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _EMPTY: dict[str, float] = {}
 _MISSING: Any = object()
+_NO_HOLDS: dict[str, Any] = {}
 _Values = list[tuple[str, float, float, str]]
 #: per operator, the values (subject, t, value, member) that meet a limit (one comprehension)
 _MET: dict[str, Callable[[_Values, float], _Values]] = {
@@ -87,6 +88,16 @@ class Evaluator:
         self._names: dict[str, tuple[str, str]] = {}  # container id -> (its name, the subject)
         self._subject_of: dict[str, str | None] = {}  # cgroup path -> subject, this attribution
         self._subjects_at = -1
+        # per cgroup metric whose rules all compare one way: the loosest limit (a value beyond it
+        # meets no rule and changes nothing unless its subject holds one) and those rules
+        self._floors: dict[str, tuple[bool, float, list[str]]] = {}
+        for name in {r.name for r in rules if r.kind == "threshold" and r.name != "gpu.util" and r.name != "gpu.memory"}:
+            on = [r for r in rules if r.kind == "threshold" and r.name == name]
+            limits = [r.threshold for r in on if r.threshold is not None]
+            if len(limits) == len(on) and all(r.op in (">", ">=") for r in on):
+                self._floors[name] = (True, min(limits), [r.text for r in on])
+            elif len(limits) == len(on) and all(r.op in ("<", "<=") for r in on):
+                self._floors[name] = (False, max(limits), [r.text for r in on])
 
     # -- the figures each metric reads -----------------------------------------------------------
     def _values(self, name: str, live: LiveState) -> list[tuple[str, float, float, str]]:
@@ -107,6 +118,17 @@ class Evaluator:
         return got[1]
 
     def _read_values(self, name: str, live: LiveState) -> _Values:
+        values = self._all_values(name, live)
+        floor = self._floors.get(name)
+        if floor is None or not values:
+            return values
+        above, limit, texts = floor
+        held = set().union(*(self._holds.get(text, _NO_HOLDS).keys() for text in texts))
+        if above:
+            return [v for v in values if v[2] >= limit or v[0] in held]
+        return [v for v in values if v[2] <= limit or v[0] in held]
+
+    def _all_values(self, name: str, live: LiveState) -> _Values:
         if name == "gpu.util":
             return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES)
                     for g in live.gpus() if g.util_pct is not None]
