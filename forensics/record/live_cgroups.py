@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["PSI_KEYS", "PSI_RESOURCES", "CgroupFold", "Row", "cgroup_summary", "psi_dict", "psi_shares"]
+__all__ = ["PSI_KEYS", "PSI_RESOURCES", "CgroupFold", "Row", "cgroup_summary", "psi_dict", "psi_shares", "psi_totals"]
 
 PSI_RESOURCES = ("cpu", "memory", "io")
 PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
 _NUMBER = (int, float)
+_INT = {int}
 _Totals = tuple[float | None, ...]  # PSI *_total_usec in PSI_KEYS order
 _Pcts = tuple[float | None, ...]  # PSI stall shares (%) in PSI_KEYS order
 _NO_STALL: _Pcts = (0.0,) * len(PSI_KEYS)
@@ -36,6 +37,15 @@ _T, _TICK, _TIME, _VALUES = ', "t": ', '"tick": ', '"time": ', ', "values": '
 
 def cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
     """``[path, t, nr_periods, nr_throttled, PSI totals, host PSI totals or None]`` of a cgroup line."""
+    got = _reading(line)
+    if got is None:
+        return None
+    path, t, periods, throttled, totals, host = got
+    return [path, t, periods, throttled, list(totals), None if host is None else list(host)]
+
+
+def _reading(line: dict[str, Any]) -> tuple[str, float, Any, Any, _Totals, _Totals | None] | None:
+    """:func:`cgroup_summary` as tuples (what the fold keeps)."""
     path, values, t = line.get("cgroup"), line.get("values"), line.get("t")
     if type(path) is not str or type(values) is not dict or not isinstance(t, float | int):
         return None
@@ -45,26 +55,20 @@ def cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
     else:
         periods = throttled = None
     host = values.get("host_pressure")
-    return [path, float(t), periods, throttled, list(psi_totals(values.get("pressure"))),
-            list(psi_totals(host)) if type(host) is dict else None]
+    return path, float(t), periods, throttled, psi_totals(values.get("pressure")), \
+        psi_totals(host) if type(host) is dict else None
 
 
-def split_line(line: str) -> tuple[str, float, str] | None:
-    """``(the text before t, t, the text from values on)`` of a line in the collector's layout,
-    None for any other line (it is then parsed whole)."""
-    i = line.find(_T)
-    j = line.find(_VALUES, i)
-    if i < 0 or j < 0:
+def _middle_t(line: str, i: int, j: int) -> float | None:
+    """``t`` of ``line[i:j]`` when that is ``, "t": T, "tick": N, "time": "ISO"`` (those three keys,
+    nothing else, up to ``, "values": ``), else None."""
+    middle = line[i:j]
+    if middle.count('"') != 8 or _TICK not in middle or _TIME not in middle or not line.startswith(_VALUES, j):
         return None
-    middle = line[i:j]  # , "t": T, "tick": N, "time": "ISO": those three keys, nothing else
-    if middle.count('"') != 8 or _TICK not in middle or _TIME not in middle:
-        return None
-    end = line.find(",", i + len(_T))
     try:
-        t = float(line[i + len(_T):end])
+        return float(line[i + len(_T):line.find(",", i + len(_T))])
     except ValueError:
         return None
-    return line[:i], t, line[j:]
 
 
 class CgroupFold:
@@ -79,7 +83,7 @@ class CgroupFold:
         self.forget_s = forget_s
         # path -> [t, nr_periods, nr_throttled, PSI totals, row or None, container id]
         self._cg: dict[str, list[Any]] = {}
-        # a line's text before t -> its text from values on and the reading it gave
+        # a line's text before t -> the last line parsed with it and the reading it gave
         self._text: dict[str, tuple[str, tuple[Any, ...]]] = {}
         self._fresh: dict[str, Row] = {}
         self.clock = 0.0  # the newest reading's time
@@ -96,28 +100,29 @@ class CgroupFold:
         for line in data.split("\n"):
             if not line:
                 continue
-            cut = split_line(line)
-            if cut is not None:
-                known = text.get(cut[0])
-                if known is not None and known[0] == cut[2]:  # the counters of this text's last line
-                    path, periods, throttled, totals, host = known[1]
-                    self.reading(path, cut[1], periods, throttled, totals, host)
+            i = line.find(_T)
+            head = line[:i] if i > 0 else None
+            if head is not None and (known := text.get(head)) is not None:
+                last, reading = known  # this cgroup's last line parsed (the same text before t)
+                j = last.find(_VALUES, i)
+                end = len(line) - (len(last) - j)
+                if j > 0 and end > i and line.endswith(last[j:]) and (t := _middle_t(line, i, end)) is not None:
+                    self.reading(reading[0], t, *reading[1:])  # the same counters
                     continue
             try:
                 obj = loads(line)
             except ValueError:
                 continue
-            got = cgroup_summary(obj) if type(obj) is dict else None
+            got = _reading(obj) if type(obj) is dict else None
             if got is None:
                 continue
             self.parsed += 1
-            path, t, periods, throttled, totals, host = got
-            reading = (path, periods, throttled, tuple(totals), None if host is None else tuple(host))
-            self.reading(path, t, *reading[1:])
-            if cut is not None:
+            reading = (got[0], *got[2:])
+            self.reading(got[0], got[1], *got[2:])
+            if head is not None:
                 if len(text) >= self.max_cgroups:
                     text.clear()
-                text[cut[0]] = (cut[2], reading)
+                text[head] = (line, reading)
 
     def summaries(self, summaries: Iterable[list[Any]]) -> None:
         for path, t, periods, throttled, totals, host in summaries:
@@ -184,6 +189,14 @@ def psi_totals(pressure: Any) -> _Totals:
     """The cumulative PSI stall times (µs) of a cgroup's or the host's ``pressure`` reading."""
     if type(pressure) is not dict:
         return ()
+    try:  # the common reading: every resource, some and full, whole numbers
+        c, m, io = pressure["cpu"], pressure["memory"], pressure["io"]
+        got = (c["some_total_usec"], c["full_total_usec"], m["some_total_usec"], m["full_total_usec"],
+               io["some_total_usec"], io["full_total_usec"])
+        if set(map(type, got)) == _INT:
+            return got
+    except (KeyError, TypeError):
+        pass
     out: list[float | None] = []
     for res in PSI_RESOURCES:
         r = pressure.get(res)
@@ -204,6 +217,11 @@ def psi_shares(prev: _Totals, cur: _Totals, dt: float) -> _Pcts:
     if prev == cur and None not in cur:  # an idle cgroup: nothing stalled
         return _NO_STALL
     span = dt * 1e6
+    if None not in prev and None not in cur and len(prev) == len(cur):  # the common reading
+        out = [100.0 * (y - x) / span for x, y in zip(prev, cur)]  # noqa: B905 - lengths checked
+        if 0.0 <= min(out) and max(out) <= 100.0:
+            return tuple(out)
+        return tuple([None if v < 0 else min(100.0, v) for v in out])
     return tuple([min(100.0, 100.0 * (y - x) / span) if x is not None and y is not None and y >= x else None
                   for x, y in zip(prev, cur, strict=True)])
 
