@@ -218,7 +218,7 @@ def psi_shares(prev: _Totals, cur: _Totals, dt: float) -> _Pcts:
         return _NO_STALL
     span = dt * 1e6
     if None not in prev and None not in cur and len(prev) == len(cur):  # the common reading
-        out = [100.0 * (y - x) / span for x, y in zip(prev, cur)]  # noqa: B905 - lengths checked
+        out = [100.0 * (y - x) / span for x, y in zip(prev, cur)]  # type: ignore[operator]  # noqa: B905 - no None, lengths checked
         if 0.0 <= min(out) and max(out) <= 100.0:
             return tuple(out)
         return tuple([None if v < 0 else min(100.0, v) for v in out])
