@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.analysis.attribution import Grant, OwnerInfo
-from forensics.record.live import PSI_KEYS, LiveEvent, LiveState
+from forensics.record.live import PSI_KEYS, Grant, LiveEvent, LiveState, OwnerInfo
 from forensics.record.live_cgroups import Row
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
