@@ -18,6 +18,10 @@ small typed API:
   ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
   stall time / wall time over the last interval, per resource and some|full); :meth:`host_psi`
   the same for the host (``/proc/pressure``);
+- for the triggers, each tick, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroup
+  rows that came since the last call, and the cgroup sampler's clock; forensics.record.live_cgroups),
+  :meth:`LiveState.process_keys` (changes with :attr:`LiveState.process_gen`) and
+  :meth:`LiveState.process_figures` (one process' memory and SM %);
 - :meth:`LiveState.take_events` -> :class:`LiveEvent` seen since the last call: ``oom`` (kernel OOM
   kills, ``kernel/window.jsonl``), ``xid`` (kernel Xid lines and NVML XidCriticalError events),
   ``gpu-lost`` (an NVML reading that answered GpuIsLost, or Xid 79);
