@@ -172,16 +172,17 @@ def summarize(member: str, line: Any) -> list[Any] | None:
 
 
 def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
-    """``[tick, gpu_index, uuid, t, util_pct, memory used, memory total, lost, [pid, mig_uuid, used
-    memory, SM %, pid, ...]]`` of a device line (index and UUID None when either is not valid): the
-    processes flat, four values each, SM % as NVML gave it (a number, None without a sample), so
-    the frame's JSON header carries one list per GPU, not one per process."""
+    """``[tick, gpu_index, uuid, t, util_pct, memory used, memory total, lost, [[PIDs], [MIG UUIDs]
+    or None (no process on a MIG device), [used memory], [SM %]]]`` of a device line (index and UUID
+    None when either is not valid): the processes as four lists, in NVML's order, SM % as NVML gave
+    it (a number, None without a sample), so the frame's JSON header carries a few lists per GPU,
+    not one per process."""
     if line.get("kind") != "device":
         return None
     tick = line.get("tick") if isinstance(line.get("tick"), int) else None
     idx, uuid = line.get("gpu_index"), line.get("uuid")
     if not isinstance(idx, int) or not isinstance(uuid, str):
-        return [tick, None, None, None, None, None, None, False, []]
+        return [tick, None, None, None, None, None, None, False, [[], None, [], []]]
     nv_raw = line.get("nvml")
     nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
     util = _value(nv, "nvmlDeviceGetUtilizationRates")
@@ -197,12 +198,18 @@ def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
             if prev is None or _stamp(u) >= _stamp(prev):
                 newest[u.get("pid")] = u
         sm_of = {pid: u.get("smUtil") for pid, u in newest.items()}
-    procs: list[Any] = []
+    pids: list[int] = []
+    migs: list[str | None] = []
+    used: list[int | None] = []
+    sms: list[Any] = []
     for p in line.get("processes") or ():
         if type(p) is dict and type(pid := p.get("pid")) is int:
-            used, mig, sm = p.get("usedGpuMemory"), p.get("mig_uuid"), sm_of.get(pid, _NO_SAMPLE)
-            procs += (pid, mig if type(mig) is str else None, used if type(used) is int else None,
-                      None if sm is _NO_SAMPLE else (sm or 0) if type(sm) in _NUMBER else 0)
+            held, mig, sm = p.get("usedGpuMemory"), p.get("mig_uuid"), sm_of.get(pid, _NO_SAMPLE)
+            pids.append(pid)
+            migs.append(mig if type(mig) is str else None)
+            used.append(held if type(held) is int else None)
+            sms.append(None if sm is _NO_SAMPLE else (sm or 0) if type(sm) in _NUMBER else 0)
+    procs = [pids, migs if any(migs) else None, used, sms]
     return [tick, idx, uuid, _num(line.get("t")),
             _num(util.get("gpu")) if isinstance(util, dict) else None,
             int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
@@ -226,7 +233,7 @@ class LiveState:
         self.forget_s = 600.0
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
-        # the last NVML tick, per GPU: (uuid, t, [pid, MIG UUID, used memory, SM %, pid, ...])
+        # the last NVML tick, per GPU: (uuid, t, [PIDs, MIG UUIDs or None, used memory, SM %])
         self._nv: dict[int, tuple[str, float, list[Any]]] = {}
         self._nv_ident: list[tuple[int, str, list[Any], list[Any]]] = []  # per GPU: uuid, PIDs, MIG UUIDs
         self._nv_t = 0.0  # the last NVML tick's time
@@ -338,7 +345,8 @@ class LiveState:
             self._nv = nv
         self._values_gen += 1
         prev_t, self._nv_t = self._nv_t, max((g[1] for g in self._nv.values()), default=self._nv_t)
-        ident = [(idx, uuid, procs[0::4], procs[1::4]) for idx, (uuid, _, procs) in sorted(self._nv.items())]
+        ident = [(idx, uuid, procs[0], procs[1] or [None] * len(procs[0]))
+                 for idx, (uuid, _, procs) in sorted(self._nv.items())]
         if ident != self._nv_ident:
             self._processes_changed(ident, prev_t)
 
@@ -540,7 +548,8 @@ class LiveState:
             rows = []
             for idx, (uuid, t, procs) in sorted(self._nv.items()):
                 rows += [(pid, idx, uuid, mig, t, used, None if sm is None else float(sm))
-                         for pid, mig, used, sm in zip(procs[0::4], procs[1::4], procs[2::4], procs[3::4], strict=True)]
+                         for pid, mig, used, sm in zip(procs[0], procs[1] or [None] * len(procs[0]), procs[2],
+                                                       procs[3], strict=True)]
             self._procs = (self._values_gen, rows)
         return rows
 
@@ -553,15 +562,15 @@ class LiveState:
         """``(t, used memory, SM %)`` of a process of the last NVML tick (None: not listed)."""
         gen, index = self._proc_index
         if gen != self.process_gen:
-            index = {(pid_, uuid_, mig_): (idx, 4 * n) for idx, uuid_, pids, migs in self._nv_ident
+            index = {(pid_, uuid_, mig_): (idx, n) for idx, uuid_, pids, migs in self._nv_ident
                      for n, (pid_, mig_) in enumerate(zip(pids, migs, strict=True))}
             self._proc_index = (self.process_gen, index)
         at = index.get((pid, uuid, mig))
         if at is None:
             return None
         _, t, procs = self._nv[at[0]]
-        sm = procs[at[1] + 3]
-        return t, procs[at[1] + 2], None if sm is None else float(sm)
+        sm = procs[3][at[1]]
+        return t, procs[2][at[1]], None if sm is None else float(sm)
 
     def owner_grant(self, pid: int, uuid: str, mig: str | None) -> tuple[OwnerInfo, Grant]:
         """A GPU process's owner and grant, as :meth:`processes` gives them (cached per attribution)."""
