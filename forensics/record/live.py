@@ -190,31 +190,55 @@ def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
     lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
     samples = _value(nv, "nvmlDeviceGetProcessUtilization")
     samples = [u for u in samples if type(u) is dict] if isinstance(samples, list) else []
-    sm_of = {u.get("pid"): u.get("smUtil") for u in samples}  # one sample per PID: the common answer
+    # a PID's SM %: as NVML gave it (0 when not a number); one sample per PID is the common answer
+    sm_of = {u.get("pid"): (v or 0) if type(v := u.get("smUtil")) in _NUMBER else 0 for u in samples}
     if len(sm_of) < len(samples):  # several: each PID's newest (timeStamp) wins, the later on a tie
         newest: dict[Any, dict[str, Any]] = {}
         for u in samples:
             prev = newest.get(u.get("pid"))
             if prev is None or _stamp(u) >= _stamp(prev):
                 newest[u.get("pid")] = u
-        sm_of = {pid: u.get("smUtil") for pid, u in newest.items()}
-    pids: list[int] = []
-    migs: list[str | None] = []
-    used: list[int | None] = []
-    sms: list[Any] = []
-    for p in line.get("processes") or ():
-        if type(p) is dict and type(pid := p.get("pid")) is int:
-            held, mig, sm = p.get("usedGpuMemory"), p.get("mig_uuid"), sm_of.get(pid, _NO_SAMPLE)
-            pids.append(pid)
-            migs.append(mig if type(mig) is str else None)
-            used.append(held if type(held) is int else None)
-            sms.append(None if sm is _NO_SAMPLE else (sm or 0) if type(sm) in _NUMBER else 0)
-    procs = [pids, migs if any(migs) else None, used, sms]
+        sm_of = {pid: (v or 0) if type(v := u.get("smUtil")) in _NUMBER else 0 for pid, u in newest.items()}
+    plist = line.get("processes") or []
+    procs = _processes_fast(plist, sm_of) or _processes(plist, sm_of)
     return [tick, idx, uuid, _num(line.get("t")),
             _num(util.get("gpu")) if isinstance(util, dict) else None,
             int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
             int(mem["total"]) if isinstance(mem, dict) and isinstance(mem.get("total"), int) else None,
             lost, procs]
+
+
+def _processes(plist: Any, sm_of: dict[Any, Any]) -> list[Any]:
+    """A device line's processes as ``[PIDs, MIG UUIDs or None, used memory, SM %]`` (entries
+    without an integer PID left out, other values None where not of their type)."""
+    pids: list[int] = []
+    migs: list[str | None] = []
+    used: list[int | None] = []
+    sms: list[Any] = []
+    for p in plist if type(plist) is list else ():
+        if type(p) is dict and type(pid := p.get("pid")) is int:
+            held, mig = p.get("usedGpuMemory"), p.get("mig_uuid")
+            pids.append(pid)
+            migs.append(mig if type(mig) is str else None)
+            used.append(held if type(held) is int else None)
+            sms.append(sm_of.get(pid))
+    return [pids, None if migs.count(None) == len(migs) else migs, used, sms]
+
+
+def _processes_fast(plist: Any, sm_of: dict[Any, Any]) -> list[Any] | None:
+    """:func:`_processes` for the common line (every entry a dict with an integer PID, memory an
+    integer or None, MIG UUID a string or None), one comprehension per field; None for any other."""
+    if type(plist) is not list or not plist or set(map(type, plist)) != _DICT:
+        return None
+    try:
+        pids = [p["pid"] for p in plist]
+    except KeyError:
+        return None
+    migs = [p.get("mig_uuid") for p in plist]
+    used = [p.get("usedGpuMemory") for p in plist]
+    if set(map(type, pids)) != _INT or not set(map(type, migs)) <= _STR_NONE or not set(map(type, used)) <= _INT_NONE:
+        return None
+    return [pids, None if migs.count(None) == len(migs) else migs, used, list(map(sm_of.get, pids))]
 
 
 def _stamp(sample: dict[str, Any]) -> int:
@@ -586,4 +610,5 @@ class LiveState:
 
 
 _NUMBER = (int, float)
-_NO_SAMPLE: Any = object()
+_DICT, _INT = {dict}, {int}
+_STR_NONE, _INT_NONE = {str, type(None)}, {int, type(None)}
