@@ -10,9 +10,9 @@ directly (the large part of a scrape, byte for byte what ``generate_latest`` wri
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString as _go_float
 if TYPE_CHECKING:
     from forensics.record.live import GpuLive, ProcessLive
 
-__all__ = ["GPU_LABELS", "PROCESS_LABELS", "TICK_BUCKETS", "Histogram", "ProcessLines", "Snapshot", "SourceFigures",
+__all__ = ["GPU_LABELS", "PROCESS_LABELS", "TICK_BUCKETS", "Histogram", "ProcessLines", "ProcessView", "Snapshot", "SourceFigures",
            "collect_other", "collect_snapshot"]
 
 PROCESS_LABELS = ("gpu", "gpu_uuid", "mig_uuid", "pid", "owner", "container", "container_id", "namespace", "pod",
@@ -60,6 +60,46 @@ class Histogram:
         return tuple(self.counts), self.total
 
 
+class ProcessView(Sequence["ProcessLive"]):
+    """A tick's processes as the loop publishes them: the live state's rows ``(pid, GPU index,
+    GPU UUID, MIG UUID, t, used memory, SM %)`` and each one's ``(owner, grant)``, both immutable;
+    the :class:`~forensics.record.live.ProcessLive` objects are made when a scrape first reads
+    them (a node's 512 processes change figures every tick, and most ticks are not scraped)."""
+
+    def __init__(self, rows: Sequence[tuple[Any, ...]], owners: Sequence[tuple[Any, Any]]) -> None:
+        self._rows = rows
+        self._owners = owners
+        self._items: tuple[ProcessLive, ...] | None = None
+
+    def _made(self) -> tuple[ProcessLive, ...]:
+        items = self._items
+        if items is None:
+            from forensics.record.live import ProcessLive
+
+            items = self._items = tuple(ProcessLive(pid, idx, uuid, mig, t, used, sm, owner, grant)
+                                        for (pid, idx, uuid, mig, t, used, sm), (owner, grant)
+                                        in zip(self._rows, self._owners, strict=True))
+        return items
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> ProcessLive: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[ProcessLive, ...]: ...
+    def __getitem__(self, i: int | slice) -> ProcessLive | tuple[ProcessLive, ...]:
+        return self._made()[i]
+
+    def __iter__(self) -> Iterator[ProcessLive]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class SourceFigures:
     name: str
@@ -76,7 +116,7 @@ class Snapshot:
 
     t: float
     gpus: tuple[GpuLive, ...] = ()
-    processes: tuple[ProcessLive, ...] = ()
+    processes: Sequence[ProcessLive] = ()  # a tuple or a ProcessView
     sources: tuple[SourceFigures, ...] = ()
     ticks: int = 0
     ticks_behind: int = 0

@@ -18,6 +18,10 @@ small typed API:
   ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
   stall time / wall time over the last interval, per resource and some|full); :meth:`host_psi`
   the same for the host (``/proc/pressure``);
+- for the triggers, each tick, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroup
+  rows that came since the last call, and the cgroup sampler's clock; forensics.record.live_cgroups),
+  :meth:`LiveState.process_keys` (changes with :attr:`LiveState.process_gen`) and
+  :meth:`LiveState.process_figures` (one process' memory and SM %);
 - :meth:`LiveState.take_events` -> :class:`LiveEvent` seen since the last call: ``oom`` (kernel OOM
   kills, ``kernel/window.jsonl``), ``xid`` (kernel Xid lines and NVML XidCriticalError events),
   ``gpu-lost`` (an NVML reading that answered GpuIsLost, or Xid 79);
@@ -38,6 +42,7 @@ part would reach into the same object.
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +51,7 @@ from typing import Any
 from forensics.analysis.attribution import Attribution, Grant, OwnerInfo, attribute
 from forensics.parsing.attribution import attribute_path
 from forensics.parsing.timestamps import parse_iso_unix
+from forensics.record.live_cgroups import PSI_KEYS, CgroupFold, Row, cgroup_summary, psi_dict
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs import nvml as nvml_spec
@@ -56,7 +62,6 @@ __all__ = ["PSI_KEYS", "SUMMARIZED", "CgroupLive", "GpuLive", "Grant", "LiveEven
 
 XID_GPU_LOST = 79  # "GPU has fallen off the bus"
 _XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError
-PSI_RESOURCES = ("cpu", "memory", "io")
 
 
 @dataclass(frozen=True)
@@ -162,43 +167,40 @@ def summarize(member: str, line: Any) -> list[Any] | None:
     if member == nvml_spec.SAMPLES:
         return _nvml_summary(line)
     if member == cgroups_spec.SAMPLES:
-        return _cgroup_summary(line)
+        return cgroup_summary(line)
     return None
 
 
 def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
-    """``[tick, gpu_index, uuid, t, util_pct, memory used, memory total, lost, [[pid, mig_uuid,
-    used memory, SM %], ...]]`` of a device line (index and UUID None when either is not valid)."""
+    """``[tick, gpu_index, uuid, t, util_pct, memory used, memory total, lost, [[PIDs], [MIG UUIDs]
+    or None (no process on a MIG device), [used memory], [SM %]]]`` of a device line (index and UUID
+    None when either is not valid): the processes as four lists, in NVML's order, SM % as NVML gave
+    it (a number, None without a sample), so the frame's JSON header carries a few lists per GPU,
+    not one per process."""
     if line.get("kind") != "device":
         return None
     tick = line.get("tick") if isinstance(line.get("tick"), int) else None
     idx, uuid = line.get("gpu_index"), line.get("uuid")
     if not isinstance(idx, int) or not isinstance(uuid, str):
-        return [tick, None, None, None, None, None, None, False, []]
+        return [tick, None, None, None, None, None, None, False, [[], None, [], []]]
     nv_raw = line.get("nvml")
     nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
     util = _value(nv, "nvmlDeviceGetUtilizationRates")
     mem = _value(nv, "nvmlDeviceGetMemoryInfo_v2") or _value(nv, "nvmlDeviceGetMemoryInfo")
     lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
-    sm: dict[int, tuple[int, float]] = {}  # PID -> its newest sample (timeStamp, SM %)
-    for u in _value(nv, "nvmlDeviceGetProcessUtilization") or []:
-        if isinstance(u, dict):
-            pid = u.get("pid")
-            if isinstance(pid, int):
-                stamp = u.get("timeStamp")
-                ts = stamp if isinstance(stamp, int) else 0
-                prev = sm.get(pid)
-                if prev is None or ts >= prev[0]:
-                    v = u.get("smUtil")
-                    sm[pid] = (ts, (float(v) or 0.0) if isinstance(v, _NUMBER) and not isinstance(v, bool) else 0.0)
-    procs = []
-    for p in line.get("processes") or []:
-        if isinstance(p, dict):
-            pid = p.get("pid")
-            if isinstance(pid, int):
-                used, mig, hit = p.get("usedGpuMemory"), p.get("mig_uuid"), sm.get(pid)
-                procs.append([pid, mig if isinstance(mig, str) else None, used if isinstance(used, int) else None,
-                              None if hit is None else hit[1]])
+    samples = _value(nv, "nvmlDeviceGetProcessUtilization")
+    samples = [u for u in samples if type(u) is dict] if isinstance(samples, list) else []
+    # a PID's SM %: as NVML gave it (0 when not a number); one sample per PID is the common answer
+    sm_of = {u.get("pid"): (v or 0) if type(v := u.get("smUtil")) in _NUMBER else 0 for u in samples}
+    if len(sm_of) < len(samples):  # several: each PID's newest (timeStamp) wins, the later on a tie
+        newest: dict[Any, dict[str, Any]] = {}
+        for u in samples:
+            prev = newest.get(u.get("pid"))
+            if prev is None or _stamp(u) >= _stamp(prev):
+                newest[u.get("pid")] = u
+        sm_of = {pid: (v or 0) if type(v := u.get("smUtil")) in _NUMBER else 0 for pid, u in newest.items()}
+    plist = line.get("processes") or []
+    procs = _processes_fast(plist, sm_of) or _processes(plist, sm_of)
     return [tick, idx, uuid, _num(line.get("t")),
             _num(util.get("gpu")) if isinstance(util, dict) else None,
             int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
@@ -206,19 +208,42 @@ def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
             lost, procs]
 
 
-def _cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
-    """``[path, t, nr_periods, nr_throttled, PSI totals, host PSI totals or None]`` of a cgroup line."""
-    path, values, t = line.get("cgroup"), line.get("values"), line.get("t")
-    if type(path) is not str or type(values) is not dict or not isinstance(t, float | int):
+def _processes(plist: Any, sm_of: dict[Any, Any]) -> list[Any]:
+    """A device line's processes as ``[PIDs, MIG UUIDs or None, used memory, SM %]`` (entries
+    without an integer PID left out, other values None where not of their type)."""
+    pids: list[int] = []
+    migs: list[str | None] = []
+    used: list[int | None] = []
+    sms: list[Any] = []
+    for p in plist if type(plist) is list else ():
+        if type(p) is dict and type(pid := p.get("pid")) is int:
+            held, mig = p.get("usedGpuMemory"), p.get("mig_uuid")
+            pids.append(pid)
+            migs.append(mig if type(mig) is str else None)
+            used.append(held if type(held) is int else None)
+            sms.append(sm_of.get(pid))
+    return [pids, None if migs.count(None) == len(migs) else migs, used, sms]
+
+
+def _processes_fast(plist: Any, sm_of: dict[Any, Any]) -> list[Any] | None:
+    """:func:`_processes` for the common line (every entry a dict with an integer PID, memory an
+    integer or None, MIG UUID a string or None), one comprehension per field; None for any other."""
+    if type(plist) is not list or not plist or set(map(type, plist)) != _DICT:
         return None
-    cpu = values.get("cpu")
-    if type(cpu) is dict:
-        periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
-    else:
-        periods = throttled = None
-    host = values.get("host_pressure")
-    return [path, float(t), periods, throttled, list(_psi_totals(values.get("pressure"))),
-            list(_psi_totals(host)) if type(host) is dict else None]
+    try:
+        pids = [p["pid"] for p in plist]
+    except KeyError:
+        return None
+    migs = [p.get("mig_uuid") for p in plist]
+    used = [p.get("usedGpuMemory") for p in plist]
+    if set(map(type, pids)) != _INT or not set(map(type, migs)) <= _STR_NONE or not set(map(type, used)) <= _INT_NONE:
+        return None
+    return [pids, None if migs.count(None) == len(migs) else migs, used, list(map(sm_of.get, pids))]
+
+
+def _stamp(sample: dict[str, Any]) -> int:
+    ts = sample.get("timeStamp")
+    return ts if type(ts) is int else 0
 
 
 class LiveState:
@@ -232,24 +257,25 @@ class LiveState:
         self.forget_s = 600.0
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
-        self._procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
-        self._proc_view: tuple[ProcessLive, ...] | None = None
+        # the last NVML tick, per GPU: (uuid, t, [PIDs, MIG UUIDs or None, used memory, SM %])
+        self._nv: dict[int, tuple[str, float, list[Any]]] = {}
+        self._nv_ident: list[tuple[int, str, list[Any], list[Any]]] = []  # per GPU: uuid, PIDs, MIG UUIDs
+        self._nv_t = 0.0  # the last NVML tick's time
+        self.process_gen = 0  # bumped when the (PID, GPU) set changes
+        self._values_gen = 0  # bumped per NVML record folded
+        self._procs: tuple[int, list[tuple[int, int, str, str | None, float, int | None, float | None]]] = (-1, [])
+        self._proc_index: tuple[int, dict[tuple[int, str, str | None], tuple[int, int]]] = (-1, {})
+        self._proc_view: tuple[int, int, tuple[ProcessLive, ...]] = (-1, -1, ())
         self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
-        self._nvml_tick: tuple[int | None, list[str]] = (None, [])
-        # cgroup path -> its last two readings (t, nr_periods, nr_throttled, PSI totals)
-        self._cg_cur: dict[str, _Reading] = {}
-        self._cg_prev: dict[str, _Reading | None] = {}
+        self._nvml_tick: tuple[int | None, list[str]] = (None, [])  # the last tick's records (attribution)
+        self._cg = CgroupFold(_loads, self._cgroup_id)
         self._cg_ids: dict[str, str | None] = {}
-        self._cg_gen = 0
         self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
-        self._cg_rows: tuple[int, tuple[tuple[str, str | None, float, float | None, _Pcts], ...]] = (-1, ())
-        self._host_cur: tuple[float, _Totals] | None = None
-        self._host_prev: tuple[float, _Totals] | None = None
         self._events: list[LiveEvent] = []
         self._identity: OrderedDict[str, bytes] = OrderedDict()
         self._identity_bytes = 0
         self._known_pids: set[int] = set()
-        self._pid_seen: dict[int, float] = {}  # GPU PID -> when NVML last listed it
+        self._pid_seen: dict[int, float] = {}  # GPU PID -> when NVML last listed it (inf: listed now)
         self._dirty = False
         self._attr: Attribution | None = None
         self._grants: dict[tuple[int, str, str | None], tuple[OwnerInfo, Grant]] = {}
@@ -304,10 +330,14 @@ class LiveState:
                 self._names[d["uuid"]] = str(_value(d.get("nvml") or {}, "nvmlDeviceGetName") or d.get("name") or "")
 
     def _nvml_samples(self, t: float, data: str, summary: list[Any] | None = None) -> None:
-        lines = [ln for ln in data.splitlines() if ln.strip()]
+        """Keep each GPU's figures and its processes as the summary lists them (no object per
+        process); the (PID, GPU) set is compared with the last tick's, and only a change costs
+        more (new PIDs: the attribution runs again)."""
         if summary is None:
             summary = []
-            for raw in lines:
+            for raw in data.splitlines():
+                if not raw.strip():
+                    continue
                 try:
                     line = _loads(raw)
                 except ValueError:
@@ -315,9 +345,9 @@ class LiveState:
                 got = summarize(nvml_spec.SAMPLES, line)
                 if got is not None:
                     summary.append(got)
-        procs: list[tuple[int, int, str, str | None, float, int | None, float | None]] = []
         tick: int | None = None
-        for line_tick, idx, uuid, line_t, util, used, total, lost, line_procs in summary:
+        nv: dict[int, tuple[str, float, list[Any]]] = {}
+        for line_tick, idx, uuid, line_t, util, used, total, lost, procs in summary:
             tick = line_tick if type(line_tick) is int else tick
             if idx is None:
                 continue
@@ -327,41 +357,46 @@ class LiveState:
                 self._events.append(LiveEvent("gpu-lost", lt, f"GPU {idx} ({uuid}) answered GpuIsLost",
                                               gpu=uuid, member=nvml_spec.SAMPLES))
             self._gpus[idx] = GpuLive(idx, uuid, self._names.get(uuid, ""), lt, util, used, total, lost)
-            for pid, mig, pused, sm in line_procs:
-                procs.append((pid, idx, uuid, mig, lt, pused, sm))
+            nv[idx] = (uuid, lt, procs)
         if tick is None:
             return
-        self._procs = procs
-        self._proc_view = None
         last_tick, kept = self._nvml_tick
-        self._nvml_tick = (tick, kept + lines if last_tick == tick else lines)
-        for p in procs:
-            self._pid_seen[p[0]] = p[4]
-        fresh = {p[0] for p in procs} - self._known_pids
+        if last_tick == tick:  # more of the same tick
+            self._nvml_tick = (tick, [*kept, data])
+            self._nv = {**self._nv, **nv}
+        else:
+            self._nvml_tick = (tick, [data])
+            self._nv = nv
+        self._values_gen += 1
+        prev_t, self._nv_t = self._nv_t, max((g[1] for g in self._nv.values()), default=self._nv_t)
+        ident = [(idx, uuid, procs[0], procs[1] or [None] * len(procs[0]))
+                 for idx, (uuid, _, procs) in sorted(self._nv.items())]
+        if ident != self._nv_ident:
+            self._processes_changed(ident, prev_t)
+
+    def _processes_changed(self, ident: list[tuple[int, str, list[Any], list[Any]]], prev_t: float) -> None:
+        self._nv_ident = ident
+        self.process_gen += 1
+        now = {pid for _, _, pids, _ in ident for pid in pids}
+        for pid, seen in self._pid_seen.items():
+            if seen == math.inf and pid not in now:
+                self._pid_seen[pid] = prev_t  # last listed at the tick before
+        for pid in now:
+            self._pid_seen[pid] = math.inf
+        fresh = now - self._known_pids
         if fresh:
             self._known_pids |= fresh
             if len(self._known_pids) > 100_000:
-                self._known_pids = {p[0] for p in procs}
+                self._known_pids = now
             self._dirty = True
 
     def _cgroup_samples(self, data: str, summary: list[Any] | None = None) -> None:
-        """Keep the last two readings of each cgroup (compact tuples); the figures are derived
-        when read (:meth:`cgroups`), so a tick costs a few lookups per cgroup (and one JSON parse
-        per line when the sampler sent no summary)."""
+        """Fold a record's cgroup lines (:mod:`forensics.record.live_cgroups`): a few lookups per
+        line; a JSON parse only for a line whose counters changed, when no summary came."""
         if summary is None:
-            summary = [got for got in (summarize(cgroups_spec.SAMPLES, line) for line in _lines(data)) if got is not None]
-        for path, t, periods, throttled, totals, host in summary:
-            reading = (t, periods, throttled, tuple(totals))
-            self._cg_prev[path] = self._cg_cur.get(path)
-            self._cg_cur[path] = reading
-            if host is not None:
-                self._host_prev, self._host_cur = self._host_cur, (t, tuple(host))
-            self._cg_gen += 1
-        if len(self._cg_cur) > 20_000:  # containers come and go: forget what was not sampled lately
-            newest = max(r[0] for r in self._cg_cur.values())
-            self._cg_cur = {p: r for p, r in self._cg_cur.items() if r[0] > newest - 600}
-            self._cg_prev = {p: r for p, r in self._cg_prev.items() if p in self._cg_cur}
-            self._cg_ids = {p: c for p, c in self._cg_ids.items() if p in self._cg_cur}
+            self._cg.lines(data)
+        else:
+            self._cg.summaries(summary)
 
     def _cgroup_id(self, path: str) -> str | None:
         if path not in self._cg_ids:
@@ -412,10 +447,10 @@ class LiveState:
         self._forget_gone()
         members = dict(self._identity)
         if self._nvml_tick[1]:
-            members[nvml_spec.SAMPLES] = ("\n".join(self._nvml_tick[1]) + "\n").encode("utf-8", "surrogateescape")
+            members[nvml_spec.SAMPLES] = "".join(d if d.endswith("\n") else d + "\n" for d in self._nvml_tick[1]).encode(
+                "utf-8", "surrogateescape")
         self._attr = attribute(members, *self.psi_floors)
         self._grants = {}
-        self._proc_view = None
         self._cnames = {}
         self._dirty = False
         self.refreshes += 1
@@ -425,8 +460,7 @@ class LiveState:
     def _forget_gone(self) -> None:
         """Drop the ``proc/<pid>/`` members of GPU PIDs NVML has not listed for ``forget_s``: the
         attribution then reads what is on the GPUs now, not the whole history (the ring keeps that)."""
-        newest = max(self._pid_seen.values(), default=0.0)
-        gone = {pid for pid, t in self._pid_seen.items() if t < newest - self.forget_s}
+        gone = {pid for pid, t in self._pid_seen.items() if t < self._nv_t - self.forget_s}
         if not gone:
             return
         for pid in gone:
@@ -499,52 +533,68 @@ class LiveState:
         return tuple(self._gpus[i] for i in sorted(self._gpus))
 
     def processes(self) -> tuple[ProcessLive, ...]:
-        """Every (PID, GPU) of the last NVML tick with its owner and grant (derived once per tick
-        and per attribution)."""
-        if self._proc_view is not None:
-            return self._proc_view
-        out = []
-        for pid, idx, uuid, mig, t, used, sm in self._procs:
-            owner, grant = self._owner_grant(pid, uuid, mig)
-            out.append(ProcessLive(pid, idx, uuid, mig, t, used, sm, owner, grant))
-        self._proc_view = tuple(out)
-        return self._proc_view
-
-    def cgroups(self) -> tuple[CgroupLive, ...]:
-        """Every cgroup sampled twice or more, by path (derived once per new batch of samples)."""
-        gen, view = self._cg_view
-        if gen == self._cg_gen:
+        """Every (PID, GPU) of the last NVML tick with its owner and grant (derived on demand, once
+        per tick and per attribution)."""
+        gen, refreshes, view = self._proc_view
+        if gen == self._values_gen and refreshes == self.refreshes:
             return view
-        view = tuple(CgroupLive(path, cid, self.container_name(cid) if cid else "", t, throttled, _psi_dict(psi))
-                     for path, cid, t, throttled, psi in self.cgroup_rows())
-        self._cg_view = (self._cg_gen, view)
+        view = tuple(ProcessLive(pid, idx, uuid, mig, t, used, sm, *self._owner_grant(pid, uuid, mig))
+                     for pid, idx, uuid, mig, t, used, sm in self.process_rows())
+        self._proc_view = (self._values_gen, self.refreshes, view)
         return view
 
-    def cgroup_rows(self) -> tuple[tuple[str, str | None, float, float | None, _Pcts], ...]:
+    def cgroups(self) -> tuple[CgroupLive, ...]:
+        """Every cgroup sampled twice or more, by path (derived on demand, once per change)."""
+        gen, view = self._cg_view
+        if gen == self._cg.gen:
+            return view
+        view = tuple(CgroupLive(path, cid, self.container_name(cid) if cid else "", t, throttled, psi_dict(psi))
+                     for path, cid, t, throttled, psi in self._cg.rows())
+        self._cg_view = (self._cg.gen, view)
+        return view
+
+    def cgroup_rows(self) -> tuple[Row, ...]:
         """:meth:`cgroups` as plain rows, ``(path, container id, t, throttled %, PSI %)`` with the
-        PSI shares in :data:`PSI_KEYS` order (None where not known; ``()`` without PSI): what the
-        triggers compare every tick, without an object per cgroup (derived once per new batch)."""
-        gen, rows = self._cg_rows
-        if gen == self._cg_gen:
-            return rows
-        out = []
-        for path in sorted(self._cg_cur):
-            cur, prev = self._cg_cur[path], self._cg_prev.get(path)
-            if prev is None or not cur[0] > prev[0]:
-                continue
-            throttled = None
-            if type(cur[1]) is int and type(prev[1]) is int and type(cur[2]) is int and type(prev[2]) is int:
-                dp, dth = cur[1] - prev[1], cur[2] - prev[2]
-                throttled = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp == 0 else None)
-            out.append((path, self._cgroup_id(path), cur[0], throttled, _psi_shares(prev[3], cur[3], cur[0] - prev[0])))
-        rows = tuple(out)
-        self._cg_rows = (self._cg_gen, rows)
-        return rows
+        PSI shares in :data:`PSI_KEYS` order (None where not known; ``()`` without PSI), by path."""
+        return self._cg.rows()
+
+    def take_cgroup_rows(self) -> tuple[list[Row], float]:
+        """The rows that came since the last call (each cgroup's newest: what the triggers compare
+        each tick, not every cgroup) and the newest cgroup reading's time (the cgroup sampler's
+        clock: a cgroup whose last reading is older was silent since)."""
+        return self._cg.take_fresh(), self._cg.clock
 
     def process_rows(self) -> list[tuple[int, int, str, str | None, float, int | None, float | None]]:
         """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID, t, used memory, SM %), as
         :meth:`processes` lists them, without their owners and grants (see :meth:`owner_grant`)."""
-        return self._procs
+        gen, rows = self._procs
+        if gen != self._values_gen:
+            rows = []
+            for idx, (uuid, t, procs) in sorted(self._nv.items()):
+                rows += [(pid, idx, uuid, mig, t, used, None if sm is None else float(sm))
+                         for pid, mig, used, sm in zip(procs[0], procs[1] or [None] * len(procs[0]), procs[2],
+                                                       procs[3], strict=True)]
+            self._procs = (self._values_gen, rows)
+        return rows
+
+    def process_keys(self) -> list[tuple[int, int, str, str | None]]:
+        """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID); they change when
+        :attr:`process_gen` does."""
+        return [(pid, idx, uuid, mig) for idx, uuid, pids, migs in self._nv_ident for pid, mig in zip(pids, migs, strict=True)]
+
+    def process_figures(self, pid: int, uuid: str, mig: str | None) -> tuple[float, int | None, float | None] | None:
+        """``(t, used memory, SM %)`` of a process of the last NVML tick (None: not listed)."""
+        gen, index = self._proc_index
+        if gen != self.process_gen:
+            index = {(pid_, uuid_, mig_): (idx, n) for idx, uuid_, pids, migs in self._nv_ident
+                     for n, (pid_, mig_) in enumerate(zip(pids, migs, strict=True))}
+            self._proc_index = (self.process_gen, index)
+        at = index.get((pid, uuid, mig))
+        if at is None:
+            return None
+        _, t, procs = self._nv[at[0]]
+        sm = procs[3][at[1]]
+        return t, procs[2][at[1]], None if sm is None else float(sm)
 
     def owner_grant(self, pid: int, uuid: str, mig: str | None) -> tuple[OwnerInfo, Grant]:
         """A GPU process's owner and grant, as :meth:`processes` gives them (cached per attribution)."""
@@ -552,56 +602,13 @@ class LiveState:
 
     def host_psi(self) -> dict[str, dict[str, float]]:
         """PSI stall share (%) of the host over the last interval (``/proc/pressure``)."""
-        cur, prev = self._host_cur, self._host_prev
-        if cur is None or prev is None or not cur[0] > prev[0]:
-            return {}
-        return _psi_dict(_psi_shares(prev[1], cur[1], cur[0] - prev[0]))
+        return self._cg.host_psi()
 
     def take_events(self) -> list[LiveEvent]:
         out, self._events = self._events, []
         return out
 
 
-PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
 _NUMBER = (int, float)
-_Totals = tuple[float | None, ...]  # PSI *_total_usec in PSI_KEYS order
-_Pcts = tuple[float | None, ...]  # PSI stall shares (%) in PSI_KEYS order
-_NO_STALL: _Pcts = (0.0,) * len(PSI_KEYS)
-_Reading = tuple[float, Any, Any, _Totals]
-
-
-def _psi_totals(pressure: Any) -> _Totals:
-    """The cumulative PSI stall times (µs) of a cgroup's or the host's ``pressure`` reading."""
-    if type(pressure) is not dict:
-        return ()
-    out: list[float | None] = []
-    for res in PSI_RESOURCES:
-        r = pressure.get(res)
-        if type(r) is dict:
-            some, full = r.get("some_total_usec"), r.get("full_total_usec")
-            out.append(some if isinstance(some, _NUMBER) else None)
-            out.append(full if isinstance(full, _NUMBER) else None)
-        else:
-            out += (None, None)
-    return tuple(out)
-
-
-def _psi_shares(prev: _Totals, cur: _Totals, dt: float) -> _Pcts:
-    """Stall share (%) per :data:`PSI_KEYS` entry between two PSI readings ``dt`` seconds apart
-    (None where either reading lacks it or the counter went back; ``()`` when nothing compares)."""
-    if not prev or not cur or dt <= 0:
-        return ()
-    if prev == cur and None not in cur:  # an idle cgroup: nothing stalled
-        return _NO_STALL
-    span = dt * 1e6
-    return tuple([min(100.0, 100.0 * (y - x) / span) if x is not None and y is not None and y >= x else None
-                  for x, y in zip(prev, cur, strict=True)])
-
-
-def _psi_dict(shares: _Pcts) -> dict[str, dict[str, float]]:
-    """:func:`_psi_shares` per resource and some|full (the shares known)."""
-    out: dict[str, dict[str, float]] = {}
-    for (res, kind), v in zip(PSI_KEYS, shares, strict=False):
-        if v is not None:
-            out.setdefault(res, {})[kind] = v
-    return out
+_DICT, _INT = {dict}, {int}
+_STR_NONE, _INT_NONE = {str, type(None)}, {int, type(None)}

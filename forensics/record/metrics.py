@@ -39,7 +39,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -57,6 +57,7 @@ from forensics.errors import UsageError
 from forensics.record.exposition import (
     Histogram,
     ProcessLines,
+    ProcessView,
     Snapshot,
     SourceFigures,
     collect_other,
@@ -64,7 +65,7 @@ from forensics.record.exposition import (
 )
 
 if TYPE_CHECKING:
-    from forensics.record.live import GpuLive, LiveState, ProcessLive
+    from forensics.record.live import GpuLive, LiveState
 
 __all__ = ["DEFAULT_HOST", "MetricsOptions", "RecorderMetrics", "metrics_options", "parse_metrics_addr"]
 
@@ -187,7 +188,10 @@ class RecorderMetrics:
         self.answer_hist: dict[str, Histogram] = {}
         self._sent_at: float | None = None
         self._waiting: set[str] = set()
-        self._last_sm: dict[tuple[int, str, str | None], tuple[float, float]] = {}
+        self._prev_rows: list[tuple[Any, ...]] = []  # the last tick's process rows ...
+        self._carried: dict[tuple[int, str, str | None], tuple[float, float]] = {}  # ... and SM figures carried
+        self._owners: tuple[tuple[Any, Any], ...] = ()
+        self._owners_at = (-1, -1)
         self.errors = 0
         self.last_error: str | None = None
         self._logged_error: str | None = None
@@ -304,29 +308,39 @@ class RecorderMetrics:
                 self.tick_hist.observe(max(0.0, now - self._sent_at))
                 self._sent_at = None
 
-    def _carry_sm(self, procs: tuple[ProcessLive, ...]) -> tuple[ProcessLive, ...]:
+    def _carry_sm(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """NVML answers a process' SM utilisation only for periods not yet read (a tick shorter
         than the driver's period gets none): the last figure holds until ``stale_s``, so the
-        series does not flap."""
-        last, out = self._last_sm, []
-        self._last_sm = {}
-        for p in procs:
-            key = (p.pid, p.gpu_uuid, p.mig_uuid)
-            if p.sm_util_pct is not None:
-                self._last_sm[key] = (p.t, p.sm_util_pct)
-            elif key in last and last[key][0] >= p.t - self.stale_s:
-                self._last_sm[key] = last[key]
-                p = replace(p, sm_util_pct=last[key][1])
-            out.append(p)
-        return tuple(out)
+        series does not flap. Rows are ``LiveState.process_rows``; only a tick with a process
+        without a figure costs more than a look."""
+        prev_rows, self._prev_rows = self._prev_rows, rows
+        carried, self._carried = self._carried, {}
+        if not any(r[6] is None for r in rows):
+            return rows
+        last = {(r[0], r[2], r[3]): (r[4], r[6]) for r in prev_rows if r[6] is not None}
+        last.update(carried)
+        out = []
+        for r in rows:
+            if r[6] is None:
+                key = (r[0], r[2], r[3])
+                hit = last.get(key)
+                if hit is not None and hit[0] >= r[4] - self.stale_s:
+                    self._carried[key] = hit
+                    r = (*r[:6], hit[1])
+            out.append(r)
+        return out
 
     def publish(self, rec: Any, live: LiveState | None, log: Any = None) -> None:
         """Take the snapshot the next scrapes serve (the loop thread, once per tick)."""
         gpus: tuple[GpuLive, ...] = ()
-        procs: tuple[ProcessLive, ...] = ()
+        procs: ProcessView | tuple[()] = ()
         if live is not None:
             live.refresh()
-            gpus, procs = live.gpus(), self._carry_sm(live.processes())
+            at = (live.refreshes, live.process_gen)
+            if at != self._owners_at:  # owners and grants change with the attribution and the process set only
+                self._owners = tuple(live.owner_grant(pid, uuid, mig) for pid, _, uuid, mig in live.process_keys())
+                self._owners_at = at
+            gpus, procs = live.gpus(), ProcessView(self._carry_sm(live.process_rows()), self._owners)
         sources = tuple(SourceFigures(n, st.status == "running", st.ticks, st.missed, st.restarts,
                                       self.answer_hist[n].frozen() if n in self.answer_hist else ((), 0.0))
                         for n, st in rec.sources.items())

@@ -19,8 +19,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from forensics.record.live import PSI_KEYS, LiveEvent, LiveState
+from forensics.record.live import PSI_KEYS, Grant, LiveEvent, LiveState, OwnerInfo
+from forensics.record.live_cgroups import Row
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
@@ -29,6 +31,8 @@ __all__ = ["Evaluator", "Firing"]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _EMPTY: dict[str, float] = {}
+_MISSING: Any = object()
+_NO_HOLDS: dict[str, Any] = {}
 _Values = list[tuple[str, float, float, str]]
 #: per operator, the values (subject, t, value, member) that meet a limit (one comprehension)
 _MET: dict[str, Callable[[_Values, float], _Values]] = {
@@ -73,15 +77,32 @@ class Evaluator:
         self._seen: dict[str, dict[str, float]] = {}  # rule -> subject -> last sample time looked at
         self.evaluations = 0
         self._tick_values: dict[str, list[tuple[str, float, float, str]]] = {}
-        self._tick_subjects: list[str | None] | None = None
-        self._granted: set[tuple[int, str, str | None]] = set()  # GPU processes not unallocated ...
-        self._granted_at = -1  # ... as of this attribution (LiveState.refreshes)
+        self._cg_rows: list[Row] = []  # the cgroup rows that came since the last tick ...
+        self._cg_subjects: list[str | None] = []  # ... and their subjects
+        self._cg_clock = 0.0  # the cgroup sampler's clock at the last tick
+        self._cg_silent_from: float | None = None  # the clock advanced this tick: from when
+        self._cg_last: dict[str, float] = {}  # container subject -> its last cgroup reading
+        self._unallocated_at: tuple[int, int] = (-1, -1)  # (attribution, process set) the list is of
+        self._unallocated_keys: list[tuple[int, int, str, str | None, OwnerInfo, Grant]] = []
         self._names: dict[str, tuple[str, str]] = {}  # container id -> (its name, the subject)
+        self._subject_of: dict[str, str | None] = {}  # cgroup path -> subject, this attribution
+        self._subjects_at = -1
+        # per cgroup metric whose rules all compare one way: the loosest limit (a value beyond it
+        # meets no rule and changes nothing unless its subject holds one) and those rules
+        self._floors: dict[str, tuple[bool, float, list[str]]] = {}
+        for name in {r.name for r in rules if r.kind == "threshold" and r.name != "gpu.util" and r.name != "gpu.memory"}:
+            on = [r for r in rules if r.kind == "threshold" and r.name == name]
+            limits = [r.threshold for r in on if r.threshold is not None]
+            if len(limits) == len(on) and all(r.op in (">", ">=") for r in on):
+                self._floors[name] = (True, min(limits), [r.text for r in on])
+            elif len(limits) == len(on) and all(r.op in ("<", "<=") for r in on):
+                self._floors[name] = (False, max(limits), [r.text for r in on])
 
     # -- the figures each metric reads -----------------------------------------------------------
     def _values(self, name: str, live: LiveState) -> list[tuple[str, float, float, str]]:
-        """(subject, sample time, value, member) for every subject the metric has a figure for,
-        read once per tick for all the rules on that metric."""
+        """(subject, sample time, value, member) for every subject the metric has a new figure
+        for (a GPU's: the last one; a cgroup's: those that came since the last tick), read once
+        per tick for all the rules on that metric."""
         got = self._tick_values.get(name)
         if got is None:
             got = self._tick_values[name] = self._read_values(name, live)
@@ -96,6 +117,17 @@ class Evaluator:
         return got[1]
 
     def _read_values(self, name: str, live: LiveState) -> _Values:
+        values = self._all_values(name, live)
+        floor = self._floors.get(name)
+        if floor is None or not values:
+            return values
+        above, limit, texts = floor
+        held = set().union(*(self._holds.get(text, _NO_HOLDS).keys() for text in texts))
+        if above:
+            return [v for v in values if v[2] >= limit or v[0] in held]
+        return [v for v in values if v[2] <= limit or v[0] in held]
+
+    def _all_values(self, name: str, live: LiveState) -> _Values:
         if name == "gpu.util":
             return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES)
                     for g in live.gpus() if g.util_pct is not None]
@@ -104,31 +136,45 @@ class Evaluator:
                     for g in live.gpus() if (pct := g.memory_used_pct) is not None]
         if name == "container.throttled":
             return [(subject, t, throttled, cgroups_spec.SAMPLES)
-                    for (_, _, t, throttled, _), subject in zip(live.cgroup_rows(), self._subjects(live), strict=True)
+                    for (_, _, t, throttled, _), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
                     if subject is not None and throttled is not None]
         if name.startswith("psi."):
             _, res, kind = name.split(".")
             k = PSI_KEYS.index((res, kind))
-            host = live.host_psi().get(res, _EMPTY).get(kind)
-            rows = live.cgroup_rows()
             out: _Values = []
-            if host is not None:
-                t = max((r[2] for r in rows if r[0] == "/"), default=max((r[2] for r in rows), default=0.0))
-                out.append(("host", t, host, cgroups_spec.SAMPLES))
+            host_t = next((r[2] for r in self._cg_rows if r[0] == "/"), None)
+            if host_t is not None and (host := live.host_psi().get(res, _EMPTY).get(kind)) is not None:
+                out.append(("host", host_t, host, cgroups_spec.SAMPLES))
             out.extend([(subject, t, v, cgroups_spec.SAMPLES)
-                        for (_, _, t, _, psi), subject in zip(rows, self._subjects(live), strict=True)
+                        for (_, _, t, _, psi), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
                         if subject is not None and psi and (v := psi[k]) is not None])
             return out
         return []
 
-    def _subjects(self, live: LiveState) -> list[str | None]:
-        """The subject (the container's name) of each of :meth:`LiveState.cgroup_rows`, None for a
-        cgroup that is no container's; once per tick for all the container rules."""
-        got = self._tick_subjects
-        if got is None:
-            got = self._tick_subjects = [self._cname(cid, live.container_name(cid)) if cid else None
-                                         for _, cid, _, _, _ in live.cgroup_rows()]
-        return got
+    def _take_cgroups(self, live: LiveState) -> None:
+        """The cgroup rows that came since the last tick, each with its subject (the container's
+        name; None for a cgroup that is no container's), and whether the cgroup sampler's clock
+        advanced (then a container not among them was silent: idle, not throttled)."""
+        rows, clock = live.take_cgroup_rows()
+        if self._subjects_at != live.refreshes or len(self._subject_of) > 50_000:  # names come with attribution
+            self._subject_of, self._subjects_at = {}, live.refreshes
+        subject_of = self._subject_of
+        subjects = []
+        for path, cid, _, _, _ in rows:
+            subject = subject_of.get(path, _MISSING)
+            if subject is _MISSING:
+                subject = subject_of[path] = self._cname(cid, live.container_name(cid)) if cid else None
+            subjects.append(subject)
+        self._cg_rows, self._cg_subjects = rows, subjects
+        self._cg_silent_from = None
+        if clock > self._cg_clock:
+            self._cg_silent_from, self._cg_clock = self._cg_clock, clock
+        last = self._cg_last
+        for (_, _, t, _, _), subject in zip(rows, subjects, strict=True):
+            if subject is not None:
+                last[subject] = t
+        if len(last) > 50_000:
+            self._cg_last = {k: v for k, v in last.items() if v > clock - 3600}
 
     def _threshold(self, rule: Rule, live: LiveState) -> list[Firing]:
         out: list[Firing] = []
@@ -137,6 +183,8 @@ class Evaluator:
         holds = self._holds.setdefault(rule.text, {})
         seen = self._seen.setdefault(rule.text, {})
         values = self._values(rule.name, live)
+        if rule.name == "container.throttled" and self._cg_silent_from is not None:
+            values = values + self._idle(rule, holds, values)
         # Only a value that meets the rule, or one of a subject that holds (or may hold by then:
         # one with a value that meets it), changes anything: the others are skipped unread, in order.
         met = _MET[rule.op](values, limit)
@@ -164,6 +212,20 @@ class Evaluator:
                                   f"{subject}: {rule.name} {value:.1f}% {rule.op} {rule.threshold:g}%{held}", member))
         return out
 
+    def _idle(self, rule: Rule, holds: dict[str, _Hold], values: _Values) -> _Values:
+        """``container.throttled`` of the containers whose cgroup sent nothing while the cgroup
+        sampler's clock advanced: a sampler sends nothing for a cgroup whose CPU counter did not
+        move, and a cgroup that did not run was not throttled: 0 % at the sampler's clock, for
+        those sampled within ``max_gap_s`` (longer: gone, or not sampled; no figure). Only the
+        subjects it can change are looked at: those that hold, or, for a rule that 0 % meets
+        (``<``), every container sampled lately."""
+        clock = self._cg_clock
+        fresh = {v[0] for v in values}
+        last = self._cg_last
+        candidates = last.keys() if _OPS[rule.op](0.0, rule.threshold or 0.0) else holds.keys()
+        return [(subject, clock, 0.0, cgroups_spec.SAMPLES) for subject in candidates
+                if subject not in fresh and (t := last.get(subject)) is not None and clock - t <= self.max_gap_s]
+
     def _event(self, rule: Rule, events: list[LiveEvent]) -> list[Firing]:
         if rule.name == "unallocated-gpu-use":
             return []
@@ -176,18 +238,23 @@ class Evaluator:
                        e.member, also=len(hits) - 1)]
 
     def _unallocated(self, rule: Rule, live: LiveState) -> list[Firing]:
-        if self._granted_at != live.refreshes or len(self._granted) > 100_000:  # grants change on attribution only
-            self._granted, self._granted_at = set(), live.refreshes
-        granted = self._granted
-        for pid, gpu_index, gpu_uuid, mig, t, used, sm in live.process_rows():  # live.processes(), unbuilt
-            if (pid, gpu_uuid, mig) in granted:
+        """The first active process of the last NVML tick whose owner has no grant for its GPU.
+        Grants change with the attribution and the process set only: the processes without one are
+        listed then, and each tick looks at those alone (their memory and SM share)."""
+        at = (live.refreshes, live.process_gen)
+        if at != self._unallocated_at:
+            unallocated = []
+            for pid, gpu_index, gpu_uuid, mig in live.process_keys():
+                o, grant = live.owner_grant(pid, gpu_uuid, mig)
+                if grant.unallocated:
+                    unallocated.append((pid, gpu_index, gpu_uuid, mig, o, grant))
+            self._unallocated_keys, self._unallocated_at = unallocated, at
+        for pid, gpu_index, gpu_uuid, mig, o, grant in self._unallocated_keys:
+            figures = live.process_figures(pid, gpu_uuid, mig)
+            if figures is None:
                 continue
-            active = (used or 0) > 0 or (sm or 0) >= self.active_sm_pct
-            if not active:
-                continue
-            o, grant = live.owner_grant(pid, gpu_uuid, mig)
-            if not grant.unallocated:
-                granted.add((pid, gpu_uuid, mig))
+            t, used, sm = figures
+            if not ((used or 0) > 0 or (sm or 0) >= self.active_sm_pct):
                 continue
             who = _container_name(o.container_id, o.container_name) if o.container_id else f"pod {o.pod_namespace}/{o.pod_name}"
             pod = f" (pod {o.pod_namespace}/{o.pod_name})" if o.container_id and o.pod_name else ""
@@ -203,7 +270,7 @@ class Evaluator:
     def evaluate_with(self, live: LiveState, events: list[LiveEvent]) -> list[Firing]:
         self.evaluations += 1
         self._tick_values = {}
-        self._tick_subjects = None
+        self._take_cgroups(live)
         out: list[Firing] = []
         for rule in self.rules:
             if rule.kind == "threshold":

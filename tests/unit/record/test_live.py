@@ -145,3 +145,32 @@ def test_the_samplers_summaries_fold_as_the_lines_do(bundle: Path) -> None:
         states.append((state.gpus(), state.processes(), state.cgroups(), state.host_psi(), state.take_events(),
                        state._nvml_tick, state.refreshes))
     assert states[0] == states[1]
+
+
+def test_the_nvml_summary_reads_every_device_line_as_the_generic_reading_does() -> None:
+    """The summary's processes come from one comprehension per field when a line is in the common
+    shape; the entry-by-entry reading (any shape) must give the same, for every sample bundle's
+    device lines and for lines out of shape."""
+    from forensics.record import live as live_mod
+
+    lines = []
+    for bundle in sorted(SAMPLES.glob("*.tgz")):
+        with tarfile.open(bundle) as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith("/nvml/samples.jsonl")), None)
+            if member is not None:
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                lines += [json.loads(ln) for ln in data.splitlines() if b'"kind": "device"' in ln]
+    assert any(line.get("processes") for line in lines)
+    odd = [{"pid": 7, "usedGpuMemory": None, "mig_uuid": "MIG-x"}, {"pid": True}, {"usedGpuMemory": 5}, "x",
+           {"pid": 8, "usedGpuMemory": "lots"}, {"pid": 9, "mig_uuid": ""}]
+    lines += [{**lines[0], "processes": odd}, {**lines[0], "processes": odd[:1]}, {**lines[0], "processes": odd[-1:]}]
+    sm_of = {7: 12.5, 9: 0}
+    fast_ones = 0
+    for line in lines:
+        plist = line.get("processes") or []
+        fast = live_mod._processes_fast(plist, sm_of)
+        assert fast is None or fast == live_mod._processes(plist, sm_of)
+        fast_ones += fast is not None
+    assert fast_ones >= 10  # the sample bundles' lines with processes take the fast reading
+    assert live_mod._processes_fast(odd[:1], sm_of) == [[7], ["MIG-x"], [None], [12.5]]
+    assert live_mod._processes(odd, sm_of) == [[7, 8, 9], ["MIG-x", None, ""], [None, None, None], [12.5, None, 0]]

@@ -321,3 +321,27 @@ def test_served_exposition_is_prometheus_clients_own(tmp_path: Path, recorders: 
                                 timeout=10) as resp:
         assert resp.headers["Content-Encoding"] == "gzip" and resp.headers["Content-Type"].startswith("text/plain")
         assert lines(gzip.decompress(resp.read()).decode()) == lines(rec.metrics.exposition().decode())
+
+
+def test_a_tick_without_an_sm_sample_keeps_the_last_figure_until_stale(tmp_path: Path, recorders: list[Recorder]) -> None:
+    """NVML gives a process' SM share only for periods not yet read: a tick without one serves the
+    last figure (the series does not flap), until it is ``stale_s`` old."""
+    rec = _recorder(tmp_path, recorders, stale_s=5.0)
+    assert rec.live is not None and rec.metrics is not None
+    t0 = time.time()  # ticks from now on: the rows are fresh; the SM figures age by their ticks
+
+    def tick(i: int, sm: int | None) -> dict[str, float]:
+        util = {"value": [{"pid": 4242, "smUtil": sm, "timeStamp": i}]} if sm is not None else {"value": []}
+        line = {"kind": "device", "tick": i, "t": t0 + i, "gpu_index": 0, "uuid": "GPU-x",
+                "nvml": {"nvmlDeviceGetProcessUtilization": util},
+                "processes": [{"pid": 4242, "usedGpuMemory": 1 << 20}, {"pid": 4343, "usedGpuMemory": 1 << 20}]}
+        rec.live.feed(t0 + i, 0.0, "nvml/samples.jsonl", "append", json.dumps(line) + "\n")  # type: ignore[union-attr]
+        rec.metrics.publish(rec, rec.live)  # type: ignore[union-attr]
+        return {s.labels["pid"]: s.value for s in _scrape(rec.metrics.url)["gpuforensics_process_sm_utilization_percent"]}  # type: ignore[union-attr]
+
+    assert tick(1, 40) == {"4242": 40.0}  # 4343 never had a sample: no series
+    assert tick(2, None) == {"4242": 40.0}
+    assert tick(3, None) == {"4242": 40.0}
+    assert tick(4, 70) == {"4242": 70.0}
+    assert tick(9, None) == {"4242": 70.0}  # 5 s after its sample
+    assert tick(10, None) == {}  # 6 s: stale
