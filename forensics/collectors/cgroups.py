@@ -18,13 +18,16 @@ Which cgroups: ``ctx.hint("cgroup_paths")`` (from procfs and docker) plus each o
 or, when no collector published any, our own scan of ``/proc/*/cgroup``; and ``/``.
 Members: verbatim files ``cgroup/<hierarchy>/<path>/<file>``, ``cgroup/host/pressure/<res>``,
 the derived ``cgroup/index.json`` and, when sampling, ``cgroup/samples.jsonl`` (one line per
-cgroup per tick, each file read once per tick). See docs/bundle-format/host-evidence.md.
+cgroup per tick, each file read once per tick; in the recorder, a cgroup whose CPU and OOM
+counters did not move gets no line that tick: :meth:`CgroupsCollector.sample`). See
+docs/bundle-format/host-evidence.md and docs/bundle-format/cgroups.md.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +75,10 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
               ("blkio.bfq.io_service_bytes", False), ("blkio.bfq.io_serviced", False)),
 }
 HOST_PRESSURE = ("cpu", "memory", "io")
+#: what activity gating reads every tick: CPU usage and throttling (v2 ``cpu.stat``, v1
+#: ``cpuacct.usage`` and ``cpu.stat``) and what proves an OOM kill (``memory.events``,
+#: ``memory.oom_control``); see docs/bundle-format/cgroups.md for what may move without them
+ACTIVITY_FILES = frozenset({"cpu.stat", "cpuacct.usage", "memory.events", "memory.oom_control"})
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
 
 
@@ -145,6 +152,10 @@ class _Target:
     # kept, or read through KeptFiles), and the line's start, made once
     fds: list[int | None] = field(default_factory=list)
     line_start: str = ""
+    # sampling: the indices of ``files`` read in order; gated, two phases: the activity files,
+    # then the others (read only when the activity files moved or the last line is old)
+    phases: tuple[tuple[int, ...], ...] = ()
+    unparsed: frozenset[int] = frozenset()  # read for gating only, not in the line's values
 
 
 class CgroupsCollector:
@@ -169,6 +180,13 @@ class CgroupsCollector:
         self._previous: dict[str, tuple[list[bytes | None], str]] = {}
         # per file: the bytes read at the previous tick and their parse
         self._parsed: dict[str, tuple[bytes, tuple[str, dict[str, Any]] | None]] = {}
+        #: the recorder's: skip a cgroup's other files while its activity files do not move (sample)
+        self.activity_gating = False
+        self._idle_full_s = 0.0
+        # gated cgroup -> [monotonic time of its last line, its activity files' bytes then, the
+        # wall time of the last tick that found them unchanged (None: none since)]
+        self._quiet: dict[str, list[Any]] = {}
+        self._last_tick: float | None = None
 
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
@@ -328,89 +346,148 @@ class CgroupsCollector:
                  f"{info['targets_from']})")
 
     # -- sampling ----------------------------------------------------------------------------
+    def _start_sampling(self, ctx: CollectContext) -> list[_Target]:
+        plan, _ = self._build_plan(ctx)
+        gating = self.activity_gating
+        for target in plan:  # files absent now are absent for the whole window
+            files = [f for f in target.files if f[4] and os.path.exists(f[3])]
+            if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
+                # hybrid: the unified cpu.stat already carries usage; skip cpuacct.usage (gating
+                # reads it as an activity counter only: the tasks may be in either hierarchy)
+                usage = {i for i, f in enumerate(files) if f[2] == "cpuacct.usage"}
+                if not gating:
+                    files = [f for i, f in enumerate(files) if i not in usage]
+                else:
+                    target.unparsed = frozenset(usage)
+            target.files = files
+            target.fds = [None] * len(files)
+            target.line_start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
+            gate = tuple(i for i, f in enumerate(files) if f[2] in ACTIVITY_FILES)
+            # a cgroup is gated only where a CPU usage counter tells whether its tasks ran; the
+            # host root never is (its PSI and CPU are the node's, read every tick)
+            if gating and target.path != "/" and any(
+                    (f[2] == "cpu.stat" and f[0] == "unified") or f[2] == "cpuacct.usage"
+                    for f in (files[i] for i in gate)):
+                target.phases = (gate, tuple(i for i in range(len(files)) if i not in gate))
+            else:
+                target.phases = (tuple(range(len(files))),)
+        self._idle_full_s = SPEC.read_settings(ctx.options.extra).idle_full_s
+        paths = {t.path for t in plan}
+        self._quiet = {p: q for p, q in self._quiet.items() if p in paths}
+        _raise_fd_limit(sum(len(t.files) for t in plan) + 64)
+        return plan
+
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """One tick: read each per-tick file of each cgroup once (kept-open descriptors, pread)
-        and append one line per cgroup to ``cgroup/samples.jsonl``."""
-        if self._plan is None:
-            plan, _ = self._build_plan(ctx)
-            for target in plan:  # files absent now are absent for the whole window
-                files = [f for f in target.files if f[4] and os.path.exists(f[3])]
-                if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
-                    # hybrid: the unified cpu.stat already carries usage; skip cpuacct.usage
-                    files = [f for f in files if f[2] != "cpuacct.usage"]
-                target.files = files
-                target.fds = [None] * len(files)
-                target.line_start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
-            self._plan = plan
-            _raise_fd_limit(sum(len(t.files) for t in self._plan) + 64)
+        and append one line per cgroup to ``cgroup/samples.jsonl``.
+
+        With :attr:`activity_gating` (the recorder's), a cgroup's :data:`ACTIVITY_FILES` are read
+        first; when they are byte-identical to its last line's and that line is younger than
+        ``cgroups.idle_full_s``, its other files are not read and it gets no line this tick. Its
+        next line says so: ``"unchanged_until"``, the last tick at which they were read unchanged."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = self._start_sampling(ctx)
+        now = time.monotonic()
+        # the next tick comes one interval on (or as late as the last one came): a cgroup is read
+        # in full at this tick when waiting for that one would make its lines further apart than
+        # idle_full_s
+        step = max(now - self._last_tick if self._last_tick is not None else 0.0, ctx.options.interval_s)
+        self._last_tick = now
+        bound = self._idle_full_s - 1.25 * step
+        quiets = self._quiet
         lines: list[str] = []
         head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
-        for target in self._plan:
-            datas: list[bytes | None] = []
+        for target in plan:
+            fds, files = target.fds, target.files
+            datas: list[bytes | None] = [None] * len(fds)
             errors: dict[str, str] = {}
-            fds = target.fds
-            for index, fd in enumerate(fds):
-                if fd is not None:  # the common tick: one bare pread on the kept descriptor
-                    try:
-                        data = pread(fd, 65536, 0)
-                    except OSError:
-                        fds[index] = None  # KeptFiles.read below says why (and closes it)
-                    else:
-                        if len(data) <= MAYBE_MORE:  # no longer than half a page: the whole file
-                            datas.append(data)
-                            continue
-                        fds[index] = None
-                hierarchy, _, file, absolute, _ = target.files[index]
-                try:
-                    data = kept(absolute)
-                except OSError as error:
-                    errors[f"{hierarchy}/{file}"] = describe_os_error(error)
-                    datas.append(None)
-                    continue
-                datas.append(data)
-                if len(data) <= MAYBE_MORE:
-                    fds[index] = descriptor(absolute)
-            previous = self._previous.get(target.path)
-            if not errors and previous is not None and previous[0] == datas:
-                values_json = previous[1]  # every file read now, byte-identical to last tick
-            else:
-                values: dict[str, Any] = {}
-                for (hierarchy, version, file, absolute, _), read_now in zip(
-                        target.files, datas, strict=True):
-                    if read_now is None:
-                        continue
-                    data = read_now
-                    memo = self._parsed.get(absolute)
-                    if memo is not None and memo[0] == data:
-                        parsed = memo[1]  # same bytes as last tick: same parse
-                    else:
+            quiet = None
+            for phase, indices in enumerate(target.phases):
+                if phase:  # gated: the activity files are read; the rest only if they moved
+                    quiet = quiets.get(target.path)
+                    if quiet is not None and not errors and now - quiet[0] <= bound and all(
+                            datas[i] == was for i, was in zip(target.phases[0], quiet[1], strict=True)):
+                        quiet[2] = tick.time_unix
+                        break
+                for index in indices:
+                    fd = fds[index]
+                    if fd is not None:  # the common tick: one bare pread on the kept descriptor
                         try:
-                            parsed = interpret(version, file, data.decode("utf-8", "replace"),
-                                               True)
-                        except ParseError as error:
-                            errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
-                            continue
-                        self._parsed[absolute] = (data, parsed)
-                    if parsed is not None:
-                        _merge(values, *parsed)
-                values_json = dumps_json(values, indent=None)
-                self._previous[target.path] = (datas, values_json)
-            start = target.line_start
-            if errors:
-                start += f'"errors": {dumps_json(errors, indent=None)}, '
-            lines.append(f"{start}{head}{values_json}}}")
+                            data = pread(fd, 65536, 0)
+                        except OSError:
+                            fds[index] = None  # KeptFiles.read below says why (and closes it)
+                        else:
+                            if len(data) <= MAYBE_MORE:  # no longer than half a page: the whole file
+                                datas[index] = data
+                                continue
+                            fds[index] = None
+                    hierarchy, _, file, absolute, _ = files[index]
+                    try:
+                        data = kept(absolute)
+                    except OSError as error:
+                        errors[f"{hierarchy}/{file}"] = describe_os_error(error)
+                        continue
+                    datas[index] = data
+                    if len(data) <= MAYBE_MORE:
+                        fds[index] = descriptor(absolute)
+            else:
+                start = target.line_start
+                if len(target.phases) > 1:
+                    if quiet is not None and quiet[2] is not None:
+                        start += f'"unchanged_until": {dumps_json(quiet[2], indent=None)}, '
+                    quiets[target.path] = [now, [datas[i] for i in target.phases[0]], None]
+                lines.append(self._line(target, datas, errors, start, head))
         if lines:
             ctx.sink.append_bytes(SAMPLES,
                                   ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
-    def end_sampling(self, ctx: CollectContext) -> None:
-        """Close the descriptors kept open across ticks."""
+    def _line(self, target: _Target, datas: list[bytes | None], errors: dict[str, str], start: str,
+              head: str) -> str:
+        """The samples line of a cgroup whose files were all read (``errors``: those that failed)."""
+        previous = self._previous.get(target.path)
+        if not errors and previous is not None and previous[0] == datas:
+            values_json = previous[1]  # every file read now, byte-identical to last tick
+        else:
+            values: dict[str, Any] = {}
+            unparsed = target.unparsed
+            for index, ((hierarchy, version, file, absolute, _), read_now) in enumerate(
+                    zip(target.files, datas, strict=True)):
+                if read_now is None or index in unparsed:
+                    continue
+                memo = self._parsed.get(absolute)
+                if memo is not None and memo[0] == read_now:
+                    parsed = memo[1]  # same bytes as last tick: same parse
+                else:
+                    try:
+                        parsed = interpret(version, file, read_now.decode("utf-8", "replace"), True)
+                    except ParseError as error:
+                        errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
+                        continue
+                    self._parsed[absolute] = (read_now, parsed)
+                if parsed is not None:
+                    _merge(values, *parsed)
+            values_json = dumps_json(values, indent=None)
+            self._previous[target.path] = (datas, values_json)
+        if errors:
+            start += f'"errors": {dumps_json(errors, indent=None)}, '
+        return f"{start}{head}{values_json}}}"
+
+    def replan(self, ctx: CollectContext) -> None:
+        """Forget the plan and close the kept descriptors (the next tick plans again), keeping what
+        gating knows of each cgroup still planned then (the recorder's re-plan on new containers)."""
         self._files.close()
         self._previous.clear()
         self._parsed.clear()
         self._plan = None
+
+    def end_sampling(self, ctx: CollectContext) -> None:
+        """Close the descriptors kept open across ticks."""
+        self.replan(ctx)
+        self._quiet.clear()
+        self._last_tick = None
 
 
 def _raise_fd_limit(wanted: int) -> None:
