@@ -152,9 +152,7 @@ class _Target:
     # kept, or read through KeptFiles), and the line's start, made once
     fds: list[int | None] = field(default_factory=list)
     line_start: str = ""
-    # sampling: the indices of ``files`` read in order; gated, two phases: the activity files,
-    # then the others (read only when the activity files moved or the last line is old)
-    phases: tuple[tuple[int, ...], ...] = ()
+    gate: tuple[int, ...] = ()  # gated: the indices of the activity files in ``files``
     unparsed: frozenset[int] = frozenset()  # read for gating only, not in the line's values
 
 
@@ -180,13 +178,12 @@ class CgroupsCollector:
         self._previous: dict[str, tuple[list[bytes | None], str]] = {}
         # per file: the bytes read at the previous tick and their parse
         self._parsed: dict[str, tuple[bytes, tuple[str, dict[str, Any]] | None]] = {}
-        #: the recorder's: skip a cgroup's other files while its activity files do not move (sample)
-        self.activity_gating = False
+        self.activity_gating = False  # the recorder's: see sample()
         self._idle_full_s = 0.0
-        # gated cgroup -> [monotonic time of its last line, its activity files' bytes then, the
-        # wall time of the last tick that found them unchanged (None: none since)]
-        self._quiet: dict[str, list[Any]] = {}
         self._last_tick: float | None = None
+        # gated cgroup -> [monotonic time of its last line, its activity files' bytes then, wall
+        # time of the last tick that found them unchanged (None: none since)]
+        self._quiet: dict[str, list[Any]] = {}
 
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
@@ -352,28 +349,21 @@ class CgroupsCollector:
         for target in plan:  # files absent now are absent for the whole window
             files = [f for f in target.files if f[4] and os.path.exists(f[3])]
             if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
-                # hybrid: the unified cpu.stat already carries usage; skip cpuacct.usage (gating
-                # reads it as an activity counter only: the tasks may be in either hierarchy)
-                usage = {i for i, f in enumerate(files) if f[2] == "cpuacct.usage"}
-                if not gating:
-                    files = [f for i, f in enumerate(files) if i not in usage]
-                else:
-                    target.unparsed = frozenset(usage)
+                # hybrid: the unified cpu.stat carries usage: cpuacct.usage is skipped, or read by
+                # gating as an activity counter only (the tasks may be in either hierarchy)
+                usage = frozenset(i for i, f in enumerate(files) if f[2] == "cpuacct.usage")
+                files, target.unparsed = ((files, usage) if gating else
+                                          ([f for i, f in enumerate(files) if i not in usage], frozenset()))
             target.files = files
             target.fds = [None] * len(files)
             target.line_start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
             gate = tuple(i for i, f in enumerate(files) if f[2] in ACTIVITY_FILES)
-            # a cgroup is gated only where a CPU usage counter tells whether its tasks ran; the
-            # host root never is (its PSI and CPU are the node's, read every tick)
-            if gating and target.path != "/" and any(
-                    (f[2] == "cpu.stat" and f[0] == "unified") or f[2] == "cpuacct.usage"
-                    for f in (files[i] for i in gate)):
-                target.phases = (gate, tuple(i for i in range(len(files)) if i not in gate))
-            else:
-                target.phases = (tuple(range(len(files))),)
+            # gated where a CPU usage counter says whether its tasks ran; never the host root
+            if gating and target.path != "/" and any(f[2] == "cpuacct.usage" or (f[2] == "cpu.stat" and f[1] == 2)
+                                                     for f in (files[i] for i in gate)):
+                target.gate = gate
         self._idle_full_s = SPEC.read_settings(ctx.options.extra).idle_full_s
-        paths = {t.path for t in plan}
-        self._quiet = {p: q for p, q in self._quiet.items() if p in paths}
+        self._quiet = {t.path: self._quiet[t.path] for t in plan if t.path in self._quiet}
         _raise_fd_limit(sum(len(t.files) for t in plan) + 64)
         return plan
 
@@ -389,9 +379,8 @@ class CgroupsCollector:
         if plan is None:
             plan = self._plan = self._start_sampling(ctx)
         now = time.monotonic()
-        # the next tick comes one interval on (or as late as the last one came): a cgroup is read
-        # in full at this tick when waiting for that one would make its lines further apart than
-        # idle_full_s
+        # read in full now if waiting for the next tick (an interval on, or as late as the last one
+        # came) would put a cgroup's lines further apart than idle_full_s
         step = max(now - self._last_tick if self._last_tick is not None else 0.0, ctx.options.interval_s)
         self._last_tick = now
         bound = self._idle_full_s - 1.25 * step
@@ -401,58 +390,65 @@ class CgroupsCollector:
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
         for target in plan:
-            fds, files = target.fds, target.files
+            fds, files, gate = target.fds, target.files, target.gate
+            quiet = quiets.get(target.path) if gate else None
+            if quiet is not None and now - quiet[0] <= bound:  # gated: the activity files first
+                try:
+                    for i, was in zip(gate, quiet[1], strict=True):
+                        fd = fds[i]
+                        if fd is None:
+                            data = kept(files[i][3])
+                            fds[i] = descriptor(files[i][3]) if len(data) <= MAYBE_MORE else None
+                        else:
+                            data = pread(fd, 65536, 0)
+                        if data != was:
+                            break
+                    else:  # as they were for the cgroup's last line: no other read, no line
+                        quiet[2] = tick.time_unix
+                        continue
+                except OSError:
+                    pass  # the read of every file below says why
             datas: list[bytes | None] = [None] * len(fds)
             errors: dict[str, str] = {}
-            quiet = None
-            for phase, indices in enumerate(target.phases):
-                if phase:  # gated: the activity files are read; the rest only if they moved
-                    quiet = quiets.get(target.path)
-                    if quiet is not None and not errors and now - quiet[0] <= bound and all(
-                            datas[i] == was for i, was in zip(target.phases[0], quiet[1], strict=True)):
-                        quiet[2] = tick.time_unix
-                        break
-                for index in indices:
-                    fd = fds[index]
-                    if fd is not None:  # the common tick: one bare pread on the kept descriptor
-                        try:
-                            data = pread(fd, 65536, 0)
-                        except OSError:
-                            fds[index] = None  # KeptFiles.read below says why (and closes it)
-                        else:
-                            if len(data) <= MAYBE_MORE:  # no longer than half a page: the whole file
-                                datas[index] = data
-                                continue
-                            fds[index] = None
-                    hierarchy, _, file, absolute, _ = files[index]
+            for index, fd in enumerate(fds):
+                if fd is not None:  # the common tick: one bare pread on the kept descriptor
                     try:
-                        data = kept(absolute)
-                    except OSError as error:
-                        errors[f"{hierarchy}/{file}"] = describe_os_error(error)
-                        continue
-                    datas[index] = data
-                    if len(data) <= MAYBE_MORE:
-                        fds[index] = descriptor(absolute)
-            else:
-                start = target.line_start
-                if len(target.phases) > 1:
-                    if quiet is not None and quiet[2] is not None:
-                        start += f'"unchanged_until": {dumps_json(quiet[2], indent=None)}, '
-                    quiets[target.path] = [now, [datas[i] for i in target.phases[0]], None]
-                lines.append(self._line(target, datas, errors, start, head))
+                        data = pread(fd, 65536, 0)
+                    except OSError:
+                        fds[index] = None  # KeptFiles.read below says why (and closes it)
+                    else:
+                        if len(data) <= MAYBE_MORE:  # no longer than half a page: the whole file
+                            datas[index] = data
+                            continue
+                        fds[index] = None
+                hierarchy, _, file, absolute, _ = files[index]
+                try:
+                    data = kept(absolute)
+                except OSError as error:
+                    errors[f"{hierarchy}/{file}"] = describe_os_error(error)
+                    continue
+                datas[index] = data
+                if len(data) <= MAYBE_MORE:
+                    fds[index] = descriptor(absolute)
+            start = target.line_start
+            if gate:
+                if quiet is not None and quiet[2] is not None:
+                    start += f'"unchanged_until": {dumps_json(quiet[2], indent=None)}, '
+                quiets[target.path] = [now, [datas[i] for i in gate], None]
+            lines.append(self._line(target, datas, errors, start, head))
         if lines:
-            ctx.sink.append_bytes(SAMPLES,
-                                  ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+            ctx.sink.append_bytes(SAMPLES, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
     def _line(self, target: _Target, datas: list[bytes | None], errors: dict[str, str], start: str,
               head: str) -> str:
         """The samples line of a cgroup whose files were all read (``errors``: those that failed)."""
+        unparsed = target.unparsed  # made of: not a hybrid's cpuacct.usage (read for gating only)
+        made_of = datas if not unparsed else [d for i, d in enumerate(datas) if i not in unparsed]
         previous = self._previous.get(target.path)
-        if not errors and previous is not None and previous[0] == datas:
+        if not errors and previous is not None and previous[0] == made_of:
             values_json = previous[1]  # every file read now, byte-identical to last tick
         else:
             values: dict[str, Any] = {}
-            unparsed = target.unparsed
             for index, ((hierarchy, version, file, absolute, _), read_now) in enumerate(
                     zip(target.files, datas, strict=True)):
                 if read_now is None or index in unparsed:
@@ -470,14 +466,14 @@ class CgroupsCollector:
                 if parsed is not None:
                     _merge(values, *parsed)
             values_json = dumps_json(values, indent=None)
-            self._previous[target.path] = (datas, values_json)
+            self._previous[target.path] = (made_of, values_json)
         if errors:
             start += f'"errors": {dumps_json(errors, indent=None)}, '
         return f"{start}{head}{values_json}}}"
 
     def replan(self, ctx: CollectContext) -> None:
-        """Forget the plan and close the kept descriptors (the next tick plans again), keeping what
-        gating knows of each cgroup still planned then (the recorder's re-plan on new containers)."""
+        """Forget the plan and the kept descriptors (the next tick plans again); what gating knows
+        of the cgroups planned again is kept (the recorder re-plans on new containers)."""
         self._files.close()
         self._previous.clear()
         self._parsed.clear()
@@ -493,7 +489,6 @@ class CgroupsCollector:
 def _raise_fd_limit(wanted: int) -> None:
     try:
         import resource
-
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != resource.RLIM_INFINITY and soft < wanted:
             new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
