@@ -75,9 +75,8 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
               ("blkio.bfq.io_service_bytes", False), ("blkio.bfq.io_serviced", False)),
 }
 HOST_PRESSURE = ("cpu", "memory", "io")
-#: what activity gating reads every tick: CPU usage and throttling (v2 ``cpu.stat``, v1
-#: ``cpuacct.usage`` and ``cpu.stat``) and what proves an OOM kill (``memory.events``,
-#: ``memory.oom_control``); see docs/bundle-format/cgroups.md for what may move without them
+#: read every tick by activity gating: CPU usage and throttling, and what proves an OOM kill
+#: (docs/bundle-format/cgroups.md: what may move without them)
 ACTIVITY_FILES = frozenset({"cpu.stat", "cpuacct.usage", "memory.events", "memory.oom_control"})
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
 
@@ -146,10 +145,9 @@ class _Target:
     path: str
     member: str
     namespace_path: str | None = None  # as read, when ``path`` was resolved from it
-    files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)
-    # (hierarchy name, version, file, absolute path, per tick)
-    # sampling: each per-tick file's kept descriptor once read whole in one pread (None: not
-    # kept, or read through KeptFiles), and the line's start, made once
+    files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)  # (hierarchy name,
+    # version, file, absolute path, per tick); sampling: each per-tick file's kept descriptor once
+    # read whole in one pread (None: not kept, or read through KeptFiles), the line's start
     fds: list[int | None] = field(default_factory=list)
     line_start: str = ""
     gate: tuple[int, ...] = ()  # gated: the indices of the activity files in ``files``
@@ -371,10 +369,9 @@ class CgroupsCollector:
         """One tick: read each per-tick file of each cgroup once (kept-open descriptors, pread)
         and append one line per cgroup to ``cgroup/samples.jsonl``.
 
-        With :attr:`activity_gating` (the recorder's), a cgroup's :data:`ACTIVITY_FILES` are read
-        first; when they are byte-identical to its last line's and that line is younger than
-        ``cgroups.idle_full_s``, its other files are not read and it gets no line this tick. Its
-        next line says so: ``"unchanged_until"``, the last tick at which they were read unchanged."""
+        With :attr:`activity_gating` (the recorder's), a cgroup whose :data:`ACTIVITY_FILES` read
+        as for its last line, younger than ``cgroups.idle_full_s``, gets no other read and no line;
+        its next line has ``"unchanged_until"``: the last tick that read them unchanged."""
         plan = self._plan
         if plan is None:
             plan = self._plan = self._start_sampling(ctx)
@@ -389,8 +386,9 @@ class CgroupsCollector:
         head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
-        for target in plan:
+        for target in plan:  # (the common tick: one bare pread per file on a kept descriptor)
             fds, files, gate = target.fds, target.files, target.gate
+            datas: list[bytes | None] = [None] * len(fds)
             quiet = quiets.get(target.path) if gate else None
             if quiet is not None and now - quiet[0] <= bound:  # gated: the activity files first
                 try:
@@ -401,6 +399,8 @@ class CgroupsCollector:
                             fds[i] = descriptor(files[i][3]) if len(data) <= MAYBE_MORE else None
                         else:
                             data = pread(fd, 65536, 0)
+                        if len(data) <= MAYBE_MORE:
+                            datas[i] = data  # not read again below
                         if data != was:
                             break
                     else:  # as they were for the cgroup's last line: no other read, no line
@@ -408,10 +408,11 @@ class CgroupsCollector:
                         continue
                 except OSError:
                     pass  # the read of every file below says why
-            datas: list[bytes | None] = [None] * len(fds)
             errors: dict[str, str] = {}
             for index, fd in enumerate(fds):
-                if fd is not None:  # the common tick: one bare pread on the kept descriptor
+                if datas[index] is not None:
+                    continue
+                if fd is not None:
                     try:
                         data = pread(fd, 65536, 0)
                     except OSError:
@@ -480,8 +481,7 @@ class CgroupsCollector:
         self._plan = None
 
     def end_sampling(self, ctx: CollectContext) -> None:
-        """Close the descriptors kept open across ticks."""
-        self.replan(ctx)
+        self.replan(ctx)  # and forget what gating knew
         self._quiet.clear()
         self._last_tick = None
 
