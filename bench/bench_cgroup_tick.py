@@ -7,7 +7,13 @@ of the v2 fixture tree on a temporary directory. Prints the time and CPU per tic
 at 1 Hz (target: under 1% of one core), and the ratio against a baseline: a plain
 open/read/close loop over the same files with no parsing or writing.
 
-Run: ``python bench/bench_cgroup_tick.py [--cgroups 200] [--ticks 30]``
+With ``--gating`` (real cgroups only), each cgroup also holds a process (``--active PCT`` of them
+one that wakes every 0.2 s, the others asleep), and two collectors sample the same cgroups tick by
+tick, ``--interval`` apart, for ``--gating-ticks`` ticks: capture's (every file every tick) and the
+recorder's (activity gating, ``cgroups.idle_full_s`` 10 s); it prints the CPU per tick of each
+(mean: the gated one's periodic full reads included), their ratio and the lines written.
+
+Run: ``python bench/bench_cgroup_tick.py [--cgroups 200] [--ticks 30] [--gating --active 25]``
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +50,47 @@ def make_real(count: int, tag: str) -> list[str] | None:
                 (root / path.lstrip("/")).mkdir(parents=True)
         paths.append(path)
     return paths
+
+
+WAKER = ["perl", "-e", "select(undef, undef, undef, 0.2) while 1"]  # CPU moves every tick, no fork
+
+
+def populate(paths: list[str], active: int) -> list[subprocess.Popen[bytes]]:
+    """One process in each cgroup (every v1 hierarchy, as Docker places it): the first ``active``
+    wake every 0.2 s, the others sleep."""
+    procs = []
+    for i, path in enumerate(paths):
+        enter = "; ".join(f'echo $$ > "{root}{path}/cgroup.procs"' for root in ROOTS[:4])
+        argv = " ".join(WAKER[:2]) + f" '{WAKER[2]}'" if i < active else "sleep 3600"
+        procs.append(subprocess.Popen(["sh", "-c", f"{enter}; exec {argv}"]))
+    time.sleep(1.0)
+    return procs
+
+
+def gating(paths: list[str], work: Path, ticks: int, interval: float) -> None:
+    """Capture's sampling and the recorder's gated sampling of the same cgroups, tick by tick."""
+    collectors = {"every file": CgroupsCollector(), "gated": CgroupsCollector()}
+    collectors["gated"].activity_gating = True
+    contexts = {name: CollectContext(CaptureOptions(interval_s=interval), EvidenceSink(work / name.replace(" ", "-")),
+                                     Redactor(True), {"cgroup_paths": paths}) for name in collectors}
+    cpu: dict[str, list[float]] = {name: [] for name in collectors}
+    for index in range(ticks + 1):
+        started = time.monotonic()
+        for name, collector in collectors.items():
+            c0 = time.process_time()
+            collector.sample(contexts[name], Tick(index, time.time()))
+            if index:  # the first tick plans and opens the files
+                cpu[name].append(time.process_time() - c0)
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    for name, collector in collectors.items():
+        collector.end_sampling(contexts[name])
+    lines = {name: (work / name.replace(" ", "-") / "cgroup/samples.jsonl").read_text().count("\n") / (ticks + 1)
+             for name in collectors}
+    mean = {name: sum(v) / len(v) for name, v in cpu.items()}
+    for name in collectors:
+        print(f"[{name}] CPU {mean[name] * 1e3:.2f} ms per tick (mean of {ticks}), {lines[name]:.1f} lines per tick; "
+              f"at 1 Hz {mean[name] * 100:.2f}% of one core")
+    print(f"gated / every file: {mean['gated'] / mean['every file']:.2f}x CPU")
 
 
 def remove_real(tag: str) -> None:
@@ -74,7 +122,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cgroups", type=int, default=200)
     parser.add_argument("--ticks", type=int, default=30)
+    parser.add_argument("--gating", action="store_true", help="compare the recorder's gated sampling")
+    parser.add_argument("--active", type=float, default=0.0, metavar="PCT", help="with --gating: share of waking cgroups")
+    parser.add_argument("--interval", type=float, default=1.0, help="with --gating: seconds between ticks")
+    parser.add_argument("--gating-ticks", type=int, default=40)
     args = parser.parse_args()
+    procs: list[subprocess.Popen[bytes]] = []
     tag = f"gpuforensics-bench-{os.getpid()}"
     work = Path(tempfile.mkdtemp(prefix="gf-bench-"))
     try:
@@ -142,7 +195,15 @@ def main() -> None:
         print(f"baseline open/read/close of the same files: {base * 1e3:.2f} ms per pass")
         print(f"ratio tick / baseline: {tick_wall / base:.2f}x (idle), "
               f"{median(worst_wall) / base:.2f}x (worst case)")
+        if args.gating and kind.startswith("real"):
+            procs = populate(paths, round(len(paths) * args.active / 100))
+            print(f"gating: {len(paths)} cgroups with one process each, {args.active:g}% waking every 0.2 s")
+            gating(paths, work, args.gating_ticks, args.interval)
     finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        time.sleep(0.5 if procs else 0)  # a cgroup empties once its process is reaped
         if os.geteuid() == 0:
             remove_real(tag)
         shutil.rmtree(work, ignore_errors=True)

@@ -3,7 +3,7 @@ named like Docker's, one sleeping process each), measured from /proc/<pid>/stat 
 recorder and its sampler children; disk per 24 h extrapolated from the ring's growth; and, when
 Debian's prometheus-node-exporter is installed, the same figures for it answering one scrape/s.
 
-    sudo python bench/bench_recorder.py --seconds 60 --cgroups 200
+    sudo python bench/bench_recorder.py --seconds 60 --cgroups 200 [--active 25]
 Targets (issue 14): < 0.5 % of one core, < 60 MB RSS, < 300 MB per 24 h.
 """
 
@@ -96,10 +96,15 @@ def cpu_rss(pids: list[int]) -> tuple[float, int]:
     return cpu, rss
 
 
-def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Path]) -> None:
+#: a process that wakes every 0.2 s (no fork): its cgroup's CPU counter moves every 1 Hz tick
+WAKER = ["perl", "-e", "select(undef, undef, undef, 0.2) while 1"]
+
+
+def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Path], active: int = 0) -> None:
     """``n`` real container-like cgroups (v2 ``gfbench<pid>.slice/docker-<id>.scope``, else v1
-    ``<controller>/docker/<id>``), each holding one sleeping process; every directory made is
-    appended to ``made`` (parents first). A plain directory on a tmpfs is not a cgroup: refuse to pretend."""
+    ``<controller>/docker/<id>``), each holding one sleeping process (the first ``active`` of them
+    one that wakes every 0.2 s); every directory made is appended to ``made`` (parents first). A
+    plain directory on a tmpfs is not a cgroup: refuse to pretend."""
     v2 = (CG_ROOT / "cgroup.controllers").exists()
     parents = [CG] if v2 else [CG_ROOT / c / "docker" for c in V1_CONTROLLERS if (CG_ROOT / c / "cgroup.procs").exists()]
     if not parents:
@@ -109,7 +114,7 @@ def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Pat
             parent.mkdir()
             made.append(parent)
     for i in range(n):
-        p = subprocess.Popen(["sleep", "3600"])
+        p = subprocess.Popen(WAKER if i < active else ["sleep", "3600"])
         sleepers.append(p)
         for parent in parents:
             cid = f"{os.getpid():08x}{i:056x}"  # Docker-shaped 64-hex id, unique to this run
@@ -149,13 +154,17 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--cgroups", type=int, default=200)
+    ap.add_argument("--active", type=float, default=0.0, metavar="PCT",
+                    help="share of the cgroups (%%) whose process wakes every 0.2 s, so that its CPU "
+                         "counter moves every tick (default 0: all asleep)")
     ap.add_argument("--skip-node-exporter", action="store_true", help="no side-by-side node-exporter run")
     args = ap.parse_args()
+    active = round(args.cgroups * args.active / 100)
     tmp = Path(tempfile.mkdtemp(prefix="gfbench-"))
     sleepers: list[subprocess.Popen[bytes]] = []
     made: list[Path] = []
     try:
-        make_cgroups(args.cgroups, sleepers, made)
+        make_cgroups(args.cgroups, sleepers, made, active)
         lib = nvmlsim.build_library(tmp / "lib")
         sc = nvmlsim.Scenario()
         for _ in range(8):
@@ -232,8 +241,11 @@ def main() -> int:
         sealed_rate = len(gzip.compress(steady, compresslevel=6, mtime=0)) / el
         cpu_pct = 100 * (c1 - c0) / el
         per_tick = f"{ticks:.0f} NVML ticks of {el:.0f} expected" if ticks else "no NVML tick recorded"
-        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups; {per_tick}")
+        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups "
+              f"({active} active); {per_tick}; load average {os.getloadavg()[0]:.2f}")
+        cg_lines = sum(r.data.count(b"\n") for r in window if r.member == "cgroup/samples.jsonl")
         if ticks:
+            print(f"  cgroup/samples.jsonl: {cg_lines / ticks:.1f} lines per tick")
             print(f"  per NVML tick: CPU {1000 * (c1 - c0) / ticks:.1f} ms, ring {len(steady) / ticks / 1e3:.1f} kB raw, "
                   f"{len(gzip.compress(steady, 6, mtime=0)) / ticks / 1e3:.1f} kB sealed")
         print("  CPU by process: " + ", ".join(f"{n} {100 * (c - by0.get(n, 0.0)) / el:.2f} %"

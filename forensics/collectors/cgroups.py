@@ -18,13 +18,16 @@ Which cgroups: ``ctx.hint("cgroup_paths")`` (from procfs and docker) plus each o
 or, when no collector published any, our own scan of ``/proc/*/cgroup``; and ``/``.
 Members: verbatim files ``cgroup/<hierarchy>/<path>/<file>``, ``cgroup/host/pressure/<res>``,
 the derived ``cgroup/index.json`` and, when sampling, ``cgroup/samples.jsonl`` (one line per
-cgroup per tick, each file read once per tick). See docs/bundle-format/host-evidence.md.
+cgroup per tick, each file read once per tick; in the recorder, a cgroup whose CPU and OOM
+counters did not move gets no line that tick: :meth:`CgroupsCollector.sample`). See
+docs/bundle-format/host-evidence.md and docs/bundle-format/cgroups.md.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +75,9 @@ V1_FILES: dict[str, tuple[tuple[str, bool], ...]] = {
               ("blkio.bfq.io_service_bytes", False), ("blkio.bfq.io_serviced", False)),
 }
 HOST_PRESSURE = ("cpu", "memory", "io")
+#: read every tick by activity gating: CPU usage and throttling, and what proves an OOM kill
+#: (docs/bundle-format/cgroups.md: what may move without them)
+ACTIVITY_FILES = frozenset({"cpu.stat", "cpuacct.usage", "memory.events", "memory.oom_control"})
 _SAFE_SEGMENT = re.compile(r"[^A-Za-z0-9._@:+=,-]")
 
 
@@ -139,12 +145,13 @@ class _Target:
     path: str
     member: str
     namespace_path: str | None = None  # as read, when ``path`` was resolved from it
-    files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)
-    # (hierarchy name, version, file, absolute path, per tick)
-    # sampling: each per-tick file's kept descriptor once read whole in one pread (None: not
-    # kept, or read through KeptFiles), and the line's start, made once
+    files: list[tuple[str, int, str, str, bool]] = field(default_factory=list)  # (hierarchy name,
+    # version, file, absolute path, per tick); sampling: each per-tick file's kept descriptor once
+    # read whole in one pread (None: not kept, or read through KeptFiles), the line's start
     fds: list[int | None] = field(default_factory=list)
     line_start: str = ""
+    gate: tuple[int, ...] = ()  # gated: the indices of the activity files in ``files``
+    unparsed: frozenset[int] = frozenset()  # read for gating only, not in the line's values
 
 
 class CgroupsCollector:
@@ -169,6 +176,12 @@ class CgroupsCollector:
         self._previous: dict[str, tuple[list[bytes | None], str]] = {}
         # per file: the bytes read at the previous tick and their parse
         self._parsed: dict[str, tuple[bytes, tuple[str, dict[str, Any]] | None]] = {}
+        self.activity_gating = False  # the recorder's: see sample()
+        self._idle_full_s = 0.0
+        self._last_tick: float | None = None
+        # gated cgroup -> [monotonic time of its last line, its activity files' bytes then, wall
+        # time of the last tick that found them unchanged (None: none since)]
+        self._quiet: dict[str, list[Any]] = {}
 
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
@@ -328,95 +341,154 @@ class CgroupsCollector:
                  f"{info['targets_from']})")
 
     # -- sampling ----------------------------------------------------------------------------
+    def _start_sampling(self, ctx: CollectContext) -> list[_Target]:
+        plan, _ = self._build_plan(ctx)
+        gating = self.activity_gating
+        for target in plan:  # files absent now are absent for the whole window
+            files = [f for f in target.files if f[4] and os.path.exists(f[3])]
+            if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
+                # hybrid: the unified cpu.stat carries usage: cpuacct.usage is skipped, or read by
+                # gating as an activity counter only (the tasks may be in either hierarchy)
+                usage = frozenset(i for i, f in enumerate(files) if f[2] == "cpuacct.usage")
+                files, target.unparsed = ((files, usage) if gating else
+                                          ([f for i, f in enumerate(files) if i not in usage], frozenset()))
+            target.files = files
+            target.fds = [None] * len(files)
+            target.line_start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
+            gate = tuple(i for i, f in enumerate(files) if f[2] in ACTIVITY_FILES)
+            # gated where a CPU usage counter says whether its tasks ran; never the host root
+            if gating and target.path != "/" and any(f[2] == "cpuacct.usage" or (f[2] == "cpu.stat" and f[1] == 2)
+                                                     for f in (files[i] for i in gate)):
+                target.gate = gate
+        self._idle_full_s = SPEC.read_settings(ctx.options.extra).idle_full_s
+        self._quiet = {t.path: self._quiet[t.path] for t in plan if t.path in self._quiet}
+        _raise_fd_limit(sum(len(t.files) for t in plan) + 64)
+        return plan
+
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
         """One tick: read each per-tick file of each cgroup once (kept-open descriptors, pread)
-        and append one line per cgroup to ``cgroup/samples.jsonl``."""
-        if self._plan is None:
-            plan, _ = self._build_plan(ctx)
-            for target in plan:  # files absent now are absent for the whole window
-                files = [f for f in target.files if f[4] and os.path.exists(f[3])]
-                if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
-                    # hybrid: the unified cpu.stat already carries usage; skip cpuacct.usage
-                    files = [f for f in files if f[2] != "cpuacct.usage"]
-                target.files = files
-                target.fds = [None] * len(files)
-                target.line_start = f'{{"cgroup": {dumps_json(target.path, indent=None)}, '
-            self._plan = plan
-            _raise_fd_limit(sum(len(t.files) for t in self._plan) + 64)
+        and append one line per cgroup to ``cgroup/samples.jsonl``.
+
+        With :attr:`activity_gating` (the recorder's), a cgroup whose :data:`ACTIVITY_FILES` read
+        as for its last line, younger than ``cgroups.idle_full_s``, gets no other read and no line;
+        its next line has ``"unchanged_until"``: the last tick that read them unchanged."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = self._start_sampling(ctx)
+        now = time.monotonic()
+        # read in full now if waiting for the next tick (an interval on, or as late as the last one
+        # came) would put a cgroup's lines further apart than idle_full_s
+        step = max(now - self._last_tick if self._last_tick is not None else 0.0, ctx.options.interval_s)
+        self._last_tick = now
+        bound = self._idle_full_s - 1.25 * step
+        quiets = self._quiet
         lines: list[str] = []
         head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
-        for target in self._plan:
-            datas: list[bytes | None] = []
+        for target in plan:  # (the common tick: one bare pread per file on a kept descriptor)
+            fds, files, gate = target.fds, target.files, target.gate
+            datas: list[bytes | None] = [None] * len(fds)
+            quiet = quiets.get(target.path) if gate else None
+            if quiet is not None and now - quiet[0] <= bound:  # gated: the activity files first
+                try:
+                    for i, was in zip(gate, quiet[1], strict=True):
+                        fd = fds[i]
+                        if fd is None:
+                            data = kept(files[i][3])
+                            fds[i] = descriptor(files[i][3]) if len(data) <= MAYBE_MORE else None
+                        else:
+                            data = pread(fd, 65536, 0)
+                        if len(data) <= MAYBE_MORE:
+                            datas[i] = data  # not read again below
+                        if data != was:
+                            break
+                    else:  # as they were for the cgroup's last line: no other read, no line
+                        quiet[2] = tick.time_unix
+                        continue
+                except OSError:
+                    pass  # the read of every file below says why
             errors: dict[str, str] = {}
-            fds = target.fds
             for index, fd in enumerate(fds):
-                if fd is not None:  # the common tick: one bare pread on the kept descriptor
+                if datas[index] is not None:
+                    continue
+                if fd is not None:
                     try:
                         data = pread(fd, 65536, 0)
                     except OSError:
                         fds[index] = None  # KeptFiles.read below says why (and closes it)
                     else:
                         if len(data) <= MAYBE_MORE:  # no longer than half a page: the whole file
-                            datas.append(data)
+                            datas[index] = data
                             continue
                         fds[index] = None
-                hierarchy, _, file, absolute, _ = target.files[index]
+                hierarchy, _, file, absolute, _ = files[index]
                 try:
                     data = kept(absolute)
                 except OSError as error:
                     errors[f"{hierarchy}/{file}"] = describe_os_error(error)
-                    datas.append(None)
                     continue
-                datas.append(data)
+                datas[index] = data
                 if len(data) <= MAYBE_MORE:
                     fds[index] = descriptor(absolute)
-            previous = self._previous.get(target.path)
-            if not errors and previous is not None and previous[0] == datas:
-                values_json = previous[1]  # every file read now, byte-identical to last tick
-            else:
-                values: dict[str, Any] = {}
-                for (hierarchy, version, file, absolute, _), read_now in zip(
-                        target.files, datas, strict=True):
-                    if read_now is None:
-                        continue
-                    data = read_now
-                    memo = self._parsed.get(absolute)
-                    if memo is not None and memo[0] == data:
-                        parsed = memo[1]  # same bytes as last tick: same parse
-                    else:
-                        try:
-                            parsed = interpret(version, file, data.decode("utf-8", "replace"),
-                                               True)
-                        except ParseError as error:
-                            errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
-                            continue
-                        self._parsed[absolute] = (data, parsed)
-                    if parsed is not None:
-                        _merge(values, *parsed)
-                values_json = dumps_json(values, indent=None)
-                self._previous[target.path] = (datas, values_json)
             start = target.line_start
-            if errors:
-                start += f'"errors": {dumps_json(errors, indent=None)}, '
-            lines.append(f"{start}{head}{values_json}}}")
+            if gate:
+                if quiet is not None and quiet[2] is not None:
+                    start += f'"unchanged_until": {dumps_json(quiet[2], indent=None)}, '
+                quiets[target.path] = [now, [datas[i] for i in gate], None]
+            lines.append(self._line(target, datas, errors, start, head))
         if lines:
-            ctx.sink.append_bytes(SAMPLES,
-                                  ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+            ctx.sink.append_bytes(SAMPLES, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
-    def end_sampling(self, ctx: CollectContext) -> None:
-        """Close the descriptors kept open across ticks."""
+    def _line(self, target: _Target, datas: list[bytes | None], errors: dict[str, str], start: str,
+              head: str) -> str:
+        """The samples line of a cgroup whose files were all read (``errors``: those that failed)."""
+        unparsed = target.unparsed  # made of: not a hybrid's cpuacct.usage (read for gating only)
+        made_of = datas if not unparsed else [d for i, d in enumerate(datas) if i not in unparsed]
+        previous = self._previous.get(target.path)
+        if not errors and previous is not None and previous[0] == made_of:
+            values_json = previous[1]  # every file read now, byte-identical to last tick
+        else:
+            values: dict[str, Any] = {}
+            for index, ((hierarchy, version, file, absolute, _), read_now) in enumerate(
+                    zip(target.files, datas, strict=True)):
+                if read_now is None or index in unparsed:
+                    continue
+                memo = self._parsed.get(absolute)
+                if memo is not None and memo[0] == read_now:
+                    parsed = memo[1]  # same bytes as last tick: same parse
+                else:
+                    try:
+                        parsed = interpret(version, file, read_now.decode("utf-8", "replace"), True)
+                    except ParseError as error:
+                        errors[f"{hierarchy}/{file}"] = f"parse error: {error}"
+                        continue
+                    self._parsed[absolute] = (read_now, parsed)
+                if parsed is not None:
+                    _merge(values, *parsed)
+            values_json = dumps_json(values, indent=None)
+            self._previous[target.path] = (made_of, values_json)
+        if errors:
+            start += f'"errors": {dumps_json(errors, indent=None)}, '
+        return f"{start}{head}{values_json}}}"
+
+    def replan(self, ctx: CollectContext) -> None:
+        """Forget the plan and the kept descriptors (the next tick plans again); what gating knows
+        of the cgroups planned again is kept (the recorder re-plans on new containers)."""
         self._files.close()
         self._previous.clear()
         self._parsed.clear()
         self._plan = None
 
+    def end_sampling(self, ctx: CollectContext) -> None:
+        self.replan(ctx)  # and forget what gating knew
+        self._quiet.clear()
+        self._last_tick = None
+
 
 def _raise_fd_limit(wanted: int) -> None:
     try:
         import resource
-
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != resource.RLIM_INFINITY and soft < wanted:
             new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)

@@ -131,6 +131,7 @@ class CgroupsDriver(_Driver):
 
     def __init__(self) -> None:
         self.collector = fresh_collector(cgroups_spec.SPEC)
+        self.collector.activity_gating = True  # quiet cgroups: activity files only (cgroups.idle_full_s)
         self.planned = 0.0
         self.extra: list[str] = []
         self.known: set[str] = set()
@@ -158,7 +159,7 @@ class CgroupsDriver(_Driver):
             paths = self._hints()
             self.planned = now
             if fresh or paths != self.paths:  # new or gone containers: plan again
-                self.collector.end_sampling(ctx)  # forget the plan and the kept-open descriptors
+                self.collector.replan(ctx)  # forget the plan and the kept-open descriptors
                 self.paths = paths
         ctx.hints[CGROUP_PATHS.key] = self.paths
         self.collector.sample(ctx, tick)

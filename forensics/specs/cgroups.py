@@ -28,6 +28,10 @@ class CgroupsSettings:
     max_cgroups: int = setting("positive-int", "cgroups read", 1000)
     root: str | None = setting("path", "the host's cgroup tree when capture runs in a pod (e.g. /host/sys/fs/cgroup)",
                                None, shown="$GPUFORENSICS_CGROUP_ROOT, then /sys/fs/cgroup")
+    idle_full_s: float = setting(
+        "positive-seconds", "recorder only: a cgroup whose CPU and OOM counters did not move is read in full (and "
+        "gets a samples line) at least this often; at or under the interval, every file every tick "
+        "(docs/bundle-format/cgroups.md)", 10.0)
 
 
 SPEC = SourceSpec(

@@ -1,6 +1,9 @@
 """cgroup counters and pressure: ``cgroup/samples.jsonl`` (one line per cgroup per tick) and the
 snapshot ``cgroup/index.json`` (cgroups collector), values parsed from ``cpu.stat``,
 ``memory.current``/``memory.usage_in_bytes``, ``memory.max``, ``memory.events`` and PSI files.
+The recorder's lines are sparse for quiet cgroups (docs/bundle-format/cgroups.md): rates come from
+cumulative counters over whatever interval separates two lines, and a line's ``unchanged_until``
+places the start of the interval in which the CPU counters moved.
 
 Each cgroup path is re-attributed with :func:`forensics.parsing.attribution.attribute_path`.
 """
@@ -23,6 +26,7 @@ __all__ = ["LOADER", "load_cgroups"]
 
 _CPU_QUOTE: tuple[tuple[str | int, ...], ...] = (
     ("values", "cpu", "nr_periods"), ("values", "cpu", "nr_throttled"), ("values", "cpu", "throttled_ns"))
+_UNCHANGED_QUOTE: tuple[tuple[str | int, ...], ...] = (("unchanged_until",), *_CPU_QUOTE)
 _IO_QUOTE: tuple[tuple[str | int, ...], ...] = (("values", "io"),)
 _IO_QUOTE_SNAPSHOT: tuple[tuple[str | int, ...], ...] = (("io",),)
 _PSI_QUOTES: dict[tuple[str, ...], tuple[tuple[str | int, ...], ...]] = {}
@@ -158,9 +162,24 @@ def io_limits(io: dict[str, Any]) -> dict[str, dict[str, int | None]]:
     return out
 
 
+def _add_unchanged_cpu(model: Model, node: str, path: str, t: float, cpu: Any, ev: EvidenceRef,
+                       cache: dict[str, str | None]) -> None:
+    """A recorder line's ``unchanged_until``: its cgroup's CPU counters were read then and were
+    still the previous line's (docs/bundle-format/cgroups.md), so the previous line's CFS counters
+    hold at ``t``: the interval in which the cgroup became busy starts there, not at the previous
+    line (which may be ``cgroups.idle_full_s`` older)."""
+    cid = cache[path] if path in cache else _container_of(path, cache)
+    if cid and cpu.__class__ is dict:
+        periods, throttled, t_ns = cpu.get("nr_periods"), cpu.get("nr_throttled"), cpu.get("throttled_ns")
+        if periods.__class__ is int and throttled.__class__ is int:
+            model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
+                                               t_ns // 1000 if t_ns.__class__ is int else None, ev, _UNCHANGED_QUOTE))
+
+
 def load_cgroups(src: Source, model: Model, node: str) -> None:
     cache: dict[str, str | None] = {}
     times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
+    last_cpu: dict[str, tuple[float, Any]] = {}  # path -> (t, cpu values) of its previous line
     sampled = False
     for no, rec, raw in src.jsonl(cgroup_spec.SAMPLES):
         path, t, values = rec.get("cgroup"), as_float(rec.get("t")), rec.get("values")
@@ -168,7 +187,16 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             continue
         t = times.setdefault(t, t)
         sampled = True
-        _add_values(model, node, path, t, values, src.ref(cgroup_spec.SAMPLES, no, raw), cache)
+        ref = src.ref(cgroup_spec.SAMPLES, no, raw)
+        cpu = values.get("cpu")
+        quiet = rec.get("unchanged_until")
+        if quiet is not None:
+            before = last_cpu.get(path)
+            quiet = as_float(quiet)
+            if before is not None and quiet is not None and before[0] < quiet < t and before[1] != cpu:
+                _add_unchanged_cpu(model, node, path, quiet, before[1], ref, cache)
+        last_cpu[path] = (t, cpu)
+        _add_values(model, node, path, t, values, ref, cache)
     if sampled:
         model.node(node).members_used.setdefault("cgroups", cgroup_spec.SAMPLES)
         model.node(node).members_used.setdefault("psi", cgroup_spec.SAMPLES)
