@@ -32,6 +32,7 @@ process gives the C heap's free pages back (``malloc_trim``), the tick's buffers
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
@@ -53,6 +54,7 @@ __all__ = ["RecordSink", "SourceProcess", "spawn"]
 _FRAME = struct.Struct(">II")  # header length, body length
 MAX_FRAME = 64 << 20
 TRIM_EVERY = 10  # ticks between two malloc_trim calls
+PIPE_BYTES = 1 << 20  # the frames pipe's capacity (the default max of an unprivileged pipe)
 
 
 class RecordSink:
@@ -271,6 +273,10 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     """Fork a child that runs ``body(cmd_fd, out_fd)`` and exits; the parent gets its handle."""
     cmd_r, cmd_w = os.pipe()
     out_r, out_w = os.pipe()
+    try:  # room for a whole tick's frame (~300 kB at 8 GPUs and 200 cgroups): one write, one wake-up
+        fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, AttributeError):  # above /proc/sys/fs/pipe-max-size, or not Linux: 64 KiB it is
+        pass
 
     def run() -> None:  # in the child
         gc.freeze()  # what it inherits is never collected here: its pages stay shared with the parent
