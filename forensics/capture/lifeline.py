@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["die_with_parent", "enter_child", "fork_child", "parent_death_signal", "run_tied"]
+__all__ = ["die_with_parent", "enter_child", "fork_child", "malloc_trim", "parent_death_signal", "run_tied"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
@@ -93,6 +93,18 @@ def fork_child(body: Callable[[], None], nice: int = 10) -> int:
     except OSError:  # the child did it first, or has exited already
         pass
     return pid
+
+
+def malloc_trim() -> bool:
+    """Give the C heap's free pages back to the kernel (glibc's ``malloc_trim(0)``: the top of the
+    heap and the free pages inside it). A long-running sampler frees a tick's buffers every tick;
+    without this the pages they took stay counted in its resident memory. False where the C
+    library has no such call (musl)."""
+    trim = getattr(_LIBC, "malloc_trim", None) if _LIBC is not None else None
+    if trim is None:
+        return False
+    trim(ctypes.c_size_t(0))
+    return True
 
 
 def parent_death_signal() -> int:

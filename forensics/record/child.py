@@ -21,10 +21,19 @@ Protocol (pipes; the child is the only reader of its command pipe):
 A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.fork_child`:
 it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
 whole group) by the parent when it does not answer a tick in time (a hung NVML call).
+
+Memory: the children are forks of the recorder, so the pages of what the parent loaded (the
+interpreter's objects, the modules, the sources' collectors, loaded before the first fork by
+``forensics.record.sources.preload``) are shared as long as nobody writes to them. The parent
+freezes its objects before the first fork and each child freezes what it inherits (``gc.freeze``),
+so no collection, in either, writes into their headers; and every :data:`TRIM_EVERY` ticks each
+process gives the C heap's free pages back (``malloc_trim``), the tick's buffers being freed.
 """
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import json
 import os
 import signal
@@ -37,13 +46,15 @@ from typing import Any
 
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
-from forensics.capture.lifeline import fork_child
+from forensics.capture.lifeline import fork_child, malloc_trim
 from forensics.errors import BundleUnsafe
 
 __all__ = ["RecordSink", "SourceProcess", "spawn"]
 
 _FRAME = struct.Struct(">II")  # header length, body length
 MAX_FRAME = 64 << 20
+TRIM_EVERY = 10  # ticks between two malloc_trim calls
+PIPE_BYTES = 1 << 20  # the frames pipe's capacity (the default max of an unprivileged pipe)
 
 
 class RecordSink:
@@ -262,8 +273,13 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
     """Fork a child that runs ``body(cmd_fd, out_fd)`` and exits; the parent gets its handle."""
     cmd_r, cmd_w = os.pipe()
     out_r, out_w = os.pipe()
+    try:  # room for a whole tick's frame (~300 kB at 8 GPUs and 200 cgroups): one write, one wake-up
+        fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, AttributeError):  # above /proc/sys/fs/pipe-max-size, or not Linux: 64 KiB it is
+        pass
 
     def run() -> None:  # in the child
+        gc.freeze()  # what it inherits is never collected here: its pages stay shared with the parent
         _name_process(f"gfrec-{name}")
         os.close(cmd_w)
         os.close(out_r)
@@ -299,6 +315,7 @@ def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: f
         answer("fatal", None, f"{type(exc).__name__}: {exc}")
         return
     answer("hello", None, None)
+    answered = 0
     reader = os.fdopen(cmd_fd, "rb", buffering=0)
     pending = b""
     while True:
@@ -325,3 +342,6 @@ def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: f
             except Exception as exc:  # noqa: BLE001 - one tick's failure is reported
                 error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             answer("tick", index, error)
+            answered += 1
+            if answered % TRIM_EVERY == 0:
+                malloc_trim()  # the tick's records are sent and freed: their pages go back

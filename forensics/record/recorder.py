@@ -17,6 +17,7 @@ killed; the active segment is sealed.
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -30,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
-from forensics.record.child import RecordSink, SourceProcess, child_loop, spawn
+from forensics.capture.lifeline import malloc_trim
+from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
 from forensics.record.options import RecordOptions
-from forensics.record.sources import DELTA_MEMBERS, make_driver
+from forensics.record.sources import DELTA_MEMBERS, make_driver, preload
 from forensics.ring import RingReader, RingWriter
 from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
 
 EVENTS = RECORDER_EVENTS
+_frozen = False  # gc.freeze() done in this process (once: see Recorder._share_with_children)
 
 
 @dataclass
@@ -162,7 +165,23 @@ class Recorder:
                               kubeconfig=self.o.kubeconfig, kube_context=self.o.kube_context,
                               node_name=self.o.node_name)
 
+    def _share_with_children(self) -> None:
+        """Before the first fork: load what the children will load, then move every object there
+        is into the collector's permanent generation (``gc.freeze``). A child's collections then
+        never write to the inherited objects' headers, nor do the parent's, so the pages stay
+        shared between the parent and all its children instead of being copied into each one.
+        Once per process: objects made later are collected as usual (a restarted child inherits
+        them unfrozen; it freezes what it inherits itself, see forensics.record.child.spawn)."""
+        global _frozen
+        if _frozen:
+            return
+        preload(self.o.sources)
+        gc.collect()
+        gc.freeze()
+        _frozen = True
+
     def _start_source(self, st: _SourceState) -> None:
+        self._share_with_children()
         options = self._capture_options()
         key = self.key
         budget = self.hang_kill
@@ -390,6 +409,8 @@ class Recorder:
                 index += 1
                 self._poll(min(due + self.tick_timeout, start + index * self.o.interval_s))
                 writer.maintain()
+                if self.ticks % TRIM_EVERY == 0:
+                    malloc_trim()  # the tick's frames and batches are freed: their pages go back
         finally:
             self._shutdown()
             for s, h in old.items():

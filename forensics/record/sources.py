@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from forensics.capture.context import CollectContext, Tick
@@ -42,7 +43,7 @@ from forensics.specs import procfs as procfs_spec
 from forensics.specs.base import Hint, SourceSpec
 from forensics.specs.hints import CGROUP_PATHS
 
-__all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver"]
+__all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver", "preload"]
 
 #: modules the recorder uses beside the sources' collectors, loaded by name as capture loads
 #: collectors (nothing outside capture and the recorder imports forensics.collectors)
@@ -208,3 +209,25 @@ SOURCE_NAMES: tuple[str, ...] = tuple(DRIVERS)
 
 def make_driver(name: str) -> _Driver:
     return DRIVERS[name]()
+
+
+#: the modules each source's driver loads beside its spec's collector
+_MODULES: dict[str, tuple[str, ...]] = {cgroups_spec.SPEC.name: (HOSTFS_PROC,), docker_spec.SPEC.name: (DOCKER_FOLLOWER,),
+                                        kubernetes_spec.SPEC.name: (KUBE_FOLLOWER,)}
+
+
+def preload(names: Iterable[str]) -> list[str]:
+    """Import, in the recorder's process, the modules the drivers of ``names`` will load, so each
+    sampler child forked afterwards shares their pages instead of importing its own copy. A module
+    that fails to import is left to its child, which reports it as that source's failure; returns
+    the ones that failed."""
+    failed = []
+    specs = {spec.name: spec for spec, _ in _BY_SPEC}
+    for name in names:
+        spec = specs.get(name)
+        for module in ((spec.collector,) if spec is not None else ()) + _MODULES.get(name, ()):
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - the child meets it again and says so
+                failed.append(module)
+    return failed

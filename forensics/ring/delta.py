@@ -35,12 +35,16 @@ hands them out as the ``"append"`` records they were.
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import ne
+
 __all__ = ["DELTA_OP", "SEP", "DeltaDecoder", "DeltaEncoder", "DeltaError"]
 
 DELTA_OP = "delta"
 SEP = ", "
 _MIN_SAVING = 0.8  # a delta is kept only when it is under 80 % of the line
 _SAME = "="
+_HEAD = 6  # the encoder compares a line's first tokens apart from the rest (see DeltaEncoder)
 
 
 class DeltaError(ValueError):
@@ -52,39 +56,77 @@ def _lines(data: str) -> list[str]:
 
 
 class DeltaEncoder:
-    """Encodes the lines of one member, in order, against the previous line of the same key."""
+    """Encodes the lines of one member, in order, against the previous line of the same key.
+
+    Cost (the recorder's parent encodes every sampled line): a line is first split at its first
+    :data:`_HEAD` separators only; when the rest is the same text as the previous line's rest (an
+    idle cgroup: only ``t``, ``tick`` and ``time`` moved) the changes are found among those few
+    tokens, and the line is never split whole. Otherwise the whole token lists are compared in C
+    (``compress(range(n), map(ne, a, b))``). Either way the encoded line is the same text."""
 
     def __init__(self) -> None:
-        self._prev: dict[str, list[str]] = {}
+        # per key: the previous line's head (split at _HEAD separators), its token count, its
+        # tokens (split only when a line's rest changed; None until then), the line, and the
+        # encoded line's "[key,count]"
+        self._prev: dict[str, tuple[list[str], int, list[str] | None, str, str]] = {}
         self._ids: dict[str, int] = {}
-        self._last_changes: str | None = None
+        # the changes of the encoded line before (the indices that moved and their new tokens):
+        # the same again is written "=", without building the text of the changes
+        self._last: tuple[tuple[int, ...], tuple[str, ...]] | None = None
 
     def encode(self, data: str) -> str:
         """``data`` (whole lines, each ending in a newline) as encoded lines."""
-        return "\n".join(self._line(line) for line in _lines(data)) + "\n"
+        return "\n".join(map(self._line, _lines(data))) + "\n"
+
+    def _whole(self, line: str) -> str:
+        self._last = None
+        return "[]\t" + line if line.startswith("[") else line
 
     def _line(self, line: str) -> str:
-        toks = line.split(SEP)
-        key = toks[0]
+        head = line.split(SEP, _HEAD)
+        key = head[0]
         prev = self._prev.get(key)
-        self._prev[key] = toks
         if prev is None:
-            self._ids[key] = len(self._ids)
-        elif len(prev) == len(toks):
+            n = len(self._ids)
+            self._ids[key] = n
+            count = line.count(SEP) + 1 if len(head) > _HEAD else len(head)
+            self._prev[key] = (head, count, None, line, f"[{n},{count}]")
+            return self._whole(line)
+        p_head, count, p_toks, p_line, code = prev
+        if len(head) > _HEAD and len(p_head) > _HEAD and head[_HEAD] == p_head[_HEAD]:
+            # the same rest: only the head's tokens can have changed, and the count is the same
+            moved = tuple(compress(range(_HEAD), map(ne, head, p_head)))
+            vals = tuple(map(head.__getitem__, moved))
+            self._prev[key] = (head, count, None, line, code)
+        else:
+            toks = line.split(SEP)
+            if len(toks) != count:
+                n = self._ids[key]
+                self._prev[key] = (head, len(toks), toks, line, f"[{n},{len(toks)}]")
+                return self._whole(line)
+            self._prev[key] = (head, count, toks, line, code)
+            if p_toks is None:
+                p_toks = p_line.split(SEP)
+            moved = tuple(compress(range(count), map(ne, toks, p_toks)))
+            vals = tuple(map(toks.__getitem__, moved))
+        changes = (moved, vals)
+        if changes == self._last:
+            enc = code + _SAME
+        else:
             changed: dict[str, list[int]] = {}
-            if prev != toks:  # the comparisons in C, then only the tokens that moved in Python
-                for i in [i for i, a, b in zip(range(len(toks)), prev, toks, strict=True) if a != b]:
-                    changed.setdefault(toks[i], []).append(i)
-            if not any("\t" in tok for tok in changed):
-                body = "".join(f"\t{','.join(map(str, ix))}\t{tok}" for tok, ix in changed.items())
-                head = f"[{self._ids[key]},{len(toks)}]"
-                same = body == self._last_changes
-                self._last_changes = body
-                enc = head + _SAME if same else head + body
-                if len(enc) < _MIN_SAVING * len(line):
-                    return enc
-        self._last_changes = None
-        return "[]\t" + line if line.startswith("[") else line
+            for i, tok in zip(moved, vals, strict=True):
+                ix = changed.get(tok)
+                if ix is None:
+                    if "\t" in tok:
+                        return self._whole(line)
+                    changed[tok] = [i]
+                else:
+                    ix.append(i)
+            enc = code + "".join([f"\t{','.join(map(str, ix))}\t{tok}" for tok, ix in changed.items()])
+            self._last = changes
+        if len(enc) < _MIN_SAVING * len(line):
+            return enc
+        return self._whole(line)
 
 
 class _Key:

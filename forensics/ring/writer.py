@@ -55,6 +55,18 @@ from forensics.ring.segment import (
 
 __all__ = ["RingWriter"]
 
+_PACK_OVER = 256  # state lines longer than this are kept zlib-compressed
+
+
+def _pack(line: bytes) -> bytes:
+    """A state line as kept: as it is when short, else ``z`` and the line zlib-compressed (a record
+    line starts with ``{``, so the first byte tells which)."""
+    return b"z" + zlib.compress(line, 1) if len(line) > _PACK_OVER else line
+
+
+def _unpack(kept: bytes) -> bytes:
+    return zlib.decompress(kept[1:]) if kept[:1] == b"z" else kept
+
 
 class RingWriter:
     """The one writer of a ring directory (an exclusive ``flock`` on ``lock``)."""
@@ -86,8 +98,11 @@ class RingWriter:
         self._sealed: list[SegmentInfo] = []
         # the latest "write" record of each member (device lists, container inspects): written
         # again at the top of every new segment, so any segment read alone holds the state
-        self._state: dict[str, tuple[float, float, str, str, bytes]] = {}
-        self._state_lines: dict[str, bytes] = {}  # their record lines, encoded once
+        # per member: (wall, mono, the data's size, its record line), the line encoded once and
+        # kept zlib-compressed when long (the state is read back only when a segment starts; a
+        # node's first-seen processes leave thousands of proc/<pid>/* files in it)
+        self._state: dict[str, tuple[float, float, int, bytes]] = {}
+        self._state_bytes = 0  # the data sizes' sum, kept as members come and go
         self.state_max_bytes = self.segment_bytes // 2
         # append records of these members are stored change-only (forensics.ring.delta), one
         # encoder per member per segment
@@ -180,18 +195,21 @@ class RingWriter:
                                 rec["data"].encode("utf-8", "surrogateescape")))
 
     def _remember(self, record: tuple[float, float, str, str, bytes], line: bytes | None = None) -> None:
-        self._state.pop(record[2], None)
-        self._state[record[2]] = record  # insertion order: oldest first
-        self._state_lines[record[2]] = line if line is not None else encode_record(*record)
-        total = sum(len(r[4]) for r in self._state.values())
+        t, mono, member, _, data = record
+        line = line if line is not None else encode_record(*record)
+        old = self._state.pop(member, None)
+        if old is not None:
+            self._state_bytes -= old[2]
+        self._state[member] = (t, mono, len(data), _pack(line))  # insertion order: oldest first
+        self._state_bytes += len(data)
         horizon = time.time() - self.retention_s
-        for member in list(self._state):
-            rec = self._state[member]
-            if total <= self.state_max_bytes and rec[0] >= horizon:
+        while self._state:
+            oldest = next(iter(self._state))
+            rec = self._state[oldest]
+            if self._state_bytes <= self.state_max_bytes and rec[0] >= horizon:
                 break
-            total -= len(rec[4])
-            del self._state[member]
-            self._state_lines.pop(member, None)
+            self._state_bytes -= rec[2]
+            del self._state[oldest]
 
     def _next_seq(self) -> int:
         seqs = [s.seq for s in self._sealed]
@@ -222,7 +240,7 @@ class RingWriter:
         self._last_sync = self._opened_mono
         self._encoders = {}  # every segment decodes alone: its first line of each key is whole
         if self._state:
-            self._write_lines([(r[0], r[1], self._state_lines[m]) for m, r in self._state.items()])
+            self._write_lines([(t, mono, _unpack(line)) for t, mono, _, line in self._state.values()])
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, records: Iterable[tuple[float, float, str, str, bytes]], remember: bool = True) -> int:

@@ -107,6 +107,36 @@ def test_state_is_repeated_at_the_top_of_every_segment(tmp_path: Path) -> None:
     assert b"nvml/devices.json" in gzip.decompress(last_seg.read_bytes())
 
 
+def test_state_keeps_the_newest_files_within_its_bound_byte_for_byte(tmp_path: Path) -> None:
+    """Many first-seen processes (proc/<pid>/* files, long and short, one written twice): a new
+    segment starts with the newest of them, as written, up to half a segment of data; the oldest
+    are the ones left out."""
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, max_bytes=64 << 20, segment_bytes=64 << 10).open()
+    rng = random.Random(2)
+    files = {}
+    for pid in range(400):
+        data = (f"pid {pid} " + "".join(rng.choice("abcdef\"\\\t") for _ in range(rng.choice((20, 200, 600)))) + "\n").encode()
+        files[f"proc/{pid}/environ"] = data
+        w.append([(time.time(), time.monotonic(), f"proc/{pid}/environ", "write", data)], remember=True)
+    files["proc/7/environ"] = b"written again\n"
+    w.append([(time.time(), time.monotonic(), "proc/7/environ", "write", b"written again\n")])
+    w.rotate()
+    w.append([_rec(1)])  # a new segment: the state at its top, then this record
+    w.close()
+    segs = sorted(ring.glob("seg-*.jsonl.gz"))
+    top = [json.loads(line) for line in gzip.decompress(segs[-1].read_bytes()).splitlines()[1:]]
+    carried = [(r["member"], r["data"].encode("utf-8", "surrogateescape")) for r in top if r["op"] == "write"]
+    assert carried and all(files[m] == d for m, d in carried)  # as written, the latest version
+    assert carried[-1] == ("proc/7/environ", b"written again\n")
+    assert sum(len(d) for _, d in carried) <= 32 << 10
+    order = list(files)  # oldest first, proc/7 moved to the end by its second write
+    order.remove("proc/7/environ")
+    order.append("proc/7/environ")
+    assert [m for m, _ in carried] == order[len(order) - len(carried):]  # the newest, in order
+    assert len(carried) < 400
+
+
 def test_torn_tail_is_cut_and_readers_ignore_it(tmp_path: Path) -> None:
     ring = tmp_path / "ring"
     w = RingWriter(ring).open()

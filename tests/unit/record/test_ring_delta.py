@@ -87,6 +87,68 @@ def test_changes_that_move_from_token_to_token_come_back_byte_for_byte() -> None
     assert encoded.count("=\n") > 100  # "the same changes" lines were among them
 
 
+class _PlainEncoder:
+    """The encoder as first written (every line split whole, compared token by token): the faster
+    DeltaEncoder must write exactly its text, so rings written before and after read the same."""
+
+    def __init__(self) -> None:
+        self.prev: dict[str, list[str]] = {}
+        self.ids: dict[str, int] = {}
+        self.last: str | None = None
+
+    def encode(self, data: str) -> str:
+        return "\n".join(self.line(line) for line in data.split("\n")[:-1]) + "\n"
+
+    def line(self, line: str) -> str:
+        toks = line.split(", ")
+        key = toks[0]
+        prev = self.prev.get(key)
+        self.prev[key] = toks
+        if prev is None:
+            self.ids[key] = len(self.ids)
+        elif len(prev) == len(toks):
+            changed: dict[str, list[int]] = {}
+            for i, (a, b) in enumerate(zip(prev, toks, strict=True)):
+                if a != b:
+                    changed.setdefault(b, []).append(i)
+            if not any("\t" in tok for tok in changed):
+                body = "".join(f"\t{','.join(map(str, ix))}\t{tok}" for tok, ix in changed.items())
+                head = f"[{self.ids[key]},{len(toks)}]"
+                enc = head + "=" if body == self.last else head + body
+                self.last = body
+                if len(enc) < 0.8 * len(line):
+                    return enc
+        self.last = None
+        return "[]\t" + line if line.startswith("[") else line
+
+
+def test_the_encoder_writes_what_the_plain_encoder_writes() -> None:
+    """Idle cgroup lines (only the head moves), busy ones (the rest moves too), NVML lines, short
+    lines, changed token counts, tabs, a key that comes back: the same encoded text, line for line."""
+    rng = random.Random(13)
+    chunks = ["".join(_line(g, tick, rng) + "\n" for g in range(3)) for tick in range(30)]
+    for tick in range(60):
+        lines = []
+        for c in range(12):
+            busy = c % 4 == 0 and rng.random() < 0.5
+            extra = ', "w": 1' if c == 5 and tick % 7 == 3 else ""
+            lines.append(f'{{"cgroup": "/c{c}", "t": {1.7e9 + tick}, "tick": {tick}, "time": "x{tick}", '
+                         f'"values": {{"cpu": {rng.randrange(9) if busy else 0}, "mem": 4096, '
+                         f'"io": {{"r": {tick // 10 if busy else 0}, "w": 0}}{extra}, "tab": "{"a	b" if c == 7 and tick % 5 == 0 else "ab"}"}}}}\n')
+        lines.append(f"short, {tick % 3}\n" if tick % 2 else "short\n")
+        lines.append(f"[{tick % 2}, 1, 2, 3, 4, 5, 6, 7, 8]\n")
+        chunks.append("".join(lines))
+    plain, fast, dec = _PlainEncoder(), DeltaEncoder(), DeltaDecoder()
+    encoded = []
+    for chunk in chunks:
+        enc = fast.encode(chunk)
+        assert enc == plain.encode(chunk)
+        assert dec.decode(enc) == (chunk, 0)
+        encoded.append(enc)
+    text = "".join(encoded)
+    assert text.count("]=\n") > 200 and "\n[]\t[" in text  # "the same changes", and literal "[" lines
+
+
 def test_same_changes_at_a_token_a_line_does_not_have_are_refused() -> None:
     """A foreign "[key,count]=" whose changes (from a longer line) reach past its own line is a
     bad line (counted), never an error out of the decoder."""

@@ -1,0 +1,20 @@
+"""The recorder loads its sources' modules before forking the samplers (shared pages); a module
+that cannot be loaded there is left to the source's child, which reports it, and never stops the
+recorder."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from forensics.record import sources
+
+
+def test_preload_loads_each_sources_modules_and_leaves_failures_to_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sources._MODULES, "kernel", ("forensics.collectors.no_such_module",))
+    failed = sources.preload(["procfs", "cgroups", "kernel", "no-such-source"])
+    assert failed == ["forensics.collectors.no_such_module"]
+    for module in ("forensics.collectors.procfs", "forensics.collectors.cgroups", sources.HOSTFS_PROC,
+                   "forensics.collectors.kernel"):
+        assert module in sys.modules
