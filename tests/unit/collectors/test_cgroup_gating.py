@@ -97,3 +97,18 @@ def test_capture_sampling_and_a_bound_at_the_interval_read_every_tick(tmp_path: 
         docker = _lines(work, DOCKER_SCOPE)
         assert [line["tick"] for line in docker] == [0, 1, 2, 3, 4]
         assert not any("unchanged_until" in line for line in docker)
+
+
+def test_a_cgroup_gone_from_the_plan_is_forgotten_at_the_next_plan(tmp_path: Path) -> None:
+    """A node's containers come and go all day: what gating keeps of a cgroup (its activity files
+    bytes) must go with it, or the recorder grows with every container it ever saw."""
+    collector, ctx, scope = _setup(tmp_path, idle_full_s=5.0)
+    for index in range(3):
+        collector.sample(ctx, Tick(index, time.time()))
+    assert DOCKER_SCOPE in collector._quiet
+    ctx.hints["cgroup_paths"] = []  # the container is gone: the recorder plans again without it
+    (tmp_path / "noproc").mkdir()  # (and finds no GPU process in a cgroup either)
+    collector.replan(ctx)
+    collector.sample(ctx, Tick(3, time.time()))
+    assert DOCKER_SCOPE not in collector._quiet
+    collector.end_sampling(ctx)
