@@ -68,25 +68,25 @@ class ListCalls:
         self._fn = functions
         self._proc = process_layout
         self._sample = sample_layout
-        self._proc_type = nv.c_nvmlProcessInfo_v3_t
-        self._sample_type = nv.c_nvmlProcessUtilizationSample_t
-        self._buffers: dict[type, Any] = {}  # entry type -> the largest array made so far
+        self._proc_type: Any = nv.c_nvmlProcessInfo_v3_t
+        self._sample_type: Any = nv.c_nvmlProcessUtilizationSample_t
+        self._buffers: dict[Any, Any] = {}  # entry type -> the largest array made so far
         self._count = ctypes.c_uint(0)
         self._count_ref = ctypes.byref(self._count)
         self._insufficient = int(nv.NVML_ERROR_INSUFFICIENT_SIZE)
         self._function_not_found = int(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
 
-    def _buffer(self, kind: type, n: int) -> Any:
+    def _buffer(self, kind: Any, n: int) -> Any:
         buf = self._buffers.get(kind)
         if buf is None or len(buf) < n:
             buf = self._buffers[kind] = (kind * max(n, 8))()
         return buf
 
-    def _error(self, func: str, ret: int) -> Exception:
+    def _error(self, func: str, ret: int) -> Any:
         """What pynvml raises for return code ``ret`` of ``func``: its unversioned process-list
         wrappers turn FunctionNotFound into ``NVMLLibraryMismatchError`` (``throwOnVersionMismatch``)."""
         nv = self.nv
-        if ret == self._function_not_found:
+        if ret == self._function_not_found and func in PROCESS_SYMBOLS:
             return nv.NVMLLibraryMismatchError(
                 "Unversioned function called and the pyNVML version does not match the NVML lib version. "
                 "Either use matching pyNVML and NVML lib versions or use a versioned function such as "
@@ -130,12 +130,12 @@ class ListCalls:
         count.value = 0
         ret = fn(handle, None, self._count_ref, stamp)
         if ret != self._insufficient:
-            raise self.nv.NVMLError(ret)  # pynvml's wrapper raises even NVML_SUCCESS here
+            raise self._error("nvmlDeviceGetProcessUtilization", ret)  # pynvml raises even NVML_SUCCESS here
         asked = count.value
         buf = self._buffer(self._sample_type, asked)
         ret = fn(handle, buf, self._count_ref, stamp)
         if ret != 0:
-            raise self.nv.NVMLError(ret)
+            raise self._error("nvmlDeviceGetProcessUtilization", ret)
         n = self._filled(asked, False)
         return [{"pid": pid, "timeStamp": ts, "smUtil": sm, "memUtil": mem, "encUtil": enc, "decUtil": dec}
                 for pid, ts, sm, mem, enc, dec

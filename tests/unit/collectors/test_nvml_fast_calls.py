@@ -1,8 +1,9 @@
-"""The sampler's direct list calls (forensics.collectors.nvml.fast) record what pynvml's wrappers
-record: two collectors sample the same simulated machine at the same moments, one through pynvml's
-wrappers, one through the direct calls, and their nvml/samples.jsonl are the same bytes, MIG
-devices, every process kind, unavailable memory, injected errors, a FunctionNotFound fallback and
-a lost GPU included."""
+"""The sampler's direct list calls (forensics.collectors.nvml.fast) and its line encoder
+(forensics.collectors.nvml.encode) record what pynvml's wrappers and dumps_json record: collectors
+sample the same simulated machine at the same moments, one through pynvml's wrappers, one through
+the direct calls, one into a sink that takes the encoder's bytes, and their nvml/samples.jsonl are
+the same bytes, MIG devices, every process kind, unavailable memory, injected errors, a
+FunctionNotFound fallback and a lost GPU included."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from forensics.bundle.sink import EvidenceSink, dumps_json
 from forensics.capture.context import Tick
 from forensics.collectors.nvml import fast
 from forensics.collectors.nvml.nvml import NvmlCollector
@@ -49,34 +51,56 @@ def machine(epoch: float) -> Scenario:
     sc.inject("nvmlDeviceGetComputeRunningProcesses", "NotSupported", gpu=2, from_s=1.0, to_s=2.0)
     sc.inject("nvmlDeviceGetProcessUtilization", "NoPermission", gpu=2, from_s=2.0, to_s=3.0)
     sc.inject("nvmlDeviceGetComputeRunningProcesses_v3", "FunctionNotFound", gpu=3)
+    sc.inject("nvmlDeviceGetProcessUtilization", "FunctionNotFound", gpu=3, from_s=3.0)  # not a mismatch here
     sc.lose_gpu(gpu=2, at_s=3.0)
     return sc
+
+
+class EncodedSink(EvidenceSink):
+    """A sink that takes lines with their bytes made (as the recorder's may): it writes the bytes it
+    is given, and keeps what dumps_json makes of the same objects to compare."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.given: list[bytes] = []
+        self.expected: list[bytes] = []
+
+    def append_encoded_jsonl(self, member: str, obj: dict[str, object], data: bytes) -> None:
+        self.given.append(data)
+        self.expected.append((dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape"))
+        self.append_bytes(member, data)
 
 
 def test_direct_list_calls_record_the_same_bytes_as_pynvml(sim_lib: Path, tmp_path: Path) -> None:
     epoch = math.floor(time.time()) + 1.0
     activate(machine(epoch).write(tmp_path / "scenario.tsv"))
-    wrappers, direct = NvmlCollector(), NvmlCollector()
+    wrappers, direct, encoded = NvmlCollector(), NvmlCollector(), NvmlCollector()
     wrappers.direct_list_calls = False
-    for c in (wrappers, direct):
+    collectors = (wrappers, direct, encoded)
+    for c in collectors:
         c.event_wait_ms = 0
-    ctxs = [nvf.make_ctx(tmp_path / name, sim_lib, duration_s=10, interval_s=1.0) for name in ("wrappers", "direct")]
-    for i in range(5):  # mid-period ticks: both read the same utilisation samples
+    ctxs = [nvf.make_ctx(tmp_path / name, sim_lib, duration_s=10, interval_s=1.0)
+            for name in ("wrappers", "direct", "encoded")]
+    sink = ctxs[2].sink = EncodedSink(tmp_path / "encoded")
+    ticks = 5
+    for i in range(ticks):  # mid-period ticks: all read the same utilisation samples
         time.sleep(max(0.0, epoch + i + 0.4 - time.time()))
         tick = Tick(i, time.time())
-        wrappers.sample(ctxs[0], tick)
-        direct.sample(ctxs[1], tick)
+        for c, ctx in zip(collectors, ctxs, strict=True):
+            c.sample(ctx, tick)
     assert wrappers._sampler is not None and wrappers._sampler.fast is None
     assert direct._sampler is not None and direct._sampler.fast is not None
-    for c, ctx in zip((wrappers, direct), ctxs, strict=True):
+    for c, ctx in zip(collectors, ctxs, strict=True):
         c.end_sampling(ctx)
     ref = (tmp_path / "wrappers" / SAMPLES).read_bytes()
-    got = (tmp_path / "direct" / SAMPLES).read_bytes()
-    assert got == ref
+    assert (tmp_path / "direct" / SAMPLES).read_bytes() == ref
+    assert (tmp_path / "encoded" / SAMPLES).read_bytes() == ref
+    assert len(sink.given) == 4 * ticks  # every device line came with its bytes made
+    assert sink.given == sink.expected
     # and the run saw what it was built to show
     text = ref.decode()
     for needle in ('"usedGpuMemory": null', '"type": "graphics"', '"type": "mps"', '"mig_uuid": "MIG-',
-                   'NVMLError_NotSupported', 'NVMLError_NoPermission', 'NVMLLibraryMismatchError',
+                   'NVMLError_NotSupported', 'NVMLError_NoPermission', 'NVMLLibraryMismatchError', 'NVMLError_FunctionNotFound',
                    'nvmlDeviceGetComputeRunningProcesses_v2', 'NVMLError_GpuIsLost', '"smUtil": 90'):
         assert needle in text, needle
 
