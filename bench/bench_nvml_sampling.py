@@ -204,9 +204,6 @@ def main() -> int:
         print(f"    share at {hz:g} Hz: {share * 100:.3f}% of one core; ratio to the NVML child's "
               f"{NVML_SHARE_TARGET * 100:g}% {share / NVML_SHARE_TARGET:.2f}x, to the recorder's whole "
               f"{RECORDER_TARGET * 100:g}% {share / RECORDER_TARGET:.2f}x")
-    sizes = {len(v[3]) for v in children.values()}
-    print(f"  last tick's member bytes: {' = '.join(str(n) for n in sorted(sizes))} "
-          f"({'same size' if len(sizes) == 1 else 'DIFFERENT sizes'} with and without encoded lines)")
     return 0 if cpu * hz < 0.01 else 1
 
 if __name__ == "__main__":

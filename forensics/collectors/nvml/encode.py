@@ -3,13 +3,14 @@
 A device line at 8 GPUs x 64 processes is about 22 kB of JSON, nearly all of it the ``processes``
 entries (unchanged from one tick to the next while the processes run) and the per-process
 utilisation samples (six integers each). ``dumps_json`` of the 8 lines costs about 1.2 ms a tick;
-:class:`LineEncoder` makes the same bytes in about a third of that:
+:class:`LineEncoder` makes the same bytes in about a fifth of that:
 
 - the process entries come from :meth:`LineEncoder.entry`, which keeps each entry (a dict) with its
   ``dumps_json`` text while the same process shows the same figures (kept for one tick: the cache
   holds this tick's and the last tick's processes, no more);
-- the utilisation samples (the direct calls' dicts of plain ints, fast.py) are written with one
-  ``%(key)d`` format whose keys are in ``dumps_json``'s sorted order, with its separators;
+- the utilisation samples (the direct calls' answer, fast.Samples: its dicts and the rows of ints
+  they were made from) are written from the rows with one ``%d`` format per line, keys in
+  ``dumps_json``'s sorted order, with its separators;
 - the rest of the line is ``dumps_json`` itself, with the two lists stood in for by placeholder
   strings that are cut out again (each must occur exactly once, else the line is not encoded here).
 
@@ -21,9 +22,12 @@ surrogateescape); test_nvml_line_encoding compares them on the lines a simulated
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from forensics.bundle.sink import dumps_json
+from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples
 
 __all__ = ["LineEncoder"]
 
@@ -32,9 +36,11 @@ _UTIL = "\x00utilization\x00"
 _PROCS_JSON = dumps_json(_PROCS)
 _UTIL_JSON = dumps_json(_UTIL)
 _UTIL_CALL = "nvmlDeviceGetProcessUtilization"
-#: one utilisation sample as dumps_json writes it (keys sorted, ", " and ": " separators)
-_SAMPLE = ('{"decUtil": %(decUtil)d, "encUtil": %(encUtil)d, "memUtil": %(memUtil)d, "pid": %(pid)d, '
-           '"smUtil": %(smUtil)d, "timeStamp": %(timeStamp)d}')
+#: one utilisation sample as dumps_json writes it (keys sorted, ", " and ": " separators), and where
+#: each of its values is in a sample's unpacked row (fast.SAMPLE_FIELDS order)
+_SAMPLE = '{"decUtil": %d, "encUtil": %d, "memUtil": %d, "pid": %d, "smUtil": %d, "timeStamp": %d}'
+_SAMPLE_KEYS = ("decUtil", "encUtil", "memUtil", "pid", "smUtil", "timeStamp")
+_IN_ROW = itemgetter(*(SAMPLE_FIELDS.index(k) for k in _SAMPLE_KEYS))
 
 
 class LineEncoder:
@@ -62,9 +68,8 @@ class LineEncoder:
         self._kept, self._next = self._next, {}
         self._texts = {id(e): text for e, text in self._kept.values()}
 
-    def encode(self, line: dict[str, Any], direct_samples: bool) -> bytes | None:
-        """``line``'s bytes as ``RecordSink.append_jsonl`` makes them, or None (see the module
-        docstring). ``direct_samples``: its utilisation samples are the direct calls' dicts of ints."""
+    def encode(self, line: dict[str, Any]) -> bytes | None:
+        """``line``'s bytes as ``RecordSink.append_jsonl`` makes them, or None (see the module docstring)."""
         procs = line.get("processes")
         if type(procs) is not list:
             return None
@@ -76,8 +81,8 @@ class LineEncoder:
         skeleton["processes"] = _PROCS
         samples = None
         nv = line.get("nvml")
-        util = nv.get(_UTIL_CALL) if direct_samples and type(nv) is dict else None
-        if type(nv) is dict and type(util) is dict and type(util.get("value")) is list:
+        util = nv.get(_UTIL_CALL) if type(nv) is dict else None
+        if type(nv) is dict and type(util) is dict and type(util.get("value")) is Samples:
             samples = util["value"]
             skeleton["nvml"] = {**nv, _UTIL_CALL: {**util, "value": _UTIL}}
         text = dumps_json(skeleton)
@@ -87,7 +92,10 @@ class LineEncoder:
         if samples is not None:
             if text.count(_UTIL_JSON) != 1:
                 return None
-            body = ", ".join([_SAMPLE % s for s in samples])
+            rows = samples.rows
+            if len(rows) != len(samples):
+                return None
+            body = ", ".join([_SAMPLE] * len(rows)) % tuple(chain.from_iterable(map(_IN_ROW, rows)))
             cuts.append((text.index(_UTIL_JSON), _UTIL_JSON, "[" + body + "]"))
         cuts.sort()
         out: list[str] = []

@@ -22,7 +22,7 @@ import ctypes
 import struct
 from typing import Any
 
-__all__ = ["ListCalls", "bind"]
+__all__ = ["SAMPLE_FIELDS", "ListCalls", "Samples", "bind"]
 
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong: pynvml gives None
 _CODES = {ctypes.c_uint: "I", ctypes.c_ulonglong: "Q", ctypes.c_int: "i", ctypes.c_longlong: "q"}
@@ -31,7 +31,7 @@ if ctypes.sizeof(ctypes.c_ulong) == 8:
 else:  # pragma: no cover - 32-bit longs
     _CODES[ctypes.c_ulong] = "I"
 _PROCESS_FIELDS = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")
-_SAMPLE_FIELDS = ("pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil")
+SAMPLE_FIELDS = ("pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil")
 #: the sampler's list calls: pynvml's unversioned name -> the symbol its wrapper calls
 PROCESS_SYMBOLS = {
     "nvmlDeviceGetComputeRunningProcesses": "nvmlDeviceGetComputeRunningProcesses_v3",
@@ -57,6 +57,15 @@ def _layout(kind: Any, names: tuple[str, ...]) -> struct.Struct | None:
     fmt += "x" * (ctypes.sizeof(kind) - pos)
     layout = struct.Struct(fmt)
     return layout if layout.size == ctypes.sizeof(kind) else None
+
+
+class Samples(list):  # type: ignore[type-arg]
+    """:meth:`ListCalls.process_utilization`'s answer: a list of the samples' dicts (JSON writes it
+    as any list), and ``rows``: the same samples as unpacked, ints in the structure's field order
+    (:data:`SAMPLE_FIELDS`), for the line encoder (encode.py)."""
+
+    __slots__ = ("rows",)
+    rows: list[tuple[int, ...]]
 
 
 class ListCalls:
@@ -123,8 +132,9 @@ class ListCalls:
         return [(pid, None if used == _NOT_AVAILABLE else used, gi, ci)
                 for pid, used, gi, ci in self._proc.iter_unpack(ctypes.string_at(buf, n * self._proc.size))]
 
-    def process_utilization(self, handle: Any, last_seen: int) -> list[dict[str, Any]]:
-        """``pynvml.nvmlDeviceGetProcessUtilization(handle, last_seen)`` as to_jsonable makes it."""
+    def process_utilization(self, handle: Any, last_seen: int) -> Samples:
+        """``pynvml.nvmlDeviceGetProcessUtilization(handle, last_seen)`` as to_jsonable makes it
+        (with the unpacked rows kept: :class:`Samples`)."""
         fn, count = self._fn["nvmlDeviceGetProcessUtilization"], self._count
         stamp = ctypes.c_ulonglong(last_seen)
         count.value = 0
@@ -137,9 +147,11 @@ class ListCalls:
         if ret != 0:
             raise self._error("nvmlDeviceGetProcessUtilization", ret)
         n = self._filled(asked, False)
-        return [{"pid": pid, "timeStamp": ts, "smUtil": sm, "memUtil": mem, "encUtil": enc, "decUtil": dec}
-                for pid, ts, sm, mem, enc, dec
-                in self._sample.iter_unpack(ctypes.string_at(buf, n * self._sample.size))]
+        rows = list(self._sample.iter_unpack(ctypes.string_at(buf, n * self._sample.size)))
+        out = Samples([{"pid": pid, "timeStamp": ts, "smUtil": sm, "memUtil": mem, "encUtil": enc, "decUtil": dec}
+                       for pid, ts, sm, mem, enc, dec in rows])
+        out.rows = rows
+        return out
 
 
 def bind(nv: Any) -> ListCalls | None:
@@ -150,7 +162,7 @@ def bind(nv: Any) -> ListCalls | None:
     if get is None or proc_type is None or sample_type is None:
         return None
     proc = _layout(proc_type, _PROCESS_FIELDS)
-    sample = _layout(sample_type, _SAMPLE_FIELDS)
+    sample = _layout(sample_type, SAMPLE_FIELDS)
     if proc is None or sample is None:
         return None
     functions: dict[str, Any] = {}

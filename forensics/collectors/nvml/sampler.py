@@ -131,13 +131,13 @@ class _Sampler:
         self.s.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
         stuck = self.s.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
         # a sink that takes a line with its bytes made (the recorder's RecordSink) gets them from
-        # the encoder (encode.py: the same bytes, a third of the CPU); any other encodes them itself
+        # the encoder (encode.py: the same bytes, a fifth of the CPU); any other encodes them itself
         encoded: Any = None
         if stuck is None and self.fast is not None:
             self.encoder.end_reads()  # every tick: the encoder keeps this tick's entries only
             encoded = getattr(ctx.sink, "append_encoded_jsonl", None)
         for line in lines:
-            data = None if encoded is None else self.encoder.encode(line, direct_samples=True)
+            data = None if encoded is None else self.encoder.encode(line)
             if data is None:
                 ctx.sink.append_jsonl(SAMPLES, line)
             else:
