@@ -50,6 +50,9 @@ class LineEncoder:
         self._kept: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}  # last tick's entries
         self._next: dict[tuple[Any, ...], tuple[dict[str, Any], str]] = {}  # this tick's so far
         self._texts: dict[int, str] = {}  # id(entry) -> its JSON, for the entries of _kept
+        # per list call: (its rows, their entries, their _kept items), last tick's and this tick's
+        self._lists_kept: dict[Any, tuple[list[Any], list[dict[str, Any]], dict[Any, Any]]] = {}
+        self._lists_next: dict[Any, tuple[list[Any], list[dict[str, Any]], dict[Any, Any]]] = {}
 
     def entry(self, pid: Any, used: Any, gpu_instance: Any, compute_instance: Any, kind: str,
               mig_uuid: str | None) -> dict[str, Any]:
@@ -63,9 +66,24 @@ class LineEncoder:
         self._next[key] = got
         return got[0]
 
+    def entries(self, where: Any, rows: list[tuple[Any, ...]], kind: str, mig_uuid: str | None) -> list[dict[str, Any]]:
+        """:meth:`entry` of each row ``(pid, usedGpuMemory, gpuInstanceId, computeInstanceId)`` of
+        one list call (``where``: which one, ``kind`` and ``mig_uuid`` part of it); the last tick's
+        entries at once when its rows are the same."""
+        last = self._lists_kept.get(where)
+        if last is not None and last[0] == rows:
+            self._next.update(last[2])
+            self._lists_next[where] = last
+            return list(last[1])
+        made = [self.entry(row[0], row[1], row[2], row[3], kind, mig_uuid) for row in rows]
+        self._lists_next[where] = (rows, made, {(*row, kind, mig_uuid): self._next[(*row, kind, mig_uuid)]
+                                                for row in rows})
+        return list(made)
+
     def end_reads(self) -> None:
         """The tick's reads are done: its entries are the ones kept (and encodable) from now."""
         self._kept, self._next = self._next, {}
+        self._lists_kept, self._lists_next = self._lists_next, {}
         self._texts = {id(e): text for e, text in self._kept.values()}
 
     def encode(self, line: dict[str, Any]) -> bytes | None:

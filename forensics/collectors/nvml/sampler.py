@@ -157,9 +157,10 @@ class _Sampler:
 
     def _read_tick(self, tick: Tick, lines: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         s, nv = self.s, self.s.nv
+        iso = tick.time_iso  # (computed at each reading)
         for gpu in self.gpus:
             line: dict[str, Any] = {"kind": "device", "tick": tick.index, "t": tick.time_unix,
-                                    "time": tick.time_iso, "gpu_index": gpu.index, "uuid": gpu.uuid,
+                                    "time": iso, "gpu_index": gpu.index, "uuid": gpu.uuid,
                                     "nvml": {}, "processes": []}
             if gpu.handle is None:
                 h = self._open_gpu(gpu)
@@ -209,20 +210,20 @@ class _Sampler:
     def _processes(self, gpu: _Gpu, prec: dict[str, Any], fast: ListCalls) -> list[dict[str, Any]]:
         """:func:`read_processes` (``brief``) and the line's entries of it, the ``_v3`` lists read
         by ``fast``: the same calls, the same recorded ``nvml`` entries, the same line entries."""
-        s, d, entry = self.s, gpu.key, self.encoder.entry
+        s, d, entries = self.s, gpu.key, self.encoder.entries
         found: list[dict[str, Any]] = []
         on_mig: set[tuple[int, str]] = set()
         for slot, mh, muuid in gpu.mig:
             mrec: dict[str, Any] = {"slot": slot, "uuid": muuid, "nvml": {}}
             s.add(prec["mig_devices"], mrec)
             for kind, func in _PROCESS_LISTS:
-                for row in self._process_rows(fast, mh, d, mrec["nvml"], kind, func):
-                    on_mig.add((int(row[0]), kind))
-                    found.append(entry(*row, kind, muuid))
+                rows = self._process_rows(fast, mh, d, mrec["nvml"], kind, func)
+                on_mig.update((int(row[0]), kind) for row in rows)
+                found += entries((gpu.index, slot, muuid, kind), rows, kind, muuid)
         for kind, func in _PROCESS_LISTS:
-            rows = self._process_rows(fast, gpu.handle, d, prec["nvml"], kind, func)
-            found += [entry(pid, used, gi, ci, kind, None)
-                      for pid, used, gi, ci in rows if not on_mig or (int(pid), kind) not in on_mig]
+            made = entries((gpu.index, None, None, kind), self._process_rows(fast, gpu.handle, d, prec["nvml"], kind, func),
+                           kind, None)
+            found += [e for e in made if (int(e["pid"]), kind) not in on_mig] if on_mig else made
         return found
 
     def _process_rows(self, fast: ListCalls, hd: Any, d: str, out: dict[str, Any], kind: str,
