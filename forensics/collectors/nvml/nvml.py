@@ -71,6 +71,10 @@ class NvmlCollector:
     #: how long each tick waits for events (nvmlEventSetWait timeout), in ms
     event_wait_ms = 10
     max_events_per_tick = 256
+    #: sampling reads the process lists and per-process utilisation with direct ctypes calls
+    #: (forensics.collectors.nvml.fast: the same calls and records as pynvml's wrappers, a fifth of
+    #: the CPU); False: through pynvml's wrappers (what the equivalence test compares against)
+    direct_list_calls = True
 
     def __init__(self, nvml_module: Any = None) -> None:
         self._nvml_module = nvml_module

@@ -12,8 +12,12 @@ from forensics.collectors.nvml.decode import (
     decode_event_types,
     xid_description,
 )
+from forensics.collectors.nvml.encode import LineEncoder
 from forensics.collectors.nvml.errors import timed_out
+from forensics.collectors.nvml.fast import ListCalls
+from forensics.collectors.nvml.fast import bind as bind_list_calls
 from forensics.collectors.nvml.reads import (
+    _PROCESS_LISTS,
     _accounting_doc,
     _bind,
     _Gpu,
@@ -59,6 +63,8 @@ class _Sampler:
         self.noted_hang = False
         self.noted_lost: set[str] = set()
         self.memory_v1: set[int] = set()
+        self.fast: ListCalls | None = None  # the list calls without pynvml's per-entry objects
+        self.encoder = LineEncoder()  # the process entries, kept with their JSON (the fast path)
         self.s = collector._open_guarded(ctx)
         stuck = self.s.run_guarded(self._setup, max(ctx.remaining() - 1.0, 0.5))
         for line in self.registration:
@@ -71,6 +77,7 @@ class _Sampler:
         count = s.query("nvmlDeviceGetCount_v2", nv.nvmlDeviceGetCount)
         n = int(count.value) if count.ok else 0
         self.gpus = [_Gpu(index=i, key=f"GPU {i}") for i in range(n)]
+        self.fast = bind_list_calls(nv) if self.collector.direct_list_calls else None
         es = s.query("nvmlEventSetCreate", nv.nvmlEventSetCreate)
         self.event_set = es.raw if es.ok else None
         if not es.ok:
@@ -123,8 +130,18 @@ class _Sampler:
         budget = max(min(ctx.remaining() - 0.5, max(5.0, 2 * interval)), 0.1)
         self.s.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
         stuck = self.s.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
+        # a sink that takes a line with its bytes made (the recorder's RecordSink) gets them from
+        # the encoder (encode.py: the same bytes, a fifth of the CPU); any other encodes them itself
+        encoded: Any = None
+        if stuck is None and self.fast is not None:
+            self.encoder.end_reads()  # every tick: the encoder keeps this tick's entries only
+            encoded = getattr(ctx.sink, "append_encoded_jsonl", None)
         for line in lines:
-            ctx.sink.append_jsonl(SAMPLES, line)
+            data = None if encoded is None else self.encoder.encode(line)
+            if data is None:
+                ctx.sink.append_jsonl(SAMPLES, line)
+            else:
+                encoded(SAMPLES, line, data)
         for ev in events:
             ctx.sink.append_jsonl(EVENTS, ev)
         for device, call in sorted(self.s.lost.items()):
@@ -140,9 +157,10 @@ class _Sampler:
 
     def _read_tick(self, tick: Tick, lines: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         s, nv = self.s, self.s.nv
+        iso = tick.time_iso  # (computed at each reading)
         for gpu in self.gpus:
             line: dict[str, Any] = {"kind": "device", "tick": tick.index, "t": tick.time_unix,
-                                    "time": tick.time_iso, "gpu_index": gpu.index, "uuid": gpu.uuid,
+                                    "time": iso, "gpu_index": gpu.index, "uuid": gpu.uuid,
                                     "nvml": {}, "processes": []}
             if gpu.handle is None:
                 h = self._open_gpu(gpu)
@@ -166,13 +184,20 @@ class _Sampler:
                      _bind(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
             s.record(out, "nvmlDeviceGetPowerUsage", _bind(nv.nvmlDeviceGetPowerUsage, hd), device=d)
             prec: dict[str, Any] = {"nvml": out, "mig_devices": []}
-            s.put(line, "processes", [{k: p[k] for k in _SAMPLE_PROCESS_KEYS}
-                                      for p in read_processes(s, gpu, prec, brief=True)])
+            if self.fast is not None:
+                s.put(line, "processes", self._processes(gpu, prec, self.fast))
+            else:
+                s.put(line, "processes", [{k: p[k] for k in _SAMPLE_PROCESS_KEYS}
+                                          for p in read_processes(s, gpu, prec, brief=True)])
             if prec["mig_devices"]:
                 s.put(line, "mig_devices", prec["mig_devices"])
             last = self.last_seen.get(gpu.index, 0)
-            util = s.query("nvmlDeviceGetProcessUtilization",
-                           _bind(nv.nvmlDeviceGetProcessUtilization, hd, last), device=d)
+            if self.fast is not None:
+                util = s.query("nvmlDeviceGetProcessUtilization",
+                               _bind(self.fast.process_utilization, hd, last), device=d, jsonable=True)
+            else:
+                util = s.query("nvmlDeviceGetProcessUtilization",
+                               _bind(nv.nvmlDeviceGetProcessUtilization, hd, last), device=d)
             entry = util.as_json()
             entry["lastSeenTimeStamp"] = last
             if util.ok:
@@ -181,6 +206,40 @@ class _Sampler:
             s.put(out, "nvmlDeviceGetProcessUtilization", entry)
             s.add(lines, line)
         self._drain_events(tick, events)
+
+    def _processes(self, gpu: _Gpu, prec: dict[str, Any], fast: ListCalls) -> list[dict[str, Any]]:
+        """:func:`read_processes` (``brief``) and the line's entries of it, the ``_v3`` lists read
+        by ``fast``: the same calls, the same recorded ``nvml`` entries, the same line entries."""
+        s, d, entries = self.s, gpu.key, self.encoder.entries
+        found: list[dict[str, Any]] = []
+        on_mig: set[tuple[int, str]] = set()
+        for slot, mh, muuid in gpu.mig:
+            mrec: dict[str, Any] = {"slot": slot, "uuid": muuid, "nvml": {}}
+            s.add(prec["mig_devices"], mrec)
+            for kind, func in _PROCESS_LISTS:
+                rows = self._process_rows(fast, mh, d, mrec["nvml"], kind, func)
+                on_mig.update((int(row[0]), kind) for row in rows)
+                found += entries((gpu.index, slot, muuid, kind), rows, kind, muuid)
+        for kind, func in _PROCESS_LISTS:
+            made = entries((gpu.index, None, None, kind), self._process_rows(fast, gpu.handle, d, prec["nvml"], kind, func),
+                           kind, None)
+            found += [e for e in made if (int(e["pid"]), kind) not in on_mig] if on_mig else made
+        return found
+
+    def _process_rows(self, fast: ListCalls, hd: Any, d: str, out: dict[str, Any], kind: str,
+                      func: str) -> list[tuple[int, int | None, int, int]]:
+        """``_process_list`` (``brief``) with the ``_v3`` call read by ``fast``; its ``_v2``
+        fallback (a library that answers FunctionNotFound) stays pynvml's."""
+        s = self.s
+        r = s.query(f"{func}_v3", _bind(fast.process_rows, func, hd), device=d, jsonable=True)
+        if r.missing is not None and r.missing.reason == "library_mismatch":
+            s.put(out, r.call, r)
+            old = s.query(f"{func}_v2", _bind(getattr(s.nv, f"{func}_v2"), hd), device=d)
+            s.put(out, old.call, {"count": len(old.value)} if old.ok else old)
+            return [(p["pid"], p["usedGpuMemory"], p["gpuInstanceId"], p["computeInstanceId"])
+                    for p in old.value] if old.ok else []
+        s.put(out, r.call, {"count": len(r.value)} if r.ok else r)
+        return r.value if r.ok else []
 
     def _drain_events(self, tick: Tick, events: list[dict[str, Any]]) -> None:
         """``nvmlEventSetWait_v2`` with a short timeout until it answers Timeout (nothing queued)."""

@@ -67,7 +67,8 @@ class _Session:
         self.calls = 0
 
     def query(self, call: str, fn: Callable[[], Any], *, device: str | None = None,
-              decode: Callable[[Any], Any] | None = None) -> Reading:
+              decode: Callable[[Any], Any] | None = None, jsonable: bool = False) -> Reading:
+        """``fn()`` as a :class:`Reading`; ``jsonable``: ``fn`` already answers JSON values (taken as they are)."""
         if device is not None and device in self.lost:
             return Reading(call, missing=skipped_lost(self.lost[device]))
         with self.lock:
@@ -84,7 +85,7 @@ class _Session:
                 self.lost.setdefault(device, call)
             reading = Reading(call, missing=miss)
         else:
-            value = to_jsonable(raw)
+            value = raw if jsonable else to_jsonable(raw)
             decoded = None
             if decode is not None:
                 try:
