@@ -98,6 +98,11 @@ class EvidenceSink:
         """Append one JSON line (flushed, so a killed collector keeps every complete line)."""
         self.append_bytes(member, (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape"))
 
+    def append_encoded_jsonl(self, member: str, obj: Any, data: bytes) -> None:
+        """:meth:`append_jsonl` of ``obj`` whose line ``data`` the caller made (the same bytes, the
+        nvml sampler's LineEncoder: tests/unit/collectors/test_nvml_fast_calls.py)."""
+        self.append_bytes(member, data)
+
     def append_bytes(self, member: str, data: bytes) -> None:
         """Append raw bytes (verbatim logs and streams)."""
         path = self._path(member)

@@ -137,9 +137,13 @@ class RecordSink:
         self.write_json(member, obj)
 
     def append_jsonl(self, member: str, obj: Any) -> None:
+        self.append_encoded_jsonl(member, obj, (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape"))
+
+    def append_encoded_jsonl(self, member: str, obj: Any, data: bytes) -> None:
+        """:meth:`append_jsonl` of ``obj`` whose line ``data`` the caller has made (the same bytes:
+        ``dumps_json(obj, indent=None) + "\\n"``, UTF-8; the nvml sampler's LineEncoder)."""
         if self.watch is not None:
             self.watch(member, obj)
-        data = (dumps_json(obj, indent=None) + "\n").encode("utf-8", "surrogateescape")
         if member in self.summarized:
             assert self.summarize is not None
             got = self.summarize(member, obj)

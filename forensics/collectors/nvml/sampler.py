@@ -130,7 +130,7 @@ class _Sampler:
         budget = max(min(ctx.remaining() - 0.5, max(5.0, 2 * interval)), 0.1)
         self.s.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
         stuck = self.s.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
-        # a sink that takes a line with its bytes made (the recorder's RecordSink) gets them from
+        # a sink that takes a line with its bytes made (the recorder's RecordSink, capture's EvidenceSink) gets them from
         # the encoder (encode.py: the same bytes, a fifth of the CPU); any other encodes them itself
         encoded: Any = None
         if stuck is None and self.fast is not None:
