@@ -43,7 +43,7 @@ def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
 
 
 def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, Any], ev: EvidenceRef,
-                cache: dict[str, str | None]) -> None:
+                cache: dict[str, str | None], cpu_quote: tuple[tuple[str | int, ...], ...] = _CPU_QUOTE) -> None:
     """One cgroup's values at time t: CFS counters, memory, PSI (this runs once per cgroup per tick)."""
     cid = cache[path] if path in cache else _container_of(path, cache)
     if cid:
@@ -53,7 +53,7 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
             if periods.__class__ is int and throttled.__class__ is int:
                 t_ns = cpu.get("throttled_ns")
                 model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
-                                                   t_ns // 1000 if t_ns.__class__ is int else None, ev, _CPU_QUOTE))
+                                                   t_ns // 1000 if t_ns.__class__ is int else None, ev, cpu_quote))
         mem = values.get("memory")
         if mem.__class__ is dict:
             cur = mem.get("current_bytes")
@@ -167,19 +167,20 @@ def _add_unchanged_cpu(model: Model, node: str, path: str, t: float, cpu: Any, e
     """A recorder line's ``unchanged_until``: its cgroup's CPU counters were read then and were
     still the previous line's (docs/bundle-format/cgroups.md), so the previous line's CFS counters
     hold at ``t``: the interval in which the cgroup became busy starts there, not at the previous
-    line (which may be ``cgroups.idle_full_s`` older)."""
+    line (which may be ``cgroups.idle_full_s`` older). ``ev`` is the previous line's: the counters
+    quoted are the ones the reading holds (the time is the next line's ``unchanged_until``)."""
     cid = cache[path] if path in cache else _container_of(path, cache)
     if cid and cpu.__class__ is dict:
         periods, throttled, t_ns = cpu.get("nr_periods"), cpu.get("nr_throttled"), cpu.get("throttled_ns")
         if periods.__class__ is int and throttled.__class__ is int:
             model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
-                                               t_ns // 1000 if t_ns.__class__ is int else None, ev, _UNCHANGED_QUOTE))
+                                               t_ns // 1000 if t_ns.__class__ is int else None, ev, _CPU_QUOTE))
 
 
 def load_cgroups(src: Source, model: Model, node: str) -> None:
     cache: dict[str, str | None] = {}
     times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
-    last_cpu: dict[str, tuple[float, Any]] = {}  # path -> (t, cpu values) of its previous line
+    last_cpu: dict[str, tuple[float, Any, EvidenceRef]] = {}  # path -> (t, cpu values, ref) of its previous line
     sampled = False
     for no, rec, raw in src.jsonl(cgroup_spec.SAMPLES):
         path, t, values = rec.get("cgroup"), as_float(rec.get("t")), rec.get("values")
@@ -194,9 +195,10 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             before = last_cpu.get(path)
             quiet = as_float(quiet)
             if before is not None and quiet is not None and before[0] < quiet < t and before[1] != cpu:
-                _add_unchanged_cpu(model, node, path, quiet, before[1], ref, cache)
-        last_cpu[path] = (t, cpu)
-        _add_values(model, node, path, t, values, ref, cache)
+                _add_unchanged_cpu(model, node, path, quiet, before[1], before[2], cache)
+        last_cpu[path] = (t, cpu, ref)
+        # a line after quiet ticks quotes its unchanged_until too: where the interval it closes began
+        _add_values(model, node, path, t, values, ref, cache, _CPU_QUOTE if quiet is None else _UNCHANGED_QUOTE)
     if sampled:
         model.node(node).members_used.setdefault("cgroups", cgroup_spec.SAMPLES)
         model.node(node).members_used.setdefault("psi", cgroup_spec.SAMPLES)
