@@ -45,6 +45,7 @@ from forensics.errors import UsageError
 from forensics.record.live import LiveState
 from forensics.record.triggers.evaluate import Evaluator, Firing
 from forensics.record.triggers.grammar import Rule
+from forensics.specs.cgroups import SPEC as CGROUPS_SPEC
 
 __all__ = ["MAX_ON_CAPTURE", "TriggerEngine", "TriggerOptions", "rotate_bundles"]
 
@@ -167,7 +168,10 @@ class TriggerEngine:
         self.nvml_library = nvml_library
         self.extra = dict(extra or {})
         self.clock = clock
-        self.evaluator = Evaluator(options.rules, max_gap_s=max(10.0, 5 * interval_s),
+        # a silence longer than this is "not sampled"; the recorder's cgroup gating leaves a quiet
+        # cgroup silent for up to cgroups.idle_full_s, which must stay a quiet cgroup, not a gone one
+        idle_full_s = CGROUPS_SPEC.read_settings(self.extra).idle_full_s
+        self.evaluator = Evaluator(options.rules, max_gap_s=max(10.0, 5 * interval_s, idle_full_s),
                                    active_sm_pct=options.active_sm_pct)
         self.last_start: dict[str, float] = {}
         self.pending: dict[str, Firing] = {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.record.live import LiveState, summarize
-from forensics.record.triggers import Evaluator, parse_rules
+from forensics.record.triggers import Evaluator, TriggerEngine, TriggerOptions, parse_rules
 from tests.unit.record.test_live import replay
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -184,3 +184,23 @@ def test_unallocated_use_is_looked_for_among_the_processes_without_a_grant() -> 
     state.refresh()
     [f] = ev.evaluate(state)
     assert "notebook" in f.subject
+
+
+def test_a_quiet_cgroup_stays_sampled_for_as_long_as_the_recorder_leaves_it_quiet(tmp_path: Path) -> None:
+    """With ``--set cgroups.idle_full_s=30`` the recorder reads a cgroup whose CPU counter did not
+    move only every ~30 s; a container blocked on memory all along must keep its pressure hold across
+    those silences (the engine's "not sampled any more" bound follows the setting), or a
+    ``psi...:30s`` rule could never fire on exactly the container it is for."""
+    rule = "psi.memory.some>20%:30s"
+    opts = TriggerOptions(rules=parse_rules([rule]), bundles=tmp_path / "bundles", cooldown_s=60.0,
+                          capture_args={"only": ["host"], "duration_s": 0.0})
+    opts.check()
+    engine = TriggerEngine(opts, LiveState(), lambda _: None, ring=tmp_path / "ring", interval_s=1.0,
+                           extra={"cgroups.idle_full_s": "30"})
+    assert engine.evaluator.max_gap_s >= 30.0
+    stalled = '{"periods": 10, "mem_stall_us": 500000}'  # 50 % of each second
+    quiet_25s = '{"periods": 10, "mem_stall_us": 12500000}'  # 50 % of the 25 s since its last line
+    ticks: list[tuple[str, ...] | None] = [(stalled,), (stalled,)] + [()] * 24 + [(quiet_25s,)] + [(stalled,)] * 7
+    got = _run([rule], ticks, max_gap_s=engine.evaluator.max_gap_s)
+    assert any(got) and next(f for f in got if f)[0].crossed_at == T0 + 1
+    assert not any(_run([rule], ticks, max_gap_s=10.0))  # the old bound: the hold broke at every silence
