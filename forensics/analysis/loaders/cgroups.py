@@ -197,9 +197,10 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
                 _add_unchanged_cpu(model, node, path, quiet, before[1], ref, cache)
         last_cpu[path] = (t, cpu)
         _add_values(model, node, path, t, values, ref, cache)
-    if sampled:
-        model.node(node).members_used.setdefault("cgroups", cgroup_spec.SAMPLES)
-        model.node(node).members_used.setdefault("psi", cgroup_spec.SAMPLES)
+    if sampled:  # the member's path in the bundle (``ring/...`` over the ring view), as its evidence names it
+        used = src.ref(cgroup_spec.SAMPLES, 0, None).member
+        model.node(node).members_used.setdefault("cgroups", used)
+        model.node(node).members_used.setdefault("psi", used)
     index = src.json(cgroup_spec.INDEX)
     cgroups = dig(index, "cgroups")
     t_snap = model.node(node).start or parse_time(dig(src.manifest, "capture", "started")) or 0.0
@@ -215,8 +216,8 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             model.memory_peaks[key] = max(peak, model.memory_peaks.get(key, 0))
         if not sampled:
             _add_values(model, node, path, t_snap, values, ev, cache)
-            model.node(node).members_used.setdefault("cgroups", cgroup_spec.INDEX)
-            model.node(node).members_used.setdefault("psi", cgroup_spec.INDEX)
+            model.node(node).members_used.setdefault("cgroups", ev.member)
+            model.node(node).members_used.setdefault("psi", ev.member)
         io = values.get("io")
         if cid and io.__class__ is dict:
             limits = io_limits(io)
