@@ -13,11 +13,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from forensics.document_format import SEVERITIES, severity_rank
-from forensics.report.access import get_bool, get_dict, get_dicts, get_num, get_str, get_strs, unix
+from forensics.report.access import (
+    get_bool,
+    get_dict,
+    get_dicts,
+    get_int,
+    get_num,
+    get_str,
+    get_strs,
+    unix,
+)
 from forensics.report.formatting import fmt_bytes, fmt_duration, fmt_pct, fmt_ratio
 from forensics.report.records import (
     EVIDENCE_CAP,
     EXCERPT_CHARS,
+    DerivedView,
     EvidenceView,
     FindingView,
     IncidentView,
@@ -105,10 +115,20 @@ def evidence_views(items: list[dict[str, Any]], members: Members) -> tuple[Evide
             excerpt = excerpt[: EXCERPT_CHARS - 3] + "..."
         out.append(
             EvidenceView(
-                bundle, member, get_str(item, "locator"), excerpt, members.sha(bundle, member)
+                bundle, member, get_str(item, "locator"), excerpt, members.sha(bundle, member),
+                derived_view(item, bundle, members),
             )
         )
     return tuple(out)
+
+
+def derived_view(item: Mapping[str, Any], bundle: str, members: Members) -> DerivedView | None:
+    """``derived_from`` of an evidence item (docs/analysis-format.md), the segment cited too."""
+    origin = get_dict(item, "derived_from")
+    segment, line = get_str(origin, "member"), get_int(origin, "line")
+    if not segment or line is None:
+        return None
+    return DerivedView(segment, line, members.sha(bundle, segment))
 
 
 def finding_view(d: Mapping[str, Any], members: Members) -> FindingView:
