@@ -85,7 +85,9 @@ def _evidence_line(e: EvidenceView) -> str:
     text = f"{where}: {md_code(e.excerpt, in_table=False)}" if e.excerpt else where
     if e.member_sha256:
         return f"{text} (sha256 {md_code(e.member_sha256, in_table=False)})"
-    return text if e.derived else f"{text} (not in the manifest)"
+    if e.derived:
+        return text
+    return f"{text} (rebuilt from the ring segments)" if e.rebuilt else f"{text} (not in the manifest)"
 
 
 def _evidence_lines(e: EvidenceView, indent: str) -> list[str]:

@@ -142,6 +142,7 @@ class EvidenceView:
     excerpt: str
     member_sha256: str | None
     derived: DerivedView | None = None
+    rebuilt: bool = False  # a ring/ member rebuilt from the segments: not in the manifest, not missing
 
 
 @dataclass(frozen=True)
@@ -410,6 +411,7 @@ class BundleView:
     tool_version: str
     member_count: int
     cited: Split[tuple[str, str]]
+    rebuilt: frozenset[str] = frozenset()  # the cited members rebuilt from the ring's segments
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ A recorder's ring (tests/support/ring_bundle.py), ``gpuforensics capture --since
 analysis rebuilt (``ring/nvml/samples.jsonl line 9``) shows, next to its citation, the segment
 and line it was rebuilt from (``rebuilt from ring/segments/seg-N.jsonl.gz line 47 (sealed
 segment, SHA-256 in ring/provenance.json)``) in the HTML, the Markdown and the PDF's text; the
-segment is listed in the appendix with its SHA-256; a report of live members says no such thing.
+segment is listed in the appendix with its SHA-256, the rebuilt member as rebuilt (not as missing
+from the manifest); a report of live members says no such thing.
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def test_a_ring_cited_finding_says_which_segment_line_it_was_rebuilt_from(
 
     text = pdftext(ring_report["pdf"])
     assert _packed(f"{e['locator']}: {said}") in _packed(text)
+
+    # a rebuilt member is not reported missing: it is not in the manifest, its segments are
+    for report in (html, md, text):
+        assert "not in the manifest" not in report
+    assert f"{e['member']} rebuilt from the ring segments" in html  # the appendix's row
 
 
 @pytest.mark.slow
