@@ -13,17 +13,30 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from forensics.document_format import SEVERITIES, severity_rank
-from forensics.report.access import get_bool, get_dict, get_dicts, get_num, get_str, get_strs, unix
+from forensics.report.access import (
+    get_bool,
+    get_dict,
+    get_dicts,
+    get_int,
+    get_num,
+    get_str,
+    get_strs,
+    unix,
+)
 from forensics.report.formatting import fmt_bytes, fmt_duration, fmt_pct, fmt_ratio
 from forensics.report.records import (
     EVIDENCE_CAP,
     EXCERPT_CHARS,
+    DerivedView,
     EvidenceView,
     FindingView,
     IncidentView,
     SubjectView,
     VerdictView,
 )
+
+#: Where the flight recorder's members and the segments they are rebuilt from lie in a bundle.
+RING, SEGMENTS = "ring/", "ring/segments/"
 
 __all__ = [
     "Members",
@@ -87,13 +100,23 @@ class Members:
             members = {k: v for k, v in get_dict(bundle, "members").items() if isinstance(v, str)}
             self._by_bundle[posixpath.basename(get_str(bundle, "path"))] = members
 
-    def sha(self, bundle: str, member: str) -> str | None:
-        """The member's SHA-256, recording the member as cited by the report."""
+    def _key(self, bundle: str) -> str:
         key = posixpath.basename(bundle)
         if key not in self._by_bundle and len(self._by_bundle) == 1:
             key = next(iter(self._by_bundle))
+        return key
+
+    def sha(self, bundle: str, member: str) -> str | None:
+        """The member's SHA-256, recording the member as cited by the report."""
+        key = self._key(bundle)
         self.cited.setdefault(key, set()).add(member)
         return self._by_bundle.get(key, {}).get(member)
+
+    def rebuilt(self, bundle: str, member: str) -> bool:
+        """A ``ring/`` member not in the manifest of a bundle carrying the flight recorder's segments:
+        the analysis rebuilt it from them (docs/bundle-format/ring.md), it is not missing."""
+        members = self._by_bundle.get(self._key(bundle), {})
+        return member.startswith(RING) and member not in members and any(m.startswith(SEGMENTS) for m in members)
 
 
 def evidence_views(items: list[dict[str, Any]], members: Members) -> tuple[EvidenceView, ...]:
@@ -105,10 +128,20 @@ def evidence_views(items: list[dict[str, Any]], members: Members) -> tuple[Evide
             excerpt = excerpt[: EXCERPT_CHARS - 3] + "..."
         out.append(
             EvidenceView(
-                bundle, member, get_str(item, "locator"), excerpt, members.sha(bundle, member)
+                bundle, member, get_str(item, "locator"), excerpt, members.sha(bundle, member),
+                derived_view(item, bundle, members), members.rebuilt(bundle, member),
             )
         )
     return tuple(out)
+
+
+def derived_view(item: Mapping[str, Any], bundle: str, members: Members) -> DerivedView | None:
+    """``derived_from`` of an evidence item (docs/analysis-format.md), the segment cited too."""
+    origin = get_dict(item, "derived_from")
+    segment, line = get_str(origin, "member"), get_int(origin, "line")
+    if not segment or line is None:
+        return None
+    return DerivedView(segment, line, members.sha(bundle, segment))
 
 
 def finding_view(d: Mapping[str, Any], members: Members) -> FindingView:

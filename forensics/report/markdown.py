@@ -83,12 +83,22 @@ def _evidence_line(e: EvidenceView) -> str:
     if e.locator:
         where += f" {md_code(e.locator, in_table=False)}"
     text = f"{where}: {md_code(e.excerpt, in_table=False)}" if e.excerpt else where
-    digest = (
-        f"sha256 {md_code(e.member_sha256, in_table=False)}"
-        if e.member_sha256
-        else "not in the manifest"
-    )
-    return f"{text} ({digest})"
+    if e.member_sha256:
+        return f"{text} (sha256 {md_code(e.member_sha256, in_table=False)})"
+    if e.derived:
+        return text
+    return f"{text} (rebuilt from the ring segments)" if e.rebuilt else f"{text} (not in the manifest)"
+
+
+def _evidence_lines(e: EvidenceView, indent: str) -> list[str]:
+    """The evidence item, and under it, for a member rebuilt from the ring's segments, where its
+    line came from (``line 9: rebuilt from ring/segments/seg-N.jsonl.gz line 47 (sealed ...)``)."""
+    lines = [f"{indent}- {_evidence_line(e)}"]
+    d = e.derived
+    if d:
+        lines.append(f"{indent}  - {md_code(e.locator or e.member, in_table=False)}: rebuilt from "
+                     f"{md_code(d.member, in_table=False)} line {d.line} ({md_text(d.note)})")
+    return lines
 
 
 def _split_table(headers: Sequence[str], part: Split[T], row: Callable[[T], Sequence[str]],
@@ -205,7 +215,8 @@ def _chain(v: ReportView, section: Section) -> list[str]:
             if f.next_step:
                 add(f"   - next step: {md_text(f.next_step)}")
             for e in f.evidence:
-                add(f"   - {_evidence_line(e)}")
+                for line in _evidence_lines(e, "   "):
+                    add(line)
             if f.evidence_omitted:
                 add(f"   - {f.evidence_omitted} more evidence items in the JSON report")
         if step.leads_to:
@@ -245,7 +256,8 @@ def _ruled_out(v: ReportView, section: Section) -> list[str]:
     for r in v.ruled_out:
         add(f"- {md_code(r.kind, False)}: {md_text(r.statement)}")
         for e in r.evidence:
-            add(f"  - {_evidence_line(e)}")
+            for line in _evidence_lines(e, "  "):
+                add(line)
     add("")
     return out
 

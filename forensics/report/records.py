@@ -26,6 +26,7 @@ __all__ = [
     "ChainStepView",
     "CollectorView",
     "ContainerView",
+    "DerivedView",
     "EvidenceView",
     "FindingView",
     "GpuFactsView",
@@ -103,14 +104,45 @@ class SubjectView:
 
 
 @dataclass(frozen=True)
+class DerivedView:
+    """Where a member the analysis rebuilt (``ring/<member>``, from the flight recorder's segments
+    the bundle carries) got the cited line: the segment member, its line, and its SHA-256 from the
+    bundle manifest when known. A sealed segment (``.jsonl.gz``) is the ring's file as the
+    recorder sealed it; the other is the active one's whole lines, copied at capture."""
+
+    member: str
+    line: int
+    member_sha256: str | None
+
+    @property
+    def sealed(self) -> bool:
+        return self.member.endswith(".gz")
+
+    @property
+    def note(self) -> str:
+        """What the segment is: ``sealed segment, SHA-256 in ring/provenance.json``."""
+        kind = "sealed segment" if self.sealed else "active segment, copied at capture"
+        where = "SHA-256 in ring/provenance.json" if self.member_sha256 else "segment not in the manifest"
+        return f"{kind}, {where}"
+
+    @property
+    def text(self) -> str:
+        """``rebuilt from ring/segments/seg-N.jsonl.gz line 37 (sealed segment, SHA-256 in ...)``."""
+        return f"rebuilt from {self.member} line {self.line} ({self.note})"
+
+
+@dataclass(frozen=True)
 class EvidenceView:
-    """One evidence reference, with the member's SHA-256 from the bundle manifest when known."""
+    """One evidence reference, with the member's SHA-256 from the bundle manifest when known, and
+    for a member the analysis rebuilt from the ring's segments, the segment line it came from."""
 
     bundle: str
     member: str
     locator: str
     excerpt: str
     member_sha256: str | None
+    derived: DerivedView | None = None
+    rebuilt: bool = False  # a ring/ member rebuilt from the segments: not in the manifest, not missing
 
 
 @dataclass(frozen=True)
@@ -379,6 +411,7 @@ class BundleView:
     tool_version: str
     member_count: int
     cited: Split[tuple[str, str]]
+    rebuilt: frozenset[str] = frozenset()  # the cited members rebuilt from the ring's segments
 
 
 @dataclass(frozen=True)

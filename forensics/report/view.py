@@ -80,6 +80,7 @@ def _bundle(ctx: ViewContext, d: Mapping[str, Any], position: int) -> BundleView
         tool_version=get_str(d, "tool_version"),
         member_count=len(manifest),
         cited=split(cited, f"appendix-members-{position}", body_rows=0),
+        rebuilt=frozenset(m for m, _ in cited if ctx.members.rebuilt(name, m)),
     )
 
 

@@ -28,10 +28,6 @@ def check_excerpts(bundle: Path, doc: dict[str, Any] | None = None) -> int:
         data = opened.members.get(e["member"])
         if data is None and view is not None:
             data = view.real_bytes(e["member"])  # rebuilt from the ring segments the bundle carries
-            if data is None and e["excerpt_normalised"] and e["locator"] == "":
-                # known: a ruled-out check's description names the member family the loaders
-                # recorded (members_used), unprefixed for the ring's pass; a ring-only bundle has no such member
-                data = view.real_bytes("ring/" + e["member"])
         assert data is not None, (where, e)
         if e["excerpt_normalised"]:
             # only a description of the whole member (what a ruled-out check examined) may be

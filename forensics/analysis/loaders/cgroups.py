@@ -199,9 +199,10 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
         last_cpu[path] = (t, cpu, ref)
         # a line after quiet ticks quotes its unchanged_until too: where the interval it closes began
         _add_values(model, node, path, t, values, ref, cache, _CPU_QUOTE if quiet is None else _UNCHANGED_QUOTE)
-    if sampled:
-        model.node(node).members_used.setdefault("cgroups", cgroup_spec.SAMPLES)
-        model.node(node).members_used.setdefault("psi", cgroup_spec.SAMPLES)
+    if sampled:  # the member's path in the bundle (``ring/...`` over the ring view), as its evidence names it
+        used = src.ref(cgroup_spec.SAMPLES, 0, None).member
+        model.node(node).members_used.setdefault("cgroups", used)
+        model.node(node).members_used.setdefault("psi", used)
     index = src.json(cgroup_spec.INDEX)
     cgroups = dig(index, "cgroups")
     t_snap = model.node(node).start or parse_time(dig(src.manifest, "capture", "started")) or 0.0
@@ -217,8 +218,8 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             model.memory_peaks[key] = max(peak, model.memory_peaks.get(key, 0))
         if not sampled:
             _add_values(model, node, path, t_snap, values, ev, cache)
-            model.node(node).members_used.setdefault("cgroups", cgroup_spec.INDEX)
-            model.node(node).members_used.setdefault("psi", cgroup_spec.INDEX)
+            model.node(node).members_used.setdefault("cgroups", ev.member)
+            model.node(node).members_used.setdefault("psi", ev.member)
         io = values.get("io")
         if cid and io.__class__ is dict:
             limits = io_limits(io)

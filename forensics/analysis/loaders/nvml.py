@@ -167,7 +167,7 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
                 model.proc_samples.append(ProcessGpuSample(
                     node, uuid, pid, t, None, value, line_ref, -1, items.get(pid, -1)))
     if sampled:
-        model.node(node).members_used.setdefault("nvml", member)
+        model.node(node).members_used.setdefault("nvml", src.ref(member, 0, None).member)  # its bundle path
         pdoc = src.json(nvml_spec.PROCESSES)
         procs_doc = dig(pdoc, "processes")
         for p in procs_doc if isinstance(procs_doc, list) else []:
@@ -199,7 +199,7 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
             _reasons(nvml), as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")),
             _power_w(nvml), src.ref(nvml_spec.DEVICES, 0, dev, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml),
                     pointer=f"/devices/{i}/nvml")))
-        model.node(node).members_used.setdefault("nvml", nvml_spec.DEVICES)
+        model.node(node).members_used.setdefault("nvml", src.ref(nvml_spec.DEVICES, 0, None).member)
     pdoc = src.json(nvml_spec.PROCESSES)
     pt = as_float(dig(pdoc, "t")) or t
     sm_by_gpu: dict[str, dict[int, float]] = {}

@@ -10,8 +10,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,46 +26,8 @@ from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingReader, RingWriter
 from tests.golden.test_excerpts import check_excerpts
 from tests.support.hostile_bundles import build_bundle, read_members, rewrite, write_tar
-
-ROOT = Path(__file__).resolve().parents[3]
-SAMPLE = ROOT / "sample_bundles" / "unallocated-gpu-use.tgz"
-
-
-def _capture(ring: Path, out: Path, since: str) -> Path:
-    out.mkdir()
-    cap = subprocess.run([sys.executable, "-m", "forensics", "capture", "--since", since, "--only", "ring",
-                          "--ring", str(ring), "-o", str(out), "--quiet"],
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True,
-                         text=True, timeout=120)
-    assert cap.returncode == 0, cap.stderr[-3000:]
-    (bundle,) = out.glob("*.tgz")
-    return bundle
-
-
-def _members(bundle: Path) -> dict[str, bytes]:
-    return dict(read_members(bundle)[1])
-
-
-def _ring_from_sample(ring: Path, segment_bytes: int = 48 << 10) -> None:
-    """The sample bundle's members as a recorder would have written them: each line of a JSON-lines
-    member an append at its own ``t``, every other member a write (NVML and cgroup samples change-only)."""
-    members = _members(SAMPLE)
-    started = json.loads(members.pop("manifest.json"))["capture"]["started"]
-    t_start = time.mktime(time.strptime(started[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
-    records: list[tuple[float, float, str, str, bytes]] = []
-    for name, data in sorted(members.items()):
-        if name.endswith(".jsonl"):
-            for line in data.splitlines(keepends=True):
-                t = json.loads(line).get("t")
-                t = float(t) if isinstance(t, int | float) else t_start
-                records.append((t, t - t_start + 1000.0, name, "append", line))
-        else:
-            records.append((t_start - 30.0, 970.0, name, "write", data))
-    records.sort(key=lambda r: (r[3] != "write", r[0]))
-    w = RingWriter(ring, segment_bytes=segment_bytes, delta_members=DELTA_MEMBERS, retention_s=90 * 86400.0).open()
-    for rec in records:
-        w.append([rec])
-    w.close(seal=False)  # the last segment stays active, as under a running recorder
+from tests.support.ring_bundle import bundle_members as _members
+from tests.support.ring_bundle import capture_since, ring_from_sample
 
 
 def _whole_members(ring: Path, since: float, until: float) -> dict[str, bytes]:
@@ -89,8 +49,8 @@ def _findings(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
 def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("segfold")
     ring = tmp / "ring"
-    _ring_from_sample(ring)
-    return ring, _capture(ring, tmp / "out", "2026-11-29T00:00:00Z")
+    ring_from_sample(ring)
+    return ring, capture_since(ring, tmp / "out", "2026-11-29T00:00:00Z")
 
 
 def test_the_bundle_carries_the_rings_segments_verbatim(captured: tuple[Path, Path]) -> None:
@@ -159,7 +119,7 @@ def test_a_window_inside_a_segment_is_clipped_by_wall_time(tmp_path: Path) -> No
         if n == 200:
             w.append([(t, 10.0 + n, "nvml/devices.json", "write", b'{"devices": ["new"]}\n')])
     w.close()
-    bundle = _capture(ring, tmp_path / "out", "120s")
+    bundle = capture_since(ring, tmp_path / "out", "120s")
     prov = json.loads(_members(bundle)["ring/provenance.json"])
     since = prov["window"]["t_since"]
     first = prov["segments"][0]
