@@ -31,7 +31,7 @@ from forensics.analysis.source import Source
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.reader import ReadLimits
 from forensics.errors import RingError
-from forensics.ring.reader import window_records
+from forensics.ring.reader import DecodeBudget, window_records
 from forensics.ring.segment import segment_text, valid_prefix
 from forensics.specs.ring import PREFIX as RING_PREFIX
 from forensics.specs.ring import PROVENANCE, SEGMENTS
@@ -95,6 +95,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     lines_so_far: dict[str, int] = {}
     latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
     total = 0
+    decode = DecodeBudget(limits.max_total_bytes)  # what change-only lines rebuild, in all segments
     for member in order:
         entry = listed.get(member)
         seg = member.rsplit("/", 1)[-1]
@@ -129,7 +130,8 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         problems: list[str] = []
         run = str(lines[0][1].get("run", ""))
         capped = False
-        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems):
+        decode.left = min(decode.left, limits.max_total_bytes - total)
+        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode):
             total += len(rec.data)
             if total > limits.max_total_bytes:
                 problems.append(f"the ring members rebuilt from the segments pass the reader's cap "
@@ -152,7 +154,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             starts.append(first)
             where.append(origin)
         out.problems.extend(f"{name}: {p}" for p in problems)
-        if capped:
+        if capped or decode.passed:
             break
     for m, buf in chunks.items():
         out.members[m] = buf  # bytes-like, as the bundle reader's members are

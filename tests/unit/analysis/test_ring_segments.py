@@ -200,3 +200,54 @@ def test_hostile_segments_are_problems_not_tracebacks(captured: tuple[Path, Path
     rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
     assert any("inflates past the cap of 1048576 bytes" in p for p in rebuilt.problems), rebuilt.problems
     assert rebuilt.members.get("nvml/samples.jsonl")
+
+
+class _MemBundle:
+    """A bundle's members in memory, read under ``limits`` (as open_bundle's)."""
+
+    def __init__(self, members: dict[str, bytes], limits: ReadLimits) -> None:
+        self.members, self.limits, self.manifest = members, limits, {}
+
+    def read_bytes(self, member: str) -> bytes:
+        return self.members[member]
+
+
+def _segment(records: list[dict[str, Any]], sealed: bool = False) -> bytes:
+    text = "\n".join(json.dumps(r) for r in [{"ring": 1, "run": "r"}, *records]) + "\n"
+    return gzip.compress(text.encode()) if sealed else text.encode()
+
+
+def _rebuild(members: dict[str, bytes], **limits: int) -> Any:
+    return rebuild_ring(Source(_MemBundle(members, ReadLimits(**limits)), "b.tgz", members))
+
+
+def _bomb(key_bytes: int, repeats: int) -> str:
+    """One key line of ``key_bytes`` and ``repeats`` change-only lines ("[0,n]=", the same changes
+    as the line before), each rebuilding the whole key line."""
+    key_line = "k, " + ", ".join(f"v{i}" for i in range(key_bytes // 7))
+    count = key_line.count(", ") + 1
+    return key_line + "\n" + f"[0,{count}]\t1\tx\n" + f"[0,{count}]=\n" * repeats
+
+
+def test_change_only_lines_cannot_inflate_past_the_cap() -> None:
+    """A 40 kB segment of change-only lines that rebuild 40 MB: the rebuild stops at the reader's
+    cap (its memory stays near it), says so, and keeps what came before."""
+    import tracemalloc
+
+    cap = 1 << 20
+    seg = _segment([{"t": 1.0, "mono": 1.0, "member": "host/a.jsonl", "op": "append", "data": "kept\n"},
+                    {"t": 2.0, "mono": 2.0, "member": "cgroup/samples.jsonl", "op": "delta",
+                     "data": _bomb(20_000, 2000)}])
+    assert len(seg) < 50_000
+    tracemalloc.start()
+    try:
+        rebuilt = _rebuild({"ring/segments/seg-1.jsonl": seg}, max_total_bytes=cap)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * cap, peak
+    assert rebuilt.members["host/a.jsonl"] == b"kept\n"
+    assert "cgroup/samples.jsonl" not in rebuilt.members
+    assert any("seg-1.jsonl line 3: the change-only lines of cgroup/samples.jsonl rebuild more than the reader's "
+               "budget" in p for p in rebuilt.problems), rebuilt.problems
+
