@@ -75,6 +75,14 @@ def _listed(prov: Any) -> dict[str, dict[str, Any]]:
         if isinstance(segs, list) else {}
 
 
+def _when(t: float) -> str:
+    """``t`` (a segment's, untrusted) as ISO time, or as the number it is when it is none."""
+    try:
+        return iso_from_unix(t)
+    except (ValueError, OverflowError, OSError):
+        return f"t={t!r}"
+
+
 def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     """The members rebuilt from ``src``'s segment members (see the module's docstring)."""
     limits = limits or getattr(src.bundle, "limits", None) or ReadLimits()  # the bundle's, as read
@@ -135,7 +143,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             total += len(rec.data)
             if total > limits.max_total_bytes:
                 problems.append(f"the ring members rebuilt from the segments pass the reader's cap "
-                                f"({limits.max_total_bytes} bytes): records from {iso_from_unix(rec.t)} "
+                                f"({limits.max_total_bytes} bytes): records from {_when(rec.t)} "
                                 f"({member} line {rec.line}) on are left out")
                 capped = True
                 break

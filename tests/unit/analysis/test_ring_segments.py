@@ -25,7 +25,8 @@ from forensics.errors import BundleIntegrityError
 from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingReader, RingWriter
 from tests.golden.test_excerpts import check_excerpts
-from tests.support.hostile_bundles import build_bundle, read_members, rewrite, write_tar
+from tests.support.hostile_bundles import add_member, build_bundle, read_members, rewrite, write_tar
+from tests.support.ring_bundle import RING_SAMPLE as SAMPLE
 from tests.support.ring_bundle import bundle_members as _members
 from tests.support.ring_bundle import capture_since, ring_from_sample
 
@@ -250,4 +251,35 @@ def test_change_only_lines_cannot_inflate_past_the_cap() -> None:
     assert "cgroup/samples.jsonl" not in rebuilt.members
     assert any("seg-1.jsonl line 3: the change-only lines of cgroup/samples.jsonl rebuild more than the reader's "
                "budget" in p for p in rebuilt.problems), rebuilt.problems
+
+
+def test_a_time_out_of_range_with_the_cap_passed_is_a_limitation(tmp_path: Path) -> None:
+    """A record at t=1e300 (no date: formatting it overflows) among records that pass the cap:
+    analyze reports the cap, no traceback, and still analyses the capture's own members."""
+    seg = _segment([{"t": 100.0, "mono": 1.0, "member": "host/a.jsonl", "op": "append", "data": "a" * 6000 + "\n"},
+                    {"t": 1e300, "mono": 2.0, "member": "host/a.jsonl", "op": "append", "data": "b" * 6000 + "\n"}],
+                   sealed=True)
+    bundle = build_bundle(tmp_path, {"host/host.json": b'{"hostname": "gpu-07"}\n',
+                                     "ring/segments/seg-1.jsonl.gz": seg})
+    doc = analyze_bundles([bundle], limits=ReadLimits(max_total_bytes=10_000))
+    limits = " | ".join(doc["limitations"])
+    assert "pass the reader's cap (10000 bytes): records from t=1e+300" in limits, limits
+
+
+def test_a_failing_rebuild_is_a_limitation_and_the_live_members_are_analysed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever goes wrong rebuilding the ring (here: an error no check foresaw), analyze names
+    the ring in a limitation and reads the capture's own members."""
+    from forensics.analysis import ring_view as ring_view_module
+
+    def broken(src: Source, limits: ReadLimits | None = None) -> Any:
+        raise OverflowError("date value out of range")
+
+    monkeypatch.setattr(ring_view_module, "rebuild_ring", broken)
+    bundle = rewrite(SAMPLE, tmp_path / "b.tgz", add_member("{top}/ring/segments/seg-1.jsonl", _segment([])))
+    doc = analyze_bundles([bundle])
+    limits = " | ".join(doc["limitations"])
+    assert "the flight recorder's history (ring/) could not be rebuilt (OverflowError: date value out of range)" \
+        in limits, limits
+    assert _findings(doc) == _findings(analyze_bundles([SAMPLE]))
 
