@@ -20,6 +20,7 @@ segment; :func:`read_index` reads it up to its last whole line.
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,8 +97,9 @@ def parse_record_line(line: bytes) -> dict[str, Any] | None:
         return obj  # the header
     if not all(k in obj for k in RECORD_KEYS) or not isinstance(obj["data"], str) \
             or not isinstance(obj["member"], str) or not isinstance(obj["t"], int | float) \
-            or not isinstance(obj["mono"], int | float):
-        return None
+            or not isinstance(obj["mono"], int | float) or not math.isfinite(obj["t"]) \
+            or not math.isfinite(obj["mono"]):
+        return None  # json reads NaN and Infinity: such a time passes every window comparison
     return obj
 
 

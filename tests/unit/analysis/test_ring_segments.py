@@ -283,3 +283,15 @@ def test_a_failing_rebuild_is_a_limitation_and_the_live_members_are_analysed(
         in limits, limits
     assert _findings(doc) == _findings(analyze_bundles([SAMPLE]))
 
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_record_without_a_finite_time_is_not_in_the_window(bad: float) -> None:
+    """NaN passes every comparison (and so any window), Infinity is no time: both are bad lines."""
+    seg = _segment([{"t": 100.0, "mono": 1.0, "member": "a.jsonl", "op": "append", "data": "in\n"},
+                    {"t": bad, "mono": 2.0, "member": "a.jsonl", "op": "append", "data": "BAD-T\n"},
+                    {"t": 101.0, "mono": bad, "member": "a.jsonl", "op": "append", "data": "BAD-MONO\n"}])
+    prov = {"window": {"t_since": 50, "t_until": 200}, "segments": []}
+    rebuilt = _rebuild({"ring/provenance.json": json.dumps(prov).encode(), "ring/segments/seg-1.jsonl": seg})
+    assert rebuilt.members["a.jsonl"] == b"in\n"
+    assert any("bytes after line 2 are not whole ring records" in p for p in rebuilt.problems), rebuilt.problems
