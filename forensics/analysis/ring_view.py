@@ -32,7 +32,7 @@ from forensics.bundle.format import iso_from_unix
 from forensics.bundle.reader import ReadLimits
 from forensics.errors import RingError
 from forensics.ring.reader import DecodeBudget, window_records
-from forensics.ring.segment import segment_text, valid_prefix
+from forensics.ring.segment import SegmentTooLarge, segment_text, valid_prefix
 from forensics.specs.ring import PREFIX as RING_PREFIX
 from forensics.specs.ring import PROVENANCE, SEGMENTS
 
@@ -104,6 +104,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
     total = 0
     decode = DecodeBudget(limits.max_total_bytes)  # what change-only lines rebuild, in all segments
+    inflate_left = 2 * limits.max_total_bytes  # the text of all segments (records outside the window too)
     for member in order:
         entry = listed.get(member)
         seg = member.rsplit("/", 1)[-1]
@@ -121,11 +122,21 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
                                 f"ring's ({entry.get('sha256')}, {PROVENANCE}): the segment was altered after "
                                 "capture; its records are left out")
             continue
+        cap = min(limits.max_member_bytes, inflate_left)
         try:  # one segment's text at a time, at most a member's size (the rebuilt bytes are capped below)
-            text = segment_text(bytes(data), seg.endswith(".gz"), limits.max_member_bytes)
+            text = segment_text(bytes(data), seg.endswith(".gz"), cap)
+        except SegmentTooLarge as exc:
+            if cap == limits.max_member_bytes:
+                out.problems.append(f"{name}: {member}: {exc}: its records are left out")
+                continue
+            out.problems.append(f"{name}: the ring segments' text passes {2 * limits.max_total_bytes} bytes in "
+                                f"all (twice the reader's cap) at {member}: it and the segments after it are "
+                                "left out")
+            break
         except RingError as exc:
             out.problems.append(f"{name}: {member}: {exc}: its records are left out")
             continue
+        inflate_left -= len(text)
         good, lines = valid_prefix(text)
         if good < len(text):
             out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line {len(lines)} are not whole "

@@ -295,3 +295,18 @@ def test_a_record_without_a_finite_time_is_not_in_the_window(bad: float) -> None
     rebuilt = _rebuild({"ring/provenance.json": json.dumps(prov).encode(), "ring/segments/seg-1.jsonl": seg})
     assert rebuilt.members["a.jsonl"] == b"in\n"
     assert any("bytes after line 2 are not whole ring records" in p for p in rebuilt.problems), rebuilt.problems
+
+
+def test_the_text_of_all_segments_together_is_capped() -> None:
+    """Segments whose records all lie outside the window count toward no rebuilt member, but
+    their text is inflated all the same: together at most twice the reader's cap, then a limitation."""
+    rec = {"t": 10.0, "mono": 1.0, "member": "a.jsonl", "op": "append", "data": "x" * 100_000 + "\n"}
+    seg = _segment([rec] * 6, sealed=True)  # 600 kB of text from about 1 kB
+    names = [f"ring/segments/seg-{n}.jsonl.gz" for n in range(1, 6)]
+    prov = {"window": {"t_since": 50, "t_until": 200},
+            "segments": [{"member": m, "sha256": hashlib.sha256(seg).hexdigest(), "sealed": True} for m in names]}
+    members = {"ring/provenance.json": json.dumps(prov).encode(), **dict.fromkeys(names, seg)}
+    rebuilt = _rebuild(members, max_total_bytes=1 << 20, max_member_bytes=1 << 20)
+    assert rebuilt.segments == names[:3]
+    assert any(f"passes {2 << 20} bytes in all (twice the reader's cap) at {names[3]}: it and the segments after "
+               "it are left out" in p for p in rebuilt.problems), rebuilt.problems
