@@ -108,6 +108,10 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     for member in order:
         entry = listed.get(member)
         seg = member.rsplit("/", 1)[-1]
+        if entry is None and listed:
+            out.problems.append(f"{name}: {member} is not one of the segments {PROVENANCE} lists (capture did "
+                                "not copy it): its records are left out")
+            continue
         try:
             data = src.bundle.read_bytes(member)
         except Exception as exc:  # the reader's BundleError: noted, the rest goes on

@@ -310,3 +310,28 @@ def test_the_text_of_all_segments_together_is_capped() -> None:
     assert rebuilt.segments == names[:3]
     assert any(f"passes {2 << 20} bytes in all (twice the reader's cap) at {names[3]}: it and the segments after "
                "it are left out" in p for p in rebuilt.problems), rebuilt.problems
+
+
+def test_a_segment_the_provenance_does_not_list_is_caught_and_left_out(
+        captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """A segment member added after capture (and put in the manifest, so only the provenance
+    tells): verify names it, and analyze leaves its records out, saying so."""
+    _ring, bundle = captured
+    top, members = read_members(bundle)
+    prov = json.loads(dict(members)["ring/provenance.json"])
+    added = "ring/segments/seg-9999999999.jsonl"
+    seg = _segment([{"t": prov["window"]["t_since"] + 1, "mono": 1.0, "member": "host/injected.jsonl",
+                     "op": "append", "data": "INJECTED\n"}])
+    manifest = json.loads(dict(members)["manifest.json"])
+    manifest["members"].append({**manifest["members"][-1], "path": added,
+                                "sha256": hashlib.sha256(seg).hexdigest(), "size": len(seg)})
+    out = [(n, json.dumps(manifest).encode() if n == "manifest.json" else d) for n, d in members]
+    bad = write_tar(tmp_path / "added.tgz", [(f"{top}/{n}", d) for n, d in [*out, (added, seg)]])
+    with pytest.raises(BundleIntegrityError) as caught:
+        verify_bundle(bad)
+    assert caught.value.problems == [f"ring segment not listed in ring/provenance.json: {added}"]
+    opened = open_bundle(bad)
+    rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
+    assert "host/injected.jsonl" not in rebuilt.members and added not in rebuilt.segments
+    assert any(f"{added} is not one of the segments ring/provenance.json lists" in p for p in rebuilt.problems)
+    assert rebuilt.members.get("nvml/samples.jsonl")
