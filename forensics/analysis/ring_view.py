@@ -31,8 +31,8 @@ from forensics.analysis.source import Source
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.reader import ReadLimits
 from forensics.errors import RingError
-from forensics.ring.reader import window_records
-from forensics.ring.segment import segment_text, valid_prefix
+from forensics.ring.reader import DecodeBudget, window_records
+from forensics.ring.segment import SegmentTooLarge, segment_text, valid_prefix
 from forensics.specs.ring import PREFIX as RING_PREFIX
 from forensics.specs.ring import PROVENANCE, SEGMENTS
 
@@ -75,6 +75,14 @@ def _listed(prov: Any) -> dict[str, dict[str, Any]]:
         if isinstance(segs, list) else {}
 
 
+def _when(t: float) -> str:
+    """``t`` (a segment's, untrusted) as ISO time, or as the number it is when it is none."""
+    try:
+        return iso_from_unix(t)
+    except (ValueError, OverflowError, OSError):
+        return f"t={t!r}"
+
+
 def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     """The members rebuilt from ``src``'s segment members (see the module's docstring)."""
     limits = limits or getattr(src.bundle, "limits", None) or ReadLimits()  # the bundle's, as read
@@ -95,9 +103,15 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     lines_so_far: dict[str, int] = {}
     latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
     total = 0
+    decode = DecodeBudget(limits.max_total_bytes)  # what change-only lines rebuild, in all segments
+    inflate_left = 2 * limits.max_total_bytes  # the text of all segments (records outside the window too)
     for member in order:
         entry = listed.get(member)
         seg = member.rsplit("/", 1)[-1]
+        if entry is None and listed:
+            out.problems.append(f"{name}: {member} is not one of the segments {PROVENANCE} lists (capture did "
+                                "not copy it): its records are left out")
+            continue
         try:
             data = src.bundle.read_bytes(member)
         except Exception as exc:  # the reader's BundleError: noted, the rest goes on
@@ -112,11 +126,21 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
                                 f"ring's ({entry.get('sha256')}, {PROVENANCE}): the segment was altered after "
                                 "capture; its records are left out")
             continue
+        cap = min(limits.max_member_bytes, inflate_left)
         try:  # one segment's text at a time, at most a member's size (the rebuilt bytes are capped below)
-            text = segment_text(bytes(data), seg.endswith(".gz"), limits.max_member_bytes)
+            text = segment_text(bytes(data), seg.endswith(".gz"), cap)
+        except SegmentTooLarge as exc:
+            if cap == limits.max_member_bytes:
+                out.problems.append(f"{name}: {member}: {exc}: its records are left out")
+                continue
+            out.problems.append(f"{name}: the ring segments' text passes {2 * limits.max_total_bytes} bytes in "
+                                f"all (twice the reader's cap) at {member}: it and the segments after it are "
+                                "left out")
+            break
         except RingError as exc:
             out.problems.append(f"{name}: {member}: {exc}: its records are left out")
             continue
+        inflate_left -= len(text)
         good, lines = valid_prefix(text)
         if good < len(text):
             out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line {len(lines)} are not whole "
@@ -129,11 +153,12 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         problems: list[str] = []
         run = str(lines[0][1].get("run", ""))
         capped = False
-        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems):
+        decode.left = min(decode.left, limits.max_total_bytes - total)
+        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode):
             total += len(rec.data)
             if total > limits.max_total_bytes:
                 problems.append(f"the ring members rebuilt from the segments pass the reader's cap "
-                                f"({limits.max_total_bytes} bytes): records from {iso_from_unix(rec.t)} "
+                                f"({limits.max_total_bytes} bytes): records from {_when(rec.t)} "
                                 f"({member} line {rec.line}) on are left out")
                 capped = True
                 break
@@ -152,7 +177,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             starts.append(first)
             where.append(origin)
         out.problems.extend(f"{name}: {p}" for p in problems)
-        if capped:
+        if capped or decode.passed:
             break
     for m, buf in chunks.items():
         out.members[m] = buf  # bytes-like, as the bundle reader's members are

@@ -66,9 +66,13 @@ def _problems(manifest: dict[str, Any], found: dict[str, tuple[str, int]]) -> li
     return problems
 
 
+RING_SEGMENTS = RING_PROVENANCE.rsplit("/", 1)[0] + "/segments/"  # forensics.specs.ring.SEGMENTS
+
+
 def _segment_problems(provenance: bytes | None, found: dict[str, tuple[str, int]]) -> list[str]:
     """The ring segments ``ring/provenance.json`` lists against ``found``: each one's SHA-256 is the
-    ring index's (sealed) or the one computed when capture copied it (the active segment)."""
+    ring index's (sealed) or the one computed when capture copied it (the active segment); when it
+    lists any, every segment member in the bundle is one of them."""
     if provenance is None:
         return []
     try:
@@ -77,16 +81,21 @@ def _segment_problems(provenance: bytes | None, found: dict[str, tuple[str, int]
         return [f"{RING_PROVENANCE} is not valid JSON: the ring segments cannot be checked"]
     segments = prov.get("segments") if isinstance(prov, dict) else None
     problems: list[str] = []
+    listed: set[str] = set()
     for entry in segments if isinstance(segments, list) else []:
         if not isinstance(entry, dict) or not isinstance(entry.get("member"), str):
             continue  # an older layout's entries name segments of the node's ring, not members
         member = entry["member"]
+        listed.add(member)
         got = found.get(member)
         if got is None:
             problems.append(f"ring segment missing: {member} (listed in {RING_PROVENANCE})")
         elif got[0] != entry.get("sha256"):
             problems.append(f"ring segment hash mismatch: {member} (not the SHA-256 {RING_PROVENANCE} lists"
                             f"{', the ring index' if entry.get('sealed') else ''}'s)")
+    if listed:  # a segment capture did not copy: the analysis leaves it out
+        problems += [f"ring segment not listed in {RING_PROVENANCE}: {m}"
+                     for m in sorted(m for m in found if m.startswith(RING_SEGMENTS) and m not in listed)]
     return problems
 
 

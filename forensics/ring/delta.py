@@ -213,13 +213,32 @@ class DeltaDecoder:
         self._heads: dict[str, tuple[int, int]] = {}  # "[key,count" -> (key, count)
         self._same: dict[str, tuple[str, int]] = {}  # "[key,count]=" -> (key, count), once decoded
         self._indices: dict[str, tuple[tuple[int, ...], int, int]] = {}  # "1,5,9" -> (indices, min, max)
+        self.over_budget = False  # a decode stopped at its budget (its lines from there left out)
 
-    def decode(self, data: str) -> tuple[str, int]:
-        """The original lines, and how many encoded lines could not be rebuilt (left out)."""
+    def decode(self, data: str, budget: int | None = None) -> tuple[str, int]:
+        """The original lines, and how many encoded lines could not be rebuilt (left out).
+
+        ``budget``: at most that many bytes (characters) are rebuilt; a change-only line rebuilds a
+        whole line of its key from a few bytes, so untrusted input (a bundle's segments) inflates
+        without limit otherwise. The line that would pass it and every one after are left out
+        (counted as not rebuilt) and :attr:`over_budget` is set. None: no limit (the recorder's
+        own ring)."""
         out: list[str] = []
         bad = 0
         state, same = self._state, self._same
-        for line in _lines(data):
+        lines = _lines(data)
+        if self.over_budget:  # its state is not the writer's any more: nothing after is rebuilt
+            return "", len(lines)
+        size = counted = 0
+        for n, line in enumerate(lines):
+            if budget is not None and len(out) > counted:
+                size += len(out[-1]) + 1
+                counted = len(out)
+                if size > budget:
+                    out.pop()
+                    bad += len(lines) - n + 1  # the line that passed it, and the ones not read
+                    self.over_budget = True
+                    break
             hit = same.get(line)  # "[key,count]=" seen before: the same changes, for a known key
             if hit is not None and self._last is not None and self._last.top < hit[1]:
                 st = state.get(hit[0])
@@ -236,6 +255,11 @@ class DeltaDecoder:
             except DeltaError:
                 bad += 1
                 self._last = None
+        else:
+            if budget is not None and len(out) > counted and size + len(out[-1]) + 1 > budget:
+                out.pop()
+                bad += 1
+                self.over_budget = True
         if out:
             out.append("")  # the last newline, without copying the text once more
         return "\n".join(out), bad

@@ -21,7 +21,7 @@ from forensics.ring.delta import DELTA_OP, DeltaDecoder
 from forensics.ring.files import ACTIVE_RE, LOCK_FILE, WRITER_FILE
 from forensics.ring.segment import RingRecord, SegmentInfo, read_index, valid_prefix
 
-__all__ = ["ReadReport", "RingReader", "window_records"]
+__all__ = ["DecodeBudget", "ReadReport", "RingReader", "window_records"]
 
 
 @dataclass
@@ -30,6 +30,15 @@ class ReadReport:
 
     segments: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DecodeBudget:
+    """Bytes the change-only lines of untrusted segments (a bundle's) may still rebuild, across
+    every record and segment it is passed for: a few bytes of such a line rebuild a whole line."""
+
+    left: int
+    passed: bool = False  # a record went past it: it and everything after were left out
 
 
 class RingReader:
@@ -165,20 +174,31 @@ class RingReader:
 def window_records(segment: str, lines: list[tuple[int, dict[str, Any]]], run: str,
                    since: float | None, until: float | None, members: tuple[str, ...],
                    keep_writes: bool, decoders: dict[str, DeltaDecoder], marks: list[int],
-                   problems: list[str]) -> Iterator[RingRecord]:
+                   problems: list[str], budget: DecodeBudget | None = None) -> Iterator[RingRecord]:
     """The records of one segment's parsed lines (``valid_prefix``; the header first) in the window
     (wall time in [since, until]; with ``keep_writes`` also the older "write" records, the state),
     change-only lines rebuilt; ``marks`` gets the line number of each one handed out (before it is,
     so a consumer that stops after taking it still has it on record). The one definition of a
     window's records: the ring reader's (a fold) and a bundle's ring view (segments carried
-    verbatim, forensics.analysis.ring_view) are the same bytes."""
+    verbatim, forensics.analysis.ring_view) are the same bytes. ``budget``: what change-only lines
+    may rebuild (in the window or not); the record that passes it and the rest of the segment are
+    left out, a problem (None: no limit, the recorder's own ring)."""
     for no, rec in lines[1:]:
         t = float(rec["t"])
         member, op, data = rec["member"], rec["op"], rec["data"]
         if members and not member.startswith(members):
             continue
         if op == DELTA_OP:  # decoded even outside the window: later lines build on it
-            data, bad = decoders.setdefault(member, DeltaDecoder()).decode(data)
+            decoder = decoders.setdefault(member, DeltaDecoder())
+            data, bad = decoder.decode(data, None if budget is None else max(budget.left, 0))
+            if budget is not None:
+                budget.left -= len(data)
+                if decoder.over_budget:
+                    budget.passed = True
+                    problems.append(f"{segment} line {no}: the change-only lines of {member} rebuild more than "
+                                    "the reader's budget for them: this record and every one after it "
+                                    "are left out")
+                    return
             if bad:
                 problems.append(f"{segment} line {no}: {bad} change-only lines of "
                                 f"{member} without the line before them: left out")

@@ -20,6 +20,7 @@ segment; :func:`read_index` reads it up to its last whole line.
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ from forensics.errors import RingError
 from forensics.ring.files import INDEX_FILE
 
 __all__ = [
-    "RECORD_KEYS", "RING_FORMAT", "RING_VERSION", "RingRecord", "SegmentInfo", "encode_record", "index_line",
+    "RECORD_KEYS", "RING_FORMAT", "RING_VERSION", "RingRecord", "SegmentInfo", "SegmentTooLarge", "encode_record",
+    "index_line",
     "info_from_lines", "parse_record_line", "read_index", "segment_text", "valid_prefix",
 ]
 
@@ -96,8 +98,9 @@ def parse_record_line(line: bytes) -> dict[str, Any] | None:
         return obj  # the header
     if not all(k in obj for k in RECORD_KEYS) or not isinstance(obj["data"], str) \
             or not isinstance(obj["member"], str) or not isinstance(obj["t"], int | float) \
-            or not isinstance(obj["mono"], int | float):
-        return None
+            or not isinstance(obj["mono"], int | float) or not math.isfinite(obj["t"]) \
+            or not math.isfinite(obj["mono"]):
+        return None  # json reads NaN and Infinity: such a time passes every window comparison
     return obj
 
 
@@ -120,13 +123,18 @@ def valid_prefix(data: bytes) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
     return pos, out
 
 
+class SegmentTooLarge(RingError):
+    """A segment's text is longer than the cap :func:`segment_text` was given."""
+
+
 def segment_text(data: bytes, sealed: bool, cap: int) -> bytes:
     """A segment file's text: a sealed one (gzip, one member or several) inflated, an active one as
     it is. At most ``cap`` bytes are inflated: a segment that expands further (a gzip bomb in a
-    bundle, where a segment is untrusted input) raises :class:`RingError`, as does a corrupt one."""
+    bundle, where a segment is untrusted input) raises :class:`SegmentTooLarge`, a corrupt one
+    :class:`RingError`."""
     if not sealed:
         if len(data) > cap:
-            raise RingError(f"{len(data)} bytes, over the cap of {cap}")
+            raise SegmentTooLarge(f"{len(data)} bytes, over the cap of {cap}")
         return data
     out: list[bytes] = []
     size = 0
@@ -138,7 +146,7 @@ def segment_text(data: bytes, sealed: bool, cap: int) -> bytes:
                 chunk = d.decompress(rest, max(1, min(1 << 20, cap + 1 - size)))
                 size += len(chunk)
                 if size > cap:
-                    raise RingError(f"inflates past the cap of {cap} bytes")
+                    raise SegmentTooLarge(f"inflates past the cap of {cap} bytes")
                 out.append(chunk)
                 rest = d.unconsumed_tail
                 if not chunk and not rest:

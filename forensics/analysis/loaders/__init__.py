@@ -72,7 +72,12 @@ def load_source(src: Source, model: Model, node: str) -> None:
     A bundle with the flight recorder's history (members under ``ring/``) is loaded twice: the
     ring's members first, through the same loaders (forensics.analysis.ring_view), then the
     capture's own, so history and live samples are one series and live identities win."""
-    view = ring_view(src)
+    try:
+        view = ring_view(src)
+    except Exception as exc:  # noqa: BLE001 - a bundle's ring segments are hostile input too
+        view = None
+        model.limit(f"{src.name}: the flight recorder's history (ring/) could not be rebuilt "
+                    f"({type(exc).__name__}: {str(exc)[:200]}); only the capture's own members are analysed")
     passes: list[tuple[Source, frozenset[str]]] = [(src, frozenset())]
     if view is not None:
         passes.insert(0, (view, RING_SKIPS))

@@ -12,8 +12,10 @@ socket's buffer overran (``ENOBUFS``: notifications were lost) every interface i
 
 The notifications are of the capture's own network namespace, so they are used only when the
 sysfs tree read is of that namespace: every interface read has, in this namespace, the same
-name, index and hardware address, and at least one is not a loopback (two namespaces with only
-``lo`` each cannot be told apart). Otherwise (a tree laid out elsewhere, another namespace's
+name, index and hardware address (compared for 6-byte, Ethernet-type addresses only: for IPoIB sysfs
+has 20 bytes and ``SIOCGIFHWADDR`` 6, for tun or wireguard sysfs none and the ioctl zeros; those
+by name and index), and at least one with an Ethernet-type address is not a loopback (two
+namespaces with only ``lo`` each cannot be told apart). Otherwise (a tree laid out elsewhere, another namespace's
 sysfs), or without netlink, every ``operstate`` is read every tick.
 """
 
@@ -82,7 +84,12 @@ class LinkWatch:
                     address = read_small(f"{base}/address", 256).decode("ascii", "replace").strip().lower()
                 except (OSError, ValueError):
                     return None
-                if own.get(name) != index or _own_hwaddr(probe, name) != address:
+                if own.get(name) != index:
+                    return None
+                if address.count(":") != 5:  # not an Ethernet-type address: SIOCGIFHWADDR gives 6 bytes
+                    by_index[index] = name  # (IPoIB's 20 in sysfs; tun, wireguard: none in sysfs, zeros)
+                    continue
+                if _own_hwaddr(probe, name) != address:
                     return None
                 by_index[index] = name
                 distinct = distinct or (name != "lo" and address.strip("0:") != "")

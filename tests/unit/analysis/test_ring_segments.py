@@ -25,7 +25,8 @@ from forensics.errors import BundleIntegrityError
 from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingReader, RingWriter
 from tests.golden.test_excerpts import check_excerpts
-from tests.support.hostile_bundles import build_bundle, read_members, rewrite, write_tar
+from tests.support.hostile_bundles import add_member, build_bundle, read_members, rewrite, write_tar
+from tests.support.ring_bundle import RING_SAMPLE as SAMPLE
 from tests.support.ring_bundle import bundle_members as _members
 from tests.support.ring_bundle import capture_since, ring_from_sample
 
@@ -199,4 +200,138 @@ def test_hostile_segments_are_problems_not_tracebacks(captured: tuple[Path, Path
     opened = open_bundle(bad, ReadLimits(max_member_bytes=1 << 20))  # the caps analyze --max-bundle-mb sets
     rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
     assert any("inflates past the cap of 1048576 bytes" in p for p in rebuilt.problems), rebuilt.problems
+    assert rebuilt.members.get("nvml/samples.jsonl")
+
+
+class _MemBundle:
+    """A bundle's members in memory, read under ``limits`` (as open_bundle's)."""
+
+    def __init__(self, members: dict[str, bytes], limits: ReadLimits) -> None:
+        self.members, self.limits, self.manifest = members, limits, {}
+
+    def read_bytes(self, member: str) -> bytes:
+        return self.members[member]
+
+
+def _segment(records: list[dict[str, Any]], sealed: bool = False) -> bytes:
+    text = "\n".join(json.dumps(r) for r in [{"ring": 1, "run": "r"}, *records]) + "\n"
+    return gzip.compress(text.encode()) if sealed else text.encode()
+
+
+def _rebuild(members: dict[str, bytes], **limits: int) -> Any:
+    return rebuild_ring(Source(_MemBundle(members, ReadLimits(**limits)), "b.tgz", members))
+
+
+def _bomb(key_bytes: int, repeats: int) -> str:
+    """One key line of ``key_bytes`` and ``repeats`` change-only lines ("[0,n]=", the same changes
+    as the line before), each rebuilding the whole key line."""
+    key_line = "k, " + ", ".join(f"v{i}" for i in range(key_bytes // 7))
+    count = key_line.count(", ") + 1
+    return key_line + "\n" + f"[0,{count}]\t1\tx\n" + f"[0,{count}]=\n" * repeats
+
+
+def test_change_only_lines_cannot_inflate_past_the_cap() -> None:
+    """A 40 kB segment of change-only lines that rebuild 40 MB: the rebuild stops at the reader's
+    cap (its memory stays near it), says so, and keeps what came before."""
+    import tracemalloc
+
+    cap = 1 << 20
+    seg = _segment([{"t": 1.0, "mono": 1.0, "member": "host/a.jsonl", "op": "append", "data": "kept\n"},
+                    {"t": 2.0, "mono": 2.0, "member": "cgroup/samples.jsonl", "op": "delta",
+                     "data": _bomb(20_000, 2000)}])
+    assert len(seg) < 50_000
+    tracemalloc.start()
+    try:
+        rebuilt = _rebuild({"ring/segments/seg-1.jsonl": seg}, max_total_bytes=cap)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * cap, peak
+    assert rebuilt.members["host/a.jsonl"] == b"kept\n"
+    assert "cgroup/samples.jsonl" not in rebuilt.members
+    assert any("seg-1.jsonl line 3: the change-only lines of cgroup/samples.jsonl rebuild more than the reader's "
+               "budget" in p for p in rebuilt.problems), rebuilt.problems
+
+
+def test_a_time_out_of_range_with_the_cap_passed_is_a_limitation(tmp_path: Path) -> None:
+    """A record at t=1e300 (no date: formatting it overflows) among records that pass the cap:
+    analyze reports the cap, no traceback, and still analyses the capture's own members."""
+    seg = _segment([{"t": 100.0, "mono": 1.0, "member": "host/a.jsonl", "op": "append", "data": "a" * 6000 + "\n"},
+                    {"t": 1e300, "mono": 2.0, "member": "host/a.jsonl", "op": "append", "data": "b" * 6000 + "\n"}],
+                   sealed=True)
+    bundle = build_bundle(tmp_path, {"host/host.json": b'{"hostname": "gpu-07"}\n',
+                                     "ring/segments/seg-1.jsonl.gz": seg})
+    doc = analyze_bundles([bundle], limits=ReadLimits(max_total_bytes=10_000))
+    limits = " | ".join(doc["limitations"])
+    assert "pass the reader's cap (10000 bytes): records from t=1e+300" in limits, limits
+
+
+def test_a_failing_rebuild_is_a_limitation_and_the_live_members_are_analysed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever goes wrong rebuilding the ring (here: an error no check foresaw), analyze names
+    the ring in a limitation and reads the capture's own members."""
+    from forensics.analysis import ring_view as ring_view_module
+
+    def broken(src: Source, limits: ReadLimits | None = None) -> Any:
+        raise OverflowError("date value out of range")
+
+    monkeypatch.setattr(ring_view_module, "rebuild_ring", broken)
+    bundle = rewrite(SAMPLE, tmp_path / "b.tgz", add_member("{top}/ring/segments/seg-1.jsonl", _segment([])))
+    doc = analyze_bundles([bundle])
+    limits = " | ".join(doc["limitations"])
+    assert "the flight recorder's history (ring/) could not be rebuilt (OverflowError: date value out of range)" \
+        in limits, limits
+    assert _findings(doc) == _findings(analyze_bundles([SAMPLE]))
+
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_record_without_a_finite_time_is_not_in_the_window(bad: float) -> None:
+    """NaN passes every comparison (and so any window), Infinity is no time: both are bad lines."""
+    seg = _segment([{"t": 100.0, "mono": 1.0, "member": "a.jsonl", "op": "append", "data": "in\n"},
+                    {"t": bad, "mono": 2.0, "member": "a.jsonl", "op": "append", "data": "BAD-T\n"},
+                    {"t": 101.0, "mono": bad, "member": "a.jsonl", "op": "append", "data": "BAD-MONO\n"}])
+    prov = {"window": {"t_since": 50, "t_until": 200}, "segments": []}
+    rebuilt = _rebuild({"ring/provenance.json": json.dumps(prov).encode(), "ring/segments/seg-1.jsonl": seg})
+    assert rebuilt.members["a.jsonl"] == b"in\n"
+    assert any("bytes after line 2 are not whole ring records" in p for p in rebuilt.problems), rebuilt.problems
+
+
+def test_the_text_of_all_segments_together_is_capped() -> None:
+    """Segments whose records all lie outside the window count toward no rebuilt member, but
+    their text is inflated all the same: together at most twice the reader's cap, then a limitation."""
+    rec = {"t": 10.0, "mono": 1.0, "member": "a.jsonl", "op": "append", "data": "x" * 100_000 + "\n"}
+    seg = _segment([rec] * 6, sealed=True)  # 600 kB of text from about 1 kB
+    names = [f"ring/segments/seg-{n}.jsonl.gz" for n in range(1, 6)]
+    prov = {"window": {"t_since": 50, "t_until": 200},
+            "segments": [{"member": m, "sha256": hashlib.sha256(seg).hexdigest(), "sealed": True} for m in names]}
+    members = {"ring/provenance.json": json.dumps(prov).encode(), **dict.fromkeys(names, seg)}
+    rebuilt = _rebuild(members, max_total_bytes=1 << 20, max_member_bytes=1 << 20)
+    assert rebuilt.segments == names[:3]
+    assert any(f"passes {2 << 20} bytes in all (twice the reader's cap) at {names[3]}: it and the segments after "
+               "it are left out" in p for p in rebuilt.problems), rebuilt.problems
+
+
+def test_a_segment_the_provenance_does_not_list_is_caught_and_left_out(
+        captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """A segment member added after capture (and put in the manifest, so only the provenance
+    tells): verify names it, and analyze leaves its records out, saying so."""
+    _ring, bundle = captured
+    top, members = read_members(bundle)
+    prov = json.loads(dict(members)["ring/provenance.json"])
+    added = "ring/segments/seg-9999999999.jsonl"
+    seg = _segment([{"t": prov["window"]["t_since"] + 1, "mono": 1.0, "member": "host/injected.jsonl",
+                     "op": "append", "data": "INJECTED\n"}])
+    manifest = json.loads(dict(members)["manifest.json"])
+    manifest["members"].append({**manifest["members"][-1], "path": added,
+                                "sha256": hashlib.sha256(seg).hexdigest(), "size": len(seg)})
+    out = [(n, json.dumps(manifest).encode() if n == "manifest.json" else d) for n, d in members]
+    bad = write_tar(tmp_path / "added.tgz", [(f"{top}/{n}", d) for n, d in [*out, (added, seg)]])
+    with pytest.raises(BundleIntegrityError) as caught:
+        verify_bundle(bad)
+    assert caught.value.problems == [f"ring segment not listed in ring/provenance.json: {added}"]
+    opened = open_bundle(bad)
+    rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
+    assert "host/injected.jsonl" not in rebuilt.members and added not in rebuilt.segments
+    assert any(f"{added} is not one of the segments ring/provenance.json lists" in p for p in rebuilt.problems)
     assert rebuilt.members.get("nvml/samples.jsonl")

@@ -454,3 +454,43 @@ def test_link_notifications_say_which_operstate_to_read_on_real_veths(tmp_path: 
     assert any("gfh2/operstate" in path for path in lines[4]["errors"])
     assert sorted(lines[4]["net_dev_gone"]) == ["gfc2", "gfh2"]
     assert reads[5] == [] and "errors" not in lines[5]
+
+
+def test_link_watch_takes_interfaces_without_an_ethernet_address_by_name_and_index(tmp_path: Path) -> None:
+    """This namespace's interfaces laid out as sysfs shows them, one with an IPoIB address (20 bytes
+    in sysfs, 6 from SIOCGIFHWADDR) and one with none (tun, wireguard: the ioctl gives zeros): the
+    watch still stands; a different Ethernet address or index still turns it off."""
+    import socket
+
+    from forensics.collectors.net.links import LinkWatch
+
+    own = dict(socket.if_nameindex())
+    addresses = {}
+    for index, name in own.items():
+        try:
+            addresses[name] = (index, Path(f"/sys/class/net/{name}/address").read_text().strip().lower())
+        except OSError:
+            pytest.skip("no sysfs address for this namespace's interfaces")
+    ether = [n for n, (_, a) in addresses.items() if n != "lo" and a.count(":") == 5 and a.strip("0:")]
+    others = [n for n in addresses if n not in ether[:1]]
+    if not ether or not others:
+        pytest.skip("needs an Ethernet interface and another one in this namespace")
+    ipoib = "80:00:02:08:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:6b:4a:12"
+    laid = {**addresses, others[0]: (addresses[others[0]][0], ipoib)}
+    if len(others) > 1:
+        laid[others[1]] = (addresses[others[1]][0], "")
+
+    def lay(root: Path, entries: dict[str, tuple[int, str]]) -> str:
+        for name, (index, address) in entries.items():
+            base = root / "class" / "net" / name
+            base.mkdir(parents=True)
+            (base / "ifindex").write_text(f"{index}\n")
+            (base / "address").write_text(f"{address}\n")
+        return str(root)
+
+    names = sorted(laid)
+    assert LinkWatch._same_namespace(lay(tmp_path / "a", laid), names) == {i: n for n, (i, _) in laid.items()}
+    wrong = {**laid, ether[0]: (laid[ether[0]][0], "02:00:00:00:00:99")}
+    assert LinkWatch._same_namespace(lay(tmp_path / "b", wrong), names) is None
+    moved = {**laid, others[0]: (laid[others[0]][0] + 1000, ipoib)}
+    assert LinkWatch._same_namespace(lay(tmp_path / "c", moved), names) is None

@@ -291,3 +291,19 @@ def test_a_reader_holds_one_inflated_segment_at_a_time(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert read > 30 * 1_000_000 and len(reader.report.segments) == 30
     assert peak < read / 4, (peak, read)  # a few segments at most, not the whole ring
+
+
+@pytest.mark.parametrize("field", ["t", "mono"])
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
+def test_a_record_line_without_a_finite_time_is_not_a_record(field: str, bad: str) -> None:
+    """json reads NaN and Infinity; a record at such a time would pass (NaN) or break the window
+    checks, so the line is not a whole record (the segment's valid prefix ends before it)."""
+    from forensics.ring.segment import parse_record_line, valid_prefix
+
+    good = b'{"t": 1.5, "mono": 2.5, "member": "a", "op": "append", "data": "x"}'
+    line = good.replace(b'"%s": %s' % (field.encode(), b"1.5" if field == "t" else b"2.5"),
+                        b'"%s": %s' % (field.encode(), bad.encode()))
+    assert parse_record_line(good) is not None and line != good
+    assert parse_record_line(line) is None
+    text = b'{"ring": 1, "run": "r"}\n' + good + b"\n" + line + b"\n"
+    assert [no for no, _ in valid_prefix(text)[1]] == [1, 2]

@@ -233,3 +233,19 @@ def test_a_failed_write_leaves_no_delta_without_its_line(tmp_path: Path, monkeyp
     reader = RingReader(tmp_path / "ring")
     assert [(r.t, r.member, r.data) for r in reader.records()] == [(t, m, d) for t, _, m, _, d in kept]
     assert not reader.report.problems
+
+
+def test_a_decode_budget_stops_change_only_lines_inflating() -> None:
+    """A few bytes of "[k,n]=" rebuild a whole line: with a budget, decode rebuilds at most that
+    many bytes, counts the lines it left out, and refuses what comes after (its state is gone)."""
+    key_line = "k, " + ", ".join(f"v{i}" for i in range(300))
+    count = key_line.count(", ") + 1
+    data = key_line + "\n" + f"[0,{count}]\t1\tx\n" + f"[0,{count}]=\n" * 100
+    whole, bad = DeltaDecoder().decode(data)
+    assert bad == 0 and whole.count("\n") == 102
+    dec = DeltaDecoder()
+    text, bad = dec.decode(data, budget=10 * (len(key_line) + 1))
+    assert len(text) <= 10 * (len(key_line) + 1) and whole.startswith(text) and text.endswith("\n")
+    assert text.count("\n") + bad == 102 and dec.over_budget
+    assert dec.decode(f"[0,{count}]=\n") == ("", 1)
+    assert DeltaDecoder().decode(data, budget=len(whole)) == (whole, 0)
