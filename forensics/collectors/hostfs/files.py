@@ -9,7 +9,7 @@ import stat
 
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 
-__all__ = ["MAYBE_MORE", "KeptFiles", "check_socket", "describe_os_error", "read_small", "read_text"]
+__all__ = ["MAYBE_MORE", "KeptFiles", "check_socket", "describe_os_error", "raise_fd_limit", "read_small", "read_text"]
 
 
 def read_small(path: str, limit: int = 1 << 20) -> bytes:
@@ -121,6 +121,11 @@ class KeptFiles:
         """The descriptor kept for ``path`` (None: none kept, e.g. out of descriptors)."""
         return self._fds.get(path)
 
+    def keep_only(self, paths: set[str]) -> None:
+        """Close the descriptors kept for every path not in ``paths`` (a new plan's files)."""
+        for path in [p for p in self._fds if p not in paths]:
+            self.forget(path)
+
     def descriptors(self) -> list[int]:
         """The descriptors kept open now (benchmarks compare against bare preads of them)."""
         return list(self._fds.values())
@@ -133,3 +138,16 @@ class KeptFiles:
             except OSError:
                 pass
         self._fds.clear()
+
+
+def raise_fd_limit(wanted: int) -> None:
+    """Raise this process's soft descriptor limit to ``wanted`` (up to the hard limit) for the
+    descriptors a :class:`KeptFiles` keeps; never lowers it."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ImportError, ValueError, OSError):
+        pass
