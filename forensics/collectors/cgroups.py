@@ -35,7 +35,7 @@ from typing import Any
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, raise_fd_limit, read_small
+from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
 from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
@@ -369,7 +369,7 @@ class CgroupsCollector:
         self._previous = {t.path: self._previous[t.path] for t in plan
                           if t.path in self._previous and self._replanned.get(t.path) == t.files}
         self._replanned = {}
-        raise_fd_limit(sum(len(t.files) for t in plan) + 64)
+        self._files.reserve(sum(len(t.files) for t in plan) + 64)
         return plan
 
     def sample(self, ctx: CollectContext, tick: Tick) -> None:

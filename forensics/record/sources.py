@@ -142,7 +142,7 @@ class CgroupsDriver(_Driver):
     def _hints(self) -> list[str]:
         if self.scan is None:  # /proc/*/cgroup read only where it may have changed (ContainerPidScan)
             self.scan = importlib.import_module(HOSTFS_PROC).ContainerPidScan(self.collector.proc_root)
-        paths = self.scan.paths()
+        paths: list[str] = self.scan.paths()
         paths.extend(p for p in self.extra if p not in paths)
         return paths
 

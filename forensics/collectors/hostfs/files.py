@@ -9,7 +9,7 @@ import stat
 
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 
-__all__ = ["MAYBE_MORE", "KeptFiles", "check_socket", "describe_os_error", "raise_fd_limit", "read_small", "read_text"]
+__all__ = ["MAYBE_MORE", "KeptFiles", "check_socket", "describe_os_error", "read_small", "read_text"]
 
 
 def read_small(path: str, limit: int = 1 << 20) -> bytes:
@@ -117,6 +117,19 @@ class KeptFiles:
             except OSError:
                 pass
 
+    @staticmethod
+    def reserve(wanted: int) -> None:
+        """Raise this process's soft descriptor limit to ``wanted`` (up to the hard limit; never
+        lowered), for the descriptors to keep."""
+        try:
+            import resource
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft != resource.RLIM_INFINITY and soft < wanted:
+                new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+                resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ImportError, ValueError, OSError):
+            pass
+
     def descriptor(self, path: str) -> int | None:
         """The descriptor kept for ``path`` (None: none kept, e.g. out of descriptors)."""
         return self._fds.get(path)
@@ -139,15 +152,3 @@ class KeptFiles:
                 pass
         self._fds.clear()
 
-
-def raise_fd_limit(wanted: int) -> None:
-    """Raise this process's soft descriptor limit to ``wanted`` (up to the hard limit) for the
-    descriptors a :class:`KeptFiles` keeps; never lowers it."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < wanted:
-            new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-    except (ImportError, ValueError, OSError):
-        pass
