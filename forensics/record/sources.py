@@ -13,7 +13,8 @@ Each driver runs inside its source's child process (forensics.record.child) and 
   and one ``proc/window.jsonl`` line; its cgroup path is handed on (hint ``cgroup_paths``).
 - ``cgroups``: ``CgroupsCollector.sample`` each tick (``cgroup/samples.jsonl``: CPU, memory, PIDs,
   PSI of every container and pod cgroup, of GPU processes' cgroups and of the host); the set of
-  cgroups is planned again every ``replan_s`` (new containers).
+  cgroups is planned again every ``replan_s`` when containers came or went (``/proc/*/cgroup`` read
+  only where it may have changed: ``hostfs.proc.ContainerPidScan``; what is planned again stays open).
 - ``kernel``: ``KernelCollector.sample`` each tick (``kernel/kmsg-window.txt`` verbatim,
   ``kernel/window.jsonl`` OOM kills and Xids), resuming after the last sequence number in the ring.
 - ``docker``: :class:`forensics.collectors.docker.follow.DockerFollower` (events as they happen,
