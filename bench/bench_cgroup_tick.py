@@ -13,7 +13,13 @@ tick, ``--interval`` apart, for ``--gating-ticks`` ticks: capture's (every file 
 recorder's (activity gating, ``cgroups.idle_full_s`` 10 s); it prints the CPU per tick of each
 (mean: the gated one's periodic full reads included), their ratio and the lines written.
 
-Run: ``python bench/bench_cgroup_tick.py [--cgroups 200] [--ticks 30] [--gating --active 25]``
+With ``--replan`` (real cgroups only; each cgroup holds a sleeping process), the recorder's own
+cgroups driver (forensics.record.sources.CgroupsDriver) samples them: it prints the CPU of a plain
+tick, of a tick that scans ``/proc`` again (every ``replan_s``, containers unchanged) and of one that
+also plans again (a container came or went): the re-plan's share at 1 Hz follows from how often
+each happens.
+
+Run: ``python bench/bench_cgroup_tick.py [--cgroups 200] [--ticks 30] [--gating --active 25] [--replan]``
 """
 
 from __future__ import annotations
@@ -93,6 +99,38 @@ def gating(paths: list[str], work: Path, ticks: int, interval: float) -> None:
     print(f"gated / every file: {mean['gated'] / mean['every file']:.2f}x CPU")
 
 
+def replan(ticks: int) -> None:
+    """The recorder's cgroups driver over the populated cgroups: a plain tick, a /proc scan, a re-plan."""
+    from forensics.record.child import RecordSink
+    from forensics.record.sources import CgroupsDriver
+
+    driver, sink = CgroupsDriver(), RecordSink()
+    ctx = CollectContext(CaptureOptions(interval_s=1.0), sink, Redactor(True), {})
+    driver.start(ctx)
+    cpu: dict[str, list[float]] = {"plain tick": [], "tick with a /proc scan": [], "tick with a re-plan": []}
+    for index in range(3 * ticks + 2):
+        kind = list(cpu)[index % 3]
+        if index > 1 and kind != "plain tick":
+            driver.planned = float("-inf")  # replan_s is up
+            if kind == "tick with a re-plan":
+                driver.paths = []  # as if a container came or went
+        c0 = time.process_time()
+        driver.tick(ctx, Tick(index, time.time()))
+        if index > 1:  # the first ticks plan and open the files
+            cpu[kind].append(time.process_time() - c0)
+        sink.take_bytes()
+        time.sleep(0.05)
+    driver.collector.end_sampling(ctx)
+    median = {kind: sorted(v)[len(v) // 2] for kind, v in cpu.items()}
+    for kind, value in median.items():
+        print(f"[driver] {kind}: CPU {value * 1e3:.2f} ms (median of {ticks})")
+    scan, plan = (median["tick with a /proc scan"] - median["plain tick"],
+                  median["tick with a re-plan"] - median["plain tick"])
+    print(f"[driver] per replan_s ({driver.replan_s:g} s) at 1 Hz: a scan adds {scan * 100 / driver.replan_s:.3f}% "
+          f"of one core, a re-plan every replan_s {plan * 100 / driver.replan_s:.3f}% (target: all of the "
+          f"recorder under 0.5%)")
+
+
 def remove_real(tag: str) -> None:
     for root in ROOTS:
         top = root / tag
@@ -126,6 +164,7 @@ def main() -> None:
     parser.add_argument("--active", type=float, default=0.0, metavar="PCT", help="with --gating: share of waking cgroups")
     parser.add_argument("--interval", type=float, default=1.0, help="with --gating: seconds between ticks")
     parser.add_argument("--gating-ticks", type=int, default=40)
+    parser.add_argument("--replan", action="store_true", help="the recorder's driver: scan and re-plan costs")
     args = parser.parse_args()
     procs: list[subprocess.Popen[bytes]] = []
     tag = f"gpuforensics-bench-{os.getpid()}"
@@ -199,6 +238,12 @@ def main() -> None:
             procs = populate(paths, round(len(paths) * args.active / 100))
             print(f"gating: {len(paths)} cgroups with one process each, {args.active:g}% waking every 0.2 s")
             gating(paths, work, args.gating_ticks, args.interval)
+        if args.replan and kind.startswith("real"):
+            if not procs:
+                procs = populate(paths, 0)
+            print(f"re-plan: {len(paths)} cgroups with one sleeping process each, "
+                  f"{sum(1 for n in os.listdir('/proc') if n.isdigit())} PIDs")
+            replan(args.ticks)
     finally:
         for p in procs:
             p.kill()

@@ -182,6 +182,7 @@ class CgroupsCollector:
         # gated cgroup -> [monotonic time of its last line, its activity files' bytes then, wall
         # time of the last tick that found them unchanged (None: none since)]
         self._quiet: dict[str, list[Any]] = {}
+        self._replanned: dict[str, list[Any]] = {}  # the last plan's files per cgroup (replan())
 
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
@@ -343,9 +344,9 @@ class CgroupsCollector:
     # -- sampling ----------------------------------------------------------------------------
     def _start_sampling(self, ctx: CollectContext) -> list[_Target]:
         plan, _ = self._build_plan(ctx)
-        gating = self.activity_gating
-        for target in plan:  # files absent now are absent for the whole window
-            files = [f for f in target.files if f[4] and os.path.exists(f[3])]
+        gating, kept = self.activity_gating, self._files.descriptor
+        for target in plan:  # files absent now are absent for the whole window (a kept one was there)
+            files = [f for f in target.files if f[4] and (kept(f[3]) is not None or os.path.exists(f[3]))]
             if any(f[0] == "unified" and f[2] == "cpu.stat" for f in files):
                 # hybrid: the unified cpu.stat carries usage: cpuacct.usage is skipped, or read by
                 # gating as an activity counter only (the tasks may be in either hierarchy)
@@ -362,7 +363,13 @@ class CgroupsCollector:
                 target.gate = gate
         self._idle_full_s = SPEC.read_settings(ctx.options.extra).idle_full_s
         self._quiet = {t.path: self._quiet[t.path] for t in plan if t.path in self._quiet}
-        _raise_fd_limit(sum(len(t.files) for t in plan) + 64)
+        # what is planned again keeps its descriptors and its previous line (same files only)
+        self._files.keep_only({f[3] for t in plan for f in t.files})
+        self._parsed = {f[3]: self._parsed[f[3]] for t in plan for f in t.files if f[3] in self._parsed}
+        self._previous = {t.path: self._previous[t.path] for t in plan
+                          if t.path in self._previous and self._replanned.get(t.path) == t.files}
+        self._replanned = {}
+        self._files.reserve(sum(len(t.files) for t in plan) + 64)
         return plan
 
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
@@ -473,28 +480,19 @@ class CgroupsCollector:
         return f"{start}{head}{values_json}}}"
 
     def replan(self, ctx: CollectContext) -> None:
-        """Forget the plan and the kept descriptors (the next tick plans again); what gating knows
-        of the cgroups planned again is kept (the recorder re-plans on new containers)."""
-        self._files.close()
-        self._previous.clear()
-        self._parsed.clear()
+        """The next tick plans again (the recorder's, on new or gone containers); the kept
+        descriptors, parses and gating state of the cgroups planned again are kept, the others go."""
+        if self._plan is not None:
+            self._replanned = {t.path: t.files for t in self._plan}
         self._plan = None
 
     def end_sampling(self, ctx: CollectContext) -> None:
-        self.replan(ctx)  # and forget what gating knew
+        self._files.close()  # and forget what gating knew
+        self._previous.clear()
+        self._parsed.clear()
+        self._plan = None
         self._quiet.clear()
         self._last_tick = None
-
-
-def _raise_fd_limit(wanted: int) -> None:
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < wanted:
-            new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-    except (ImportError, ValueError, OSError):
-        pass
 
 
 COLLECTOR = CgroupsCollector()

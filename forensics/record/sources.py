@@ -13,7 +13,8 @@ Each driver runs inside its source's child process (forensics.record.child) and 
   and one ``proc/window.jsonl`` line; its cgroup path is handed on (hint ``cgroup_paths``).
 - ``cgroups``: ``CgroupsCollector.sample`` each tick (``cgroup/samples.jsonl``: CPU, memory, PIDs,
   PSI of every container and pod cgroup, of GPU processes' cgroups and of the host); the set of
-  cgroups is planned again every ``replan_s`` (new containers).
+  cgroups is planned again every ``replan_s`` when containers came or went (``/proc/*/cgroup`` read
+  only where it may have changed: ``hostfs.proc.ContainerPidScan``; what is planned again stays open).
 - ``kernel``: ``KernelCollector.sample`` each tick (``kernel/kmsg-window.txt`` verbatim,
   ``kernel/window.jsonl`` OOM kills and Xids), resuming after the last sequence number in the ring.
 - ``docker``: :class:`forensics.collectors.docker.follow.DockerFollower` (events as they happen,
@@ -137,15 +138,12 @@ class CgroupsDriver(_Driver):
         self.extra: list[str] = []
         self.known: set[str] = set()
         self.paths: list[str] = []  # the cgroups the plan was made from
+        self.scan: Any = None
 
     def _hints(self) -> list[str]:
-        proc = importlib.import_module(HOSTFS_PROC)
-        attributed_paths, scan_proc_cgroups = proc.attributed_paths, proc.scan_proc_cgroups
-
-        paths: list[str] = []
-        for entry in scan_proc_cgroups(self.collector.proc_root):
-            if entry.attribution.kind in ("container", "pod"):
-                paths.extend(p for p in attributed_paths(entry) if p not in paths)
+        if self.scan is None:  # /proc/*/cgroup read only where it may have changed (ContainerPidScan)
+            self.scan = importlib.import_module(HOSTFS_PROC).ContainerPidScan(self.collector.proc_root)
+        paths: list[str] = self.scan.paths()
         paths.extend(p for p in self.extra if p not in paths)
         return paths
 
@@ -160,7 +158,7 @@ class CgroupsDriver(_Driver):
             paths = self._hints()
             self.planned = now
             if fresh or paths != self.paths:  # new or gone containers: plan again
-                self.collector.replan(ctx)  # forget the plan and the kept-open descriptors
+                self.collector.replan(ctx)  # plan again (what is planned again stays open)
                 self.paths = paths
         ctx.hints[CGROUP_PATHS.key] = self.paths
         self.collector.sample(ctx, tick)

@@ -117,9 +117,27 @@ class KeptFiles:
             except OSError:
                 pass
 
+    @staticmethod
+    def reserve(wanted: int) -> None:
+        """Raise this process's soft descriptor limit to ``wanted`` (up to the hard limit; never
+        lowered), for the descriptors to keep."""
+        try:
+            import resource
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft != resource.RLIM_INFINITY and soft < wanted:
+                new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+                resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ImportError, ValueError, OSError):
+            pass
+
     def descriptor(self, path: str) -> int | None:
         """The descriptor kept for ``path`` (None: none kept, e.g. out of descriptors)."""
         return self._fds.get(path)
+
+    def keep_only(self, paths: set[str]) -> None:
+        """Close the descriptors kept for every path not in ``paths`` (a new plan's files)."""
+        for path in [p for p in self._fds if p not in paths]:
+            self.forget(path)
 
     def descriptors(self) -> list[int]:
         """The descriptors kept open now (benchmarks compare against bare preads of them)."""
@@ -133,3 +151,4 @@ class KeptFiles:
             except OSError:
                 pass
         self._fds.clear()
+
