@@ -30,6 +30,7 @@ Each driver runs inside its source's child process (forensics.record.child) and 
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -147,6 +148,18 @@ class CgroupsDriver(_Driver):
         paths.extend(p for p in self.extra if p not in paths)
         return paths
 
+    def _forget_gone(self) -> None:
+        """A GPU process's cgroup (handed over by the procfs source) whose planned directories are
+        all gone leaves the plan: GPU jobs come and go all day, and it would stay planned, one line a
+        tick, for the recorder's life. (A scanned container's cgroup goes with its processes.)"""
+        if not self.extra:
+            return
+        dirs = {t.path: {os.path.dirname(f[3]) for f in t.files} for t in self.collector._plan or ()}
+        gone = {p for p in self.extra if p in dirs and not any(os.path.isdir(d) for d in dirs[p])}
+        if gone:
+            self.extra = [p for p in self.extra if p not in gone]
+            self.known -= gone
+
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
         fresh = [p for p in CGROUP_PATHS.read(ctx) if p not in self.known]
         ctx.hints[CGROUP_PATHS.key] = []
@@ -155,6 +168,7 @@ class CgroupsDriver(_Driver):
             self.extra.extend(fresh)
         now = time.monotonic()
         if fresh or now - self.planned >= self.replan_s:
+            self._forget_gone()
             paths = self._hints()
             self.planned = now
             if fresh or paths != self.paths:  # new or gone containers: plan again

@@ -125,3 +125,36 @@ def test_removed_at_once_new_within_replan_s_and_the_others_kept_open(host: Host
     assert all(driver.collector._files.descriptor(f) is None for f in gone_files)  # the removed one's closed
     assert "errors" not in seen[new] and seen[new]["values"]["memory"]
     driver.collector.end_sampling(ctx)
+
+
+def test_a_gpu_process_cgroup_that_is_gone_is_forgotten(host: Host, tmp_path: Path) -> None:
+    """A GPU process's cgroup handed over by the procfs source is planned even when no /proc scan
+    finds it; once its directories are gone it must leave the plan, not stay there for the rest of
+    the recorder's life with an empty line every tick (GPU jobs come and go all day)."""
+    from forensics.specs.hints import CGROUP_PATHS
+
+    path = f"/{host.tag}/docker-{secrets.token_hex(32)}.scope"  # no process in it: no scan finds it
+    for h in HIERARCHIES:
+        (V1 / h / path.lstrip("/")).mkdir(parents=True)
+    driver = CgroupsDriver()
+    driver.replan_s = REPLAN_S
+    sink = RecordSink()
+    ctx = make_context(tmp_path, interval_s=STEP_S)
+    ctx.sink = sink
+    driver.start(ctx)
+    CGROUP_PATHS.publish(ctx, [path])
+    driver.tick(ctx, Tick(0, time.time()))
+    assert path in driver.extra and path in [t.path for t in driver.collector._plan]
+    for h in HIERARCHIES:
+        (V1 / h / path.lstrip("/")).rmdir()
+    started, index = time.monotonic(), 1
+    while path in driver.extra:
+        assert time.monotonic() - started < REPLAN_S + 3.0, "the gone cgroup stayed planned"
+        driver.tick(ctx, Tick(index, time.time()))
+        index += 1
+        time.sleep(STEP_S)
+    sink.take_bytes()
+    driver.tick(ctx, Tick(index, time.time()))
+    lines = [json.loads(line) for rec in sink.take_bytes() for line in rec[4].splitlines()]
+    assert path not in {line["cgroup"] for line in lines}
+    driver.collector.end_sampling(ctx)
