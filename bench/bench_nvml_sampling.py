@@ -83,19 +83,11 @@ RECORDER_TARGET = 0.005
 NVML_SHARE_TARGET = 0.002
 
 
-class EncodedRecordSink(RecordSink):
-    """RecordSink with ``append_encoded_jsonl`` (a line with its bytes made: the sampler's
-    LineEncoder), as proposed for forensics/record/child.py; used only where RecordSink lacks it."""
+class PlainRecordSink(RecordSink):
+    """RecordSink without ``append_encoded_jsonl``: the sampler then encodes every line with
+    dumps_json (the comparison the encoded figure is measured against)."""
 
-    def append_encoded_jsonl(self, member: str, obj: Any, data: bytes) -> None:
-        if self.watch is not None:
-            self.watch(member, obj)
-        if member in self.summarized:
-            assert self.summarize is not None
-            got = self.summarize(member, obj)
-            self._add(member, "append", data, [] if got is None else [got])
-        else:
-            self._add(member, "append", data)
+    append_encoded_jsonl = None  # type: ignore[assignment]
 
 
 def recorder_child_ticks(lib: Path, ticks: int, interval: float,
@@ -104,7 +96,7 @@ def recorder_child_ticks(lib: Path, ticks: int, interval: float,
     the live state; ``encoded``: one that takes the sampler's encoded lines): (whole tick, the
     sink's encoding + summaries, per-tick KiB of member bytes, the last tick's bytes)."""
     opts = CaptureOptions(duration_s=ticks, interval_s=interval, nvml_library=str(lib), timeout_s=600)
-    kind = EncodedRecordSink if encoded and not hasattr(RecordSink, "append_encoded_jsonl") else RecordSink
+    kind = RecordSink if encoded else PlainRecordSink
     sink = kind(summarize=live.summarize, summarized=live.SUMMARIZED)
     ctx = CollectContext(opts, sink, Redactor(), {}, time.monotonic() + 3600, "nvml")
     driver = NvmlDriver()
