@@ -41,7 +41,14 @@ class Host:
         for h in HIERARCHIES:
             (V1 / h / path.lstrip("/")).mkdir(parents=True)
         enter = "; ".join(f'echo $$ > "{V1 / h}{path}/cgroup.procs"' for h in HIERARCHIES)
-        self.procs[path] = subprocess.Popen(["sh", "-c", f"{enter}; exec sleep 600"])
+        proc = self.procs[path] = subprocess.Popen(["sh", "-c", f"{enter}; exec sleep 600"])
+        deadline = time.monotonic() + 10  # in its cgroups before anyone looks (as runc does it)
+        while f"memory:{path}" not in Path(f"/proc/{proc.pid}/cgroup").read_text().replace("memory,", ""):
+            assert time.monotonic() < deadline, "the container's process never entered its cgroup"
+            time.sleep(0.01)
+        while "sleep" not in Path(f"/proc/{proc.pid}/cmdline").read_text():
+            assert time.monotonic() < deadline, "the container's process never became sleep"
+            time.sleep(0.01)
         return path
 
     def remove(self, path: str) -> None:
@@ -58,6 +65,16 @@ class Host:
                     break
                 except OSError:
                     time.sleep(0.1)
+
+
+@pytest.fixture
+def drivers() -> Iterator[list[CgroupsDriver]]:
+    """The drivers a test made: their kept descriptors (every container cgroup's files on the host,
+    thousands on a busy one) closed whatever the outcome, or the test process runs out of them."""
+    made: list[CgroupsDriver] = []
+    yield made
+    for driver in made:
+        driver.collector._files.close()
 
 
 @pytest.fixture
@@ -79,9 +96,11 @@ def host() -> Iterator[Host]:
 
 
 def test_removed_at_once_new_within_replan_s_and_the_others_kept_open(host: Host, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      drivers: list[CgroupsDriver]) -> None:
     kept_one, gone = host.start(), host.start()
     driver = CgroupsDriver()
+    drivers.append(driver)
     driver.replan_s = REPLAN_S
     sink = RecordSink()
     ctx = make_context(tmp_path, interval_s=STEP_S)
@@ -127,7 +146,8 @@ def test_removed_at_once_new_within_replan_s_and_the_others_kept_open(host: Host
     driver.collector.end_sampling(ctx)
 
 
-def test_a_gpu_process_cgroup_that_is_gone_is_forgotten(host: Host, tmp_path: Path) -> None:
+def test_a_gpu_process_cgroup_that_is_gone_is_forgotten(host: Host, tmp_path: Path,
+                                                        drivers: list[CgroupsDriver]) -> None:
     """A GPU process's cgroup handed over by the procfs source is planned even when no /proc scan
     finds it; once its directories are gone it must leave the plan, not stay there for the rest of
     the recorder's life with an empty line every tick (GPU jobs come and go all day)."""
@@ -137,6 +157,7 @@ def test_a_gpu_process_cgroup_that_is_gone_is_forgotten(host: Host, tmp_path: Pa
     for h in HIERARCHIES:
         (V1 / h / path.lstrip("/")).mkdir(parents=True)
     driver = CgroupsDriver()
+    drivers.append(driver)
     driver.replan_s = REPLAN_S
     sink = RecordSink()
     ctx = make_context(tmp_path, interval_s=STEP_S)
