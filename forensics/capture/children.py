@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import time
 import traceback
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.capture.lifeline import fork_child
+from forensics.capture.lifeline import fork_child, wait_readable
 from forensics.errors import (
     CollectorError,
     SourcePermissionDenied,
@@ -120,7 +119,7 @@ class ChildPool:
             fds = list(self.children)
             wait = max(0.0, min(min(c.deadline for c in self.children.values()) - now, 0.25))
             try:
-                ready, _, _ = select.select(fds, [], [], wait)
+                ready = wait_readable(fds, wait)
             except InterruptedError:
                 ready = []
             for fd in ready:

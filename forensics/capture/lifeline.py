@@ -18,12 +18,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import select
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["die_with_parent", "enter_child", "fork_child", "malloc_trim", "parent_death_signal", "run_tied"]
+__all__ = ["die_with_parent", "enter_child", "fork_child", "malloc_trim", "parent_death_signal", "run_tied",
+           "wait_readable"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
@@ -132,3 +134,14 @@ def run_tied(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess
 
     return subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False,
                           stdin=subprocess.DEVNULL, preexec_fn=arm)
+
+
+def wait_readable(fds: Iterable[int], timeout_s: float) -> list[int]:
+    """The descriptors of ``fds`` that can be read (data, end of file or an error) within
+    ``timeout_s``: the children's pipes a capture or the recorder waits on. poll(2), not select(2),
+    which refuses any descriptor above 1023 (a process that keeps thousands of cgroup files open,
+    or a capture started by a tool that holds many, would fail there: ValueError)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(timeout_s, 0.0) * 1000.0)]

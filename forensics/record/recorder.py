@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gc
 import os
-import select
 import signal
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
-from forensics.capture.lifeline import malloc_trim
+from forensics.capture.lifeline import malloc_trim, wait_readable
 from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
 from forensics.record.options import RecordOptions
 from forensics.record.sources import DELTA_MEMBERS, make_driver, preload
@@ -329,7 +328,7 @@ class Recorder:
             if left <= 0:
                 return
             try:
-                ready, _, _ = select.select(list(fds), [], [], left) if fds else ([], [], [])
+                ready = wait_readable(fds, left) if fds else []
                 if not fds:
                     time.sleep(min(left, 0.2))
             except InterruptedError:
@@ -431,7 +430,7 @@ class Recorder:
             for st in self.sources.values():
                 if st.proc is None:
                     continue
-                r, _, _ = select.select([st.proc.out_fd], [], [], 0.05)
+                r = wait_readable([st.proc.out_fd], 0.05)
                 if r:
                     try:
                         for msg in st.proc.frames():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import signal
 import subprocess
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from forensics.bundle.leftovers import owner_token
 from forensics.capture.context import CaptureOptions, CollectContext, Tick
+from forensics.capture.lifeline import wait_readable
 from forensics.capture.runner import CaptureResult, run_capture
 
 
@@ -113,7 +113,7 @@ class ChildCapture:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"capture child {self.pid} still running after {timeout} s")
-                ready, _, _ = select.select([self._fd], [], [], left)
+                ready = wait_readable([self._fd], left)
                 if not ready:
                     continue
                 chunk = os.read(self._fd, 1 << 16)

@@ -365,3 +365,24 @@ def test_manifest_records_the_capture(capture: Capture) -> None:
     assert abs(res.manifest["host"]["captured_at_unix"] - t0) < 30
     assert res.manifest["host"]["hostname"] == os.uname().nodename
     assert res.manifest["collectors"][0]["started"].endswith("Z")
+
+
+def test_a_capture_started_with_many_descriptors_open(capture: Capture) -> None:
+    """A capture started by a process that holds many descriptors (an agent, a recorder child that
+    keeps thousands of cgroup files) gets its collectors' pipes numbered above 1023, which select(2)
+    refuses: the waits poll instead (lifeline.wait_readable)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1200, hard), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) > 1023
+        res = capture([SamplingCollector("gpu")], duration_s=0.8, interval_s=0.4)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert statuses(res)["gpu"]["status"] == "ok", statuses(res)
+    assert statuses(res)["gpu"]["sampling"]["ticks"] == 3
