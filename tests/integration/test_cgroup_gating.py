@@ -28,11 +28,10 @@ from forensics.specs import cgroups as cgroups_spec
 from tests.support.env import is_root, need
 from tests.support.polling import wait_for
 from tests.support.record_support import members, record_lines, start_recorder, wait_for_writer
+from tests.support.v1_cgroups import HIERARCHIES, V1, enter_command, make_dirs, remove_dirs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-V1 = Path("/sys/fs/cgroup")
-HIERARCHIES = ("cpu", "cpuacct", "memory", "pids")
 INTERVAL_S = 0.5
 IDLE_FULL_S = 3.0
 BUSY_S = 4.0
@@ -51,23 +50,6 @@ class Containers:
     proc: subprocess.Popen[str]
 
 
-def _enter(path: str) -> str:
-    return "; ".join(f'echo $$ > "{V1 / h}{path}/cgroup.procs"' for h in HIERARCHIES)
-
-
-def _rmdirs(path: str) -> None:
-    for h in HIERARCHIES:
-        d = V1 / h / path.lstrip("/")
-        for _ in range(50):
-            try:
-                d.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
-
-
 @pytest.fixture
 def containers() -> Iterator[Containers]:
     need(is_root(), "root (creates cgroups)")
@@ -78,12 +60,11 @@ def containers() -> Iterator[Containers]:
     procs: list[subprocess.Popen[Any]] = []
     try:
         for path in (idle, waker):
-            for h in HIERARCHIES:
-                (V1 / h / path.lstrip("/")).mkdir(parents=True)
+            make_dirs(path)
         (V1 / "cpu" / waker.lstrip("/") / "cpu.cfs_period_us").write_text("100000")
         (V1 / "cpu" / waker.lstrip("/") / "cpu.cfs_quota_us").write_text("10000")  # 0.1 CPU
-        procs.append(subprocess.Popen(["sh", "-c", f"{_enter(idle)}; exec sleep 600"]))
-        procs.append(subprocess.Popen(["sh", "-c", f'{_enter(waker)}; exec "{sys.executable}" -c "{_WAKER}"'],
+        procs.append(subprocess.Popen(["sh", "-c", f"{enter_command(idle)}; exec sleep 600"]))
+        procs.append(subprocess.Popen(["sh", "-c", f'{enter_command(waker)}; exec "{sys.executable}" -c "{_WAKER}"'],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         yield Containers(tag, idle, waker, procs[0], procs[1])
     finally:
@@ -92,7 +73,7 @@ def containers() -> Iterator[Containers]:
                 p.kill()
             p.wait(timeout=10)
         for path in (idle, waker):
-            _rmdirs(path)
+            remove_dirs(path)
         for h in HIERARCHIES:
             try:
                 (V1 / h / tag).rmdir()
@@ -146,7 +127,7 @@ def test_quiet_cgroups_are_sparse_and_analysis_finds_the_same_throttling(contain
         time.sleep(2.0)
         containers.sleeper.kill()  # the idle container goes away
         containers.sleeper.wait(timeout=10)
-        _rmdirs(containers.idle)
+        remove_dirs(containers.idle)
         removed = time.time()
         wait_for(lambda: any("errors" in line for line in _lines(gated, containers.idle)), timeout=30.0)
     finally:

@@ -22,10 +22,9 @@ from forensics.record.child import RecordSink
 from forensics.record.sources import CgroupsDriver
 from tests.support.env import is_root, need
 from tests.support.host_evidence import make_context
+from tests.support.v1_cgroups import HIERARCHIES, V1, enter_command, make_dirs, remove_dirs
 
 pytestmark = [pytest.mark.root]
-V1 = Path("/sys/fs/cgroup")
-HIERARCHIES = ("cpu", "cpuacct", "memory", "pids")
 REPLAN_S = 1.0
 STEP_S = 0.2
 
@@ -38,10 +37,8 @@ class Host:
     def start(self) -> str:
         """A container: its cgroup in every hierarchy and one sleeping process in it."""
         path = f"/{self.tag}/docker-{secrets.token_hex(32)}.scope"
-        for h in HIERARCHIES:
-            (V1 / h / path.lstrip("/")).mkdir(parents=True)
-        enter = "; ".join(f'echo $$ > "{V1 / h}{path}/cgroup.procs"' for h in HIERARCHIES)
-        proc = self.procs[path] = subprocess.Popen(["sh", "-c", f"{enter}; exec sleep 600"])
+        make_dirs(path)
+        proc = self.procs[path] = subprocess.Popen(["sh", "-c", f"{enter_command(path)}; exec sleep 600"])
         deadline = time.monotonic() + 10  # in its cgroups before anyone looks (as runc does it)
         while f"memory:{path}" not in Path(f"/proc/{proc.pid}/cgroup").read_text().replace("memory,", ""):
             assert time.monotonic() < deadline, "the container's process never entered its cgroup"
@@ -55,16 +52,7 @@ class Host:
         proc = self.procs.pop(path)
         proc.kill()
         proc.wait(timeout=10)
-        for h in HIERARCHIES:
-            d = V1 / h / path.lstrip("/")
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        remove_dirs(path)
 
 
 @pytest.fixture
@@ -154,8 +142,7 @@ def test_a_gpu_process_cgroup_that_is_gone_is_forgotten(host: Host, tmp_path: Pa
     from forensics.specs.hints import CGROUP_PATHS
 
     path = f"/{host.tag}/docker-{secrets.token_hex(32)}.scope"  # no process in it: no scan finds it
-    for h in HIERARCHIES:
-        (V1 / h / path.lstrip("/")).mkdir(parents=True)
+    make_dirs(path)
     driver = CgroupsDriver()
     drivers.append(driver)
     driver.replan_s = REPLAN_S
