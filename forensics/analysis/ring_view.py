@@ -121,8 +121,8 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             if prov is not None:
                 out.problems.append(f"{name}: {member} is not listed in {PROVENANCE}: its SHA-256 is not checked "
                                     "against the ring index")
-        elif hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            out.problems.append(f"{name}: {member}: SHA-256 {hashlib.sha256(data).hexdigest()} does not match the "
+        elif (digest := hashlib.sha256(data).hexdigest()) != entry.get("sha256"):
+            out.problems.append(f"{name}: {member}: SHA-256 {digest} does not match the "
                                 f"ring's ({entry.get('sha256')}, {PROVENANCE}): the segment was altered after "
                                 "capture; its records are left out")
             continue
