@@ -33,6 +33,15 @@ class NamespaceFiles:
         self._kept: dict[int, int] = {}  # pid -> pidfd
         self._fds: dict[int, int] = {}  # pid -> the kept descriptor of its net/dev, once opened
 
+    @property
+    def watched(self) -> bool:
+        """Whether processes are watched by pidfds (this /proc, pidfd_open there): :meth:`alive` knows."""
+        return self.proc_root == "/proc" and hasattr(os, "pidfd_open")
+
+    def alive(self, pid: int) -> bool:
+        """Whether ``pid``'s descriptor is kept and its process had not exited at the last :meth:`reap`."""
+        return pid in self._kept
+
     def reap(self) -> None:
         """Close the descriptors of processes that exited since the last tick."""
         if not self._pidfds:
