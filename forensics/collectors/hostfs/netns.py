@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+from collections.abc import Mapping
 
 from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, read_small
 
@@ -38,9 +39,10 @@ class NamespaceFiles:
         """Whether processes are watched by pidfds (this /proc, pidfd_open there): :meth:`alive` knows."""
         return self.proc_root == "/proc" and hasattr(os, "pidfd_open")
 
-    def alive(self, pid: int) -> bool:
-        """Whether ``pid``'s descriptor is kept and its process had not exited at the last :meth:`reap`."""
-        return pid in self._kept
+    @property
+    def alive_pids(self) -> Mapping[int, int]:
+        """The PIDs whose descriptors are kept, their processes not exited at the last :meth:`reap`."""
+        return self._kept
 
     def reap(self) -> None:
         """Close the descriptors of processes that exited since the last tick."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.capture.context import Tick
-from forensics.collectors.hostfs.files import KeptFiles, describe_os_error, read_small
+from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.netns import NamespaceFiles
 from forensics.collectors.net.links import LinkWatch
 from forensics.collectors.net.peers import veth_peers
@@ -44,6 +44,7 @@ __all__ = ["TICK_IB_COUNTERS", "Namespace", "Plan", "Port", "TickReader"]
 # read on every tick (the others once, in the snapshot)
 TICK_IB_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_wait", "symbol_error", "link_downed",
                     "port_rcv_errors", "port_xmit_discards", "link_error_recovery")
+_NET_DEV_COUNTERS = len(netstat.NET_DEV_FIELDS)
 _DISK_RATES = {"read_bytes": "read_bytes_per_s", "write_bytes": "write_bytes_per_s"}
 
 
@@ -95,6 +96,35 @@ def _nic_rates(rx: int, tx: int, then: tuple[int, int], dt: float, speed: int | 
     return r
 
 
+def _dev_counts(data: bytes, memo: dict[bytes, tuple[str, int, int]]) -> dict[str, tuple[int, int]] | None:
+    """A namespace's ``net/dev`` as read: ``{iface: (rx_bytes, tx_bytes)}``, what
+    :func:`~forensics.parsing.netstat.net_dev_bytes` gives, each line checked as it checks one
+    (``memo``: lines parsed before, the same bytes parsed once); None where a line does not parse
+    (the caller asks net_dev_bytes what to say)."""
+    out: dict[str, tuple[int, int]] = {}
+    lines = data.split(b"\n")
+    if len(lines) > 100_000:
+        return None
+    for number, raw in enumerate(lines):
+        known = memo.get(raw)
+        if known is None:
+            if not raw:
+                continue
+            if b"|" in raw:
+                if number < 2:
+                    continue  # the two header lines
+                return None
+            try:
+                counts = netstat.net_dev_line(raw)
+            except ParseError:
+                return None
+            if counts is None:
+                continue
+            known = memo[raw] = counts
+        out[known[0]] = (known[1], known[2])
+    return out
+
+
 def _per_s(now: int, then: int | None, dt: float, scale: int = 1) -> int | None:
     """A counter's rate in whole units a second (an int: a byte a second is finer than any link
     cares about, and encodes in half the time of a float); None over a reset."""
@@ -115,6 +145,7 @@ class TickReader:
         # /proc/net/dev: each interface's line as last read, and its (rx, tx) bytes then
         self._nic_lines: dict[bytes, bytes] = {}
         self._nic_known: set[bytes] = set()  # the lines of _nic_lines (a line read as last tick is in it)
+        self._nic_faults: dict[bytes, list[bytes]] = {}  # _faults of a line of _nic_lines, where known
         self._nic_bytes: dict[str, tuple[int, int]] = {}
         self._nic_path = f"{proc_root}/net/dev"
         self._opers = [(iface, f"{sysfs_root}/class/net/{iface}/operstate") for iface in plan.interfaces]
@@ -127,6 +158,8 @@ class TickReader:
         self._ib = [(f"{p.device}/{p.port}", p, [(n, f"{p.directory}/counters/{n}") for n in TICK_IB_COUNTERS],
                      f"{p.directory}/state") for p in plan.ports]
         self._ib_last: dict[str, dict[str, Any]] = {}
+        self._ib_fds: dict[str, int] = {}  # each counter's kept descriptor, once it read short
+        self._ib_states: dict[bytes, str | None] = {}  # a port's state file as read, parsed
         self._disk_lines: dict[bytes, tuple[str, dict[str, int | str]]] = {}
         self._disks_last: dict[str, dict[str, Any]] = {}
         # each namespace's net/dev as last written (one that reads the same is not repeated in the line)
@@ -146,7 +179,9 @@ class TickReader:
         self._nic_same = False  # this tick's /proc/net/dev has the same interfaces as the last
         self._veth_of: dict[int, bytes] = {}
         self._veth_seen: dict[int, tuple[bytes, float]] = {}
-        self._quiet_until: dict[int, float] = {}
+        self._quiet: set[int] | None = None  # the namespaces the last tick left unread
+        self._ns_t: float | None = None  # the last tick's time
+        self._dev_memo: dict[bytes, tuple[str, int, int]] = {}  # a namespace's net/dev line, parsed
 
     def close(self) -> None:
         """Close the descriptors kept open across ticks."""
@@ -172,6 +207,15 @@ class TickReader:
         if errors:
             line["errors"] = errors
         return line
+
+    def _read_kept(self, path: str) -> bytes:
+        """A file through its kept descriptor (KeptFiles.read), that descriptor then read bare
+        while the file stays short (:meth:`_ports`)."""
+        data = self._files.read(path)
+        fd = self._files.descriptor(path)
+        if fd is not None and 0 < len(data) <= MAYBE_MORE:
+            self._ib_fds[path] = fd
+        return data
 
     def _read(self, path: str, errors: dict[str, str]) -> bytes | None:
         try:
@@ -238,7 +282,7 @@ class TickReader:
         if not previous:
             return False
         head = raws[:2]
-        parsed: list[tuple[bytes, bytes, str, int, int]] = []
+        parsed: list[tuple[bytes, bytes, list[bytes]]] = []
         for raw in fresh:
             if not raw:
                 continue
@@ -246,15 +290,15 @@ class TickReader:
                 if any(raw is h for h in head):
                     continue  # a header line, as the kernel writes it on lines 1 and 2
                 return False
-            try:
-                counts = netstat.net_dev_line(raw)
-            except ParseError:
+            # checked as netstat.net_dev_line checks a line, split once
+            name, sep, rest = raw.partition(b":")
+            fields = rest.split()
+            key = name.strip()
+            if not sep or len(fields) != _NET_DEV_COUNTERS or not key or not b"".join(fields).isdigit() \
+                    or (len(rest) > 400 and max(map(len, fields)) > 40) or key not in previous:
                 return False
-            key = raw.partition(b":")[0].strip()
-            if counts is None or key not in previous:
-                return False
-            parsed.append((key, raw, *counts))
-        moved = {key for key, *_ in parsed}
+            parsed.append((key, raw, fields))
+        moved = {key for key, _, _ in parsed}
         if len(moved) != len(parsed):
             return False  # one interface on two lines
         known = self._nic_known
@@ -263,14 +307,19 @@ class TickReader:
                 return False
         changed: dict[str, str] = {}
         faulted: list[str] = []
-        last_bytes, speeds = self._nic_bytes, self._speeds
-        for key, raw, iface, rx, tx in parsed:
+        last_bytes, speeds, fault_counts = self._nic_bytes, self._speeds, self._nic_faults
+        for key, raw, fields in parsed:
             was = previous[key]
             known.discard(was)
             known.add(raw)
             previous[key] = raw  # the same interfaces in the same order: the dict keeps the file's
+            iface = key.decode("utf-8", "replace")
+            rx, tx = int(fields[0]), int(fields[8])
             changed[iface] = raw.decode("utf-8", "replace")
-            if _faults(was) != _faults(raw):
+            faults = fields[2:6] + fields[10:15]  # as _faults
+            before = fault_counts.get(key)
+            fault_counts[key] = faults
+            if (before if before is not None else _faults(was)) != faults:
                 faulted.append(iface)
             then = last_bytes.get(iface)
             last_bytes[iface] = (rx, tx)
@@ -318,6 +367,7 @@ class TickReader:
             last_bytes.pop(iface, None)
         self._nic_lines = lines
         self._nic_known = set(lines.values())
+        self._nic_faults.clear()
         line["net_dev"] = changed
         if gone:
             line["net_dev_gone"] = gone
@@ -353,21 +403,36 @@ class TickReader:
     # -- InfiniBand ports ----------------------------------------------------------------------
     def _ports(self, rates: dict[str, Any], dt: float, errors: dict[str, str]) -> dict[str, Any]:
         ib: dict[str, Any] = {}
-        read = self._files.read
+        read, fds, pread, states = self._read_kept, self._ib_fds, os.pread, self._ib_states
         for key, port, counters_at, state_path in self._ib:
             counters: dict[str, Any] = {}
             for name, path in counters_at:
+                fd = fds.get(path)
+                if fd is not None:  # the common tick: one bare pread of a short file
+                    try:
+                        raw = pread(fd, 65536, 0)
+                    except OSError:
+                        raw = b""
+                    if 0 < len(raw) <= MAYBE_MORE:
+                        counters[name] = _counter(raw)
+                        continue
+                    del fds[path]  # KeptFiles says why, or reads a long file on to its end
                 try:
                     counters[name] = _counter(read(path))
                 except OSError as error:
                     errors[path] = describe_os_error(error)
             state = self._read(state_path, errors)
             if state is not None:
-                text = state.decode("utf-8", "replace")
-                try:
-                    counters["state"] = netstat.parse_ib_state(text)
-                except ParseError:
-                    counters["state"] = text.strip() or None
+                known = states.get(state)
+                if known is None:
+                    text = state.decode("utf-8", "replace")
+                    try:
+                        known = netstat.parse_ib_state(text)
+                    except ParseError:
+                        known = text.strip() or None
+                    if len(states) < 64:
+                        states[state] = known
+                counters["state"] = known
             else:
                 counters["state"] = None
             counters["rate_bytes_per_s"] = port.rate_bytes_per_s
@@ -433,51 +498,60 @@ class TickReader:
         unchanged: list[int] = []
         files = self._netns_files
         files.reap()
-        read, last, idle = files.read, self._netns_bytes, unchanged.append
+        read, last, idle, counts_at = files.read, self._netns_bytes, unchanged.append, self._netns_last
         gating = self._gating_now()
-        nic_lines, seen_at, veth_of, quiet_until = self._nic_lines, self._veth_seen, self._veth_of, self._quiet_until
+        nic_lines, seen_at, veth_of = self._nic_lines, self._veth_seen, self._veth_of
+        alive = files.alive_pids
         now = time.monotonic()
         bound = self._bound
         quiet: list[int] = []
-        t = line["t"]
+        # a namespace left unread at the last tick and read now: its veth read as at its previous
+        # reading until that tick (each tick either reads a namespace or leaves it unread)
+        was_quiet, last_t = self._quiet, self._ns_t
+        self._ns_t = line["t"]
+        memo = self._dev_memo
+        if len(memo) > 4096:
+            memo.clear()
         for ns in self.plan.namespaces:
             inode = ns.inode
             if gating:
                 veth = veth_of.get(inode)
                 if veth is not None:
                     seen, now_line = seen_at[inode], nic_lines.get(veth)
-                    if now_line is not None and now_line == seen[0] and now - seen[1] <= bound and files.alive(ns.pid):
+                    if now_line is not None and now_line == seen[0] and now - seen[1] <= bound and ns.pid in alive:
                         quiet.append(inode)  # its veth's line as when last read: not read this tick
-                        quiet_until[inode] = t
                         continue
             try:
                 data = read(ns.pid, inode)
             except OSError as error:
                 errors[f"{self.proc_root}/{ns.pid}/net/dev"] = describe_os_error(error)
                 last.pop(inode, None)  # not known this tick: no rate against older counters
-                self._netns_last.pop(inode, None)
+                counts_at.pop(inode, None)
                 veth_of.pop(inode, None)
-                quiet_until.pop(inode, None)
                 continue
-            after_quiet = quiet_until.pop(inode, None) if quiet_until else None
+            after_quiet = last_t if was_quiet and inode in was_quiet else None
             if last.get(inode) == data:
                 idle(inode)  # an idle container's file reads the same: named, not repeated
                 if self._peers is not None:
-                    self._gate(inode, self._netns_last.get(inode, {}), now)
+                    self._gate(inode, counts_at.get(inode, {}), now)
                 continue
-            path = f"{self.proc_root}/{ns.pid}/net/dev"
-            try:
-                now_bytes = {i: (c["rx_bytes"], c["tx_bytes"]) for i, c in netstat.net_dev_bytes(data, path).items()}
-            except ParseError as error:
-                errors[path] = f"parse error: {error}"
-                veth_of.pop(inode, None)
-                continue
-            then = self._netns_last.get(inode)
-            last[inode], self._netns_last[inode] = data, now_bytes
+            now_bytes = _dev_counts(data, memo)
+            if now_bytes is None:  # a line that does not parse: said as net_dev_bytes says it
+                path = f"{self.proc_root}/{ns.pid}/net/dev"
+                try:
+                    now_bytes = {i: (c["rx_bytes"], c["tx_bytes"]) for i, c in netstat.net_dev_bytes(data, path).items()}
+                except ParseError as error:
+                    errors[path] = f"parse error: {error}"
+                    veth_of.pop(inode, None)
+                    continue
+            then = counts_at.get(inode)
+            last[inode] = data
+            counts_at[inode] = now_bytes
             # the kernel's own text (the loader parses it): no sixteen counters per interface to encode
             entry: dict[str, Any] = {"pid": ns.pid, "container_id": ns.container_id,
                                      "dev": data.decode("utf-8", "replace")}
-            netns[str(inode)] = entry
+            name = str(inode)
+            netns[name] = entry
             if self._peers is not None:
                 self._gate(inode, now_bytes, now)
             if after_quiet is not None:  # its previous reading is older than the interval: no rate
@@ -494,12 +568,13 @@ class TickReader:
                         if tx >= before[1]:
                             r["tx_bytes_per_s"] = round((tx - before[1]) / dt)
                     moved[iface] = r
-                rates[str(inode)] = moved
+                rates[name] = moved
         line["netns"] = netns
         if unchanged:
             line["netns_unchanged"] = unchanged
         if quiet:
             line["netns_quiet"] = quiet
+        self._quiet = set(quiet) if quiet else None
 
     # -- quiet namespaces ------------------------------------------------------------------------
     def _gating_now(self) -> bool:
@@ -518,8 +593,7 @@ class TickReader:
             self._peers = veth_peers((ns.inode, ns.pid) for ns in self.plan.namespaces) \
                 if self._netns_files.watched else None
             self._peers_asked = True
-            self._veth_of.clear()
-            self._quiet_until.clear()  # each namespace is read this tick
+            self._veth_of.clear()  # each namespace is read this tick
             return False
         return self._peers is not None and bool(self._veth_of) and self._bound > 0
 

@@ -190,6 +190,23 @@ def test_parsers_refuse_garbage_with_parse_error(fn: object, text: object) -> No
         fn(text)  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("text", [
+    NET_DEV.format(lo=1, rx=2, tx=3, err=0), NET_DEV.format(lo=1, rx=2, tx=3, err=0) + NET_DEV.split("\n")[1] + "\n",
+    "lo: 1 2 3\n", "  eth0: " + "1 " * 16 + "\n  eth0: " + "2 " * 16, "\n\n\n", "", "h|\nh|\n" + "x: " + "1 " * 15 + "\u0663\n",
+    "a|\nb|\n  eth0: " + "9" * 41 + " 1" * 15 + "\n", "a|\nb|\n  eth0: " + "1 " * 16 + "\n    : " + "1 " * 16 + "\n",
+])
+def test_a_namespaces_lines_parsed_once_read_as_net_dev_bytes_reads_them(text: str) -> None:
+    from forensics.collectors.net.tick import _dev_counts
+    memo: dict[bytes, tuple[str, int, int]] = {}
+    data = text.encode()
+    try:
+        want: dict[str, tuple[int, int]] | None = {
+            i: (c["rx_bytes"], c["tx_bytes"]) for i, c in netstat.net_dev_bytes(data).items()}
+    except ParseError:
+        want = None
+    assert _dev_counts(data, memo) == want and _dev_counts(data, memo) == want  # the second from the memo
+
+
 def test_net_dev_bytes_reads_what_parse_net_dev_reads() -> None:
     text = (tmp := "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n") + \
         "    lo: 5 1 0 0 0 0 0 0 6 1 0 0 0 0 0 0\n  eth0: 1050 10 2 0 0 0 0 0 200 3 0 0 0 0 0 0\n"
@@ -499,8 +516,9 @@ def test_link_watch_takes_interfaces_without_an_ethernet_address_by_name_and_ind
 def test_the_moved_lines_path_writes_what_reading_every_line_writes(tmp_path: Path) -> None:
     """/proc/net/dev looked at only where its lines moved (the common tick) gives the same samples
     lines, byte for byte, as reading it line by line, over ticks where lines move, fault counters
-    rise, interfaces come and go, a line does not parse, a header line is out of place: two
-    collectors over the same tree, one made to read every line every tick."""
+    rise, interfaces come and go, a line does not parse, a header line is out of place (and IB
+    counters and states read bare and memoised, or through KeptFiles each time): two collectors
+    over the same tree, one made to read every line every tick."""
     import random
 
     from forensics.collectors.net.tick import TickReader
@@ -532,6 +550,12 @@ def test_the_moved_lines_path_writes_what_reading_every_line_writes(tmp_path: Pa
             odd.append(head[1])
         body = "".join(f"{n:>7}: {c[0]} 10 {c[1]} 0 0 0 0 0 {c[0]} 10 0 0 0 0 0 0\n" for n, c in ifaces.items())
         (proc / "net/dev").write_text(head[0] + "\n" + head[1] + "\n" + body + "".join(x + "\n" for x in odd))
+        port = sys / "class/infiniband/mlx5_0/ports/1"
+        for name in IB_COUNTERS[:4]:
+            if rng.random() < 0.3:
+                (port / "counters" / name).write_text(rng.choice([f"{rng.randrange(10**6)}\n", "x\n", ""]))
+        if rng.random() < 0.1:
+            (port / "state").write_text(rng.choice(["4: ACTIVE\n", "1: DOWN\n", "weird\n"]))
         for n, (collector, ctx) in enumerate(zip(collectors, ctxs, strict=True)):
             collector.sample(ctx, Tick(i, t + i))
             reader = collector._tick
@@ -541,6 +565,7 @@ def test_the_moved_lines_path_writes_what_reading_every_line_writes(tmp_path: Pa
                 reader._interfaces_moved = lambda *a, fast=fast: taken.append(fast(*a)) or taken[-1]  # type: ignore[method-assign]
             elif i == 0:
                 reader._interfaces_moved = lambda *a: False  # type: ignore[method-assign]
+                reader._read_kept = reader._files.read  # type: ignore[method-assign]  # IB: KeptFiles only
     for collector, ctx in zip(collectors, ctxs, strict=True):
         collector.end_sampling(ctx)
     moved, each = ((stage / "net/samples.jsonl").read_bytes() for stage in stages)
@@ -617,6 +642,8 @@ try:
             sockets["veth"].sendto(b"x", ("10.0.0.255", 9))  # out of eth0: its host end moves
         if i in (5, 9, 14):
             sockets["extra"].sendto(b"x", ("127.0.0.1", 9))
+        if i == 18:  # a veth pair made here: every namespace read that tick, its veth peers asked again
+            ip("link", "add", "gfz0", "type", "veth", "peer", "name", "gfz1")
         t = t0 + 0.1 * i
         for collector, ctx in runs.values():
             collector.sample(ctx, Tick(i, t))
@@ -688,3 +715,12 @@ def test_a_quiet_namespace_is_left_unread_while_its_veth_does_not_move_and_read_
         assert entry["unchanged_until"] == first["t"] - 0.1 or abs(entry["unchanged_until"] - (first["t"] - 0.1)) < 1e-6
         assert str(lo) not in first["rates"].get("netns", {})
     assert "unchanged_until" not in json.dumps(full) and "netns_quiet" not in json.dumps(full)
+    # the tick a veth pair appeared here: every namespace read; one left unread the tick before
+    # says so (and has no rate), as after any quiet ticks
+    made = gated[18]
+    assert "gfz0" in made["net_dev"] and "netns_quiet" not in made
+    for inode in gated[17].get("netns_quiet", []):
+        assert inode in made.get("netns_unchanged", []) or \
+            made["netns"][str(inode)]["unchanged_until"] == gated[17]["t"]
+        assert str(inode) not in made["rates"]["netns"]
+    assert gated[17].get("netns_quiet") and "netns_quiet" in gated[19]  # and gated again after it
