@@ -141,7 +141,7 @@ def _no_ipv6() -> None:
             pass  # no IPv6 in this kernel
 
 
-def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) -> dict[str, float]:
+def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, pace: float = 1.0) -> dict[str, float]:
     """Run inside ``unshare -n -m`` (this network namespace stands for the host): CPU per tick of
     ``NetCollector.sample`` (``/proc`` root: the kernel's own files, kept descriptors and pidfds)
     over ``count`` real processes, each in a network namespace of its own (loopback up; with
@@ -224,7 +224,7 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
                     c0 = time.process_time()
                     collector.sample(ctx, Tick(i, now))
                     spent.append(time.process_time() - c0)
-                time.sleep(max(0.0, 1.0 - (time.time() - now)))  # 1 Hz: idle_full_s is in seconds
+                time.sleep(max(0.0, pace - (time.time() - now)))  # 1 Hz: idle_full_s is in seconds
             collector, ctx, spent = runs["full"]
             fds = _netns_descriptors(collector)
             bare: list[float] = []
@@ -269,12 +269,15 @@ def main() -> None:
     ap.add_argument("--real-netns", action="store_true",
                     help="also time the net tick over real processes in their own network namespaces "
                          "(root, unshare(1) and ip(8) needed)")
+    ap.add_argument("--pace", type=float, default=1.0,
+                    help="--real-netns: seconds from one tick's start to the next (default 1: caches go cold "
+                         "between ticks, as at 1 Hz; 0: back to back, as this bench did before)")
     ap.add_argument("--inner-real", action="store_true", help=argparse.SUPPRESS)  # run by --real-netns
     args = ap.parse_args()
     busy = max(0, min(args.containers, round(args.containers * args.active / 100)))
     veths = min(args.containers, args.containers if args.veths is None else args.veths)
     if args.inner_real:
-        print(json.dumps(real_namespaces(args.containers, args.ticks, busy, args.links, veths > 0)))
+        print(json.dumps(real_namespaces(args.containers, args.ticks, busy, args.links, veths > 0, args.pace)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -352,7 +355,8 @@ def main() -> None:
         if args.real_netns:
             inner = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", sys.executable, __file__,
                                     "--inner-real", "--containers", str(args.containers), "--links", str(args.links),
-                                    "--veths", str(veths), "--ticks", str(args.ticks), "--active", str(args.active)],
+                                    "--veths", str(veths), "--ticks", str(args.ticks), "--active", str(args.active),
+                                    "--pace", str(args.pace)],
                                    capture_output=True, text=True, timeout=600)
             if inner.returncode != 0:
                 raise SystemExit(f"--real-netns failed: {inner.stderr.strip()[-2000:]}")
