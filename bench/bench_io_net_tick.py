@@ -24,8 +24,13 @@ host's network is touched): 200 processes each in a network namespace of its own
 the "host" by a veth pair (``eth0`` inside, ``gfh<N>`` outside, as a container runtime makes them),
 ``/proc`` as the collector's root (kept descriptors and pidfds) and a sysfs mounted for that
 namespace (its ``class/net`` lists the veths; ``--veths 0``: no veth pairs, each namespace with
-``lo`` only, as earlier versions of this bench). The busy share send a datagram out of ``eth0``
-between ticks, so their ``net/dev`` and their host veth's line move.
+``lo`` only, as earlier versions of this bench), IPv6 off on both ends (as Docker makes a
+container without ``--ipv6``: a new link's router solicitations and MLD reports would move every
+namespace for its first minute). The busy share send a datagram out of ``eth0`` between ticks, so
+their ``net/dev`` and their host veth's line move. Two collectors sample the same namespaces at
+1 Hz (each first in turn): one reading every namespace every tick (capture's sampling), one with
+quiet namespaces left unread (``activity_gating``, ``net.idle_full_s`` 10 s; a checkout without it
+prints the first only).
 
 Run: ``python bench/bench_io_net_tick.py [--containers 200] [--links 8] [--veths N] [--ticks 30]
 [--active 25] [--real-netns]``; ``--veths`` defaults to ``--containers``. To time another checkout
@@ -128,7 +133,15 @@ def _netns_descriptors(collector: NetCollector) -> list[int]:
     return files._files.descriptors() if files is not None else []
 
 
-def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) -> dict[str, float]:
+def _no_ipv6() -> None:
+    for name in ("all", "default"):
+        try:
+            Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
+        except OSError:
+            pass  # no IPv6 in this kernel
+
+
+def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, pace: float = 1.0) -> dict[str, float]:
     """Run inside ``unshare -n -m`` (this network namespace stands for the host): CPU per tick of
     ``NetCollector.sample`` (``/proc`` root: the kernel's own files, kept descriptors and pidfds)
     over ``count`` real processes, each in a network namespace of its own (loopback up; with
@@ -141,6 +154,9 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        # no IPv6 here or in the namespaces (as Docker makes a container without --ipv6): a fresh
+        # link's router solicitations and MLD reports would move idle namespaces for their first minute
+        _no_ipv6()
         mnt, sysfs = root / "sysfs", root / "sys"
         mnt.mkdir()
         (sysfs / "class").mkdir(parents=True)
@@ -153,7 +169,9 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
             ib_tree(sysfs, links)
             setup = ("while ! ip link show eth0 >/dev/null 2>&1; do sleep 0.05; done; "
                      "ip addr add 10.0.0.2/24 dev eth0 && ip link set eth0 up && " if veths else "")
-            children = [subprocess.Popen(["unshare", "-n", "sh", "-c", f"ip link set lo up && {setup}exec sleep 600"],
+            no_ipv6 = "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; "
+            children = [subprocess.Popen(["unshare", "-n", "sh", "-c",
+                                          f"{no_ipv6}ip link set lo up && {setup}exec sleep 600"],
                                          stdin=subprocess.DEVNULL) for _ in range(count)]
             deadline = time.monotonic() + 120
             here = os.readlink("/proc/self/ns/net")
@@ -182,19 +200,32 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
                     _enter(own)
                     os.close(fd)
             target = ("10.0.0.255", 9) if veths else ("127.0.0.1", 9)
-            stage = root / "stage"
-            stage.mkdir()
-            ctx = CollectContext(CaptureOptions(), EvidenceSink(stage), Redactor(True),
-                                 {"pids": [c.pid for c in children]})
-            collector = NetCollector(str(sysfs), "/proc")
-            collector.sample(ctx, Tick(0, time.time()))
-            spent: list[float] = []
+            # every namespace read every tick (capture's sampling), and with quiet namespaces left
+            # unread (activity_gating, net.idle_full_s 10 s), where this checkout has it
+            runs = {}
+            for name in ("full", "gated"):
+                (root / name).mkdir()
+                ctx = CollectContext(CaptureOptions(), EvidenceSink(root / name), Redactor(True),
+                                     {"pids": [c.pid for c in children]})
+                collector = NetCollector(str(sysfs), "/proc")
+                if name == "gated":
+                    if not hasattr(collector, "activity_gating"):
+                        continue
+                    collector.activity_gating = True
+                runs[name] = (collector, ctx, [])
+            for collector, ctx, _ in runs.values():
+                collector.sample(ctx, Tick(0, time.time()))
             for i in range(1, ticks + 1):
                 for k in range(busy):
                     sockets[(i * busy + k) % count].sendto(b"x", target)
-                c0 = time.process_time()
-                collector.sample(ctx, Tick(i, time.time()))
-                spent.append(time.process_time() - c0)
+                now = time.time()
+                order = list(runs.values())
+                for collector, ctx, spent in order if i % 2 else order[::-1]:  # each first in turn
+                    c0 = time.process_time()
+                    collector.sample(ctx, Tick(i, now))
+                    spent.append(time.process_time() - c0)
+                time.sleep(max(0.0, pace - (time.time() - now)))  # 1 Hz: idle_full_s is in seconds
+            collector, ctx, spent = runs["full"]
             fds = _netns_descriptors(collector)
             bare: list[float] = []
             for _ in range(ticks):
@@ -202,12 +233,17 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool) 
                 for fd in fds:
                     os.pread(fd, 65536, 0)
                 bare.append(time.process_time() - c0)
-            collector.end_sampling(ctx)
-            lines = (stage / "net/samples.jsonl").read_bytes().splitlines()[1:]
-            moved = sum(len(json.loads(line)["netns"]) for line in lines) / max(1, len(lines))
-            return {"tick": median(spent), "bare": median(bare), "moved": moved,
-                    "line_bytes": median([float(len(line)) for line in lines]),
-                    "interfaces": len(os.listdir(sysfs / "class/net"))}
+            out: dict[str, float] = {"bare": median(bare), "interfaces": len(os.listdir(sysfs / "class/net"))}
+            for name, (collector, ctx, spent) in runs.items():
+                collector.end_sampling(ctx)
+                lines = (root / name / "net/samples.jsonl").read_bytes().splitlines()[1:]
+                records = [json.loads(line) for line in lines]
+                out[f"{name}_tick"] = median(spent)
+                out[f"{name}_moved"] = sum(len(r["netns"]) for r in records) / max(1, len(lines))
+                out[f"{name}_read"] = sum(len(r["netns"]) + len(r.get("netns_unchanged", ())) for r in records) \
+                    / max(1, len(lines))
+                out[f"{name}_line_bytes"] = median([float(len(line)) for line in lines])
+            return out
         finally:
             for s in sockets:
                 s.close()
@@ -233,12 +269,15 @@ def main() -> None:
     ap.add_argument("--real-netns", action="store_true",
                     help="also time the net tick over real processes in their own network namespaces "
                          "(root, unshare(1) and ip(8) needed)")
+    ap.add_argument("--pace", type=float, default=1.0,
+                    help="--real-netns: seconds from one tick's start to the next (default 1: caches go cold "
+                         "between ticks, as at 1 Hz; 0: back to back, as this bench did before)")
     ap.add_argument("--inner-real", action="store_true", help=argparse.SUPPRESS)  # run by --real-netns
     args = ap.parse_args()
     busy = max(0, min(args.containers, round(args.containers * args.active / 100)))
     veths = min(args.containers, args.containers if args.veths is None else args.veths)
     if args.inner_real:
-        print(json.dumps(real_namespaces(args.containers, args.ticks, busy, args.links, veths > 0)))
+        print(json.dumps(real_namespaces(args.containers, args.ticks, busy, args.links, veths > 0, args.pace)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -316,7 +355,8 @@ def main() -> None:
         if args.real_netns:
             inner = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", sys.executable, __file__,
                                     "--inner-real", "--containers", str(args.containers), "--links", str(args.links),
-                                    "--veths", str(veths), "--ticks", str(args.ticks), "--active", str(args.active)],
+                                    "--veths", str(veths), "--ticks", str(args.ticks), "--active", str(args.active),
+                                    "--pace", str(args.pace)],
                                    capture_output=True, text=True, timeout=600)
             if inner.returncode != 0:
                 raise SystemExit(f"--real-netns failed: {inner.stderr.strip()[-2000:]}")
@@ -327,12 +367,18 @@ def main() -> None:
           f"line {tmpfs_line / 1024:.1f} KiB")
     hosts = [("v2 host", net_cpu + v2), ("v1 host", net_cpu + v1)]
     if real is not None:
-        print(f"net tick, real namespaces ({args.containers} processes each in its own network namespace"
-              f"{', each with a veth pair to the host' if veths else ', lo only'}; {int(real['interfaces'])} "
-              f"host interfaces; kernel-made files through kept descriptors): {real['tick'] * 1e3:.2f} ms CPU, "
-              f"of which {real['bare'] * 1e3:.2f} ms the bare preads of the namespaces' net/dev; "
-              f"{real['moved']:.1f} namespaces written per tick; line {real['line_bytes'] / 1024:.1f} KiB")
-        hosts += [("v2 host, real namespaces", real["tick"] + v2), ("v1 host, real namespaces", real["tick"] + v1)]
+        for name, what in (("full", "every namespace read every tick"),
+                           ("gated", "quiet namespaces unread, net.idle_full_s 10 s")):
+            if f"{name}_tick" not in real:
+                continue
+            print(f"net tick, real namespaces, {what} ({args.containers} processes each in its own network namespace"
+                  f"{', each with a veth pair to the host' if veths else ', lo only'}; {int(real['interfaces'])} "
+                  f"host interfaces; kernel-made files through kept descriptors): {real[f'{name}_tick'] * 1e3:.2f} "
+                  f"ms CPU; {real[f'{name}_read']:.1f} namespaces read and {real[f'{name}_moved']:.1f} written per "
+                  f"tick; line {real[f'{name}_line_bytes'] / 1024:.1f} KiB")
+            hosts += [(f"v2 host, real namespaces, {name}", real[f"{name}_tick"] + v2),
+                      (f"v1 host, real namespaces, {name}", real[f"{name}_tick"] + v1)]
+        print(f"bare preads of the {args.containers} namespaces' net/dev: {real['bare'] * 1e3:.2f} ms")
     target = 0.002
     print(f"cgroup io files per tick ({args.containers} cgroups): v2 io.stat {v2 * 1e3:.2f} ms, "
           f"v1 blkio.throttle x2 {v1 * 1e3:.2f} ms CPU")

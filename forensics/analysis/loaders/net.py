@@ -6,7 +6,9 @@ before it wrote, parsed in ``interfaces``), each InfiniBand
 port (``counters/*``, data counters times 4 as bytes, ``rate`` and ``state``) and each container
 network namespace (``/proc/<pid>/net/dev``, the kernel's text in ``dev``, or parsed in
 ``interfaces`` as bundles before it wrote; interfaces other than ``lo`` summed; a namespace the
-line names in ``netns_unchanged`` read the same as when last written, and keeps those counters).
+line names in ``netns_unchanged`` read the same as when last written, and keeps those counters;
+one it names in ``netns_quiet`` was not read, and has no reading at that tick; an entry's
+``unchanged_until`` is a reading of its bytes, the previous entry's, at that time).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ NIC_COUNTERS = ("rx_bytes", "tx_bytes", "rx_errors", "tx_errors", "rx_dropped", 
                 "rx_fifo_errors", "rx_frame_errors", "tx_carrier_errors")
 # the two header lines of /proc/net/dev (a line of net_dev is parsed as the file's only interface)
 _NET_DEV_HEAD = "Inter-|\n face |\n"
+# what a namespace's veth shows on its host end too (the rest, drops and errors, only inside)
+_MIRRORED = ("rx_bytes", "tx_bytes")
 IB_COUNTERS = ("port_xmit_wait", "symbol_error", "link_downed", "port_rcv_errors", "port_xmit_discards",
                "link_error_recovery")
 
@@ -139,6 +143,13 @@ def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
             counters, owner = _netns(values), cid if isinstance(cid, str) else None
             if counters is None:
                 continue
+            quiet, known = as_float(values.get("unchanged_until")), last.get(inode)
+            if quiet is not None and known is not None and quiet < t:
+                # its host veth's line read then as at its previous reading: its veth's bytes (each
+                # end's received is the other's sent) still held the previous values then
+                model.net_samples.append(NetSample(node, "netns", inode, quiet,
+                                                   {k: v for k, v in known[0].items() if k in _MIRRORED},
+                                                   None, None, known[1], ref(("netns", inode, "unchanged_until"))))
             last[inode] = (counters, owner)
             model.net_samples.append(NetSample(node, "netns", inode, t, counters, None, None, owner,
                                                ref(("netns", inode))))

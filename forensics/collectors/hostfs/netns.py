@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+from collections.abc import Mapping
 
 from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, read_small
 
@@ -32,6 +33,16 @@ class NamespaceFiles:
         self._pidfds: dict[int, tuple[int, str]] = {}  # pidfd -> (pid, path)
         self._kept: dict[int, int] = {}  # pid -> pidfd
         self._fds: dict[int, int] = {}  # pid -> the kept descriptor of its net/dev, once opened
+
+    @property
+    def watched(self) -> bool:
+        """Whether processes are watched by pidfds (this /proc, pidfd_open there): :meth:`alive` knows."""
+        return self.proc_root == "/proc" and hasattr(os, "pidfd_open")
+
+    @property
+    def alive_pids(self) -> Mapping[int, int]:
+        """The PIDs whose descriptors are kept, their processes not exited at the last :meth:`reap`."""
+        return self._kept
 
     def reap(self) -> None:
         """Close the descriptors of processes that exited since the last tick."""

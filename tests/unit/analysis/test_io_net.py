@@ -252,3 +252,28 @@ def test_a_namespace_written_as_the_kernels_text_is_parsed_by_the_loader(tmp_pat
     got = [(s.t - T0, s.counters["rx_bytes"], s.counters["tx_bytes"], s.counters["rx_errors"])
            for s in model.net_samples if s.kind == "netns"]
     assert got == [(0.0, 100, 200, 2), (1.0, 5100, 200, 2)]  # lo left out; the text that does not parse: no sample
+
+
+def test_a_quiet_namespace_has_no_reading_while_unread_and_its_veth_bytes_at_unchanged_until(tmp_path: Path) -> None:
+    """Ticks that left a namespace unread (``netns_quiet``) give it no reading; the entry after them
+    carries ``unchanged_until``, the last tick its host veth's line read as at its previous reading:
+    a reading there of the bytes the veth mirrors (received and sent), the previous entry's, and no
+    other counter (drops and errors inside the namespace are not on the host end)."""
+    b = BundleSpec()
+    b.status["net"] = "ok"
+    c = b.container("quiet")
+    head = "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n"
+
+    def dev(rx: int, lo: int) -> str:
+        return head + f"    lo: {lo} 1 0 0 0 0 0 0 {lo} 1 0 0 0 0 0 0\n  eth0: {rx} 10 2 0 0 0 0 0 200 3 0 0 0 0 0 0\n"
+    b.net_tick(T0, netns={"4026532577": {"pid": 10, "container_id": c, "dev": dev(100, 5)}})
+    for s in (1, 2, 3):
+        b.add_jsonl("net/samples.jsonl", {"t": T0 + s, "tick": s, "net_dev": {}, "ib": {}, "disks": {},
+                                          "netns": {}, "netns_quiet": [4026532577], "rates": {}})
+    b.net_tick(T0 + 4, netns={"4026532577": {"pid": 10, "container_id": c, "dev": dev(5100, 9),
+                                             "unchanged_until": T0 + 3}})
+    model = build_model([b.write(tmp_path)])
+    got = sorted((s.t - T0, s.counters) for s in model.net_samples if s.kind == "netns")
+    full = {"rx_bytes": 100, "tx_bytes": 200, "rx_errors": 2, "tx_errors": 0, "rx_dropped": 0, "tx_dropped": 0,
+            "rx_fifo_errors": 0, "rx_frame_errors": 0, "tx_carrier_errors": 0}
+    assert got == [(0.0, full), (3.0, {"rx_bytes": 100, "tx_bytes": 200}), (4.0, {**full, "rx_bytes": 5100})]

@@ -190,6 +190,23 @@ def test_parsers_refuse_garbage_with_parse_error(fn: object, text: object) -> No
         fn(text)  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("text", [
+    NET_DEV.format(lo=1, rx=2, tx=3, err=0), NET_DEV.format(lo=1, rx=2, tx=3, err=0) + NET_DEV.split("\n")[1] + "\n",
+    "lo: 1 2 3\n", "  eth0: " + "1 " * 16 + "\n  eth0: " + "2 " * 16, "\n\n\n", "", "h|\nh|\n" + "x: " + "1 " * 15 + "\u0663\n",
+    "a|\nb|\n  eth0: " + "9" * 41 + " 1" * 15 + "\n", "a|\nb|\n  eth0: " + "1 " * 16 + "\n    : " + "1 " * 16 + "\n",
+])
+def test_a_namespaces_lines_parsed_once_read_as_net_dev_bytes_reads_them(text: str) -> None:
+    from forensics.collectors.net.tick import _dev_counts
+    memo: dict[bytes, tuple[str, int, int]] = {}
+    data = text.encode()
+    try:
+        want: dict[str, tuple[int, int]] | None = {
+            i: (c["rx_bytes"], c["tx_bytes"]) for i, c in netstat.net_dev_bytes(data).items()}
+    except ParseError:
+        want = None
+    assert _dev_counts(data, memo) == want and _dev_counts(data, memo) == want  # the second from the memo
+
+
 def test_net_dev_bytes_reads_what_parse_net_dev_reads() -> None:
     text = (tmp := "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n") + \
         "    lo: 5 1 0 0 0 0 0 0 6 1 0 0 0 0 0 0\n  eth0: 1050 10 2 0 0 0 0 0 200 3 0 0 0 0 0 0\n"
@@ -494,3 +511,216 @@ def test_link_watch_takes_interfaces_without_an_ethernet_address_by_name_and_ind
     assert LinkWatch._same_namespace(lay(tmp_path / "b", wrong), names) is None
     moved = {**laid, others[0]: (laid[others[0]][0] + 1000, ipoib)}
     assert LinkWatch._same_namespace(lay(tmp_path / "c", moved), names) is None
+
+
+def test_the_moved_lines_path_writes_what_reading_every_line_writes(tmp_path: Path) -> None:
+    """/proc/net/dev looked at only where its lines moved (the common tick) gives the same samples
+    lines, byte for byte, as reading it line by line, over ticks where lines move, fault counters
+    rise, interfaces come and go, a line does not parse, a header line is out of place (and IB
+    counters and states read bare and memoised, or through KeptFiles each time): two collectors
+    over the same tree, one made to read every line every tick."""
+    import random
+
+    from forensics.collectors.net.tick import TickReader
+
+    sys, proc = _sysfs(tmp_path), _proc(tmp_path)
+    head = NET_DEV.split("\n", 2)
+    ifaces = {"eth0": [5, 0], **{f"veth{i}": [i * 10, 0] for i in range(12)}}  # eth0: has statistics/
+    rng = random.Random(21)
+    stages = [tmp_path / "moved", tmp_path / "each"]
+    ctxs = [make_context(stage, {"pids": [4242]}) for stage in stages]
+    collectors = [NetCollector(str(sys), str(proc)) for _ in stages]
+    t = time.time()
+    taken: list[bool] = []
+    for i in range(80):
+        odd: list[str] = []
+        for name, counts in list(ifaces.items()):
+            roll = rng.random()
+            if roll < 0.2:
+                counts[0] += rng.randrange(1, 1000)
+            elif roll < 0.23:
+                counts[1] += 1  # rx errs
+            elif roll < 0.25 and name != "eth0":
+                del ifaces[name]
+        if rng.random() < 0.15:
+            ifaces[f"new{i}"] = [0, 0]
+        if rng.random() < 0.05:
+            odd.append("  bad0: 1 2 3")
+        if rng.random() < 0.03:
+            odd.append(head[1])
+        body = "".join(f"{n:>7}: {c[0]} 10 {c[1]} 0 0 0 0 0 {c[0]} 10 0 0 0 0 0 0\n" for n, c in ifaces.items())
+        (proc / "net/dev").write_text(head[0] + "\n" + head[1] + "\n" + body + "".join(x + "\n" for x in odd))
+        port = sys / "class/infiniband/mlx5_0/ports/1"
+        for name in IB_COUNTERS[:4]:
+            if rng.random() < 0.3:
+                (port / "counters" / name).write_text(rng.choice([f"{rng.randrange(10**6)}\n", "x\n", ""]))
+        if rng.random() < 0.1:
+            (port / "state").write_text(rng.choice(["4: ACTIVE\n", "1: DOWN\n", "weird\n"]))
+        for n, (collector, ctx) in enumerate(zip(collectors, ctxs, strict=True)):
+            collector.sample(ctx, Tick(i, t + i))
+            reader = collector._tick
+            assert isinstance(reader, TickReader)
+            if i == 0 and n == 0:
+                fast = reader._interfaces_moved
+                reader._interfaces_moved = lambda *a, fast=fast: taken.append(fast(*a)) or taken[-1]  # type: ignore[method-assign]
+            elif i == 0:
+                reader._interfaces_moved = lambda *a: False  # type: ignore[method-assign]
+                reader._read_kept = reader._files.read  # type: ignore[method-assign]  # IB: KeptFiles only
+    for collector, ctx in zip(collectors, ctxs, strict=True):
+        collector.end_sampling(ctx)
+    moved, each = ((stage / "net/samples.jsonl").read_bytes() for stage in stages)
+    assert moved == each and moved.count(b"\n") == 80
+    lines = read_jsonl(stages[0], "net/samples.jsonl")
+    assert any(x.get("net_dev_gone") for x in lines) and any("statistics" in x for x in lines)
+    assert any("errors" in x and "parse error" in str(x["errors"]) for x in lines)
+    assert taken.count(True) > 30 and taken.count(False) > 10  # both paths were taken
+
+
+_GATED = r"""
+import ctypes, json, os, socket, subprocess, sys, time
+from pathlib import Path
+from forensics.capture.context import Tick
+from forensics.collectors.net import NetCollector
+from tests.support.host_evidence import make_context, read_jsonl
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True)
+
+def no_ipv6():  # no router solicitations or MLD reports moving the links on their own
+    for name in ("all", "default"):
+        Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1\n")
+
+libc = ctypes.CDLL(None, use_errno=True)
+def socket_in(pid):
+    own, fd = os.open("/proc/self/ns/net", os.O_RDONLY), os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        assert libc.setns(fd, 0x40000000) == 0
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        return s
+    finally:
+        assert libc.setns(own, 0x40000000) == 0
+        os.close(fd)
+        os.close(own)
+
+stage = Path(sys.argv[1])
+no_ipv6()
+ip("link", "set", "lo", "up")
+setup = ("echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; "
+         "ip link set lo up; while ! ip link show eth0 >/dev/null 2>&1; do sleep 0.02; done; "
+         "ip addr add 10.0.0.2/24 dev eth0 && ip link set eth0 up && exec sleep 60")
+kids = {name: subprocess.Popen(["unshare", "-n", "sh", "-c", setup]) for name in ("veth", "extra", "lo")}
+here = os.readlink("/proc/self/ns/net")
+for kid in kids.values():
+    while os.readlink(f"/proc/{kid.pid}/ns/net") == here:
+        time.sleep(0.01)
+try:
+    for n, (name, kid) in enumerate(kids.items()):
+        ip("link", "add", f"gfh{n}", "type", "veth", "peer", "name", "eth0", "netns", str(kid.pid))
+        ip("link", "set", f"gfh{n}", "up")
+    # "extra": a second pair with both ends inside: interfaces the host's /proc/net/dev does not show
+    pid = str(kids["extra"].pid)
+    ip("link", "add", "gfi0", "netns", pid, "type", "veth", "peer", "name", "gfi1", "netns", pid)
+    for kid in kids.values():
+        while not os.readlink(f"/proc/{kid.pid}/exe").endswith("/sleep"):
+            time.sleep(0.01)
+    sockets = {name: socket_in(kid.pid) for name, kid in kids.items()}
+    inodes = {name: os.stat(f"/proc/{kid.pid}/ns/net").st_ino for name, kid in kids.items()}
+    runs = {}
+    for gated in (True, False):
+        ctx = make_context(stage / str(gated), {"pids": [k.pid for k in kids.values()]}, interval_s=0.1,
+                           extra={"net.idle_full_s": "0.5"})
+        collector = NetCollector()
+        collector.activity_gating = gated
+        runs[gated] = (collector, ctx)
+    sent = {}
+    t0 = time.time()
+    for i in range(24):
+        if i == 5:
+            sockets["lo"].sendto(b"x", ("127.0.0.1", 9))  # lo only: the host end does not move
+        if i == 9:
+            sockets["veth"].sendto(b"x", ("10.0.0.255", 9))  # out of eth0: its host end moves
+        if i in (5, 9, 14):
+            sockets["extra"].sendto(b"x", ("127.0.0.1", 9))
+        if i == 18:  # a veth pair made here: every namespace read that tick, its veth peers asked again
+            ip("link", "add", "gfz0", "type", "veth", "peer", "name", "gfz1")
+        t = t0 + 0.1 * i
+        for collector, ctx in runs.values():
+            collector.sample(ctx, Tick(i, t))
+        time.sleep(max(0.0, t + 0.1 - time.time()))
+    for collector, ctx in runs.values():
+        collector.end_sampling(ctx)
+    print(json.dumps({"inodes": inodes, "gated": read_jsonl(stage / "True", "net/samples.jsonl"),
+                      "full": read_jsonl(stage / "False", "net/samples.jsonl")}))
+finally:
+    for kid in kids.values():
+        kid.kill()
+        kid.wait()
+"""
+
+
+def test_a_quiet_namespace_is_left_unread_while_its_veth_does_not_move_and_read_within_idle_full_s(
+        tmp_path: Path) -> None:
+    """Real namespaces in a private network namespace standing for the host (``unshare -n -m``):
+    one with lo and a veth, one with a second veth pair inside it (interfaces the host end cannot
+    stand for), one whose lo alone moves. Sampled at 10 Hz with ``net.idle_full_s`` 0.5 s by a gated
+    and an ungated collector side by side: the first namespace is left unread while its veth's line
+    stays, named in ``netns_quiet``, and read the tick its veth moves; the second is read every
+    tick; the third's lo traffic is seen within idle_full_s, its entry says until when its veth was
+    seen unchanged, and carries no rate (its previous reading is older than the interval); every
+    namespace's text read equals the ungated collector's at that tick."""
+    import json
+    import shutil
+    import subprocess
+    import sys as system
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None \
+            or not hasattr(os, "pidfd_open"):
+        pytest.skip("needs root, unshare(1), ip(8) and pidfd_open")
+    root = str(Path(__file__).resolve().parents[3])
+    done = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", system.executable, "-c", _GATED,
+                           str(tmp_path / "stage")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    inodes, gated, full = out["inodes"], out["gated"], out["full"]
+    veth, extra, lo = (inodes[n] for n in ("veth", "extra", "lo"))
+    last_dev: dict[int, str] = {}
+    read_at: dict[int, list[float]] = {veth: [], extra: [], lo: []}
+    for g, f in zip(gated, full, strict=True):
+        quiet = g.get("netns_quiet", [])
+        for inode, entry in f["netns"].items():
+            last_dev[int(inode)] = entry["dev"]
+        for inode in (veth, extra, lo):  # each one read, or named unread: never both, never neither
+            where = [str(inode) in g["netns"], inode in g.get("netns_unchanged", []), inode in quiet]
+            assert where.count(True) == 1, (g["tick"], inode, where)
+            if not where[2]:
+                read_at[inode].append(g["t"])
+            if str(inode) in g["netns"]:
+                assert g["netns"][str(inode)]["dev"] == last_dev[inode]  # what the ungated one read then
+        assert "errors" not in g
+    assert extra not in {i for g in gated for i in g.get("netns_quiet", [])}  # read every tick
+    assert len(read_at[extra]) == len(gated)
+    for inode in (veth, lo):
+        assert len(read_at[inode]) < len(gated) / 2  # mostly left unread
+        gaps = [b - a for a, b in zip(read_at[inode], read_at[inode][1:], strict=False)]
+        assert max(gaps) <= 0.5 + 1e-6  # never unread for longer than idle_full_s
+    # the tick after the datagram out of eth0: its veth moved, so it was read then
+    assert str(veth) in gated[9]["netns"]
+    # lo's datagram (before tick 5): seen at the first read after it, within idle_full_s
+    first = next(g for g in gated[5:] if str(lo) in g["netns"])
+    assert first["t"] - gated[5]["t"] <= 0.5 + 1e-6
+    entry = first["netns"][str(lo)]
+    if first["tick"] > 5:  # read after ticks that left it unread: until when its veth read the same
+        assert entry["unchanged_until"] == first["t"] - 0.1 or abs(entry["unchanged_until"] - (first["t"] - 0.1)) < 1e-6
+        assert str(lo) not in first["rates"].get("netns", {})
+    assert "unchanged_until" not in json.dumps(full) and "netns_quiet" not in json.dumps(full)
+    # the tick a veth pair appeared here: every namespace read; one left unread the tick before
+    # says so (and has no rate), as after any quiet ticks
+    made = gated[18]
+    assert "gfz0" in made["net_dev"] and "netns_quiet" not in made
+    for inode in gated[17].get("netns_quiet", []):
+        assert inode in made.get("netns_unchanged", []) or \
+            made["netns"][str(inode)]["unchanged_until"] == gated[17]["t"]
+        assert str(inode) not in made["rates"]["netns"]
+    assert gated[17].get("netns_quiet") and "netns_quiet" in gated[19]  # and gated again after it
