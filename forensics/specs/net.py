@@ -44,8 +44,11 @@ class NetSettings:
     proc_root: str = setting("path", "the proc tree holding net/dev, diskstats and <pid>/net/dev", "/proc")
     max_interfaces: int = setting("positive-int", "network interfaces and InfiniBand ports read", 256)
     max_namespaces: int = setting("positive-int", "container network namespaces read", 1000)
+    quiet_namespaces: bool = setting(
+        "bool", "leave a quiet container network namespace (only lo and one veth whose host end's /proc/net/dev "
+        "line did not move) unread for up to idle_full_s; off: every namespace every tick", False)
     idle_full_s: float = setting(
-        "positive-seconds", "with quiet-namespace gating on (NetCollector.activity_gating): a namespace with only lo "
+        "positive-seconds", "with quiet_namespaces: a namespace with only lo "
         "and one veth whose host end's /proc/net/dev line did not move is read at least this often; at or under "
         "the interval, every namespace every tick (docs/bundle-format/net.md)", 10.0)
 

@@ -629,9 +629,8 @@ try:
     runs = {}
     for gated in (True, False):
         ctx = make_context(stage / str(gated), {"pids": [k.pid for k in kids.values()]}, interval_s=0.1,
-                           extra={"net.idle_full_s": "0.5"})
-        collector = NetCollector()
-        collector.activity_gating = gated
+                           extra={"net.idle_full_s": "0.5", "net.quiet_namespaces": str(gated).lower()})
+        collector = NetCollector()  # gated as a user turns it on: --set net.quiet_namespaces=true
         runs[gated] = (collector, ctx)
     sent = {}
     t0 = time.time()
