@@ -18,8 +18,10 @@ small typed API:
   ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
   stall time / wall time over the last interval, per resource and some|full); :meth:`host_psi`
   the same for the host (``/proc/pressure``);
-- for the triggers, each tick, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroup
-  rows that came since the last call, and the cgroup sampler's clock; forensics.record.live_cgroups),
+- for the triggers, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroups read since
+  the last call with their shares over that whole interval, the cgroup sampler's clock, the host's
+  shares; the cgroup lines are kept as text and parsed only when read: forensics.record.live_cgroups),
+  :meth:`LiveState.cgroup_clock` (the newest cgroup line's time, no parse),
   :meth:`LiveState.process_keys` (changes with :attr:`LiveState.process_gen`) and
   :meth:`LiveState.process_figures` (one process' memory and SM %);
 - :meth:`LiveState.take_events` -> :class:`LiveEvent` seen since the last call: ``oom`` (kernel OOM
@@ -51,7 +53,14 @@ from typing import Any
 from forensics.analysis.attribution import Attribution, Grant, OwnerInfo, attribute
 from forensics.parsing.attribution import attribute_path
 from forensics.parsing.timestamps import parse_iso_unix
-from forensics.record.live_cgroups import PSI_KEYS, CgroupFold, Row, cgroup_summary, psi_dict
+from forensics.record.live_cgroups import (
+    PSI_KEYS,
+    CgroupFold,
+    FreshRow,
+    Row,
+    cgroup_summary,
+    psi_dict,
+)
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs import nvml as nvml_spec
@@ -545,6 +554,7 @@ class LiveState:
 
     def cgroups(self) -> tuple[CgroupLive, ...]:
         """Every cgroup sampled twice or more, by path (derived on demand, once per change)."""
+        self._cg.fold()
         gen, view = self._cg_view
         if gen == self._cg.gen:
             return view
@@ -558,11 +568,19 @@ class LiveState:
         PSI shares in :data:`PSI_KEYS` order (None where not known; ``()`` without PSI), by path."""
         return self._cg.rows()
 
-    def take_cgroup_rows(self) -> tuple[list[Row], float]:
-        """The rows that came since the last call (each cgroup's newest: what the triggers compare
-        each tick, not every cgroup) and the newest cgroup reading's time (the cgroup sampler's
-        clock: a cgroup whose last reading is older was silent since)."""
-        return self._cg.take_fresh(), self._cg.clock
+    def take_cgroup_rows(self) -> tuple[list[FreshRow], float, tuple[float, float, tuple[float | None, ...]] | None]:
+        """The cgroups read since the last call, each with its shares over the whole interval
+        since its reading then, ``(path, container id, from, t, throttled %, PSI %)`` (what the
+        triggers compare when they look, not every cgroup); the newest cgroup reading's time (the
+        cgroup sampler's clock: a cgroup whose last reading is older was silent since); and the
+        host's PSI shares over the interval since the last call, ``(from, t, shares)`` in
+        :data:`PSI_KEYS` order (None: nothing to compare). See forensics.record.live_cgroups."""
+        rows, host = self._cg.take_fresh()
+        return rows, self._cg.clock, host
+
+    def cgroup_clock(self) -> float:
+        """The newest cgroup line's time, folded or not (no parse: when to look)."""
+        return self._cg.newest
 
     def process_rows(self) -> list[tuple[int, int, str, str | None, float, int | None, float | None]]:
         """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID, t, used memory, SM %), as
