@@ -1,5 +1,14 @@
 """Evaluating parsed rules against the recorder's live state, once per recorder tick.
 
+The GPU rules, the events and ``unallocated-gpu-use`` are looked at every tick. The cgroup rules
+(:data:`CGROUP_METRICS`: shares of cumulative counters) look together every ``cgroup_every_s``
+(the shortest cgroup rule's duration / :data:`EVALUATIONS_PER_DURATION`, whole ticks, at least
+one) of the cgroup sampler's clock, each look reading every cgroup's shares over the whole
+interval since the last (forensics.record.live_cgroups keeps the lines as text until then); at an
+interval above one tick a hold starts where the first interval whose share meets the rule
+starts, and a silence counts beyond the interval between two looks. A rule of duration D then
+fires no later than D + 2 intervals after its condition began (docs/triggers.md).
+
 A threshold rule holds for a subject (a GPU, a container, the host) from the first fresh sample
 that satisfies it; it fires when it has held for its duration without a break. A sample that does
 not satisfy it, or a silence longer than ``max_gap_s`` (the source stopped answering: the
@@ -178,8 +187,8 @@ class Evaluator:
         if self.cgroup_every_s is None:
             return False
         now = live.cgroup_clock()
-        if self._cg_looked is not None and now - self._cg_looked < self.cgroup_every_s - self.interval_s / 2:
-            return False
+        if self._cg_looked is not None and 0 <= now - self._cg_looked < self.cgroup_every_s - self.interval_s / 2:
+            return False  # (a clock that went back looks now)
         self._cg_looked = now
         return True
 

@@ -200,6 +200,7 @@ def test_a_quiet_cgroup_stays_sampled_for_as_long_as_the_recorder_leaves_it_quie
     engine = TriggerEngine(opts, LiveState(), lambda _: None, ring=tmp_path / "ring", interval_s=1.0,
                            extra={"cgroups.idle_full_s": "30"})
     assert engine.evaluator.max_gap_s >= 30.0
+    assert engine.evaluator.cgroup_every_s == 5.0  # 30 s / 6, at the recorder's interval
     stalled = '{"periods": 10, "mem_stall_us": 500000}'  # 50 % of each second
     quiet_25s = '{"periods": 10, "mem_stall_us": 12500000}'  # 50 % of the 25 s since its last line
     ticks: list[tuple[str, ...] | None] = [(stalled,), (stalled,)] + [()] * 24 + [(quiet_25s,)] + [(stalled,)] * 7
