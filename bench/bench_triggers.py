@@ -123,7 +123,7 @@ def fold(state: LiveState, recs: list[tuple[str, list[dict] | None, bytes]], t: 
         if objs is not None:  # in the child (RecordSink.append_jsonl), then the frame's header
             summary = [x for x in (summarize(member, o) for o in objs) if x is not None]
             summary = json.loads(json.dumps(summary, separators=(",", ":"), default=str))
-        state.feed(t, 0.0, member, "append", data.decode("utf-8", "surrogateescape"), summary)
+        state.feed(t, 0.0, member, "append", data, summary)  # the member bytes, as the recorder passes them
 
 
 def measure(device: dict, cgroup: dict, identity: dict[str, bytes], ticks_n: int, gpus: int, procs: int,

@@ -130,13 +130,21 @@ _UNKNOWN_OWNER = OwnerInfo("process")
 _NO_GRANT = Grant(False, "none", "unknown", "not attributed yet", False)
 
 
-_loads: Callable[[str], Any]
+_loads: Callable[[str | bytes], Any]
 try:  # orjson parses JSON lines several times faster (the analysis uses it the same way)
     import orjson
 
     _loads = orjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+
+
+def _text(data: str | bytes) -> str:
+    return data if isinstance(data, str) else bytes(data).decode("utf-8", "surrogateescape")
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
 
 
 def _lines(data: str) -> list[dict[str, Any]]:
@@ -276,7 +284,7 @@ class LiveState:
         self._proc_index: tuple[int, dict[tuple[int, str, str | None], tuple[int, int]]] = (-1, {})
         self._proc_view: tuple[int, int, tuple[ProcessLive, ...]] = (-1, -1, ())
         self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
-        self._nvml_tick: tuple[int | None, list[str]] = (None, [])  # the last tick's records (attribution)
+        self._nvml_tick: tuple[int | None, list[str | bytes]] = (None, [])  # the last tick's records (attribution)
         self._cg = CgroupFold(_loads, self._cgroup_id)
         self._cg_ids: dict[str, str | None] = {}
         self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
@@ -292,16 +300,22 @@ class LiveState:
         self.records_seen = 0
 
     # -- feeding -------------------------------------------------------------------------------
-    def feed(self, t: float, mono: float, member: str, op: str, data: str, summary: list[Any] | None = None) -> None:
-        """One record as the recorder received it (``data``: the member bytes, decoded). ``summary``:
+    def feed(self, t: float, mono: float, member: str, op: str, data: str | bytes,
+             summary: list[Any] | None = None) -> None:
+        """One record as the recorder received it (``data``: the member bytes, or decoded). ``summary``:
         what :func:`summarize` gave for each of its lines (the sampler child had them as objects:
-        see :data:`SUMMARIZED`), so the record's JSON is not parsed again here; None: parse it."""
+        see :data:`SUMMARIZED`), so the record's JSON is not parsed again here; None: parse it. The
+        per-tick members are not decoded unless they are parsed here (the cgroup lines are kept and
+        parsed as bytes); the others, small, are."""
         self.records_seen += 1
         if member == nvml_spec.SAMPLES:
-            self._nvml_samples(t, data, summary)
-        elif member == cgroups_spec.SAMPLES:
-            self._cgroup_samples(data, summary)
-        elif member == kernel_spec.WINDOW:
+            self._nvml_samples(t, data if summary is not None else _text(data), summary)
+            return
+        if member == cgroups_spec.SAMPLES:
+            self._cgroup_samples(data if type(data) is bytes else _bytes(data), summary)
+            return
+        data = _text(data)
+        if member == kernel_spec.WINDOW:
             self._kernel_window(t, data)
         elif member == nvml_spec.EVENTS:
             self._nvml_events(data)
@@ -338,13 +352,13 @@ class LiveState:
             if isinstance(d, dict) and isinstance(d.get("uuid"), str):
                 self._names[d["uuid"]] = str(_value(d.get("nvml") or {}, "nvmlDeviceGetName") or d.get("name") or "")
 
-    def _nvml_samples(self, t: float, data: str, summary: list[Any] | None = None) -> None:
+    def _nvml_samples(self, t: float, data: str | bytes, summary: list[Any] | None = None) -> None:
         """Keep each GPU's figures and its processes as the summary lists them (no object per
         process); the (PID, GPU) set is compared with the last tick's, and only a change costs
         more (new PIDs: the attribution runs again)."""
         if summary is None:
             summary = []
-            for raw in data.splitlines():
+            for raw in _text(data).splitlines():
                 if not raw.strip():
                     continue
                 try:
@@ -399,7 +413,7 @@ class LiveState:
                 self._known_pids = now
             self._dirty = True
 
-    def _cgroup_samples(self, data: str, summary: list[Any] | None = None) -> None:
+    def _cgroup_samples(self, data: bytes, summary: list[Any] | None = None) -> None:
         """Fold a record's cgroup lines (:mod:`forensics.record.live_cgroups`): a few lookups per
         line; a JSON parse only for a line whose counters changed, when no summary came."""
         if summary is None:
@@ -456,8 +470,8 @@ class LiveState:
         self._forget_gone()
         members = dict(self._identity)
         if self._nvml_tick[1]:
-            members[nvml_spec.SAMPLES] = "".join(d if d.endswith("\n") else d + "\n" for d in self._nvml_tick[1]).encode(
-                "utf-8", "surrogateescape")
+            members[nvml_spec.SAMPLES] = b"".join(d if d.endswith(b"\n") else d + b"\n"
+                                                  for d in map(_bytes, self._nvml_tick[1]))
         self._attr = attribute(members, *self.psi_floors)
         self._grants = {}
         self._cnames = {}

@@ -41,7 +41,7 @@ Row = tuple[str, str | None, float, float | None, _Pcts]
 #: (path, container id, from, t, throttled %, PSI %): a cgroup's shares over (from, t]
 FreshRow = tuple[str, str | None, float, float, float | None, _Pcts]
 _Full = tuple[Any, ...]  # a reading: (path, t, nr_periods, nr_throttled, PSI totals, host PSI totals or None)
-_T, _TICK, _TIME, _VALUES = ', "t": ', '"tick": ', '"time": ', ', "values": '
+_T, _TICK, _TIME, _VALUES = b', "t": ', b'"tick": ', b'"time": ', b', "values": '
 
 
 def cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
@@ -68,14 +68,14 @@ def _reading(line: dict[str, Any]) -> tuple[str, float, Any, Any, _Totals, _Tota
         psi_totals(host) if type(host) is dict else None
 
 
-def _middle_t(line: str, i: int, j: int) -> float | None:
+def _middle_t(line: bytes, i: int, j: int) -> float | None:
     """``t`` of ``line[i:j]`` when that is ``, "t": T, "tick": N, "time": "ISO"`` (those three keys,
     nothing else, up to ``, "values": ``), else None."""
     middle = line[i:j]
-    if middle.count('"') != 8 or _TICK not in middle or _TIME not in middle or not line.startswith(_VALUES, j):
+    if middle.count(b'"') != 8 or _TICK not in middle or _TIME not in middle or not line.startswith(_VALUES, j):
         return None
     try:
-        return float(line[i + len(_T):line.find(",", i + len(_T))])
+        return float(line[i + len(_T):line.find(b",", i + len(_T))])
     except ValueError:
         return None
 
@@ -84,7 +84,7 @@ class CgroupFold:
     """See the module docstring. ``loads`` parses one JSON line; ``container_id`` a path's
     container (cached here per path)."""
 
-    def __init__(self, loads: Callable[[str], Any], container_id: Callable[[str], str | None],
+    def __init__(self, loads: Callable[[bytes], Any], container_id: Callable[[str], str | None],
                  max_cgroups: int = 20_000, forget_s: float = 600.0) -> None:
         self.loads = loads
         self.container_id = container_id
@@ -94,13 +94,13 @@ class CgroupFold:
         # line not parsed yet) or None, container id]
         self._cg: dict[str, list[Any]] = {}
         # a line's text before t -> the last line parsed with it and the reading it gave
-        self._text: dict[str, tuple[str, _Full]] = {}
+        self._text: dict[bytes, tuple[bytes, _Full]] = {}
         # kept, not folded yet: a line's text before t -> [its newest line, the one before or None];
         # readings (summaries, lines of another layout) by path, the same
-        self._pending: dict[str, list[Any]] = {}
+        self._pending: dict[bytes, list[Any]] = {}
         self._pending_readings: dict[str, list[Any]] = {}
         # per path, the reading the last take_fresh compared with (paths read since only)
-        self._fresh: dict[str, _Full | str] = {}
+        self._fresh: dict[str, _Full | bytes] = {}
         self.clock = 0.0  # the newest reading's time (folded)
         self.newest = 0.0  # the newest line's time seen, folded or not (read without a parse)
         self.gen = 0  # bumped per fold that folded a reading
@@ -111,13 +111,13 @@ class CgroupFold:
         self._rows: tuple[int, tuple[Row, ...]] = (-1, ())
 
     # -- feeding: kept, not parsed -------------------------------------------------------------
-    def lines(self, data: str) -> None:
-        """A record's bytes (decoded): one line per cgroup. Each cgroup's newest line (and the one
+    def lines(self, data: bytes) -> None:
+        """A record's bytes: one line per cgroup. Each cgroup's newest line (and the one
         before) is kept as text, keyed by its text before ``t`` (the cgroup, and its errors if
         any), and folded when someone reads (:meth:`fold`)."""
         pending = self._pending
-        last = ""
-        for line in data.split("\n"):
+        last = b""
+        for line in data.split(b"\n"):
             if not line:
                 continue
             i = line.find(_T)
@@ -135,7 +135,7 @@ class CgroupFold:
         if last:
             i = last.find(_T) + len(_T)
             try:
-                t = float(last[i:last.find(",", i)])
+                t = float(last[i:last.find(b",", i)])
             except ValueError:
                 t = 0.0
             if t > self.newest:
@@ -160,7 +160,7 @@ class CgroupFold:
         if r[1] > self.newest:
             self.newest = r[1]
 
-    def _parse(self, line: str, head: str | None) -> _Full | None:
+    def _parse(self, line: bytes, head: bytes | None) -> _Full | None:
         """A line's reading ``(path, t, periods, throttled, totals, host)``, parsed (None: not a
         cgroup line); remembered by ``head`` (its text before ``t``)."""
         try:
@@ -178,7 +178,7 @@ class CgroupFold:
             text[head] = (line, got)
         return got
 
-    def _line_reading(self, head: str, line: str) -> _Full | None:
+    def _line_reading(self, head: bytes, line: bytes) -> _Full | None:
         """A kept line's reading: a line whose text outside ``t``/``tick``/``time`` is its text's
         last parsed line's has the same counters and costs no parse."""
         known = self._text.get(head)
@@ -191,9 +191,9 @@ class CgroupFold:
                 return (reading[0], t, *reading[2:])  # the same counters
         return self._parse(line, head)
 
-    def _resolve(self, before: _Full | str | None) -> _Full | None:
+    def _resolve(self, before: _Full | bytes | None) -> _Full | None:
         """A reading kept as its line, parsed (once it is needed)."""
-        if type(before) is str:
+        if type(before) is bytes:
             i = before.find(_T)
             return self._line_reading(before[:i], before) if i > 0 else self._parse(before, None)
         return before  # type: ignore[return-value]
@@ -221,7 +221,7 @@ class CgroupFold:
             self.gen += 1
 
     def reading(self, path: str, t: float, periods: Any, throttled: Any, totals: _Totals,
-                host: _Totals | None, before: _Full | str | None = None) -> None:
+                host: _Totals | None, before: _Full | bytes | None = None) -> None:
         """One cgroup's counters at ``t`` (``host``: the host's PSI totals, on the root's line);
         ``before``: the reading that came before it since the last fold, if any (or its line)."""
         c = self._cg.get(path)
@@ -256,7 +256,7 @@ class CgroupFold:
         self._text.clear()
 
     def _host_reading(self, r: Any) -> tuple[float, _Totals] | None:
-        if type(r) is str or (type(r) is tuple and len(r) == 6):
+        if type(r) is bytes or (type(r) is tuple and len(r) == 6):
             full = self._resolve(r)
             return (full[1], full[5]) if full is not None and full[5] is not None else None
         return r  # type: ignore[no-any-return]
@@ -270,7 +270,7 @@ class CgroupFold:
         if gen != self.gen:
             out = []
             for path, c in sorted(self._cg.items()):
-                if type(c[4]) is str:
+                if type(c[4]) is bytes:
                     c[4] = self._resolve(c[4])
                 if c[4] is not None and (row := _row(path, c[5], c[4], c)) is not None:
                     out.append(row)
