@@ -18,8 +18,10 @@ small typed API:
   ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
   stall time / wall time over the last interval, per resource and some|full); :meth:`host_psi`
   the same for the host (``/proc/pressure``);
-- for the triggers, each tick, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroup
-  rows that came since the last call, and the cgroup sampler's clock; forensics.record.live_cgroups),
+- for the triggers, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroups read since
+  the last call with their shares over that whole interval, the cgroup sampler's clock, the host's
+  shares; the cgroup lines are kept as text and parsed only when read: forensics.record.live_cgroups),
+  :meth:`LiveState.cgroup_clock` (the newest cgroup line's time, no parse),
   :meth:`LiveState.process_keys` (changes with :attr:`LiveState.process_gen`) and
   :meth:`LiveState.process_figures` (one process' memory and SM %);
 - :meth:`LiveState.take_events` -> :class:`LiveEvent` seen since the last call: ``oom`` (kernel OOM
@@ -51,7 +53,14 @@ from typing import Any
 from forensics.analysis.attribution import Attribution, Grant, OwnerInfo, attribute
 from forensics.parsing.attribution import attribute_path
 from forensics.parsing.timestamps import parse_iso_unix
-from forensics.record.live_cgroups import PSI_KEYS, CgroupFold, Row, cgroup_summary, psi_dict
+from forensics.record.live_cgroups import (
+    PSI_KEYS,
+    CgroupFold,
+    FreshRow,
+    Row,
+    cgroup_summary,
+    psi_dict,
+)
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs import nvml as nvml_spec
@@ -121,13 +130,21 @@ _UNKNOWN_OWNER = OwnerInfo("process")
 _NO_GRANT = Grant(False, "none", "unknown", "not attributed yet", False)
 
 
-_loads: Callable[[str], Any]
+_loads: Callable[[str | bytes], Any]
 try:  # orjson parses JSON lines several times faster (the analysis uses it the same way)
     import orjson
 
     _loads = orjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+
+
+def _text(data: str | bytes) -> str:
+    return data if isinstance(data, str) else bytes(data).decode("utf-8", "surrogateescape")
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
 
 
 def _lines(data: str) -> list[dict[str, Any]]:
@@ -267,7 +284,7 @@ class LiveState:
         self._proc_index: tuple[int, dict[tuple[int, str, str | None], tuple[int, int]]] = (-1, {})
         self._proc_view: tuple[int, int, tuple[ProcessLive, ...]] = (-1, -1, ())
         self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
-        self._nvml_tick: tuple[int | None, list[str]] = (None, [])  # the last tick's records (attribution)
+        self._nvml_tick: tuple[int | None, list[str | bytes]] = (None, [])  # the last tick's records (attribution)
         self._cg = CgroupFold(_loads, self._cgroup_id)
         self._cg_ids: dict[str, str | None] = {}
         self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
@@ -283,16 +300,22 @@ class LiveState:
         self.records_seen = 0
 
     # -- feeding -------------------------------------------------------------------------------
-    def feed(self, t: float, mono: float, member: str, op: str, data: str, summary: list[Any] | None = None) -> None:
-        """One record as the recorder received it (``data``: the member bytes, decoded). ``summary``:
+    def feed(self, t: float, mono: float, member: str, op: str, data: str | bytes,
+             summary: list[Any] | None = None) -> None:
+        """One record as the recorder received it (``data``: the member bytes, or decoded). ``summary``:
         what :func:`summarize` gave for each of its lines (the sampler child had them as objects:
-        see :data:`SUMMARIZED`), so the record's JSON is not parsed again here; None: parse it."""
+        see :data:`SUMMARIZED`), so the record's JSON is not parsed again here; None: parse it. The
+        per-tick members are not decoded unless they are parsed here (the cgroup lines are kept and
+        parsed as bytes); the others, small, are."""
         self.records_seen += 1
         if member == nvml_spec.SAMPLES:
-            self._nvml_samples(t, data, summary)
-        elif member == cgroups_spec.SAMPLES:
-            self._cgroup_samples(data, summary)
-        elif member == kernel_spec.WINDOW:
+            self._nvml_samples(t, data if summary is not None else _text(data), summary)
+            return
+        if member == cgroups_spec.SAMPLES:
+            self._cgroup_samples(data if type(data) is bytes else _bytes(data), summary)
+            return
+        data = _text(data)
+        if member == kernel_spec.WINDOW:
             self._kernel_window(t, data)
         elif member == nvml_spec.EVENTS:
             self._nvml_events(data)
@@ -329,13 +352,13 @@ class LiveState:
             if isinstance(d, dict) and isinstance(d.get("uuid"), str):
                 self._names[d["uuid"]] = str(_value(d.get("nvml") or {}, "nvmlDeviceGetName") or d.get("name") or "")
 
-    def _nvml_samples(self, t: float, data: str, summary: list[Any] | None = None) -> None:
+    def _nvml_samples(self, t: float, data: str | bytes, summary: list[Any] | None = None) -> None:
         """Keep each GPU's figures and its processes as the summary lists them (no object per
         process); the (PID, GPU) set is compared with the last tick's, and only a change costs
         more (new PIDs: the attribution runs again)."""
         if summary is None:
             summary = []
-            for raw in data.splitlines():
+            for raw in _text(data).splitlines():
                 if not raw.strip():
                     continue
                 try:
@@ -390,7 +413,7 @@ class LiveState:
                 self._known_pids = now
             self._dirty = True
 
-    def _cgroup_samples(self, data: str, summary: list[Any] | None = None) -> None:
+    def _cgroup_samples(self, data: bytes, summary: list[Any] | None = None) -> None:
         """Fold a record's cgroup lines (:mod:`forensics.record.live_cgroups`): a few lookups per
         line; a JSON parse only for a line whose counters changed, when no summary came."""
         if summary is None:
@@ -447,8 +470,8 @@ class LiveState:
         self._forget_gone()
         members = dict(self._identity)
         if self._nvml_tick[1]:
-            members[nvml_spec.SAMPLES] = "".join(d if d.endswith("\n") else d + "\n" for d in self._nvml_tick[1]).encode(
-                "utf-8", "surrogateescape")
+            members[nvml_spec.SAMPLES] = b"".join(d if d.endswith(b"\n") else d + b"\n"
+                                                  for d in map(_bytes, self._nvml_tick[1]))
         self._attr = attribute(members, *self.psi_floors)
         self._grants = {}
         self._cnames = {}
@@ -545,6 +568,7 @@ class LiveState:
 
     def cgroups(self) -> tuple[CgroupLive, ...]:
         """Every cgroup sampled twice or more, by path (derived on demand, once per change)."""
+        self._cg.fold()
         gen, view = self._cg_view
         if gen == self._cg.gen:
             return view
@@ -558,11 +582,19 @@ class LiveState:
         PSI shares in :data:`PSI_KEYS` order (None where not known; ``()`` without PSI), by path."""
         return self._cg.rows()
 
-    def take_cgroup_rows(self) -> tuple[list[Row], float]:
-        """The rows that came since the last call (each cgroup's newest: what the triggers compare
-        each tick, not every cgroup) and the newest cgroup reading's time (the cgroup sampler's
-        clock: a cgroup whose last reading is older was silent since)."""
-        return self._cg.take_fresh(), self._cg.clock
+    def take_cgroup_rows(self) -> tuple[list[FreshRow], float, tuple[float, float, tuple[float | None, ...]] | None]:
+        """The cgroups read since the last call, each with its shares over the whole interval
+        since its reading then, ``(path, container id, from, t, throttled %, PSI %)`` (what the
+        triggers compare when they look, not every cgroup); the newest cgroup reading's time (the
+        cgroup sampler's clock: a cgroup whose last reading is older was silent since); and the
+        host's PSI shares over the interval since the last call, ``(from, t, shares)`` in
+        :data:`PSI_KEYS` order (None: nothing to compare). See forensics.record.live_cgroups."""
+        rows, host = self._cg.take_fresh()
+        return rows, self._cg.clock, host
+
+    def cgroup_clock(self) -> float:
+        """The newest cgroup line's time, folded or not (no parse: when to look)."""
+        return self._cg.newest
 
     def process_rows(self) -> list[tuple[int, int, str, str | None, float, int | None, float | None]]:
         """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID, t, used memory, SM %), as

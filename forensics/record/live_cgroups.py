@@ -1,27 +1,33 @@
 """The live state's cgroup part: ``cgroup/samples.jsonl`` lines folded into per-cgroup rates.
 
-:class:`CgroupFold` keeps, per cgroup path, its last reading (``nr_periods``, ``nr_throttled``,
-the PSI ``*_total_usec`` counters, the host's ``/proc/pressure`` on the root's line) and the row
-derived from it and the reading before: ``(path, container id, t, throttled %, PSI %)``, the
-shares over the interval between the two readings, however long (a cgroup sampler that sends
-nothing for a quiet cgroup reads it again later: the next row covers the whole quiet interval).
+Every figure the triggers read from these lines is a share of two cumulative counters
+(``nr_throttled``/``nr_periods``, PSI ``*_total_usec`` / wall time), so the shares between two
+readings are the same whatever lines came between: :class:`CgroupFold` keeps each cgroup's newest
+line as text as it comes (a dict store, keyed by the line's text before ``t``: no parse) and folds
+them only when someone reads (:meth:`CgroupFold.fold`, called by every reader). Per cgroup path it
+then keeps its last reading folded (``nr_periods``, ``nr_throttled``, the PSI totals, the host's
+``/proc/pressure`` on the root's line) and the one before: :meth:`CgroupFold.rows` gives
+``(path, container id, t, throttled %, PSI %)``, the shares between those two, however far apart
+(a cgroup sampler that sends nothing for a quiet cgroup reads it again later: the next row covers
+the whole quiet interval; a reader that reads every 10 s gets 10 s shares).
 
-Work per tick is proportional to the lines received, and a line whose counters did not change
-since that cgroup's last line costs no JSON parse: the cgroups collector writes each line as
-``{"cgroup": P, ["errors": E, ]"t": T, "tick": N, "time": ISO, "values": V}`` (sorted keys), and
-a line whose text outside ``t``/``tick``/``time`` is the same as the cgroup's last one has the same
-counters (the reading then differs only in its time). Any other line (another layout, other
-keys between ``time`` and ``values``) is parsed whole. The rows received since the triggers last
-looked are kept apart (:meth:`CgroupFold.take_fresh`) with the newest reading time (the cgroup
-sampler's clock), so an evaluation reads what changed, not every cgroup.
+Folding, a line whose counters did not change since that cgroup's last parsed line costs no JSON
+parse: the cgroups collector writes each line as ``{"cgroup": P, ["errors": E, ]"t": T, "tick": N,
+"time": ISO, "values": V}`` (sorted keys), and a line whose text outside ``t``/``tick``/``time`` is
+the same as the cgroup's last one has the same counters (the reading then differs only in its
+time). Any other line (another layout, other keys between ``time`` and ``values``) is parsed
+whole. The triggers read apart (:meth:`CgroupFold.take_fresh`): each cgroup read since their last
+look, with its shares over the whole interval since its reading then (their own base, whoever
+else read between), and the host's; :attr:`CgroupFold.newest` is the newest line's time, kept
+without a parse (the cgroup sampler's clock, for deciding when to look).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["PSI_KEYS", "PSI_RESOURCES", "CgroupFold", "Row", "cgroup_summary", "psi_dict", "psi_shares", "psi_totals"]
+__all__ = ["PSI_KEYS", "PSI_RESOURCES", "CgroupFold", "FreshRow", "Row", "cgroup_summary", "psi_dict", "psi_shares", "psi_totals"]
 
 PSI_RESOURCES = ("cpu", "memory", "io")
 PSI_KEYS = tuple((res, kind) for res in PSI_RESOURCES for kind in ("some", "full"))
@@ -32,7 +38,10 @@ _Pcts = tuple[float | None, ...]  # PSI stall shares (%) in PSI_KEYS order
 _NO_STALL: _Pcts = (0.0,) * len(PSI_KEYS)
 #: (path, container id, t, throttled %, PSI % in PSI_KEYS order or ())
 Row = tuple[str, str | None, float, float | None, _Pcts]
-_T, _TICK, _TIME, _VALUES = ', "t": ', '"tick": ', '"time": ', ', "values": '
+#: (path, container id, from, t, throttled %, PSI %): a cgroup's shares over (from, t]
+FreshRow = tuple[str, str | None, float, float, float | None, _Pcts]
+_Full = tuple[Any, ...]  # a reading: (path, t, nr_periods, nr_throttled, PSI totals, host PSI totals or None)
+_T, _TICK, _TIME, _VALUES = b', "t": ', b'"tick": ', b'"time": ', b', "values": '
 
 
 def cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
@@ -59,14 +68,14 @@ def _reading(line: dict[str, Any]) -> tuple[str, float, Any, Any, _Totals, _Tota
         psi_totals(host) if type(host) is dict else None
 
 
-def _middle_t(line: str, i: int, j: int) -> float | None:
+def _middle_t(line: bytes, i: int, j: int) -> float | None:
     """``t`` of ``line[i:j]`` when that is ``, "t": T, "tick": N, "time": "ISO"`` (those three keys,
     nothing else, up to ``, "values": ``), else None."""
     middle = line[i:j]
-    if middle.count('"') != 8 or _TICK not in middle or _TIME not in middle or not line.startswith(_VALUES, j):
+    if middle.count(b'"') != 8 or _TICK not in middle or _TIME not in middle or not line.startswith(_VALUES, j):
         return None
     try:
-        return float(line[i + len(_T):line.find(",", i + len(_T))])
+        return float(line[i + len(_T):line.find(b",", i + len(_T))])
     except ValueError:
         return None
 
@@ -75,84 +84,170 @@ class CgroupFold:
     """See the module docstring. ``loads`` parses one JSON line; ``container_id`` a path's
     container (cached here per path)."""
 
-    def __init__(self, loads: Callable[[str], Any], container_id: Callable[[str], str | None],
+    def __init__(self, loads: Callable[[bytes], Any], container_id: Callable[[str], str | None],
                  max_cgroups: int = 20_000, forget_s: float = 600.0) -> None:
         self.loads = loads
         self.container_id = container_id
         self.max_cgroups = max_cgroups
         self.forget_s = forget_s
-        # path -> [t, nr_periods, nr_throttled, PSI totals, row or None, container id]
+        # path -> [t, nr_periods, nr_throttled, PSI totals, the reading before (a reading, or its
+        # line not parsed yet) or None, container id]
         self._cg: dict[str, list[Any]] = {}
         # a line's text before t -> the last line parsed with it and the reading it gave
-        self._text: dict[str, tuple[str, tuple[Any, ...]]] = {}
-        self._fresh: dict[str, Row] = {}
-        self.clock = 0.0  # the newest reading's time
-        self.gen = 0  # bumped per reading folded
+        self._text: dict[bytes, tuple[bytes, _Full]] = {}
+        # kept, not folded yet: a line's text before t -> [its newest line, the one before or None];
+        # readings (summaries, lines of another layout) by path, the same
+        self._pending: dict[bytes, list[Any]] = {}
+        self._pending_readings: dict[str, list[Any]] = {}
+        # per path, the reading the last take_fresh compared with (paths read since only)
+        self._fresh: dict[str, _Full | bytes] = {}
+        self.clock = 0.0  # the newest reading's time (folded)
+        self.newest = 0.0  # the newest line's time seen, folded or not (read without a parse)
+        self.gen = 0  # bumped per fold that folded a reading
         self.parsed = 0  # lines parsed (the others had the counters of their cgroup's last line)
         self._host_cur: tuple[float, _Totals] | None = None
-        self._host_prev: tuple[float, _Totals] | None = None
+        self._host_prev: Any = None  # the host's reading before (or the root's line, not parsed yet)
+        self._host_base: Any = None  # the host's at the last take_fresh (the same)
         self._rows: tuple[int, tuple[Row, ...]] = (-1, ())
 
-    # -- feeding -------------------------------------------------------------------------------
-    def lines(self, data: str) -> None:
-        """A record's bytes (decoded): one line per cgroup."""
-        text, loads = self._text, self.loads
-        for line in data.split("\n"):
+    # -- feeding: kept, not parsed -------------------------------------------------------------
+    def lines(self, data: bytes) -> None:
+        """A record's bytes: one line per cgroup. Each cgroup's newest line (and the one
+        before) is kept as text, keyed by its text before ``t`` (the cgroup, and its errors if
+        any), and folded when someone reads (:meth:`fold`)."""
+        pending = self._pending
+        last = b""
+        for line in data.split(b"\n"):
             if not line:
                 continue
             i = line.find(_T)
-            head = line[:i] if i > 0 else None
-            if head is not None and (known := text.get(head)) is not None:
-                last, reading = known  # this cgroup's last line parsed (the same text before t)
-                j = last.find(_VALUES, i)
-                end = len(line) - (len(last) - j)
-                if j > 0 and end > i and line.endswith(last[j:]) and (t := _middle_t(line, i, end)) is not None:
-                    self.reading(reading[0], t, *reading[1:])  # the same counters
-                    continue
+            if i > 0:
+                last = line
+                kept = pending.get(head := line[:i])
+                if kept is None:
+                    pending[head] = [line, None]
+                else:
+                    kept[1], kept[0] = kept[0], line
+            else:  # another layout: parsed now, folded with the others
+                got = self._parse(line, None)
+                if got is not None:
+                    self._keep(got)
+        if last:
+            i = last.find(_T) + len(_T)
             try:
-                obj = loads(line)
+                t = float(last[i:last.find(b",", i)])
             except ValueError:
-                continue
-            got = _reading(obj) if type(obj) is dict else None
-            if got is None:
-                continue
-            self.parsed += 1
-            reading = (got[0], *got[2:])
-            self.reading(got[0], got[1], *got[2:])
-            if head is not None:
-                if len(text) >= self.max_cgroups:
-                    text.clear()
-                text[head] = (line, reading)
+                t = 0.0
+            if t > self.newest:
+                self.newest = t
+        if len(pending) >= self.max_cgroups:
+            self.fold()
 
     def summaries(self, summaries: Iterable[list[Any]]) -> None:
         for path, t, periods, throttled, totals, host in summaries:
-            self.reading(path, t, periods, throttled, tuple(totals), None if host is None else tuple(host))
+            self._keep((path, t, periods, throttled, tuple(totals), None if host is None else tuple(host)))
+        if len(self._pending_readings) >= self.max_cgroups:
+            self.fold()
+
+    def _keep(self, r: _Full) -> None:
+        kept = self._pending_readings.get(r[0])
+        if kept is None:
+            self._pending_readings[r[0]] = [r, None]
+        elif not r[1] < kept[0][1]:
+            kept[1], kept[0] = kept[0], r
+        elif kept[1] is None or r[1] > kept[1][1]:
+            kept[1] = r
+        if r[1] > self.newest:
+            self.newest = r[1]
+
+    def _parse(self, line: bytes, head: bytes | None) -> _Full | None:
+        """A line's reading ``(path, t, periods, throttled, totals, host)``, parsed (None: not a
+        cgroup line); remembered by ``head`` (its text before ``t``)."""
+        try:
+            obj = self.loads(line)
+        except ValueError:
+            return None
+        got = _reading(obj) if type(obj) is dict else None
+        if got is None:
+            return None
+        self.parsed += 1
+        if head is not None:
+            text = self._text
+            if len(text) >= self.max_cgroups:
+                text.clear()
+            text[head] = (line, got)
+        return got
+
+    def _line_reading(self, head: bytes, line: bytes) -> _Full | None:
+        """A kept line's reading: a line whose text outside ``t``/``tick``/``time`` is its text's
+        last parsed line's has the same counters and costs no parse."""
+        known = self._text.get(head)
+        if known is not None:
+            last, reading = known
+            i = len(head)
+            j = last.find(_VALUES, i)
+            end = len(line) - (len(last) - j)
+            if j > 0 and end > i and line.endswith(last[j:]) and (t := _middle_t(line, i, end)) is not None:
+                return (reading[0], t, *reading[2:])  # the same counters
+        return self._parse(line, head)
+
+    def _resolve(self, before: _Full | bytes | None) -> _Full | None:
+        """A reading kept as its line, parsed (once it is needed)."""
+        if type(before) is bytes:
+            i = before.find(_T)
+            return self._line_reading(before[:i], before) if i > 0 else self._parse(before, None)
+        return before  # type: ignore[return-value]
+
+    # -- folding: when read ----------------------------------------------------------------------
+    def fold(self) -> None:
+        """Fold the kept lines and readings: each cgroup's newest is read (its line parsed unless it
+        repeats its counters), the one before kept as it is until someone asks for the last
+        interval's shares (:meth:`rows`, :meth:`host_psi`)."""
+        pending, readings = self._pending, self._pending_readings
+        if not pending and not readings:
+            return
+        self._pending, self._pending_readings = {}, {}
+        got: dict[str, tuple[_Full, Any]] = {}
+        for head, (line, before) in pending.items():
+            r = self._line_reading(head, line)
+            if r is not None and ((was := got.get(r[0])) is None or r[1] > was[0][1]):
+                got[r[0]] = (r, before)  # a cgroup's lines of two texts (errors came or went): the newest
+        for r, before in readings.values():
+            if (was := got.get(r[0])) is None or r[1] > was[0][1]:
+                got[r[0]] = (r, before)
+        for (path, t, periods, throttled, totals, host), before in got.values():
+            self.reading(path, t, periods, throttled, totals, host, before)
+        if got:
+            self.gen += 1
 
     def reading(self, path: str, t: float, periods: Any, throttled: Any, totals: _Totals,
-                host: _Totals | None) -> None:
-        """One cgroup's counters at ``t`` (``host``: the host's PSI totals, on the root's line)."""
+                host: _Totals | None, before: _Full | bytes | None = None) -> None:
+        """One cgroup's counters at ``t`` (``host``: the host's PSI totals, on the root's line);
+        ``before``: the reading that came before it since the last fold, if any (or its line)."""
         c = self._cg.get(path)
         if c is None:
             if len(self._cg) >= self.max_cgroups:
                 self._forget(t)
-            self._cg[path] = [t, periods, throttled, totals, None, self.container_id(path)]
+            self._cg[path] = [t, periods, throttled, totals, before, self.container_id(path)]
+            if before is not None:
+                self._fresh[path] = before
         else:
+            was = (path, c[0], c[1], c[2], c[3], None)
+            if path not in self._fresh:
+                self._fresh[path] = was  # what the triggers compare with
             dt = t - c[0]
             if dt > 0:
-                pct = None
-                if type(periods) is int and type(throttled) is int and type(c[1]) is int and type(c[2]) is int:
-                    dp, dth = periods - c[1], throttled - c[2]
-                    pct = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp == 0 else None)
-                row: Row = (path, c[5], t, pct, psi_shares(c[3], totals, dt))
-                self._fresh[path] = c[4] = row
+                c[4] = was if before is None else before
             elif dt < 0:
                 c[4] = None  # the clock went back: nothing compares until the next reading
             c[0], c[1], c[2], c[3] = t, periods, throttled, totals
         if host is not None:
-            self._host_prev, self._host_cur = self._host_cur, (t, host)
+            self._host_prev = self._host_cur if before is None else before
+            self._host_cur = (t, host)
+            if self._host_base is None:
+                self._host_base = self._host_prev
         if t > self.clock:
             self.clock = t
-        self.gen += 1
 
     def _forget(self, now: float) -> None:
         """Containers come and go: forget the cgroups not sampled for ``forget_s``."""
@@ -160,29 +255,79 @@ class CgroupFold:
         self._fresh = {p: r for p, r in self._fresh.items() if p in self._cg}
         self._text.clear()
 
+    def _host_reading(self, r: Any) -> tuple[float, _Totals] | None:
+        if type(r) is bytes or (type(r) is tuple and len(r) == 6):
+            full = self._resolve(r)
+            return (full[1], full[5]) if full is not None and full[5] is not None else None
+        return r  # type: ignore[no-any-return]
+
     # -- reading -------------------------------------------------------------------------------
     def rows(self) -> tuple[Row, ...]:
-        """Every cgroup's latest row (sampled twice or more), by path (derived once per change)."""
+        """Every cgroup's row (sampled twice or more): its shares between its last two readings,
+        by path (derived once per change)."""
+        self.fold()
         gen, rows = self._rows
         if gen != self.gen:
-            rows = tuple(c[4] for _, c in sorted(self._cg.items()) if c[4] is not None)
+            out = []
+            for path, c in sorted(self._cg.items()):
+                if type(c[4]) is bytes:
+                    c[4] = self._resolve(c[4])
+                if c[4] is not None and (row := _row(path, c[5], c[4], c)) is not None:
+                    out.append(row)
+            rows = tuple(out)
             self._rows = (self.gen, rows)
         return rows
 
-    def take_fresh(self) -> list[Row]:
-        """The rows that came since the last call (one per cgroup: its newest)."""
-        out = list(self._fresh.values())
+    def take_fresh(self) -> tuple[list[FreshRow], tuple[float, float, _Pcts] | None]:
+        """The cgroups read since the last call, each with its shares over the whole interval since
+        its reading then: ``(path, container id, from, t, throttled %, PSI %)``; and the host's PSI
+        shares over the same interval ``(from, t, shares)`` (None: nothing to compare). The counters
+        are cumulative: the shares between two calls are those between their readings, however
+        many lines came between, and whoever else read between."""
+        self.fold()
+        out: list[FreshRow] = []
+        cg = self._cg
+        for path, kept in self._fresh.items():
+            c = cg.get(path)
+            if c is None or (base := self._resolve(kept)) is None:
+                continue
+            row = _row(path, c[5], base, c)
+            if row is not None:
+                out.append((path, c[5], base[1], *row[2:]))
         self._fresh = {}
-        return out
+        host = None
+        cur, base_h = self._host_cur, self._host_reading(self._host_base)
+        if cur is not None and base_h is not None and cur[0] > base_h[0]:
+            host = (base_h[0], cur[0], psi_shares(base_h[1], cur[1], cur[0] - base_h[0]))
+        self._host_base = cur
+        return out, host
 
     def host_psi(self) -> dict[str, dict[str, float]]:
-        cur, prev = self._host_cur, self._host_prev
+        self.fold()
+        cur = self._host_cur
+        prev = self._host_prev = self._host_reading(self._host_prev)
         if cur is None or prev is None or not cur[0] > prev[0]:
             return {}
         return psi_dict(psi_shares(prev[1], cur[1], cur[0] - prev[0]))
 
     def host_t(self) -> float | None:
+        self.fold()
         return self._host_cur[0] if self._host_cur is not None else None
+
+
+def _row(path: str, cid: str | None, base: _Full, cur: Sequence[Any]) -> Row | None:
+    """A cgroup's row between a reading ``base`` and its folded state ``cur`` (``[t, nr_periods,
+    nr_throttled, PSI totals, ...]``; None: the later is not later)."""
+    t = cur[0]
+    dt = t - base[1]
+    if not dt > 0:
+        return None
+    periods, throttled, p0, th0 = cur[1], cur[2], base[2], base[3]
+    pct = None
+    if type(periods) is int and type(throttled) is int and type(p0) is int and type(th0) is int:
+        dp, dth = periods - p0, throttled - th0
+        pct = 100.0 * dth / dp if dp > 0 and dth >= 0 else (0.0 if dp == 0 else None)
+    return (path, cid, t, pct, psi_shares(base[4], cur[3], dt))
 
 
 def psi_totals(pressure: Any) -> _Totals:

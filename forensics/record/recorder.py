@@ -225,8 +225,7 @@ class Recorder:
                 t, mono, member, op, data = rec[:5]
                 self.pending.append((float(t), float(mono), str(member), str(op), data))
                 if self.live is not None:  # the child's summary of the lines where it sent one
-                    self.live.feed(float(t), float(mono), str(member), str(op), data.decode("utf-8", "surrogateescape"),
-                                   rec[5] if len(rec) > 5 else None)
+                    self.live.feed(float(t), float(mono), str(member), str(op), data, rec[5] if len(rec) > 5 else None)
             except (TypeError, ValueError):
                 continue
         for note in msg.get("notes") or []:

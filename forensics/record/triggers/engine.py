@@ -172,7 +172,7 @@ class TriggerEngine:
         # cgroup silent for up to cgroups.idle_full_s, which must stay a quiet cgroup, not a gone one
         idle_full_s = CGROUPS_SPEC.read_settings(self.extra).idle_full_s
         self.evaluator = Evaluator(options.rules, max_gap_s=max(10.0, 5 * interval_s, idle_full_s),
-                                   active_sm_pct=options.active_sm_pct)
+                                   active_sm_pct=options.active_sm_pct, interval_s=interval_s)
         self.last_start: dict[str, float] = {}
         self.pending: dict[str, Firing] = {}
         self.running: _Running | None = None

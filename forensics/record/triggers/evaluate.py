@@ -1,5 +1,14 @@
 """Evaluating parsed rules against the recorder's live state, once per recorder tick.
 
+The GPU rules, the events and ``unallocated-gpu-use`` are looked at every tick. The cgroup rules
+(:data:`CGROUP_METRICS`: shares of cumulative counters) look together every ``cgroup_every_s``
+(the shortest cgroup rule's duration / :data:`EVALUATIONS_PER_DURATION`, whole ticks, at least
+one) of the cgroup sampler's clock, each look reading every cgroup's shares over the whole
+interval since the last (forensics.record.live_cgroups keeps the lines as text until then); at an
+interval above one tick a hold starts where the first interval whose share meets the rule
+starts, and a silence counts beyond the interval between two looks. A rule of duration D then
+fires no later than D + 2 intervals after its condition began (docs/triggers.md).
+
 A threshold rule holds for a subject (a GPU, a container, the host) from the first fresh sample
 that satisfies it; it fires when it has held for its duration without a break. A sample that does
 not satisfy it, or a silence longer than ``max_gap_s`` (the source stopped answering: the
@@ -22,18 +31,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.record.live import PSI_KEYS, Grant, LiveEvent, LiveState, OwnerInfo
-from forensics.record.live_cgroups import Row
+from forensics.record.live_cgroups import FreshRow
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
 
-__all__ = ["Evaluator", "Firing"]
+__all__ = ["CGROUP_METRICS", "EVALUATIONS_PER_DURATION", "Evaluator", "Firing"]
+
+#: the metrics read from the cgroup lines' cumulative counters (evaluated at an interval, below)
+CGROUP_METRICS = frozenset({"container.throttled", *(f"psi.{res}.{kind}" for res in ("cpu", "memory", "io")
+                                                     for kind in ("some", "full"))})
+#: a cgroup rule of duration D is evaluated every D / this, rounded down to whole ticks (at least
+#: one; the shortest such D of the rules configured: they look together)
+EVALUATIONS_PER_DURATION = 6
 
 _OPS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
-_EMPTY: dict[str, float] = {}
 _MISSING: Any = object()
 _NO_HOLDS: dict[str, Any] = {}
-_Values = list[tuple[str, float, float, str]]
+_Values = list[tuple[str, float, float, str, float]]  # subject, t, value, member, from
 #: per operator, the values (subject, t, value, member) that meet a limit (one comprehension)
 _MET: dict[str, Callable[[_Values, float], _Values]] = {
     ">": lambda vs, lim: [v for v in vs if v[2] > lim], ">=": lambda vs, lim: [v for v in vs if v[2] >= lim],
@@ -69,18 +84,29 @@ def _gpu_name(index: int, uuid: str) -> str:
 class Evaluator:
     """The rules' per-subject state across ticks (see the module docstring)."""
 
-    def __init__(self, rules: tuple[Rule, ...], max_gap_s: float = 10.0, active_sm_pct: float = 1.0) -> None:
+    def __init__(self, rules: tuple[Rule, ...], max_gap_s: float = 10.0, active_sm_pct: float = 1.0,
+                 interval_s: float = 1.0) -> None:
         self.rules = rules
         self.max_gap_s = max_gap_s
         self.active_sm_pct = active_sm_pct
+        self.interval_s = interval_s
+        # the cgroup rules look together, every cgroup_every_s of the cgroup sampler's clock; a
+        # silence (max_gap_s) is counted beyond the interval between two looks
+        durations = [r.duration_s for r in rules if r.kind == "threshold" and r.name in CGROUP_METRICS]
+        self.cgroup_every_s = (interval_s * max(1, int(min(durations) / EVALUATIONS_PER_DURATION // interval_s))
+                               if durations else None)  # whole ticks, D / 6 or less
+        self._cg_gap_s = max_gap_s + (self.cgroup_every_s or interval_s) - interval_s
+        self._cg_sparse = self.cgroup_every_s is not None and self.cgroup_every_s > interval_s
+        self._cg_looked: float | None = None  # the cgroup sampler's clock at the last look
         self._holds: dict[str, dict[str, _Hold]] = {}  # rule -> subject -> since when it holds
         self._seen: dict[str, dict[str, float]] = {}  # rule -> subject -> last sample time looked at
         self.evaluations = 0
-        self._tick_values: dict[str, list[tuple[str, float, float, str]]] = {}
-        self._cg_rows: list[Row] = []  # the cgroup rows that came since the last tick ...
+        self._tick_values: dict[str, _Values] = {}
+        self._cg_rows: list[FreshRow] = []  # the cgroups read since the last look ...
         self._cg_subjects: list[str | None] = []  # ... and their subjects
-        self._cg_clock = 0.0  # the cgroup sampler's clock at the last tick
-        self._cg_silent_from: float | None = None  # the clock advanced this tick: from when
+        self._cg_host: tuple[float, float, tuple[float | None, ...]] | None = None  # ... the host's shares
+        self._cg_clock = 0.0  # the cgroup sampler's clock at the last look
+        self._cg_silent_from: float | None = None  # the clock advanced since the last look: from when
         self._cg_last: dict[str, float] = {}  # container subject -> its last cgroup reading
         self._unallocated_at: tuple[int, int] = (-1, -1)  # (attribution, process set) the list is of
         self._unallocated_keys: list[tuple[int, int, str, str | None, OwnerInfo, Grant]] = []
@@ -99,7 +125,7 @@ class Evaluator:
                 self._floors[name] = (False, max(limits), [r.text for r in on])
 
     # -- the figures each metric reads -----------------------------------------------------------
-    def _values(self, name: str, live: LiveState) -> list[tuple[str, float, float, str]]:
+    def _values(self, name: str, live: LiveState) -> _Values:
         """(subject, sample time, value, member) for every subject the metric has a new figure
         for (a GPU's: the last one; a cgroup's: those that came since the last tick), read once
         per tick for all the rules on that metric."""
@@ -129,38 +155,53 @@ class Evaluator:
 
     def _all_values(self, name: str, live: LiveState) -> _Values:
         if name == "gpu.util":
-            return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES)
+            return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES, g.t)
                     for g in live.gpus() if g.util_pct is not None]
         if name == "gpu.memory":
-            return [(_gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES)
+            return [(_gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES, g.t)
                     for g in live.gpus() if (pct := g.memory_used_pct) is not None]
+        # a cgroup figure's hold starts at its sample's time when the rules look every tick (as
+        # a GPU's), and at the start of the interval its shares cover when they look less often
+        sparse = self._cg_sparse
         if name == "container.throttled":
-            return [(subject, t, throttled, cgroups_spec.SAMPLES)
-                    for (_, _, t, throttled, _), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
+            return [(subject, t, throttled, cgroups_spec.SAMPLES, t0 if sparse else t)
+                    for (_, _, t0, t, throttled, _), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
                     if subject is not None and throttled is not None]
         if name.startswith("psi."):
             _, res, kind = name.split(".")
             k = PSI_KEYS.index((res, kind))
             out: _Values = []
-            host_t = next((r[2] for r in self._cg_rows if r[0] == "/"), None)
-            if host_t is not None and (host := live.host_psi().get(res, _EMPTY).get(kind)) is not None:
-                out.append(("host", host_t, host, cgroups_spec.SAMPLES))
-            out.extend([(subject, t, v, cgroups_spec.SAMPLES)
-                        for (_, _, t, _, psi), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
+            if self._cg_host is not None and (host := self._cg_host[2]) and (v := host[k]) is not None:
+                t0, t, _ = self._cg_host
+                out.append(("host", t, v, cgroups_spec.SAMPLES, t0 if sparse else t))
+            out.extend([(subject, t, v, cgroups_spec.SAMPLES, t0 if sparse else t)
+                        for (_, _, t0, t, _, psi), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
                         if subject is not None and psi and (v := psi[k]) is not None])
             return out
         return []
 
+    def _cgroups_due(self, live: LiveState) -> bool:
+        """Whether the cgroup rules look now: every tick, or every ``cgroup_every_s`` of the cgroup
+        sampler's clock (half a tick early is on time: the sampler's lines come a little after
+        the tick, by a varying delay)."""
+        if self.cgroup_every_s is None:
+            return False
+        now = live.cgroup_clock()
+        if self._cg_looked is not None and 0 <= now - self._cg_looked < self.cgroup_every_s - self.interval_s / 2:
+            return False  # (a clock that went back looks now)
+        self._cg_looked = now
+        return True
+
     def _take_cgroups(self, live: LiveState) -> None:
-        """The cgroup rows that came since the last tick, each with its subject (the container's
-        name; None for a cgroup that is no container's), and whether the cgroup sampler's clock
-        advanced (then a container not among them was silent: idle, not throttled)."""
-        rows, clock = live.take_cgroup_rows()
+        """The cgroups read since the last look, each with its subject (the container's name; None
+        for a cgroup that is no container's), and whether the cgroup sampler's clock advanced (then
+        a container not among them was silent: idle, not throttled)."""
+        rows, clock, self._cg_host = live.take_cgroup_rows()
         if self._subjects_at != live.refreshes or len(self._subject_of) > 50_000:  # names come with attribution
             self._subject_of, self._subjects_at = {}, live.refreshes
         subject_of = self._subject_of
         subjects = []
-        for path, cid, _, _, _ in rows:
+        for path, cid, _, _, _, _ in rows:
             subject = subject_of.get(path, _MISSING)
             if subject is _MISSING:
                 subject = subject_of[path] = self._cname(cid, live.container_name(cid)) if cid else None
@@ -170,7 +211,7 @@ class Evaluator:
         if clock > self._cg_clock:
             self._cg_silent_from, self._cg_clock = self._cg_clock, clock
         last = self._cg_last
-        for (_, _, t, _, _), subject in zip(rows, subjects, strict=True):
+        for (_, _, _, t, _, _), subject in zip(rows, subjects, strict=True):
             if subject is not None:
                 last[subject] = t
         if len(last) > 50_000:
@@ -183,6 +224,7 @@ class Evaluator:
         holds = self._holds.setdefault(rule.text, {})
         seen = self._seen.setdefault(rule.text, {})
         values = self._values(rule.name, live)
+        gap_s = self._cg_gap_s if rule.name in CGROUP_METRICS else self.max_gap_s
         if rule.name == "container.throttled" and self._cg_silent_from is not None:
             values = values + self._idle(rule, holds, values)
         # Only a value that meets the rule, or one of a subject that holds (or may hold by then:
@@ -193,7 +235,7 @@ class Evaluator:
         if len(met) < len(values):
             may_hold = holds.keys() | {v[0] for v in met}
             values = [v for v in values if v[0] in may_hold]
-        for subject, t, value, member in values:
+        for subject, t, value, member, t0 in values:
             if not cmp(value, limit):  # the common case: nothing to remember
                 if subject in holds:
                     del holds[subject]
@@ -203,8 +245,8 @@ class Evaluator:
                 continue  # stale: nothing new about this subject
             seen[subject] = t
             hold = holds.get(subject)
-            if hold is None or t - hold.last_t > self.max_gap_s:
-                hold = holds[subject] = _Hold(t, t)
+            if hold is None or t - hold.last_t > gap_s:
+                hold = holds[subject] = _Hold(t0, t)
             hold.last_t = t
             if t - hold.since >= rule.duration_s:
                 held = f" for {t - hold.since:.0f} s" if rule.duration_s else ""
@@ -215,16 +257,18 @@ class Evaluator:
     def _idle(self, rule: Rule, holds: dict[str, _Hold], values: _Values) -> _Values:
         """``container.throttled`` of the containers whose cgroup sent nothing while the cgroup
         sampler's clock advanced: a sampler sends nothing for a cgroup whose CPU counter did not
-        move, and a cgroup that did not run was not throttled: 0 % at the sampler's clock, for
-        those sampled within ``max_gap_s`` (longer: gone, or not sampled; no figure). Only the
+        move, and a cgroup that did not run was not throttled: 0 % at the sampler's clock (since
+        the last look), for those sampled within ``max_gap_s`` (beyond the interval between two
+        looks; longer: gone, or not sampled; no figure). Only the
         subjects it can change are looked at: those that hold, or, for a rule that 0 % meets
         (``<``), every container sampled lately."""
-        clock = self._cg_clock
+        clock, gap_s = self._cg_clock, self._cg_gap_s
+        since = self._cg_silent_from if self._cg_sparse and self._cg_silent_from is not None else clock
         fresh = {v[0] for v in values}
         last = self._cg_last
         candidates = last.keys() if _OPS[rule.op](0.0, rule.threshold or 0.0) else holds.keys()
-        return [(subject, clock, 0.0, cgroups_spec.SAMPLES) for subject in candidates
-                if subject not in fresh and (t := last.get(subject)) is not None and clock - t <= self.max_gap_s]
+        return [(subject, clock, 0.0, cgroups_spec.SAMPLES, since) for subject in candidates
+                if subject not in fresh and (t := last.get(subject)) is not None and clock - t <= gap_s]
 
     def _event(self, rule: Rule, events: list[LiveEvent]) -> list[Firing]:
         if rule.name == "unallocated-gpu-use":
@@ -270,11 +314,14 @@ class Evaluator:
     def evaluate_with(self, live: LiveState, events: list[LiveEvent]) -> list[Firing]:
         self.evaluations += 1
         self._tick_values = {}
-        self._take_cgroups(live)
+        cgroups = self._cgroups_due(live)
+        if cgroups:
+            self._take_cgroups(live)
         out: list[Firing] = []
         for rule in self.rules:
             if rule.kind == "threshold":
-                out.extend(self._threshold(rule, live))
+                if cgroups or rule.name not in CGROUP_METRICS:
+                    out.extend(self._threshold(rule, live))
             elif rule.name == "unallocated-gpu-use":
                 out.extend(self._unallocated(rule, live))
             else:

@@ -120,8 +120,10 @@ def test_a_repeated_line_is_not_parsed_again_and_a_change_is_seen() -> None:
     state = LiveState()
     cg = Cgroups(state)
     cg.tick(0, cg.line(PATH, 0, periods=10))
+    state.cgroups()  # read every tick (the lines are folded when read)
     for tick in range(1, 6):  # the same counters every tick: one parse, then none
         cg.tick(tick, cg.line(PATH, tick))
+        state.cgroups()
     parsed = state._cg.parsed
     [row] = [c for c in state.cgroups() if c.path == PATH]
     assert (row.t, row.throttled_pct, row.psi_pct["memory"]["some"]) == (T0 + 5, 0.0, 0.0)
@@ -198,9 +200,11 @@ def test_a_quiet_cgroup_stays_sampled_for_as_long_as_the_recorder_leaves_it_quie
     engine = TriggerEngine(opts, LiveState(), lambda _: None, ring=tmp_path / "ring", interval_s=1.0,
                            extra={"cgroups.idle_full_s": "30"})
     assert engine.evaluator.max_gap_s >= 30.0
+    assert engine.evaluator.cgroup_every_s == 5.0  # 30 s / 6, at the recorder's interval
     stalled = '{"periods": 10, "mem_stall_us": 500000}'  # 50 % of each second
     quiet_25s = '{"periods": 10, "mem_stall_us": 12500000}'  # 50 % of the 25 s since its last line
     ticks: list[tuple[str, ...] | None] = [(stalled,), (stalled,)] + [()] * 24 + [(quiet_25s,)] + [(stalled,)] * 7
     got = _run([rule], ticks, max_gap_s=engine.evaluator.max_gap_s)
-    assert any(got) and next(f for f in got if f)[0].crossed_at == T0 + 1
+    # a 30 s rule looks every 5 s: its hold starts where the shares it first saw begin (t=0)
+    assert any(got) and next(f for f in got if f)[0].crossed_at == T0
     assert not any(_run([rule], ticks, max_gap_s=10.0))  # the old bound: the hold broke at every silence
