@@ -474,7 +474,10 @@ class CgroupsCollector:
                 if parsed is not None:
                     _merge(values, *parsed)
             values_json = dumps_json(values, indent=None)
-            self._previous[target.path] = (made_of, values_json)
+            if errors:  # not reused: a file that failed to parse fails again, and says so, next tick
+                self._previous.pop(target.path, None)
+            else:
+                self._previous[target.path] = (made_of, values_json)
         if errors:
             start += f'"errors": {dumps_json(errors, indent=None)}, '
         return f"{start}{head}{values_json}}}"
