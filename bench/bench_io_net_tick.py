@@ -6,11 +6,14 @@ per container as a container runtime makes it, 8 IB ports laid out as
 ``Documentation/ABI/stable/sysfs-class-infiniband``) and a /proc tree (a ``net/dev`` with the 8
 interfaces, the veths and ``lo``, ``diskstats``, and 200 processes each in its own network namespace
 with its own ``net/dev``), then times ``NetCollector.sample`` per tick; and the added cgroup work
-per tick: reading ``io.stat`` for 200 cgroups through kept descriptors and parsing those whose
-bytes changed, as the cgroups collector does (the v1 equivalent,
-``blkio.throttle.io_service_bytes`` + ``io_serviced``, is timed too). Between ticks (outside the
-timing) ``--active`` percent of the namespaces and cgroups get new counters (and their host veths
-with them): the busy share of a node's containers; the others read the same as the tick before.
+per tick: what ``io.stat`` (v2), or ``blkio.throttle.io_service_bytes`` + ``io_serviced`` (v1), add
+to the cgroups collector's own tick over 200 cgroups laid out on a temporary directory (the
+recorder's collector, activity gating on, one simulated second per tick, with those files planned
+less the same collector without them, ticked alternately; capture's, reading every file every
+tick, is printed beside it). Between ticks (outside the timing) ``--active`` percent of the
+namespaces and cgroups get new counters (a cgroup's CPU and IO counters, the namespaces' net/dev
+and their host veths): the busy share of a node's containers; the others read the same as the
+tick before.
 Prints CPU per tick, the share of one core at 1 Hz (median tick) and its ratio to the target
 (0.2 %: a ratio under 1 meets it).
 
@@ -40,12 +43,15 @@ Run: ``python bench/bench_io_net_tick.py [--containers 200] [--links 8] [--veths
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,7 +60,6 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.net import TICK_IB_COUNTERS, NetCollector  # noqa: E402
-from forensics.parsing.cgroup_files import file_values  # noqa: E402
 
 HEADER = ("Inter-|   Receive                                                |  Transmit\n"
           " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
@@ -257,6 +262,119 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, 
             subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+IO_FILES = {2: ("io.stat",), 1: ("blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced")}
+_BLKIO = "".join(f"259:0 {op} 4194304\n" for op in ("Read", "Write", "Sync", "Async", "Discard", "Total")) + \
+    "Total 4194304\n"
+_PSI = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+# one container cgroup's per-tick files, as the kernel writes them (the first number of an activity
+# file and of an IO file is what a busy container moves)
+CGROUP_FILES = {
+    2: {"": {"cpu.stat": "usage_usec 1000\nuser_usec 800\nsystem_usec 200\nnr_periods 0\nnr_throttled 0\n"
+                         "throttled_usec 0\nnr_bursts 0\nburst_usec 0\n",
+             "memory.current": "1048576\n", "pids.current": "3\n",
+             "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+             "cpu.pressure": _PSI, "memory.pressure": _PSI, "io.pressure": _PSI,
+             "io.stat": "259:0 rbytes=4194304 wbytes=1234 rios=1024 wios=3 dbytes=0 dios=0\n"}},
+    1: {"cpu": {"cpu.stat": "nr_periods 0\nnr_throttled 0\nthrottled_time 0\nnr_bursts 0\nburst_time 0\n"},
+        "cpuacct": {"cpuacct.usage": "1000000\n"},
+        "memory": {"memory.usage_in_bytes": "1048576\n", "memory.failcnt": "0\n",
+                   "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"},
+        "pids": {"pids.current": "3\n"},
+        "blkio": {"blkio.throttle.io_service_bytes": _BLKIO, "blkio.throttle.io_serviced": _BLKIO}},
+}
+
+
+def _bump(path: Path, by: int) -> None:
+    """Add ``by`` to the file's first counter (``usage_usec N``, ``rbytes=N``, ``MAJ:MIN Read N``, ``N``)."""
+    text = path.read_text()
+    match = _COUNTER.search(text)
+    assert match is not None, path
+    path.write_text(f"{text[:match.start()]}{int(match.group()) + by}{text[match.end():]}")
+
+
+_COUNTER = re.compile(r"(?:^|(?<=[ =]))\d+(?=\s)")
+
+
+@contextlib.contextmanager
+def _without_io_files(version: int) -> Iterator[None]:
+    """The cgroups collector plans without this version's IO files while in this block."""
+    from forensics.collectors import cgroups
+
+    saved = cgroups.V2_FILES, cgroups.V1_FILES
+    cgroups.V2_FILES = tuple(f for f in saved[0] if f[0] not in IO_FILES[version])
+    cgroups.V1_FILES = {c: tuple(f for f in files if f[0] not in IO_FILES[version]) for c, files in saved[1].items()}
+    try:
+        yield
+    finally:
+        cgroups.V2_FILES, cgroups.V1_FILES = saved
+
+
+def cgroup_io_cost(root: Path, version: int, containers: int, busy: int, ticks: int) -> tuple[float, float]:
+    """What the IO files add to the cgroups collector's tick over ``containers`` cgroups on a
+    ``version`` host laid out on a temporary directory (a fake mountinfo pointing at it): the
+    recorder's collector (activity gating, ``cgroups.idle_full_s`` 10 s, one simulated second per
+    tick) with the IO files in its plan less the same collector without them, ticked alternately;
+    between ticks ``busy`` cgroups (in turn) move their CPU counter and their IO counters, the
+    others stay still. Returns the median paired difference for the gated collector and for
+    capture's (every file every tick)."""
+    from forensics.collectors import cgroups
+
+    lines = []
+    for n, (controller, files) in enumerate(CGROUP_FILES[version].items()):
+        mount = root / (controller or "unified")
+        for i in range(containers):
+            d = mount / f"docker/{i:064x}"
+            d.mkdir(parents=True)
+            for name, text in files.items():
+                (d / name).write_text(text)
+        lines.append(f"{30 + n} 1 0:{40 + n} / {mount} rw - cgroup2 cgroup2 rw\n" if version == 2 else
+                     f"{30 + n} 1 0:{40 + n} / {mount} rw - cgroup cgroup rw,{controller}\n")
+    paths = [f"/docker/{i:064x}" for i in range(containers)]
+    (root / "mountinfo").write_text("".join(lines))
+    pressure = root / "pressure"
+    pressure.mkdir()
+    for res in ("cpu", "memory", "io"):
+        (pressure / res).write_text(_PSI)
+    movers = [(root / (c or "unified"), name) for c, files in CGROUP_FILES[version].items() for name in files
+              if name in ("cpu.stat" if version == 2 else "cpuacct.usage", *IO_FILES[version])]
+    results = []
+    for gated in (True, False):
+        clock = [time.monotonic()]
+        module = vars(cgroups)  # the collector's clock: one simulated second per tick
+        real_time, module["time"] = module["time"], type("Clock", (), {"monotonic": staticmethod(lambda c=clock: c[0])})
+        try:
+            pair = []
+            for with_io in (True, False):
+                stage = root / f"stage-{gated}-{with_io}"
+                stage.mkdir()
+                collector = cgroups.CgroupsCollector(str(root / "mountinfo"), str(pressure), str(root / "noproc"))
+                collector.activity_gating = gated
+                ctx = CollectContext(CaptureOptions(interval_s=1.0, extra={"cgroups.idle_full_s": "10"}),
+                                     EvidenceSink(stage), Redactor(True), {"cgroup_paths": list(paths)})
+                with contextlib.nullcontext() if with_io else _without_io_files(version):
+                    collector.sample(ctx, Tick(0, time.time()))  # plans (with or without the IO files)
+                pair.append((collector, ctx))
+            diffs = []
+            for i in range(1, ticks + 1):
+                for k in range(busy):
+                    n = (i * busy + k) % containers
+                    for mount, name in movers:
+                        _bump(mount / f"docker/{n:064x}" / name, 1000 + i)
+                clock[0] += 1.0
+                spent = []
+                for collector, ctx in pair:
+                    c0 = time.process_time()
+                    collector.sample(ctx, Tick(i, time.time()))
+                    spent.append(time.process_time() - c0)
+                diffs.append(spent[0] - spent[1])
+            for collector, ctx in pair:
+                collector.end_sampling(ctx)
+        finally:
+            module["time"] = real_time
+        results.append(median(diffs))
+    return results[0], results[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--containers", type=int, default=200)
@@ -310,47 +428,8 @@ def main() -> None:
         collector.end_sampling(ctx)
         tmpfs_line = median([float(len(x)) for x in (root / "stage/net/samples.jsonl").read_bytes().splitlines()[1:]])
 
-        io_stat = "259:0 rbytes=4194304 wbytes=1234 rios=1024 wios=3 dbytes=0 dios=0\n"
-        blkio = "".join(f"259:0 {op} 4194304\n" for op in ("Read", "Write", "Sync", "Async", "Discard", "Total"))
-        files = []
-        for i in range(args.containers):
-            d = root / f"cg/{i}"
-            d.mkdir(parents=True)
-            (d / "io.stat").write_text(io_stat)
-            (d / "blkio.throttle.io_service_bytes").write_text(blkio + "Total 4194304\n")
-            (d / "blkio.throttle.io_serviced").write_text(blkio + "Total 4194304\n")
-            files.append(d)
-        fds2 = [os.open(d / "io.stat", os.O_RDONLY) for d in files]
-        fds1 = [(os.open(d / "blkio.throttle.io_service_bytes", os.O_RDONLY),
-                 os.open(d / "blkio.throttle.io_serviced", os.O_RDONLY)) for d in files]
-
-        def per_tick(names: tuple[str, ...], fds: list[tuple[int, ...]], version: int) -> float:
-            """Read every file each tick; parse only what changed (the cgroups collector's memo)."""
-            memo: dict[tuple[int, int], bytes] = {}
-            spent: list[float] = []
-            for i in range(args.ticks):
-                for k in range(busy):
-                    d = files[(i * busy + k) % len(files)]
-                    for name in names:
-                        text = (d / name).read_text()
-                        (d / name).write_text(text.replace("4194304", str(4194304 + i + 1), 1))
-                c0 = time.process_time()
-                for n, group in enumerate(fds):
-                    for j, fd in enumerate(group):
-                        data = os.pread(fd, 65536, 0)
-                        if memo.get((n, j)) != data:
-                            memo[(n, j)] = data
-                            file_values(version, names[j], data.decode(), True)
-                spent.append(time.process_time() - c0)
-            return median(spent)
-
-        v2 = per_tick(("io.stat",), [(fd,) for fd in fds2], 2)
-        v1 = per_tick(("blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced"), fds1, 1)
-        for fd in fds2:
-            os.close(fd)
-        for a, b in fds1:
-            os.close(a)
-            os.close(b)
+        v2, v2_every = cgroup_io_cost(root / "cg2", 2, args.containers, busy, args.ticks)
+        v1, v1_every = cgroup_io_cost(root / "cg1", 1, args.containers, busy, args.ticks)
         real: dict[str, float] | None = None
         if args.real_netns:
             inner = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", sys.executable, __file__,
@@ -382,6 +461,8 @@ def main() -> None:
     target = 0.002
     print(f"cgroup io files per tick ({args.containers} cgroups): v2 io.stat {v2 * 1e3:.2f} ms, "
           f"v1 blkio.throttle x2 {v1 * 1e3:.2f} ms CPU")
+    print(f"  (the recorder's gated cgroups tick with those files less the same tick without them; capture's "
+          f"sampling, every file every tick: v2 {v2_every * 1e3:.2f} ms, v1 {v1_every * 1e3:.2f} ms)")
     for name, cost in hosts:
         share = cost / 1.0
         print(f"{name}: {share * 100:.3f} % of a core at 1 Hz; ratio to the 0.2 % target: {share / target:.2f}")

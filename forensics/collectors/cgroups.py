@@ -140,6 +140,23 @@ def pod_ancestor(path: str) -> str | None:
     return None
 
 
+#: what the quiet check asks for beyond an activity file's last bytes: a counter that grew a few
+#: digits is read whole at once, and its read serves the cgroup's line
+_PROBE_SLACK = 64
+
+
+def _probe(fds: list[int | None], behind: list[bytes | None]
+           ) -> tuple[tuple[int, bytes, int], ...] | None:
+    """The quiet check of a gated cgroup whose line was just made of ``behind`` (its activity files'
+    bytes, read through the kept descriptors ``fds``); None where one is not kept or not whole."""
+    probe = []
+    for fd, data in zip(fds, behind, strict=True):
+        if fd is None or data is None or len(data) + _PROBE_SLACK > MAYBE_MORE:
+            return None
+        probe.append((fd, data, len(data) + _PROBE_SLACK))
+    return tuple(probe)
+
+
 @dataclass
 class _Target:
     path: str
@@ -152,6 +169,11 @@ class _Target:
     line_start: str = ""
     gate: tuple[int, ...] = ()  # gated: the indices of the activity files in ``files``
     unparsed: frozenset[int] = frozenset()  # read for gating only, not in the line's values
+    # gated, once its last line read every activity file whole through a kept descriptor: those
+    # descriptors with the bytes behind that line and the size to ask for (the quiet check's one
+    # pread each); None: the general path checks (a descriptor not kept, a long file, no line yet)
+    probe: tuple[tuple[int, bytes, int], ...] | None = None
+    quiet: list[Any] = field(default_factory=list)  # with a probe: its CgroupsCollector._quiet entry
 
 
 class CgroupsCollector:
@@ -363,6 +385,8 @@ class CgroupsCollector:
                 target.gate = gate
         self._idle_full_s = SPEC.read_settings(ctx.options.extra).idle_full_s
         self._quiet = {t.path: self._quiet[t.path] for t in plan if t.path in self._quiet}
+        for target in plan:
+            target.quiet = self._quiet.get(target.path, []) if target.gate else []
         # what is planned again keeps its descriptors and its previous line (same files only)
         self._files.keep_only({f[3] for t in plan for f in t.files})
         self._parsed = {f[3]: self._parsed[f[3]] for t in plan for f in t.files if f[3] in self._parsed}
@@ -393,11 +417,33 @@ class CgroupsCollector:
         head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
+        wall = tick.time_unix
         for target in plan:  # (the common tick: one bare pread per file on a kept descriptor)
+            probe, moved = target.probe, None
+            if probe is not None and now - target.quiet[0] <= bound:
+                # the common quiet check: each activity file once, asked for a little more than
+                # its bytes behind the last line (a shorter answer is the whole file)
+                try:
+                    for k, (kept_fd, was_read, size) in enumerate(probe):
+                        data = pread(kept_fd, size, 0)
+                        if data != was_read:
+                            moved = k, data
+                            break
+                    else:  # as they were for the cgroup's last line: no other read, no line
+                        target.quiet[2] = wall
+                        continue
+                except OSError:
+                    pass  # the general path below reads every file again and says why
             fds, files, gate = target.fds, target.files, target.gate
             datas: list[bytes | None] = [None] * len(fds)
             quiet = quiets.get(target.path) if gate else None
-            if quiet is not None and now - quiet[0] <= bound:  # gated: the activity files first
+            if moved is not None and probe is not None:  # what the quiet check read serves the line
+                k, data = moved
+                for j in range(k):
+                    datas[gate[j]] = probe[j][1]
+                if len(data) < probe[k][2]:
+                    datas[gate[k]] = data
+            elif probe is None and quiet is not None and now - quiet[0] <= bound:  # gated: the activity files first
                 try:
                     for i, was in zip(gate, quiet[1], strict=True):
                         fd = fds[i]
@@ -411,7 +457,8 @@ class CgroupsCollector:
                         if data != was:
                             break
                     else:  # as they were for the cgroup's last line: no other read, no line
-                        quiet[2] = tick.time_unix
+                        quiet[2] = wall
+                        target.probe = _probe([fds[i] for i in gate], quiet[1])  # (after a re-plan)
                         continue
                 except OSError:
                     pass  # the read of every file below says why
@@ -442,7 +489,9 @@ class CgroupsCollector:
             if gate:
                 if quiet is not None and quiet[2] is not None:
                     start += f'"unchanged_until": {dumps_json(quiet[2], indent=None)}, '
-                quiets[target.path] = [now, [datas[i] for i in gate], None]
+                behind = [datas[i] for i in gate]
+                quiets[target.path] = target.quiet = [now, behind, None]
+                target.probe = _probe([fds[i] for i in gate], behind)
             lines.append(self._line(target, datas, errors, start, head))
         if lines:
             ctx.sink.append_bytes(SAMPLES, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
@@ -474,7 +523,10 @@ class CgroupsCollector:
                 if parsed is not None:
                     _merge(values, *parsed)
             values_json = dumps_json(values, indent=None)
-            self._previous[target.path] = (made_of, values_json)
+            if errors:  # not reused: a file that failed to parse fails again, and says so, next tick
+                self._previous.pop(target.path, None)
+            else:
+                self._previous[target.path] = (made_of, values_json)
         if errors:
             start += f'"errors": {dumps_json(errors, indent=None)}, '
         return f"{start}{head}{values_json}}}"
