@@ -188,25 +188,29 @@ class SourceProcess:
             chunk = b""
         if chunk == b"":
             raise EOFError
-        if chunk:
-            self.buf.extend(chunk)
+        chunk = chunk or b""
+        data = bytes(self.buf) + chunk if self.buf else chunk  # a frame's start left from before
+        view = memoryview(data)
         out = []
         head = _FRAME.size
-        while len(self.buf) >= head:
-            n, size = _FRAME.unpack_from(self.buf)
+        pos = 0
+        while len(data) - pos >= head:
+            n, size = _FRAME.unpack_from(data, pos)
             if n + size > MAX_FRAME:
                 raise EOFError
-            if len(self.buf) < head + n + size:
+            end = pos + head + n + size
+            if len(data) < end:
                 break
-            payload = bytes(self.buf[head:head + n])
-            body = bytes(self.buf[head + n:head + n + size])
-            del self.buf[:head + n + size]
+            payload = view[pos + head:pos + head + n]
+            body = view[pos + head + n:end]  # each record's bytes are copied out of it once (_attach)
+            pos = end
             try:
-                obj = json.loads(payload)
+                obj = json.loads(bytes(payload))
             except ValueError:
                 continue
             if isinstance(obj, dict) and _attach(obj, body):
                 out.append(obj)
+        self.buf = bytearray(view[pos:]) if pos < len(data) else bytearray()
         return out
 
     def kill(self) -> None:
@@ -237,7 +241,7 @@ class SourceProcess:
             time.sleep(0.01)
 
 
-def _attach(obj: dict[str, Any], body: bytes) -> bool:
+def _attach(obj: dict[str, Any], body: bytes | memoryview) -> bool:
     """Put each record's bytes from the frame's body in place of its size; False when the sizes do
     not add up to the body (a frame not from :func:`_send`)."""
     records = obj.get("records") or []
@@ -247,7 +251,7 @@ def _attach(obj: dict[str, Any], body: bytes) -> bool:
     for rec in records:
         if not (isinstance(rec, list) and len(rec) in (5, 6) and type(rec[4]) is int and rec[4] >= 0):
             return False
-        rec[4], at = body[at:at + rec[4]], at + rec[4]
+        rec[4], at = bytes(body[at:at + rec[4]]), at + rec[4]
     return at == len(body)
 
 

@@ -320,7 +320,14 @@ class Recorder:
                 self._end_source(st, "command pipe closed")
 
     def _poll(self, until: float) -> None:
-        """Read answers until the monotonic time ``until``."""
+        """Read answers until the monotonic time ``until``; their records go to the ring with one
+        write once every child sent this tick has answered (or at ``until``), not one per answer."""
+        try:
+            self._read_answers(until)
+        finally:
+            self._flush()
+
+    def _read_answers(self, until: float) -> None:
         while not self.stop:
             left = until - time.monotonic()
             fds = {st.proc.out_fd: st for st in self.sources.values() if st.proc is not None}
@@ -347,7 +354,8 @@ class Recorder:
                     self._handle(st, msg)
                     if st.proc is None:
                         break
-            self._flush()
+            if ready and not any(s.proc is not None and s.proc.busy_tick is not None for s in self.sources.values()):
+                self._flush()  # the tick's last answer
 
     # -- the whole run ----------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -52,6 +52,11 @@ __all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAM
 HOSTFS_PROC = "forensics.collectors.hostfs.proc"
 DOCKER_FOLLOWER = "forensics.collectors.docker.follow"
 KUBE_FOLLOWER = "forensics.collectors.kubernetes.follow"
+#: what the nvml collector imports lazily when it opens the library (the bindings, and
+#: importlib.metadata for their version, which loads email, csv and zipfile): ~3 MB of objects that
+#: the nvml child would otherwise make after the fork, in pages of its own. Preloaded only for the
+#: pages: importing the bindings loads no library (nvmlInit does, in the child)
+NVML_LAZY = ("pynvml", "importlib.metadata")
 
 #: recorder-only hints, between the parent loop and its sampler children
 GPU_PIDS = Hint("gpu_pids", int, "the PIDs NVML saw on a GPU this tick (nvml child -> recorder)")
@@ -224,7 +229,7 @@ def make_driver(name: str) -> _Driver:
 
 
 #: the modules each source's driver loads beside its spec's collector
-_MODULES: dict[str, tuple[str, ...]] = {cgroups_spec.SPEC.name: (HOSTFS_PROC,), docker_spec.SPEC.name: (DOCKER_FOLLOWER,),
+_MODULES: dict[str, tuple[str, ...]] = {nvml_spec.SPEC.name: NVML_LAZY, cgroups_spec.SPEC.name: (HOSTFS_PROC,), docker_spec.SPEC.name: (DOCKER_FOLLOWER,),
                                         kubernetes_spec.SPEC.name: (KUBE_FOLLOWER,)}
 
 

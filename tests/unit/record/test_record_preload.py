@@ -18,3 +18,13 @@ def test_preload_loads_each_sources_modules_and_leaves_failures_to_the_child(mon
     for module in ("forensics.collectors.procfs", "forensics.collectors.cgroups", sources.HOSTFS_PROC,
                    "forensics.collectors.kernel"):
         assert module in sys.modules
+
+
+def test_preload_of_nvml_loads_what_its_collector_imports_lazily() -> None:
+    """The nvml collector imports its bindings (and importlib.metadata, for their version) when it
+    opens the library: loaded before the fork, their objects' pages are shared, not the nvml
+    child's own. Importing the bindings loads no NVML library."""
+    pytest.importorskip("pynvml")
+    assert sources.preload(["nvml"]) == []
+    for module in (*sources.NVML_LAZY, "forensics.collectors.nvml"):
+        assert module in sys.modules

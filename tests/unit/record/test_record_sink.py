@@ -79,3 +79,38 @@ def test_a_frame_carries_the_records_bytes_verbatim_after_its_header() -> None:
     assert frames[0]["records"] == records and frames[0]["notes"] == ["n"]
     assert frames[0]["records"][1][4] == b"6,1,2,-;caf\xc3\xa9 \xff\xfe\n"
     assert frames[1]["records"] == []
+
+
+def test_a_frame_split_across_reads_arrives_whole_and_once() -> None:
+    """The parent reads what the pipe holds: a frame cut anywhere (in its lengths, its header, its
+    body) is kept until the rest comes, then handed out with the same bytes, exactly once."""
+    import os
+    import time
+
+    from forensics.record.child import SourceProcess, _send
+
+    sink = RecordSink()
+    for i in range(50):
+        sink.append_jsonl("cgroup/samples.jsonl", {"cgroup": f"/c{i}", "v": "x" * i})
+    sink.append_bytes("kernel/kmsg-window.txt", b"6,1,2,-;\xff\n")
+    records = sink.take_bytes()
+    r, w = os.pipe()
+    try:
+        _send(w, {"kind": "tick", "tick": 1, "records": records})
+        _send(w, {"kind": "tick", "tick": 2, "records": records[-1:]})
+        whole = os.read(r, 1 << 20)
+        proc = SourceProcess("x", 0, -1, r, time.monotonic())
+        os.set_blocking(r, False)
+        got = []
+        sent = 0
+        for cut in (3, 40, len(whole) // 2, len(whole) - 5, len(whole)):  # lengths, header, body, the next frame
+            os.write(w, whole[sent:cut])
+            sent = cut
+            got.extend(proc.frames())
+    finally:
+        os.close(r)
+        os.close(w)
+    assert [f["tick"] for f in got] == [1, 2]
+    assert got[0]["records"] == records and got[1]["records"] == records[-1:]
+    assert all(type(rec[4]) is bytes for f in got for rec in f["records"])
+    assert proc.buf == b""
