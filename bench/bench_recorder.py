@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -68,6 +70,19 @@ def pss_by_name(pids: list[int]) -> dict[str, int]:
     return out
 
 
+def mem_by_name(pids: list[int]) -> dict[str, tuple[int, int]]:
+    """(RSS, PSS) per process name (bytes)."""
+    out: dict[str, tuple[int, int]] = {}
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        r, q = out.get(name, (0, 0))
+        out[name] = (r + cpu_rss([pid])[1], q + pss([pid]))
+    return out
+
+
 def cpu_by_name(pids: list[int]) -> dict[str, float]:
     """CPU seconds per process name (the sampler children are ``gfrec-<source>``)."""
     out: dict[str, float] = {}
@@ -100,28 +115,91 @@ def cpu_rss(pids: list[int]) -> tuple[float, int]:
 WAKER = ["perl", "-e", "select(undef, undef, undef, 0.2) while 1"]
 
 
+def cgroup_parents() -> list[Path]:
+    """Where the container-like cgroups go: v2 ``gfbench<pid>.slice``, else v1 ``<controller>/docker``."""
+    v2 = (CG_ROOT / "cgroup.controllers").exists()
+    parents = [CG] if v2 else [CG_ROOT / c / "docker" for c in V1_CONTROLLERS if (CG_ROOT / c / "cgroup.procs").exists()]
+    if not parents:
+        raise SystemExit("no writable cgroup hierarchy (v2 or v1 cpu/memory/pids): cannot build the load")
+    return parents
+
+
+def make_cgroup(i: int, waker: bool, made: list[Path]) -> tuple[subprocess.Popen[bytes], list[Path]]:
+    """Container-like cgroup number ``i`` (a Docker-shaped 64-hex id unique to this run and ``i``)
+    in every hierarchy, holding one new sleeping (or waking) process; returns it and its directories."""
+    v2 = (CG_ROOT / "cgroup.controllers").exists()
+    p = subprocess.Popen(WAKER if waker else ["sleep", "3600"])
+    dirs = []
+    for parent in cgroup_parents():
+        cid = f"{os.getpid():08x}{i:056x}"
+        d = parent / (f"docker-{cid}.scope" if v2 else cid)
+        d.mkdir(exist_ok=True)
+        made.append(d)
+        dirs.append(d)
+        (d / "cgroup.procs").write_text(str(p.pid))
+    return p, dirs
+
+
 def make_cgroups(n: int, sleepers: list[subprocess.Popen[bytes]], made: list[Path], active: int = 0) -> None:
     """``n`` real container-like cgroups (v2 ``gfbench<pid>.slice/docker-<id>.scope``, else v1
     ``<controller>/docker/<id>``), each holding one sleeping process (the first ``active`` of them
     one that wakes every 0.2 s); every directory made is appended to ``made`` (parents first). A
     plain directory on a tmpfs is not a cgroup: refuse to pretend."""
-    v2 = (CG_ROOT / "cgroup.controllers").exists()
-    parents = [CG] if v2 else [CG_ROOT / c / "docker" for c in V1_CONTROLLERS if (CG_ROOT / c / "cgroup.procs").exists()]
-    if not parents:
-        raise SystemExit("no writable cgroup hierarchy (v2 or v1 cpu/memory/pids): cannot build the load")
-    for parent in parents:
+    for parent in cgroup_parents():
         if not parent.exists():
             parent.mkdir()
             made.append(parent)
     for i in range(n):
-        p = subprocess.Popen(WAKER if i < active else ["sleep", "3600"])
+        p, _ = make_cgroup(i, i < active, made)
         sleepers.append(p)
-        for parent in parents:
-            cid = f"{os.getpid():08x}{i:056x}"  # Docker-shaped 64-hex id, unique to this run
-            d = parent / (f"docker-{cid}.scope" if v2 else cid)
-            d.mkdir(exist_ok=True)
-            made.append(d)
-            (d / "cgroup.procs").write_text(str(p.pid))
+
+
+class Churn:
+    """Containers coming and going: every second (from a thread), the ``n`` oldest cgroups lose
+    their process and are removed, and ``n`` new ones (new ids, new sleeping processes) are made.
+    A removed cgroup's sleeper may be a simulated GPU process's PID: NVML goes on listing it (the
+    scenario is fixed), as NVML lists a process whose container is being torn down."""
+
+    def __init__(self, n: int, first_id: int, made: list[Path]) -> None:
+        self.n = n
+        self.next_id = first_id
+        self.made = made
+        self.live: list[tuple[subprocess.Popen[bytes], list[Path]]] = []
+        self.removed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def adopt(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        """Cgroups made before (by make_cgroups, ids 0..) that churn may remove, oldest first."""
+        v2 = (CG_ROOT / "cgroup.controllers").exists()
+        for k, p in enumerate(procs):
+            cid = f"{os.getpid():08x}{k:056x}"
+            self.live.append((p, [parent / (f"docker-{cid}.scope" if v2 else cid) for parent in cgroup_parents()]))
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            for _ in range(min(self.n, len(self.live))):
+                p, dirs = self.live.pop(0)
+                p.kill()
+                p.wait()
+                for d in dirs:
+                    try:
+                        d.rmdir()
+                        self.made.remove(d)
+                    except (OSError, ValueError):
+                        pass
+                self.removed += 1
+            for _ in range(self.n):
+                self.live.append(make_cgroup(self.next_id, False, self.made))
+                self.next_id += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        for p, _ in self.live:
+            p.kill()
+            p.wait()
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -150,6 +228,17 @@ def flatness(trace: list[tuple[float, float, int, int]]) -> None:
           f"second half {second:.2f} %")
 
 
+def flatness_of(name: str, points: list[tuple[float, int, int]]) -> None:
+    """One process's RSS and PSS slopes (MB per hour, after the first minute)."""
+    steady = [p for p in points if p[0] >= 60] or points
+    if len(steady) < 4:
+        return
+    xs = [p[0] / 3600 for p in steady]
+    print(f"    {name}: RSS {slope(xs, [p[1] / 1e6 for p in steady]):+.2f} MB/h, "
+          f"PSS {slope(xs, [p[2] / 1e6 for p in steady]):+.2f} MB/h "
+          f"(PSS {steady[0][2] / 1e6:.1f} -> {steady[-1][2] / 1e6:.1f} MB)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -158,6 +247,15 @@ def main() -> int:
                     help="share of the cgroups (%%) whose process wakes every 0.2 s, so that its CPU "
                          "counter moves every tick (default 0: all asleep)")
     ap.add_argument("--skip-node-exporter", action="store_true", help="no side-by-side node-exporter run")
+    ap.add_argument("--churn", type=int, default=0, metavar="N",
+                    help="every second remove the N oldest container cgroups (and their processes) and "
+                         "make N new ones with new ids (default 0: the same cgroups throughout)")
+    ap.add_argument("--pid-churn", type=int, default=0, metavar="N",
+                    help="every second N of the simulated GPU processes end and N new ones (new PIDs, "
+                         "no real process behind them) start on the same GPUs (default 0)")
+    ap.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                    help="also serve the metrics endpoint (the live state) on 127.0.0.1:PORT, scraped "
+                         "every 5 s (default: off, the recorder as it runs by default)")
     args = ap.parse_args()
     active = round(args.cgroups * args.active / 100)
     tmp = Path(tempfile.mkdtemp(prefix="gfbench-"))
@@ -169,14 +267,31 @@ def main() -> int:
         sc = nvmlsim.Scenario()
         for _ in range(8):
             sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=[(0, 50), (30, 90)])
+        # a GPU process's slot k lives on GPU k // 64: with --pid-churn, from 20 s on (after start-up)
+        # N slots a second (round robin) get a new process with a new PID
+        starts: list[list[float]] = [[] for _ in range(8 * 64)]
+        for j in range(int(args.pid_churn * (args.seconds + 120))):
+            starts[j % len(starts)].append(20 + j / args.pid_churn)
+        new_pid = 200000
         for k in range(8 * 64):
+            times = starts[k]
             sc.add_process(pid=sleepers[k % len(sleepers)].pid if sleepers else 100000 + k, gpu=k // 64,
-                           used_memory_bytes=1 << 28, sm_util=10, mem_util=5)
+                           used_memory_bytes=1 << 28, sm_util=10, mem_util=5, end_s=times[0] if times else None)
+            for a, b in zip(times, (times + [math.inf])[1:], strict=True):
+                sc.add_process(pid=new_pid, gpu=k // 64, used_memory_bytes=1 << 28, sm_util=10, mem_util=5,
+                               start_s=a, end_s=None if b == math.inf else b)
+                new_pid += 1
         env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
         ring = tmp / "ring"
         log = (tmp / "recorder.log").open("w")
+        extra_opts = {"metrics": {"host": "127.0.0.1", "port": args.metrics_port}} if args.metrics_port else {}
         rec = start_recorder(ring, env=env, interval_s=1.0, nvml_library=str(lib),
-                             sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log)
+                             sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log, **extra_opts)
+        churn = Churn(args.churn, args.cgroups, made)
+        if args.churn:
+            churn.adopt(sleepers)
+            sleepers.clear()  # churn owns them now
+            churn.thread.start()
         time.sleep(10)  # start-up (snapshots, first plans) is not the steady state
         c0, _ = cpu_rss(tree(rec.pid))
         by0 = cpu_by_name(tree(rec.pid))
@@ -184,14 +299,22 @@ def main() -> int:
         t0 = time.monotonic()
         peak = peak_pss = 0
         trace: list[tuple[float, float, int, int]] = []  # (s since t0, CPU s, RSS, PSS): flat or growing?
+        per_proc: dict[str, list[tuple[float, int, int]]] = {}  # name -> (s since t0, RSS, PSS)
         while time.monotonic() - t0 < args.seconds:
             time.sleep(5)
+            if args.metrics_port:
+                try:
+                    scraped = len(urllib.request.urlopen(f"http://127.0.0.1:{args.metrics_port}/metrics", timeout=5).read())
+                except OSError as exc:
+                    scraped = f"scrape failed: {exc}"
             pids = tree(rec.pid)
             cpu_now, rss_now = cpu_rss(pids)
             pss_now = pss(pids)
             peak = max(peak, rss_now)
             peak_pss = max(peak_pss, pss_now)
             trace.append((time.monotonic() - t0, cpu_now, rss_now, pss_now))
+            for name, (r, q) in mem_by_name(pids).items():
+                per_proc.setdefault(name, []).append((trace[-1][0], r, q))
         c1, rss = cpu_rss(tree(rec.pid))
         by1 = cpu_by_name(tree(rec.pid))
         el = time.monotonic() - t0
@@ -257,6 +380,13 @@ def main() -> int:
         print(f"  disk {raw_rate * 86400 / 1e6:.0f} MB/24 h in the active segment, {sealed_rate * 86400 / 1e6:.0f} MB/24 h "
               f"sealed (gzip) (target 300 MB: ratio {sealed_rate * 86400 / 300e6:.2f}x)")
         flatness(trace)
+        if args.metrics_port:
+            print(f"  metrics: last scrape {scraped} bytes")
+        for name, points in sorted(per_proc.items()):
+            flatness_of(name, points)
+        if args.churn or args.pid_churn:
+            print(f"  churn: {churn.removed} cgroups removed and {churn.next_id - args.cgroups} made "
+                  f"({args.churn}/s); {args.pid_churn} GPU process(es)/s replaced by new PIDs")
         exe = shutil.which("prometheus-node-exporter")
         if args.skip_node_exporter:
             pass
@@ -278,6 +408,8 @@ def main() -> int:
         else:
             print("prometheus-node-exporter not installed: apt-get install --no-install-recommends prometheus-node-exporter")
     finally:
+        if "churn" in locals():
+            churn.close()
         for p in sleepers:
             p.kill()
             p.wait()

@@ -113,7 +113,10 @@ def env_name_allowed(name: str) -> bool:
 
 
 _CLEAN_TEXT_MAX_LEN = 512
-_CLEAN_TEXTS_MAX = 100_000
+#: texts remembered as clean: a long-running process (the recorder's samplers, redacting every new
+#: process's and container's texts all day) starts over when this many are kept, so what is kept
+#: is the texts that repeat now, not every text ever redacted
+_CLEAN_TEXTS_MAX = 8192
 
 
 class Redactor:
@@ -200,7 +203,9 @@ class Redactor:
         if not self.enabled or not s or s in self._clean_texts:
             return s
         out = self._text(s, category)
-        if out == s and len(s) <= _CLEAN_TEXT_MAX_LEN and len(self._clean_texts) < _CLEAN_TEXTS_MAX:
+        if out == s and len(s) <= _CLEAN_TEXT_MAX_LEN:
+            if len(self._clean_texts) >= _CLEAN_TEXTS_MAX:
+                self._clean_texts.clear()
             self._clean_texts.add(s)
         return out
 

@@ -72,7 +72,6 @@ class RecordSink:
         self.max_buffer_bytes = max_buffer_bytes
         self.batch_bytes = batch_bytes
         self.bytes_written = 0
-        self.members: set[str] = set()
         self.dropped = 0
         self._buffered = 0
         self._records: list[list[Any]] = []  # [t, mono, member, op, [byte chunks], size, summary]
@@ -95,7 +94,6 @@ class RecordSink:
                 return
             self._buffered += len(data)
             self.bytes_written += len(data)
-            self.members.add(member)
             last = self._records[-1] if self._records else None
             if (op == "append" and last is not None and last[3] == "append" and last[2] == member
                     and last[5] + len(data) <= self.batch_bytes):

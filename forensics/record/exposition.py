@@ -296,23 +296,28 @@ class ProcessLines:
     values every tick, their labels seldom, and escaping 11 labels per series per scrape is most of
     prometheus_client's time."""
 
-    def __init__(self, max_cached: int = 50_000) -> None:
-        self.max_cached = max_cached
+    def __init__(self) -> None:
+        # the label strings of the last render's processes: a process gone (or whose labels
+        # changed) is not kept past the next render, so this follows the processes there now
         self._labels: dict[tuple[Any, ...], str] = {}
 
-    def label_string(self, p: ProcessLive) -> str:
-        key = (p.pid, p.gpu_index, p.gpu_uuid, p.mig_uuid, p.owner, p.grant)
-        text = self._labels.get(key)
-        if text is None:
-            values = _process_labels(p)
-            text = ",".join(f'{PROCESS_LABELS[i]}="{_escape(values[i])}"' for i in _SORTED)
-            if len(self._labels) >= self.max_cached:
-                self._labels.clear()
-            self._labels[key] = text
-        return text
+    @staticmethod
+    def _label_text(p: ProcessLive) -> str:
+        values = _process_labels(p)
+        return ",".join(f'{PROCESS_LABELS[i]}="{_escape(values[i])}"' for i in _SORTED)
 
     def render(self, s: Snapshot, stale_before: float) -> str:
-        live = [(self.label_string(p), p) for p in s.processes if p.t >= stale_before]
+        was, now = self._labels, {}
+        live = []
+        for p in s.processes:
+            if p.t >= stale_before:
+                key = (p.pid, p.gpu_index, p.gpu_uuid, p.mig_uuid, p.owner, p.grant)
+                text = was.get(key)
+                if text is None:
+                    text = self._label_text(p)
+                now[key] = text
+                live.append((text, p))
+        self._labels = now
         out = []
         for (name, doc), field_name in ((MEMORY, "used_memory_bytes"), (SM, "sm_util_pct")):
             out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")

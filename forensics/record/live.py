@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -266,6 +266,8 @@ def _stamp(sample: dict[str, Any]) -> int:
 class LiveState:
     """See the module docstring. ``max_identity_bytes`` bounds the member bytes kept for attribution."""
 
+    max_events = 10_000  # events kept for take_events (the newest)
+
     def __init__(self, max_identity_bytes: int = 64 << 20, psi_some_floor: float = 20.0,
                  psi_full_floor: float = 10.0) -> None:
         self.max_identity_bytes = max_identity_bytes
@@ -286,9 +288,10 @@ class LiveState:
         self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
         self._nvml_tick: tuple[int | None, list[str | bytes]] = (None, [])  # the last tick's records (attribution)
         self._cg = CgroupFold(_loads, self._cgroup_id)
-        self._cg_ids: dict[str, str | None] = {}
         self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
-        self._events: list[LiveEvent] = []
+        # kept until the triggers take them; with no triggers (a metrics endpoint only) none
+        # does, so only the newest are kept
+        self._events: deque[LiveEvent] = deque(maxlen=self.max_events)
         self._identity: OrderedDict[str, bytes] = OrderedDict()
         self._identity_bytes = 0
         self._known_pids: set[int] = set()
@@ -421,10 +424,11 @@ class LiveState:
         else:
             self._cg.summaries(summary)
 
-    def _cgroup_id(self, path: str) -> str | None:
-        if path not in self._cg_ids:
-            self._cg_ids[path] = attribute_path(path).container_id
-        return self._cg_ids[path]
+    @staticmethod
+    def _cgroup_id(path: str) -> str | None:
+        """A cgroup path's container id: the fold asks once per cgroup it keeps (and keeps the
+        answer with it), so nothing here outlives the cgroups it forgets."""
+        return attribute_path(path).container_id
 
     def _kernel_window(self, record_t: float, data: str) -> None:
         for ev in _lines(data):
@@ -637,7 +641,8 @@ class LiveState:
         return self._cg.host_psi()
 
     def take_events(self) -> list[LiveEvent]:
-        out, self._events = self._events, []
+        out = list(self._events)
+        self._events.clear()
         return out
 
 

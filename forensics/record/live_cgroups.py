@@ -109,6 +109,7 @@ class CgroupFold:
         self._host_prev: Any = None  # the host's reading before (or the root's line, not parsed yet)
         self._host_base: Any = None  # the host's at the last take_fresh (the same)
         self._rows: tuple[int, tuple[Row, ...]] = (-1, ())
+        self._swept = 0.0  # the clock at the last _forget
 
     # -- feeding: kept, not parsed -------------------------------------------------------------
     def lines(self, data: bytes) -> None:
@@ -248,12 +249,18 @@ class CgroupFold:
                 self._host_base = self._host_prev
         if t > self.clock:
             self.clock = t
+            if t - self._swept >= self.forget_s / 4:
+                self._forget(t)
 
     def _forget(self, now: float) -> None:
-        """Containers come and go: forget the cgroups not sampled for ``forget_s``."""
-        self._cg = {p: c for p, c in self._cg.items() if c[0] > now - self.forget_s}
-        self._fresh = {p: r for p, r in self._fresh.items() if p in self._cg}
-        self._text.clear()
+        """Containers come and go: forget the cgroups not sampled for ``forget_s`` (swept every
+        quarter of it, and whenever ``max_cgroups`` are kept), so what is kept is the cgroups of
+        the last ``forget_s``, not every cgroup ever sampled."""
+        self._swept = now
+        cg = self._cg = {p: c for p, c in self._cg.items() if c[0] > now - self.forget_s}
+        self._fresh = {p: r for p, r in self._fresh.items() if p in cg}
+        self._text = {h: v for h, v in self._text.items() if v[1][0] in cg}
+        self.gen += 1  # rows() derived again without the forgotten
 
     def _host_reading(self, r: Any) -> tuple[float, _Totals] | None:
         if type(r) is bytes or (type(r) is tuple and len(r) == 6):

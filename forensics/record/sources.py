@@ -113,23 +113,37 @@ class NvmlDriver(_Driver):
 
 
 class ProcfsDriver(_Driver):
+    #: a PID attributed is not attributed again for this long (the parent may hand it over twice
+    #: meanwhile); after it, it is forgotten: the parent hands a PID over again only once NVML has
+    #: not listed it for 30 s (its number reused by a new process), which is never sooner than
+    #: this after its attribution. So what is kept grows with the GPU processes of the last
+    #: ``forget_s``, not with every PID ever attributed.
+    forget_s = 30.0
+
     def __init__(self) -> None:
         self.collector = fresh_collector(procfs_spec.SPEC)
-        self.done: set[int] = set()
+        self.done: dict[int, float] = {}  # PID -> when attributed (monotonic), oldest first
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
-        wanted = [p for p in ATTRIBUTE_PIDS.read(ctx) if p not in self.done]
+        now = time.monotonic()
+        done = self.done
+        while done:
+            pid, at = next(iter(done.items()))
+            if now - at < self.forget_s:
+                break
+            del done[pid]
+        wanted = ATTRIBUTE_PIDS.read(ctx)
         ctx.hints[ATTRIBUTE_PIDS.key] = []
         paths: list[str] = []
         for pid in wanted:
-            self.done.add(pid)
+            if pid in done:
+                continue
+            done[pid] = now
             rec = self.collector.record_pid(ctx, pid, ["gpu-process-first-seen"], time.time())
             ctx.sink.append_jsonl(procfs_spec.WINDOW, rec)
             path = (rec.get("attribution") or {}).get("cgroup_path")
             if isinstance(path, str) and path.startswith("/") and path != "/":
                 paths.append(path)
-        if len(self.done) > 100_000:
-            self.done.clear()
         if paths:
             CGROUP_PATHS.publish(ctx, paths)
 

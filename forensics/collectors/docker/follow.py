@@ -38,6 +38,7 @@ __all__ = ["DockerFollower", "REINSPECT_ACTIONS"]
 #: container events after which the container is inspected again (its State changed)
 REINSPECT_ACTIONS = frozenset({"create", "start", "die", "oom", "rename", "update", "kill", "stop"})
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+REPLAY_S = 60.0  # events this much older than the resume point are not remembered (see _remember_event)
 
 
 class DockerFollower:
@@ -49,6 +50,9 @@ class DockerFollower:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._written: dict[str, str] = {}  # member -> sha256 of what was last written
+        # the events written, by sha256, with their time (oldest first): an event is written once
+        # though a reconnect replays those since the last one's second; kept for REPLAY_S only
+        self._events: dict[str, float] = {}
         self._images: set[str] = set()
         self.connected = False
         self.connections = 0
@@ -102,14 +106,17 @@ class DockerFollower:
                     if isinstance(stamp, int):
                         since = max(since, stamp / 1e9)
                     key = hashlib.sha256(dumps_json(ev).encode()).hexdigest()
-                    if self._written.get(f"event:{key}") is None:  # replayed after a reconnect
-                        self._written[f"event:{key}"] = key
+                    if key not in self._events:  # else replayed after a reconnect
+                        self._remember_event(key, stamp / 1e9 if isinstance(stamp, int) else time.time(), since)
                         ctx.sink.append_jsonl(EVENTS, ev)
                     actor = ev.get("Actor") if isinstance(ev.get("Actor"), dict) else {}
                     cid = actor.get("ID") if isinstance(actor, dict) else None
                     action = str(ev.get("Action") or ev.get("status") or "").split(":", 1)[0]
                     if ev.get("Type") == "container" and isinstance(cid, str) and action in REINSPECT_ACTIONS:
                         self._inspect(ctx, client, cid)
+                    elif ev.get("Type") == "container" and isinstance(cid, str) and action == "destroy":
+                        # gone for good: its inspect is on record, its digest need not be kept
+                        self._written.pop(container_member(cid, "inspect.json"), None)
                 lost_why = "event stream ended"
             except Exception as exc:  # noqa: BLE001 - the engine went away mid-stream
                 lost_why = describe_error(exc)
@@ -119,6 +126,17 @@ class DockerFollower:
                 client.close()
             except Exception:  # noqa: BLE001
                 pass
+
+    def _remember_event(self, key: str, t: float, since: float) -> None:
+        """Remember an event written; forget those older than ``REPLAY_S`` before ``since`` (a
+        reconnect asks for the events from ``since``'s second on: older ones never come again)."""
+        events = self._events
+        events[key] = t
+        while len(events) > 1:
+            oldest = next(iter(events))
+            if events[oldest] >= since - REPLAY_S:
+                break
+            del events[oldest]
 
     def _write_if_changed(self, ctx: CollectContext, member: str, doc: Any) -> None:
         text = dumps_json(doc)

@@ -1,0 +1,207 @@
+"""What the recorder keeps follows what exists now, not everything it ever saw: containers, cgroups
+and GPU processes come and go all day on a node, and a structure keyed by every one of them ever
+seen grows for the recorder's life (issue 14: flat memory over hours of churn). Each test drives
+many keys through one structure and asserts its size stays bounded."""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from forensics.bundle import redact
+from forensics.bundle.redact import Redactor
+from forensics.capture.context import CaptureOptions, CollectContext, Tick
+from forensics.collectors.docker import follow
+from forensics.record import sources
+from forensics.record.child import RecordSink
+from forensics.record.exposition import ProcessLines, Snapshot
+from forensics.record.live import _NO_GRANT, _UNKNOWN_OWNER, LiveState, ProcessLive
+from forensics.record.live_cgroups import CgroupFold
+from forensics.specs.docker import container_member
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def _ctx(sink: Any) -> CollectContext:
+    return CollectContext(CaptureOptions(interval_s=1.0, timeout_s=5.0), sink, Redactor(enabled=False), {}, None, "t")
+
+
+class _FakeProcfs:
+    def __init__(self) -> None:
+        self.recorded: list[int] = []
+
+    def record_pid(self, ctx: CollectContext, pid: int, reasons: list[str], t: float) -> dict[str, Any]:
+        self.recorded.append(pid)
+        return {"pid": pid, "attribution": {"cgroup_path": f"/docker/{pid:064x}"}}
+
+
+def test_the_procfs_driver_forgets_pids_attributed_long_ago(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(sources, "time", types.SimpleNamespace(monotonic=clock.monotonic, time=clock.time))
+    driver = sources.ProcfsDriver()
+    driver.collector = fake = _FakeProcfs()
+    ctx = _ctx(RecordSink())
+    pid = 1
+    for tick in range(3000):  # 5 new GPU processes a second for 50 minutes
+        ctx.hints[sources.ATTRIBUTE_PIDS.key] = [*range(pid, pid + 5), pid, *([pid - 1] if tick else [])]  # some twice
+        pid += 5
+        driver.tick(ctx, Tick(index=tick, time_unix=clock.now))
+        ctx.sink.take_bytes()
+        ctx.published.clear()
+        clock.now += 1.0
+        assert len(driver.done) <= 5 * (driver.forget_s + 1)
+    assert fake.recorded == list(range(1, pid))  # each once, those handed over twice included
+    # a PID handed over again once forgotten (NVML had not listed it for 30 s: a new process
+    # under a reused number) is attributed again
+    ctx.hints[sources.ATTRIBUTE_PIDS.key] = [1]
+    driver.tick(ctx, Tick(index=3000, time_unix=clock.now))
+    assert fake.recorded[-1] == 1
+
+
+def _cgroup_line(path: str, t: float, tick: int) -> str:
+    return json.dumps({"cgroup": path, "t": t, "tick": tick, "time": "x",
+                       "values": {"cpu": {"nr_periods": 10, "nr_throttled": 1}}}, sort_keys=True)
+
+
+def test_the_cgroup_fold_forgets_cgroups_gone_a_while() -> None:
+    fold = CgroupFold(json.loads, lambda path: path[-12:], forget_s=600.0)
+    live = [f"/docker/{i:064x}" for i in range(100)]
+    nxt = 100
+    t = 1.7e9
+    for tick in range(4000):  # 100 containers, 2 replaced every second for more than an hour
+        fold.lines("\n".join(_cgroup_line(p, t, tick) for p in live) + "\n")
+        live = live[2:] + [f"/docker/{nxt:064x}", f"/docker/{nxt + 1:064x}"]
+        nxt += 2
+        t += 1.0
+        bound = 100 + 2 * (fold.forget_s * 1.25 + 2)  # those of the last forget_s, swept every quarter of it
+        assert len(fold._cg) <= bound and len(fold._text) <= bound
+    assert {r[0] for r in fold.rows()} >= set(live[:-4])  # what is there now (sampled twice) is all there
+    assert len(fold.rows()) <= bound
+
+
+def test_the_live_state_keeps_no_container_id_per_cgroup_ever_seen() -> None:
+    state = LiveState()
+    t = 1.7e9
+    for i in range(3000):
+        state.feed(t + i, 0.0, "cgroup/samples.jsonl", "append", _cgroup_line(f"/docker/{i:064x}", t + i, i) + "\n")
+    assert len(state._cg._cg) <= 1 + state._cg.forget_s * 1.25
+    assert not [v for v in vars(state).values() if isinstance(v, dict) and len(v) > 1000]
+
+
+def test_live_events_nobody_takes_are_kept_up_to_a_bound() -> None:
+    state = LiveState()
+    line = json.dumps({"type": "oom", "pid": 7, "comm": "x", "time": "2026-01-01T00:00:00Z"}) + "\n"
+    for _ in range(state.max_events + 500):  # a metrics endpoint and no triggers: nobody takes them
+        state.feed(0.0, 0.0, "kernel/window.jsonl", "append", line)
+    assert len(state._events) == state.max_events
+    assert len(state.take_events()) == state.max_events and state.take_events() == []
+
+
+def test_the_process_label_strings_kept_are_those_of_the_last_scrape() -> None:
+    lines = ProcessLines()
+    pid = 1
+    for _ in range(500):  # 64 processes, 8 replaced by new PIDs between scrapes
+        procs = tuple(ProcessLive(p, 0, "GPU-0", None, 10.0, 1 << 20, 5.0, _UNKNOWN_OWNER, _NO_GRANT)
+                      for p in range(pid, pid + 64))
+        text = lines.render(Snapshot(t=10.0, processes=procs), stale_before=0.0)
+        assert f'pid="{pid + 63}"' in text
+        assert len(lines._labels) == 64
+        pid += 8
+    again = lines.render(Snapshot(t=10.0, processes=procs), stale_before=0.0)
+    assert again == text  # the same bytes from the kept strings
+
+
+def test_the_redactors_clean_text_memory_is_bounded() -> None:
+    r = Redactor(enabled=True, key=b"k" * 32)
+    for i in range(3 * redact._CLEAN_TEXTS_MAX):  # a new container's labels, a new process's texts
+        assert r.text(f"container-{i} is plain") == f"container-{i} is plain"
+        assert len(r._clean_texts) <= redact._CLEAN_TEXTS_MAX
+    assert "container-0 is plain" not in r._clean_texts  # started over: the recent ones are kept
+
+
+def test_the_record_sink_keeps_nothing_per_member_once_taken() -> None:
+    sink = RecordSink()
+    for pid in range(5000):
+        sink.write_bytes(f"proc/{pid}/status", b"x")
+        if pid % 100 == 0:
+            sink.take_bytes()
+    sink.take_bytes()
+    assert not [k for k, v in vars(sink).items() if isinstance(v, (set, dict, list)) and v]
+
+
+class _Engine:
+    """Just enough of a Docker client: ``n`` containers created, started, stopped and removed."""
+
+    def __init__(self, follower: follow.DockerFollower, n: int) -> None:
+        self.follower, self.n = follower, n
+        self.alive: set[str] = set()
+
+    def info(self) -> dict[str, Any]:
+        return {"ID": "engine"}
+
+    def version(self) -> dict[str, Any]:
+        return {"Version": "27.0"}
+
+    def containers(self) -> list[dict[str, Any]]:
+        return []
+
+    def inspect_container(self, cid: str) -> dict[str, Any]:
+        if cid not in self.alive:
+            raise RuntimeError("No such container")
+        return {"Id": cid, "State": {"Status": "running"}, "Config": {"Labels": {"n": cid[:8]}}}
+
+    def events(self, since: int, decode: bool) -> Iterator[dict[str, Any]]:
+        t = 1.7e9
+        for i in range(self.n):
+            cid = f"{i:064x}"
+            for action in ("create", "start", "die", "destroy"):
+                if action == "create":
+                    self.alive.add(cid)
+                elif action == "destroy":
+                    self.alive.discard(cid)
+                t += 0.25
+                yield {"Type": "container", "Action": action, "Actor": {"ID": cid}, "timeNano": int(t * 1e9)}
+        self.follower._stop.set()
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_docker_follower_forgets_removed_containers_and_old_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    follower = follow.DockerFollower()
+    engine = _Engine(follower, 2000)
+    monkeypatch.setattr(follow, "connect", lambda settings: engine)
+    sink = RecordSink()
+    ctx = _ctx(sink)
+    follower._run(ctx)
+    records = sink.take_bytes()
+    events = [line for r in records if r[2] == "docker/events.jsonl" for line in r[4].splitlines()]
+    assert len(events) == 4 * 2000  # every event written once
+    assert sum(1 for r in records if r[2].endswith("/inspect.json")) >= 2000  # each container inspected
+    assert container_member(f"{1999:064x}", "inspect.json") not in follower._written
+    assert len(follower._written) <= 2 + 2  # the engine's info and version (and no container left)
+    assert len(follower._events) <= 4 * (follow.REPLAY_S + 2)  # one event every 0.25 s, the last REPLAY_S
+
+
+def test_docker_events_replayed_after_a_reconnect_are_written_once() -> None:
+    follower = follow.DockerFollower()
+    t0 = time.time()
+    follower._remember_event("a", t0, t0)
+    follower._remember_event("b", t0 + 1000, t0 + 1000)  # "a" is long before the resume point now
+    assert list(follower._events) == ["b"]
+    follower._remember_event("c", t0 + 1001, t0 + 1001)
+    assert list(follower._events) == ["b", "c"]
