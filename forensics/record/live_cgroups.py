@@ -110,6 +110,7 @@ class CgroupFold:
         self._host_base: Any = None  # the host's at the last take_fresh (the same)
         self._rows: tuple[int, tuple[Row, ...]] = (-1, ())
         self._swept = 0.0  # the clock at the last _forget
+        self._folded_at = 0.0  # the newest line's time at the last fold
 
     # -- feeding: kept, not parsed -------------------------------------------------------------
     def lines(self, data: bytes) -> None:
@@ -141,8 +142,10 @@ class CgroupFold:
                 t = 0.0
             if t > self.newest:
                 self.newest = t
-        if len(pending) >= self.max_cgroups:
-            self.fold()
+        if not self._folded_at:
+            self._folded_at = self.newest
+        if len(pending) >= self.max_cgroups or self.newest - self._folded_at >= self.forget_s / 4:
+            self.fold()  # nobody read for a quarter of forget_s (no cgroup rule): fold, so gone cgroups are swept
 
     def summaries(self, summaries: Iterable[list[Any]]) -> None:
         for path, t, periods, throttled, totals, host in summaries:
@@ -205,6 +208,7 @@ class CgroupFold:
         repeats its counters), the one before kept as it is until someone asks for the last
         interval's shares (:meth:`rows`, :meth:`host_psi`)."""
         pending, readings = self._pending, self._pending_readings
+        self._folded_at = self.newest
         if not pending and not readings:
             return
         self._pending, self._pending_readings = {}, {}

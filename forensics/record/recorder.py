@@ -78,6 +78,7 @@ class Recorder:
         self.disk_full_dropped = 0
         self.last_retry = 0.0
         self.seen_pids: dict[int, float] = {}
+        self._pids_swept = time.monotonic()
         self.forward_cgroups: list[str] = []
         self.records_written = 0
         self.ticks = 0
@@ -276,7 +277,8 @@ class Recorder:
             if last is None or now - last > 30.0:  # gone a while: a PID reused by a new process
                 fresh.append(pid)
             self.seen_pids[pid] = now
-        if len(self.seen_pids) > 100_000:
+        if now - self._pids_swept >= 60.0:  # a PID gone 30 s is attributed again anyway: forget those gone 60 s
+            self._pids_swept = now
             self.seen_pids = {p: s for p, s in self.seen_pids.items() if now - s < 60}
         if fresh:
             self.attribute.extend(fresh)

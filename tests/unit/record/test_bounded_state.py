@@ -83,12 +83,14 @@ def test_the_cgroup_fold_forgets_cgroups_gone_a_while() -> None:
     nxt = 100
     t = 1.7e9
     for tick in range(4000):  # 100 containers, 2 replaced every second for more than an hour
-        fold.lines("\n".join(_cgroup_line(p, t, tick) for p in live) + "\n")
+        fold.lines(("\n".join(_cgroup_line(p, t, tick) for p in live) + "\n").encode())
+        if tick % 10 == 0:  # cgroup rules look every 10 s (a 1 m rule); between looks the lines are kept unparsed
+            fold.fold()
         live = live[2:] + [f"/docker/{nxt:064x}", f"/docker/{nxt + 1:064x}"]
         nxt += 2
         t += 1.0
         bound = 100 + 2 * (fold.forget_s * 1.25 + 2)  # those of the last forget_s, swept every quarter of it
-        assert len(fold._cg) <= bound and len(fold._text) <= bound
+        assert len(fold._cg) <= bound and len(fold._text) <= bound and len(fold._pending) <= 100 + 2 * 10
     assert {r[0] for r in fold.rows()} >= set(live[:-4])  # what is there now (sampled twice) is all there
     assert len(fold.rows()) <= bound
 
@@ -97,8 +99,9 @@ def test_the_live_state_keeps_no_container_id_per_cgroup_ever_seen() -> None:
     state = LiveState()
     t = 1.7e9
     for i in range(3000):
-        state.feed(t + i, 0.0, "cgroup/samples.jsonl", "append", _cgroup_line(f"/docker/{i:064x}", t + i, i) + "\n")
-    assert len(state._cg._cg) <= 1 + state._cg.forget_s * 1.25
+        state.feed(t + i, 0.0, "cgroup/samples.jsonl", "append",
+                   (_cgroup_line(f"/docker/{i:064x}", t + i, i) + "\n").encode())
+    assert len(state._cg._cg) + len(state._cg._pending) <= 2 * (1 + state._cg.forget_s * 1.25)  # nobody read: still swept
     assert not [v for v in vars(state).values() if isinstance(v, dict) and len(v) > 1000]
 
 
@@ -106,7 +109,7 @@ def test_live_events_nobody_takes_are_kept_up_to_a_bound() -> None:
     state = LiveState()
     line = json.dumps({"type": "oom", "pid": 7, "comm": "x", "time": "2026-01-01T00:00:00Z"}) + "\n"
     for _ in range(state.max_events + 500):  # a metrics endpoint and no triggers: nobody takes them
-        state.feed(0.0, 0.0, "kernel/window.jsonl", "append", line)
+        state.feed(0.0, 0.0, "kernel/window.jsonl", "append", line.encode())
     assert len(state._events) == state.max_events
     assert len(state.take_events()) == state.max_events and state.take_events() == []
 
@@ -205,3 +208,22 @@ def test_docker_events_replayed_after_a_reconnect_are_written_once() -> None:
     assert list(follower._events) == ["b"]
     follower._remember_event("c", t0 + 1001, t0 + 1001)
     assert list(follower._events) == ["b", "c"]
+
+
+def test_the_recorder_forgets_gpu_pids_gone_a_minute_and_attributes_a_returning_pid_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from forensics.record import recorder as recorder_module
+
+    clock = _Clock()
+    monkeypatch.setattr(recorder_module, "time", types.SimpleNamespace(monotonic=clock.monotonic, time=clock.time))
+    rec = recorder_module.Recorder.__new__(recorder_module.Recorder)  # only the PID bookkeeping
+    rec.seen_pids, rec.attribute, rec._pids_swept = {}, [], clock.now
+    for tick in range(3600):  # 64 GPU processes, 2 replaced by new PIDs every second for an hour
+        rec._gpu_pids(list(range(100_000 + 2 * tick, 100_000 + 2 * tick + 64)))
+        clock.now += 1.0
+        assert len(rec.seen_pids) <= 64 + 2 * 121
+    assert len(rec.attribute) == 64 + 2 * 3599  # each PID attributed once, when first seen
+    rec.attribute.clear()
+    rec._gpu_pids([100_000])  # that PID again, gone an hour: a new process, attributed again
+    rec._gpu_pids([100_000])
+    assert rec.attribute == [100_000]
