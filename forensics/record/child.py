@@ -187,10 +187,22 @@ class SourceProcess:
         if chunk == b"":
             raise EOFError
         chunk = chunk or b""
-        data = bytes(self.buf) + chunk if self.buf else chunk  # a frame's start left from before
+        head = _FRAME.size
+        if self.buf:  # a frame's start left from before: gather until that frame is whole, then copy once
+            self.buf += chunk
+            if len(self.buf) >= head:
+                n, size = _FRAME.unpack_from(self.buf, 0)
+                if n + size > MAX_FRAME:
+                    raise EOFError
+                if len(self.buf) < head + n + size:
+                    return []
+            else:
+                return []
+            data = bytes(self.buf)
+        else:
+            data = chunk
         view = memoryview(data)
         out = []
-        head = _FRAME.size
         pos = 0
         while len(data) - pos >= head:
             n, size = _FRAME.unpack_from(data, pos)
