@@ -117,12 +117,13 @@ class NvmlDriver(_Driver):
 
 
 class ProcfsDriver(_Driver):
-    #: a PID attributed is not attributed again for this long (the parent may hand it over twice
-    #: meanwhile); after it, it is forgotten: the parent hands a PID over again only once NVML has
-    #: not listed it for 30 s (its number reused by a new process), which is never sooner than
-    #: this after its attribution. So what is kept grows with the GPU processes of the last
-    #: ``forget_s``, not with every PID ever attributed.
-    forget_s = 30.0
+    #: a PID attributed is not attributed again for this long (one hand-over listing it twice, or
+    #: two hand-overs of one tick); after it, it is forgotten. The parent hands a PID over again only
+    #: once NVML has not listed it for 30 s (its number reused by a new process), counted from when
+    #: NVML last listed it, not from when this child attributed it, which can be later (a busy
+    #: child): so this is well under 30 s, or a reused PID handed over again would be skipped and its
+    #: process never named. What is kept grows with the GPU processes of the last ``forget_s``.
+    forget_s = 10.0
 
     def __init__(self) -> None:
         self.collector = fresh_collector(procfs_spec.SPEC)
