@@ -384,7 +384,10 @@ class CgroupsCollector:
                                                      for f in (files[i] for i in gate)):
                 target.gate = gate
         self._idle_full_s = SPEC.read_settings(ctx.options.extra).idle_full_s
-        self._quiet = {t.path: self._quiet[t.path] for t in plan if t.path in self._quiet}
+        # a quiet state holds one text per activity file: kept only where the cgroup has as many now
+        # (a controller enabled since, a cgroup made again with others: read in full, not compared)
+        self._quiet = {t.path: self._quiet[t.path] for t in plan
+                       if t.path in self._quiet and len(self._quiet[t.path][1]) == len(t.gate)}
         for target in plan:
             target.quiet = self._quiet.get(target.path, []) if target.gate else []
         # what is planned again keeps its descriptors and its previous line (same files only)
