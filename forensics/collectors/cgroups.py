@@ -21,6 +21,12 @@ the derived ``cgroup/index.json`` and, when sampling, ``cgroup/samples.jsonl`` (
 cgroup per tick, each file read once per tick; in the recorder, a cgroup whose CPU and OOM
 counters did not move gets no line that tick: :meth:`CgroupsCollector.sample`). See
 docs/bundle-format/host-evidence.md and docs/bundle-format/cgroups.md.
+
+Why this module is long: planning (which cgroups, which files on which hierarchy) and the per-tick
+reader share the plan's targets, their kept descriptors and the bytes behind each one's last line;
+the recorder's quiet check (one pread per activity file, compared with those bytes) and the full
+read it stands in for must stay side by side, so that a gated line is the ungated reader's line
+byte for byte (tests/unit/collectors/test_cgroup_quiet_check.py). Parsing is in forensics/parsing.
 """
 
 from __future__ import annotations

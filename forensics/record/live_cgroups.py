@@ -42,6 +42,7 @@ Row = tuple[str, str | None, float, float | None, _Pcts]
 FreshRow = tuple[str, str | None, float, float, float | None, _Pcts]
 _Full = tuple[Any, ...]  # a reading: (path, t, nr_periods, nr_throttled, PSI totals, host PSI totals or None)
 _T, _TICK, _TIME, _VALUES = b', "t": ', b'"tick": ', b'"time": ', b', "values": '
+_UU = b', "unchanged_until": '  # after quiet ticks, between the cgroup and t: not part of a line's key
 
 
 def cgroup_summary(line: dict[str, Any]) -> list[Any] | None:
@@ -125,7 +126,10 @@ class CgroupFold:
             i = line.find(_T)
             if i > 0:
                 last = line
-                kept = pending.get(head := line[:i])
+                head = line[:i]
+                if (u := head.find(_UU)) > 0:
+                    head = head[:u]  # the same key as the cgroup's other lines
+                kept = pending.get(head)
                 if kept is None:
                     pending[head] = [line, None]
                 else:
@@ -188,10 +192,10 @@ class CgroupFold:
         known = self._text.get(head)
         if known is not None:
             last, reading = known
-            i = len(head)
-            j = last.find(_VALUES, i)
+            i = line.find(_T)  # after the key, and after unchanged_until where the line has one
+            j = last.find(_VALUES, last.find(_T))
             end = len(line) - (len(last) - j)
-            if j > 0 and end > i and line.endswith(last[j:]) and (t := _middle_t(line, i, end)) is not None:
+            if i > 0 and j > 0 and end > i and line.endswith(last[j:]) and (t := _middle_t(line, i, end)) is not None:
                 return (reading[0], t, *reading[2:])  # the same counters
         return self._parse(line, head)
 

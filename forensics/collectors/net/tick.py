@@ -22,6 +22,12 @@ With gating (``idle_full_s`` over the interval: :attr:`NetCollector.activity_gat
 with only ``lo`` and one veth's peer whose host end's line did not move is left unread, for up to
 ``idle_full_s``, and named in ``netns_quiet``; its next entry says ``unchanged_until``
 (:meth:`TickReader._gate`, docs/bundle-format/net.md "Quiet namespaces").
+
+Why this module is long: one tick's reads share one state (kept descriptors, each file's bytes as
+last written, the veth peers of the quiet namespaces) and one line; the fast paths (only the moved
+lines of ``/proc/net/dev``, memoised namespace parses) and their fall-backs to the line-by-line
+reading must sit beside the code whose bytes they promise to repeat, so the test that compares the
+two reads one place. The veth-peer lookup (rtnetlink) is apart, in ``peers.py``.
 """
 
 from __future__ import annotations

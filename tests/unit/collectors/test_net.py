@@ -470,7 +470,9 @@ def test_link_notifications_say_which_operstate_to_read_on_real_veths(tmp_path: 
     assert lines[4]["links"]["gfh2"]["operstate"] is None and lines[4]["links"]["gfc2"]["operstate"] is None
     assert any("gfh2/operstate" in path for path in lines[4]["errors"])
     assert sorted(lines[4]["net_dev_gone"]) == ["gfc2", "gfh2"]
-    assert reads[5] == [] and "errors" not in lines[5]
+    # said once: no operstate error again (the host's other processes' namespaces are read too, and
+    # one that exits meanwhile is an error of its own, not this test's)
+    assert reads[5] == [] and not [p for p in lines[5].get("errors", {}) if "operstate" in p]
 
 
 def test_link_watch_takes_interfaces_without_an_ethernet_address_by_name_and_index(tmp_path: Path) -> None:
