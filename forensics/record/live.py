@@ -273,7 +273,10 @@ class LiveState:
         self.max_identity_bytes = max_identity_bytes
         self.max_window_bytes = max(1 << 16, max_identity_bytes // 16)
         self.psi_floors = (psi_some_floor, psi_full_floor)
-        self.forget_s = 600.0
+        # a GPU PID NVML has not listed for this long is gone: its proc/<pid>/ members are dropped
+        # (the procfs sampler records a PID again once it has been gone 30 s, so one that comes
+        # back is attributed again)
+        self.forget_s = 60.0
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
         # the last NVML tick, per GPU: (uuid, t, [PIDs, MIG UUIDs or None, used memory, SM %])
