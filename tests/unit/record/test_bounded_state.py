@@ -288,3 +288,21 @@ def test_the_live_state_drops_the_proc_files_of_gpu_pids_gone_a_minute() -> None
         bound = 64 + 2 * (60 + 2)  # listed now, or gone in the last minute
         assert len(state._pid_seen) <= bound and len(state._known_pids) <= bound
         assert len(state._identity) <= 3 * bound
+
+
+def test_the_live_state_drops_the_members_of_containers_destroyed_a_minute_ago() -> None:
+    # a gone container's inspect was kept until the 64 MB cap on identity bytes
+    state = LiveState()
+    t = 1.7e9
+    for i in range(400):  # a container created (inspect written) and one destroyed every second
+        cid = f"{i:064x}"
+        state.feed(t, 0.0, container_member(cid, "inspect.json"), "write", json.dumps({"Id": cid, "Name": f"/c{i}"}))
+        if i >= 10:
+            gone = f"{i - 10:064x}"
+            state.feed(t, 0.0, "docker/events.jsonl", "append", json.dumps(
+                {"Type": "container", "Action": "destroy", "Actor": {"ID": gone}, "timeNano": int(t * 1e9)}) + "\n")
+        state.refresh()
+        t += 1.0
+        assert len(state._identity) <= 10 + state.forget_s + 2 and len(state._destroyed) <= state.forget_s + 2
+    assert container_member(f"{399:064x}", "inspect.json") in state._identity  # those running now are kept
+    assert state.container_name(f"{399:064x}") == "c399"
