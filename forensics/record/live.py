@@ -62,6 +62,7 @@ from forensics.record.live_cgroups import (
     psi_dict,
 )
 from forensics.specs import cgroups as cgroups_spec
+from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
@@ -273,7 +274,10 @@ class LiveState:
         self.max_identity_bytes = max_identity_bytes
         self.max_window_bytes = max(1 << 16, max_identity_bytes // 16)
         self.psi_floors = (psi_some_floor, psi_full_floor)
-        self.forget_s = 600.0
+        # a GPU PID NVML has not listed for this long is gone: its proc/<pid>/ members are dropped
+        # (the procfs sampler records a PID again once it has been gone 30 s, so one that comes
+        # back is attributed again)
+        self.forget_s = 60.0
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
         # the last NVML tick, per GPU: (uuid, t, [PIDs, MIG UUIDs or None, used memory, SM %])
@@ -296,6 +300,9 @@ class LiveState:
         self._identity_bytes = 0
         self._known_pids: set[int] = set()
         self._pid_seen: dict[int, float] = {}  # GPU PID -> when NVML last listed it (inf: listed now)
+        # container id -> when Docker said it was destroyed: its docker/containers/<id>/ members
+        # are dropped forget_s after (they are on record in the ring; nothing runs in it now)
+        self._destroyed: dict[str, float] = {}
         self._dirty = False
         self._attr: Attribution | None = None
         self._grants: dict[tuple[int, str, str | None], tuple[OwnerInfo, Grant]] = {}
@@ -322,6 +329,8 @@ class LiveState:
             self._kernel_window(t, data)
         elif member == nvml_spec.EVENTS:
             self._nvml_events(data)
+        elif member == docker_spec.EVENTS:
+            self._docker_events(t, data)
         elif member == procfs_spec.WINDOW:
             self._keep(member, data.encode("utf-8", "surrogateescape"), append=True)
         elif op == "write" and (member in (nvml_spec.DEVICES, nvml_spec.PROCESSES)
@@ -345,6 +354,18 @@ class LiveState:
             _, dropped = self._identity.popitem(last=False)  # the oldest first
             self._identity_bytes -= len(dropped)
         self._dirty = True
+
+    def _docker_events(self, record_t: float, data: str) -> None:
+        """Note the containers Docker destroyed (``docker/events.jsonl``: ``Type`` container,
+        ``Action`` destroy), whose members :meth:`_forget_gone` drops ``forget_s`` later."""
+        if '"destroy' not in data:
+            return
+        for ev in _lines(data):
+            actor = ev.get("Actor")
+            cid = actor.get("ID") if isinstance(actor, dict) else None
+            action = str(ev.get("Action") or ev.get("status") or "").split(":", 1)[0]
+            if ev.get("Type") == "container" and action == "destroy" and isinstance(cid, str) and cid:
+                self._destroyed[cid] = record_t  # swept by the next attribution run (a new container's inspect, a new GPU PID)
 
     def _device_names(self, data: str) -> None:
         try:
@@ -485,8 +506,17 @@ class LiveState:
         return True
 
     def _forget_gone(self) -> None:
-        """Drop the ``proc/<pid>/`` members of GPU PIDs NVML has not listed for ``forget_s``: the
+        """Drop the ``proc/<pid>/`` members of GPU PIDs NVML has not listed for ``forget_s``, and
+        the ``docker/containers/<id>/`` members of containers destroyed ``forget_s`` ago: the
         attribution then reads what is on the GPUs now, not the whole history (the ring keeps that)."""
+        now = max(self._nv_t, max(self._destroyed.values(), default=0.0))
+        ended = [cid for cid, t in self._destroyed.items() if t < now - self.forget_s]
+        if ended:
+            for cid in ended:
+                del self._destroyed[cid]
+                prefix = docker_spec.container_member(cid, "")
+                for name in [m for m in self._identity if m.startswith(prefix)]:
+                    self._identity_bytes -= len(self._identity.pop(name))
         gone = {pid for pid, t in self._pid_seen.items() if t < self._nv_t - self.forget_s}
         if not gone:
             return

@@ -86,11 +86,20 @@ class CgroupFold:
     container (cached here per path)."""
 
     def __init__(self, loads: Callable[[bytes], Any], container_id: Callable[[str], str | None],
-                 max_cgroups: int = 20_000, forget_s: float = 600.0) -> None:
+                 max_cgroups: int = 20_000, forget_s: float = 600.0, quiet_forget_s: float = 60.0) -> None:
         self.loads = loads
         self.container_id = container_id
         self.max_cgroups = max_cgroups
         self.forget_s = forget_s
+        self.quiet_forget_s = min(quiet_forget_s, forget_s)
+        # the longest interval seen between two readings of one cgroup (the cgroup sampler's
+        # cgroups.idle_full_s, 10 s by default, for a quiet one): a cgroup silent for three of
+        # them (at least quiet_forget_s, at most forget_s) is gone
+        self.longest_gap = 0.0
+        # cgroups forgotten in the last forget_s -> their last reading's time: one that comes back
+        # tells how long a quiet cgroup can be silent (the gap is learned even when it is longer
+        # than the horizon that forgot it)
+        self._gone: dict[str, float] = {}
         # path -> [t, nr_periods, nr_throttled, PSI totals, the reading before (a reading, or its
         # line not parsed yet) or None, container id]
         self._cg: dict[str, list[Any]] = {}
@@ -148,8 +157,8 @@ class CgroupFold:
                 self.newest = t
         if not self._folded_at:
             self._folded_at = self.newest
-        if len(pending) >= self.max_cgroups or self.newest - self._folded_at >= self.forget_s / 4:
-            self.fold()  # nobody read for a quarter of forget_s (no cgroup rule): fold, so gone cgroups are swept
+        if len(pending) >= self.max_cgroups or self.newest - self._folded_at >= self.horizon / 4:
+            self.fold()  # nobody read for a quarter of the horizon (no cgroup rule): fold, so gone cgroups are swept
 
     def summaries(self, summaries: Iterable[list[Any]]) -> None:
         for path, t, periods, throttled, totals, host in summaries:
@@ -228,6 +237,8 @@ class CgroupFold:
             self.reading(path, t, periods, throttled, totals, host, before)
         if got:
             self.gen += 1
+        if self.clock - self._swept >= self.horizon / 4:  # after the fold: a cgroup read in it is not gone
+            self._forget(self.clock)
 
     def reading(self, path: str, t: float, periods: Any, throttled: Any, totals: _Totals,
                 host: _Totals | None, before: _Full | bytes | None = None) -> None:
@@ -235,6 +246,8 @@ class CgroupFold:
         ``before``: the reading that came before it since the last fold, if any (or its line)."""
         c = self._cg.get(path)
         if c is None:
+            if self._gone and (last := self._gone.pop(path, None)) is not None and t - last > self.longest_gap:
+                self.longest_gap = min(t - last, self.forget_s)  # a quiet cgroup forgotten too soon
             if len(self._cg) >= self.max_cgroups:
                 self._forget(t)
             self._cg[path] = [t, periods, throttled, totals, before, self.container_id(path)]
@@ -247,6 +260,8 @@ class CgroupFold:
             dt = t - c[0]
             if dt > 0:
                 c[4] = was if before is None else before
+                if dt > self.longest_gap:
+                    self.longest_gap = min(dt, self.forget_s)
             elif dt < 0:
                 c[4] = None  # the clock went back: nothing compares until the next reading
             c[0], c[1], c[2], c[3] = t, periods, throttled, totals
@@ -257,15 +272,33 @@ class CgroupFold:
                 self._host_base = self._host_prev
         if t > self.clock:
             self.clock = t
-            if t - self._swept >= self.forget_s / 4:
-                self._forget(t)
+
+    @property
+    def horizon(self) -> float:
+        """How long a cgroup may go unsampled before it is taken for gone: three times the longest
+        interval seen between two readings of one cgroup (the cgroup sampler reads a living cgroup
+        in full, with a line, at least every ``cgroups.idle_full_s``: 10 s by default), at least
+        ``quiet_forget_s`` (60 s), at most ``forget_s`` (600 s)."""
+        return min(self.forget_s, max(self.quiet_forget_s, 3.0 * self.longest_gap))
 
     def _forget(self, now: float) -> None:
-        """Containers come and go: forget the cgroups not sampled for ``forget_s`` (swept every
-        quarter of it, and whenever ``max_cgroups`` are kept), so what is kept is the cgroups of
-        the last ``forget_s``, not every cgroup ever sampled."""
+        """Containers come and go: forget the cgroups not sampled for :attr:`horizon` (swept every
+        quarter of it, and whenever ``max_cgroups`` are kept), so what is kept is the cgroups that
+        exist now (and those gone in the last minute), not every cgroup ever sampled. A forgotten
+        cgroup's path and time are kept for ``forget_s``, so that one sampled again after a longer
+        silence lengthens the horizon."""
         self._swept = now
-        cg = self._cg = {p: c for p, c in self._cg.items() if c[0] > now - self.forget_s}
+        cutoff = now - self.horizon
+        cg: dict[str, list[Any]] = {}
+        gone = self._gone
+        for p, c in self._cg.items():
+            if c[0] > cutoff:
+                cg[p] = c
+            else:
+                gone[p] = c[0]
+        self._cg = cg
+        if gone:
+            self._gone = {p: t for p, t in gone.items() if t > now - self.forget_s}
         self._fresh = {p: r for p, r in self._fresh.items() if p in cg}
         self._text = {h: v for h, v in self._text.items() if v[1][0] in cg}
         self.gen += 1  # rows() derived again without the forgotten

@@ -227,3 +227,82 @@ def test_the_recorder_forgets_gpu_pids_gone_a_minute_and_attributes_a_returning_
     rec._gpu_pids([100_000])  # that PID again, gone an hour: a new process, attributed again
     rec._gpu_pids([100_000])
     assert rec.attribute == [100_000]
+
+
+def test_the_cgroup_fold_forgets_a_gone_cgroup_within_a_minute() -> None:
+    # issue 14: the fold kept every cgroup sampled in the last 10 minutes (600 s x 5 containers
+    # replaced a second: 3000 gone cgroups' lines); a living cgroup gets a line at least every
+    # cgroups.idle_full_s (10 s), so one silent for three times the longest gap seen (at least
+    # 60 s) is gone
+    fold = CgroupFold(json.loads, lambda path: path[-12:])
+    live = [f"/docker/{i:064x}" for i in range(50)]
+    nxt = 50
+    t = 1.7e9
+    for tick in range(2000):  # 50 containers, 5 replaced every second; the quiet half has a line every 10 s
+        lines = [_cgroup_line(p, t, tick) for n, p in enumerate(live) if n % 2 == 0 or (tick + n) % 10 == 0]
+        fold.lines(("\n".join(lines) + "\n").encode())
+        if tick % 10 == 0:
+            fold.fold()
+        live = live[5:] + [f"/docker/{i:064x}" for i in range(nxt, nxt + 5)]
+        nxt += 5
+        t += 1.0
+        assert fold.horizon <= 60.0
+        bound = 50 + 5 * (60.0 * 1.25 + 10)  # those of the last minute, swept every quarter of it
+        assert len(fold._cg) <= bound and len(fold._text) <= bound and len(fold._fresh) <= bound
+        assert len(fold._gone) <= 5 * (fold.forget_s + 10)  # a path and a time each, for forget_s
+    assert fold.horizon == 60.0
+
+
+def test_a_quiet_cgroup_silent_longer_than_the_horizon_lengthens_it() -> None:
+    # cgroups.idle_full_s set to 5 minutes: a quiet cgroup's line comes every 300 s, after the
+    # fold took it for gone; once back, the horizon is three of its silences, and it has a row
+    fold = CgroupFold(json.loads, lambda path: path[-12:])
+    busy, quiet = "/docker/" + "a" * 64, "/docker/" + "b" * 64
+    t = 1.7e9
+    for tick in range(1300):
+        lines = [_cgroup_line(busy, t, tick)] + ([_cgroup_line(quiet, t, tick)] if tick % 300 == 0 else [])
+        fold.lines(("\n".join(lines) + "\n").encode())
+        fold.fold()
+        t += 1.0
+    assert fold.horizon == 600.0  # three silences of 300 s, at most forget_s
+    assert {r[0] for r in fold.rows()} == {busy, quiet}
+
+
+def test_the_live_state_drops_the_proc_files_of_gpu_pids_gone_a_minute() -> None:
+    state = LiveState()
+    assert state.forget_s == 60.0
+    t = 1.7e9
+    pids = list(range(1000, 1064))
+    nxt = 1064
+    for tick in range(900):  # 64 GPU processes, 2 replaced by new PIDs every second for 15 minutes
+        for pid in pids[-2:] if tick else pids:  # the procfs sampler records a new GPU PID's files
+            for name in ("cgroup", "status", "cmdline"):
+                state.feed(t, 0.0, f"proc/{pid}/{name}", "write", f"0::/docker/{pid:064x}\n")
+        summary = [[tick, 0, "GPU-0", t, 50.0, 1 << 30, 1 << 34, False,
+                    [list(pids), None, [1 << 20] * len(pids), [5] * len(pids)]]]
+        state.feed(t, 0.0, "nvml/samples.jsonl", "append", b"", summary)
+        state.refresh()
+        pids = pids[2:] + [nxt, nxt + 1]
+        nxt += 2
+        t += 1.0
+        bound = 64 + 2 * (60 + 2)  # listed now, or gone in the last minute
+        assert len(state._pid_seen) <= bound and len(state._known_pids) <= bound
+        assert len(state._identity) <= 3 * bound
+
+
+def test_the_live_state_drops_the_members_of_containers_destroyed_a_minute_ago() -> None:
+    # a gone container's inspect was kept until the 64 MB cap on identity bytes
+    state = LiveState()
+    t = 1.7e9
+    for i in range(400):  # a container created (inspect written) and one destroyed every second
+        cid = f"{i:064x}"
+        state.feed(t, 0.0, container_member(cid, "inspect.json"), "write", json.dumps({"Id": cid, "Name": f"/c{i}"}))
+        if i >= 10:
+            gone = f"{i - 10:064x}"
+            state.feed(t, 0.0, "docker/events.jsonl", "append", json.dumps(
+                {"Type": "container", "Action": "destroy", "Actor": {"ID": gone}, "timeNano": int(t * 1e9)}) + "\n")
+        state.refresh()
+        t += 1.0
+        assert len(state._identity) <= 10 + state.forget_s + 2 and len(state._destroyed) <= state.forget_s + 2
+    assert container_member(f"{399:064x}", "inspect.json") in state._identity  # those running now are kept
+    assert state.container_name(f"{399:064x}") == "c399"
