@@ -306,3 +306,23 @@ def test_the_live_state_drops_the_members_of_containers_destroyed_a_minute_ago()
         assert len(state._identity) <= 10 + state.forget_s + 2 and len(state._destroyed) <= state.forget_s + 2
     assert container_member(f"{399:064x}", "inspect.json") in state._identity  # those running now are kept
     assert state.container_name(f"{399:064x}") == "c399"
+
+
+def test_a_quiet_cgroups_line_after_quiet_ticks_keys_as_its_other_lines() -> None:
+    """The cgroup sampler's layout (forensics/collectors/cgroups.py): a line after quiet ticks says
+    ``unchanged_until`` between the cgroup and ``t``. 200 idle cgroups, one line each every 10 ticks,
+    each of those after quiet ticks: one kept text per cgroup, and a line whose counters repeat is
+    not parsed again."""
+    fold = CgroupFold(json.loads, lambda path: path[-12:], forget_s=600.0)
+    paths = [f"/docker/{i:064x}" for i in range(200)]
+    t = 1.7e9
+    for tick in range(3000):
+        lines = [json.dumps({"cgroup": p, "unchanged_until": t - 1.0, "t": t, "tick": tick, "time": "x",
+                             "values": {"cpu": {"nr_periods": 10, "nr_throttled": 1}}})
+                 for n, p in enumerate(paths) if (tick + n) % 10 == 0]
+        fold.lines(("\n".join(lines) + "\n").encode())
+        fold.fold()
+        t += 1.0
+    assert len(fold._text) <= len(paths)
+    assert fold.parsed <= 2 * len(paths)  # each cgroup's first line (and not one per line: 60 000)
+    assert len(fold.rows()) == len(paths)
