@@ -32,7 +32,10 @@ from tests.support import nvmlsim  # noqa: E402
 from tests.support.record_support import start_recorder  # noqa: E402
 
 CG_ROOT = Path("/sys/fs/cgroup")
-CG = CG_ROOT / f"gfbench{os.getpid()}.slice"  # cgroup v2; per run, so two benches never share cgroups
+#: unique to this run, so two benches never share cgroups: not the PID alone, which is 1 in a PID
+#: namespace of its own (``unshare -p -f --mount-proc``), the same for every bench run that way
+RUN = int.from_bytes(os.urandom(4), "big")
+CG = CG_ROOT / f"gfbench{RUN:08x}.slice"  # cgroup v2
 V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")  # cgroup v1: /<controller>/docker/<id>, Docker's layout
 TCK = os.sysconf("SC_CLK_TCK")
 
@@ -131,7 +134,7 @@ def make_cgroup(i: int, waker: bool, made: list[Path]) -> tuple[subprocess.Popen
     p = subprocess.Popen(WAKER if waker else ["sleep", "3600"])
     dirs = []
     for parent in cgroup_parents():
-        cid = f"{os.getpid():08x}{i:056x}"
+        cid = f"{RUN:08x}{i:056x}"
         d = parent / (f"docker-{cid}.scope" if v2 else cid)
         d.mkdir(exist_ok=True)
         made.append(d)
@@ -173,7 +176,7 @@ class Churn:
         """Cgroups made before (by make_cgroups, ids 0..) that churn may remove, oldest first."""
         v2 = (CG_ROOT / "cgroup.controllers").exists()
         for k, p in enumerate(procs):
-            cid = f"{os.getpid():08x}{k:056x}"
+            cid = f"{RUN:08x}{k:056x}"
             self.live.append((p, [parent / (f"docker-{cid}.scope" if v2 else cid) for parent in cgroup_parents()]))
 
     def _run(self) -> None:
