@@ -26,7 +26,8 @@ Why this module is long: planning (which cgroups, which files on which hierarchy
 reader share the plan's targets, their kept descriptors and the bytes behind each one's last line;
 the recorder's quiet check (one pread per activity file, compared with those bytes) and the full
 read it stands in for must stay side by side, so that a gated line is the ungated reader's line
-byte for byte (tests/unit/collectors/test_cgroup_quiet_check.py). Parsing is in forensics/parsing.
+byte for byte (tests/unit/collectors/test_cgroup_quiet_check.py). Parsing is in forensics/parsing;
+the quiet check's reads and comparisons, all cgroups' at once, in hostfs/probes.py.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from forensics.capture.context import CollectContext, Tick
 from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
 from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
 from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
+from forensics.collectors.hostfs.probes import Probe, ProbeBatch
 from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.errors import ParseError, SourceUnavailable
 from forensics.parsing.attribution import attribute_path, relative_to
@@ -146,20 +148,35 @@ def pod_ancestor(path: str) -> str | None:
     return None
 
 
+def _json_time(value: float) -> str:
+    """``dumps_json(value, indent=None)`` of a tick's time, in a fifth of its time: a finite float is
+    written by json as its repr (the JSON encoder's own rule), the rest goes through dumps_json."""
+    if type(value) is float and value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+        return repr(value)
+    return dumps_json(value, indent=None)
+
+
+#: what a read through a kept descriptor asks for: a file no longer than half a page is read whole,
+#: a longer answer says only that the file is long (it is read again through KeptFiles), so asking
+#: for more (64 KiB, a buffer allocated and shrunk per read) would change nothing
+_WHOLE_OR_MORE = MAYBE_MORE + 1
+
 #: what the quiet check asks for beyond an activity file's last bytes: a counter that grew a few
 #: digits is read whole at once, and its read serves the cgroup's line
 _PROBE_SLACK = 64
 
 
-def _probe(fds: list[int | None], behind: list[bytes | None]
-           ) -> tuple[tuple[int, bytes, int], ...] | None:
+def _probe(fds: list[int | None], behind: list[bytes | None]) -> Probe | None:
     """The quiet check of a gated cgroup whose line was just made of ``behind`` (its activity files'
     bytes, read through the kept descriptors ``fds``); None where one is not kept or not whole."""
     probe = []
     for fd, data in zip(fds, behind, strict=True):
-        if fd is None or data is None or len(data) + _PROBE_SLACK > MAYBE_MORE:
+        if fd is None or data is None:
             return None
-        probe.append((fd, data, len(data) + _PROBE_SLACK))
+        size = len(data) + _PROBE_SLACK
+        if size > MAYBE_MORE:
+            return None
+        probe.append((fd, data, size))
     return tuple(probe)
 
 
@@ -177,8 +194,9 @@ class _Target:
     unparsed: frozenset[int] = frozenset()  # read for gating only, not in the line's values
     # gated, once its last line read every activity file whole through a kept descriptor: those
     # descriptors with the bytes behind that line and the size to ask for (the quiet check's one
-    # pread each); None: the general path checks (a descriptor not kept, a long file, no line yet)
-    probe: tuple[tuple[int, bytes, int], ...] | None = None
+    # pread each, all cgroups' in one CgroupsCollector._batch keyed by the target's place in the
+    # plan); None: the general path checks (a descriptor not kept, a long file, no line yet)
+    probe: Probe | None = None
     quiet: list[Any] = field(default_factory=list)  # with a probe: its CgroupsCollector._quiet entry
 
 
@@ -211,6 +229,7 @@ class CgroupsCollector:
         # time of the last tick that found them unchanged (None: none since)]
         self._quiet: dict[str, list[Any]] = {}
         self._replanned: dict[str, list[Any]] = {}  # the last plan's files per cgroup (replan())
+        self._batch = ProbeBatch()  # the quiet check of every target with a probe, by plan place
 
     # -- discovery ---------------------------------------------------------------------------
     def _mounts(self) -> tuple[CgroupMount, ...]:
@@ -402,6 +421,7 @@ class CgroupsCollector:
         self._previous = {t.path: self._previous[t.path] for t in plan
                           if t.path in self._previous and self._replanned.get(t.path) == t.files}
         self._replanned = {}
+        self._batch = ProbeBatch()  # the new plan's targets have no probe yet
         self._files.reserve(sum(len(t.files) for t in plan) + 64)
         return plan
 
@@ -423,35 +443,31 @@ class CgroupsCollector:
         bound = self._idle_full_s - 1.25 * step
         quiets = self._quiet
         lines: list[str] = []
-        head = f'"t": {dumps_json(tick.time_unix, indent=None)}, "tick": {tick.index}, ' \
+        head = f'"t": {_json_time(tick.time_unix)}, "tick": {tick.index}, ' \
                f'"time": {dumps_json(tick.time_iso, indent=None)}, "values": '
         kept, descriptor, pread = self._files.read, self._files.descriptor, os.pread
         wall = tick.time_unix
-        for target in plan:  # (the common tick: one bare pread per file on a kept descriptor)
-            probe, moved = target.probe, None
-            if probe is not None and now - target.quiet[0] <= bound:
-                # the common quiet check: each activity file once, asked for a little more than
-                # its bytes behind the last line (a shorter answer is the whole file)
-                try:
-                    for k, (kept_fd, was_read, size) in enumerate(probe):
-                        data = pread(kept_fd, size, 0)
-                        if data != was_read:
-                            moved = k, data
-                            break
-                    else:  # as they were for the cgroup's last line: no other read, no line
-                        target.quiet[2] = wall
-                        continue
-                except OSError:
-                    pass  # the general path below reads every file again and says why
+        # the common quiet check, every probed cgroup's at once: each activity file once, asked for
+        # a little more than its bytes behind the last line (a shorter answer is the whole file)
+        moved = self._batch.read() if self._batch else {}
+        set_probe = self._batch.set
+        for position, target in enumerate(plan):  # (the common tick: one bare pread per file on a kept descriptor)
+            probe, read_now, unchanged = target.probe, None, False
+            if probe is not None:
+                if position in moved:
+                    read_now = moved[position]  # None: a read failed (the read of every file below says why)
+                elif now - target.quiet[0] <= bound:  # as they were for the cgroup's last line: no other read, no line
+                    target.quiet[2] = wall
+                    continue
+                else:  # due for its full line: what the check read (the bytes behind) serves it
+                    read_now, unchanged = [p[1] for p in probe], True
             fds, files, gate = target.fds, target.files, target.gate
             datas: list[bytes | None] = [None] * len(fds)
             quiet = quiets.get(target.path) if gate else None
-            if moved is not None and probe is not None:  # what the quiet check read serves the line
-                k, data = moved
-                for j in range(k):
-                    datas[gate[j]] = probe[j][1]
-                if len(data) < probe[k][2]:
-                    datas[gate[k]] = data
+            if read_now is not None and probe is not None:  # what the quiet check read serves the line
+                for j, data in enumerate(read_now):
+                    if len(data) < probe[j][2]:
+                        datas[gate[j]] = data
             elif probe is None and quiet is not None and now - quiet[0] <= bound:  # gated: the activity files first
                 try:
                     for i, was in zip(gate, quiet[1], strict=True):
@@ -468,6 +484,7 @@ class CgroupsCollector:
                     else:  # as they were for the cgroup's last line: no other read, no line
                         quiet[2] = wall
                         target.probe = _probe([fds[i] for i in gate], quiet[1])  # (after a re-plan)
+                        set_probe(position, target.probe)
                         continue
                 except OSError:
                     pass  # the read of every file below says why
@@ -477,7 +494,7 @@ class CgroupsCollector:
                     continue
                 if fd is not None:
                     try:
-                        data = pread(fd, 65536, 0)
+                        data = pread(fd, _WHOLE_OR_MORE, 0)
                     except OSError:
                         fds[index] = None  # KeptFiles.read below says why (and closes it)
                     else:
@@ -497,10 +514,12 @@ class CgroupsCollector:
             start = target.line_start
             if gate:
                 if quiet is not None and quiet[2] is not None:
-                    start += f'"unchanged_until": {dumps_json(quiet[2], indent=None)}, '
+                    start += f'"unchanged_until": {_json_time(quiet[2])}, '
                 behind = [datas[i] for i in gate]
                 quiets[target.path] = target.quiet = [now, behind, None]
-                target.probe = _probe([fds[i] for i in gate], behind)
+                if not unchanged:  # (unchanged: the same descriptors and bytes, the same probe)
+                    target.probe = _probe([fds[i] for i in gate], behind)
+                    set_probe(position, target.probe)
             lines.append(self._line(target, datas, errors, start, head))
         if lines:
             ctx.sink.append_bytes(SAMPLES, ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
@@ -553,6 +572,7 @@ class CgroupsCollector:
         self._parsed.clear()
         self._plan = None
         self._quiet.clear()
+        self._batch.clear()
         self._last_tick = None
 
 

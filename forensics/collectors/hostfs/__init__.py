@@ -13,5 +13,7 @@ the resolver takes the collector's context (its settings). It imports no collect
 * :mod:`.mounts`: the cgroup mounts (``/proc/self/mountinfo`` or the ``cgroups.root`` tree) and
   a cgroup path's directory in one of them;
 * :mod:`.cgroupns`: the ``cgroups.root`` option and namespace-relative path resolution;
-* :mod:`.netns`: each network namespace's ``net/dev`` per tick, kept open while its process lives.
+* :mod:`.netns`: each network namespace's ``net/dev`` per tick, kept open while its process lives;
+* :mod:`.probes`: kept descriptors re-read each tick, all at once, and compared with the bytes they
+  gave last (the cgroups collector's quiet check).
 """
