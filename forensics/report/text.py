@@ -2,7 +2,9 @@
 ruled out, limitations and collector status, from the same view as the HTML and Markdown reports.
 
 Findings and collectors keep the document's order (the analysis already put the verdict's first);
-at most three evidence items per finding, each excerpt cut at 100 characters. A bundle is
+at most three evidence items per finding, each excerpt cut at 100 characters; under an item
+citing a member rebuilt from the flight recorder's segments, the segment and line it came from
+(as the HTML and Markdown reports say it). A bundle is
 untrusted, so every string of the document has its control characters shown as escapes
 (:func:`printable`) before the view is built: a process named ``"\\x1b[2J"`` or
 ``"x\\rVerdict: ..."`` must not drive the on-call engineer's terminal.
@@ -66,6 +68,8 @@ def render_text_view(v: ReportView) -> str:
                 lines.append(f"         next step: {f.next_step}")
             for ev in f.evidence[:3]:
                 lines.append(f"         evidence: {ev.member} {ev.locator}: {ev.excerpt[:100]}")
+                if ev.derived:
+                    lines.append(f"                   {ev.locator or ev.member}: {ev.derived.text}")
     if v.ruled_out:
         lines.append("")
         lines.append("Ruled out:")

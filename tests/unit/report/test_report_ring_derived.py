@@ -4,9 +4,9 @@ A recorder's ring (tests/support/ring_bundle.py), ``gpuforensics capture --since
 ``gpuforensics analyze -f html,md,pdf,json``, as a user runs them: a finding citing a member the
 analysis rebuilt (``ring/nvml/samples.jsonl line 9``) shows, next to its citation, the segment
 and line it was rebuilt from (``rebuilt from ring/segments/seg-N.jsonl.gz line 47 (sealed
-segment, SHA-256 in ring/provenance.json)``) in the HTML, the Markdown and the PDF's text; the
-segment is listed in the appendix with its SHA-256, the rebuilt member as rebuilt (not as missing
-from the manifest); a report of live members says no such thing.
+segment, SHA-256 in ring/provenance.json)``) in the HTML, the Markdown, the PDF's text and the
+terminal summary; the segment is listed in the appendix with its SHA-256, the rebuilt member as
+rebuilt (not as missing from the manifest); a report of live members says no such thing.
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ def _analyze(bundle: Path, out: Path) -> dict[str, Any]:
                           "-o", f"{out}/"], env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+    summary = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(bundle)],
+                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                             capture_output=True, text=True, timeout=300)
+    assert summary.returncode in (0, 1), summary.stderr[-3000:]
     reports = {p.suffix: p for p in out.glob(f"{bundle.stem}.report.*")}
     doc = json.loads(reports[".json"].read_text())
     return {"doc": doc, "html": reports[".html"].read_text(), "md": reports[".md"].read_text(),
-            "pdf": reports[".pdf"].read_bytes()}
+            "pdf": reports[".pdf"].read_bytes(), "text": summary.stdout}
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +103,10 @@ def test_a_ring_cited_finding_says_which_segment_line_it_was_rebuilt_from(
     text = pdftext(ring_report["pdf"])
     assert _packed(f"{e['locator']}: {said}") in _packed(text)
 
+    summary = ring_report["text"]  # the terminal summary: the item, then where it came from under it
+    cited = f"evidence: {e['member']} {e['locator']}: "
+    assert cited in summary and f"{e['locator']}: {said}" in summary.split(cited, 1)[1].splitlines()[1], summary
+
     # a rebuilt member is not reported missing: it is not in the manifest, its segments are
     for report in (html, md, text):
         assert "not in the manifest" not in report
@@ -122,7 +130,7 @@ def test_a_live_finding_has_no_derived_line(tmp_path: Path, pdftext: Callable[..
     live = _analyze(RING_SAMPLE, tmp_path)
     assert live["doc"]["findings"]
     assert not any("derived_from" in e for f in live["doc"]["findings"] for e in f["evidence"])
-    for text in (_html_text(live["html"]), live["md"], pdftext(live["pdf"])):
+    for text in (_html_text(live["html"]), live["md"], pdftext(live["pdf"]), live["text"]):
         assert "rebuilt from" not in text and "rebuilt, see below" not in text
 
 
