@@ -28,6 +28,13 @@ collector wrote it. Nothing is dropped: the codec is lossless by construction (a
   tokens), and a run of ``=`` lines (every idle cgroup of a tick) costs a lookup and a join each.
 - **Scope**: one :class:`DeltaEncoder` / :class:`DeltaDecoder` per member per segment: every segment
   decodes alone (its first line of each key is whole), as every segment carries its own state.
+- **What the encoder keeps**: each key's previous line, for the keys seen lately only. A key not
+  seen for :attr:`DeltaEncoder.horizon_s` (60 s, or 3 times the longest gap seen between two lines
+  of one key, up to 600 s) is forgotten: a gone container's cgroup, on a node where containers
+  come and go (at 5 a second, 3000 keys and ~9 MB of lines in a 10-minute segment otherwise). Its
+  next line, if one comes, is stored whole under its old key number (the encoder keeps the numbers
+  for the segment, so both sides still count keys the same way); the decoder takes a whole line of
+  a known key as that key's line, as it does after a changed token count.
 
 Records so encoded have ``op`` ``"delta"`` in the segment; :class:`~forensics.ring.reader.RingReader`
 hands them out as the ``"append"`` records they were.
@@ -35,6 +42,7 @@ hands them out as the ``"append"`` records they were.
 
 from __future__ import annotations
 
+import time
 from itertools import compress
 from operator import ne
 
@@ -45,6 +53,8 @@ SEP = ", "
 _MIN_SAVING = 0.8  # a delta is kept only when it is under 80 % of the line
 _SAME = "="
 _HEAD = 6  # the encoder compares a line's first tokens apart from the rest (see DeltaEncoder)
+FORGET_S = 60.0  # the encoder forgets a key not seen for this long (at least: DeltaEncoder.horizon_s)
+FORGET_MAX_S = 600.0
 
 
 class DeltaError(ValueError):
@@ -64,19 +74,50 @@ class DeltaEncoder:
     tokens, and the line is never split whole. Otherwise the whole token lists are compared in C
     (``compress(range(n), map(ne, a, b))``). Either way the encoded line is the same text."""
 
-    def __init__(self) -> None:
-        # per key: the previous line's head (split at _HEAD separators), its token count, its
-        # tokens (split only when a line's rest changed; None until then), the line, and the
-        # encoded line's "[key,count]"
-        self._prev: dict[str, tuple[list[str], int, list[str] | None, str, str]] = {}
-        self._ids: dict[str, int] = {}
+    def __init__(self, forget_s: float = FORGET_S) -> None:
+        # per key seen lately: the previous line's head (split at _HEAD separators), its token
+        # count, its tokens (split only when a line's rest changed; None until then), the line,
+        # the encoded line's "[key,count]", and when it came (encode's now)
+        self._prev: dict[str, tuple[list[str], int, list[str] | None, str, str, float]] = {}
+        self._ids: dict[str, int] = {}  # every key of the segment: its number
+        self._gone: dict[str, float] = {}  # a forgotten key -> when its last line came
+        self.forget_s = forget_s
+        self._longest_gap = 0.0  # between two lines of one key: the pace of the quietest key
+        self._now = 0.0
+        self._swept = 0.0
         # the changes of the encoded line before (the indices that moved and their new tokens):
         # the same again is written "=", without building the text of the changes
         self._last: tuple[tuple[int, ...], tuple[str, ...]] | None = None
 
-    def encode(self, data: str) -> str:
-        """``data`` (whole lines, each ending in a newline) as encoded lines."""
+    def encode(self, data: str, now: float | None = None) -> str:
+        """``data`` (whole lines, each ending in a newline) as encoded lines; ``now``: when they
+        were sampled (monotonic seconds; default: the clock now), which decides what is forgotten."""
+        self._now = now = time.monotonic() if now is None else now
+        if now - self._swept >= self.horizon_s / 4:
+            self._swept = now
+            self._forget(now - self.horizon_s)
         return "\n".join(map(self._line, _lines(data))) + "\n"
+
+    @property
+    def horizon_s(self) -> float:
+        """How long the previous line of a key not seen since is kept: :attr:`forget_s`, or 3 times
+        the longest gap seen between two lines of one key (a quiet cgroup's ``idle_full_s``, a
+        sampler that stalled), at most 600 s, so a key that is still there is not forgotten
+        between its lines."""
+        return max(self.forget_s, min(3 * self._longest_gap, FORGET_MAX_S))
+
+    @property
+    def keys_kept(self) -> int:
+        """How many keys' previous lines are kept."""
+        return len(self._prev)
+
+    def _forget(self, before: float) -> None:
+        prev = self._prev
+        for key in [k for k, p in prev.items() if p[5] < before]:
+            self._gone[key] = prev.pop(key)[5]
+
+    def _gap(self, gap: float) -> None:
+        self._longest_gap = max(self._longest_gap, gap)
 
     def _whole(self, line: str) -> str:
         self._last = None
@@ -86,25 +127,31 @@ class DeltaEncoder:
         head = line.split(SEP, _HEAD)
         key = head[0]
         prev = self._prev.get(key)
+        now = self._now
         if prev is None:
-            n = len(self._ids)
-            self._ids[key] = n
+            n = self._ids.get(key)
+            if n is None:
+                n = self._ids[key] = len(self._ids)
+            else:  # forgotten, and back: whole, under its number
+                self._gap(now - self._gone.pop(key, now))
             count = line.count(SEP) + 1 if len(head) > _HEAD else len(head)
-            self._prev[key] = (head, count, None, line, f"[{n},{count}]")
+            self._prev[key] = (head, count, None, line, f"[{n},{count}]", now)
             return self._whole(line)
-        p_head, count, p_toks, p_line, code = prev
+        p_head, count, p_toks, p_line, code, seen = prev
+        if now - seen > self._longest_gap:
+            self._gap(now - seen)
         if len(head) > _HEAD and len(p_head) > _HEAD and head[_HEAD] == p_head[_HEAD]:
             # the same rest: only the head's tokens can have changed, and the count is the same
             moved = tuple(compress(range(_HEAD), map(ne, head, p_head)))
             vals = tuple(map(head.__getitem__, moved))
-            self._prev[key] = (head, count, None, line, code)
+            self._prev[key] = (head, count, None, line, code, now)
         else:
             toks = line.split(SEP)
             if len(toks) != count:
                 n = self._ids[key]
-                self._prev[key] = (head, len(toks), toks, line, f"[{n},{len(toks)}]")
+                self._prev[key] = (head, len(toks), toks, line, f"[{n},{len(toks)}]", now)
                 return self._whole(line)
-            self._prev[key] = (head, count, toks, line, code)
+            self._prev[key] = (head, count, toks, line, code, now)
             if p_toks is None:
                 p_toks = p_line.split(SEP)
             moved = tuple(compress(range(count), map(ne, toks, p_toks)))
