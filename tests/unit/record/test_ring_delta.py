@@ -278,3 +278,33 @@ def test_a_key_forgotten_and_back_is_whole_under_its_number_and_reads_back() -> 
     assert enc.keys_kept < 11  # of every, gone, quiet and 8 new keys
     assert enc.encode(line("every", 650), now=650.0).startswith("[0,")  # 251 s since its last line: a delta
     assert enc.keys_kept == 2  # of the others only new375 was seen in the last 300 s
+
+
+def test_long_lines_matched_against_their_hint_encode_as_the_plain_encoder_does() -> None:
+    """Lines of 64 tokens and more (NVML's: ~800) are matched against the text between the tokens
+    that changed before, not split. Whatever changes (the same tokens, others, a token's length
+    at the start, middle or end of the line, the last token, a token that gains a separator or
+    ends in a comma, the token count), the encoded text is the plain encoder's and decodes back."""
+    rng = random.Random(21)
+    plain, fast, dec = _PlainEncoder(), DeltaEncoder(), DeltaDecoder()
+    n = 0
+    for tick in range(400):
+        chunk = []
+        for key in range(3):
+            vals = [f'"v{i}": {1000 * tick if i % 9 == 0 else i}' for i in range(90)]
+            if rng.random() < 0.2:  # another token changes
+                vals[rng.randrange(90)] = f'"x": {rng.randrange(10 ** rng.randrange(1, 6))}'
+            if rng.random() < 0.3:  # a token's length changes
+                k = rng.choice((0, 1, 45, 88, 89))
+                vals[k] = f'"w": {rng.randrange(10 ** rng.randrange(1, 8))}'
+            if rng.random() < 0.05:
+                vals[rng.randrange(90)] = rng.choice(('"s": "a, b"', '"s": "a,"', '"s": " a"', '"s": ",", " "', ""))
+            if rng.random() < 0.02:
+                vals.append('"extra": 1')
+            chunk.append(f'{{"k": {key}, "t": {1.7e9 + tick + rng.random()}, ' + ", ".join(vals) + "}\n")
+        data = "".join(chunk)
+        enc = fast.encode(data, now=float(tick))
+        assert enc == plain.encode(data), tick
+        assert dec.decode(enc) == (data, 0)
+        n += enc.count("\n[")
+    assert n > 600  # most lines were change-only
