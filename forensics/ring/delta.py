@@ -180,21 +180,21 @@ class DeltaEncoder:
                     named.clear()
                 parts = []
                 for tok in texts:  # each text's indices picked in C, their text made once
-                    ix = tuple(compress(moved, map(eq, vals, repeat(tok))))
-                    text = named.get(ix)
+                    where = tuple(compress(moved, map(eq, vals, repeat(tok))))
+                    text = named.get(where)
                     if text is None:
-                        text = named[ix] = ",".join(map(str, ix))
+                        text = named[where] = ",".join(map(str, where))
                     parts.append(f"\t{text}\t{tok}")
                 enc = code + "".join(parts)
             else:
                 changed: dict[str, list[int]] = {}
                 for i, tok in zip(moved, vals, strict=True):
-                    at = changed.get(tok)
-                    if at is None:
+                    group = changed.get(tok)
+                    if group is None:
                         changed[tok] = [i]
                     else:
-                        at.append(i)
-                enc = code + "".join([f"\t{','.join(map(str, at))}\t{tok}" for tok, at in changed.items()])
+                        group.append(i)
+                enc = code + "".join([f"\t{','.join(map(str, g))}\t{tok}" for tok, g in changed.items()])
             self._last = changes
         if len(enc) < _MIN_SAVING * len(line):
             return enc
@@ -219,11 +219,12 @@ class _Hint:
         self.parts = [""] * (2 * len(ix) + 1)  # the line: chunks and tokens, in turn
         self.parts[0::2] = chunks
         self.pivot = len(ix)  # the token whose length may change: none known yet
+        self.vals: tuple[str, ...] = ()
         self._took(vals)
 
     def _took(self, vals: tuple[str, ...]) -> None:
         """The tokens at ix are ``vals`` now: where to take them next time."""
-        if len(vals) == len(self.vals if hasattr(self, "vals") else ()):
+        if self.vals and len(vals) == len(self.vals):
             self.pivot = next((k for k, (a, b) in enumerate(zip(vals, self.vals, strict=True))
                                if len(a) != len(b)), self.pivot)
         self.vals = vals
