@@ -28,6 +28,13 @@ collector wrote it. Nothing is dropped: the codec is lossless by construction (a
   tokens), and a run of ``=`` lines (every idle cgroup of a tick) costs a lookup and a join each.
 - **Scope**: one :class:`DeltaEncoder` / :class:`DeltaDecoder` per member per segment: every segment
   decodes alone (its first line of each key is whole), as every segment carries its own state.
+- **What the encoder keeps**: each key's previous line, for the keys seen lately only. A key not
+  seen for :attr:`DeltaEncoder.horizon_s` (60 s, or 3 times the longest gap seen between two lines
+  of one key, up to 600 s) is forgotten: a gone container's cgroup, on a node where containers
+  come and go (at 5 a second, 3000 keys and ~9 MB of lines in a 10-minute segment otherwise). Its
+  next line, if one comes, is stored whole under its old key number (the encoder keeps the numbers
+  for the segment, so both sides still count keys the same way); the decoder takes a whole line of
+  a known key as that key's line, as it does after a changed token count.
 
 Records so encoded have ``op`` ``"delta"`` in the segment; :class:`~forensics.ring.reader.RingReader`
 hands them out as the ``"append"`` records they were.
@@ -35,8 +42,10 @@ hands them out as the ``"append"`` records they were.
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import ne
+import time
+from collections.abc import Callable
+from itertools import compress, repeat
+from operator import eq, itemgetter, ne
 
 __all__ = ["DELTA_OP", "SEP", "DeltaDecoder", "DeltaEncoder", "DeltaError"]
 
@@ -45,6 +54,9 @@ SEP = ", "
 _MIN_SAVING = 0.8  # a delta is kept only when it is under 80 % of the line
 _SAME = "="
 _HEAD = 6  # the encoder compares a line's first tokens apart from the rest (see DeltaEncoder)
+FORGET_S = 60.0  # the encoder forgets a key not seen for this long (at least: DeltaEncoder.horizon_s)
+FORGET_MAX_S = 600.0
+_HINT_MIN = 64  # a line of at least this many tokens keeps the text between its changing ones
 
 
 class DeltaError(ValueError):
@@ -64,19 +76,52 @@ class DeltaEncoder:
     tokens, and the line is never split whole. Otherwise the whole token lists are compared in C
     (``compress(range(n), map(ne, a, b))``). Either way the encoded line is the same text."""
 
-    def __init__(self) -> None:
-        # per key: the previous line's head (split at _HEAD separators), its token count, its
-        # tokens (split only when a line's rest changed; None until then), the line, and the
-        # encoded line's "[key,count]"
-        self._prev: dict[str, tuple[list[str], int, list[str] | None, str, str]] = {}
-        self._ids: dict[str, int] = {}
+    def __init__(self, forget_s: float = FORGET_S) -> None:
+        # per key seen lately: the previous line's head (split at _HEAD separators), its token
+        # count, its tokens (split only when a line's rest changed; None until then), the line,
+        # the encoded line's "[key,count]", when it came (encode's now), and for a long line its
+        # _Hint (the tokens that changed before, and the text between them), or None
+        self._prev: dict[str, tuple[list[str], int, list[str] | None, str, str, float, _Hint | None]] = {}
+        self._ids: dict[str, int] = {}  # every key of the segment: its number
+        self._gone: dict[str, float] = {}  # a forgotten key -> when its last line came
+        self.forget_s = forget_s
+        self._longest_gap = 0.0  # between two lines of one key: the pace of the quietest key
+        self._now = 0.0
+        self._swept = 0.0
+        self._named: dict[tuple[int, ...], str] = {}  # indices -> their text ("3,17,31"), the recurring ones
         # the changes of the encoded line before (the indices that moved and their new tokens):
         # the same again is written "=", without building the text of the changes
         self._last: tuple[tuple[int, ...], tuple[str, ...]] | None = None
 
-    def encode(self, data: str) -> str:
-        """``data`` (whole lines, each ending in a newline) as encoded lines."""
+    def encode(self, data: str, now: float | None = None) -> str:
+        """``data`` (whole lines, each ending in a newline) as encoded lines; ``now``: when they
+        were sampled (monotonic seconds; default: the clock now), which decides what is forgotten."""
+        self._now = now = time.monotonic() if now is None else now
+        if now - self._swept >= self.horizon_s / 4:
+            self._swept = now
+            self._forget(now - self.horizon_s)
         return "\n".join(map(self._line, _lines(data))) + "\n"
+
+    @property
+    def horizon_s(self) -> float:
+        """How long the previous line of a key not seen since is kept: :attr:`forget_s`, or 3 times
+        the longest gap seen between two lines of one key (a quiet cgroup's ``idle_full_s``, a
+        sampler that stalled), at most 600 s, so a key that is still there is not forgotten
+        between its lines."""
+        return max(self.forget_s, min(3 * self._longest_gap, FORGET_MAX_S))
+
+    @property
+    def keys_kept(self) -> int:
+        """How many keys' previous lines are kept."""
+        return len(self._prev)
+
+    def _forget(self, before: float) -> None:
+        prev = self._prev
+        for key in [k for k, p in prev.items() if p[5] < before]:
+            self._gone[key] = prev.pop(key)[5]
+
+    def _gap(self, gap: float) -> None:
+        self._longest_gap = max(self._longest_gap, gap)
 
     def _whole(self, line: str) -> str:
         self._last = None
@@ -86,47 +131,163 @@ class DeltaEncoder:
         head = line.split(SEP, _HEAD)
         key = head[0]
         prev = self._prev.get(key)
+        now = self._now
         if prev is None:
-            n = len(self._ids)
-            self._ids[key] = n
+            n = self._ids.get(key)
+            if n is None:
+                n = self._ids[key] = len(self._ids)
+            else:  # forgotten, and back: whole, under its number
+                self._gap(now - self._gone.pop(key, now))
             count = line.count(SEP) + 1 if len(head) > _HEAD else len(head)
-            self._prev[key] = (head, count, None, line, f"[{n},{count}]")
+            self._prev[key] = (head, count, None, line, f"[{n},{count}]", now, None)
             return self._whole(line)
-        p_head, count, p_toks, p_line, code = prev
+        p_head, count, p_toks, p_line, code, seen, hint = prev
+        if now - seen > self._longest_gap:
+            self._gap(now - seen)
         if len(head) > _HEAD and len(p_head) > _HEAD and head[_HEAD] == p_head[_HEAD]:
             # the same rest: only the head's tokens can have changed, and the count is the same
             moved = tuple(compress(range(_HEAD), map(ne, head, p_head)))
             vals = tuple(map(head.__getitem__, moved))
-            self._prev[key] = (head, count, None, line, code)
+            self._prev[key] = (head, count, None, line, code, now, None)
+        elif hint is not None and (p_vals := hint.vals) and (now_vals := hint.match(line)) is not None:
+            # only tokens that changed before changed: found without splitting the line
+            at = tuple(compress(range(len(now_vals)), map(ne, now_vals, p_vals)))
+            moved = tuple(map(hint.ix.__getitem__, at))
+            vals = tuple(map(now_vals.__getitem__, at))
+            self._prev[key] = (head, count, None, line, code, now, hint)
         else:
             toks = line.split(SEP)
             if len(toks) != count:
                 n = self._ids[key]
-                self._prev[key] = (head, len(toks), toks, line, f"[{n},{len(toks)}]")
+                self._prev[key] = (head, len(toks), toks, line, f"[{n},{len(toks)}]", now, None)
                 return self._whole(line)
-            self._prev[key] = (head, count, toks, line, code)
             if p_toks is None:
                 p_toks = p_line.split(SEP)
             moved = tuple(compress(range(count), map(ne, toks, p_toks)))
             vals = tuple(map(toks.__getitem__, moved))
+            hint = _Hint.of(toks, moved, hint) if count >= _HINT_MIN else None
+            self._prev[key] = (head, count, None if hint else toks, line, code, now, hint)
         changes = (moved, vals)
         if changes == self._last:
             enc = code + _SAME
         else:
-            changed: dict[str, list[int]] = {}
-            for i, tok in zip(moved, vals, strict=True):
-                ix = changed.get(tok)
-                if ix is None:
-                    if "\t" in tok:
-                        return self._whole(line)
-                    changed[tok] = [i]
-                else:
-                    ix.append(i)
-            enc = code + "".join([f"\t{','.join(map(str, ix))}\t{tok}" for tok, ix in changed.items()])
+            texts = dict.fromkeys(vals)  # the changed texts, in the order they first come
+            if "\t" in "".join(texts):
+                return self._whole(line)
+            if len(texts) * 8 <= len(vals):  # few texts for many tokens (an NVML line's timeStamps)
+                named = self._named
+                if len(named) > 1024:
+                    named.clear()
+                parts = []
+                for tok in texts:  # each text's indices picked in C, their text made once
+                    where = tuple(compress(moved, map(eq, vals, repeat(tok))))
+                    text = named.get(where)
+                    if text is None:
+                        text = named[where] = ",".join(map(str, where))
+                    parts.append(f"\t{text}\t{tok}")
+                enc = code + "".join(parts)
+            else:
+                changed: dict[str, list[int]] = {}
+                for i, tok in zip(moved, vals, strict=True):
+                    group = changed.get(tok)
+                    if group is None:
+                        changed[tok] = [i]
+                    else:
+                        group.append(i)
+                enc = code + "".join([f"\t{','.join(map(str, g))}\t{tok}" for tok, g in changed.items()])
             self._last = changes
         if len(enc) < _MIN_SAVING * len(line):
             return enc
         return self._whole(line)
+
+
+class _Hint:
+    """A long line as the tokens at ``ix`` (those that changed in the lines before: an NVML line's
+    per-process ``timeStamp``) and the text between them (``chunks``: before the first, between
+    two, after the last). The next line of its key, when only those tokens changed again, is
+    matched against the chunks instead of being split into its ~800 tokens and compared token by
+    token; the changes found are the same. The tokens are taken where they were, counted from the
+    line's start up to the one whose length changed last time (the ``t`` of an NVML line: its
+    float's digits vary; the timestamps do not) and from the line's end after it, and the line is
+    checked whole, all in C (a join and a compare); when that fails, the chunks are looked for one
+    by one."""
+
+    __slots__ = ("chunks", "ix", "parts", "pivot", "take", "vals")
+
+    def __init__(self, ix: tuple[int, ...], chunks: list[str], vals: tuple[str, ...]) -> None:
+        self.ix, self.chunks = ix, chunks
+        self.parts = [""] * (2 * len(ix) + 1)  # the line: chunks and tokens, in turn
+        self.parts[0::2] = chunks
+        self.pivot = len(ix)  # the token whose length may change: none known yet
+        self.vals: tuple[str, ...] = ()
+        self._took(vals)
+
+    def _took(self, vals: tuple[str, ...]) -> None:
+        """The tokens at ix are ``vals`` now: where to take them next time."""
+        if self.vals and len(vals) == len(self.vals):
+            self.pivot = next((k for k, (a, b) in enumerate(zip(vals, self.vals, strict=True))
+                               if len(a) != len(b)), self.pivot)
+        self.vals = vals
+        self.parts[1::2] = vals
+        size, spans = 0, []
+        for chunk, val in zip(self.chunks, vals, strict=False):
+            size += len(chunk)
+            spans.append((size, size + len(val)))
+            size += len(val)
+        size += len(self.chunks[-1])
+        pivot = self.pivot  # before it from the start, after it from the end, itself from both
+        cut = [slice(a, b) if k < pivot else slice(a if k == pivot else a - size, (b - size) or None)
+               for k, (a, b) in enumerate(spans)]
+        get = itemgetter(*cut)
+        self.take: Callable[[str], tuple[str, ...]] = get if len(cut) > 1 else lambda line: (get(line),)
+
+    @classmethod
+    def of(cls, toks: list[str], moved: tuple[int, ...], before: _Hint | None) -> _Hint | None:
+        """The hint of a line (``toks``) whose tokens at ``moved`` changed, those that changed
+        before kept; None when they are a quarter of the line (matching would cost a split)."""
+        ix = tuple(sorted(set(moved).union(before.ix))) if before is not None else moved
+        if not ix or len(ix) > len(toks) // 4:
+            return None
+        chunks, at = [], 0
+        for i in ix:
+            chunks.append((SEP if at else "") + SEP.join(toks[at:i]) + (SEP if at < i else ""))
+            at = i + 1
+        chunks.append(SEP + SEP.join(toks[at:]) if at < len(toks) else "")
+        return cls(ix, chunks, tuple(toks[i] for i in ix))
+
+    def match(self, line: str) -> tuple[str, ...] | None:
+        """The tokens at :attr:`ix` of ``line`` when every other token is the one before (the
+        chunks are there, in order, and no token found holds a separator), else None (and the
+        hint is not to be used again). On a match the hint describes ``line``."""
+        vals = self.take(line)
+        parts = self.parts
+        parts[1::2] = vals
+        if "".join(parts) == line and SEP not in "\n".join(vals):  # (a line holds no newline)
+            self.vals = vals
+            return vals
+        chunks, last = self.chunks, len(self.ix) - 1
+        find, starts = line.find, line.startswith
+        found = []
+        pos = 0
+        for k in range(last + 1):
+            chunk = chunks[k]
+            if not starts(chunk, pos):
+                return None
+            pos += len(chunk)
+            end = find(SEP, pos)
+            if k == last and not chunks[-1]:  # the line's last token
+                if end >= 0:
+                    return None
+                end = len(line)
+            elif end < 0:
+                return None
+            found.append(line[pos:end])
+            pos = end
+        tail = chunks[-1]
+        if len(line) - pos != len(tail) or not starts(tail, pos):
+            return None
+        self._took(tuple(found))
+        return self.vals
 
 
 class _Key:

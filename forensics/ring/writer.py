@@ -254,7 +254,7 @@ class RingWriter:
         for t, mono, member, op, data in records:
             if op == "append" and member in self.delta_members and data.endswith(b"\n"):
                 enc = self._encoders.setdefault(member, DeltaEncoder())
-                text = enc.encode(data.decode("utf-8", "surrogateescape"))
+                text = enc.encode(data.decode("utf-8", "surrogateescape"), mono)
                 line = encode_record(t, mono, member, DELTA_OP, text.encode("utf-8", "surrogateescape"))
             else:
                 line = encode_record(t, mono, member, op, data)

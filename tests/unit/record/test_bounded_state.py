@@ -326,3 +326,42 @@ def test_a_quiet_cgroups_line_after_quiet_ticks_keys_as_its_other_lines() -> Non
     assert len(fold._text) <= len(paths)
     assert fold.parsed <= 2 * len(paths)  # each cgroup's first line (and not one per line: 60 000)
     assert len(fold.rows()) == len(paths)
+
+
+def _churn_records(ticks: int, t0: float) -> list[tuple[float, float, str, str, bytes]]:
+    """cgroup/samples.jsonl as the sampler writes it, one record a tick: 200 cgroups, 5 of them
+    removed and 5 new ones made every second."""
+    out = []
+    live = list(range(200))
+    nxt = 200
+    for tick in range(ticks):
+        lines = "".join(f'{{"cgroup": "/docker/{k:064x}", "t": {t0 + tick}, "tick": {tick}, "time": "x{tick}", '
+                        f'"values": {{"cpu": {{"usage_ns": {k * 1000 + (tick if k % 7 == 0 else 0)}}}, '
+                        f'"memory": {{"current_bytes": {k << 20}, "oom_kill": 0}}, "pids": 1}}}}\n' for k in live)
+        out.append((t0 + tick, 1000.0 + tick, "cgroup/samples.jsonl", "append", lines.encode()))
+        live = live[5:] + list(range(nxt, nxt + 5))
+        nxt += 5
+    return out
+
+
+def test_the_rings_change_only_encoder_forgets_the_lines_of_gone_cgroups(tmp_path: Any) -> None:
+    """The writer's encoder keeps each key's previous line to store the next one as its changes;
+    under churn (5 containers a second) it kept every gone cgroup's line until the segment rotated
+    (3000 lines in a 10-minute segment). Now a key not seen for a minute is forgotten, and
+    what was written still reads back byte for byte."""
+    from forensics.ring import RingReader, RingWriter
+
+    t0 = float(int(time.time()) - 3600)
+    recs = _churn_records(900, t0)
+    w = RingWriter(tmp_path / "ring", max_bytes=256 << 20, segment_bytes=64 << 20, segment_age_s=1e6,
+                   delta_members=["cgroup/samples.jsonl"]).open()
+    for rec in recs:
+        w.append([rec])
+        enc = w._encoders["cgroup/samples.jsonl"]
+        assert enc.keys_kept <= 200 + 5 * (enc.horizon_s * 1.25 + 1)  # those there now, and a minute's gone ones
+    assert enc.horizon_s == 60.0  # no key's lines came further apart than a tick
+    w.close()
+    reader = RingReader(tmp_path / "ring")
+    assert len(reader.segments()) == 1  # all of it in one segment: the encoder was never reset
+    assert [r.data for r in reader.records()] == [d for *_, d in recs]
+    assert not reader.report.problems

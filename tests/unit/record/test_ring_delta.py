@@ -249,3 +249,62 @@ def test_a_decode_budget_stops_change_only_lines_inflating() -> None:
     assert text.count("\n") + bad == 102 and dec.over_budget
     assert dec.decode(f"[0,{count}]=\n") == ("", 1)
     assert DeltaDecoder().decode(data, budget=len(whole)) == (whole, 0)
+
+
+def test_a_key_forgotten_and_back_is_whole_under_its_number_and_reads_back() -> None:
+    """The encoder forgets a key not seen for a minute (a gone cgroup): when it comes back its line
+    is whole, the keys after it keep the numbers both sides count, and every line decodes. A key
+    whose lines come 100 s apart is forgotten once, and then remembered (the horizon follows the
+    longest gap: 300 s)."""
+    def line(key: str, tick: int) -> str:
+        return f'{{"cgroup": "/{key}", "t": {tick}, "tick": {tick}, "values": {{"cpu": 1, "mem": 2, "io": 3, "pids": 4}}}}\n'
+
+    enc, dec = DeltaEncoder(), DeltaDecoder()
+    encoded: dict[tuple[str, int], str] = {}
+    for tick in range(400):
+        keys = ["every"] + (["gone"] if tick in (0, 1, 90, 91) else []) + (["quiet"] if tick % 100 == 0 else []) \
+            + ([f"new{tick}"] if tick % 50 == 25 else [])
+        chunk = "".join(line(k, tick) for k in keys)
+        text = enc.encode(chunk, now=float(tick))
+        assert dec.decode(text) == (chunk, 0)
+        encoded.update({(k, tick): e for k, e in zip(keys, text.split("\n"), strict=False)})
+    assert encoded[("gone", 1)].startswith("[1,")  # a delta, under its number
+    assert encoded[("gone", 90)] == line("gone", 90).rstrip("\n")  # forgotten: whole
+    assert encoded[("gone", 91)].startswith("[1,")  # its number still
+    assert encoded[("new375", 375)] == line("new375", 375).rstrip("\n")
+    assert encoded[("quiet", 100)] == line("quiet", 100).rstrip("\n")  # forgotten once ...
+    assert encoded[("quiet", 200)].startswith("[2,") and encoded[("quiet", 300)].startswith("[2,")  # ... then kept
+    assert enc.horizon_s == 300.0
+    assert enc.keys_kept < 11  # of every, gone, quiet and 8 new keys
+    assert enc.encode(line("every", 650), now=650.0).startswith("[0,")  # 251 s since its last line: a delta
+    assert enc.keys_kept == 2  # of the others only new375 was seen in the last 300 s
+
+
+def test_long_lines_matched_against_their_hint_encode_as_the_plain_encoder_does() -> None:
+    """Lines of 64 tokens and more (NVML's: ~800) are matched against the text between the tokens
+    that changed before, not split. Whatever changes (the same tokens, others, a token's length
+    at the start, middle or end of the line, the last token, a token that gains a separator or
+    ends in a comma, the token count), the encoded text is the plain encoder's and decodes back."""
+    rng = random.Random(21)
+    plain, fast, dec = _PlainEncoder(), DeltaEncoder(), DeltaDecoder()
+    n = 0
+    for tick in range(400):
+        chunk = []
+        for key in range(3):
+            vals = [f'"v{i}": {1000 * tick if i % 9 == 0 else i}' for i in range(90)]
+            if rng.random() < 0.2:  # another token changes
+                vals[rng.randrange(90)] = f'"x": {rng.randrange(10 ** rng.randrange(1, 6))}'
+            if rng.random() < 0.3:  # a token's length changes
+                k = rng.choice((0, 1, 45, 88, 89))
+                vals[k] = f'"w": {rng.randrange(10 ** rng.randrange(1, 8))}'
+            if rng.random() < 0.05:
+                vals[rng.randrange(90)] = rng.choice(('"s": "a, b"', '"s": "a,"', '"s": " a"', '"s": ",", " "', ""))
+            if rng.random() < 0.02:
+                vals.append('"extra": 1')
+            chunk.append(f'{{"k": {key}, "t": {1.7e9 + tick + rng.random()}, ' + ", ".join(vals) + "}\n")
+        data = "".join(chunk)
+        enc = fast.encode(data, now=float(tick))
+        assert enc == plain.encode(data), tick
+        assert dec.decode(enc) == (data, 0)
+        n += enc.count("\n[")
+    assert n > 600  # most lines were change-only
