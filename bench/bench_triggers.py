@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import sys
 import tarfile
@@ -181,6 +182,16 @@ def _measure(rec: Recorder | None, state: LiveState, device: dict, cgroup: dict,
     t0 = time.time() - ticks_n
     ticks = [tick_records(device, cgroup, i, t0 + i, gpus, procs, cgroups, active_pct) for i in range(ticks_n + 1)]
     lines = sum(r[1][2].count(b"\n") for r in ticks) // len(ticks)
+    gc.collect()
+    gc.freeze()  # the records built beforehand are no garbage of the recorder's: no collection walks them
+    try:
+        return _run(rec, state, ev, child, ticks, t0, ticks_n, lines)
+    finally:
+        gc.unfreeze()
+
+
+def _run(rec: Recorder | None, state: LiveState, ev: Evaluator, child: Summarizer, ticks: list[Any], t0: float,
+         ticks_n: int, lines: int) -> Measured:
     fold(state, ticks[0], t0, child)
     c0 = time.process_time()
     state.refresh()  # first sight of every PID: the attribution runs (on change only)

@@ -44,6 +44,7 @@ _STR_NONE, _INT_NONE = {str, type(None)}, {int, type(None)}
 #: a utilisation sample row's PID and SM % (forensics.collectors.nvml.fast.SAMPLE_FIELDS order: the
 #: live state is read by the CLI, which may not import collectors; a test holds the two together)
 _PID_SM = itemgetter(0, 2)
+_PID, _SM = itemgetter(0), itemgetter(2)
 _UTIL_CALL = "nvmlDeviceGetProcessUtilization"
 
 
@@ -61,22 +62,24 @@ def nvml_summary(line: dict[str, Any]) -> list[Any] | None:
     got = _figures(line)
     if got is None:
         return None
-    head, plist, sm_of = got
+    head, plist, samples = got
     if plist is None:
         return head
+    sm_of = _sm_of(samples)
     head[8] = _processes_fast(plist, sm_of) or _processes(plist, sm_of)
     return head
 
 
-def _figures(line: dict[str, Any]) -> tuple[list[Any], Any, dict[Any, Any]] | None:
-    """A device line's summary with ``procs`` not filled in, its process entries and each PID's
-    SM %; ``(summary, None, {})`` for a line without a valid index and UUID (its summary whole)."""
+def _figures(line: dict[str, Any]) -> tuple[list[Any], Any, Any] | None:
+    """A device line's summary with ``procs`` not filled in, its process entries and its
+    utilisation samples; ``(summary, None, None)`` for a line without a valid index and UUID (its
+    summary whole)."""
     if line.get("kind") != "device":
         return None
     tick = line.get("tick") if isinstance(line.get("tick"), int) else None
     idx, uuid = line.get("gpu_index"), line.get("uuid")
     if not isinstance(idx, int) or not isinstance(uuid, str):
-        return [tick, None, None, None, None, None, None, False, [[], None, [], []]], None, {}
+        return [tick, None, None, None, None, None, None, False, [[], None, [], []]], None, None
     nv_raw = line.get("nvml")
     nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
     util = value(nv, "nvmlDeviceGetUtilizationRates")
@@ -87,7 +90,7 @@ def _figures(line: dict[str, Any]) -> tuple[list[Any], Any, dict[Any, Any]] | No
             int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
             int(mem["total"]) if isinstance(mem, dict) and isinstance(mem.get("total"), int) else None,
             lost, None]
-    return head, line.get("processes") or [], _sm_of(value(nv, _UTIL_CALL))
+    return head, line.get("processes") or [], value(nv, _UTIL_CALL)
 
 
 def _sm_of(samples: Any) -> dict[Any, Any]:
@@ -160,27 +163,51 @@ class NvmlSummarizer:
         self._count = 0
         # GPU index -> (its last line's process entries, copied; their ref; their PIDs)
         self._last: dict[int, tuple[list[Any], str, list[Any]]] = {}
+        # GPU index -> (its samples' PID column, the named PIDs, where each PID's sample is in it)
+        self._order: dict[int, tuple[list[Any], list[Any], list[int]]] = {}
 
     def __call__(self, line: dict[str, Any]) -> list[Any] | None:
         got = _figures(line)
         if got is None:
             return None
-        head, plist, sm_of = got
+        head, plist, samples = got
         if plist is None:
             return head
         idx = head[1]
         last = self._last.get(idx)
         if last is not None and type(plist) is list and len(plist) == len(last[0]) and all(map(is_, plist, last[0])):
-            head[8] = [None, None, None, list(map(sm_of.get, last[2]))]
+            head[8] = [None, None, None, self._sms(idx, samples, last[2])]
             head.append(last[1])
             return head
+        sm_of = _sm_of(samples)
         procs = _processes_fast(plist, sm_of) or _processes(plist, sm_of)
         self._count += 1
         ref = f"{self.token}.{self._count}"
         if type(plist) is list:
             if len(self._last) >= self.max_gpus and idx not in self._last:
                 self._last.clear()
+                self._order.clear()
             self._last[idx] = (list(plist), ref, procs[0])
         head[8] = procs
         head.append(ref)
         return head
+
+    def _sms(self, idx: int, samples: Any, pids: list[Any]) -> list[Any]:
+        """The SM % of each of ``pids`` (a GPU's named PIDs) in a line's samples, as
+        :func:`_sm_of` gives them. The sampler's rows (fast.Samples) in the same PID order as the
+        last tick's, each PID once (the common answer, tick after tick), are read by the positions
+        found then, three C-level passes, no dict."""
+        rows = getattr(samples, "rows", None)
+        if type(samples) is not list and isinstance(samples, list) and type(rows) is list and len(rows) == len(samples):
+            column = list(map(_PID, rows))
+            kept = self._order.get(idx)
+            if kept is not None and kept[1] is pids and kept[0] == column:
+                shares = list(map(_SM, rows))
+                shares.append(None)  # a PID without a sample
+                if set(map(type, shares)) <= _INT_NONE:
+                    return list(map(shares.__getitem__, kept[2]))
+            at = {pid: n for n, pid in enumerate(column)}
+            if len(at) == len(column):
+                self._order[idx] = (column, pids, [at.get(pid, len(column)) for pid in pids])
+        sm_of = _sm_of(samples)
+        return list(map(sm_of.get, pids))

@@ -159,3 +159,48 @@ def test_the_samples_rows_give_each_pids_sm_share_as_the_dicts_do() -> None:
     line = {"kind": "device", "tick": 1, "t": 1.0, "gpu_index": 0, "uuid": "GPU-0", "processes": [
         {"pid": 12, "usedGpuMemory": 5}], "nvml": {"nvmlDeviceGetProcessUtilization": {"value": fast}}}
     assert nvml_summary(line)[8] == [[12], None, [5], [99]]
+
+
+def test_the_childs_summaries_resolve_to_the_whole_ones_whatever_the_samples_do() -> None:
+    """Processes that stay, come and go; samples in NVML's order or another, missing, twice for a
+    PID, as the sampler's rows or plain dicts: a named summary with its GPU's named lists put back
+    is the whole summary of the same line, tick after tick."""
+    import random
+
+    rnd = random.Random(15)
+    child = Summarizer()
+    entries: dict[tuple[int, int], dict[str, Any]] = {}
+    kept: dict[int, tuple[str, list[Any]]] = {}
+    pids = {g: [100 * g + i for i in range(6)] for g in range(3)}
+    fast_named = 0
+    for tick in range(200):
+        for g in range(3):
+            if rnd.random() < 0.1:  # a process comes or goes
+                pids[g] = sorted(set(pids[g]) ^ {100 * g + rnd.randrange(12)})
+            plist = [entries.setdefault((pid, 1 << 20), {"pid": pid, "usedGpuMemory": 1 << 20, "mig_uuid": None})
+                     for pid in pids[g]]
+            sampled = [pid for pid in pids[g] if rnd.random() < 0.9]
+            if tick % 7 == 3:
+                rnd.shuffle(sampled)
+            if tick % 11 == 5 and sampled:
+                sampled.append(sampled[0])  # a PID sampled twice
+            rows = [(pid, tick * 10 + n, rnd.randrange(101), 0, 0, 0) for n, pid in enumerate(sampled)]
+            dicts = [dict(zip(SAMPLE_FIELDS, r, strict=True)) for r in rows]
+            samples: Any = dicts
+            if tick % 5:
+                samples = Samples(dicts)
+                samples.rows = rows
+            line = {"kind": "device", "tick": tick, "t": float(tick), "gpu_index": g, "uuid": f"GPU-{g}",
+                    "nvml": {"nvmlDeviceGetProcessUtilization": {"value": samples}}, "processes": plist}
+            got = child(NVML, line)
+            assert got is not None and len(got) == 10
+            ref, procs = got[9], got[8]
+            if procs[0] is None:
+                assert kept[g][0] == ref
+                lists = kept[g][1]
+                procs = [lists[0], lists[1], lists[2], procs[3]]
+                fast_named += type(samples) is Samples
+            else:
+                kept[g] = (ref, procs)
+            assert [*got[:8], procs] == nvml_summary(line), (tick, g)
+    assert fast_named > 100
