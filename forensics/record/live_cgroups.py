@@ -25,6 +25,7 @@ without a parse (the cgroup sampler's clock, for deciding when to look).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 __all__ = ["PSI_KEYS", "PSI_RESOURCES", "CgroupFold", "FreshRow", "Row", "cgroup_summary", "psi_dict", "psi_shares", "psi_totals"]
@@ -136,11 +137,11 @@ class CgroupFold:
         rows = data.split(b"\n")
         if rows and not rows[-1]:
             rows.pop()
-        cuts = [ln.find(_T) for ln in rows]
+        cuts = list(map(bytes.find, rows, repeat(_T, len(rows))))
         new: dict[bytes, bytes] | None = None
         if rows and min(cuts) > 0:
             heads = [ln[:i] for ln, i in zip(rows, cuts, strict=True)]
-            if _UU in data:  # after quiet ticks: the same key as the cgroup's other lines
+            if _UU in b"".join(heads):  # after quiet ticks (in the keys only): the same key as the cgroup's other lines
                 heads = [h[:u] if (u := h.find(_UU)) > 0 else h for h in heads]
             new = dict(zip(heads, rows, strict=True))
             if len(new) < len(rows):
