@@ -97,7 +97,7 @@ def recorder_child_ticks(lib: Path, ticks: int, interval: float,
     sink's encoding + summaries, per-tick KiB of member bytes, the last tick's bytes)."""
     opts = CaptureOptions(duration_s=ticks, interval_s=interval, nvml_library=str(lib), timeout_s=600)
     kind = RecordSink if encoded else PlainRecordSink
-    sink = kind(summarize=live.summarize, summarized=live.SUMMARIZED)
+    sink = kind(summarize=live.Summarizer(), summarized=live.SUMMARIZED)  # the child's, as recorder.py gives it
     ctx = CollectContext(opts, sink, Redactor(), {}, time.monotonic() + 3600, "nvml")
     driver = NvmlDriver()
     driver.collector.event_wait_ms = 0

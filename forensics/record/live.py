@@ -61,6 +61,9 @@ from forensics.record.live_cgroups import (
     cgroup_summary,
     psi_dict,
 )
+from forensics.record.live_nvml import NvmlSummarizer, nvml_summary
+from forensics.record.live_nvml import num as _num
+from forensics.record.live_nvml import value as _value
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
@@ -68,7 +71,7 @@ from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 
 __all__ = ["PSI_KEYS", "SUMMARIZED", "CgroupLive", "GpuLive", "Grant", "LiveEvent", "LiveState", "OwnerInfo", "ProcessLive",
-           "summarize"]
+           "Summarizer", "summarize"]
 
 XID_GPU_LOST = 79  # "GPU has fallen off the bus"
 _XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError
@@ -162,15 +165,6 @@ def _lines(data: str) -> list[dict[str, Any]]:
     return out
 
 
-def _value(nvml: dict[str, Any], call: str) -> Any:
-    entry = nvml.get(call)
-    return entry.get("value") if isinstance(entry, dict) else None
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
 #: the per-tick members whose lines the sampler children summarise (:func:`summarize`) as they
 #: append them: the live state then folds the summaries, never the lines' JSON
 SUMMARIZED = (nvml_spec.SAMPLES, cgroups_spec.SAMPLES)
@@ -179,89 +173,34 @@ SUMMARIZED = (nvml_spec.SAMPLES, cgroups_spec.SAMPLES)
 def summarize(member: str, line: Any) -> list[Any] | None:
     """What the live state takes from one appended line of a :data:`SUMMARIZED` member, as a
     JSON-able list (it travels from the sampler child in its frame's header); None for a line that
-    changes nothing. The one reading of those lines: the live state's own parsing goes through it."""
+    changes nothing. The one reading of those lines: the live state's own parsing goes through it
+    (a device line's whole summary: forensics.record.live_nvml; a sampler child sends
+    :class:`Summarizer`'s, which names each GPU's process lists instead of repeating them)."""
     if type(line) is not dict:
         return None
     if member == nvml_spec.SAMPLES:
-        return _nvml_summary(line)
+        return nvml_summary(line)
     if member == cgroups_spec.SAMPLES:
         return cgroup_summary(line)
     return None
 
 
-def _nvml_summary(line: dict[str, Any]) -> list[Any] | None:
-    """``[tick, gpu_index, uuid, t, util_pct, memory used, memory total, lost, [[PIDs], [MIG UUIDs]
-    or None (no process on a MIG device), [used memory], [SM %]]]`` of a device line (index and UUID
-    None when either is not valid): the processes as four lists, in NVML's order, SM % as NVML gave
-    it (a number, None without a sample), so the frame's JSON header carries a few lists per GPU,
-    not one per process."""
-    if line.get("kind") != "device":
+class Summarizer:
+    """A sampler child's :func:`summarize` (``RecordSink(summarize=Summarizer())``): the same
+    summaries, except that a GPU's process lists are sent once while they stay the same
+    (:class:`~forensics.record.live_nvml.NvmlSummarizer`); :meth:`LiveState.feed` takes both."""
+
+    def __init__(self) -> None:
+        self.nvml = NvmlSummarizer()
+
+    def __call__(self, member: str, line: Any) -> list[Any] | None:
+        if type(line) is not dict:
+            return None
+        if member == nvml_spec.SAMPLES:
+            return self.nvml(line)
+        if member == cgroups_spec.SAMPLES:
+            return cgroup_summary(line)
         return None
-    tick = line.get("tick") if isinstance(line.get("tick"), int) else None
-    idx, uuid = line.get("gpu_index"), line.get("uuid")
-    if not isinstance(idx, int) or not isinstance(uuid, str):
-        return [tick, None, None, None, None, None, None, False, [[], None, [], []]]
-    nv_raw = line.get("nvml")
-    nv: dict[str, Any] = nv_raw if isinstance(nv_raw, dict) else {}
-    util = _value(nv, "nvmlDeviceGetUtilizationRates")
-    mem = _value(nv, "nvmlDeviceGetMemoryInfo_v2") or _value(nv, "nvmlDeviceGetMemoryInfo")
-    lost = any(isinstance(e, dict) and e.get("missing") == "gpu_is_lost" for e in nv.values())
-    samples = _value(nv, "nvmlDeviceGetProcessUtilization")
-    samples = [u for u in samples if type(u) is dict] if isinstance(samples, list) else []
-    # a PID's SM %: as NVML gave it (0 when not a number); one sample per PID is the common answer
-    sm_of = {u.get("pid"): (v or 0) if type(v := u.get("smUtil")) in _NUMBER else 0 for u in samples}
-    if len(sm_of) < len(samples):  # several: each PID's newest (timeStamp) wins, the later on a tie
-        newest: dict[Any, dict[str, Any]] = {}
-        for u in samples:
-            prev = newest.get(u.get("pid"))
-            if prev is None or _stamp(u) >= _stamp(prev):
-                newest[u.get("pid")] = u
-        sm_of = {pid: (v or 0) if type(v := u.get("smUtil")) in _NUMBER else 0 for pid, u in newest.items()}
-    plist = line.get("processes") or []
-    procs = _processes_fast(plist, sm_of) or _processes(plist, sm_of)
-    return [tick, idx, uuid, _num(line.get("t")),
-            _num(util.get("gpu")) if isinstance(util, dict) else None,
-            int(mem["used"]) if isinstance(mem, dict) and isinstance(mem.get("used"), int) else None,
-            int(mem["total"]) if isinstance(mem, dict) and isinstance(mem.get("total"), int) else None,
-            lost, procs]
-
-
-def _processes(plist: Any, sm_of: dict[Any, Any]) -> list[Any]:
-    """A device line's processes as ``[PIDs, MIG UUIDs or None, used memory, SM %]`` (entries
-    without an integer PID left out, other values None where not of their type)."""
-    pids: list[int] = []
-    migs: list[str | None] = []
-    used: list[int | None] = []
-    sms: list[Any] = []
-    for p in plist if type(plist) is list else ():
-        if type(p) is dict and type(pid := p.get("pid")) is int:
-            held, mig = p.get("usedGpuMemory"), p.get("mig_uuid")
-            pids.append(pid)
-            migs.append(mig if type(mig) is str else None)
-            used.append(held if type(held) is int else None)
-            sms.append(sm_of.get(pid))
-    return [pids, None if migs.count(None) == len(migs) else migs, used, sms]
-
-
-def _processes_fast(plist: Any, sm_of: dict[Any, Any]) -> list[Any] | None:
-    """:func:`_processes` for the common line (every entry a dict with an integer PID, memory an
-    integer or None, MIG UUID a string or None), one comprehension per field; None for any other."""
-    if type(plist) is not list or not plist or set(map(type, plist)) != _DICT:
-        return None
-    try:
-        pids = [p["pid"] for p in plist]
-    except KeyError:
-        return None
-    migs = [p.get("mig_uuid") for p in plist]
-    used = [p.get("usedGpuMemory") for p in plist]
-    if set(map(type, pids)) != _INT or not set(map(type, migs)) <= _STR_NONE or not set(map(type, used)) <= _INT_NONE:
-        return None
-    return [pids, None if migs.count(None) == len(migs) else migs, used, list(map(sm_of.get, pids))]
-
-
-def _stamp(sample: dict[str, Any]) -> int:
-    ts = sample.get("timeStamp")
-    return ts if type(ts) is int else 0
 
 
 class LiveState:
@@ -283,6 +222,9 @@ class LiveState:
         # the last NVML tick, per GPU: (uuid, t, [PIDs, MIG UUIDs or None, used memory, SM %])
         self._nv: dict[int, tuple[str, float, list[Any]]] = {}
         self._nv_ident: list[tuple[int, str, list[Any], list[Any]]] = []  # per GPU: uuid, PIDs, MIG UUIDs
+        # per GPU: the process lists the NVML child last sent whole, and the name it gave them
+        # (forensics.record.live_nvml): its later summaries name them instead of repeating them
+        self._nv_refs: dict[int, tuple[str, list[Any]]] = {}
         self._nv_t = 0.0  # the last NVML tick's time
         self.process_gen = 0  # bumped when the (PID, GPU) set changes
         self._values_gen = 0  # bumped per NVML record folded
@@ -378,10 +320,12 @@ class LiveState:
 
     def _nvml_samples(self, t: float, data: str | bytes, summary: list[Any] | None = None) -> None:
         """Keep each GPU's figures and its processes as the summary lists them (no object per
-        process); the (PID, GPU) set is compared with the last tick's, and only a change costs
-        more (new PIDs: the attribution runs again)."""
-        if summary is None:
-            summary = []
+        process); the (PID, GPU) set is compared with the last tick's only when a GPU's process
+        lists changed (a summary that names its GPU's last lists: forensics.record.live_nvml), and
+        only a change costs more (new PIDs: the attribution runs again)."""
+        resolved = None if summary is None else self._resolve(summary)
+        if resolved is None:
+            parsed = []
             for raw in _text(data).splitlines():
                 if not raw.strip():
                     continue
@@ -391,10 +335,15 @@ class LiveState:
                     continue
                 got = summarize(nvml_spec.SAMPLES, line)
                 if got is not None:
-                    summary.append(got)
+                    parsed.append(got)
+            if summary is not None:  # the lists the child named and this parent had not: now known
+                self._learn_refs(summary, parsed)
+            summary, same = parsed, False
+        else:
+            summary, same = resolved
         tick: int | None = None
         nv: dict[int, tuple[str, float, list[Any]]] = {}
-        for line_tick, idx, uuid, line_t, util, used, total, lost, procs in summary:
+        for line_tick, idx, uuid, line_t, util, used, total, lost, procs, *_ in summary:
             tick = line_tick if type(line_tick) is int else tick
             if idx is None:
                 continue
@@ -408,18 +357,61 @@ class LiveState:
         if tick is None:
             return
         last_tick, kept = self._nvml_tick
+        old = self._nv
         if last_tick == tick:  # more of the same tick
             self._nvml_tick = (tick, [*kept, data])
             self._nv = {**self._nv, **nv}
+            same = False
         else:
             self._nvml_tick = (tick, [data])
             self._nv = nv
         self._values_gen += 1
         prev_t, self._nv_t = self._nv_t, max((g[1] for g in self._nv.values()), default=self._nv_t)
+        if same and nv.keys() == old.keys() and all(  # every GPU's lists the last tick's, by identity
+                procs[0] is (last := old[idx])[2][0] and procs[1] is last[2][1] and uuid == last[0]
+                for idx, (uuid, _, procs) in nv.items()):
+            return
         ident = [(idx, uuid, procs[0], procs[1] or [None] * len(procs[0]))
                  for idx, (uuid, _, procs) in sorted(self._nv.items())]
         if ident != self._nv_ident:
             self._processes_changed(ident, prev_t)
+
+    def _resolve(self, summary: list[Any]) -> tuple[list[Any], bool] | None:
+        """A child's summaries with the process lists each names (``ref``) put back, and whether
+        every one named its GPU's kept lists; None when one names lists not kept here (a
+        restarted child, a record dropped): the record's lines are parsed instead."""
+        refs = self._nv_refs
+        out = []
+        same = True
+        for entry in summary:
+            if len(entry) < 10:  # a whole summary (forensics.record.live.summarize)
+                out.append(entry)
+                same = False
+                continue
+            idx, procs, ref = entry[1], entry[8], entry[9]
+            if procs[0] is None:
+                kept = refs.get(idx)
+                if kept is None or kept[0] != ref:
+                    return None
+                lists = kept[1]
+                out.append([*entry[:8], [lists[0], lists[1], lists[2], procs[3]]])
+                continue
+            if len(refs) >= 1024 and idx not in refs:
+                refs.clear()
+            refs[idx] = (ref, procs)
+            out.append(entry)
+            same = False
+        return out, same
+
+    def _learn_refs(self, summary: list[Any], parsed: list[Any]) -> None:
+        """The lists a child named but this parent did not keep (see :meth:`_resolve`), from the
+        record's own lines: its next summaries naming them are resolved again."""
+        by_index = {got[1]: got[8] for got in parsed if got[1] is not None}
+        for entry in summary:
+            if len(entry) >= 10 and (procs := by_index.get(entry[1])) is not None:
+                if len(self._nv_refs) >= 1024 and entry[1] not in self._nv_refs:
+                    self._nv_refs.clear()
+                self._nv_refs[entry[1]] = (entry[9], procs)
 
     def _processes_changed(self, ident: list[tuple[int, str, list[Any], list[Any]]], prev_t: float) -> None:
         self._nv_ident = ident
@@ -676,6 +668,3 @@ class LiveState:
         return out
 
 
-_NUMBER = (int, float)
-_DICT, _INT = {dict}, {int}
-_STR_NONE, _INT_NONE = {str, type(None)}, {int, type(None)}

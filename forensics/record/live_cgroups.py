@@ -25,6 +25,7 @@ without a parse (the cgroup sampler's clock, for deciding when to look).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 __all__ = ["PSI_KEYS", "PSI_RESOURCES", "CgroupFold", "FreshRow", "Row", "cgroup_summary", "psi_dict", "psi_shares", "psi_totals"]
@@ -103,11 +104,14 @@ class CgroupFold:
         # path -> [t, nr_periods, nr_throttled, PSI totals, the reading before (a reading, or its
         # line not parsed yet) or None, container id]
         self._cg: dict[str, list[Any]] = {}
-        # a line's text before t -> the last line parsed with it and the reading it gave
-        self._text: dict[bytes, tuple[bytes, _Full]] = {}
-        # kept, not folded yet: a line's text before t -> [its newest line, the one before or None];
-        # readings (summaries, lines of another layout) by path, the same
-        self._pending: dict[bytes, list[Any]] = {}
+        # a line's text before t -> the last line parsed with it, from its ``, "values": `` on (None:
+        # a line without), and the reading it gave
+        self._text: dict[bytes, tuple[bytes | None, _Full]] = {}
+        # kept, not folded yet: a line's text before t -> its newest line, and -> the one before
+        # (where one came); readings (summaries, lines of another layout) by path -> [the newest,
+        # the one before or None]
+        self._pending: dict[bytes, bytes] = {}
+        self._before: dict[bytes, bytes] = {}
         self._pending_readings: dict[str, list[Any]] = {}
         # per path, the reading the last take_fresh compared with (paths read since only)
         self._fresh: dict[str, _Full | bytes] = {}
@@ -126,27 +130,47 @@ class CgroupFold:
     def lines(self, data: bytes) -> None:
         """A record's bytes: one line per cgroup. Each cgroup's newest line (and the one
         before) is kept as text, keyed by its text before ``t`` (the cgroup, and its errors if
-        any), and folded when someone reads (:meth:`fold`)."""
+        any), and folded when someone reads (:meth:`fold`). The sampler's record (every line
+        with a ``t``, one line per cgroup) is kept with a few dict and set operations, no Python
+        step per line but cutting its key."""
         pending = self._pending
+        rows = data.split(b"\n")
+        if rows and not rows[-1]:
+            rows.pop()
+        cuts = list(map(bytes.find, rows, repeat(_T, len(rows))))
+        new: dict[bytes, bytes] | None = None
+        if rows and min(cuts) > 0:
+            heads = [ln[:i] for ln, i in zip(rows, cuts, strict=True)]
+            if _UU in b"".join(heads):  # after quiet ticks (in the keys only): the same key as the cgroup's other lines
+                heads = [h[:u] if (u := h.find(_UU)) > 0 else h for h in heads]
+            new = dict(zip(heads, rows, strict=True))
+            if len(new) < len(rows):
+                new = None  # a cgroup twice in one record: line by line, in order
         last = b""
-        for line in data.split(b"\n"):
-            if not line:
-                continue
-            i = line.find(_T)
-            if i > 0:
-                last = line
-                head = line[:i]
-                if (u := head.find(_UU)) > 0:
-                    head = head[:u]  # the same key as the cgroup's other lines
-                kept = pending.get(head)
-                if kept is None:
-                    pending[head] = [line, None]
-                else:
-                    kept[1], kept[0] = kept[0], line
-            else:  # another layout: parsed now, folded with the others
-                got = self._parse(line, None)
-                if got is not None:
-                    self._keep(got)
+        if new is not None:
+            common = new.keys() & pending.keys()
+            if common:
+                self._before.update(zip(common, map(pending.__getitem__, common), strict=True))
+            pending.update(new)
+            last = rows[-1]
+        else:
+            for line in rows:
+                if not line:
+                    continue
+                i = line.find(_T)
+                if i > 0:
+                    last = line
+                    head = line[:i]
+                    if (u := head.find(_UU)) > 0:
+                        head = head[:u]  # the same key as the cgroup's other lines
+                    was = pending.get(head)
+                    if was is not None:
+                        self._before[head] = was
+                    pending[head] = line
+                else:  # another layout: parsed now, folded with the others
+                    got = self._parse(line, None)
+                    if got is not None:
+                        self._keep(got)
         if last:
             i = last.find(_T) + len(_T)
             try:
@@ -192,19 +216,19 @@ class CgroupFold:
             text = self._text
             if len(text) >= self.max_cgroups:
                 text.clear()
-            text[head] = (line, got)
+            j = line.find(_VALUES, line.find(_T))
+            text[head] = (line[j:] if j > 0 else None, got)
         return got
 
     def _line_reading(self, head: bytes, line: bytes) -> _Full | None:
         """A kept line's reading: a line whose text outside ``t``/``tick``/``time`` is its text's
         last parsed line's has the same counters and costs no parse."""
         known = self._text.get(head)
-        if known is not None:
-            last, reading = known
+        if known is not None and (tail := known[0]) is not None:
+            reading = known[1]
             i = line.find(_T)  # after the key, and after unchanged_until where the line has one
-            j = last.find(_VALUES, last.find(_T))
-            end = len(line) - (len(last) - j)
-            if i > 0 and j > 0 and end > i and line.endswith(last[j:]) and (t := _middle_t(line, i, end)) is not None:
+            end = len(line) - len(tail)
+            if i > 0 and end > i and line.startswith(tail, end) and (t := _middle_t(line, i, end)) is not None:
                 return (reading[0], t, *reading[2:])  # the same counters
         return self._parse(line, head)
 
@@ -220,16 +244,16 @@ class CgroupFold:
         """Fold the kept lines and readings: each cgroup's newest is read (its line parsed unless it
         repeats its counters), the one before kept as it is until someone asks for the last
         interval's shares (:meth:`rows`, :meth:`host_psi`)."""
-        pending, readings = self._pending, self._pending_readings
+        pending, befores, readings = self._pending, self._before, self._pending_readings
         self._folded_at = self.newest
         if not pending and not readings:
             return
-        self._pending, self._pending_readings = {}, {}
+        self._pending, self._before, self._pending_readings = {}, {}, {}
         got: dict[str, tuple[_Full, Any]] = {}
-        for head, (line, before) in pending.items():
+        for head, line in pending.items():
             r = self._line_reading(head, line)
             if r is not None and ((was := got.get(r[0])) is None or r[1] > was[0][1]):
-                got[r[0]] = (r, before)  # a cgroup's lines of two texts (errors came or went): the newest
+                got[r[0]] = (r, befores.get(head))  # a cgroup's lines of two texts (errors came or went): the newest
         for r, before in readings.values():
             if (was := got.get(r[0])) is None or r[1] > was[0][1]:
                 got[r[0]] = (r, before)

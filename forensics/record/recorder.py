@@ -195,9 +195,9 @@ class Recorder:
                     pass
             sink = RecordSink()
             if live:  # the live state folds the children's summaries, not the lines' JSON
-                from forensics.record.live import SUMMARIZED, summarize
+                from forensics.record.live import SUMMARIZED, Summarizer
 
-                sink = RecordSink(summarize=summarize, summarized=SUMMARIZED)
+                sink = RecordSink(summarize=Summarizer(), summarized=SUMMARIZED)
             ctx = CollectContext(options, sink, Redactor(enabled=options.redact, key=key),  # type: ignore[arg-type]
                                  {}, None, name)
             child_loop(cmd_fd, out_fd, make_driver(name), ctx, budget)

@@ -25,6 +25,7 @@ Cooldown and concurrency are not decided here: every firing is returned, the eng
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,42 +144,48 @@ class Evaluator:
         return got[1]
 
     def _read_values(self, name: str, live: LiveState) -> _Values:
-        values = self._all_values(name, live)
+        """The metric's values; of a metric whose rules all compare one way, only those past the
+        loosest limit or of a subject that holds (the others change nothing), left out as they
+        are read (a cgroup look reads every container's)."""
         floor = self._floors.get(name)
-        if floor is None or not values:
-            return values
-        above, limit, texts = floor
-        held = set().union(*(self._holds.get(text, _NO_HOLDS).keys() for text in texts))
-        if above:
-            return [v for v in values if v[2] >= limit or v[0] in held]
-        return [v for v in values if v[2] <= limit or v[0] in held]
-
-    def _all_values(self, name: str, live: LiveState) -> _Values:
-        if name == "gpu.util":
-            return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES, g.t)
-                    for g in live.gpus() if g.util_pct is not None]
-        if name == "gpu.memory":
-            return [(_gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES, g.t)
-                    for g in live.gpus() if (pct := g.memory_used_pct) is not None]
+        lo, hi = -math.inf, math.inf
+        held: set[str] = set()
+        if floor is not None:
+            above, limit, texts = floor
+            lo, hi = (limit, math.inf) if above else (-math.inf, limit)
+            held = set().union(*(self._holds.get(text, _NO_HOLDS).keys() for text in texts))
+        if name == "gpu.util" or name == "gpu.memory":
+            values = self._gpu_values(name, live)
+            return values if floor is None else [v for v in values if lo <= v[2] <= hi or v[0] in held]
         # a cgroup figure's hold starts at its sample's time when the rules look every tick (as
         # a GPU's), and at the start of the interval its shares cover when they look less often
         sparse = self._cg_sparse
+        rows = zip(self._cg_rows, self._cg_subjects, strict=True)
         if name == "container.throttled":
-            return [(subject, t, throttled, cgroups_spec.SAMPLES, t0 if sparse else t)
-                    for (_, _, t0, t, throttled, _), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
-                    if subject is not None and throttled is not None]
+            return [(subject, t, v, cgroups_spec.SAMPLES, t0 if sparse else t)
+                    for (_, _, t0, t, v, _), subject in rows
+                    if subject is not None and v is not None and (lo <= v <= hi or subject in held)]
         if name.startswith("psi."):
             _, res, kind = name.split(".")
             k = PSI_KEYS.index((res, kind))
             out: _Values = []
-            if self._cg_host is not None and (host := self._cg_host[2]) and (v := host[k]) is not None:
+            if self._cg_host is not None and (host := self._cg_host[2]) and (v := host[k]) is not None \
+                    and (lo <= v <= hi or "host" in held):
                 t0, t, _ = self._cg_host
                 out.append(("host", t, v, cgroups_spec.SAMPLES, t0 if sparse else t))
             out.extend([(subject, t, v, cgroups_spec.SAMPLES, t0 if sparse else t)
-                        for (_, _, t0, t, _, psi), subject in zip(self._cg_rows, self._cg_subjects, strict=True)
-                        if subject is not None and psi and (v := psi[k]) is not None])
+                        for (_, _, t0, t, _, psi), subject in rows
+                        if subject is not None and psi and (v := psi[k]) is not None and (lo <= v <= hi or subject in held)])
             return out
         return []
+
+    @staticmethod
+    def _gpu_values(name: str, live: LiveState) -> _Values:
+        if name == "gpu.util":
+            return [(_gpu_name(g.index, g.uuid), g.t, g.util_pct, nvml_spec.SAMPLES, g.t)
+                    for g in live.gpus() if g.util_pct is not None]
+        return [(_gpu_name(g.index, g.uuid), g.t, pct, nvml_spec.SAMPLES, g.t)
+                for g in live.gpus() if (pct := g.memory_used_pct) is not None]
 
     def _cgroups_due(self, live: LiveState) -> bool:
         """Whether the cgroup rules look now: every tick, or every ``cgroup_every_s`` of the cgroup

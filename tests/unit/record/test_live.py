@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import tarfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from forensics.analysis import analyze_bundles
+from forensics.record.child import decode_header, encode_header
 from forensics.record.live import SUMMARIZED, LiveState, summarize
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -19,9 +22,11 @@ REPLAYED = ("nvml/", "proc/", "docker/", "cgroup/samples.jsonl", "kernel/window.
 
 
 def replay(bundle: Path, state: LiveState, until_tick: int | None = None, from_tick: int = 0,
-           summaries: bool = False) -> None:
+           summaries: bool = False, child: Callable[[str, Any], Any] | None = None) -> None:
     """Feed ``state`` the bundle's members in the order a recorder would have received them;
-    ``summaries``: with each sampled line's summary as a sampler child sends it (through JSON)."""
+    ``summaries``: with each sampled line's summary as a sampler child sends it (through JSON);
+    ``child``: made by this summarizer (a sampler child's, given each line's object) instead of
+    ``summarize``, through the frame header's encoding."""
     with tarfile.open(bundle) as tar:
         members = {m.name.split("/", 1)[1]: tar.extractfile(m).read()  # type: ignore[union-attr]
                    for m in tar.getmembers() if m.isfile() and "/" in m.name}
@@ -45,7 +50,10 @@ def replay(bundle: Path, state: LiveState, until_tick: int | None = None, from_t
             by_member[name].append(line)
         for name, lines in by_member.items():
             summary = None
-            if summaries and name in SUMMARIZED:
+            if child is not None and name in SUMMARIZED:
+                got = [x for x in (child(name, json.loads(ln)) for ln in lines) if x is not None]
+                summary = decode_header(encode_header({"summary": got}))["summary"]
+            elif summaries and name in SUMMARIZED:
                 summary = json.loads(json.dumps([x for x in (summarize(name, json.loads(ln)) for ln in lines)
                                                  if x is not None]))
             state.feed(0.0, 0.0, name, "append", "\n".join(lines) + "\n", summary)
@@ -151,7 +159,7 @@ def test_the_nvml_summary_reads_every_device_line_as_the_generic_reading_does() 
     """The summary's processes come from one comprehension per field when a line is in the common
     shape; the entry-by-entry reading (any shape) must give the same, for every sample bundle's
     device lines and for lines out of shape."""
-    from forensics.record import live as live_mod
+    from forensics.record import live_nvml as live_mod
 
     lines = []
     for bundle in sorted(SAMPLES.glob("*.tgz")):

@@ -81,6 +81,39 @@ def test_a_frame_carries_the_records_bytes_verbatim_after_its_header() -> None:
     assert frames[1]["records"] == []
 
 
+def test_a_frames_header_reads_back_as_the_standard_librarys_json_gives_it() -> None:
+    """The header is orjson's where orjson can write it, the standard library's otherwise (an
+    integer beyond 64 bits, which orjson would read back as a float; a lone surrogate; a key not a
+    string): every one reads back as json.loads(json.dumps(head, default=str)) does, through a pipe."""
+    import datetime
+    import json
+    import os
+    import time
+
+    from forensics.record.child import SourceProcess, _send, decode_header, encode_header
+
+    heads = [{"kind": "tick", "tick": 3, "records": [], "hints": {"gpu_pids": [1, 2]}, "t": 0.1, "neg": -0.0},
+             {"kind": "tick", "tick": 4, "records": [], "big": 2 ** 70, "small": -(2 ** 63)},
+             {"kind": "tick", "tick": 5, "records": [], "notes": ["caf\udcff"]},
+             {"kind": "tick", "tick": 6, "records": [], "hints": {7: "seven"}},
+             {"kind": "tick", "tick": 7, "records": [], "when": datetime.datetime(2026, 12, 2, 18, 0), "set": {1}}]
+    for head in heads:
+        assert decode_header(encode_header(head)) == json.loads(json.dumps(head, separators=(",", ":"), default=str))
+    assert encode_header(heads[1]).startswith(b" ") and not encode_header(heads[0]).startswith(b" ")
+    r, w = os.pipe()
+    try:
+        for head in heads:
+            _send(w, head)
+        proc = SourceProcess("x", 0, -1, r, time.monotonic())
+        os.set_blocking(r, False)
+        frames = proc.frames()
+    finally:
+        os.close(r)
+        os.close(w)
+    assert frames == [json.loads(json.dumps(h, default=str)) for h in heads]
+    assert frames[1]["big"] == 2 ** 70
+
+
 def test_a_frame_split_across_reads_arrives_whole_and_once() -> None:
     """The parent reads what the pipe holds: a frame cut anywhere (in its lengths, its header, its
     body) is kept until the rest comes, then handed out with the same bytes, exactly once."""
