@@ -33,26 +33,55 @@ namespace for its first minute). The busy share send a datagram out of ``eth0`` 
 their ``net/dev`` and their host veth's line move. Two collectors sample the same namespaces at
 1 Hz (each first in turn): one reading every namespace every tick (capture's sampling), one with
 quiet namespaces left unread (``activity_gating``, ``net.idle_full_s`` 10 s; a checkout without it
-prints the first only).
+prints the first only). Each tick's CPU is the process's (``process_time``), with the kernel's
+share of it beside (``getrusage``: split at the scheduler's ticks, so rough over 30 ticks).
+
+``--baseline CHECKOUT`` (with ``--real-netns``): another checkout's collector (its ``forensics``
+imported beside this one's, :func:`_checkout`) samples the same namespaces in the same ticks, the
+four collectors first in turn, and the median of each tick's ratio of this checkout's CPU to the
+baseline's is printed: on a shared, loaded box a before/after from two runs minutes apart
+measures the load, not the change. ``--sections``: this checkout's tick by section (links,
+``/proc/net/dev``, IB ports, disks, namespaces), each section's CPU and the part of it spent in
+its ``pread`` calls (the kernel's: formatting ``/proc/net/dev``'s lines is ``vsnprintf``), and
+what is left for the line's JSON and write.
+
+Measured on the project's 2-core box (load 30-77 from other engineers' benches; 2 Dec 2026),
+``--real-netns --pace 1``, 200 namespaces with veths, 25 % busy: every namespace read 7.0-8.9 ms
+CPU a tick, quiet namespaces unread 5.2-6.2 ms (main's checkout as ``--baseline`` in the same
+ticks: ratio 0.97-1.06 for the same code, the noise of the pairing). Of the gated tick:
+``/proc/net/dev`` of 201 interfaces 1.7-1.8 ms (0.8 ms of it the kernel's pread), the 50 moved
+namespaces 1.9 ms (0.75 ms pread), 8 IB ports 0.7 ms (0.36 pread), disks 0.12-0.14 ms, the
+45 kB line's JSON and write 1.4-1.5 ms: about 2 ms a tick is the kernel's preads alone, so at
+this load the 2 ms target is out of reach without reading less (docs/bundle-format/net.md "What
+a tick costs").
 
 Run: ``python bench/bench_io_net_tick.py [--containers 200] [--links 8] [--veths N] [--ticks 30]
-[--active 25] [--real-netns]``; ``--veths`` defaults to ``--containers``. To time another checkout
-(before/after), copy this file into its ``bench/`` and run it there.
+[--active 25] [--real-netns [--pace 1] [--baseline CHECKOUT] [--sections]]``; ``--veths``
+defaults to ``--containers``. To time another checkout (before/after) without ``--real-netns``,
+copy this file into its ``bench/`` and run it there.
+
+Why this module is long: it lays out two host trees (tmpfs files, and real namespaces with veths
+in a private network namespace), times two collectors and the cgroups collector's IO files over
+them, and loads a baseline checkout beside this one; splitting the set-up from the timing would
+spread one measurement over modules nothing else imports.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,6 +89,82 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.net import TICK_IB_COUNTERS, NetCollector  # noqa: E402
+
+_THIS = (NetCollector, CollectContext, CaptureOptions, EvidenceSink, Redactor, Tick)
+
+
+def _checkout(root: str) -> tuple[Any, ...]:
+    """Another checkout's NetCollector (and the context, options, sink, redactor and tick types it
+    takes), loaded beside this one's: its modules are imported under their own names with ``root``
+    first on the path, then taken out of ``sys.modules`` again (its functions keep their modules),
+    so both collectors run in this process, interleaved tick by tick (the box's load falls on both)."""
+    ours = {k: v for k, v in sys.modules.items() if k == "forensics" or k.startswith("forensics.")}
+    for k in ours:
+        del sys.modules[k]
+    sys.path.insert(0, str(Path(root).resolve()))
+    try:
+        net = importlib.import_module("forensics.collectors.net")
+        context = importlib.import_module("forensics.capture.context")
+        sink = importlib.import_module("forensics.bundle.sink")
+        redact = importlib.import_module("forensics.bundle.redact")
+        return (net.NetCollector, context.CollectContext, context.CaptureOptions, sink.EvidenceSink, redact.Redactor,
+                context.Tick)
+    finally:
+        sys.path.pop(0)
+        for k in [k for k in sys.modules if k == "forensics" or k.startswith("forensics.")]:
+            del sys.modules[k]
+        sys.modules.update(ours)
+
+
+SECTIONS = ("_links", "_interfaces", "_ports", "_disks", "_namespaces")
+
+
+@contextlib.contextmanager
+def _sectioned(at: list[Any]) -> Iterator[dict[tuple[str, str, int], float]]:
+    """While in this block, each section of this checkout's ``TickReader.tick`` (:data:`SECTIONS`)
+    is timed (CPU) per run and tick, ``at`` = ``[run, tick]`` saying which, and so is every
+    ``os.pread`` within a section (``pread:<section>``: reading a kernel-made file is nearly all
+    kernel time, so this is the kernel's part of the section, give or take the wrapper's own
+    fraction of a microsecond a call); ``tick`` is the whole of ``TickReader.tick``, the rest of
+    ``NetCollector.sample`` being the line's JSON and its write."""
+    from forensics.collectors.net import tick as tick_module
+
+    spent: dict[tuple[str, str, int], float] = {}
+    now = time.process_time
+    where = [""]
+    saved = {name: getattr(tick_module.TickReader, name) for name in (*SECTIONS, "tick")}
+    pread = os.pread
+
+    def timed(name: str, fn: Any) -> Any:
+        def run(self: Any, *args: Any) -> Any:
+            outer, where[0] = where[0], name
+            c0 = now()
+            try:
+                return fn(self, *args)
+            finally:
+                key = (at[0], name, at[1])
+                spent[key] = spent.get(key, 0.0) + now() - c0
+                where[0] = outer
+        return run
+
+    def timed_pread(fd: int, n: int, offset: int) -> bytes:
+        c0 = now()
+        try:
+            return pread(fd, n, offset)
+        finally:
+            key = (at[0], f"pread:{where[0]}", at[1])
+            spent[key] = spent.get(key, 0.0) + now() - c0
+
+    for name, fn in saved.items():
+        setattr(tick_module.TickReader, name, timed(name, fn))
+    os.pread = timed_pread
+    try:
+        yield spent
+    finally:
+        os.pread = pread
+        for name, fn in saved.items():
+            setattr(tick_module.TickReader, name, fn)
+
 
 HEADER = ("Inter-|   Receive                                                |  Transmit\n"
           " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
@@ -146,14 +251,20 @@ def _no_ipv6() -> None:
             pass  # no IPv6 in this kernel
 
 
-def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, pace: float = 1.0) -> dict[str, float]:
+def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, pace: float = 1.0,
+                    baseline: str | None = None, sections: bool = False) -> dict[str, float]:
     """Run inside ``unshare -n -m`` (this network namespace stands for the host): CPU per tick of
     ``NetCollector.sample`` (``/proc`` root: the kernel's own files, kept descriptors and pidfds)
     over ``count`` real processes, each in a network namespace of its own (loopback up; with
     ``veths``, an ``eth0`` whose peer ``gfh<N>`` is here); between ticks ``busy`` of them send a
-    datagram (out of ``eth0``, or on loopback), so their ``net/dev`` moves. Returns the median tick,
-    the median of the bare preads of the namespaces' net/dev, the namespaces written per tick and
-    the median line's bytes."""
+    datagram (out of ``eth0``, or on loopback), so their ``net/dev`` moves. Returns the median tick
+    (the process's CPU time), the kernel's share of it (``getrusage``: sampled at the scheduler's
+    ticks, so a rough split), the median of the bare preads of the namespaces' net/dev, the
+    namespaces written per tick and the median line's bytes; with ``baseline`` (another checkout's
+    root), the same for its collector (``base_full``, ``base_gated``), ticked in the same ticks in
+    turn, and the median of each tick's ratio of this checkout's to the baseline's; with
+    ``sections``, the median CPU of each section of this checkout's ticks and of the preads within
+    it (:func:`_sectioned`: ``<run>:<section>`` and ``<run>:pread:<section>``)."""
     import socket
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -206,31 +317,43 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, 
                     os.close(fd)
             target = ("10.0.0.255", 9) if veths else ("127.0.0.1", 9)
             # every namespace read every tick (capture's sampling), and with quiet namespaces left
-            # unread (activity_gating, net.idle_full_s 10 s), where this checkout has it
-            runs = {}
-            for name in ("full", "gated"):
-                (root / name).mkdir()
-                ctx = CollectContext(CaptureOptions(), EvidenceSink(root / name), Redactor(True),
-                                     {"pids": [c.pid for c in children]})
-                collector = NetCollector(str(sysfs), "/proc")
-                if name == "gated":
-                    if not hasattr(collector, "activity_gating"):
-                        continue
-                    collector.activity_gating = True
-                runs[name] = (collector, ctx, [])
-            for collector, ctx, _ in runs.values():
-                collector.sample(ctx, Tick(0, time.time()))
-            for i in range(1, ticks + 1):
-                for k in range(busy):
-                    sockets[(i * busy + k) % count].sendto(b"x", target)
-                now = time.time()
-                order = list(runs.values())
-                for collector, ctx, spent in order if i % 2 else order[::-1]:  # each first in turn
-                    c0 = time.process_time()
-                    collector.sample(ctx, Tick(i, now))
-                    spent.append(time.process_time() - c0)
-                time.sleep(max(0.0, pace - (time.time() - now)))  # 1 Hz: idle_full_s is in seconds
-            collector, ctx, spent = runs["full"]
+            # unread (activity_gating, net.idle_full_s 10 s), where this checkout has it; with a
+            # baseline checkout, its collector the same two ways, in the same ticks
+            runs: dict[str, tuple[Any, Any, list[float], list[float], Any]] = {}
+            checkouts = [("", _THIS)] + ([("base_", _checkout(baseline))] if baseline else [])
+            for prefix, (net_collector, context, options, sink, redactor, tick_type) in checkouts:
+                for mode in ("full", "gated"):
+                    name = prefix + mode
+                    (root / name).mkdir()
+                    ctx = context(options(), sink(root / name), redactor(True), {"pids": [c.pid for c in children]})
+                    collector = net_collector(str(sysfs), "/proc")
+                    if mode == "gated":
+                        if not hasattr(collector, "activity_gating"):
+                            continue
+                        collector.activity_gating = True
+                    runs[name] = (collector, ctx, [], [0.0, 0.0], tick_type)
+            for collector, ctx, _, _, tick_type in runs.values():
+                collector.sample(ctx, tick_type(0, time.time()))
+            at: list[Any] = ["", 0]
+            timing: contextlib.AbstractContextManager[dict[tuple[str, str, int], float]] = \
+                _sectioned(at) if sections else contextlib.nullcontext({})
+            with timing as spent_in:
+                for i in range(1, ticks + 1):
+                    for k in range(busy):
+                        sockets[(i * busy + k) % count].sendto(b"x", target)
+                    now = time.time()
+                    order = list(runs.values())
+                    order = order[i % len(order):] + order[:i % len(order)]  # each first in turn
+                    for collector, ctx, spent, split, tick_type in order:
+                        at[:] = [next(k for k, v in runs.items() if v[0] is collector), i]
+                        c0, r0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+                        collector.sample(ctx, tick_type(i, now))
+                        r1 = resource.getrusage(resource.RUSAGE_SELF)
+                        spent.append(time.process_time() - c0)
+                        split[0] += r1.ru_utime - r0.ru_utime
+                        split[1] += r1.ru_stime - r0.ru_stime
+                    time.sleep(max(0.0, pace - (time.time() - now)))  # 1 Hz: idle_full_s is in seconds
+            collector = runs["full"][0]
             fds = _netns_descriptors(collector)
             bare: list[float] = []
             for _ in range(ticks):
@@ -239,8 +362,9 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, 
                     os.pread(fd, 65536, 0)
                 bare.append(time.process_time() - c0)
             out: dict[str, float] = {"bare": median(bare), "interfaces": len(os.listdir(sysfs / "class/net"))}
-            for name, (collector, ctx, spent) in runs.items():
+            for name, (collector, ctx, spent, split, _) in runs.items():
                 collector.end_sampling(ctx)
+                out[f"{name}_sys_share"] = split[1] / max(1e-9, split[0] + split[1])
                 lines = (root / name / "net/samples.jsonl").read_bytes().splitlines()[1:]
                 records = [json.loads(line) for line in lines]
                 out[f"{name}_tick"] = median(spent)
@@ -248,6 +372,15 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, 
                 out[f"{name}_read"] = sum(len(r["netns"]) + len(r.get("netns_unchanged", ())) for r in records) \
                     / max(1, len(lines))
                 out[f"{name}_line_bytes"] = median([float(len(line)) for line in lines])
+            by_part: dict[str, list[float]] = {}
+            for (run, part, _), cpu in spent_in.items():
+                by_part.setdefault(f"{run}:{part}", []).append(cpu)
+            for part, values in by_part.items():  # a tick without a pread in a section counts as 0
+                out[part] = median(values + [0.0] * (ticks - len(values)))
+            for name in ("full", "gated"):
+                if name in runs and f"base_{name}" in runs:
+                    out[f"{name}_ratio"] = median([a / b for a, b in zip(runs[name][2], runs[f"base_{name}"][2], strict=True)
+                                                    if b > 0])
             return out
         finally:
             for s in sockets:
@@ -390,12 +523,19 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=1.0,
                     help="--real-netns: seconds from one tick's start to the next (default 1: caches go cold "
                          "between ticks, as at 1 Hz; 0: back to back, as this bench did before)")
+    ap.add_argument("--baseline", metavar="CHECKOUT",
+                    help="--real-netns: also time another checkout's net collector (its root directory), in the "
+                         "same ticks, interleaved, and print this checkout's ratio to it")
+    ap.add_argument("--sections", action="store_true",
+                    help="--real-netns: also print where this checkout's tick goes: each section's CPU and the "
+                         "kernel's part of it (its preads), median of the ticks")
     ap.add_argument("--inner-real", action="store_true", help=argparse.SUPPRESS)  # run by --real-netns
     args = ap.parse_args()
     busy = max(0, min(args.containers, round(args.containers * args.active / 100)))
     veths = min(args.containers, args.containers if args.veths is None else args.veths)
     if args.inner_real:
-        print(json.dumps(real_namespaces(args.containers, args.ticks, busy, args.links, veths > 0, args.pace)))
+        print(json.dumps(real_namespaces(args.containers, args.ticks, busy, args.links, veths > 0, args.pace,
+                                         args.baseline, args.sections)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -435,7 +575,8 @@ def main() -> None:
             inner = subprocess.run(["unshare", "-n", "-m", "--propagation", "private", sys.executable, __file__,
                                     "--inner-real", "--containers", str(args.containers), "--links", str(args.links),
                                     "--veths", str(veths), "--ticks", str(args.ticks), "--active", str(args.active),
-                                    "--pace", str(args.pace)],
+                                    "--pace", str(args.pace), *(["--baseline", args.baseline] if args.baseline else []),
+                                    *(["--sections"] if args.sections else [])],
                                    capture_output=True, text=True, timeout=600)
             if inner.returncode != 0:
                 raise SystemExit(f"--real-netns failed: {inner.stderr.strip()[-2000:]}")
@@ -447,14 +588,23 @@ def main() -> None:
     hosts = [("v2 host", net_cpu + v2), ("v1 host", net_cpu + v1)]
     if real is not None:
         for name, what in (("full", "every namespace read every tick"),
-                           ("gated", "quiet namespaces unread, net.idle_full_s 10 s")):
+                           ("gated", "quiet namespaces unread, net.idle_full_s 10 s"),
+                           ("base_full", "baseline checkout, every namespace read every tick"),
+                           ("base_gated", "baseline checkout, quiet namespaces unread")):
             if f"{name}_tick" not in real:
                 continue
             print(f"net tick, real namespaces, {what} ({args.containers} processes each in its own network namespace"
                   f"{', each with a veth pair to the host' if veths else ', lo only'}; {int(real['interfaces'])} "
                   f"host interfaces; kernel-made files through kept descriptors): {real[f'{name}_tick'] * 1e3:.2f} "
-                  f"ms CPU; {real[f'{name}_read']:.1f} namespaces read and {real[f'{name}_moved']:.1f} written per "
+                  f"ms CPU ({real[f'{name}_sys_share'] * 100:.0f} % in the kernel); {real[f'{name}_read']:.1f} namespaces read and {real[f'{name}_moved']:.1f} written per "
                   f"tick; line {real[f'{name}_line_bytes'] / 1024:.1f} KiB")
+            if f"{name}_ratio" in real:
+                print(f"  this checkout's tick / the baseline's, median of the ticks: {real[f'{name}_ratio']:.2f}")
+            if f"{name}:tick" in real:
+                parts = ", ".join(f"{part.lstrip('_')} {real[f'{name}:{part}'] * 1e3:.2f} (kernel "
+                                  f"{real.get(f'{name}:pread:{part}', 0.0) * 1e3:.2f})" for part in SECTIONS)
+                print(f"  ms CPU by section, medians (preads, the kernel's part): {parts}; line JSON and write "
+                      f"{(real[f'{name}_tick'] - real[f'{name}:tick']) * 1e3:.2f}")
             hosts += [(f"v2 host, real namespaces, {name}", real[f"{name}_tick"] + v2),
                       (f"v1 host, real namespaces, {name}", real[f"{name}_tick"] + v1)]
         print(f"bare preads of the {args.containers} namespaces' net/dev: {real['bare'] * 1e3:.2f} ms")
