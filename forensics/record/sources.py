@@ -30,6 +30,7 @@ Each driver runs inside its source's child process (forensics.record.child) and 
 from __future__ import annotations
 
 import importlib
+import operator
 import os
 import time
 from collections.abc import Iterable
@@ -74,6 +75,10 @@ def fresh_collector(spec: SourceSpec[Any]) -> Any:
     return type(importlib.import_module(spec.collector).COLLECTOR)()
 
 
+_PID = operator.itemgetter("pid")
+_INT = {int}
+
+
 class _Driver:
     def start(self, ctx: CollectContext) -> None:
         """Before the first tick (in the child)."""
@@ -93,7 +98,16 @@ class NvmlDriver(_Driver):
     def _watch(self, member: str, obj: Any) -> None:
         if member != nvml_spec.SAMPLES or not isinstance(obj, dict):
             return
-        for p in obj.get("processes") or []:
+        plist = obj.get("processes") or []
+        if type(plist) is list and plist:  # the common line: every entry a dict with a valid PID, read in C
+            try:
+                pids = set(map(_PID, plist))
+            except (KeyError, TypeError):
+                pids = None
+            if pids is not None and set(map(type, pids)) == _INT and 0 < min(pids) and max(pids) < 0xFFFFFFFF:
+                self.pids |= pids
+                return
+        for p in plist:
             pid = p.get("pid") if isinstance(p, dict) else None
             if type(pid) is int and 0 < pid < 0xFFFFFFFF:
                 self.pids.add(pid)

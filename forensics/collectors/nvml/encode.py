@@ -9,8 +9,10 @@ utilisation samples (six integers each). ``dumps_json`` of the 8 lines costs abo
   ``dumps_json`` text while the same process shows the same figures (kept for one tick: the cache
   holds this tick's and the last tick's processes, no more);
 - the utilisation samples (the direct calls' answer, fast.Samples: its dicts and the rows of ints
-  they were made from) are written from the rows with one ``%d`` format per line, keys in
-  ``dumps_json``'s sorted order, with its separators;
+  they were made from) are written from the rows, keys in ``dumps_json``'s sorted order, with its
+  separators: ``timeStamp`` sorts last, so a sample's text is a head made from the rest of its row
+  (PID and the four percentages, the same from one tick to the next while the process runs
+  steadily; kept for one tick as the entries are) then its timestamp and ``}``;
 - the rest of the line is ``dumps_json`` itself, with the two lists stood in for by placeholder
   strings that are cut out again (each must occur exactly once, else the line is not encoded here).
 
@@ -22,9 +24,8 @@ surrogateescape); test_nvml_line_encoding compares them on the lines a simulated
 
 from __future__ import annotations
 
-from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from forensics.bundle.sink import dumps_json
 from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples
@@ -38,9 +39,15 @@ _UTIL_JSON = dumps_json(_UTIL)
 _UTIL_CALL = "nvmlDeviceGetProcessUtilization"
 #: one utilisation sample as dumps_json writes it (keys sorted, ", " and ": " separators), and where
 #: each of its values is in a sample's unpacked row (fast.SAMPLE_FIELDS order)
-_SAMPLE = '{"decUtil": %d, "encUtil": %d, "memUtil": %d, "pid": %d, "smUtil": %d, "timeStamp": %d}'
 _SAMPLE_KEYS = ("decUtil", "encUtil", "memUtil", "pid", "smUtil", "timeStamp")
-_IN_ROW = itemgetter(*(SAMPLE_FIELDS.index(k) for k in _SAMPLE_KEYS))
+assert list(_SAMPLE_KEYS) == sorted(SAMPLE_FIELDS) and _SAMPLE_KEYS[-1] == "timeStamp"
+#: a sample's text up to its timestamp, from its row's other fields (``_STEADY`` of the row, in
+#: fast.SAMPLE_FIELDS order; ``_HEAD_ORDER`` puts them in the keys' order)
+_SAMPLE_HEAD = '{"decUtil": %d, "encUtil": %d, "memUtil": %d, "pid": %d, "smUtil": %d, "timeStamp": '
+_STEADY_FIELDS = tuple(f for f in SAMPLE_FIELDS if f != "timeStamp")
+_STEADY = itemgetter(*(SAMPLE_FIELDS.index(f) for f in _STEADY_FIELDS))
+_HEAD_ORDER = itemgetter(*(_STEADY_FIELDS.index(k) for k in _SAMPLE_KEYS[:-1]))
+_STAMP = itemgetter(SAMPLE_FIELDS.index("timeStamp"))
 
 
 class LineEncoder:
@@ -53,6 +60,10 @@ class LineEncoder:
         # per list call: (its rows, their entries, their _kept items), last tick's and this tick's
         self._lists_kept: dict[Any, tuple[list[Any], list[dict[str, Any]], dict[Any, Any]]] = {}
         self._lists_next: dict[Any, tuple[list[Any], list[dict[str, Any]], dict[Any, Any]]] = {}
+        # a utilisation sample's text up to its timestamp, by its row's other fields: the ones the
+        # last tick's lines used (kept) and this tick's so far
+        self._heads_kept: dict[tuple[int, ...], str] = {}
+        self._heads_next: dict[tuple[int, ...], str] = {}
 
     def entry(self, pid: Any, used: Any, gpu_instance: Any, compute_instance: Any, kind: str,
               mig_uuid: str | None) -> dict[str, Any]:
@@ -85,6 +96,30 @@ class LineEncoder:
         self._kept, self._next = self._next, {}
         self._lists_kept, self._lists_next = self._lists_next, {}
         self._texts = {id(e): text for e, text in self._kept.values()}
+        self._heads_kept, self._heads_next = self._heads_next, {}
+
+    def _samples_text(self, rows: list[tuple[int, ...]]) -> str:
+        """The samples' JSON objects as ``dumps_json`` writes them between a list's ``[`` and ``]``
+        (joined by ``", "``), from their rows (ints, fast.SAMPLE_FIELDS order): each sample's head,
+        its timestamp's digits, ``}``. One answer's samples mostly share one timestamp (their
+        period's): then the digits and the separator are one string between the heads."""
+        if not rows:
+            return ""
+        steady = list(map(_STEADY, rows))
+        kept: list[str | None] = list(map(self._heads_kept.get, steady))
+        if not all(kept):  # a head is never empty: None where not kept
+            for i, head in enumerate(kept):
+                if head is None:
+                    kept[i] = _SAMPLE_HEAD % _HEAD_ORDER(steady[i])
+        heads = cast("list[str]", kept)  # no None left
+        self._heads_next.update(zip(steady, heads, strict=True))
+        stamps = list(map(_STAMP, rows))
+        first = stamps[0]
+        if stamps.count(first) == len(stamps):
+            digits = str(first)
+            return (digits + "}, ").join(heads) + digits + "}"
+        texts = {stamp: str(stamp) for stamp in set(stamps)}
+        return "}, ".join(map(str.__add__, heads, map(texts.__getitem__, stamps))) + "}"
 
     def encode(self, line: dict[str, Any]) -> bytes | None:
         """``line``'s bytes as ``RecordSink.append_jsonl`` makes them, or None (see the module docstring)."""
@@ -92,8 +127,8 @@ class LineEncoder:
         if type(procs) is not list:
             return None
         texts = self._texts
-        parts = [texts.get(id(e)) for e in procs]
-        if None in parts:
+        parts = list(map(texts.get, map(id, procs)))
+        if not all(parts):  # an entry's text is never empty: None for an entry not made here
             return None
         skeleton = dict(line)
         skeleton["processes"] = _PROCS
@@ -106,20 +141,19 @@ class LineEncoder:
         text = dumps_json(skeleton)
         if text.count(_PROCS_JSON) != 1:
             return None
-        cuts = [(text.index(_PROCS_JSON), _PROCS_JSON, "[" + ", ".join(parts) + "]")]  # type: ignore[arg-type]  # no None left
+        cuts = [(text.index(_PROCS_JSON), _PROCS_JSON, ", ".join(parts))]  # type: ignore[arg-type]  # no None left
         if samples is not None:
             if text.count(_UTIL_JSON) != 1:
                 return None
             rows = samples.rows
             if len(rows) != len(samples):
                 return None
-            body = ", ".join([_SAMPLE] * len(rows)) % tuple(chain.from_iterable(map(_IN_ROW, rows)))
-            cuts.append((text.index(_UTIL_JSON), _UTIL_JSON, "[" + body + "]"))
-        cuts.sort()
+            cuts.append((text.index(_UTIL_JSON), _UTIL_JSON, self._samples_text(rows)))
+        cuts.sort(key=itemgetter(0))
         out: list[str] = []
         pos = 0
-        for at, stand_in, what in cuts:
-            out += (text[pos:at], what)
+        for at, stand_in, listed in cuts:
+            out += (text[pos:at], "[", listed, "]")  # the line is joined once, its lists not first
             pos = at + len(stand_in)
         out += (text[pos:], "\n")
         return "".join(out).encode("utf-8", "surrogateescape")

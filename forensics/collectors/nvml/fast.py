@@ -4,9 +4,11 @@
 
 pynvml builds one ``nvmlFriendlyObject`` per process through its structures' ``__getattribute__``
 hook (about 5 µs a process: 2.7 ms a tick at 8 GPUs x 64 processes, most of the sampler's CPU).
-:class:`ListCalls` makes exactly the library calls pynvml's wrappers make (the same symbols, the
-same arguments, the same two-call size protocol: the same answers from the driver) into buffers it
-keeps across ticks, and unpacks the entries with one ``struct.iter_unpack`` over the buffer's bytes.
+:class:`ListCalls` calls the symbols pynvml's wrappers call, with the same arguments, into buffers
+it keeps across ticks, and unpacks the entries with one ``struct.iter_unpack`` over the buffer's
+bytes. Per-process utilisation keeps pynvml's two-call size protocol (count, then samples); a
+process list is asked for at once into the kept buffer, pynvml's protocol only when that is too
+small (:meth:`ListCalls.process_rows`: the same answer from the driver, one call instead of two).
 Each answer is what :func:`~forensics.collectors.nvml.decode.to_jsonable` makes of pynvml's
 (field names, ``usedGpuMemory`` None where NVML says "not available"); a failure raises pynvml's
 own ``NVMLError`` subclass for the return code, as pynvml's wrapper would.
@@ -19,10 +21,11 @@ the library lacks a ``_v3`` symbol: that fallback, and its error classes, stay p
 from __future__ import annotations
 
 import ctypes
+import operator
 import struct
 from typing import Any
 
-__all__ = ["SAMPLE_FIELDS", "ListCalls", "Samples", "bind"]
+__all__ = ["SAMPLE_FIELDS", "SAMPLE_STAMP", "ListCalls", "Samples", "bind"]
 
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong: pynvml gives None
 _CODES = {ctypes.c_uint: "I", ctypes.c_ulonglong: "Q", ctypes.c_int: "i", ctypes.c_longlong: "q"}
@@ -32,6 +35,7 @@ else:  # pragma: no cover - 32-bit longs
     _CODES[ctypes.c_ulong] = "I"
 _PROCESS_FIELDS = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")
 SAMPLE_FIELDS = ("pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil")
+SAMPLE_STAMP = operator.itemgetter(SAMPLE_FIELDS.index("timeStamp"))  # a sample row's timestamp
 #: the sampler's list calls: pynvml's unversioned name -> the symbol its wrapper calls
 PROCESS_SYMBOLS = {
     "nvmlDeviceGetComputeRunningProcesses": "nvmlDeviceGetComputeRunningProcesses_v3",
@@ -115,20 +119,29 @@ class ListCalls:
     def process_rows(self, func: str, handle: Any) -> list[tuple[int, int | None, int, int]]:
         """``pynvml.<func>(handle)`` (``func`` a key of :data:`PROCESS_SYMBOLS`) as rows
         ``(pid, usedGpuMemory, gpuInstanceId, computeInstanceId)``: pynvml's objects' fields
-        (``usedGpuMemory`` None where NVML says "not available")."""
+        (``usedGpuMemory`` None where NVML says "not available").
+
+        One call where pynvml makes two: pynvml asks for the count first (no array), then for the
+        entries with room for ``count * 2 + 5``; this asks for the entries at once, in the array
+        kept from the calls before (room for at least 8, or for the most a list has needed). NVML
+        fills an array that is big enough and says how many it wrote (``NVML_SUCCESS``, 0 for an
+        empty list), or answers ``NVML_ERROR_INSUFFICIENT_SIZE`` with the count it needs: then the
+        entries are asked for again as pynvml asks, with room for ``count * 2 + 5``. Either way
+        the answer is the list as the driver holds it at that call (pynvml's second call's answer
+        is too), so the rows are the same; a steady GPU's list costs one driver call a tick, not two."""
         fn, count = self._fn[func], self._count
-        count.value = 0
-        ret = fn(handle, self._count_ref, None)
-        if ret == 0:
-            return []
-        if ret != self._insufficient:
-            raise self._error(func, ret)
-        count.value = asked = count.value * 2 + 5  # as pynvml: room for processes started since
-        buf = self._buffer(self._proc_type, asked)
+        buf = self._buffer(self._proc_type, 0)
+        count.value = asked = len(buf)
         ret = fn(handle, self._count_ref, buf)
+        if ret == self._insufficient:
+            count.value = asked = count.value * 2 + 5  # as pynvml: room for processes started since
+            buf = self._buffer(self._proc_type, asked)
+            ret = fn(handle, self._count_ref, buf)
         if ret != 0:
             raise self._error(func, ret)
         n = self._filled(asked, True)
+        if n == 0:
+            return []
         return [(pid, None if used == _NOT_AVAILABLE else used, gi, ci)
                 for pid, used, gi, ci in self._proc.iter_unpack(ctypes.string_at(buf, n * self._proc.size))]
 

@@ -14,7 +14,7 @@ from forensics.collectors.nvml.decode import (
 )
 from forensics.collectors.nvml.encode import LineEncoder
 from forensics.collectors.nvml.errors import timed_out
-from forensics.collectors.nvml.fast import ListCalls
+from forensics.collectors.nvml.fast import SAMPLE_STAMP, ListCalls, Samples
 from forensics.collectors.nvml.fast import bind as bind_list_calls
 from forensics.collectors.nvml.reads import (
     _PROCESS_LISTS,
@@ -201,7 +201,11 @@ class _Sampler:
             entry = util.as_json()
             entry["lastSeenTimeStamp"] = last
             if util.ok:
-                newest = max((int(x["timeStamp"]) for x in util.value), default=last)
+                value = util.value
+                if type(value) is Samples:  # the direct call's answer: its rows' timestamps, ints already
+                    newest = max(map(SAMPLE_STAMP, value.rows), default=last)
+                else:
+                    newest = max((int(x["timeStamp"]) for x in value), default=last)
                 self.last_seen[gpu.index] = max(last, newest)
             s.put(out, "nvmlDeviceGetProcessUtilization", entry)
             s.add(lines, line)

@@ -71,12 +71,17 @@ class _Session:
         """``fn()`` as a :class:`Reading`; ``jsonable``: ``fn`` already answers JSON values (taken as they are)."""
         if device is not None and device in self.lost:
             return Reading(call, missing=skipped_lost(self.lost[device]))
-        with self.lock:
-            if self.abandoned:
-                raise _Abandoned
-            self.current = call if device is None else f"{call} on {device}"
-            self.current_since = time.monotonic()
-            self.calls += 1
+        # No lock around the call's bookkeeping (two lock round trips a call, ~100 calls a sampling
+        # tick): only this thread writes these, and the watchdog (run_guarded) reads them. The start
+        # is written before the name, so a watchdog that sees this call's name sees its start, and
+        # one that sees the last call's name with this start does not think it stalled. What must
+        # not happen after the watchdog gave up, results written into what the caller reads, is
+        # still ruled out under the lock, by put and add.
+        if self.abandoned:
+            raise _Abandoned
+        self.current_since = time.monotonic()
+        self.current = call if device is None else f"{call} on {device}"
+        self.calls += 1
         try:
             raw = fn()
         except Exception as exc:  # noqa: BLE001 - every failure becomes evidence
@@ -93,10 +98,9 @@ class _Session:
                 except (ParseError, TypeError, ValueError, IndexError, KeyError) as exc:
                     decoded = {"undecodable": f"{type(exc).__name__}: {exc}"}
             reading = Reading(call, value=value, decoded=decoded, raw=raw)
-        with self.lock:
-            self.current = None
-            if self.abandoned:
-                raise _Abandoned
+        self.current = None
+        if self.abandoned:
+            raise _Abandoned
         return reading
 
     def put(self, target: dict[str, Any], key: str, value: Any) -> None:

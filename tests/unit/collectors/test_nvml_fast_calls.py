@@ -8,6 +8,7 @@ FunctionNotFound fallback and a lost GPU included."""
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import time
 from pathlib import Path
@@ -115,3 +116,49 @@ def test_bind_refuses_a_module_it_does_not_know() -> None:
         _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("extra", ctypes.c_uint)]
 
     assert fast._layout(Other, ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")) is None
+
+
+def test_a_process_list_is_one_library_call_while_the_kept_buffer_holds_it(sim_lib: Path, tmp_path: Path) -> None:
+    """pynvml asks for a list's count, then for its entries: two driver calls a list a tick. The
+    direct calls ask for the entries at once into the buffer kept from the tick before, and fall
+    back to the count-then-entries protocol only when the list outgrew it."""
+    epoch = math.floor(time.time()) + 1.0
+    sc = Scenario(epoch=epoch, util_period_s=1.0)
+    sc.add_gpu()
+    for i in range(20):
+        sc.add_process(pid=30_000 + i, gpu=0, used_memory_bytes=GiB, sm_util=10)
+    for i in range(40):  # from 1 s on: 60 processes, past the buffer the first ticks sized (45)
+        sc.add_process(pid=31_000 + i, gpu=0, used_memory_bytes=GiB, sm_util=10, start_s=1.0)
+    activate(sc.write(tmp_path / "scenario.tsv"))
+    c = NvmlCollector()
+    c.event_wait_ms = 0
+    ctx = nvf.make_ctx(tmp_path / "stage", sim_lib, duration_s=10, interval_s=1.0)
+    calls: list[tuple[str, bool]] = []
+    per_tick: list[dict[tuple[str, bool], int]] = []
+    for i in range(4):
+        time.sleep(max(0.0, epoch + i * 0.5 + 0.2 - time.time()))
+        c.sample(ctx, Tick(i, time.time()))
+        if i == 0:  # the sampler exists now: count the calls into the library from here on
+            lists = c._sampler.fast  # type: ignore[union-attr]
+            assert lists is not None
+            for name in fast.PROCESS_SYMBOLS:
+                def counted(handle: object, count: object, infos: object, name: str = name,
+                            fn: object = lists._fn[name]) -> int:
+                    calls.append((name, infos is not None))
+                    return fn(handle, count, infos)  # type: ignore[operator, no-any-return]
+                lists._fn[name] = counted
+            continue
+        got: dict[tuple[str, bool], int] = {}
+        for call in calls:
+            got[call] = got.get(call, 0) + 1
+        per_tick.append(got)
+        calls.clear()
+    c.end_sampling(ctx)
+    compute = "nvmlDeviceGetComputeRunningProcesses"
+    steady = {(name, True): 1 for name in fast.PROCESS_SYMBOLS}  # one call each, into the kept buffer
+    assert per_tick[0] == steady  # 20 processes: the buffer sized at tick 0 (2 * 20 + 5) holds them
+    assert per_tick[1] == {**steady, (compute, True): 2}  # 60 do not: asked again with room for 125
+    assert per_tick[2] == steady
+    counts = [json.loads(line)["nvml"]["nvmlDeviceGetComputeRunningProcesses_v3"]["count"]
+              for line in (tmp_path / "stage" / SAMPLES).read_text().splitlines()]
+    assert counts == [20, 20, 60, 60]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 import json
 
+import pytest
+
 from forensics.bundle.sink import EvidenceSink
 from forensics.record.child import RecordSink
 
@@ -147,3 +149,44 @@ def test_a_frame_split_across_reads_arrives_whole_and_once() -> None:
     assert got[0]["records"] == records and got[1]["records"] == records[-1:]
     assert all(type(rec[4]) is bytes for f in got for rec in f["records"])
     assert proc.buf == b""
+
+
+def test_a_frame_of_unjoined_chunks_is_the_frame_of_their_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child's answer sends each record's appended chunks as they are (take_chunks, writev):
+    the frame the parent reads is the one of the joined bytes, with more chunks than one writev
+    takes and writes that stop short anywhere."""
+    import os
+    import time
+
+    from forensics.record import child
+    from forensics.record.child import SourceProcess, _send
+
+    def fill(sink: RecordSink) -> None:
+        for i in range(700):
+            sink.append_jsonl("cgroup/samples.jsonl", {"cgroup": f"/c{i}"})
+        sink.append_bytes("kernel/kmsg-window.txt", b"")
+        sink.append_bytes("kernel/kmsg-window.txt", b"6,1,2,-;\xff\n")
+
+    joined, chunked = RecordSink(), RecordSink()
+    fill(joined)
+    fill(chunked)
+    records = joined.take_bytes()
+    pieces = chunked.take_chunks()
+    assert len(pieces[0][4]) == 700 > child.IOV_MAX
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: real(fd, [bytes(memoryview(b"".join(bufs))[:7])]))
+    r, w = os.pipe()
+    try:
+        os.set_blocking(r, False)
+        proc = SourceProcess("x", 0, -1, r, time.monotonic())
+        got = []
+        for recs in (pieces, records):
+            _send(w, {"kind": "tick", "tick": 1, "records": recs})
+            got.extend(proc.frames())
+    finally:
+        os.close(r)
+        os.close(w)
+    assert len(got) == 2
+    assert got[0]["records"] == [[*rec[:4], b"".join(rec[4])] for rec in pieces]
+    assert got[1]["records"] == records
+    assert [rec[2:] for rec in got[0]["records"]] == [rec[2:] for rec in records]  # the same lines
