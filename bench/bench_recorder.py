@@ -1,10 +1,11 @@
-"""Recorder cost at 1 Hz: 8 simulated GPUs x 64 processes, N container-like cgroups (real cgroups
-named like Docker's, one sleeping process each), measured from /proc/<pid>/stat and status of the
+"""Recorder cost at 1 Hz: 8 simulated GPUs x 64 processes (``--gpus``, ``--processes`` per GPU),
+N container-like cgroups (real cgroups named like Docker's, one sleeping process each), measured from /proc/<pid>/stat and status of the
 recorder and its sampler children; disk per 24 h extrapolated from the ring's growth; and, when
 Debian's prometheus-node-exporter is installed, the same figures for it answering one scrape/s.
 
     sudo python bench/bench_recorder.py --seconds 60 --cgroups 200 [--active 25]
-Targets (issue 14): < 0.5 % of one core, < 60 MB RSS, < 300 MB per 24 h.
+    sudo python bench/bench_recorder.py --gpus 8 --processes 2 --cgroups 32   # a typical training node
+Targets (issue 14, at the default load): < 0.5 % of one core, < 60 MB RSS, < 300 MB per 24 h.
 """
 
 from __future__ import annotations
@@ -249,6 +250,8 @@ def main() -> int:
     ap.add_argument("--active", type=float, default=0.0, metavar="PCT",
                     help="share of the cgroups (%%) whose process wakes every 0.2 s, so that its CPU "
                          "counter moves every tick (default 0: all asleep)")
+    ap.add_argument("--gpus", type=int, default=8, help="simulated GPUs (default 8)")
+    ap.add_argument("--processes", type=int, default=64, help="simulated compute processes per GPU (default 64)")
     ap.add_argument("--skip-node-exporter", action="store_true", help="no side-by-side node-exporter run")
     ap.add_argument("--churn", type=int, default=0, metavar="N",
                     help="every second remove the N oldest container cgroups (and their processes) and "
@@ -268,20 +271,21 @@ def main() -> int:
         make_cgroups(args.cgroups, sleepers, made, active)
         lib = nvmlsim.build_library(tmp / "lib")
         sc = nvmlsim.Scenario()
-        for _ in range(8):
+        gpus, per_gpu = args.gpus, args.processes
+        for _ in range(gpus):
             sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=[(0, 50), (30, 90)])
-        # a GPU process's slot k lives on GPU k // 64: with --pid-churn, from 20 s on (after start-up)
+        # a GPU process's slot k lives on GPU k // per_gpu: with --pid-churn, from 20 s on (after start-up)
         # N slots a second (round robin) get a new process with a new PID
-        starts: list[list[float]] = [[] for _ in range(8 * 64)]
+        starts: list[list[float]] = [[] for _ in range(gpus * per_gpu)]
         for j in range(int(args.pid_churn * (args.seconds + 120))):
             starts[j % len(starts)].append(20 + j / args.pid_churn)
         new_pid = 200000
-        for k in range(8 * 64):
+        for k in range(gpus * per_gpu):
             times = starts[k]
-            sc.add_process(pid=sleepers[k % len(sleepers)].pid if sleepers else 100000 + k, gpu=k // 64,
+            sc.add_process(pid=sleepers[k % len(sleepers)].pid if sleepers else 100000 + k, gpu=k // per_gpu,
                            used_memory_bytes=1 << 28, sm_util=10, mem_util=5, end_s=times[0] if times else None)
             for a, b in zip(times, (times + [math.inf])[1:], strict=True):
-                sc.add_process(pid=new_pid, gpu=k // 64, used_memory_bytes=1 << 28, sm_util=10, mem_util=5,
+                sc.add_process(pid=new_pid, gpu=k // per_gpu, used_memory_bytes=1 << 28, sm_util=10, mem_util=5,
                                start_s=a, end_s=None if b == math.inf else b)
                 new_pid += 1
         env = nvmlsim.subprocess_env(sc.write(tmp / "sc.tsv"), lib)
@@ -360,14 +364,14 @@ def main() -> int:
             print(f"  recorder event {key} (x{n})")
         print(f"  window: {len(window)} records, {decoded / 1e6:.1f} MB of member bytes, "
               f"{len(steady) / 1e6:.1f} MB as stored ({len(steady) / max(decoded, 1):.2f}x)")
-        # NVML ticks recorded in the window (8 device lines each): on a loaded machine ticks are
+        # NVML ticks recorded in the window (one device line per GPU): on a loaded machine ticks are
         # missed, so figures per tick compare runs that the raw rates would not
-        ticks = sum(r.data.count(b'"kind": "device"') for r in window if r.member == "nvml/samples.jsonl") / 8
+        ticks = sum(r.data.count(b'"kind": "device"') for r in window if r.member == "nvml/samples.jsonl") / gpus
         raw_rate = len(steady) / el
         sealed_rate = len(gzip.compress(steady, compresslevel=6, mtime=0)) / el
         cpu_pct = 100 * (c1 - c0) / el
         per_tick = f"{ticks:.0f} NVML ticks of {el:.0f} expected" if ticks else "no NVML tick recorded"
-        print(f"recorder: {el:.0f} s at 1 Hz, 8 GPUs x 64 processes, {args.cgroups} cgroups "
+        print(f"recorder: {el:.0f} s at 1 Hz, {gpus} GPUs x {per_gpu} processes, {args.cgroups} cgroups "
               f"({active} active); {per_tick}; load average {os.getloadavg()[0]:.2f}")
         cg_lines = sum(r.data.count(b"\n") for r in window if r.member == "cgroup/samples.jsonl")
         if ticks:
