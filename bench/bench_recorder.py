@@ -1,6 +1,6 @@
 """Recorder cost at 1 Hz: 8 simulated GPUs x 64 processes (``--gpus``, ``--processes`` per GPU),
-N container-like cgroups (real cgroups named like Docker's, one sleeping process each), measured from /proc/<pid>/stat and status of the
-recorder and its sampler children; disk per 24 h extrapolated from the ring's growth; and, when
+N container-like cgroups (real cgroups named like Docker's, one sleeping process each), measured
+from /proc/<pid>/stat and status of the recorder and its sampler children; disk per 24 h extrapolated from the ring's growth; and, when
 Debian's prometheus-node-exporter is installed, the same figures for it answering one scrape/s.
 
     sudo python bench/bench_recorder.py --seconds 60 --cgroups 200 [--active 25]
