@@ -32,9 +32,10 @@ container without ``--ipv6``: a new link's router solicitations and MLD reports 
 namespace for its first minute). The busy share send a datagram out of ``eth0`` between ticks, so
 their ``net/dev`` and their host veth's line move. Two collectors sample the same namespaces at
 1 Hz (each first in turn): one reading every namespace every tick (capture's sampling), one with
-quiet namespaces left unread (``activity_gating``, ``net.idle_full_s`` 10 s; a checkout without it
-prints the first only). Each tick's CPU is the process's (``process_time``), with the kernel's
-share of it beside (``getrusage``: split at the scheduler's ticks, so rough over 30 ticks).
+quiet namespaces left unread (turned on as a user does, ``--set net.quiet_namespaces=true``;
+``net.idle_full_s`` 10 s; a checkout without that setting prints the first only). Each tick's CPU
+is the process's (``process_time``), with the kernel's share of it beside (``getrusage``: split at
+the scheduler's ticks, so rough over 30 ticks).
 
 ``--baseline CHECKOUT`` (with ``--real-netns``): another checkout's collector (its ``forensics``
 imported beside this one's, :func:`_checkout`) samples the same namespaces in the same ticks, the
@@ -89,15 +90,26 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.net import TICK_IB_COUNTERS, NetCollector  # noqa: E402
+from forensics.specs.net import NetSettings  # noqa: E402
 
-_THIS = (NetCollector, CollectContext, CaptureOptions, EvidenceSink, Redactor, Tick)
+QUIET = {"net.quiet_namespaces": "true"}  # quiet namespaces left unread: as a user turns it on (--set)
+
+
+def _gates(settings: Any) -> bool:
+    """Whether a checkout's net settings (its ``NetSettings``) have ``quiet_namespaces``: one
+    without it reads every namespace every tick, and its gated run is left out."""
+    return "quiet_namespaces" in getattr(settings, "__dataclass_fields__", {})
+
+
+_THIS = (NetCollector, CollectContext, CaptureOptions, EvidenceSink, Redactor, Tick, _gates(NetSettings))
 
 
 def _checkout(root: str) -> tuple[Any, ...]:
     """Another checkout's NetCollector (and the context, options, sink, redactor and tick types it
-    takes), loaded beside this one's: its modules are imported under their own names with ``root``
-    first on the path, then taken out of ``sys.modules`` again (its functions keep their modules),
-    so both collectors run in this process, interleaved tick by tick (the box's load falls on both)."""
+    takes, and whether it has the ``net.quiet_namespaces`` setting), loaded beside this one's: its
+    modules are imported under their own names with ``root`` first on the path, then taken out of
+    ``sys.modules`` again (its functions keep their modules), so both collectors run in this
+    process, interleaved tick by tick (the box's load falls on both)."""
     ours = {k: v for k, v in sys.modules.items() if k == "forensics" or k.startswith("forensics.")}
     for k in ours:
         del sys.modules[k]
@@ -107,8 +119,12 @@ def _checkout(root: str) -> tuple[Any, ...]:
         context = importlib.import_module("forensics.capture.context")
         sink = importlib.import_module("forensics.bundle.sink")
         redact = importlib.import_module("forensics.bundle.redact")
+        try:
+            gates = _gates(importlib.import_module("forensics.specs.net").NetSettings)
+        except (ImportError, AttributeError):  # a checkout from before the settings were declared
+            gates = False
         return (net.NetCollector, context.CollectContext, context.CaptureOptions, sink.EvidenceSink, redact.Redactor,
-                context.Tick)
+                context.Tick, gates)
     finally:
         sys.path.pop(0)
         for k in [k for k in sys.modules if k == "forensics" or k.startswith("forensics.")]:
@@ -317,20 +333,17 @@ def real_namespaces(count: int, ticks: int, busy: int, links: int, veths: bool, 
                     os.close(fd)
             target = ("10.0.0.255", 9) if veths else ("127.0.0.1", 9)
             # every namespace read every tick (capture's sampling), and with quiet namespaces left
-            # unread (activity_gating, net.idle_full_s 10 s), where this checkout has it; with a
-            # baseline checkout, its collector the same two ways, in the same ticks
+            # unread (--set net.quiet_namespaces=true, net.idle_full_s 10 s), where the checkout has
+            # that setting; with a baseline checkout, its collector the same two ways, in the same ticks
             runs: dict[str, tuple[Any, Any, list[float], list[float], Any]] = {}
             checkouts = [("", _THIS)] + ([("base_", _checkout(baseline))] if baseline else [])
-            for prefix, (net_collector, context, options, sink, redactor, tick_type) in checkouts:
-                for mode in ("full", "gated"):
+            for prefix, (net_collector, context, options, sink, redactor, tick_type, gates) in checkouts:
+                for mode in ("full", "gated") if gates else ("full",):
                     name = prefix + mode
                     (root / name).mkdir()
-                    ctx = context(options(), sink(root / name), redactor(True), {"pids": [c.pid for c in children]})
+                    ctx = context(options(extra=dict(QUIET) if mode == "gated" else {}), sink(root / name),
+                                  redactor(True), {"pids": [c.pid for c in children]})
                     collector = net_collector(str(sysfs), "/proc")
-                    if mode == "gated":
-                        if not hasattr(collector, "activity_gating"):
-                            continue
-                        collector.activity_gating = True
                     runs[name] = (collector, ctx, [], [0.0, 0.0], tick_type)
             for collector, ctx, _, _, tick_type in runs.values():
                 collector.sample(ctx, tick_type(0, time.time()))

@@ -90,15 +90,33 @@ def _evidence_line(e: EvidenceView) -> str:
     return f"{text} (rebuilt from the ring segments)" if e.rebuilt else f"{text} (not in the manifest)"
 
 
+def _derived(e: EvidenceView, in_table: bool = False) -> str:
+    """For a member rebuilt from the ring's segments, where its cited line came from
+    (``line 9: rebuilt from ring/segments/seg-N.jsonl.gz line 47 (sealed ...)``); else ``""``."""
+    d = e.derived
+    if not d:
+        return ""
+    return (f"{md_code(e.locator or e.member, in_table)}: rebuilt from {md_code(d.member, in_table)} "
+            f"line {d.line} ({md_text(d.note)})")
+
+
 def _evidence_lines(e: EvidenceView, indent: str) -> list[str]:
     """The evidence item, and under it, for a member rebuilt from the ring's segments, where its
-    line came from (``line 9: rebuilt from ring/segments/seg-N.jsonl.gz line 47 (sealed ...)``)."""
+    line came from (:func:`_derived`)."""
     lines = [f"{indent}- {_evidence_line(e)}"]
-    d = e.derived
-    if d:
-        lines.append(f"{indent}  - {md_code(e.locator or e.member, in_table=False)}: rebuilt from "
-                     f"{md_code(d.member, in_table=False)} line {d.line} ({md_text(d.note)})")
+    if e.derived:
+        lines.append(f"{indent}  - {_derived(e)}")
     return lines
+
+
+def _first_evidence(f: FindingView) -> str:
+    """A findings table's first-evidence cell: the member and locator, then (a table's cell is one
+    line) where a rebuilt member's line came from, as the evidence chain says it."""
+    if not f.evidence:
+        return "—"
+    e = f.evidence[0]
+    cited = md_code(e.member) + " " + md_code(e.locator)
+    return f"{cited}; {_derived(e, in_table=True)}" if e.derived else cited
 
 
 def _split_table(headers: Sequence[str], part: Split[T], row: Callable[[T], Sequence[str]],
@@ -238,9 +256,7 @@ def _other_findings(v: ReportView, section: Section) -> list[str]:
             md_code(f.kind),
             fmt_time_short(f.start),
             md_text(f.summary),
-            (md_code(f.evidence[0].member) + " " + md_code(f.evidence[0].locator))
-            if f.evidence
-            else "—",
+            _first_evidence(f),
         ],
         "findings",
     ))

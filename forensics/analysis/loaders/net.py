@@ -173,7 +173,8 @@ def load_net(src: Source, model: Model, node: str) -> None:
         _add_line(model, node, t, rec, lambda *paths, no=no, raw=raw: src.ref(net_spec.SAMPLES, no, raw, *paths), last,
                   nics)
     if sampled:  # the snapshot alone holds counters since boot: nothing can be seen rising
-        model.node(node).members_used.setdefault("net", net_spec.SAMPLES)
+        # the member's path in the bundle (``ring/...`` over the ring view), as its evidence names it
+        model.node(node).members_used.setdefault("net", src.ref(net_spec.SAMPLES, 0, None).member)
 
 
 LOADER = Loader("net", load_net, needs=())

@@ -148,7 +148,7 @@ def load_prometheus(src: Source, model: Model, node: str) -> None:
     _load_gpus(src, model, node, series, step_s, pods)
     _load_containers(src, model, node, series, step_s, pods)
     _load_pressure(src, model, node, series, step_s)
-    info.members_used.setdefault("prometheus", QUERIES)
+    info.members_used.setdefault("prometheus", src.ref(QUERIES, 0, None).member)  # ring/... over the ring view
 
 
 # -- kube-state-metrics --------------------------------------------------------------------------

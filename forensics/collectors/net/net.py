@@ -76,8 +76,6 @@ class NetCollector:
         self._plan: Plan | None = None
         self._tick: TickReader | None = None
         self._settings_cache: NetSettings | None = None
-        self.activity_gating = False  # quiet namespaces left unread (net.idle_full_s): see TickReader;
-        # on when the collector's owner says so or the capture's settings do (net.quiet_namespaces)
 
     def _settings(self, ctx: CollectContext) -> NetSettings:
         if self._settings_cache is None:  # one capture's options do not change between ticks
@@ -245,8 +243,9 @@ class NetCollector:
                             "ascii", "replace"))
                     except (OSError, ParseError):
                         p.rate_bytes_per_s = None
+            # quiet namespaces left unread only where the capture's settings say so (net.quiet_namespaces)
             self._tick = TickReader(self._plan, s.sysfs_root, s.proc_root,
-                                    s.idle_full_s if self.activity_gating or s.quiet_namespaces else 0.0, ctx.options.interval_s)
+                                    s.idle_full_s if s.quiet_namespaces else 0.0, ctx.options.interval_s)
         ctx.sink.append_jsonl(SAMPLES, self._tick.tick(tick))
 
     def end_sampling(self, ctx: CollectContext) -> None:

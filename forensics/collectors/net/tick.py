@@ -18,9 +18,9 @@ read again when the state moved: a link renegotiates when it comes back), a name
 veth per container, an idle container's veth costs one set lookup a tick (only the lines that moved
 are looked at, :meth:`TickReader._interfaces_moved`), and no bytes in the line.
 
-With gating (``idle_full_s`` over the interval: :attr:`NetCollector.activity_gating`), a namespace
-with only ``lo`` and one veth's peer whose host end's line did not move is left unread, for up to
-``idle_full_s``, and named in ``netns_quiet``; its next entry says ``unchanged_until``
+With gating (the setting ``net.quiet_namespaces``, ``idle_full_s`` over the interval), a
+namespace with only ``lo`` and one veth's peer whose host end's line did not move is left unread,
+for up to ``idle_full_s``, and named in ``netns_quiet``; its next entry says ``unchanged_until``
 (:meth:`TickReader._gate`, docs/bundle-format/net.md "Quiet namespaces").
 
 Why this module is long: one tick's reads share one state (kept descriptors, each file's bytes as

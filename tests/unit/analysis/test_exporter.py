@@ -91,3 +91,16 @@ def test_no_history_no_statement(analyze: Analyze) -> None:
     doc = analyze(b)
     assert not [r for r in doc["ruled_out"] if r["kind"] == "gpu-exporter-blind-spot"]
     assert "gpu-exporter-blind-spot" not in kinds(doc)
+
+
+def test_history_held_under_ring_is_cited_under_ring(analyze: Analyze) -> None:
+    """The Prometheus members held as the flight recorder's (``ring/prometheus/...``): the ruled-out
+    check cites the query index by its path in the bundle, ``ring/`` and all."""
+    b = BundleSpec()
+    uuid = _two_pods(b)
+    b.gpu_series(0, range(60), lambda s: (95, 40 * GIB, {}))
+    _dcgm_history(b, uuid, [(T0 + STEP * i, 95.0) for i in range(1, 5)], ("ml", "trainer-0", "trainer"))
+    for member in [m for m in b.members if m.startswith("prometheus/")]:
+        b.members[f"ring/{member}"] = b.members.pop(member)
+    (r,) = [r for r in analyze(b)["ruled_out"] if r["kind"] == "gpu-exporter-blind-spot"]
+    assert r["evidence"][0]["member"] == f"ring/{QUERIES}"

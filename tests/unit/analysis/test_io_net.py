@@ -277,3 +277,13 @@ def test_a_quiet_namespace_has_no_reading_while_unread_and_its_veth_bytes_at_unc
     full = {"rx_bytes": 100, "tx_bytes": 200, "rx_errors": 2, "tx_errors": 0, "rx_dropped": 0, "tx_dropped": 0,
             "rx_fifo_errors": 0, "rx_frame_errors": 0, "tx_carrier_errors": 0}
     assert got == [(0.0, full), (3.0, {"rx_bytes": 100, "tx_bytes": 200}), (4.0, {**full, "rx_bytes": 5100})]
+
+
+def test_samples_from_the_recorders_ring_are_cited_under_ring(analyze: Analyze) -> None:
+    """Net samples the bundle holds only as the flight recorder's (``ring/net/samples.jsonl``): the
+    ruled-out check cites that member, ``ring/`` and all, as the other loaders' ring members are."""
+    b = _net(5, lambda s: _nic(MB * s, MB * s), ib=lambda s: _ib(1000 * s))
+    b.jsonl["ring/net/samples.jsonl"] = b.jsonl.pop("net/samples.jsonl")
+    doc = analyze(b)
+    (ruled,) = [r for r in doc["ruled_out"] if r["kind"] == "network-saturation"]
+    assert [e["member"] for e in ruled["evidence"]] == ["ring/net/samples.jsonl"]

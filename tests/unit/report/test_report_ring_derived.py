@@ -5,7 +5,7 @@ A recorder's ring (tests/support/ring_bundle.py), ``gpuforensics capture --since
 analysis rebuilt (``ring/nvml/samples.jsonl line 9``) shows, next to its citation, the segment
 and line it was rebuilt from (``rebuilt from ring/segments/seg-N.jsonl.gz line 47 (sealed
 segment, SHA-256 in ring/provenance.json)``) in the HTML, the Markdown, the PDF's text and the
-terminal summary; the segment is listed in the appendix with its SHA-256, the rebuilt member as
+terminal summary, in the evidence chain and in the findings table's first evidence; the segment is listed in the appendix with its SHA-256, the rebuilt member as
 rebuilt (not as missing from the manifest); a report of live members says no such thing.
 """
 
@@ -169,3 +169,39 @@ def test_a_hostile_segment_name_is_text(make_doc: Callable[[str], dict[str, Any]
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     (line,) = [x for x in md.splitlines() if "rebuilt from" in x]  # in a code span, shown verbatim
     assert "rebuilt from `` ring/segments/<img src=x onerror=alert(1)>`|* `` line 3 (active segment," in line
+
+
+def test_the_findings_tables_first_evidence_says_where_a_rebuilt_line_came_from(
+        make_doc: Callable[[str], dict[str, Any]], pdftext: Callable[..., str]) -> None:
+    """A finding outside the chain (the findings table) whose first evidence is a rebuilt member's
+    line: under its member and locator, the segment and line it came from, as the chain says it, in
+    the HTML, the PDF and the Markdown; hostile names in it are text."""
+    from forensics.report.html import render_html
+    from forensics.report.markdown import render_markdown
+    from forensics.report.pdf import NoFetch, render_pdf
+    from forensics.report.view import build_view
+
+    doc = make_doc("incident")
+    (other,) = build_view(doc).other_findings.body
+    (finding,) = [f for f in doc["findings"] if f["id"] == other.id]
+    e = finding["evidence"][0]
+    e.update(member="ring/cgroup/samples.jsonl", locator="line 9",
+             derived_from={"member": "ring/segments/seg-7.jsonl.gz", "segment": "seg-7.jsonl.gz", "line": 47})
+    said = "line 9: rebuilt from ring/segments/seg-7.jsonl.gz line 47 (sealed segment, segment not in the manifest)"
+
+    html = render_html(doc, "a4")
+    row = html.split(f'<tr id="finding-{other.id}">', 1)[1].split("</tr>", 1)[0]
+    assert said in _html_text(row), _html_text(row)
+    assert _packed(said) in _packed(pdftext(render_pdf(html, NoFetch())))
+
+    md = render_markdown(doc)
+    (line,) = [x for x in md.splitlines() if x.startswith(f"| {other.id} |")]
+    assert line.endswith("| `ring/cgroup/samples.jsonl` `line 9`; `line 9`: rebuilt from "
+                         "`ring/segments/seg-7.jsonl.gz` line 47 (sealed segment, segment not in the manifest) |"), line
+
+    e["derived_from"]["member"] = "ring/segments/<img src=x onerror=alert(1)>|x"
+    html, md = render_html(doc, "a4"), render_markdown(doc)
+    row = html.split(f'<tr id="finding-{other.id}">', 1)[1].split("</tr>", 1)[0]
+    assert "<img src=x" not in row and "&lt;img src=x onerror=alert(1)&gt;" in row
+    (line,) = [x for x in md.splitlines() if x.startswith(f"| {other.id} |")]
+    assert "rebuilt from `ring/segments/<img src=x onerror=alert(1)>\\|x` line 47" in line  # one cell: | escaped
