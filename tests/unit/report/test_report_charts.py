@@ -13,11 +13,15 @@ from forensics.errors import ReportError
 from forensics.report.charts import (
     MAX_LABEL_CHARS,
     ChartSpec,
+    Lane,
+    LaneItem,
     Line,
     Marker,
     Panel,
+    TimelineSpec,
     downsample,
     render_svg,
+    render_timeline_svg,
 )
 
 T0 = 1764424800.0
@@ -169,3 +173,22 @@ def test_report_charts_mark_the_history_before_the_capture() -> None:
     assert html.count("history (recorder)") == len(charts)
     assert html.count("Hatched: history before the capture") == len(charts)
     assert "Hatched: history" not in plain
+
+
+@pytest.mark.parametrize(("start_s", "anchor"), [(0.0, "start"), (900.0, "start"), (1500.0, None), (1800.0, "end"),
+                                                (1830.0, "end")])
+def test_the_capture_window_label_stays_on_the_timeline(start_s: float, anchor: str | None) -> None:
+    """A capture after 30 minutes of the recorder's history is a sliver at the timeline's right
+    end: its "capture window" label then ends at the window's end instead of starting at its start
+    and running off the figure (cut to "captur" in the PDF)."""
+    lanes = (Lane("GPU 0", "gpu", (LaneItem(T0, "F1", "finding", "high", T0 + 1800),)),
+             Lane("container a", "container", (LaneItem(T0 + 100, "started", "container-start"),)))
+    svg = render_timeline_svg(TimelineSpec("timeline", lanes, window=(T0 + start_s, T0 + start_s + 30)))
+    width = float(ET.fromstring(svg).get("viewBox", "").split()[2])
+    text = next(el for el in ET.fromstring(svg).iter() if el.tag.endswith("text")
+                and (el.text or "").strip() == "capture window")
+    drawn = re.search(r"text-anchor: (start|end)", text.get("style", ""))
+    assert drawn is not None and drawn[1] == (anchor or drawn[1])  # from the start where it fits
+    x = float(text.get("x", ""))
+    words = 6.5 * 0.6 * len("capture window ")  # DejaVu Sans at 6.5 pt: about 0.6 em a character
+    assert (x if drawn[1] == "end" else x + words) <= width  # inside the figure, not cut off
