@@ -145,14 +145,18 @@ def _print_ring_status(ring_dir: Path | None, verify: bool, as_json: bool) -> No
 
 @click.command()
 @click.argument("ring_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--ring", "ring_option", type=click.Path(file_okay=False, path_type=Path),
+              help="The ring directory, as `record --ring` and `capture --ring` name it (or give it as RING_DIR).")
 @click.option("--verify", is_flag=True, help="Read every segment (SHA-256 of sealed ones) and list gaps and clock jumps.")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
-def ring(ring_dir: Path | None, verify: bool, as_json: bool) -> None:
-    """Show the flight recorder ring's span, size, gaps and writer (RING_DIR default:
+def ring(ring_dir: Path | None, ring_option: Path | None, verify: bool, as_json: bool) -> None:
+    """Show the flight recorder ring's span, size, gaps and writer (RING_DIR or --ring; default:
     $GPUFORENSICS_RING, then /var/lib/gpuforensics/ring).
 
     \b
     Example:
       gpuforensics ring /var/lib/gpuforensics/ring --verify
     """
-    _print_ring_status(ring_dir, verify, as_json)
+    if ring_dir is not None and ring_option is not None and ring_dir != ring_option:
+        raise click.UsageError(f"two rings named: RING_DIR {ring_dir} and --ring {ring_option}")
+    _print_ring_status(ring_dir or ring_option, verify, as_json)

@@ -307,3 +307,24 @@ def test_a_record_line_without_a_finite_time_is_not_a_record(field: str, bad: st
     assert parse_record_line(line) is None
     text = b'{"ring": 1, "run": "r"}\n' + good + b"\n" + line + b"\n"
     assert [no for no, _ in valid_prefix(text)[1]] == [1, 2]
+
+
+def test_ring_command_takes_the_ring_as_record_and_capture_name_it(tmp_path: Path) -> None:
+    """`gpuforensics ring` shows a ring given as RING_DIR or as `--ring DIR` (the option `record` and
+    `capture` take: a user who types it here was refused before); two different rings are a usage error."""
+    from click.testing import CliRunner
+
+    from forensics.cli import cli
+
+    ring = tmp_path / "ring"
+    w = RingWriter(ring).open()
+    for n in range(5):
+        w.append([_rec(n)])
+    w.close()
+    runner = CliRunner()
+    shown = [runner.invoke(cli, args) for args in (["ring", str(ring), "--json"], ["ring", "--ring", str(ring), "--json"])]
+    assert [r.exit_code for r in shown] == [0, 0], [r.output for r in shown]
+    assert shown[0].output == shown[1].output
+    assert json.loads(shown[1].output)["ring"] == str(ring)
+    both = runner.invoke(cli, ["ring", str(ring), "--ring", str(tmp_path / "other")])
+    assert both.exit_code == 2 and "two rings named" in both.output
