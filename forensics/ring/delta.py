@@ -48,6 +48,10 @@ collector wrote it. Nothing is dropped: the codec is lossless by construction (a
   for the segment, so both sides still count keys the same way); the decoder takes a whole line of
   a known key as that key's line, as it does after a changed token count.
 
+Why this module is long: it is one format, both of its sides. The encoder and the decoder must
+count keys, keep lines of other token counts (:func:`_keep_alt`, shared) and read ``=`` the same
+way, line for line; apart, the two halves of each rule would sit in two modules and could drift.
+
 Records so encoded have ``op`` ``"delta"`` in the segment; :class:`~forensics.ring.reader.RingReader`
 hands them out as the ``"append"`` records they were.
 """
