@@ -14,27 +14,43 @@ collector wrote it. Nothing is dropped: the codec is lossless by construction (a
   Keys are numbered 0, 1, ... in the order they first appear (both sides count the same way: a
   key's first line is always whole).
 - **Encoded line**: a line that does not start with ``[`` is the original line (a key frame: the
-  first line of its key, one whose token count changed, one whose delta would not be smaller, one
-  with a tab in a changed token); ``[]<TAB><line>`` is an original line that starts with ``[``;
-  otherwise ``[<key number>,<token count>]`` then, per changed token text, ``<TAB><indices,
-  comma-separated><TAB><token>``: the line before it with that key, with ``token`` put at each of
-  the indices (tokens that changed to the same text, such as the per-process ``timeStamp`` of a
-  whole GPU, share one entry). ``[<key>,<count>]=`` : the same changes as the encoded line before
+  first line of its key, one whose token count is new for its key lately, one whose delta would
+  not be smaller, one with a tab in a changed token); ``[]<TAB><line>`` is an original line that
+  starts with ``[``; otherwise ``[<key number>,<token count>]`` then, per changed token text,
+  ``<TAB><indices, comma-separated><TAB><token>``: the line before it with that key, with ``token``
+  put at each of the indices (tokens that changed to the same text, such as the per-process
+  ``timeStamp`` of a whole GPU, share one entry). When that line has another token count, the
+  base is the key's latest line of ``<token count>`` tokens kept from before (ring version 3, see
+  **Kept lines of other token counts**). ``[<key>,<count>]=`` : the same changes as the encoded line before
   it (an idle container's ``t``, ``tick`` and ``time``, the same for every cgroup of a tick). Tabs
   and plain text, not JSON: the record that holds these lines is JSON already, and JSON inside JSON
   would escape every quote twice.
+- **Kept lines of other token counts**: a line's token count wavers in steady state: an NVML
+  line holds the utilisation samples since the cursor, one a process at most ticks but two after a
+  late tick and none (``NotFound``) after an early one; a quiet cgroup's ``idle_full_s`` line holds
+  the files its other lines skip. So per key both sides keep, besides the latest line, the latest
+  line of each of up to :data:`ALT_KEPT` other token counts (:func:`_keep_alt`, called by both at
+  every line of a known key whose count is not its latest line's, whole or not, so what the
+  encoder keeps is always among what the decoder keeps), and a line whose count came lately is a
+  delta on that one instead of a whole line. A reader older than ring version 3 refuses such a
+  line (counted as not rebuilt, never rebuilt wrong: its count is not the latest line's).
 - **Decoding cost**: the decoder keeps, per key, the text between the tokens that keep changing,
   so a line is those pieces and the new tokens joined (a few dozen pieces for an NVML line of ~800
   tokens), and a run of ``=`` lines (every idle cgroup of a tick) costs a lookup and a join each.
 - **Scope**: one :class:`DeltaEncoder` / :class:`DeltaDecoder` per member per segment: every segment
   decodes alone (its first line of each key is whole), as every segment carries its own state.
-- **What the encoder keeps**: each key's previous line, for the keys seen lately only. A key not
+- **What the encoder keeps**: each key's previous line (and its kept lines of other counts), for
+  the keys seen lately only. A key not
   seen for :attr:`DeltaEncoder.horizon_s` (60 s, or 3 times the longest gap seen between two lines
   of one key, up to 600 s) is forgotten: a gone container's cgroup, on a node where containers
   come and go (at 5 a second, 3000 keys and ~9 MB of lines in a 10-minute segment otherwise). Its
   next line, if one comes, is stored whole under its old key number (the encoder keeps the numbers
   for the segment, so both sides still count keys the same way); the decoder takes a whole line of
   a known key as that key's line, as it does after a changed token count.
+
+Why this module is long: it is one format, both of its sides. The encoder and the decoder must
+count keys, keep lines of other token counts (:func:`_keep_alt`, shared) and read ``=`` the same
+way, line for line; apart, the two halves of each rule would sit in two modules and could drift.
 
 Records so encoded have ``op`` ``"delta"`` in the segment; :class:`~forensics.ring.reader.RingReader`
 hands them out as the ``"append"`` records they were.
@@ -46,6 +62,7 @@ import time
 from collections.abc import Callable
 from itertools import compress, repeat
 from operator import eq, itemgetter, ne
+from typing import TypeVar
 
 __all__ = ["DELTA_OP", "SEP", "DeltaDecoder", "DeltaEncoder", "DeltaError"]
 
@@ -57,6 +74,12 @@ _HEAD = 6  # the encoder compares a line's first tokens apart from the rest (see
 FORGET_S = 60.0  # the encoder forgets a key not seen for this long (at least: DeltaEncoder.horizon_s)
 FORGET_MAX_S = 600.0
 _HINT_MIN = 64  # a line of at least this many tokens keeps the text between its changing ones
+#: per key, the latest lines of this many other token counts are kept as bases (both sides, the same
+#: way: see DeltaEncoder), so a line whose token count goes back to one seen lately is a delta
+ALT_KEPT = 3
+
+
+V = TypeVar("V")
 
 
 class DeltaError(ValueError):
@@ -83,6 +106,9 @@ class DeltaEncoder:
         # _Hint (the tokens that changed before, and the text between them), or None
         self._prev: dict[str, tuple[list[str], int, list[str] | None, str, str, float, _Hint | None]] = {}
         self._ids: dict[str, int] = {}  # every key of the segment: its number
+        # per key seen lately: its latest line of each of up to ALT_KEPT other token counts, oldest
+        # first (_keep_alt: the decoder keeps the same, so a delta may build on one of them)
+        self._alt: dict[str, dict[int, str]] = {}
         self._gone: dict[str, float] = {}  # a forgotten key -> when its last line came
         self.forget_s = forget_s
         self._longest_gap = 0.0  # between two lines of one key: the pace of the quietest key
@@ -119,6 +145,7 @@ class DeltaEncoder:
         prev = self._prev
         for key in [k for k, p in prev.items() if p[5] < before]:
             self._gone[key] = prev.pop(key)[5]
+            self._alt.pop(key, None)
 
     def _gap(self, gap: float) -> None:
         self._longest_gap = max(self._longest_gap, gap)
@@ -157,11 +184,15 @@ class DeltaEncoder:
             self._prev[key] = (head, count, None, line, code, now, hint)
         else:
             toks = line.split(SEP)
-            if len(toks) != count:
-                n = self._ids[key]
-                self._prev[key] = (head, len(toks), toks, line, f"[{n},{len(toks)}]", now, None)
-                return self._whole(line)
-            if p_toks is None:
+            if len(toks) != count:  # the latest line of this count, if one is kept, is the base
+                base = _keep_alt(self._alt, key, count, p_line, len(toks))
+                count, hint = len(toks), None
+                code = f"[{self._ids[key]},{count}]"
+                if base is None:
+                    self._prev[key] = (head, count, toks, line, code, now, None)
+                    return self._whole(line)
+                p_toks = base.split(SEP)
+            elif p_toks is None:
                 p_toks = p_line.split(SEP)
             moved = tuple(compress(range(count), map(ne, toks, p_toks)))
             vals = tuple(map(toks.__getitem__, moved))
@@ -199,6 +230,24 @@ class DeltaEncoder:
         if len(enc) < _MIN_SAVING * len(line):
             return enc
         return self._whole(line)
+
+
+def _keep_alt(alts: dict[str, dict[int, V]], key: str, count: int, latest: V, new_count: int) -> V | None:
+    """A key's latest line (``latest``, of ``count`` tokens) gives way to one of ``new_count``:
+    the one kept of ``new_count``, taken out (None when none is), and ``latest`` kept in its place,
+    the oldest kept dropped past :data:`ALT_KEPT`. Encoder and decoder both call this at every
+    line of a known key whose token count is not its latest line's, whole or not, so what the
+    encoder keeps is always among what the decoder keeps (the same lines, the newest last; the
+    decoder may keep more: a key the encoder forgot and saw again)."""
+    kept = alts.get(key)
+    if kept is None:
+        kept = alts[key] = {}
+    base = kept.pop(new_count, None)
+    kept.pop(count, None)  # (not there: a kept count is never the latest line's)
+    kept[count] = latest
+    while len(kept) > ALT_KEPT:
+        del kept[next(iter(kept))]
+    return base
 
 
 class _Hint:
@@ -370,6 +419,8 @@ class DeltaDecoder:
     def __init__(self) -> None:
         self._state: dict[str, _Key] = {}
         self._keys: list[str] = []
+        self._known: set[str] = set()  # the keys numbered (a key's state goes after a bad line; its number stays)
+        self._alt: dict[str, dict[int, _Key]] = {}  # per key: its latest line of other token counts (_keep_alt)
         self._last: _Changes | None = None
         self._heads: dict[str, tuple[int, int]] = {}  # "[key,count" -> (key, count)
         self._same: dict[str, tuple[str, int]] = {}  # "[key,count]=" -> (key, count), once decoded
@@ -427,9 +478,14 @@ class DeltaDecoder:
 
     def _literal(self, line: str) -> str:
         key = line.split(SEP, 1)[0]
-        if key not in self._state:
+        if key not in self._known:
+            self._known.add(key)
             self._keys.append(key)
-        self._state[key] = _Key(line)
+        new = _Key(line)
+        old = self._state.get(key)
+        if old is not None and old.counted() != new.counted():
+            _keep_alt(self._alt, key, old.count, old, new.count)
+        self._state[key] = new
         self._last = None
         return line
 
@@ -475,18 +531,33 @@ class DeltaDecoder:
         except IndexError:
             raise DeltaError("an encoded line without a known [key,count] head") from None
         st = self._state.pop(key, None)  # put back only once this line is rebuilt: after a bad
-        if st is None or st.counted() != head[1]:  # line, later ones of its key are refused, never guessed
+        try:  # line, later ones of its key are refused, never guessed (its kept lines dropped too)
+            return self._rebuild(key, st, head[1], line[close + 1:], line)
+        except DeltaError:
+            self._alt.pop(key, None)
+            raise
+
+    def _rebuild(self, key: str, st: _Key | None, count: int, body: str, line: str) -> str:
+        """The line of ``key`` whose changes are ``body``, on the latest line of ``key`` (``st``)
+        or, when that has not ``count`` tokens, the one kept of ``count`` tokens."""
+        if st is None:
             raise DeltaError(f"a delta for key {key[:80]!r} without the line before it")
-        body = line[close + 1:]
+        if st.counted() != count:
+            kept = self._alt.get(key)
+            base = kept.get(count) if kept else None
+            if base is None:
+                raise DeltaError(f"a delta for key {key[:80]!r} without the line before it")
+            _keep_alt(self._alt, key, st.count, st, count)
+            st = base
         if body == _SAME:
             if self._last is None:
                 raise DeltaError("'same changes' after no change")
-            if self._last.top >= head[1]:
+            if self._last.top >= count:
                 raise DeltaError("'same changes' at an index outside the line")
             changes = self._last
-            self._same[line] = (key, head[1])
+            self._same[line] = (key, count)
         else:
-            changes = self._changes(body, head[1])
+            changes = self._changes(body, count)
         self._last = changes
         self._state[key] = st
         return st.line(changes)

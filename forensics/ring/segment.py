@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 RING_FORMAT = "gpuforensics-ring"
-RING_VERSION = 2  # 2: "delta" records (forensics.ring.delta)
+RING_VERSION = 3  # 2: "delta" records (forensics.ring.delta); 3: a delta may build on a kept line of another token count
 RECORD_KEYS = ("t", "mono", "member", "op", "data")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from forensics.ring import RingReader, RingWriter
 from forensics.ring import writer as writer_module
-from forensics.ring.delta import DeltaDecoder, DeltaEncoder
+from forensics.ring.delta import ALT_KEPT, DeltaDecoder, DeltaEncoder
 
 MEMBER = "nvml/samples.jsonl"
 T0 = float(int(time.time()) - 3600)  # inside the ring's retention
@@ -88,11 +88,13 @@ def test_changes_that_move_from_token_to_token_come_back_byte_for_byte() -> None
 
 
 class _PlainEncoder:
-    """The encoder as first written (every line split whole, compared token by token): the faster
-    DeltaEncoder must write exactly its text, so rings written before and after read the same."""
+    """The encoder as first written (every line split whole, compared token by token), with the
+    latest lines of other token counts kept per key (``ALT_KEPT`` of them, the oldest dropped): the
+    faster DeltaEncoder must write exactly its text, so rings written before and after read the same."""
 
     def __init__(self) -> None:
         self.prev: dict[str, list[str]] = {}
+        self.alt: dict[str, list[list[str]]] = {}  # per key: lines of other token counts, oldest first
         self.ids: dict[str, int] = {}
         self.last: str | None = None
 
@@ -105,8 +107,14 @@ class _PlainEncoder:
         prev = self.prev.get(key)
         self.prev[key] = toks
         if prev is None:
-            self.ids[key] = len(self.ids)
-        elif len(prev) == len(toks):
+            self.ids.setdefault(key, len(self.ids))
+        elif len(prev) != len(toks):
+            kept = self.alt.setdefault(key, [])
+            same = [k for k in kept if len(k) == len(toks)]
+            kept[:] = [k for k in kept if len(k) != len(toks)] + [prev]
+            del kept[:-ALT_KEPT]
+            prev = same[0] if same else None
+        if prev is not None and len(prev) == len(toks):
             changed: dict[str, list[int]] = {}
             for i, (a, b) in enumerate(zip(prev, toks, strict=True)):
                 if a != b:
@@ -308,3 +316,100 @@ def test_long_lines_matched_against_their_hint_encode_as_the_plain_encoder_does(
         assert dec.decode(enc) == (data, 0)
         n += enc.count("\n[")
     assert n > 600  # most lines were change-only
+
+
+def _sampled(gpu: int, tick: int, samples: int, procs: int = 64) -> str:
+    """An NVML line whose utilisation holds ``samples`` samples a process since the cursor (1 at a
+    steady tick; 0 or 2 when a tick came before or after NVML's period boundary; 20 at the first)."""
+    value: object = [{"pid": 100 + p, "smUtil": 10, "timeStamp": 1000 * (tick - s)}
+                     for s in range(samples) for p in range(procs)] if samples else {"error": "NotFound"}
+    return json.dumps({
+        "gpu_index": gpu, "kind": "device",
+        "nvml": {"nvmlDeviceGetProcessUtilization": {"lastSeenTimeStamp": 1000 * (tick - samples), "value": value}},
+        "processes": [{"pid": 100 + p, "usedGpuMemory": 1 << 28} for p in range(procs)],
+        "t": 1.7e9 + tick, "tick": tick, "time": f"2026-12-01T00:{tick // 60 % 60:02d}:{tick % 60:02d}Z"},
+        sort_keys=True)
+
+
+def _idle_cgroup(c: int, tick: int, full: bool) -> str:
+    """A quiet cgroup's line: its counters at every tick, the rest (and ``unchanged_until``) at the
+    ``idle_full_s`` line, as the cgroups collector's activity gating writes them."""
+    rest = (f', "unchanged_until": "x{tick - 1}", "memory": {{"current": 4096, "max": "max"}}, '
+            f'"pids": {{"current": 1}}' if full else "")
+    return (f'{{"cgroup": "/docker/c{c}", "t": {1.7e9 + tick}, "tick": {tick}, "time": "x{tick}", '
+            f'"cpu": {{"usage_usec": {c}}}{rest}}}')
+
+
+def test_a_line_whose_token_count_goes_back_to_one_seen_lately_is_change_only() -> None:
+    """Steady state writes only changes: an NVML line whose sample count wavers (1 a process, then 2
+    after a late tick, 0 after an early one) and a quiet cgroup whose ``idle_full_s`` line holds more
+    tokens than its other lines are whole only the first time each token count comes (the old
+    encoder wrote every line whose count differed from its key's latest line whole: ~23 kB for an
+    NVML line of 64 processes). Byte for byte back, and the plain encoder's text."""
+    samples = [20] + [1, 1, 2, 0, 1, 1, 2, 1, 0, 2, 1, 1, 1, 0, 0, 2, 2, 1] * 3
+    chunks = ["".join(_sampled(g, tick, n) + "\n" for g in range(2))
+              + "".join(_idle_cgroup(c, tick, tick % 9 == 0) + "\n" for c in range(3))
+              for tick, n in enumerate(samples)]
+    plain, enc, dec = _PlainEncoder(), DeltaEncoder(), DeltaDecoder()
+    first: set[tuple[str, int]] = set()
+    for tick, chunk in enumerate(chunks):
+        text = enc.encode(chunk, now=float(tick))
+        assert text == plain.encode(chunk), tick
+        assert dec.decode(text) == (chunk, 0), tick
+        for line, got in zip(chunk.splitlines(), text.splitlines(), strict=True):
+            shape = (line.split(", ", 1)[0], line.count(", "))
+            if shape in first:
+                assert got.startswith("["), (tick, got[:80])
+                assert len(got) < 0.1 * len(line) or not line.startswith('{"gpu'), (tick, len(got))
+            else:
+                first.add(shape)
+    assert len(first) == 2 * 4 + 3 * 2  # each NVML key: 20, 1, 2 and 0 samples; each cgroup: 2 shapes
+
+
+def test_kept_lines_of_other_token_counts_stay_the_same_on_both_sides() -> None:
+    """Token counts that come and go among more than the kept lines (the oldest dropped), a key
+    forgotten and back (the decoder then keeps lines the encoder dropped), a bad line (its key's
+    kept lines dropped, later deltas refused until a whole line), a key first seen after the bad
+    line (its number still the encoder's, not one more: the refused key's next whole line took a
+    second number before): every line the encoder writes rebuilds to its bytes or is refused,
+    never rebuilt wrong."""
+    rng = random.Random(5)
+    enc, dec = DeltaEncoder(), DeltaDecoder()
+    now, key2 = 0.0, 0
+    for tick in range(600):
+        now += 200.0 if tick == 300 else 1.0  # a minute and more without lines: every key forgotten
+        keys = [0, 1] + ([2] if tick > 450 else [])
+        chunk = "".join(", ".join([f'{{"k": {k}', *(f'"v{i}": {tick if i % 7 == 0 else i}'
+                                                    for i in range(rng.choice((40, 41, 42, 43, 44, 45))))]) + "}\n"
+                        for k in keys)
+        text = enc.encode(chunk, now=now)
+        if tick == 400:  # key 1's line torn: refused, and so is every later delta of key 1 until a whole line
+            lines = text.split("\n")
+            lines[1] = lines[1].replace("\t", "\t99999\t", 1) if lines[1].startswith("[") else lines[1]
+            text = "\n".join(lines)
+        got, bad = dec.decode(text)
+        if tick < 400:
+            assert (got, bad) == (chunk, 0), tick
+        else:
+            want = chunk.splitlines()
+            assert set(got.splitlines()) <= set(want), tick  # whatever comes back is the line written
+            assert got.startswith(want[0]), tick  # key 0 (and the new key 2) untouched
+            if tick > 451:
+                key2 += want[-1] in got.splitlines()
+    assert key2 > 50  # key 2's deltas rebuilt: it is numbered as the encoder numbers it
+
+
+def test_a_key_refused_then_whole_again_keeps_its_number() -> None:
+    """After a bad line of a key, its next whole line is its line again under the number it had: the
+    keys first seen after it keep the encoder's numbers (the decoder numbered it a second time, and
+    every later key's deltas went to the key before it)."""
+    def line(k: int, v: int, extra: str = "") -> str:
+        return f'{{"k": {k}, "v": {v}, "x": "{"a" * 200}"{extra}}}\n'
+
+    enc, dec = DeltaEncoder(), DeltaDecoder()
+    assert dec.decode(enc.encode(line(1, 0))) == (line(1, 0), 0)
+    assert dec.decode(enc.encode(line(1, 1)).replace("\t", "\t999\t", 1)) == ("", 1)  # torn: refused
+    assert dec.decode(enc.encode(line(1, 2, ', "w": 1'))) == (line(1, 2, ', "w": 1'), 0)  # whole again
+    assert dec.decode(enc.encode(line(2, 0))) == (line(2, 0), 0)
+    delta = enc.encode(line(2, 1))
+    assert delta.startswith("[1,3]") and dec.decode(delta) == (line(2, 1), 0)
