@@ -21,7 +21,7 @@ from forensics.ring.delta import DELTA_OP, DeltaDecoder
 from forensics.ring.files import ACTIVE_RE, LOCK_FILE, WRITER_FILE
 from forensics.ring.segment import RingRecord, SegmentInfo, read_index, valid_prefix
 
-__all__ = ["DecodeBudget", "ReadReport", "RingReader", "window_records"]
+__all__ = ["DecodeBudget", "ReadReport", "RingReader", "SegmentFile", "window_records"]
 
 
 @dataclass
@@ -39,6 +39,18 @@ class DecodeBudget:
 
     left: int
     passed: bool = False  # a record went past it: it and everything after were left out
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """One segment as :meth:`RingReader.segment_files` read it: its bytes, or what is wrong with it
+    (``problem``, then no bytes: a sealed one whose SHA-256 is not the index's, or that does not
+    inflate; ``gone``: listed each time the ring was listed, never there when read)."""
+
+    info: SegmentInfo
+    data: bytes
+    problem: str | None = None
+    gone: bool = False
 
 
 class RingReader:
@@ -66,41 +78,36 @@ class RingReader:
                 active.append(SegmentInfo(name=f, seq=int(m.group(1)), sealed=False))
         return sorted(entries, key=lambda s: s.seq) + sorted(active, key=lambda s: s.seq)
 
-    def _load(self, seg: SegmentInfo) -> tuple[bytes, str | None, str | None]:
-        """A segment's text, the SHA-256 that vouches for it (a sealed one's, from the index), and
-        what is wrong with it (then no text). Hashing and inflating leave the GIL, so the reader
-        loads the next segment this way while it decodes the one before."""
-        data = (self.root / seg.name).read_bytes()  # FileNotFoundError: sealed or dropped meanwhile (caller retries)
+    def _load(self, seg: SegmentInfo, inflate: bool = True) -> tuple[bytes, str | None]:
+        """A segment's bytes (a sealed one checked against the SHA-256 the index lists, and
+        inflated when ``inflate``) and what is wrong with it (then no bytes). Hashing and inflating
+        leave the GIL, so :meth:`segment_files` loads the next segment this way while the caller
+        works on the one before. FileNotFoundError: sealed or dropped meanwhile (the caller lists
+        again)."""
+        data = (self.root / seg.name).read_bytes()
         if not seg.sealed:
-            return data, None, None
+            return data, None
         digest = hashlib.sha256(data).hexdigest()
         if digest != seg.sha256:
-            return b"", None, f"{seg.name}: SHA-256 {digest} does not match the index ({seg.sha256}): segment skipped"
+            return b"", f"{seg.name}: SHA-256 {digest} does not match the index ({seg.sha256})"
+        if not inflate:
+            return data, None
         try:
-            return gzip.decompress(data), seg.sha256, None
+            return gzip.decompress(data), None
         except (OSError, EOFError, zlib.error) as exc:
-            return b"", None, f"{seg.name}: cannot decompress: {exc}: segment skipped"
+            return b"", f"{seg.name}: cannot decompress: {exc}"
 
-    def _segment_lines(self, seg: SegmentInfo, loaded: Future[tuple[bytes, str | None, str | None]] | None = None,
-                       ) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
-        data, sha, problem = loaded.result() if loaded is not None else self._load(seg)
-        if problem:
-            self.report.problems.append(problem)
-            return [], None
-        good, lines = valid_prefix(data)
-        if good < len(data) and seg.sealed:
-            self.report.problems.append(f"{seg.name}: {len(data) - good} bytes after the last whole record")
-        if not seg.sealed:
-            sha = hashlib.sha256(data[:good]).hexdigest()
-        return lines, sha
-
-    def records(self, since: float | None = None, until: float | None = None,
-                members: tuple[str, ...] = (), keep_writes: bool = False) -> Iterator[RingRecord]:
-        """Records whose wall time is in [since, until], in the order they were written
-        (which is the monotonic order of one run; runs follow each other). ``keep_writes``: also
-        the "write" records older than ``since`` in the segments read (the state then: device
-        lists, container inspects; every segment starts with a copy of it)."""
-        done: set[str] = set()
+    def segment_files(self, since: float | None = None, until: float | None = None,
+                      inflate: bool = False) -> Iterator[SegmentFile]:
+        """Each segment whose records may lie in [since, until], oldest first, once: its bytes as
+        the ring holds them, a sealed one's checked against the index's SHA-256 (and inflated when
+        ``inflate``), or what is wrong with it (:class:`SegmentFile`). The ring is read while it is
+        written: a segment listed but gone when read (the active one sealed meanwhile, a sealed one
+        dropped by the caps) has the ring listed again, up to three times; one gone each time is
+        yielded last, ``gone``. The one segment loop of the ring's readers: :meth:`records` and
+        capture's fold (forensics.collectors.ring)."""
+        done: set[str] = set()  # stems: a segment sealed meanwhile is the one already read
+        gone: dict[str, SegmentInfo] = {}
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring-load") as pool:
             for _attempt in range(3):
                 todo = []
@@ -114,23 +121,62 @@ class RingReader:
                         continue
                     todo.append(seg)
                 retry = False
-                loads: list[Future[Any] | None] = [pool.submit(self._load, todo[0])] if todo else []
+                loads: list[Future[tuple[bytes, str | None]] | None] = (
+                    [pool.submit(self._load, todo[0], inflate)] if todo else [])
                 for k, seg in enumerate(todo):
                     if k + 1 < len(todo):
-                        loads.append(pool.submit(self._load, todo[k + 1]))
-                    # the future is dropped once read: it holds the whole inflated segment, and
-                    # a fold of a long window must hold one segment at a time, not all of them
+                        loads.append(pool.submit(self._load, todo[k + 1], inflate))
+                    # the future is dropped once read: it holds the whole segment, and a fold of
+                    # a long window must hold one segment at a time (and the next), not all of them
                     loaded, loads[k] = loads[k], None
+                    assert loaded is not None
                     try:
-                        lines, sha = self._segment_lines(seg, loaded)
+                        data, problem = loaded.result()
                     except FileNotFoundError:
                         retry = True
+                        gone[seg.name] = seg
                         continue
+                    except OSError as exc:
+                        raise RingError(f"cannot read {self.root / seg.name}: {exc.strerror or exc}") from None
                     done.add(seg.name.removesuffix(".gz"))
-                    if lines:
-                        yield from self._segment_records(seg, lines, sha, since, until, members, keep_writes)
+                    yield SegmentFile(seg, data, problem)
                 if not retry:
-                    return
+                    break
+        for name, seg in sorted(gone.items()):
+            if name.removesuffix(".gz") not in done:
+                yield SegmentFile(seg, b"", f"{name}: listed but gone each time it was read (removed meanwhile)",
+                                  gone=True)
+
+    def _segment_lines(self, seg: SegmentInfo) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+        """One segment's parsed lines and the SHA-256 that vouches for them, read now (the kernel
+        sampler's resume point, forensics.record.recorder)."""
+        data, problem = self._load(seg)
+        return self._parse(SegmentFile(seg, data, problem))
+
+    def _parse(self, got: SegmentFile) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+        seg = got.info
+        if got.problem:
+            self.report.problems.append(f"{got.problem}: segment skipped")
+            return [], None
+        data = got.data
+        good, lines = valid_prefix(data)
+        if good < len(data) and seg.sealed:
+            self.report.problems.append(f"{seg.name}: {len(data) - good} bytes after the last whole record")
+        sha = seg.sha256 if seg.sealed else hashlib.sha256(data[:good]).hexdigest()
+        return lines, sha
+
+    def records(self, since: float | None = None, until: float | None = None,
+                members: tuple[str, ...] = (), keep_writes: bool = False) -> Iterator[RingRecord]:
+        """Records whose wall time is in [since, until], in the order they were written
+        (which is the monotonic order of one run; runs follow each other). ``keep_writes``: also
+        the "write" records older than ``since`` in the segments read (the state then: device
+        lists, container inspects; every segment starts with a copy of it)."""
+        for got in self.segment_files(since, until, inflate=True):
+            if got.gone:
+                continue  # removed by the caps while being read: as if it were never listed
+            lines, sha = self._parse(got)
+            if lines:
+                yield from self._segment_records(got.info, lines, sha, since, until, members, keep_writes)
 
     def _segment_records(self, seg: SegmentInfo, lines: list[tuple[int, dict[str, Any]]], sha: str | None,
                          since: float | None, until: float | None, members: tuple[str, ...],

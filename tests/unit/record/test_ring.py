@@ -307,3 +307,72 @@ def test_a_record_line_without_a_finite_time_is_not_a_record(field: str, bad: st
     assert parse_record_line(line) is None
     text = b'{"ring": 1, "run": "r"}\n' + good + b"\n" + line + b"\n"
     assert [no for no, _ in valid_prefix(text)[1]] == [1, 2]
+
+
+def _fold_ctx(ring: Path, staging: Path, since: float) -> object:
+    from datetime import UTC, datetime
+
+    from forensics.bundle.redact import Redactor
+    from forensics.bundle.sink import EvidenceSink
+    from forensics.capture.context import CaptureOptions, CollectContext
+
+    staging.mkdir()
+    return CollectContext(CaptureOptions(since=datetime.fromtimestamp(since, UTC),
+                                         capture_start=datetime.fromtimestamp(time.time(), UTC),
+                                         extra={"ring.dir": str(ring)}),
+                          EvidenceSink(staging, max_bytes=64 << 20), Redactor(True), {})
+
+
+def test_segment_files_is_the_one_segment_loop_of_the_reader_and_the_fold(tmp_path: Path) -> None:
+    """The ring read while it is written: the active segment sealed between the listing and the
+    read is read once (sealed), a segment listed but never there is named last, a tampered one is
+    a problem; the reader's records and capture's fold take their segments from this one loop."""
+    from forensics.collectors.ring import RingFold
+    from forensics.ring.segment import SegmentInfo
+
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, segment_bytes=1024).open()
+    t0 = time.time() - 100
+    for n in range(30):
+        w.append([_rec(n, t0 + n)])
+    sealed = sorted(ring.glob("seg-*.jsonl.gz"))
+    victim = sealed[0]
+    victim.write_bytes(gzip.compress(gzip.decompress(victim.read_bytes()).replace(b'"n": 0', b'"n": 7')))
+
+    class Racing(RingReader):
+        """Lists the ring, then the writer seals its active segment before anything is read; the
+        index also lists a segment whose file is gone (dropped by the caps)."""
+
+        listed = 0
+
+        def segments(self) -> list[SegmentInfo]:
+            segs = super().segments()
+            if self.listed == 0:
+                w.rotate()
+            self.listed += 1
+            return [*segs, SegmentInfo(name="seg-0000009999.jsonl.gz", seq=9999, sealed=True, sha256="0" * 64)]
+
+    got = list(Racing(ring).segment_files())
+    names = [g.info.name for g in got]
+    assert len(names) == len({n.removesuffix(".gz") for n in names})  # each segment once
+    assert got[-1].gone and got[-1].info.name == "seg-0000009999.jsonl.gz" and "gone each time" in str(got[-1].problem)
+    (bad,) = [g for g in got if g.problem and not g.gone]
+    assert bad.info.name == victim.name and "does not match the index" in str(bad.problem) and bad.data == b""
+    for g in got[:-1]:
+        if g is not bad:  # raw bytes: a sealed segment's file as the ring holds it (not inflated)
+            assert g.problem is None and g.data == (ring / g.info.name).read_bytes()
+    assert all(g.info.sealed for g in got)  # the active one was read as sealed, after the retry
+
+    reader = Racing(ring)
+    ns = [json.loads(r.data)["n"] for r in reader.records()]
+    assert ns == sorted(set(ns)) and ns[-1] == 29 and 0 not in ns
+    assert reader.report.problems == [f"{bad.problem}: segment skipped"]  # the gone one: as if never listed
+
+    copied: list[dict[str, object]] = []
+    problems: list[str] = []
+    ctx = _fold_ctx(ring, tmp_path / "staging", t0 - 1)
+    assert RingFold._copy(ctx, Racing(ring), t0 - 1, time.time(), copied, problems) is None  # type: ignore[arg-type]
+    assert [c["segment"] for c in copied] == [g.info.name for g in got if g.problem is None]
+    assert problems == [f"{bad.problem}: segment left out",
+                        "seg-0000009999.jsonl.gz: listed but gone each time it was read (removed meanwhile): left out"]
+    w.close()
