@@ -15,7 +15,8 @@ the rebuilt member (``ring/...``) and line, and says which segment record it was
 
 A segment is untrusted input: its hash is checked against the provenance (a mismatch leaves it out,
 named), its inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line
-is a problem in the report. Bundles of earlier versions hold the ``ring/`` members whole: they are
+is a problem in the report (a whole line that is not a record is skipped and named, the records
+after it read). Bundles of earlier versions hold the ``ring/`` members whole: they are
 read as they are.
 """
 
@@ -141,10 +142,10 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             out.problems.append(f"{name}: {member}: {exc}: its records are left out")
             continue
         inflate_left -= len(text)
-        good, lines = valid_prefix(text)
+        good, lines, skipped = valid_prefix(text)
         if good < len(text):
-            out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line {len(lines)} are not whole "
-                                "ring records: left out")
+            out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line "
+                                f"{len(lines) + len(skipped)} are not whole ring records: left out")
         del text
         if not lines:
             out.problems.append(f"{name}: {member}: not a ring segment (no header line): left out")
@@ -154,7 +155,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         run = str(lines[0][1].get("run", ""))
         capped = False
         decode.left = min(decode.left, limits.max_total_bytes - total)
-        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode):
+        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode, skipped):
             total += len(rec.data)
             if total > limits.max_total_bytes:
                 problems.append(f"the ring members rebuilt from the segments pass the reader's cap "

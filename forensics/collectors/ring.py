@@ -126,7 +126,7 @@ class RingFold:
             if seg.sealed:
                 sha = seg.sha256 or ""
             else:
-                good, lines = valid_prefix(data)
+                good, lines, _ = valid_prefix(data)  # a whole line that is not a record is carried too
                 data = data[:good]
                 if len(lines) <= 1:
                     continue  # a header alone: no records

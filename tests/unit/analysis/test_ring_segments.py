@@ -287,14 +287,17 @@ def test_a_failing_rebuild_is_a_limitation_and_the_live_members_are_analysed(
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_a_record_without_a_finite_time_is_not_in_the_window(bad: float) -> None:
-    """NaN passes every comparison (and so any window), Infinity is no time: both are bad lines."""
+    """NaN passes every comparison (and so any window), Infinity is no time: both are bad lines,
+    each named and left out (the records after them would be read)."""
     seg = _segment([{"t": 100.0, "mono": 1.0, "member": "a.jsonl", "op": "append", "data": "in\n"},
                     {"t": bad, "mono": 2.0, "member": "a.jsonl", "op": "append", "data": "BAD-T\n"},
                     {"t": 101.0, "mono": bad, "member": "a.jsonl", "op": "append", "data": "BAD-MONO\n"}])
     prov = {"window": {"t_since": 50, "t_until": 200}, "segments": []}
     rebuilt = _rebuild({"ring/provenance.json": json.dumps(prov).encode(), "ring/segments/seg-1.jsonl": seg})
     assert rebuilt.members["a.jsonl"] == b"in\n"
-    assert any("bytes after line 2 are not whole ring records" in p for p in rebuilt.problems), rebuilt.problems
+    for line in (3, 4):
+        assert any(f"seg-1.jsonl line {line}: not a ring record (its time is not a finite number" in p
+                   for p in rebuilt.problems), rebuilt.problems
 
 
 def test_the_text_of_all_segments_together_is_capped() -> None:
@@ -335,3 +338,16 @@ def test_a_segment_the_provenance_does_not_list_is_caught_and_left_out(
     assert "host/injected.jsonl" not in rebuilt.members and added not in rebuilt.segments
     assert any(f"{added} is not one of the segments ring/provenance.json lists" in p for p in rebuilt.problems)
     assert rebuilt.members.get("nvml/samples.jsonl")
+
+
+def test_a_line_that_is_not_a_record_costs_the_view_only_itself() -> None:
+    """A bundle's segment with a record at t=NaN in its middle: named, and the records after it are
+    in the rebuilt members, the evidence lines naming their true segment lines."""
+    seg = _segment([{"t": 1.0, "mono": 1.0, "member": "host/a.jsonl", "op": "append", "data": "one\n"},
+                    {"t": float("nan"), "mono": 2.0, "member": "host/a.jsonl", "op": "append", "data": "nan\n"},
+                    {"t": 3.0, "mono": 3.0, "member": "host/a.jsonl", "op": "append", "data": "three\n"}], sealed=True)
+    rebuilt = _rebuild({"ring/segments/seg-1.jsonl.gz": seg})
+    assert rebuilt.members["host/a.jsonl"] == b"one\nthree\n"
+    assert rebuilt.origin("host/a.jsonl", 2) == ("ring/segments/seg-1.jsonl.gz", 4)
+    assert rebuilt.problems[1:] == ["b.tgz: ring/segments/seg-1.jsonl.gz line 3: not a ring record (its time is not a "
+                                "finite number (t nan, mono 2.0)): left out; the records after it are read"]
