@@ -27,7 +27,7 @@ from forensics.analysis.rules import RULES
 from forensics.analysis.source import Source
 from forensics.analysis.thresholds import AnalysisConfig, load_config
 from forensics.bundle.reader import ReadLimits, open_bundle
-from forensics.bundle.verify import check_integrity
+from forensics.bundle.verify import check_bundle
 
 __all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "mark_before_capture", "mark_history",
            "parse_window", "run_rules"]
@@ -62,12 +62,20 @@ def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | No
                         "(identical SHA-256); analysed once")
             continue
         seen_files[bundle.file_sha256] = path.name
-        problems = check_integrity(bundle)
+        checked = check_bundle(bundle)
+        problems = checked.problems
         if problems:
-            model.limit(f"INTEGRITY CHECK FAILED: {path.name}: {len(problems)} member(s) do not match "
-                        f"the manifest ({'; '.join(problems[:3])}): the evidence was altered or "
-                        "damaged after capture; run `gpuforensics verify` and treat the findings as untrusted")
+            # the ring segments' facts are stated here, each with what the ring view does about it
+            # (which then says nothing of them): all of them, past the first three problems too
+            stated = {f.problem: f.stated() for f in checked.segments}
+            shown = problems[:3] + [p for p in stated if p not in problems[:3]]
+            model.limit(f"INTEGRITY CHECK FAILED: {path.name}: {len(problems)} problem(s) "
+                        f"({'; '.join(stated.get(p, p) for p in shown)}"
+                        f"{f'; and {len(problems) - len(shown)} more' if len(problems) > len(shown) else ''}): "
+                        "the evidence was altered or damaged after capture; run `gpuforensics verify` and treat "
+                        "the findings as untrusted")
         src = Source(bundle, path.name, bundle.members.keys())
+        src.integrity = checked
         hashes = {m: bundle.sha256(m) for m in sorted(bundle.members)}
         node = load_manifest(src, model, path, bundle.file_sha256, hashes)
         model.bundles[-1]["integrity"] = {"ok": not problems, "problems": problems[:20]}

@@ -13,9 +13,11 @@ ring samples and capture samples land in the model as one series; every evidence
 the rebuilt member (``ring/...``) and line, and says which segment record it was rebuilt from
 (``derived_from``: the segment member and its line).
 
-A segment is untrusted input: its hash is checked against the provenance (a mismatch leaves it out,
-named), its inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line
-is a problem in the report. Bundles of earlier versions hold the ``ring/`` members whole: they are
+A segment is untrusted input: its hash is checked against the provenance by the bundle's one check
+(forensics.bundle.verify.segment_faults: a mismatch, or a segment the provenance does not list,
+leaves it out; analyze's integrity limitation states the fact, so the view does not again), its inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line
+is a problem in the report (a whole line that is not a record is skipped and named, the records
+after it read). Bundles of earlier versions hold the ``ring/`` members whole: they are
 read as they are.
 """
 
@@ -30,6 +32,7 @@ from forensics.analysis.findings import Evidence, EvidenceRef
 from forensics.analysis.source import Source
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.reader import ReadLimits
+from forensics.bundle.verify import segment_faults
 from forensics.errors import RingError
 from forensics.ring.reader import DecodeBudget, window_records
 from forensics.ring.segment import SegmentTooLarge, segment_text, valid_prefix
@@ -91,14 +94,9 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     listed = _listed(prov)
     since, until = _window(prov)
     name = src.name
-    if prov is None:
-        out.problems.append(f"{name}: {PROVENANCE} is missing or unreadable: the ring segments are read "
-                            "without their window (every record, unclipped) and without their hashes")
     present = sorted(m for m in src.members if m.startswith(SEGMENTS))
+    left_out = _check(src, present, out)
     order = [m for m in listed if m in src.members] + [m for m in present if m not in listed]
-    for m in listed:
-        if m not in src.members:
-            out.problems.append(f"{name}: {m} is listed in {PROVENANCE} but not in the bundle: its records are missing")
     chunks: dict[str, bytearray] = {}  # grown in place: a member of hundreds of MB is never joined (copied) again
     lines_so_far: dict[str, int] = {}
     latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
@@ -106,25 +104,13 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     decode = DecodeBudget(limits.max_total_bytes)  # what change-only lines rebuild, in all segments
     inflate_left = 2 * limits.max_total_bytes  # the text of all segments (records outside the window too)
     for member in order:
-        entry = listed.get(member)
         seg = member.rsplit("/", 1)[-1]
-        if entry is None and listed:
-            out.problems.append(f"{name}: {member} is not one of the segments {PROVENANCE} lists (capture did "
-                                "not copy it): its records are left out")
+        if member in left_out:
             continue
         try:
             data = src.bundle.read_bytes(member)
         except Exception as exc:  # the reader's BundleError: noted, the rest goes on
             out.problems.append(f"{name}: cannot read {member}: {exc}")
-            continue
-        if entry is None:
-            if prov is not None:
-                out.problems.append(f"{name}: {member} is not listed in {PROVENANCE}: its SHA-256 is not checked "
-                                    "against the ring index")
-        elif (digest := hashlib.sha256(data).hexdigest()) != entry.get("sha256"):
-            out.problems.append(f"{name}: {member}: SHA-256 {digest} does not match the "
-                                f"ring's ({entry.get('sha256')}, {PROVENANCE}): the segment was altered after "
-                                "capture; its records are left out")
             continue
         cap = min(limits.max_member_bytes, inflate_left)
         try:  # one segment's text at a time, at most a member's size (the rebuilt bytes are capped below)
@@ -141,10 +127,10 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             out.problems.append(f"{name}: {member}: {exc}: its records are left out")
             continue
         inflate_left -= len(text)
-        good, lines = valid_prefix(text)
+        good, lines, skipped = valid_prefix(text)
         if good < len(text):
-            out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line {len(lines)} are not whole "
-                                "ring records: left out")
+            out.problems.append(f"{name}: {member}: {len(text) - good} bytes after line "
+                                f"{len(lines) + len(skipped)} are not whole ring records: left out")
         del text
         if not lines:
             out.problems.append(f"{name}: {member}: not a ring segment (no header line): left out")
@@ -154,7 +140,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         run = str(lines[0][1].get("run", ""))
         capped = False
         decode.left = min(decode.left, limits.max_total_bytes - total)
-        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode):
+        for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode, skipped):
             total += len(rec.data)
             if total > limits.max_total_bytes:
                 problems.append(f"the ring members rebuilt from the segments pass the reader's cap "
@@ -185,6 +171,36 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         out.members[m] = data
         out.origins[m] = ([1], [origin])
     return out
+
+
+def _check(src: Source, present: list[str], out: RebuiltRing) -> set[str]:
+    """The segments left out, by the one check of segments against their provenance
+    (forensics.bundle.verify.segment_faults): the bundle's integrity check's, when it ran (then its
+    limitation states each fact and what is done about it, and the view does not state it again),
+    else made here and stated here."""
+    checked = src.integrity
+    if checked is not None:
+        faults = checked.segments
+        stated = set(checked.problems)
+    else:
+        found: dict[str, tuple[str, int]] = {}
+        for m in present:
+            try:
+                data = src.bundle.read_bytes(m)
+            except Exception:  # noqa: BLE001 - named when the segments are read
+                continue
+            found[m] = (hashlib.sha256(data).hexdigest(), len(data))
+        try:
+            prov: bytes | None = src.bundle.read_bytes(PROVENANCE) if PROVENANCE in src.members else None
+        except Exception:  # noqa: BLE001 - unreadable: as missing, and said to be
+            prov = None
+        faults = [f for f in segment_faults(prov, found) if f.member == "" or f.member in found
+                  or f.member not in present]  # an unreadable segment is named when it is read
+        stated = set()
+    for f in faults:
+        if f.problem not in stated:
+            out.problems.append(f"{src.name}: {f.stated()}")
+    return {f.member for f in faults if f.left_out}
 
 
 class _PrefixBundle:

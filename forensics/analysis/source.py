@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from forensics.analysis.excerpt import JsonText, cut, quote
 from forensics.analysis.findings import Evidence, EvidenceRef, shorten
+from forensics.bundle.verify import Integrity
 
 __all__ = ["BundleLike", "Source", "json_pointer", "loads", "resolve_pointer"]
 
@@ -67,6 +68,9 @@ class Source:
         self.name = name
         self.members: frozenset[str] = frozenset(members)
         self.problems: list[str] = []
+        #: the bundle's integrity check, when it was run (analyze): what it states (the ring
+        #: segments' faults, forensics.bundle.verify.segment_faults) a reader does not state again
+        self.integrity: Integrity | None = None
         self._json_cache: dict[str, Any] = {}
         self._text_cache: dict[str, list[str] | None] = {}
         self._json_texts: dict[str, JsonText | None] = {}

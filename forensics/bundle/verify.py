@@ -4,7 +4,9 @@ ring index's, written by the recorder when it sealed the segment).
 
 :func:`verify_bundle` streams the bundle (each member hashed in chunks, nothing held but the
 manifest), so verifying a 1 GiB bundle, or sixteen at once as ``cluster capture`` does, costs a
-few MiB; :func:`check_integrity` checks a bundle already read into memory (``analyze``).
+few MiB; :func:`check_integrity` checks a bundle already read into memory (``analyze``). The ring
+segments' check against their provenance is one function, :func:`segment_faults`, whose facts the
+analysis states once (its integrity limitation), with what its ring view does about each.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tarfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,8 @@ from forensics.bundle.reader import (
 )
 from forensics.errors import BundleIntegrityError
 
-__all__ = ["VerifyResult", "check_integrity", "verify_bundle"]
+__all__ = ["Integrity", "SegmentFault", "VerifyResult", "check_bundle", "check_integrity", "segment_faults",
+           "verify_bundle"]
 
 _CHUNK = 256 << 10  # per member read: sixteen verifications at once stay within a few MiB
 _PROVENANCE_CAP = 16 << 20  # ring/provenance.json is kept to check the segments (a few KiB; past this, invalid)
@@ -69,18 +73,49 @@ def _problems(manifest: dict[str, Any], found: dict[str, tuple[str, int]]) -> li
 RING_SEGMENTS = RING_PROVENANCE.rsplit("/", 1)[0] + "/segments/"  # forensics.specs.ring.SEGMENTS
 
 
-def _segment_problems(provenance: bytes | None, found: dict[str, tuple[str, int]]) -> list[str]:
-    """The ring segments ``ring/provenance.json`` lists against ``found``: each one's SHA-256 is the
-    ring index's (sealed) or the one computed when capture copied it (the active segment); when it
-    lists any, every segment member in the bundle is one of them."""
+@dataclass(frozen=True)
+class SegmentFault:
+    """One fact about the flight recorder's segments a bundle carries, against the SHA-256 its
+    ``ring/provenance.json`` lists: ``problem`` as verify and analyze's integrity check report it,
+    ``effect`` what the analysis' ring view does about it (``left_out``: the segment's records are
+    not read). ``member``: the segment member ("" when the fact is about all of them). The one
+    check of segments against their provenance: verify, analyze's integrity check and the ring
+    view (forensics.analysis.ring_view) all take it from :func:`segment_faults`."""
+
+    member: str
+    problem: str
+    effect: str
+    left_out: bool = True
+
+    def stated(self) -> str:
+        """The fact and its effect, as the analysis states it (once)."""
+        return f"{self.problem}: {self.effect}"
+
+
+def segment_faults(provenance: bytes | None, found: Mapping[str, tuple[str, int]]) -> list[SegmentFault]:
+    """The ring segments in ``found`` (member -> (SHA-256, size)) against ``provenance`` (the bytes
+    of ``ring/provenance.json``, None when the bundle has none). Each segment listed there must be
+    in the bundle with the SHA-256 it lists (the ring index's for a sealed one, the one computed
+    when capture copied it for the active one); every segment member in the bundle must be listed
+    there: capture lists every segment it copies (an empty list: it copied none), so one not listed
+    cannot be checked and is left out, as one that does not match. Without a readable provenance,
+    no segment can be checked: they are read unverified (and unclipped), and said to be."""
+    segments_found = sorted(m for m in found if m.startswith(RING_SEGMENTS))
     if provenance is None:
-        return []
+        if not segments_found:
+            return []
+        return [SegmentFault("", f"{len(segments_found)} ring segment(s) without {RING_PROVENANCE} (such as "
+                                 f"{segments_found[0]}): their SHA-256 cannot be checked",
+                             "their records are read unverified, and without the capture window (unclipped)",
+                             left_out=False)]
     try:
         prov = json.loads(provenance)
     except (ValueError, RecursionError):
-        return [f"{RING_PROVENANCE} is not valid JSON: the ring segments cannot be checked"]
+        return [SegmentFault("", f"{RING_PROVENANCE} is not valid JSON: the ring segments cannot be checked",
+                             "their records are read unverified, and without the capture window (unclipped)",
+                             left_out=False)]
     segments = prov.get("segments") if isinstance(prov, dict) else None
-    problems: list[str] = []
+    faults: list[SegmentFault] = []
     listed: set[str] = set()
     for entry in segments if isinstance(segments, list) else []:
         if not isinstance(entry, dict) or not isinstance(entry.get("member"), str):
@@ -89,21 +124,39 @@ def _segment_problems(provenance: bytes | None, found: dict[str, tuple[str, int]
         listed.add(member)
         got = found.get(member)
         if got is None:
-            problems.append(f"ring segment missing: {member} (listed in {RING_PROVENANCE})")
+            faults.append(SegmentFault(member, f"ring segment missing: {member} (listed in {RING_PROVENANCE})",
+                                       "its records are missing"))
         elif got[0] != entry.get("sha256"):
-            problems.append(f"ring segment hash mismatch: {member} (not the SHA-256 {RING_PROVENANCE} lists"
-                            f"{', the ring index' if entry.get('sealed') else ''}'s)")
-    if listed:  # a segment capture did not copy: the analysis leaves it out
-        problems += [f"ring segment not listed in {RING_PROVENANCE}: {m}"
-                     for m in sorted(m for m in found if m.startswith(RING_SEGMENTS) and m not in listed)]
-    return problems
+            faults.append(SegmentFault(
+                member, f"ring segment hash mismatch: {member} (SHA-256 {got[0]}, not the {entry.get('sha256')} "
+                        f"{RING_PROVENANCE} lists{', the ring index' + chr(39) + 's' if entry.get('sealed') else ''})",
+                "the segment was altered after capture; its records are left out"))
+    faults += [SegmentFault(m, f"ring segment not listed in {RING_PROVENANCE}: {m}",
+                            "capture did not copy it (its SHA-256 cannot be checked); its records are left out")
+               for m in segments_found if m not in listed]
+    return faults
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """What :func:`check_bundle` found: every problem, and the ring segment facts among them."""
+
+    problems: list[str]
+    segments: list[SegmentFault]
+
+
+def check_bundle(bundle: Bundle) -> Integrity:
+    """Hash or size mismatches, members missing or not in the manifest, and ring segments that are
+    not what their provenance lists (:func:`segment_faults`)."""
+    found = {name: (hashlib.sha256(data).hexdigest(), len(data)) for name, data in bundle.members.items()}
+    segments = segment_faults(bundle.members.get(RING_PROVENANCE), found)
+    return Integrity(_problems(bundle.manifest, found) + [f.problem for f in segments], segments)
 
 
 def check_integrity(bundle: Bundle) -> list[str]:
     """Problems found: hash or size mismatches, members missing or not in the manifest, ring
     segments that are not what their provenance lists."""
-    found = {name: (hashlib.sha256(data).hexdigest(), len(data)) for name, data in bundle.members.items()}
-    return _problems(bundle.manifest, found) + _segment_problems(bundle.members.get(RING_PROVENANCE), found)
+    return check_bundle(bundle).problems
 
 
 def verify_bundle(path: Path | str, limits: ReadLimits | None = None) -> VerifyResult:
@@ -133,8 +186,7 @@ def verify_bundle(path: Path | str, limits: ReadLimits | None = None) -> VerifyR
     top, file_sha256 = scan_bundle(path, limits, take)
     manifest = parse_manifest(path.name, bytes(manifest_bytes))
     problems = _problems(manifest, found)
-    if RING_PROVENANCE in found:
-        problems += _segment_problems(bytes(provenance), found)
+    problems += [f.problem for f in segment_faults(bytes(provenance) if RING_PROVENANCE in found else None, found)]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise BundleIntegrityError(f"{path.name}: integrity check failed: {shown}", problems)

@@ -31,7 +31,6 @@ No ring: ``unavailable`` with one note ("no flight recorder ring at DIR").
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
@@ -86,7 +85,7 @@ class RingFold:
         problems: list[str] = []
         cut: dict[str, Any] | None = None
         try:
-            cut = self._copy(ctx, root, reader, since, until, copied, problems)
+            cut = self._copy(ctx, reader, since, until, copied, problems)
         except RingError as exc:
             if not copied:
                 raise SourceUnavailable(str(exc)) from None
@@ -113,64 +112,40 @@ class RingFold:
                      f"{iso_from_unix(since)} .. {iso_from_unix(until)}")
 
     @staticmethod
-    def _copy(ctx: CollectContext, root: Path, reader: RingReader, since: float, until: float,
+    def _copy(ctx: CollectContext, reader: RingReader, since: float, until: float,
               copied: list[dict[str, Any]], problems: list[str]) -> dict[str, Any] | None:
         """Copy the window's segments, oldest first; the cut (cap) when the sink's cap stopped it."""
         # the sink's cap (a collector's members in all): segments stop short of it, keeping room
         # for provenance.json, and the fold says from when records are left out
         room = ctx.sink.max_bytes - ctx.sink.bytes_written - _RESERVE_BYTES
-        done: set[str] = set()
-        gone: set[str] = set()
-        for _attempt in range(3):
-            retry = False
-            for seg in reader.segments():
-                stem = seg.name.removesuffix(".gz")
-                if stem in done:
-                    continue
-                if seg.sealed and ((seg.max_t is not None and seg.max_t < since)
-                                   or (seg.min_t is not None and seg.min_t > until)):
-                    done.add(stem)
-                    continue
-                try:  # a sealed segment dropped by retention, or the active one sealed meanwhile: listed again
-                    data = (root / seg.name).read_bytes()
-                except FileNotFoundError:
-                    retry = True
-                    gone.add(seg.name)
-                    continue
-                except OSError as exc:
-                    raise RingError(f"cannot read {root / seg.name}: {exc.strerror or exc}") from None
-                done.add(stem)
-                if seg.sealed:
-                    sha = hashlib.sha256(data).hexdigest()
-                    if sha != seg.sha256:
-                        problems.append(f"{seg.name}: SHA-256 {sha} does not match the index ({seg.sha256}): "
-                                        "segment left out")
-                        continue
-                else:
-                    good, lines = valid_prefix(data)
-                    data = data[:good]
-                    if len(lines) <= 1:
-                        continue  # a header alone: no records
-                    seg = info_from_lines(seg.name, seg.seq, lines)
-                    sha = hashlib.sha256(data).hexdigest()
-                if len(data) > room:
-                    t = seg.min_t if seg.min_t is not None else since
-                    ctx.partial(f"the evidence size cap ({format_bytes(ctx.sink.max_bytes, '?')}) is reached: ring "
-                                f"segments from {seg.name} ({iso_from_unix(t)}) on are left out "
-                                "(a shorter --since folds them)")
-                    return {"at": iso_from_unix(t), "t": t, "segment": seg.name, "cap_bytes": ctx.sink.max_bytes}
-                member = SEGMENTS + seg.name
-                ctx.sink.write_bytes(member, data)
-                room -= len(data)
-                copied.append(_entry(seg, member, data, sha))
-                if ctx.remaining() < 3.0:
-                    ctx.partial(f"deadline near: the ring was copied only up to {seg.name} "
-                                f"({_iso(seg.max_t)})")
-                    return None
-            if not retry:
+        for got in reader.segment_files(since, until):  # sealed ones checked against the index
+            seg, data = got.info, got.data
+            if got.problem:
+                problems.append(f"{got.problem}: {'left out' if got.gone else 'segment left out'}")
+                continue
+            if seg.sealed:
+                sha = seg.sha256 or ""
+            else:
+                good, lines, _ = valid_prefix(data)  # a whole line that is not a record is carried too
+                data = data[:good]
+                if len(lines) <= 1:
+                    continue  # a header alone: no records
+                seg = info_from_lines(seg.name, seg.seq, lines)
+                sha = hashlib.sha256(data).hexdigest()
+            if len(data) > room:
+                t = seg.min_t if seg.min_t is not None else since
+                ctx.partial(f"the evidence size cap ({format_bytes(ctx.sink.max_bytes, '?')}) is reached: ring "
+                            f"segments from {seg.name} ({iso_from_unix(t)}) on are left out "
+                            "(a shorter --since folds them)")
+                return {"at": iso_from_unix(t), "t": t, "segment": seg.name, "cap_bytes": ctx.sink.max_bytes}
+            member = SEGMENTS + seg.name
+            ctx.sink.write_bytes(member, data)
+            room -= len(data)
+            copied.append(_entry(seg, member, data, sha))
+            if ctx.remaining() < 3.0:
+                ctx.partial(f"deadline near: the ring was copied only up to {seg.name} "
+                            f"({_iso(seg.max_t)})")
                 return None
-        problems.extend(f"{name}: listed but gone each time it was read (removed meanwhile): left out"
-                        for name in sorted(gone) if name.removesuffix(".gz") not in done)
         return None
 
 

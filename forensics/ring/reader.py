@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +19,9 @@ from typing import Any
 from forensics.errors import RingError
 from forensics.ring.delta import DELTA_OP, DeltaDecoder
 from forensics.ring.files import ACTIVE_RE, LOCK_FILE, WRITER_FILE
-from forensics.ring.segment import RingRecord, SegmentInfo, read_index, valid_prefix
+from forensics.ring.segment import RingRecord, SegmentInfo, SkippedLine, read_index, valid_prefix
 
-__all__ = ["DecodeBudget", "ReadReport", "RingReader", "window_records"]
+__all__ = ["DecodeBudget", "ReadReport", "RingReader", "SegmentFile", "window_records"]
 
 
 @dataclass
@@ -39,6 +39,18 @@ class DecodeBudget:
 
     left: int
     passed: bool = False  # a record went past it: it and everything after were left out
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """One segment as :meth:`RingReader.segment_files` read it: its bytes, or what is wrong with it
+    (``problem``, then no bytes: a sealed one whose SHA-256 is not the index's, or that does not
+    inflate; ``gone``: listed each time the ring was listed, never there when read)."""
+
+    info: SegmentInfo
+    data: bytes
+    problem: str | None = None
+    gone: bool = False
 
 
 class RingReader:
@@ -66,41 +78,36 @@ class RingReader:
                 active.append(SegmentInfo(name=f, seq=int(m.group(1)), sealed=False))
         return sorted(entries, key=lambda s: s.seq) + sorted(active, key=lambda s: s.seq)
 
-    def _load(self, seg: SegmentInfo) -> tuple[bytes, str | None, str | None]:
-        """A segment's text, the SHA-256 that vouches for it (a sealed one's, from the index), and
-        what is wrong with it (then no text). Hashing and inflating leave the GIL, so the reader
-        loads the next segment this way while it decodes the one before."""
-        data = (self.root / seg.name).read_bytes()  # FileNotFoundError: sealed or dropped meanwhile (caller retries)
+    def _load(self, seg: SegmentInfo, inflate: bool = True) -> tuple[bytes, str | None]:
+        """A segment's bytes (a sealed one checked against the SHA-256 the index lists, and
+        inflated when ``inflate``) and what is wrong with it (then no bytes). Hashing and inflating
+        leave the GIL, so :meth:`segment_files` loads the next segment this way while the caller
+        works on the one before. FileNotFoundError: sealed or dropped meanwhile (the caller lists
+        again)."""
+        data = (self.root / seg.name).read_bytes()
         if not seg.sealed:
-            return data, None, None
+            return data, None
         digest = hashlib.sha256(data).hexdigest()
         if digest != seg.sha256:
-            return b"", None, f"{seg.name}: SHA-256 {digest} does not match the index ({seg.sha256}): segment skipped"
+            return b"", f"{seg.name}: SHA-256 {digest} does not match the index ({seg.sha256})"
+        if not inflate:
+            return data, None
         try:
-            return gzip.decompress(data), seg.sha256, None
+            return gzip.decompress(data), None
         except (OSError, EOFError, zlib.error) as exc:
-            return b"", None, f"{seg.name}: cannot decompress: {exc}: segment skipped"
+            return b"", f"{seg.name}: cannot decompress: {exc}"
 
-    def _segment_lines(self, seg: SegmentInfo, loaded: Future[tuple[bytes, str | None, str | None]] | None = None,
-                       ) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
-        data, sha, problem = loaded.result() if loaded is not None else self._load(seg)
-        if problem:
-            self.report.problems.append(problem)
-            return [], None
-        good, lines = valid_prefix(data)
-        if good < len(data) and seg.sealed:
-            self.report.problems.append(f"{seg.name}: {len(data) - good} bytes after the last whole record")
-        if not seg.sealed:
-            sha = hashlib.sha256(data[:good]).hexdigest()
-        return lines, sha
-
-    def records(self, since: float | None = None, until: float | None = None,
-                members: tuple[str, ...] = (), keep_writes: bool = False) -> Iterator[RingRecord]:
-        """Records whose wall time is in [since, until], in the order they were written
-        (which is the monotonic order of one run; runs follow each other). ``keep_writes``: also
-        the "write" records older than ``since`` in the segments read (the state then: device
-        lists, container inspects; every segment starts with a copy of it)."""
-        done: set[str] = set()
+    def segment_files(self, since: float | None = None, until: float | None = None,
+                      inflate: bool = False) -> Iterator[SegmentFile]:
+        """Each segment whose records may lie in [since, until], oldest first, once: its bytes as
+        the ring holds them, a sealed one's checked against the index's SHA-256 (and inflated when
+        ``inflate``), or what is wrong with it (:class:`SegmentFile`). The ring is read while it is
+        written: a segment listed but gone when read (the active one sealed meanwhile, a sealed one
+        dropped by the caps) has the ring listed again, up to three times; one gone each time is
+        yielded last, ``gone``. The one segment loop of the ring's readers: :meth:`records` and
+        capture's fold (forensics.collectors.ring)."""
+        done: set[str] = set()  # stems: a segment sealed meanwhile is the one already read
+        gone: dict[str, SegmentInfo] = {}
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ring-load") as pool:
             for _attempt in range(3):
                 todo = []
@@ -114,33 +121,74 @@ class RingReader:
                         continue
                     todo.append(seg)
                 retry = False
-                loads: list[Future[Any] | None] = [pool.submit(self._load, todo[0])] if todo else []
+                loads: list[Future[tuple[bytes, str | None]] | None] = (
+                    [pool.submit(self._load, todo[0], inflate)] if todo else [])
                 for k, seg in enumerate(todo):
                     if k + 1 < len(todo):
-                        loads.append(pool.submit(self._load, todo[k + 1]))
-                    # the future is dropped once read: it holds the whole inflated segment, and
-                    # a fold of a long window must hold one segment at a time, not all of them
+                        loads.append(pool.submit(self._load, todo[k + 1], inflate))
+                    # the future is dropped once read: it holds the whole segment, and a fold of
+                    # a long window must hold one segment at a time (and the next), not all of them
                     loaded, loads[k] = loads[k], None
+                    assert loaded is not None
                     try:
-                        lines, sha = self._segment_lines(seg, loaded)
+                        data, problem = loaded.result()
                     except FileNotFoundError:
                         retry = True
+                        gone[seg.name] = seg
                         continue
+                    except OSError as exc:
+                        raise RingError(f"cannot read {self.root / seg.name}: {exc.strerror or exc}") from None
                     done.add(seg.name.removesuffix(".gz"))
-                    if lines:
-                        yield from self._segment_records(seg, lines, sha, since, until, members, keep_writes)
+                    yield SegmentFile(seg, data, problem)
                 if not retry:
-                    return
+                    break
+        for name, seg in sorted(gone.items()):
+            if name.removesuffix(".gz") not in done:
+                yield SegmentFile(seg, b"", f"{name}: listed but gone each time it was read (removed meanwhile)",
+                                  gone=True)
+
+    def _segment_lines(self, seg: SegmentInfo) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+        """One segment's parsed lines and the SHA-256 that vouches for them, read now (the kernel
+        sampler's resume point, forensics.record.recorder)."""
+        data, problem = self._load(seg)
+        lines, sha, _ = self._parse(SegmentFile(seg, data, problem))
+        return lines, sha
+
+    def _parse(self, got: SegmentFile) -> tuple[list[tuple[int, dict[str, Any]]], str | None, list[SkippedLine]]:
+        seg = got.info
+        if got.problem:
+            self.report.problems.append(f"{got.problem}: segment skipped")
+            return [], None, []
+        data = got.data
+        good, lines, skipped = valid_prefix(data)
+        if good < len(data) and seg.sealed:
+            self.report.problems.append(f"{seg.name}: {len(data) - good} bytes after the last whole record")
+        sha = seg.sha256 if seg.sealed else hashlib.sha256(data[:good]).hexdigest()
+        return lines, sha, skipped
+
+    def records(self, since: float | None = None, until: float | None = None,
+                members: tuple[str, ...] = (), keep_writes: bool = False) -> Iterator[RingRecord]:
+        """Records whose wall time is in [since, until], in the order they were written
+        (which is the monotonic order of one run; runs follow each other). ``keep_writes``: also
+        the "write" records older than ``since`` in the segments read (the state then: device
+        lists, container inspects; every segment starts with a copy of it). A line that is not a
+        record is a problem, and the records after it are read (``valid_prefix``)."""
+        for got in self.segment_files(since, until, inflate=True):
+            if got.gone:
+                continue  # removed by the caps while being read: as if it were never listed
+            lines, sha, skipped = self._parse(got)
+            if lines:
+                yield from self._segment_records(got.info, lines, sha, since, until, members, keep_writes, skipped)
 
     def _segment_records(self, seg: SegmentInfo, lines: list[tuple[int, dict[str, Any]]], sha: str | None,
                          since: float | None, until: float | None, members: tuple[str, ...],
-                         keep_writes: bool) -> Iterator[RingRecord]:
+                         keep_writes: bool, skipped: list[SkippedLine]) -> Iterator[RingRecord]:
         run = str(lines[0][1].get("run", ""))
         decoders: dict[str, DeltaDecoder] = {}
         marks: list[int] = []  # the first and the last line handed out
         try:
             yield from window_records(seg.name, lines, run, since, until, members, keep_writes, decoders, marks,
-                                      self.report.problems)
+                                      self.report.problems, skipped=skipped)
         finally:  # also when the consumer stops early (a cap, a deadline): its records have provenance
             if marks:
                 self.report.segments.append({"segment": seg.name, "sealed": seg.sealed, "sha256": sha,
@@ -174,7 +222,8 @@ class RingReader:
 def window_records(segment: str, lines: list[tuple[int, dict[str, Any]]], run: str,
                    since: float | None, until: float | None, members: tuple[str, ...],
                    keep_writes: bool, decoders: dict[str, DeltaDecoder], marks: list[int],
-                   problems: list[str], budget: DecodeBudget | None = None) -> Iterator[RingRecord]:
+                   problems: list[str], budget: DecodeBudget | None = None,
+                   skipped: Sequence[SkippedLine] = ()) -> Iterator[RingRecord]:
     """The records of one segment's parsed lines (``valid_prefix``; the header first) in the window
     (wall time in [since, until]; with ``keep_writes`` also the older "write" records, the state),
     change-only lines rebuilt; ``marks`` gets the line number of each one handed out (before it is,
@@ -182,11 +231,29 @@ def window_records(segment: str, lines: list[tuple[int, dict[str, Any]]], run: s
     window's records: the ring reader's (a fold) and a bundle's ring view (segments carried
     verbatim, forensics.analysis.ring_view) are the same bytes. ``budget``: what change-only lines
     may rebuild (in the window or not); the record that passes it and the rest of the segment are
-    left out, a problem (None: no limit, the recorder's own ring)."""
+    left out, a problem (None: no limit, the recorder's own ring). ``skipped``: the segment's whole
+    lines that are not records (``valid_prefix``), each a problem; the records after them are read.
+    A skipped change-only line is still decoded where it can be (its member and data readable: a
+    time that is not finite), since the lines after it build on it; where it cannot (its member
+    unknown, or its data), the change-only lines after it of that member (unknown: of every
+    member) are left out, named: rebuilt without it they would be wrong."""
+    lost = list(skipped)  # in line order, as valid_prefix finds them
+    k = 0
+    broken: dict[str, int] = {}  # member ("" every one) -> the skipped line its decoding lost
+    named: set[str] = set()
     for no, rec in lines[1:]:
+        while k < len(lost) and lost[k].line < no:
+            _skip(segment, lost[k], members, decoders, broken, problems, budget)
+            k += 1
         t = float(rec["t"])
         member, op, data = rec["member"], rec["op"], rec["data"]
         if members and not member.startswith(members):
+            continue
+        if op == DELTA_OP and (member in broken or "" in broken):
+            if member not in named:
+                named.add(member)
+                problems.append(f"{segment} line {no}: the change-only lines of {member} from here on build on "
+                                f"line {broken.get(member, broken.get(''))}, which is not a ring record: left out")
             continue
         if op == DELTA_OP:  # decoded even outside the window: later lines build on it
             decoder = decoders.setdefault(member, DeltaDecoder())
@@ -214,3 +281,25 @@ def window_records(segment: str, lines: list[tuple[int, dict[str, Any]]], run: s
             marks.append(no)
         yield RingRecord(t, float(rec["mono"]), member, str(op), data.encode("utf-8", "surrogateescape"),
                          run, segment, no)
+    for rest in lost[k:]:
+        _skip(segment, rest, members, decoders, broken, problems, budget)
+
+
+def _skip(segment: str, bad: SkippedLine, members: tuple[str, ...], decoders: dict[str, DeltaDecoder],
+          broken: dict[str, int], problems: list[str], budget: DecodeBudget | None) -> None:
+    """A whole line that is not a record (see :func:`window_records`): named; a change-only one
+    decoded where it can be, else its member's later change-only lines are marked as lost."""
+    problems.append(f"{segment} line {bad.line}: not a ring record ({bad.why}): left out; the records "
+                    "after it are read")
+    if bad.member is None:
+        broken.setdefault("", bad.line)  # any member's change-only line, maybe
+        return
+    if members and not bad.member.startswith(members) or bad.op != DELTA_OP:
+        return  # a record of another op: no decoder builds on it
+    if bad.data is None:
+        broken.setdefault(bad.member, bad.line)
+        return
+    decoder = decoders.setdefault(bad.member, DeltaDecoder())
+    text, _ = decoder.decode(bad.data, None if budget is None else max(budget.left, 0))
+    if budget is not None:
+        budget.left -= len(text)

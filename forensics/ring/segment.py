@@ -11,9 +11,12 @@ one record::
 analysis loaders read them with their usual code. Members under ``recorder/`` are the recorder's
 own (starts, stops, gaps, clock jumps, disk full).
 
-A line is whole when it ends in a newline and parses as a record (or, first, as the header):
-:func:`valid_prefix` is the one test of that, used by the writer's recovery (to cut a torn tail)
-and by the reader (to stop before one). ``index.jsonl`` holds one :class:`SegmentInfo` per sealed
+A line is whole when it ends in a newline; a whole line is a record when it parses as one (or,
+first, as the header). :func:`valid_prefix` is the one test of that, used by the writer's recovery
+(to cut a torn tail: the bytes after the last newline) and by the readers (to stop before one). A
+whole line that is not a record (a time that is not finite, a damaged byte) is skipped and named
+(:class:`SkippedLine`); the records after it are read: one bad line never costs the rest of its
+segment. ``index.jsonl`` holds one :class:`SegmentInfo` per sealed
 segment; :func:`read_index` reads it up to its last whole line.
 """
 
@@ -24,14 +27,14 @@ import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from forensics.errors import RingError
 from forensics.ring.files import INDEX_FILE
 
 __all__ = [
-    "RECORD_KEYS", "RING_FORMAT", "RING_VERSION", "RingRecord", "SegmentInfo", "SegmentTooLarge", "encode_record",
-    "index_line",
+    "RECORD_KEYS", "RING_FORMAT", "RING_VERSION", "RingRecord", "SegmentInfo", "SegmentLines", "SegmentTooLarge",
+    "SkippedLine", "encode_record", "index_line",
     "info_from_lines", "parse_record_line", "read_index", "segment_text", "valid_prefix",
 ]
 
@@ -88,39 +91,84 @@ class SegmentInfo:
 
 def parse_record_line(line: bytes) -> dict[str, Any] | None:
     """A record line (without its newline) as a dict, or None when it is not a whole record."""
+    obj, _ = _parse(line)
+    return obj
+
+
+def _parse(line: bytes) -> tuple[dict[str, Any] | None, Any]:
+    """A record line as a dict (None when it is not a record), and what json made of it."""
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError):
-        return None
+        return None, None
     if not isinstance(obj, dict):
-        return None
+        return None, obj
     if "ring" in obj:
-        return obj  # the header
+        return obj, obj  # the header
     if not all(k in obj for k in RECORD_KEYS) or not isinstance(obj["data"], str) \
             or not isinstance(obj["member"], str) or not isinstance(obj["t"], int | float) \
             or not isinstance(obj["mono"], int | float) or not math.isfinite(obj["t"]) \
             or not math.isfinite(obj["mono"]):
-        return None  # json reads NaN and Infinity: such a time passes every window comparison
-    return obj
+        return None, obj  # json reads NaN and Infinity: such a time passes every window comparison
+    return obj, obj
 
 
-def valid_prefix(data: bytes) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
-    """Length of the longest prefix made of whole, valid lines, and those lines parsed
-    (1-based line number, object). The first line must be a ring header."""
+class SkippedLine(NamedTuple):
+    """A whole line of a segment that is not a record: left out, the records after it read."""
+
+    line: int  # 1-based, in the segment's text
+    why: str
+    member: str | None = None  # what the line says, where it says it: a change-only line's member
+    op: str | None = None  # (and its data) are fed to the member's decoder, whose later lines build on it
+    data: str | None = None
+
+
+class SegmentLines(NamedTuple):
+    """What :func:`valid_prefix` found in a segment's text."""
+
+    end: int  # bytes up to the end of the last whole line; what follows is a torn tail
+    lines: list[tuple[int, dict[str, Any]]]  # the header and the records: (1-based line, object)
+    skipped: list[SkippedLine]  # whole lines that are not records
+
+
+def _skipped(no: int, seen: Any) -> SkippedLine:
+    if not isinstance(seen, dict):
+        return SkippedLine(no, "not JSON" if seen is None else "not a JSON object")
+    if "ring" in seen:
+        return SkippedLine(no, "a header line in the middle of the segment")
+    member, op, data = seen.get("member"), seen.get("op"), seen.get("data")
+    known = (member, op if isinstance(op, str) else None, data if isinstance(data, str) else None) \
+        if isinstance(member, str) else (None, None, None)
+    t, mono = seen.get("t"), seen.get("mono")
+    if all(k in seen for k in RECORD_KEYS) and isinstance(t, int | float) and isinstance(mono, int | float) \
+            and not (math.isfinite(t) and math.isfinite(mono)):
+        return SkippedLine(no, f"its time is not a finite number (t {t!r}, mono {mono!r})", *known)
+    return SkippedLine(no, "not a ring record (keys or types)", *known)
+
+
+def valid_prefix(data: bytes) -> SegmentLines:
+    """The segment's whole lines (each ends in a newline): the header (the first line; without
+    one, nothing is read) and the records, each with its 1-based line number, and the whole lines
+    that are not records, skipped (the records after them are read). ``end``: the length of the
+    text up to the last whole line (what follows is a torn tail)."""
     out: list[tuple[int, dict[str, Any]]] = []
+    skipped: list[SkippedLine] = []
     pos = 0
     no = 0
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
             break
-        obj = parse_record_line(data[pos:nl])
-        if obj is None or (no == 0) != ("ring" in obj):
-            break
+        obj, seen = _parse(data[pos:nl])
+        if no == 0 and (obj is None or "ring" not in obj):
+            break  # not a ring segment
         no += 1
-        out.append((no, obj))
         pos = nl + 1
-    return pos, out
+        if obj is None or (no == 1) != ("ring" in obj):
+            skipped.append(_skipped(no, seen))
+            continue
+        out.append((no, obj))
+    return SegmentLines(pos, out, skipped)
 
 
 class SegmentTooLarge(RingError):

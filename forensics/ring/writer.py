@@ -1,8 +1,8 @@
 """The one writer of a ring: recovery on open, appends, seals, the caps.
 
 Crash safety: a record line is written with one ``write(2)`` per tick; a ``kill -9`` leaves at most
-a torn last line, which the next writer (or a reader) detects (no newline, or not a JSON record)
-and cuts. A sealed segment is written to a temporary file, fsynced, renamed, and only then listed
+a torn last line, which the next writer (or a reader) detects (the bytes after the last newline)
+and cuts; a whole line that is not a record is kept (readers name and skip it). A sealed segment is written to a temporary file, fsynced, renamed, and only then listed
 in the index (itself appended and fsynced), and only then is the active file removed; recovery
 (:meth:`RingWriter.open`) finishes or undoes any seal it finds half done. Caps: ``max_bytes``
 (sealed + active) and ``retention_s``, oldest segments dropped first (the index rewritten before
@@ -164,7 +164,7 @@ class RingWriter:
                 os.unlink(path)  # sealed and indexed; the removal did not happen
                 continue
             data = path.read_bytes()
-            good, lines = valid_prefix(data)
+            good, lines, _ = valid_prefix(data)  # whole lines that are not records are kept
             if good < len(data):
                 self.recovered.append({"kind": "torn-tail-cut", "segment": f, "bytes": len(data) - good,
                                        "kept_records": max(len(lines) - 1, 0)})
@@ -188,7 +188,7 @@ class RingWriter:
             data = gzip.decompress((self.root / last.name).read_bytes())
         except (OSError, EOFError, zlib.error):
             return
-        _, lines = valid_prefix(data)
+        _, lines, _ = valid_prefix(data)
         for _, rec in lines[1:]:
             if rec["op"] == "write":
                 self._remember((float(rec["t"]), float(rec["mono"]), rec["member"], "write",

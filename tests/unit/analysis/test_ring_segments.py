@@ -20,7 +20,7 @@ from forensics.analysis import analyze_bundles
 from forensics.analysis.ring_view import rebuild_ring, ring_view
 from forensics.analysis.source import Source
 from forensics.bundle.reader import ReadLimits, open_bundle
-from forensics.bundle.verify import verify_bundle
+from forensics.bundle.verify import check_bundle, verify_bundle
 from forensics.errors import BundleIntegrityError
 from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingReader, RingWriter
@@ -287,14 +287,18 @@ def test_a_failing_rebuild_is_a_limitation_and_the_live_members_are_analysed(
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_a_record_without_a_finite_time_is_not_in_the_window(bad: float) -> None:
-    """NaN passes every comparison (and so any window), Infinity is no time: both are bad lines."""
+    """NaN passes every comparison (and so any window), Infinity is no time: both are bad lines,
+    each named and left out (the records after them would be read)."""
     seg = _segment([{"t": 100.0, "mono": 1.0, "member": "a.jsonl", "op": "append", "data": "in\n"},
                     {"t": bad, "mono": 2.0, "member": "a.jsonl", "op": "append", "data": "BAD-T\n"},
                     {"t": 101.0, "mono": bad, "member": "a.jsonl", "op": "append", "data": "BAD-MONO\n"}])
-    prov = {"window": {"t_since": 50, "t_until": 200}, "segments": []}
+    prov = {"window": {"t_since": 50, "t_until": 200},
+            "segments": [{"member": "ring/segments/seg-1.jsonl", "sha256": hashlib.sha256(seg).hexdigest()}]}
     rebuilt = _rebuild({"ring/provenance.json": json.dumps(prov).encode(), "ring/segments/seg-1.jsonl": seg})
     assert rebuilt.members["a.jsonl"] == b"in\n"
-    assert any("bytes after line 2 are not whole ring records" in p for p in rebuilt.problems), rebuilt.problems
+    for line in (3, 4):
+        assert any(f"seg-1.jsonl line {line}: not a ring record (its time is not a finite number" in p
+                   for p in rebuilt.problems), rebuilt.problems
 
 
 def test_the_text_of_all_segments_together_is_capped() -> None:
@@ -333,5 +337,98 @@ def test_a_segment_the_provenance_does_not_list_is_caught_and_left_out(
     opened = open_bundle(bad)
     rebuilt = rebuild_ring(Source(opened, bad.name, opened.members))
     assert "host/injected.jsonl" not in rebuilt.members and added not in rebuilt.segments
-    assert any(f"{added} is not one of the segments ring/provenance.json lists" in p for p in rebuilt.problems)
+    assert any(f"ring segment not listed in ring/provenance.json: {added}: capture did not copy it" in p
+               for p in rebuilt.problems), rebuilt.problems
     assert rebuilt.members.get("nvml/samples.jsonl")
+
+
+def test_a_line_that_is_not_a_record_costs_the_view_only_itself() -> None:
+    """A bundle's segment with a record at t=NaN in its middle: named, and the records after it are
+    in the rebuilt members, the evidence lines naming their true segment lines."""
+    seg = _segment([{"t": 1.0, "mono": 1.0, "member": "host/a.jsonl", "op": "append", "data": "one\n"},
+                    {"t": float("nan"), "mono": 2.0, "member": "host/a.jsonl", "op": "append", "data": "nan\n"},
+                    {"t": 3.0, "mono": 3.0, "member": "host/a.jsonl", "op": "append", "data": "three\n"}], sealed=True)
+    rebuilt = _rebuild({"ring/segments/seg-1.jsonl.gz": seg})
+    assert rebuilt.members["host/a.jsonl"] == b"one\nthree\n"
+    assert rebuilt.origin("host/a.jsonl", 2) == ("ring/segments/seg-1.jsonl.gz", 4)
+    assert rebuilt.problems[1:] == ["b.tgz: ring/segments/seg-1.jsonl.gz line 3: not a ring record (its time is not a "
+                                "finite number (t nan, mono 2.0)): left out; the records after it are read"]
+
+
+def test_a_tampered_segment_is_one_fact_stated_once(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """The segment's mismatch with its provenance is one limitation, the integrity check's, which
+    says what is done about it; its records are left out of the series all the same."""
+    _ring, bundle = captured
+    for fix_manifest in (False, True):
+        bad = _tampered(bundle, tmp_path / f"bad-{fix_manifest}.tgz", fix_manifest)
+        target = next(s["member"] for s in json.loads(_members(bad)["ring/provenance.json"])["segments"]
+                      if s["sealed"])
+        doc = analyze_bundles([bad])
+        named = [lim for lim in doc["limitations"] if target in lim]
+        assert len(named) == 1, named
+        assert named[0].startswith(f"INTEGRITY CHECK FAILED: {bad.name}: ") and (
+            "ring segment hash mismatch" in named[0] and "its records are left out" in named[0])
+        assert doc["bundles"][0]["integrity"]["ok"] is False
+        assert not any(e.get("derived_from", {}).get("member") == target
+                       for f in doc["findings"] for e in f["evidence"])
+        opened = open_bundle(bad)
+        src = Source(opened, bad.name, opened.members)
+        src.integrity = check_bundle(opened)  # as analyze reads it
+        view = ring_view(src)
+        assert view is not None and view.rebuilt is not None
+        assert target not in view.rebuilt.segments and view.rebuilt.segments
+        assert not [p for p in view.rebuilt.problems if target in p]
+
+
+def _rewritten(bundle: Path, dst: Path, change: Any) -> Path:
+    """``bundle`` with ``change(members)`` applied (a dict, changed in place) and the manifest made
+    to match, so that only the ring's provenance can tell."""
+    top, members = read_members(bundle)
+    by_name = dict(members)
+    change(by_name)
+    manifest = json.loads(by_name.pop("manifest.json"))
+    manifest["members"] = [{**e, "sha256": hashlib.sha256(by_name[e["path"]]).hexdigest(),
+                            "size": len(by_name[e["path"]])} for e in manifest["members"] if e["path"] in by_name]
+    by_name["manifest.json"] = json.dumps(manifest).encode()
+    return write_tar(dst, [(f"{top}/{n}", d) for n, d in by_name.items()])
+
+
+def test_segments_the_provenance_does_not_cover_are_not_verifiable(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """A provenance whose ``segments`` is empty (or missing) vouches for no segment: each segment
+    member is an integrity problem for verify and analyze, and its records are left out, as for a
+    segment a non-empty list does not name; a bundle without any provenance cannot be checked at
+    all: said so, once, and its segments read unverified."""
+    _ring, bundle = captured
+    segs = sorted(m for m in _members(bundle) if m.startswith("ring/segments/"))
+
+    def no_list(key: str | None) -> Any:
+        def change(members: dict[str, bytes]) -> None:
+            prov = json.loads(members["ring/provenance.json"])
+            if key is None:
+                del prov["segments"]
+            else:
+                prov["segments"] = []
+            members["ring/provenance.json"] = json.dumps(prov).encode()
+        return change
+
+    for n, change in enumerate((no_list(""), no_list(None))):
+        bad = _rewritten(bundle, tmp_path / f"empty-{n}.tgz", change)
+        with pytest.raises(BundleIntegrityError) as caught:
+            verify_bundle(bad)
+        assert caught.value.problems == [f"ring segment not listed in ring/provenance.json: {m}" for m in segs]
+        doc = analyze_bundles([bad])
+        assert doc["bundles"][0]["integrity"]["ok"] is False
+        (named,) = [lim for lim in doc["limitations"] if segs[0] in lim]
+        assert named.startswith("INTEGRITY CHECK FAILED") and "its records are left out" in named
+        assert all(m in named for m in segs)  # every one, past the first three problems too
+        assert not any(e["member"].startswith("ring/") for f in doc["findings"] for e in f["evidence"])
+
+    bad = _rewritten(bundle, tmp_path / "no-provenance.tgz", lambda members: members.pop("ring/provenance.json"))
+    with pytest.raises(BundleIntegrityError) as caught:
+        verify_bundle(bad)
+    assert caught.value.problems == [f"{len(segs)} ring segment(s) without ring/provenance.json (such as {segs[0]}): "
+                                     "their SHA-256 cannot be checked"]
+    doc = analyze_bundles([bad])
+    named = [lim for lim in doc["limitations"] if "ring/provenance.json" in lim]
+    assert len(named) == 1 and named[0].startswith("INTEGRITY CHECK FAILED") and "read unverified" in named[0], named
+    assert any(e["member"].startswith("ring/") for f in doc["findings"] for e in f["evidence"])

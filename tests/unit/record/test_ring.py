@@ -328,3 +328,137 @@ def test_ring_command_takes_the_ring_as_record_and_capture_name_it(tmp_path: Pat
     assert json.loads(shown[1].output)["ring"] == str(ring)
     both = runner.invoke(cli, ["ring", str(ring), "--ring", str(tmp_path / "other")])
     assert both.exit_code == 2 and "two rings named" in both.output
+
+
+def _fold_ctx(ring: Path, staging: Path, since: float) -> object:
+    from datetime import UTC, datetime
+
+    from forensics.bundle.redact import Redactor
+    from forensics.bundle.sink import EvidenceSink
+    from forensics.capture.context import CaptureOptions, CollectContext
+
+    staging.mkdir()
+    return CollectContext(CaptureOptions(since=datetime.fromtimestamp(since, UTC),
+                                         capture_start=datetime.fromtimestamp(time.time(), UTC),
+                                         extra={"ring.dir": str(ring)}),
+                          EvidenceSink(staging, max_bytes=64 << 20), Redactor(True), {})
+
+
+def test_segment_files_is_the_one_segment_loop_of_the_reader_and_the_fold(tmp_path: Path) -> None:
+    """The ring read while it is written: the active segment sealed between the listing and the
+    read is read once (sealed), a segment listed but never there is named last, a tampered one is
+    a problem; the reader's records and capture's fold take their segments from this one loop."""
+    from forensics.collectors.ring import RingFold
+    from forensics.ring.segment import SegmentInfo
+
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, segment_bytes=1024).open()
+    t0 = time.time() - 100
+    for n in range(30):
+        w.append([_rec(n, t0 + n)])
+    sealed = sorted(ring.glob("seg-*.jsonl.gz"))
+    victim = sealed[0]
+    victim.write_bytes(gzip.compress(gzip.decompress(victim.read_bytes()).replace(b'"n": 0', b'"n": 7')))
+
+    class Racing(RingReader):
+        """Lists the ring, then the writer seals its active segment before anything is read; the
+        index also lists a segment whose file is gone (dropped by the caps)."""
+
+        listed = 0
+
+        def segments(self) -> list[SegmentInfo]:
+            segs = super().segments()
+            if self.listed == 0:
+                w.rotate()
+            self.listed += 1
+            return [*segs, SegmentInfo(name="seg-0000009999.jsonl.gz", seq=9999, sealed=True, sha256="0" * 64)]
+
+    got = list(Racing(ring).segment_files())
+    names = [g.info.name for g in got]
+    assert len(names) == len({n.removesuffix(".gz") for n in names})  # each segment once
+    assert got[-1].gone and got[-1].info.name == "seg-0000009999.jsonl.gz" and "gone each time" in str(got[-1].problem)
+    (bad,) = [g for g in got if g.problem and not g.gone]
+    assert bad.info.name == victim.name and "does not match the index" in str(bad.problem) and bad.data == b""
+    for g in got[:-1]:
+        if g is not bad:  # raw bytes: a sealed segment's file as the ring holds it (not inflated)
+            assert g.problem is None and g.data == (ring / g.info.name).read_bytes()
+    assert all(g.info.sealed for g in got)  # the active one was read as sealed, after the retry
+
+    reader = Racing(ring)
+    ns = [json.loads(r.data)["n"] for r in reader.records()]
+    assert ns == sorted(set(ns)) and ns[-1] == 29 and 0 not in ns
+    assert reader.report.problems == [f"{bad.problem}: segment skipped"]  # the gone one: as if never listed
+
+    copied: list[dict[str, object]] = []
+    problems: list[str] = []
+    ctx = _fold_ctx(ring, tmp_path / "staging", t0 - 1)
+    assert RingFold._copy(ctx, Racing(ring), t0 - 1, time.time(), copied, problems) is None  # type: ignore[arg-type]
+    assert [c["segment"] for c in copied] == [g.info.name for g in got if g.problem is None]
+    assert problems == [f"{bad.problem}: segment left out",
+                        "seg-0000009999.jsonl.gz: listed but gone each time it was read (removed meanwhile): left out"]
+    w.close()
+
+
+def test_a_line_that_is_not_a_record_costs_only_itself(tmp_path: Path) -> None:
+    """The writer takes any float as a time and json writes NaN: that line is not a record. It is
+    named and left out, and every record after it, in the active segment and once sealed, is read
+    (change-only lines of the same member too, byte for byte); the next writer cuts nothing."""
+    from forensics.record.sources import DELTA_MEMBERS
+
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    t0 = time.time() - 100
+    sample = '{"gpu_index": 0, "memory_used": %d, "t": %d, "util": 5}\n'
+    lines = [(sample % (1000 + n % 3, n)).encode() for n in range(12)]
+    for n, line in enumerate(lines):
+        t = float("nan") if n == 5 else t0 + n
+        w.append([(t, float(n), "nvml/samples.jsonl", "append", line),
+                  (t, float(n), "host/a.jsonl", "append", b"a %d\n" % n)])
+    w.close(seal=False)
+    expected = b"".join(line for n, line in enumerate(lines) if n != 5)
+    for sealed in (False, True):
+        if sealed:
+            w2 = RingWriter(ring).open()  # seals what the last writer left active
+            assert [r["kind"] for r in w2.recovered] == []  # nothing cut
+            w2.close()
+        reader = RingReader(ring)
+        recs = list(reader.records())
+        assert b"".join(r.data for r in recs if r.member == "nvml/samples.jsonl") == expected
+        assert [r.data for r in recs if r.member == "host/a.jsonl"] == [b"a %d\n" % n for n in range(12) if n != 5]
+        assert len(reader.report.problems) == 2, reader.report.problems  # the two records of tick 5
+        assert all("not a ring record (its time is not a finite number" in p and "the records after it are read"
+                   in p for p in reader.report.problems)
+
+
+def test_a_damaged_line_leaves_out_only_what_cannot_be_rebuilt(tmp_path: Path) -> None:
+    """A line no longer JSON (a damaged byte) in the active segment: the appends after it are read;
+    the change-only lines after it (of an unknown member, so of every one) cannot be rebuilt
+    without it and are left out, named; a torn tail after them is still cut as a torn tail."""
+    from forensics.record.sources import DELTA_MEMBERS
+
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    t0 = time.time() - 100
+    for n in range(6):
+        w.append([(t0 + n, float(n), "nvml/samples.jsonl", "append",
+                   b'{"gpu_index": 0, "memory_used": %d, "t": %d}\n' % (1000 + n, n)),
+                  (t0 + n, float(n), "host/a.jsonl", "append", b"a %d\n" % n)])
+    active = next(ring.glob("seg-*.jsonl"))
+    text = active.read_bytes().split(b"\n")
+    text[5] = text[5][:20] + b"\xff" + text[5][21:]  # line 6: tick 2's nvml line
+    active.write_bytes(b"\n".join(text) + b'{"t": 1, "mono": 2, "memb')
+    reader = RingReader(ring)
+    recs = list(reader.records())
+    assert [r.data for r in recs if r.member == "host/a.jsonl"] == [b"a %d\n" % n for n in range(6)]
+    assert [json.loads(r.data)["t"] for r in recs if r.member == "nvml/samples.jsonl"] == [0, 1]
+    problems = reader.report.problems
+    assert problems[0] == "seg-0000000001.jsonl line 6: not a ring record (not JSON): left out; the records after it are read"
+    assert problems[1].startswith("seg-0000000001.jsonl line 8: the change-only lines of nvml/samples.jsonl from here "
+                                  "on build on line 6, which is not a ring record: left out")
+    assert len(problems) == 2
+    os.close(w._fd)  # the writer dies; the next one cuts the torn tail only
+    os.close(w._lock_fd)
+    w2 = RingWriter(ring).open()
+    assert [(r["kind"], r["kept_records"]) for r in w2.recovered] == [("torn-tail-cut", 11)]
+    w2.close()
+    assert len([r for r in RingReader(ring).records() if r.member == "host/a.jsonl"]) == 6
