@@ -24,6 +24,7 @@ read as they are.
 from __future__ import annotations
 
 import hashlib
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +53,9 @@ class RebuiltRing:
     origins: dict[str, tuple[list[int], list[tuple[str, int]]]] = field(default_factory=dict)
     segments: list[str] = field(default_factory=list)  # the segment members used, in order
     problems: list[str] = field(default_factory=list)
+    #: member -> the boot time (wall minus monotonic clock of the run that appended it) of each
+    #: record in ``origins``' order: a kernel record's microseconds since boot are of that boot
+    boots: dict[str, list[float]] = field(default_factory=dict)
 
     def origin(self, member: str, line: int) -> tuple[str, int] | None:
         """The segment record that line ``line`` (1-based; 0: the first) of ``member`` was rebuilt from."""
@@ -61,6 +65,17 @@ class RebuiltRing:
         starts, where = found
         k = bisect_right(starts, max(line, 1)) - 1
         return where[max(k, 0)]
+
+    def boot_time(self, member: str, line: int) -> float | None:
+        """The boot time of the recorder run whose record holds line ``line`` of ``member``
+        (the record's wall time minus its monotonic time; None for a member not appended)."""
+        found = self.origins.get(member)
+        boots = self.boots.get(member)
+        if not found or not boots:
+            return None
+        k = bisect_right(found[0], max(line, 1)) - 1
+        boot = boots[max(k, 0)]
+        return boot if math.isfinite(boot) else None
 
 
 def _window(prov: Any) -> tuple[float | None, float | None]:
@@ -162,6 +177,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             starts, where = out.origins.setdefault(rec.member, ([], []))
             starts.append(first)
             where.append(origin)
+            out.boots.setdefault(rec.member, []).append(rec.t - rec.mono)
         out.problems.extend(f"{name}: {p}" for p in problems)
         if capped or decode.passed:
             break
@@ -263,6 +279,11 @@ class RingSource(Source):
             return self.bundle.read_bytes(rel)
         except Exception:
             return None
+
+    def boot_time_at(self, member: str, line: int) -> float | None:
+        """The boot time of the recorder run that appended line ``line`` of ``member`` (its name
+        in this view), where the view was rebuilt from segments; else None."""
+        return None if self.rebuilt is None else self.rebuilt.boot_time(member, line)
 
     def derived(self, ev: Evidence, line: int) -> Evidence:
         """``ev`` (its member the bundle path) with the segment record its member's line came from."""

@@ -17,6 +17,7 @@ from functools import cache
 from typing import TypeVar
 
 from forensics.analysis.loaders.common import Loader
+from forensics.analysis.loaders.kernel import load_kernel_history
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
 from forensics.analysis.model import Model
 from forensics.analysis.ring_view import ring_view
@@ -61,8 +62,9 @@ def loader_order() -> tuple[Loader, ...]:
     return tuple(done)
 
 
-#: loaders not run over the ring's history: the capture's own kernel collector reads the whole
-#: kernel ring buffer, which holds what the recorder followed (reading both would count twice)
+#: loaders not run over the ring's history in its pass: the capture's own kernel collector reads the
+#: whole kernel ring buffer, which holds most of what the recorder followed; the ring's kernel records
+#: are read after the capture's, those it does not hold only (kernel.load_kernel_history)
 RING_SKIPS = frozenset({kernel_spec.SPEC.name})
 
 
@@ -71,7 +73,9 @@ def load_source(src: Source, model: Model, node: str) -> None:
 
     A bundle with the flight recorder's history (members under ``ring/``) is loaded twice: the
     ring's members first, through the same loaders (forensics.analysis.ring_view), then the
-    capture's own, so history and live samples are one series and live identities win."""
+    capture's own, so history and live samples are one series and live identities win. The ring's
+    kernel records come last, those the capture's kernel log does not hold (from before a reboot,
+    or overwritten in a busy kernel buffer), each timed by its own boot."""
     try:
         view = ring_view(src)
     except Exception as exc:  # noqa: BLE001 - a bundle's ring segments are hostile input too
@@ -91,6 +95,12 @@ def load_source(src: Source, model: Model, node: str) -> None:
             except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
                 model.limit(f"{src.name}: the {name} evidence could not be read "
                             f"({type(exc).__name__}: {str(exc)[:200]}); its findings are missing")
+    if view is not None:
+        try:
+            load_kernel_history(view, model, node)
+        except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
+            model.limit(f"{src.name}: the flight recorder's kernel history could not be read "
+                        f"({type(exc).__name__}: {str(exc)[:200]}); only the capture's own kernel log is analysed")
     for problem in src.problems:
         model.limit(problem)
 

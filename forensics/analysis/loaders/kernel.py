@@ -14,6 +14,7 @@ from collections.abc import Callable
 from forensics.analysis.events import GpuLostWitness, OomKill, XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, dig
 from forensics.analysis.model import Model
+from forensics.analysis.ring_view import RingSource
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg, nvrm, oomkill
@@ -22,7 +23,7 @@ from forensics.specs import host as host_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs import procfs as procfs_spec
 
-__all__ = ["LOADER", "load_kernel"]
+__all__ = ["LOADER", "load_kernel", "load_kernel_history"]
 
 _SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
     (kernel_spec.KMSG, kmsg.parse_kmsg_record),
@@ -48,15 +49,36 @@ def _boot_time(src: Source) -> float | None:
 
 
 def load_kernel(src: Source, model: Model, node: str) -> None:
-    boot = _boot_time(src)
+    """The capture's own kernel log (its boot's records; each one's key remembered on the node)."""
+    _load(src, model, node, history=False)
+
+
+def load_kernel_history(view: RingSource, model: Model, node: str) -> None:
+    """The kernel records the flight recorder followed (``ring/kernel/kmsg-window.txt``, rebuilt from
+    the ring's segments) that the capture's own kernel log does not hold: the ones from before a
+    reboot, or those a busy kernel buffer overwrote before the capture read it; all of them when the
+    capture read no kernel log. Run after the capture's own (:func:`load_kernel`), so a record in both
+    is cited where the capture read it. Each record's wall time is its microseconds since boot plus
+    the boot time of the recorder run that followed it (that run's wall minus monotonic clock), not
+    the capture's boot: after a reboot they differ."""
+    if view.rebuilt is None:  # whole ring members of an older capture: no run to take a boot from
+        return
+    _load(view, model, node, history=True)
+
+
+def _load(src: Source, model: Model, node: str, history: bool) -> None:
+    boot = None if history else _boot_time(src)
     present = [m for m, _ in _SOURCES if src.has(m)]
     if not present:
         return
-    if boot is None:
+    if boot is None and not history:
         model.limit(f"{node}: no boot time in the bundle: kernel log events have no wall-clock time")
     info = model.node(node)
-    info.members_used.setdefault("kernel", present[0])
+    info.members_used.setdefault("kernel", src.ref(present[0], 0, None).member)  # its bundle path
+    boot_at = src.boot_time_at if history and isinstance(src, RingSource) else None
+    captured = info.kernel_keys
     seen_seq: set[int] = set()
+    seen_keys: set[tuple[int, str]] = set()
     tracker = oomkill.OomTracker()
     oom_lines: list[tuple[int, str]] = []  # (line, text) of the OOM sequence in progress
     bus = nvrm.BusLossJoiner()  # fell-off-the-bus messages without an Xid number, continuations joined
@@ -77,12 +99,21 @@ def load_kernel(src: Source, model: Model, node: str) -> None:
             except ParseError:
                 bad += 1
                 continue
-            if record.seq is not None:
-                if record.seq in seen_seq:
+            key = (record.ts_usec, record.message)  # the same record whichever format read it
+            if history:  # records of several boots: not the sequence numbers, which start again at boot
+                if key in captured or key in seen_keys:
                     continue
-                seen_seq.add(record.seq)
+                seen_keys.add(key)
+                booted = boot_at(member, no) if boot_at is not None else None
+            else:
+                if record.seq is not None:
+                    if record.seq in seen_seq:
+                        continue
+                    seen_seq.add(record.seq)
+                captured.add(key)
+                booted = boot
             count += 1
-            t = boot + record.ts_usec / 1e6 if boot is not None else None
+            t = booted + record.ts_usec / 1e6 if booted is not None else None
             msg = record.message
             if "oom" in msg or "Killed process" in msg or msg.startswith(("memory: usage", "Task in ")):
                 if "invoked oom-killer" in msg:

@@ -1,0 +1,103 @@
+"""The flight recorder's kernel history in a bundle: the kernel records the ring holds and the
+capture's own kernel log does not (they came before a reboot, or a busy kernel buffer overwrote
+them) are analysed, each timed by the boot of the recorder run that followed it; a record in both
+is read once, where the capture read it.
+
+The node the on-call engineer arrives at was rebooted after its GPU fell off the bus: the capture's
+``/dev/kmsg`` starts at the new boot, and only the ring saw the Xid 79."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics.analysis import analyze_bundles
+from forensics.record.sources import DELTA_MEMBERS
+from forensics.ring import RingWriter
+from tests.support.hostile_bundles import build_bundle
+from tests.support.ring_bundle import bundle_members, capture_since
+
+NOW = time.time()
+BOOT_A = NOW - 7200.0  # the boot before the reboot
+BOOT_B = NOW - 600.0  # the capture's boot
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+XID_48 = "NVRM: Xid (PCI:0000:86:00): 48, pid=4242, name=python, An uncorrectable double bit error"
+
+
+def _kmsg(seq: int, ts_s: float, text: str, prio: int = 4) -> bytes:
+    return f"{prio},{seq},{round(ts_s * 1e6)},-;{text}\n".encode()
+
+
+def _ring(ring: Path, boot_b_records: list[tuple[int, float, str]]) -> None:
+    """Two recorder runs: one on boot A (noise, then the Xid 79), one on boot B (``boot_b_records``);
+    each record appended 0.3 s after the kernel logged it, with that run's monotonic clock."""
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    for boot, records in ((BOOT_A, [(100, 5000.0, "usb 1-1: new high-speed USB device number 3 using xhci_hcd"),
+                                    (101, 5400.0, XID_79)]),
+                          (BOOT_B, boot_b_records)):
+        for seq, ts, text in records:
+            t = boot + ts + 0.3
+            w.append([(t, t - boot, "kernel/kmsg-window.txt", "append", _kmsg(seq, ts, text))])
+    w.close(seal=False)
+
+
+def _with_own_kernel_log(ring_only: Path, out: Path, records: list[tuple[int, float, str]]) -> Path:
+    """The ring-only bundle as a whole capture would have written it: its own ``kernel/kmsg.txt``
+    (boot B's buffer: ``records``), the boot time in ``kernel/index.json``, the kernel collector ok."""
+    members = bundle_members(ring_only)
+    manifest = json.loads(members.pop("manifest.json"))
+    members["kernel/kmsg.txt"] = b"".join(_kmsg(seq, ts, text) for seq, ts, text in records)
+    members["kernel/index.json"] = json.dumps({"clocks": {"boot_time_unix": BOOT_B}}).encode()
+    collectors = [c if c["name"] != "kernel" else {**c, "status": "ok", "error": None}
+                  for c in manifest["collectors"]]
+    out.mkdir()
+    return build_bundle(out, members, hostname=manifest["host"]["hostname"],
+                        manifest_fields={"host": manifest["host"], "capture": manifest["capture"],
+                                         "collectors": collectors})
+
+
+def _lost(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in doc["findings"] if f["kind"] == "gpu-lost"]
+
+
+def _unix(iso: str) -> float:
+    return time.mktime(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone + float("0" + iso[19:].rstrip("Z"))
+
+
+@pytest.fixture(scope="module")
+def ring_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("kernhist")
+    _ring(tmp / "ring", [(7, 30.0, XID_48)])
+    return capture_since(tmp / "ring", tmp / "out", "3h")
+
+
+def test_an_xid_before_a_reboot_is_found_in_the_recorders_history(ring_only: Path, tmp_path: Path) -> None:
+    bundle = _with_own_kernel_log(ring_only, tmp_path / "b", [(3, 2.0, "Linux version 6.1.0 (boot B)"),
+                                                              (7, 30.0, XID_48)])
+    doc = analyze_bundles([bundle])
+    (lost,) = _lost(doc)
+    assert "0000:3b:00" in lost["summary"] and "before capture" in lost["summary"]
+    assert abs(_unix(lost["start"]) - (BOOT_A + 5400.0)) < 0.01  # boot A's time, not the capture's boot B
+    (ev,) = lost["evidence"]
+    assert ev["member"] == "ring/kernel/kmsg-window.txt" and XID_79 in ev["excerpt"]
+    assert ev["derived_from"]["member"].startswith("ring/segments/")
+
+
+def test_a_record_in_both_logs_is_read_once_where_the_capture_read_it(ring_only: Path, tmp_path: Path) -> None:
+    bundle = _with_own_kernel_log(ring_only, tmp_path / "b", [(7, 30.0, XID_48)])
+    doc = analyze_bundles([bundle])
+    xid48 = [e for f in doc["findings"] for e in f["evidence"] if "Xid (PCI:0000:86:00): 48" in e["excerpt"]]
+    assert xid48 and {e["member"] for e in xid48} == {"kernel/kmsg.txt"}  # never the ring's copy beside it
+    dated = [t for t in doc["timeline"] if t.get("kind") == "xid"]
+    assert sorted(round(_unix(t["time"])) for t in dated) == [round(BOOT_A + 5400.0), round(BOOT_B + 30.0)], dated
+
+
+def test_a_capture_without_a_kernel_log_reads_the_rings(ring_only: Path) -> None:
+    doc = analyze_bundles([ring_only])
+    (lost,) = _lost(doc)
+    assert abs(_unix(lost["start"]) - (BOOT_A + 5400.0)) < 0.01
+    assert [e["member"] for e in lost["evidence"]] == ["ring/kernel/kmsg-window.txt"]
