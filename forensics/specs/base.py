@@ -198,6 +198,11 @@ class StandIn:
 
     source: str
     gives: str
+    #: where it stands in only on a node whose analysis read members under this prefix (the flight
+    #: recorder's history of ``source``: ``ring/nvml/``): then it is said instead of the absence's
+    #: meaning, since that source's evidence is there, from before the capture; "": wherever this
+    #: source answered, said after the meaning
+    held_under: str = ""
 
 
 @dataclass(frozen=True)

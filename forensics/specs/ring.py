@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics.bundle.format import RING_PROVENANCE
-from forensics.specs.base import SourceSpec, setting
+from forensics.specs.base import SourceSpec, StandIn, setting
 
 __all__ = ["LAYOUT", "PREFIX", "PROVENANCE", "RECORDER_EVENTS", "SEGMENTS", "SPEC", "RingSettings", "folded"]
 
@@ -43,4 +43,14 @@ class RingSettings:
 SPEC = SourceSpec(
     # after the live sources (the ring keeps its records whatever happens now), before host facts
     name="ring", order=85, collector="forensics.collectors.ring", settings=RingSettings,
+    # where the capture lacks a source the recorder records, its history is that source's evidence
+    stand_in_label="the flight recorder's history",
+    stands_in=(
+        StandIn("nvml", "the GPUs, their utilisation and memory and the processes on them", folded("nvml/")),
+        StandIn("procfs", "the GPU processes' cgroups, names and environments, as first seen", folded("proc/")),
+        StandIn("cgroups", "the containers' CPU, memory and pressure counters", folded("cgroup/")),
+        StandIn("kernel", "the OOM kills and Xids of the kernel log it followed", folded("kernel/")),
+        StandIn("docker", "the container events and inspects, as first seen", folded("docker/")),
+        StandIn("kubernetes", "the events of the node and its pods", folded("kubernetes/")),
+    ),
 )

@@ -26,6 +26,7 @@ from forensics.analysis.source import Source
 from forensics.specs import all_specs
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
+from forensics.specs.ring import folded
 
 __all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
 
@@ -85,6 +86,9 @@ def load_source(src: Source, model: Model, node: str) -> None:
     passes: list[tuple[Source, frozenset[str]]] = [(src, frozenset())]
     if view is not None:
         passes.insert(0, (view, RING_SKIPS))
+        skipped = {folded(name + "/") for name in RING_SKIPS}  # the kernel's: held where read (load_kernel_history)
+        model.node(node).history_held.update(
+            held for m in view.members if "/" in m and (held := folded(m.split("/", 1)[0] + "/")) not in skipped)
     for source, skips in passes:
         for loader in loader_order():
             name = loader.source

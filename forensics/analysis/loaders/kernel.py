@@ -63,14 +63,16 @@ def load_kernel_history(view: RingSource, model: Model, node: str) -> None:
     the capture's boot: after a reboot they differ."""
     if view.rebuilt is None:  # whole ring members of an older capture: no run to take a boot from
         return
-    _load(view, model, node, history=True)
+    if _load(view, model, node, history=True):
+        model.node(node).history_held.add(view.prefix + "kernel/")
 
 
-def _load(src: Source, model: Model, node: str, history: bool) -> None:
+def _load(src: Source, model: Model, node: str, history: bool) -> bool:
+    """Read the kernel log members ``src`` holds; False when it holds none."""
     boot = None if history else _boot_time(src)
     present = [m for m, _ in _SOURCES if src.has(m)]
     if not present:
-        return
+        return False
     if boot is None and not history:
         model.limit(f"{node}: no boot time in the bundle: kernel log events have no wall-clock time")
     info = model.node(node)
@@ -134,6 +136,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> None:
     info.kernel_records += count
     if bad:
         src.problems.append(f"{src.name}: kernel log: {bad} unparsable line(s) skipped")
+    return True
 
 
 def _add_bus_loss(src: Source, model: Model, node: str, member: str, lost: tuple[str, list[object]]) -> None:

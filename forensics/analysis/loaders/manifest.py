@@ -82,11 +82,21 @@ def _stand_ins(info: NodeInfo, missing: str) -> str:
     it gives back part of ``missing`` (history: at the step it was asked)."""
     out = ""
     for spec in all_specs():
-        gives = [s.gives for s in spec.stands_in if s.source == missing]
+        gives = [s.gives for s in spec.stands_in if s.source == missing and not s.held_under]
         if gives and info.collector_status.get(spec.name) in ("ok", "partial"):
             step = f" at a {info.history_step_s:g} s step" if info.history_step_s is not None else ""
             out += f"; {spec.stand_in_label or spec.name}{step} stands in for {', '.join(gives)}"
     return out
+
+
+def _held(info: NodeInfo, missing: str) -> str | None:
+    """What stands in for ``missing`` from the history the analysis read for the node (a stand-in
+    with ``held_under``: the flight recorder's members of that source), worded; None when none does."""
+    for spec in all_specs():
+        for s in spec.stands_in:
+            if s.source == missing and s.held_under and s.held_under in info.history_held:
+                return f"{spec.stand_in_label or spec.name} ({s.held_under}) stands in for {s.gives}, up to the capture"
+    return None
 
 
 def note_missing_sources(model: Model) -> None:
@@ -112,5 +122,9 @@ def note_missing_sources(model: Model) -> None:
             if not absence.costs(status, info.collector_status):
                 continue
             why = f"collector {name} {status}" if status else f"no {name} collector in the bundle"
+            held = _held(info, name)
+            if held is not None:  # its evidence is there, from before the capture: not its absence's meaning
+                model.limit(f"{node}: {why}: {held}; nothing from the capture's own window")
+                continue
             why += _stand_ins(info, name)
             model.limit(f"{node}: {absence.meaning} ({why})")

@@ -22,6 +22,7 @@ from forensics.analysis.naming import fmt_time, gpu_label, with_pod
 from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.pci import pci_bus_key
 from forensics.parsing.xid_catalog import caused_by
+from forensics.specs.ring import folded
 
 __all__ = ["FELL_OFF_BUS", "Cause", "consequence_text", "gpu_name", "gpu_where", "pid_phrase", "record_pids",
            "running_on", "xid_causes"]
@@ -127,6 +128,10 @@ def gpu_where(model: Model, node: str, gpu: str, pci: str | None, text: str = ""
     if model.has_source(node, "nvml") and model.node_gpus(node):
         return (f"the GPU at PCI {address}, which NVML did not enumerate in this capture "
                 "(it vanished, or is hidden from this capture)", subject, False)
+    info = model.nodes.get(node)
+    if info is not None and folded("nvml/") in info.history_held and model.node_gpus(node):
+        return (f"the GPU at PCI {address}, which NVML did not enumerate in the flight recorder's history "
+                "(no NVML in this capture)", subject, False)
     return f"the GPU at PCI {address} (NVML not in the bundle: which GPU it is is unknown)", subject, False
 
 

@@ -101,3 +101,30 @@ def test_a_capture_without_a_kernel_log_reads_the_rings(ring_only: Path) -> None
     (lost,) = _lost(doc)
     assert abs(_unix(lost["start"]) - (BOOT_A + 5400.0)) < 0.01
     assert [e["member"] for e in lost["evidence"]] == ["ring/kernel/kmsg-window.txt"]
+
+
+def test_where_the_history_stands_in_for_a_source_the_limitation_says_so(tmp_path: Path) -> None:
+    """A capture of the ring alone (`capture --only ring --since`): the recorder's NVML, /proc,
+    cgroup, Docker and kernel history were analysed, so no limitation says their evidence is
+    missing ("no NVML data: GPU attribution not possible" was false); each names the history
+    that stands in. The net source, which the recorder does not record, stays missing. An Xid of a
+    GPU the recorder's NVML never listed says where NVML was read."""
+    from tests.support.ring_bundle import ring_from_sample
+
+    ring = tmp_path / "ring"
+    ring_from_sample(ring)
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS, retention_s=90 * 86400.0).open()
+    t = NOW - 60.0
+    unlisted = XID_79.replace("0000:3b:00", "0000:c1:00")  # the sample's NVML lists 3b:00, not c1:00
+    w.append([(t, t - BOOT_B, "kernel/kmsg-window.txt", "append", _kmsg(9, t - BOOT_B - 0.3, unlisted))])
+    w.close(seal=False)
+    doc = analyze_bundles([capture_since(ring, tmp_path / "out", "2026-11-29T00:00:00Z")])
+    limits = doc["limitations"]
+    for name, prefix in (("nvml", "ring/nvml/"), ("procfs", "ring/proc/"), ("cgroups", "ring/cgroup/"),
+                         ("docker", "ring/docker/"), ("kernel", "ring/kernel/")):
+        (said,) = [x for x in limits if f"collector {name} skipped" in x]
+        assert f"the flight recorder's history ({prefix}) stands in for" in said, said
+    assert not [x for x in limits if "no NVML data" in x or "no kernel log" in x or "no cgroup data" in x]
+    assert [x for x in limits if x.startswith("vm: no network or disk counters")]
+    (lost,) = _lost(doc)
+    assert "which NVML did not enumerate in the flight recorder's history" in lost["summary"], lost["summary"]
