@@ -62,6 +62,10 @@ class _SourceState:
     ticks: int = 0
     missed: int = 0
     restarts: int = 0
+    # the unavailability last written as a `source` event (its error), until the source answers a
+    # tick again: a source retried with a backoff (no Kubernetes configuration) is said once, not
+    # at every retry
+    reported: str | None = None
 
 
 class Recorder:
@@ -238,8 +242,9 @@ class Recorder:
             self.forward_cgroups.extend(p for p in hints.get("cgroup_paths") or [] if isinstance(p, str))
         if kind == "fatal":
             why = str(msg.get("error") or "failed")
-            if st.status != "unavailable" or st.error != why:
+            if st.reported != why:
                 self._event("source", source=st.name, status="unavailable", error=why)
+                st.reported = why
             self._end_source(st, why)
             st.status = "unavailable"
             return
@@ -259,6 +264,7 @@ class Recorder:
                 return
             st.ticks += 1
             st.failures = 0
+            st.reported = None
             if st.gap_from is not None:
                 now = time.time()
                 self._event("gap", source=st.name, **{"from": round(st.gap_from, 6)}, to=round(now, 6),

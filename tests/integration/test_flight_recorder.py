@@ -149,6 +149,26 @@ def test_restarted_dockerd_is_a_recorded_gap(tmp_path: Path) -> None:
         de.stop_engine(engine)
 
 
+def test_a_source_that_cannot_start_is_said_once(tmp_path: Path) -> None:
+    """On a node with no Docker engine and no Kubernetes configuration, the recorder says so once
+    each in its events: the docker follower (it retries, and looked recorded before: no event said
+    that nothing was), and the kubernetes source (retried with a backoff: a `source unavailable`
+    event at every retry before)."""
+    ring = tmp_path / "ring"
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock", "HOME": str(tmp_path), "KUBECONFIG": "",
+           "KUBERNETES_SERVICE_HOST": ""}
+    rec = start_recorder(ring, env=env, interval_s=0.2, hang_kill_s=1.0, sources=["docker", "kubernetes"])
+    wait_for_writer(ring, rec)
+    time.sleep(8.0)  # the kubernetes source is retried after 1, 2 and 4 s
+    status, _ = _stop(rec)
+    events = ring_events(ring)
+    kube = [e for e in events if e["kind"] == "source" and e["source"] == "kubernetes"]
+    assert status["sources"]["kubernetes"]["restarts"] >= 3, status  # retried meanwhile
+    assert len(kube) == 1 and kube[0]["status"] == "unavailable", kube
+    notes = [e for e in events if e["kind"] == "note" and e["source"] == "docker"]
+    assert len(notes) == 1 and "no Docker engine answers" in notes[0]["text"], events
+
+
 def _busybox(engine: de.DockerEngine) -> str:
     images = de.build_images(engine)
     return images.get(de.BUSYBOX_IMAGE, de.BUSYBOX_IMAGE) if isinstance(images, dict) else de.BUSYBOX_IMAGE

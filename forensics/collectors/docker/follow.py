@@ -79,6 +79,9 @@ class DockerFollower:
             except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
                 if lost_at is None:
                     lost_at, lost_why = time.time(), describe_error(exc)
+                    if not self.connections:  # never reached: said once, not left to look recorded
+                        ctx.note(f"no Docker engine answers ({lost_why}): no Docker events or inspects are "
+                                 f"recorded until one does (retried every {_BACKOFF_S[-1]:g} s at most)")
                 self._stop.wait(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
                 attempt += 1
                 continue
