@@ -79,6 +79,8 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
     info.members_used.setdefault("kernel", src.ref(present[0], 0, None).member)  # its bundle path
     boot_at = src.boot_time_at if history and isinstance(src, RingSource) else None
     captured = info.kernel_keys
+    captured_lines = info.kernel_lines
+    raw_kmsg = {member: parse is kmsg.parse_kmsg_record for member, parse in _SOURCES}  # the same text in the ring
     seen_seq: set[int] = set()
     seen_keys: set[tuple[int, str]] = set()
     tracker = oomkill.OomTracker()
@@ -93,8 +95,13 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
         for no, line in enumerate(lines, 1):
             if not line.strip() or line[:1] == " ":
                 continue
-            if not any(k in line for k in _KEYWORDS):
-                count += 1  # a record no rule reads: counted, not parsed (logs can hold millions)
+            if not any(k in line for k in _KEYWORDS):  # a record no rule reads: counted, not parsed
+                if history:  # (logs can hold millions); the ring's copy of one the capture read is not counted
+                    if line in captured_lines:
+                        continue
+                elif raw_kmsg[member]:
+                    captured_lines.add(line)
+                count += 1
                 continue
             try:
                 record = parse(line)

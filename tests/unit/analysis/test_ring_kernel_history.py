@@ -128,3 +128,20 @@ def test_where_the_history_stands_in_for_a_source_the_limitation_says_so(tmp_pat
     assert [x for x in limits if x.startswith("vm: no network or disk counters")]
     (lost,) = _lost(doc)
     assert "which NVML did not enumerate in the flight recorder's history" in lost["summary"], lost["summary"]
+
+
+def test_the_records_counted_are_the_capture_s_and_those_only_the_ring_holds(tmp_path: Path) -> None:
+    """"no Xid error in the kernel log (N records)": a record the ring and the capture's log both
+    hold is one record, one from before the reboot that only the ring holds is one more."""
+    noise = [(40 + i, 100.0 + i, f"usb 1-1: new high-speed USB device number {i} using xhci_hcd") for i in range(4)]
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    for boot, records in ((BOOT_A, [(5, 50.0, "EXT4-fs (sda1): mounted filesystem")]), (BOOT_B, noise)):
+        for seq, ts, text in records:
+            t = boot + ts + 0.3
+            w.append([(t, t - boot, "kernel/kmsg-window.txt", "append", _kmsg(seq, ts, text))])
+    w.close(seal=False)
+    bundle = _with_own_kernel_log(capture_since(ring, tmp_path / "out", "3h"), tmp_path / "b", noise)
+    doc = analyze_bundles([bundle])
+    (xid,) = [r["statement"] for r in doc["ruled_out"] if "no Xid error in the kernel log" in r["statement"]]
+    assert "(5 records" in xid, xid  # the capture's 4 and the ring's 1 from boot A
