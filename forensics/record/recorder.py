@@ -62,10 +62,7 @@ class _SourceState:
     ticks: int = 0
     missed: int = 0
     restarts: int = 0
-    # the unavailability last written as a `source` event (its error), until the source answers a
-    # tick again: a source retried with a backoff (no Kubernetes configuration) is said once, not
-    # at every retry
-    reported: str | None = None
+    reported: str | None = None  # the unavailability last written as an event, until a tick is answered
 
 
 class Recorder:
