@@ -91,6 +91,9 @@ class Evidence:
     #: a member rebuilt at read time (the flight recorder's ``ring/<member>``, rebuilt from the ring
     #: segments the bundle carries): the segment member and the line of the record it comes from
     derived_from: tuple[str, int] | None = None
+    #: False where that segment's SHA-256 was not checked against ``ring/provenance.json`` (the
+    #: bundle has no readable one: forensics.bundle.verify.segment_faults reads the segments unverified)
+    derived_verified: bool = True
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -103,6 +106,8 @@ class Evidence:
         if self.derived_from is not None:
             member, line = self.derived_from
             out["derived_from"] = {"member": member, "segment": member.rsplit("/", 1)[-1], "line": line}
+            if not self.derived_verified:  # said only where not: documents of verified segments unchanged
+                out["derived_from"]["verified"] = False
         return out
 
 

@@ -11,7 +11,8 @@ ones a fold into whole members wrote). It gives the loaders a
 :class:`~forensics.analysis.source.Source` that sees those members under their usual names, so
 ring samples and capture samples land in the model as one series; every evidence it builds names
 the rebuilt member (``ring/...``) and line, and says which segment record it was rebuilt from
-(``derived_from``: the segment member and its line).
+(``derived_from``: the segment member and its line, and whether its SHA-256 was checked against
+the provenance: not where the bundle has no readable ``ring/provenance.json``).
 
 A segment is untrusted input: its hash is checked against the provenance by the bundle's one check
 (forensics.bundle.verify.segment_faults: a mismatch, or a segment the provenance does not list,
@@ -56,6 +57,8 @@ class RebuiltRing:
     #: member -> the boot time (wall minus monotonic clock of the run that appended it) of each
     #: record in ``origins``' order: a kernel record's microseconds since boot are of that boot
     boots: dict[str, list[float]] = field(default_factory=dict)
+    #: the segment members read without their SHA-256 checked (no readable provenance to check it against)
+    unverified: set[str] = field(default_factory=set)
 
     def origin(self, member: str, line: int) -> tuple[str, int] | None:
         """The segment record that line ``line`` (1-based; 0: the first) of ``member`` was rebuilt from."""
@@ -193,7 +196,8 @@ def _check(src: Source, present: list[str], out: RebuiltRing) -> set[str]:
     """The segments left out, by the one check of segments against their provenance
     (forensics.bundle.verify.segment_faults): the bundle's integrity check's, when it ran (then its
     limitation states each fact and what is done about it, and the view does not state it again),
-    else made here and stated here."""
+    else made here and stated here. The segments a fault reads unverified (no readable provenance:
+    its member "", all of them) are ``out.unverified``, so their evidence does not claim a check."""
     checked = src.integrity
     if checked is not None:
         faults = checked.segments
@@ -216,6 +220,8 @@ def _check(src: Source, present: list[str], out: RebuiltRing) -> set[str]:
     for f in faults:
         if f.problem not in stated:
             out.problems.append(f"{src.name}: {f.stated()}")
+        if not f.left_out:
+            out.unverified.update(present if f.member == "" else [f.member])
     return {f.member for f in faults if f.left_out}
 
 
@@ -286,11 +292,14 @@ class RingSource(Source):
         return None if self.rebuilt is None else self.rebuilt.boot_time(member, line)
 
     def derived(self, ev: Evidence, line: int) -> Evidence:
-        """``ev`` (its member the bundle path) with the segment record its member's line came from."""
+        """``ev`` (its member the bundle path) with the segment record its member's line came from,
+        and whether that segment's SHA-256 was checked against the provenance."""
         if self.rebuilt is None:
             return ev
         origin = self.rebuilt.origin(ev.member.removeprefix(self.prefix), line)
-        return replace(ev, derived_from=origin) if origin else ev
+        if not origin:
+            return ev
+        return replace(ev, derived_from=origin, derived_verified=origin[0] not in self.rebuilt.unverified)
 
     def _real(self, ev: Evidence, line: int = 0) -> Evidence:
         return self.derived(replace(ev, member=self.prefix + ev.member), line)

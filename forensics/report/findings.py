@@ -136,12 +136,13 @@ def evidence_views(items: list[dict[str, Any]], members: Members) -> tuple[Evide
 
 
 def derived_view(item: Mapping[str, Any], bundle: str, members: Members) -> DerivedView | None:
-    """``derived_from`` of an evidence item (docs/analysis-format.md), the segment cited too."""
+    """``derived_from`` of an evidence item (docs/analysis-format.md), the segment cited too. Its
+    ``verified`` is absent where the segment was checked; anything but absent or ``true`` is not a check."""
     origin = get_dict(item, "derived_from")
     segment, line = get_str(origin, "member"), get_int(origin, "line")
     if not segment or line is None:
         return None
-    return DerivedView(segment, line, members.sha(bundle, segment))
+    return DerivedView(segment, line, members.sha(bundle, segment), origin.get("verified", True) is True)
 
 
 def finding_view(d: Mapping[str, Any], members: Members) -> FindingView:

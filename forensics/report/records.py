@@ -106,13 +106,16 @@ class SubjectView:
 @dataclass(frozen=True)
 class DerivedView:
     """Where a member the analysis rebuilt (``ring/<member>``, from the flight recorder's segments
-    the bundle carries) got the cited line: the segment member, its line, and its SHA-256 from the
-    bundle manifest when known. A sealed segment (``.jsonl.gz``) is the ring's file as the
-    recorder sealed it; the other is the active one's whole lines, copied at capture."""
+    the bundle carries) got the cited line: the segment member, its line, its SHA-256 from the
+    bundle manifest when known, and whether the analysis checked that SHA-256 against
+    ``ring/provenance.json`` (``verified``: not where the bundle has no readable one). A sealed
+    segment (``.jsonl.gz``) is the ring's file as the recorder sealed it; the other is the active
+    one's whole lines, copied at capture."""
 
     member: str
     line: int
     member_sha256: str | None
+    verified: bool = True
 
     @property
     def sealed(self) -> bool:
@@ -120,10 +123,13 @@ class DerivedView:
 
     @property
     def note(self) -> str:
-        """What the segment is: ``sealed segment, SHA-256 in ring/provenance.json``."""
+        """What the segment is: ``sealed segment, SHA-256 in ring/provenance.json``; one never
+        checked says so (``..., NOT verified: no readable ring/provenance.json``)."""
         kind = "sealed segment" if self.sealed else "active segment, copied at capture"
-        where = "SHA-256 in ring/provenance.json" if self.member_sha256 else "segment not in the manifest"
-        return f"{kind}, {where}"
+        listed = "" if self.member_sha256 else "segment not in the manifest"
+        if not self.verified:
+            return ", ".join(x for x in (kind, "NOT verified: no readable ring/provenance.json", listed) if x)
+        return f"{kind}, {listed or 'SHA-256 in ring/provenance.json'}"
 
     @property
     def text(self) -> str:

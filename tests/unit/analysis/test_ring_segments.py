@@ -432,3 +432,26 @@ def test_segments_the_provenance_does_not_cover_are_not_verifiable(captured: tup
     named = [lim for lim in doc["limitations"] if "ring/provenance.json" in lim]
     assert len(named) == 1 and named[0].startswith("INTEGRITY CHECK FAILED") and "read unverified" in named[0], named
     assert any(e["member"].startswith("ring/") for f in doc["findings"] for e in f["evidence"])
+
+
+@pytest.mark.parametrize("provenance", [None, b"{not json"], ids=["absent", "not-json"])
+def test_evidence_from_segments_never_checked_says_so(
+        captured: tuple[Path, Path], tmp_path: Path, provenance: bytes | None) -> None:
+    """Without a readable ``ring/provenance.json`` the segments are read unverified: every evidence
+    rebuilt from them says so (``derived_from.verified`` false), where a checked segment's says
+    nothing (its document as before)."""
+    _ring, bundle = captured
+
+    def change(members: dict[str, bytes]) -> None:
+        if provenance is None:
+            del members["ring/provenance.json"]
+        else:
+            members["ring/provenance.json"] = provenance
+
+    bad = _rewritten(bundle, tmp_path / "unverified.tgz", change)
+    derived = [e["derived_from"] for f in analyze_bundles([bad])["findings"] for e in f["evidence"]
+               if "derived_from" in e]
+    assert derived and all(d["verified"] is False for d in derived), derived
+    checked = [e["derived_from"] for f in analyze_bundles([bundle])["findings"] for e in f["evidence"]
+               if "derived_from" in e]
+    assert checked and all(set(d) == {"member", "segment", "line"} for d in checked), checked

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.hostile_bundles import full, rewrite
 from tests.support.ring_bundle import RING_SAMPLE, capture_since, ring_from_sample
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,11 +70,15 @@ def _analyze(bundle: Path, out: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def ring_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("ringreport")
+def ring_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("ringcapture")
     ring_from_sample(tmp / "ring")
-    bundle = capture_since(tmp / "ring", tmp / "bundle", "2026-11-29T00:00:00Z")
-    return _analyze(bundle, tmp / "reports")
+    return capture_since(tmp / "ring", tmp / "bundle", "2026-11-29T00:00:00Z")
+
+
+@pytest.fixture(scope="module")
+def ring_report(ring_capture: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _analyze(ring_capture, tmp_path_factory.mktemp("ringreport"))
 
 
 def _first_derived(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -114,6 +119,36 @@ def test_a_ring_cited_finding_says_which_segment_line_it_was_rebuilt_from(
 
 
 @pytest.mark.slow
+def test_segments_read_unverified_never_claim_a_check(
+        ring_capture: Path, tmp_path: Path, pdftext: Callable[..., str]) -> None:
+    """The same capture without its ``ring/provenance.json`` (dropped from the manifest too): the
+    segments' SHA-256 was never checked, so the document says ``verified: false`` and no report
+    says the SHA-256 is in the provenance; each says the line is NOT verified and why."""
+    def drop(top: str, members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        manifest = json.loads(dict(members)["manifest.json"])
+        manifest["members"] = [m for m in manifest["members"] if m["path"] != "ring/provenance.json"]
+        return full(top, [(n, json.dumps(manifest).encode() if n == "manifest.json" else d)
+                          for n, d in members if n != "ring/provenance.json"])
+
+    (tmp_path / "no-provenance").mkdir()
+    bundle = rewrite(ring_capture, tmp_path / "no-provenance" / ring_capture.name, drop)
+    report = _analyze(bundle, tmp_path / "reports")
+    _finding, e = _first_derived(report["doc"])
+    derived = [x["derived_from"] for f in report["doc"]["findings"] for x in f["evidence"] if "derived_from" in x]
+    assert all(d["verified"] is False for d in derived), derived
+    seg, line = e["derived_from"]["member"], e["derived_from"]["line"]
+    kind = "sealed segment" if seg.endswith(".gz") else "active segment, copied at capture"
+    said = f"rebuilt from {seg} line {line} ({kind}, NOT verified: no readable ring/provenance.json)"
+    html, md, pdf, text = _html_text(report["html"]), report["md"], pdftext(report["pdf"]), report["text"]
+    assert f"{e['locator']}: {said}" in html and f"{e['locator']}: {said}" in text
+    assert f"`{e['locator']}`: rebuilt from `{seg}` line {line} ({kind}, NOT verified: no readable " in md
+    assert _packed(said) in _packed(pdf)
+    for out in (report["html"], html, md, pdf, text):
+        assert "SHA-256 in ring/provenance.json" not in out
+    assert f'class="warn-text">({kind}, NOT verified' in report["html"]  # it stands out
+
+
+@pytest.mark.slow
 def test_ruled_out_checks_of_a_ring_only_bundle_name_its_ring_members(ring_report: dict[str, Any]) -> None:
     """Without a live nvml or cgroup collector, what a ruled-out check examined is the rebuilt
     ``ring/`` member, so the report names a member the reader can find (with the ring view)."""
@@ -141,6 +176,16 @@ def test_a_live_finding_has_no_derived_line(tmp_path: Path, pdftext: Callable[..
      "rebuilt from ring/segments/seg-8.jsonl line 2 (active segment, copied at capture, SHA-256 in ring/provenance.json)"),
     ({"member": "ring/segments/seg-9.jsonl.gz", "line": 5}, {},
      "rebuilt from ring/segments/seg-9.jsonl.gz line 5 (sealed segment, segment not in the manifest)"),
+    ({"member": "ring/segments/seg-7.jsonl.gz", "line": 37, "verified": False}, {"ring/segments/seg-7.jsonl.gz": "ab" * 32},
+     "rebuilt from ring/segments/seg-7.jsonl.gz line 37 (sealed segment, NOT verified: no readable ring/provenance.json)"),
+    ({"member": "ring/segments/seg-8.jsonl", "line": 2, "verified": "yes"}, {"ring/segments/seg-8.jsonl": "cd" * 32},
+     "rebuilt from ring/segments/seg-8.jsonl line 2 (active segment, copied at capture, NOT verified: no readable "
+     "ring/provenance.json)"),
+    ({"member": "ring/segments/seg-9.jsonl.gz", "line": 5, "verified": False}, {},
+     "rebuilt from ring/segments/seg-9.jsonl.gz line 5 (sealed segment, NOT verified: no readable "
+     "ring/provenance.json, segment not in the manifest)"),
+    ({"member": "ring/segments/seg-7.jsonl.gz", "line": 37, "verified": True}, {"ring/segments/seg-7.jsonl.gz": "ab" * 32},
+     "rebuilt from ring/segments/seg-7.jsonl.gz line 37 (sealed segment, SHA-256 in ring/provenance.json)"),
     ({"member": "ring/segments/seg-9.jsonl.gz", "line": "5"}, {}, None),
     ({"member": "ring/segments/seg-9.jsonl.gz", "line": True}, {}, None),
     ({"line": 5}, {}, None),
