@@ -262,8 +262,9 @@ class NodeInfo:
     clock_reference: str | None = None  # the reference clock_offset_s was derived through
     collector_status: dict[str, str] = field(default_factory=dict)
     kernel_records: int = 0
-    # the member prefixes (``ring/nvml/``) whose flight recorder history the analysis read for this node
-    history_held: set[str] = field(default_factory=set)
+    # the member folders (``ring/nvml/``) whose flight recorder history the analysis read for this node,
+    # with the wall times of their first and last record in the window (None: not known)
+    history_held: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     # (microseconds since boot, message) of every kernel record a rule reads that the capture's own log
     # held: the flight recorder's kernel history adds only those not among them (a reboot, a wrapped buffer)
     kernel_keys: set[tuple[int, str]] = field(default_factory=set)

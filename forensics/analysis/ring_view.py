@@ -41,7 +41,7 @@ from forensics.ring.segment import SegmentTooLarge, segment_text, valid_prefix
 from forensics.specs.ring import PREFIX as RING_PREFIX
 from forensics.specs.ring import PROVENANCE, SEGMENTS
 
-__all__ = ["RING_PREFIX", "RebuiltRing", "RingSource", "rebuild_ring", "ring_view"]
+__all__ = ["RING_PREFIX", "RebuiltRing", "RingSource", "history_spans", "rebuild_ring", "ring_view"]
 
 
 @dataclass
@@ -57,6 +57,9 @@ class RebuiltRing:
     #: member -> the boot time (wall minus monotonic clock of the run that appended it) of each
     #: record in ``origins``' order: a kernel record's microseconds since boot are of that boot
     boots: dict[str, list[float]] = field(default_factory=dict)
+    #: member -> wall times of its first and last record appended in the window (the write members,
+    #: the state repeated at every segment's top, have none: they say nothing of when it was sampled)
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the segment members read without their SHA-256 checked (no readable provenance to check it against)
     unverified: set[str] = field(default_factory=set)
 
@@ -180,7 +183,9 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             starts, where = out.origins.setdefault(rec.member, ([], []))
             starts.append(first)
             where.append(origin)
-            out.boots.setdefault(rec.member, []).append(rec.t - rec.mono)
+            out.boots.setdefault(rec.member, []).append(rec.t - rec.mono if rec.mono >= 0 else math.nan)  # boot <= t
+            span = out.spans.get(rec.member)
+            out.spans[rec.member] = (rec.t, rec.t) if span is None else (min(span[0], rec.t), max(span[1], rec.t))
         out.problems.extend(f"{name}: {p}" for p in problems)
         if capped or decode.passed:
             break
@@ -223,6 +228,27 @@ def _check(src: Source, present: list[str], out: RebuiltRing) -> set[str]:
         if not f.left_out:
             out.unverified.update(present if f.member == "" else [f.member])
     return {f.member for f in faults if f.left_out}
+
+
+def history_spans(view: RingSource) -> dict[str, tuple[float, float] | None]:
+    """The sources' member folders the view holds history of (``ring/nvml/``), with the wall
+    times of the first and last record appended in the window; of a view rebuilt from segments only
+    the folders with appended records (a write member is the state every segment repeats: it is
+    there hours after its source stopped), of an older capture's whole members every folder (no
+    span: not known)."""
+    out: dict[str, tuple[float, float] | None] = {}
+    if view.rebuilt is None:
+        for m in view.members:
+            if "/" in m:
+                out[view.prefix + m.split("/", 1)[0] + "/"] = None
+        return out
+    for m, (first, last) in view.rebuilt.spans.items():
+        if "/" not in m:
+            continue
+        folder = view.prefix + m.split("/", 1)[0] + "/"
+        had = out.get(folder)
+        out[folder] = (first, last) if had is None else (min(had[0], first), max(had[1], last))
+    return out
 
 
 class _PrefixBundle:

@@ -198,11 +198,13 @@ class StandIn:
 
     source: str
     gives: str
-    #: where it stands in only on a node whose analysis read members under this prefix (the flight
-    #: recorder's history of ``source``: ``ring/nvml/``): then it is said instead of the absence's
-    #: meaning, since that source's evidence is there, from before the capture; "": wherever this
-    #: source answered, said after the meaning
+    #: where it stands in only on a node whose analysis read records under this prefix (the flight
+    #: recorder's history of ``source``: ``ring/nvml/``), said with their span; "": wherever this
+    #: source answered
     held_under: str = ""
+    #: what it gives is all the absence's meaning says is lost (the recorder's NVML history is the
+    #: NVML evidence, from before the capture): said instead of the meaning, not after it
+    replaces: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,13 @@ SPEC = SourceSpec(
     # where the capture lacks a source the recorder records, its history is that source's evidence
     stand_in_label="the flight recorder's history",
     stands_in=(
-        StandIn("nvml", "the GPUs, their utilisation and memory and the processes on them", folded("nvml/")),
-        StandIn("procfs", "the GPU processes' cgroups, names and environments, as first seen", folded("proc/")),
-        StandIn("cgroups", "the containers' CPU, memory and pressure counters", folded("cgroup/")),
-        StandIn("kernel", "the OOM kills and Xids of the kernel log it followed", folded("kernel/")),
-        StandIn("docker", "the container events and inspects, as first seen", folded("docker/")),
-        StandIn("kubernetes", "the events of the node and its pods", folded("kubernetes/")),
+        StandIn("nvml", "the GPUs, their utilisation and memory and the processes on them", folded("nvml/"), True),
+        StandIn("procfs", "the GPU processes' cgroups, names and environments, as first seen", folded("proc/"), True),
+        StandIn("cgroups", "the containers' CPU, memory and pressure counters", folded("cgroup/"), True),
+        StandIn("kernel", "the OOM kills and Xids of the kernel log it followed", folded("kernel/"), True),
+        StandIn("docker", "the container events, and inspects (their GPU grants) as first seen", folded("docker/"),
+                True),
+        StandIn("kubernetes", "the events of the node and its pods (not the pods' allocations)",
+                folded("kubernetes/")),
     ),
 )

@@ -20,7 +20,7 @@ from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.kernel import load_kernel_history
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
 from forensics.analysis.model import Model
-from forensics.analysis.ring_view import ring_view
+from forensics.analysis.ring_view import history_spans, ring_view
 from forensics.analysis.samples import CpuSample, IoSample, NetSample
 from forensics.analysis.source import Source
 from forensics.specs import all_specs
@@ -88,7 +88,7 @@ def load_source(src: Source, model: Model, node: str) -> None:
         passes.insert(0, (view, RING_SKIPS))
         skipped = {folded(name + "/") for name in RING_SKIPS}  # the kernel's: held where read (load_kernel_history)
         model.node(node).history_held.update(
-            held for m in view.members if "/" in m and (held := folded(m.split("/", 1)[0] + "/")) not in skipped)
+            (folder, span) for folder, span in history_spans(view).items() if folder not in skipped)
     for source, skips in passes:
         for loader in loader_order():
             name = loader.source

@@ -9,12 +9,13 @@ microseconds since boot.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from forensics.analysis.events import GpuLostWitness, OomKill, XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, dig
 from forensics.analysis.model import Model
-from forensics.analysis.ring_view import RingSource
+from forensics.analysis.ring_view import RingSource, history_spans
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg, nvrm, oomkill
@@ -37,12 +38,21 @@ _SOURCES: tuple[tuple[str, Callable[[str], kmsg.KmsgRecord]], ...] = (
 _KEYWORDS = ("oom", "Killed process", "memory: usage", "Task in ", "Xid", "NVRM")
 
 
+#: a boot time is taken only in [1970, 2242): a bundle is hostile input, and a time outside any
+#: calendar (``1e300``) made every later date conversion raise
+_LATEST = float(1 << 33)
+
+
+def _plausible(t: float | None) -> float | None:
+    return t if t is not None and math.isfinite(t) and 0.0 <= t < _LATEST else None
+
+
 def _boot_time(src: Source) -> float | None:
     for member, path in ((kernel_spec.INDEX, ("clocks", "boot_time_unix")),
                          (host_spec.FACTS, ("clocks", "boot_time_from_monotonic_unix")),
                          (host_spec.FACTS, ("boot_time_unix",)),
                          (procfs_spec.INDEX, ("boot_time_unix",))):
-        value = as_float(dig(src.json(member), *path))
+        value = _plausible(as_float(dig(src.json(member), *path)))
         if value is not None:
             return value
     return None
@@ -64,7 +74,8 @@ def load_kernel_history(view: RingSource, model: Model, node: str) -> None:
     if view.rebuilt is None:  # whole ring members of an older capture: no run to take a boot from
         return
     if _load(view, model, node, history=True):
-        model.node(node).history_held.add(view.prefix + "kernel/")
+        folder = view.prefix + "kernel/"
+        model.node(node).history_held[folder] = history_spans(view).get(folder)
 
 
 def _load(src: Source, model: Model, node: str, history: bool) -> bool:
@@ -113,7 +124,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                 if key in captured or key in seen_keys:
                     continue
                 seen_keys.add(key)
-                booted = boot_at(member, no) if boot_at is not None else None
+                booted = _plausible(boot_at(member, no)) if boot_at is not None else None
             else:
                 if record.seq is not None:
                     if record.seq in seen_seq:
@@ -122,7 +133,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                 captured.add(key)
                 booted = boot
             count += 1
-            t = booted + record.ts_usec / 1e6 if booted is not None else None
+            t = _plausible(booted + record.ts_usec / 1e6) if booted is not None else None
             msg = record.message
             if "oom" in msg or "Killed process" in msg or msg.startswith(("memory: usage", "Task in ")):
                 if "invoked oom-killer" in msg:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from forensics.analysis.loaders.common import as_float, dig, parse_time
 from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.source import Source
-from forensics.specs import Absence, all_specs
+from forensics.specs import Absence, StandIn, all_specs
 
 __all__ = ["load_manifest"]
 
@@ -86,16 +87,34 @@ def _stand_ins(info: NodeInfo, missing: str) -> str:
         if gives and info.collector_status.get(spec.name) in ("ok", "partial"):
             step = f" at a {info.history_step_s:g} s step" if info.history_step_s is not None else ""
             out += f"; {spec.stand_in_label or spec.name}{step} stands in for {', '.join(gives)}"
+        for s in spec.stands_in:  # a history held: only where its records were read
+            if s.source == missing and s.held_under and not s.replaces and s.held_under in info.history_held:
+                out += f"; {_held_text(spec.stand_in_label or spec.name, s, info)}"
     return out
 
 
-def _held(info: NodeInfo, missing: str) -> str | None:
-    """What stands in for ``missing`` from the history the analysis read for the node (a stand-in
-    with ``held_under``: the flight recorder's members of that source), worded; None when none does."""
+def _held_text(label: str, s: StandIn, info: NodeInfo) -> str:
+    """``the flight recorder's history (ring/nvml/, 13:02:10Z to 14:05:40Z) stands in for ...``."""
+    span = info.history_held.get(s.held_under)
+    when = f", its records {_date_time(span[0])} to {_date_time(span[1])}" if span is not None else ""
+    return f"{label} ({s.held_under}{when}) stands in for {s.gives}"
+
+
+def _date_time(t: float) -> str:
+    """``2026-11-29 14:02:10Z`` (UTC)."""
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return "an unknown time"
+
+
+def _replaced(info: NodeInfo, missing: str) -> str | None:
+    """What the history the analysis read for the node gives back of all ``missing`` would have
+    given (a stand-in that ``replaces``, its records read), worded; None when none does."""
     for spec in all_specs():
         for s in spec.stands_in:
-            if s.source == missing and s.held_under and s.held_under in info.history_held:
-                return f"{spec.stand_in_label or spec.name} ({s.held_under}) stands in for {s.gives}, up to the capture"
+            if s.source == missing and s.replaces and s.held_under in info.history_held:
+                return _held_text(spec.stand_in_label or spec.name, s, info)
     return None
 
 
@@ -122,9 +141,9 @@ def note_missing_sources(model: Model) -> None:
             if not absence.costs(status, info.collector_status):
                 continue
             why = f"collector {name} {status}" if status else f"no {name} collector in the bundle"
-            held = _held(info, name)
-            if held is not None:  # its evidence is there, from before the capture: not its absence's meaning
-                model.limit(f"{node}: {why}: {held}; nothing from the capture's own window")
+            held = _replaced(info, name)
+            if held is not None:  # its evidence is there, from its records' span: not the absence's meaning
+                model.limit(f"{node}: {why}: {held}; nothing from the capture's own window{_stand_ins(info, name)}")
                 continue
             why += _stand_ins(info, name)
             model.limit(f"{node}: {absence.meaning} ({why})")
