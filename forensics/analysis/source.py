@@ -60,6 +60,16 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     return cur
 
 
+def _lines(text: str) -> list[str]:
+    """``text`` split at ``\n`` (no empty last line after a final one; a ``\r`` before it dropped)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [line.removesuffix("\r") for line in lines]
+    return lines
+
+
 class Source:
     """One bundle, opened: member listing, tolerant reads, evidence constructors, problems seen."""
 
@@ -92,6 +102,9 @@ class Source:
     # -- reads ---------------------------------------------------------------------------------
     def text_lines(self, member: str, cache: bool = True) -> list[str] | None:
         """The member's lines (UTF-8, undecodable bytes replaced), or None when absent/unreadable.
+        Lines end at ``\n`` alone (a ``\r`` before it is dropped), as ``line N`` counts them
+        everywhere (the ring view's origins, ``sed -n Np``): not at the other breaks
+        ``str.splitlines`` knows (U+2028, ``\x1c``, ``\x85``...), which hostile text can hold.
 
         ``cache=False`` for big members read once (the kernel log): the lines are not kept.
         """
@@ -101,7 +114,7 @@ class Source:
         if member in self.members:
             try:
                 data = self.bundle.read_bytes(member)
-                lines = data.decode("utf-8", errors="replace").splitlines()
+                lines = _lines(data.decode("utf-8", errors="replace"))
             except Exception as exc:  # the reader's BundleError or I/O: keep going, note it
                 self.problems.append(f"{self.name}: cannot read {member}: {exc}")
         if cache:
