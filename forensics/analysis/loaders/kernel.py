@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from forensics.analysis.events import GpuLostWitness, OomKill, XidEvent
+from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_float, dig
 from forensics.analysis.model import Model
-from forensics.analysis.ring_view import RingSource, history_spans
+from forensics.analysis.ring_view import RING_PREFIX, RingSource, history_spans
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing import kmsg, nvrm, oomkill
@@ -120,10 +122,12 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                 bad += 1
                 continue
             key = (record.ts_usec, record.message)  # the same record whichever format read it
+            dup = False  # a ring record the capture's log holds too: only the OOM sequence reads it
             if history:  # records of several boots: not the sequence numbers, which start again at boot
-                if key in captured or key in seen_keys:
+                if key in seen_keys:
                     continue
                 seen_keys.add(key)
+                dup = key in captured
                 booted = _plausible(boot_at(member, no)) if boot_at is not None else None
             else:
                 if record.seq is not None:
@@ -132,7 +136,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                     seen_seq.add(record.seq)
                 captured.add(key)
                 booted = boot
-            count += 1
+            count += not dup
             t = _plausible(booted + record.ts_usec / 1e6) if booted is not None else None
             msg = record.message
             if "oom" in msg or "Killed process" in msg or msg.startswith(("memory: usage", "Task in ")):
@@ -141,8 +145,13 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                 oom_lines.append((no, line))
             kill = tracker.feed(record)
             if kill is not None:
-                _add_oom(src, model, node, member, kill, t, oom_lines)
+                if dup:  # the capture's log closes this OOM sequence: it may lack its start, the ring has it
+                    _complete_oom(src, model, node, member, kill, oom_lines)
+                else:
+                    _add_oom(src, model, node, member, kill, t, oom_lines)
                 oom_lines = []
+            if dup:
+                continue
             lost = bus.feed(record.ts_usec, msg, (no, line, t, msg))
             if lost is not None:
                 _add_bus_loss(src, model, node, member, lost)
@@ -169,19 +178,46 @@ def _add_bus_loss(src: Source, model: Model, node: str, member: str, lost: tuple
         tuple(src.ev_line(member, r[0], r[1]) for r in records)))
 
 
-def _add_oom(src: Source, model: Model, node: str, member: str, kill: oomkill.OomKill, t: float | None,
-             lines: list[tuple[int, str]]) -> None:
-    cid = pod = None
+def _attribution(kill: oomkill.OomKill) -> tuple[str | None, str | None]:
+    """The container id and pod uid the OOM's memory cgroup names (None where it names none)."""
     memcg = kill.task_memcg or kill.oom_memcg
     if memcg:
         try:
             att = attribute_path(memcg)
-            cid, pod = att.container_id, att.pod_uid
+            return att.container_id, att.pod_uid
         except ParseError:
             pass
+    return None, None
+
+
+def _oom_evidence(src: Source, member: str, lines: list[tuple[int, str]]) -> tuple[Evidence, ...]:
     wanted = [(no, line) for no, line in lines
               if "oom-kill:" in line or "Killed process" in line or "memory: usage" in line]
-    evidence = tuple(src.ev_line(member, no, line) for no, line in (wanted or lines)[-3:])
+    return tuple(src.ev_line(member, no, line) for no, line in (wanted or lines)[-3:])
+
+
+def _complete_oom(src: Source, model: Model, node: str, member: str, kill: oomkill.OomKill,
+                  lines: list[tuple[int, str]]) -> None:
+    """The capture's kill of the same process whose sequence lost its start (its kernel buffer
+    overwrote the memory cgroup lines before the capture read it) gets them from the ring's."""
+    if not (kill.task_memcg or kill.oom_memcg):
+        return
+    for i, o in enumerate(model.ooms):
+        if (o.node == node and o.source == "kernel" and o.pid == kill.pid and o.task_memcg is None
+                and o.container_id is None and not any(e.member.startswith(RING_PREFIX) for e in o.evidence)):
+            cid, pod = _attribution(kill)
+            model.ooms[i] = replace(
+                o, container_id=cid, pod_uid=pod, global_oom=kill.scope == "global",
+                usage_bytes=kill.memcg_usage_bytes if o.usage_bytes is None else o.usage_bytes,
+                limit_bytes=kill.memcg_limit_bytes if o.limit_bytes is None else o.limit_bytes,
+                task_memcg=kill.task_memcg, evidence=(*_oom_evidence(src, member, lines)[:-1], *o.evidence))
+            return
+
+
+def _add_oom(src: Source, model: Model, node: str, member: str, kill: oomkill.OomKill, t: float | None,
+             lines: list[tuple[int, str]]) -> None:
+    cid, pod = _attribution(kill)
+    evidence = _oom_evidence(src, member, lines)
     model.ooms.append(OomKill(
         node=node, t=t, pid=kill.pid, comm=kill.comm, container_id=cid, pod_uid=pod,
         global_oom=kill.scope == "global", usage_bytes=kill.memcg_usage_bytes,

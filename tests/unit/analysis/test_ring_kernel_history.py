@@ -179,3 +179,36 @@ def test_a_hostile_monotonic_time_costs_the_records_time_not_the_analysis(tmp_pa
     doc = analyze_bundles([capture_since(ring, tmp_path / "out", "1h")])
     (lost,) = _lost(doc)
     assert lost["start"] is None and "at an unknown time" in lost["summary"]
+
+
+CID = "3f9a" + "0" * 60
+OOM = [(200, 100.0, "python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0"),
+       (201, 100.0, "memory: usage 1048576kB, limit 1048576kB, failcnt 12"),
+       (202, 100.0, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=docker-{CID}.scope,mems_allowed=0,"
+                    f"oom_memcg=/system.slice/docker-{CID}.scope,task_memcg=/system.slice/docker-{CID}.scope,"
+                    "task=python,pid=4242,uid=0"),
+       (203, 100.0, "Memory cgroup out of memory: Killed process 4242 (python) total-vm:123456kB, anon-rss:100000kB, "
+                    "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:100kB oom_score_adj:0")]
+
+
+@pytest.mark.parametrize(("held", "cited"), [
+    (OOM, ["kernel/kmsg.txt"] * 3),  # the capture's log holds the whole report
+    (OOM[3:], ["ring/kernel/kmsg-window.txt", "ring/kernel/kmsg-window.txt", "kernel/kmsg.txt"]),  # its tail
+    ([], ["ring/kernel/kmsg-window.txt"] * 3),  # none of it
+])
+def test_an_oom_report_split_between_the_ring_and_the_capture_names_its_container(
+        tmp_path: Path, held: list[tuple[int, float, str]], cited: list[str]) -> None:
+    """A busy kernel buffer overwrote the start of an OOM report before the capture read it: the
+    capture's log holds only "Killed process", which names no memory cgroup; the ring followed
+    the whole report. The kill is one, of its container, citing the lines where they are."""
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    for seq, ts, text in OOM:
+        t = BOOT_B + ts + 0.3
+        w.append([(t, t - BOOT_B, "kernel/kmsg-window.txt", "append", _kmsg(seq, ts, text))])
+    w.close(seal=False)
+    bundle = _with_own_kernel_log(capture_since(ring, tmp_path / "out", "3h"), tmp_path / "b",
+                                  [(1, 1.0, "Linux version 6.1.0 (boot B)"), *held])
+    (oom,) = [f for f in analyze_bundles([bundle])["findings"] if f["kind"] == "oom-kill"]
+    assert "process 4242 (python) of container 3f9a00000000" in oom["summary"], oom["summary"]
+    assert [e["member"] for e in oom["evidence"]] == cited
