@@ -54,9 +54,12 @@ class RebuiltRing:
     origins: dict[str, tuple[list[int], list[tuple[str, int]]]] = field(default_factory=dict)
     segments: list[str] = field(default_factory=list)  # the segment members used, in order
     problems: list[str] = field(default_factory=list)
-    #: member -> the boot time (wall minus monotonic clock of the run that appended it) of each
-    #: record in ``origins``' order: a kernel record's microseconds since boot are of that boot
-    boots: dict[str, list[float]] = field(default_factory=dict)
+    #: member -> the recorder run (its id) that appended each record, in ``origins``' order; and each
+    #: run's boot time: wall minus monotonic clock at its latest appended record (a run's clock
+    #: stepped since boot, NTP setting it right, is taken as set right for all the run's records).
+    #: A kernel record's microseconds since boot are of the boot of the run that followed it.
+    runs: dict[str, list[str]] = field(default_factory=dict)
+    run_boots: dict[str, float] = field(default_factory=dict)
     #: member -> wall times of its first and last record appended in the window (the write members,
     #: the state repeated at every segment's top, have none: they say nothing of when it was sampled)
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -76,12 +79,12 @@ class RebuiltRing:
         """The boot time of the recorder run whose record holds line ``line`` of ``member``
         (the record's wall time minus its monotonic time; None for a member not appended)."""
         found = self.origins.get(member)
-        boots = self.boots.get(member)
-        if not found or not boots:
+        runs = self.runs.get(member)
+        if not found or not runs:
             return None
         k = bisect_right(found[0], max(line, 1)) - 1
-        boot = boots[max(k, 0)]
-        return boot if math.isfinite(boot) else None
+        boot = self.run_boots.get(runs[max(k, 0)])
+        return boot if boot is not None and math.isfinite(boot) else None
 
 
 def _window(prov: Any) -> tuple[float | None, float | None]:
@@ -183,7 +186,9 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             starts, where = out.origins.setdefault(rec.member, ([], []))
             starts.append(first)
             where.append(origin)
-            out.boots.setdefault(rec.member, []).append(rec.t - rec.mono if rec.mono >= 0 else math.nan)  # boot <= t
+            out.runs.setdefault(rec.member, []).append(rec.run)
+            if rec.mono >= 0:  # else its boot would be after it: not a time
+                out.run_boots[rec.run] = rec.t - rec.mono  # appended in order: the run's latest last
             span = out.spans.get(rec.member)
             out.spans[rec.member] = (rec.t, rec.t) if span is None else (min(span[0], rec.t), max(span[1], rec.t))
         out.problems.extend(f"{name}: {p}" for p in problems)

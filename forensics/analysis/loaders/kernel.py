@@ -10,6 +10,7 @@ microseconds since boot.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -47,6 +48,21 @@ _LATEST = float(1 << 33)
 
 def _plausible(t: float | None) -> float | None:
     return t if t is not None and math.isfinite(t) and 0.0 <= t < _LATEST else None
+
+
+_ESCAPED = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+def _plain(message: str) -> str:
+    """A message as text: /dev/kmsg writes bytes outside printable ASCII as ``\\xNN`` (a process
+    named ``trainér``: ``train\\xc3\\xa9r``), ``dmesg`` and the journal as the text itself."""
+    if "\\x" not in message:
+        return message
+    try:
+        raw = _ESCAPED.sub(lambda m: chr(int(m[1], 16)), message).encode("latin-1")
+    except UnicodeEncodeError:  # not kmsg's escaping alone
+        return message
+    return raw.decode("utf-8", "replace")
 
 
 def _boot_time(src: Source) -> float | None:
@@ -121,7 +137,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
             except ParseError:
                 bad += 1
                 continue
-            key = (record.ts_usec, record.message)  # the same record whichever format read it
+            key = (record.ts_usec, _plain(record.message))  # the same record whichever format read it
             dup = False  # a ring record the capture's log holds too: only the OOM sequence reads it
             if history:  # records of several boots: not the sequence numbers, which start again at boot
                 if key in seen_keys:

@@ -36,14 +36,19 @@ def _kmsg(seq: int, ts_s: float, text: str, prio: int = 4) -> bytes:
 def _ring(ring: Path, boot_b_records: list[tuple[int, float, str]]) -> None:
     """Two recorder runs: one on boot A (noise, then the Xid 79), one on boot B (``boot_b_records``);
     each record appended 0.3 s after the kernel logged it, with that run's monotonic clock."""
-    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
-    for boot, records in ((BOOT_A, [(100, 5000.0, "usb 1-1: new high-speed USB device number 3 using xhci_hcd"),
-                                    (101, 5400.0, XID_79)]),
-                          (BOOT_B, boot_b_records)):
+    _runs(ring, ((BOOT_A, [(100, 5000.0, "usb 1-1: new high-speed USB device number 3 using xhci_hcd"),
+                           (101, 5400.0, XID_79)]),
+                 (BOOT_B, boot_b_records)))
+
+
+def _runs(ring: Path, runs: tuple[tuple[float, list[tuple[int, float, str]]], ...]) -> None:
+    """One recorder run (a writer of its own: a run never spans a reboot) per ``(boot, records)``."""
+    for boot, records in runs:
+        w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
         for seq, ts, text in records:
             t = boot + ts + 0.3
             w.append([(t, t - boot, "kernel/kmsg-window.txt", "append", _kmsg(seq, ts, text))])
-    w.close(seal=False)
+        w.close(seal=False)
 
 
 def _with_own_kernel_log(ring_only: Path, out: Path, records: list[tuple[int, float, str]]) -> Path:
@@ -137,12 +142,7 @@ def test_the_records_counted_are_the_capture_s_and_those_only_the_ring_holds(tmp
     hold is one record, one from before the reboot that only the ring holds is one more."""
     noise = [(40 + i, 100.0 + i, f"usb 1-1: new high-speed USB device number {i} using xhci_hcd") for i in range(4)]
     ring = tmp_path / "ring"
-    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
-    for boot, records in ((BOOT_A, [(5, 50.0, "EXT4-fs (sda1): mounted filesystem")]), (BOOT_B, noise)):
-        for seq, ts, text in records:
-            t = boot + ts + 0.3
-            w.append([(t, t - boot, "kernel/kmsg-window.txt", "append", _kmsg(seq, ts, text))])
-    w.close(seal=False)
+    _runs(ring, ((BOOT_A, [(5, 50.0, "EXT4-fs (sda1): mounted filesystem")]), (BOOT_B, noise)))
     bundle = _with_own_kernel_log(capture_since(ring, tmp_path / "out", "3h"), tmp_path / "b", noise)
     doc = analyze_bundles([bundle])
     (xid,) = [r["statement"] for r in doc["ruled_out"] if "no Xid error in the kernel log" in r["statement"]]
@@ -212,3 +212,40 @@ def test_an_oom_report_split_between_the_ring_and_the_capture_names_its_containe
     (oom,) = [f for f in analyze_bundles([bundle])["findings"] if f["kind"] == "oom-kill"]
     assert "process 4242 (python) of container 3f9a00000000" in oom["summary"], oom["summary"]
     assert [e["member"] for e in oom["evidence"]] == cited
+
+
+def test_a_record_is_the_same_whichever_format_read_it(tmp_path: Path) -> None:
+    """The capture fell back to `dmesg --raw`, which prints a process name as text; /dev/kmsg, which
+    the recorder followed, writes its bytes escaped (`train\\xc3\\xa9r`). One Xid, not two."""
+    raw = "NVRM: Xid (PCI:0000:86:00): 13, pid=4242, name=trainér, Graphics SM Warp Exception"
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    t = BOOT_B + 30.3
+    w.append([(t, t - BOOT_B, "kernel/kmsg-window.txt", "append", _kmsg(7, 30.0, raw.replace("é", "\\xc3\\xa9")))])
+    w.close(seal=False)
+    members = bundle_members(capture_since(ring, tmp_path / "out", "3h"))
+    manifest = json.loads(members.pop("manifest.json"))
+    members["kernel/dmesg.txt"] = f"<4>[   30.000000] {raw}\n".encode()
+    members["kernel/index.json"] = json.dumps({"clocks": {"boot_time_unix": BOOT_B}}).encode()
+    collectors = [c if c["name"] != "kernel" else {**c, "status": "ok", "error": None} for c in manifest["collectors"]]
+    (tmp_path / "b").mkdir()
+    bundle = build_bundle(tmp_path / "b", members, hostname=manifest["host"]["hostname"],
+                          manifest_fields={"host": manifest["host"], "capture": manifest["capture"],
+                                           "collectors": collectors})
+    doc = analyze_bundles([bundle])
+    assert len([x for x in doc["timeline"] if x.get("kind") == "xid"]) == 1
+
+
+def test_a_run_whose_clock_was_set_right_times_all_its_records_by_the_right_clock(tmp_path: Path) -> None:
+    """The recorder started before NTP set the wall clock right (an hour behind): its records before
+    the step carry the wrong wall time, those after it the right one; the kernel records of the whole
+    run are timed by the clock as set right (its latest record's), not half of them an hour off."""
+    ring = tmp_path / "ring"
+    w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+    for seq, ts, skew in ((5, 100.0, -3600.0), (6, 200.0, 0.0)):
+        t = BOOT_B + ts + 0.3 + skew
+        w.append([(t, ts + 0.3, "kernel/kmsg-window.txt", "append", _kmsg(seq, ts, XID_79 if seq == 5 else XID_48))])
+    w.close(seal=False)
+    doc = analyze_bundles([capture_since(ring, tmp_path / "out", "3h")])
+    dated = sorted(round(_unix(x["time"])) for x in doc["timeline"] if x.get("kind") == "xid")
+    assert dated == [round(BOOT_B + 100.0), round(BOOT_B + 200.0)], dated
