@@ -90,10 +90,11 @@ class DockerFollower:
             self.connections += 1
             now = time.time()
             if lost_at is not None:
+                reason = (f"Docker engine connection lost ({lost_why}); reconnected" if self.connections > 1 else
+                          f"no Docker engine answered ({lost_why}) until then: its events meanwhile are not recorded")
                 ctx.sink.append_jsonl(RECORDER_EVENTS, {
                     "kind": "gap", "source": "docker", "from": lost_at, "to": now,
-                    "from_time": iso_from_unix(lost_at), "to_time": iso_from_unix(now),
-                    "reason": f"Docker engine connection lost ({lost_why}); reconnected"})
+                    "from_time": iso_from_unix(lost_at), "to_time": iso_from_unix(now), "reason": reason})
             lost_at = None
             try:
                 self._engine(ctx, client)
