@@ -170,6 +170,8 @@ def _verdict(v: ReportView, section: Section) -> list[str]:
         rows.append(["Window", f"{md_text(v.window)} (analyze --window)"])
     if v.incidents and v.incidents[0].next_step:
         rows.append(["Next step", md_text(v.incidents[0].next_step)])
+    if v.integrity_warning:
+        rows.append(["Integrity", f"**{md_text(v.integrity_warning)}**"])
     if v.collector_problems:
         names = ", ".join(f"{md_text(c.name)} ({md_text(c.status)})" for c in v.collector_problems)
         rows.append(["Limits", f"collectors that did not complete: {names}"])

@@ -418,6 +418,7 @@ class BundleView:
     member_count: int
     cited: Split[tuple[str, str]]
     rebuilt: frozenset[str] = frozenset()  # the cited members rebuilt from the ring's segments
+    integrity_failed: bool = False  # its members do not match its manifest (the document's integrity.ok false)
 
 
 @dataclass(frozen=True)
@@ -452,6 +453,18 @@ class ReportView:
     nodes: tuple[NodeView, ...] = ()
     timeline: TimelineSpec | None = None
     window: str = ""  # the window under investigation, when the user named one (analyze --window)
+
+    @property
+    def integrity_warning(self) -> str:
+        """The verdict's integrity line when a bundle does not match its manifest ("" when all do):
+        said beside the verdict, not only among the limitations further down."""
+        bad = [b.name for b in self.bundles if b.integrity_failed]
+        if not bad:
+            return ""
+        which = f"{bad[0]} does not match its manifest" if len(bad) == 1 else \
+            f"{len(bad)} bundles do not match their manifests ({', '.join(bad)})"
+        return (f"FAILED: {which}: the evidence was altered or damaged after capture; treat the findings "
+                "as untrusted and run `gpuforensics verify`")
 
     @property
     def charts(self) -> tuple[ChartSpec, ...]:

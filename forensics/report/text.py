@@ -47,6 +47,8 @@ def render_text_view(v: ReportView) -> str:
                      f"kernel {n.kernel or '?'}  {len(n.gpus)} GPU(s)"
                      + (f": {n.gpus[0].name}" if n.gpus and len({g.name for g in n.gpus}) == 1 else ""))
     lines.append("")
+    if v.integrity_warning:
+        lines.append(f"INTEGRITY: {v.integrity_warning}")
     lines.append(f"Verdict: {v.verdict.headline}")
     if v.verdict.impact:
         lines.append(f"Impact:  {v.verdict.impact}")

@@ -81,6 +81,7 @@ def _bundle(ctx: ViewContext, d: Mapping[str, Any], position: int) -> BundleView
         member_count=len(manifest),
         cited=split(cited, f"appendix-members-{position}", body_rows=0),
         rebuilt=frozenset(m for m, _ in cited if ctx.members.rebuilt(name, m)),
+        integrity_failed=get_dict(d, "integrity").get("ok") is False,
     )
 
 

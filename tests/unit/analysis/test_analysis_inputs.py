@@ -48,3 +48,33 @@ def test_config_refuses_non_finite_thresholds(tmp_path: Path) -> None:
         cfg.write_text(text)
         with pytest.raises(UsageError, match="finite"):
             load_config(cfg)
+
+
+def test_a_tampered_bundle_says_so_beside_the_verdict_in_every_report(tmp_path: Path) -> None:
+    """An on-call engineer reads the verdict box and stops there: a bundle that does not match its
+    manifest says so in it (HTML, Markdown, terminal), not only among the limitations further down."""
+    import re
+
+    from forensics.report import markdown, render_text
+    from forensics.report.html import render_html
+
+    good = build_bundle(tmp_path)
+    bad = tmp_path / "tampered.tgz"
+
+    def tamper(top: str, members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        return [(name, b"0.00 0.00 0.00 1/1 1\n" if name.endswith("loadavg") else data)
+                for name, data in full(top, members)]
+
+    rewrite(good, bad, tamper)  # type: ignore[arg-type]
+    said = "FAILED: tampered.tgz does not match its manifest"
+    doc = analyze_bundles([bad])
+    verdict = re.search(r'<section id="verdict".*?</section>', render_html(doc), re.S)
+    assert verdict is not None and "<th>Integrity</th>" in verdict[0] and said in verdict[0]
+    md = markdown.render_markdown(doc)
+    assert f"| Integrity | **{said}" in md and md.index(said) < md.index("## Evidence chain")
+    text = render_text(doc)
+    assert text.splitlines()[text.splitlines().index(next(x for x in text.splitlines() if x.startswith("Verdict:"))) - 1] \
+        .startswith(f"INTEGRITY: {said}")
+    clean = analyze_bundles([good])
+    assert "Integrity" not in render_html(clean) and "INTEGRITY" not in render_text(clean)
+    assert "| Integrity |" not in markdown.render_markdown(clean)
