@@ -24,7 +24,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.redact import Redactor
@@ -32,10 +31,11 @@ from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.capture.lifeline import malloc_trim, wait_readable
 from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
+from forensics.record.kmsg_resume import resume_seq
 from forensics.record.options import RecordOptions
 from forensics.record.sources import DELTA_MEMBERS, make_driver, preload
-from forensics.ring import RingReader, RingWriter
-from forensics.specs.kernel import KMSG_WINDOW
+from forensics.ring import RingWriter
+from forensics.ring.files import boot_id
 from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Recorder:
         self.ticks = 0
         self.writer: RingWriter | None = None
         self.key: bytes | None = None
-        self.kmsg_seq: int | None = None
+        self.kmsg_seq: int | None = None  # where the kernel child resumes (forensics.record.kmsg_resume)
         # the live state (forensics.record.live) and the triggers over it: fed every record in
         # _handle, ticked once per loop tick; None when neither --trigger nor --metrics-addr is asked for
         self.triggers: TriggerEngine | None = None
@@ -370,7 +370,7 @@ class Recorder:
             except OSError:
                 pass
         self.attribute = []
-        self.kmsg_seq = _last_kmsg_seq(self.o.ring)
+        self.kmsg_seq = resume_seq(self.o.ring, boot_id())
         writer = RingWriter(self.o.ring, self.o.max_bytes, self.o.retention_s,
                             segment_bytes=self.o.segment_bytes, segment_age_s=self.o.segment_age_s,
                             writer_info={"interval_s": self.o.interval_s, "sources": list(self.o.sources),
@@ -470,29 +470,6 @@ class Recorder:
                 "sources": {n: {"status": s.status, "ticks": s.ticks, "missed": s.missed,
                                 "restarts": s.restarts, "error": s.error} for n, s in self.sources.items()},
                 **({"triggers": self.triggers.status()} if self.triggers is not None else {})}
-
-
-def _last_kmsg_seq(ring: Path) -> int | None:
-    """The sequence number of the last kernel record in the ring (the kernel sampler resumes
-    after it, so a restart of the recorder neither loses nor repeats kernel records)."""
-    try:
-        reader = RingReader(ring)
-        segs = reader.segments()
-    except Exception:  # noqa: BLE001 - no ring yet, or unreadable: start at the end of /dev/kmsg
-        return None
-    last: int | None = None
-    for seg in segs[-2:]:
-        try:
-            lines, _ = reader._segment_lines(seg)
-        except OSError:
-            continue
-        for _, rec in lines[1:]:
-            if rec.get("member") == KMSG_WINDOW:
-                for line in str(rec["data"]).splitlines():
-                    head = line.split(";", 1)[0].split(",")
-                    if len(head) > 1 and head[1].isdigit() and not line.startswith(" "):
-                        last = int(head[1])
-    return last
 
 
 def run_recorder(options: RecordOptions, log: Callable[[str], None] | None = None) -> dict[str, Any]:
