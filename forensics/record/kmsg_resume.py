@@ -18,6 +18,10 @@ so a segment of another boot costs no read) and answers:
   logged while no recorder ran);
 - None when every segment is of this boot (or says no boot) and none holds a kernel record (a new
   ring, or one that never recorded ``kernel``): the sampler starts at the end of /dev/kmsg.
+
+Once running, the recorder keeps the number of the last record its kernel child sent
+(:func:`last_seq` of each ``kernel/kmsg-window.txt`` record) and hands it to every new kernel child,
+so one restarted after a hang resumes where its predecessor's records stopped.
 """
 
 from __future__ import annotations

@@ -31,11 +31,12 @@ from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.capture.lifeline import malloc_trim, wait_readable
 from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
-from forensics.record.kmsg_resume import resume_seq
+from forensics.record.kmsg_resume import last_seq, resume_seq
 from forensics.record.options import RecordOptions
 from forensics.record.sources import DELTA_MEMBERS, make_driver, preload
 from forensics.ring import RingWriter
 from forensics.ring.files import boot_id
+from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class _SourceState:
     missed: int = 0
     restarts: int = 0
     reported: str | None = None  # the unavailability last written as an event, until a tick is answered
+    hinted: bool = False  # the child now running was sent a tick (the kernel's got its kmsg_last_seq with the first)
 
 
 class Recorder:
@@ -85,7 +87,7 @@ class Recorder:
         self.ticks = 0
         self.writer: RingWriter | None = None
         self.key: bytes | None = None
-        self.kmsg_seq: int | None = None  # where the kernel child resumes (forensics.record.kmsg_resume)
+        self.kmsg_seq: int | None = None  # where a new kernel child resumes (forensics.record.kmsg_resume)
         # the live state (forensics.record.live) and the triggers over it: fed every record in
         # _handle, ticked once per loop tick; None when neither --trigger nor --metrics-addr is asked for
         self.triggers: TriggerEngine | None = None
@@ -205,6 +207,7 @@ class Recorder:
 
         st.proc = spawn(st.name, body)
         st.status = "starting"
+        st.hinted = False
 
     def _end_source(self, st: _SourceState, why: str, backoff: bool = True) -> None:
         if st.proc is not None:
@@ -226,6 +229,9 @@ class Recorder:
             try:
                 t, mono, member, op, data = rec[:5]
                 self.pending.append((float(t), float(mono), str(member), str(op), data))
+                if st.name == "kernel" and member == KMSG_WINDOW:  # a restarted child resumes after it
+                    seq = last_seq(data)
+                    self.kmsg_seq = self.kmsg_seq if seq is None else seq
                 if self.live is not None:  # the child's summary of the lines where it sent one
                     self.live.feed(float(t), float(mono), str(member), str(op), data, rec[5] if len(rec) > 5 else None)
             except (TypeError, ValueError):
@@ -314,13 +320,12 @@ class Recorder:
                 hints["attribute_pids"], self.attribute = self.attribute, []
             if st.name == "cgroups" and self.forward_cgroups:
                 hints["cgroup_paths"], self.forward_cgroups = self.forward_cgroups, []
-            if st.name == "kernel" and self.kmsg_seq is not None:
-                hints["kmsg_last_seq"] = [self.kmsg_seq]
+            if st.name == "kernel" and self.kmsg_seq is not None and not st.hinted:
+                hints["kmsg_last_seq"] = [self.kmsg_seq]  # read once, at the child's first tick
             if st.proc.send({"tick": index, "t": wall, "hints": hints}):
                 st.proc.busy_tick = index
                 st.proc.busy_since = now_mono
-                if st.name == "kernel":
-                    self.kmsg_seq = None
+                st.hinted = True
             else:
                 self._end_source(st, "command pipe closed")
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from forensics.capture.context import Tick
 from forensics.collectors.kernel import KernelCollector
+from forensics.record.child import SourceProcess
 from forensics.record.kmsg_resume import FROM_START, last_seq, resume_seq
+from forensics.record.options import RecordOptions
+from forensics.record.recorder import Recorder
 from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingWriter
 from forensics.ring import writer as ring_writer
@@ -115,3 +119,65 @@ def test_the_search_is_bounded_and_then_reads_from_the_start(tmp_path: Path) -> 
         _run(ring, [("cgroup/samples.jsonl", b'{"pad": "' + b"x" * 4000 + b'"}\n')])
     assert resume_seq(ring, BOOT) == 4000
     assert resume_seq(ring, BOOT, read_bytes=8000) == FROM_START
+
+
+class _Child(SourceProcess):
+    """A sampler child that is not there: the commands the recorder sends are kept."""
+
+    def __init__(self) -> None:
+        super().__init__(name="kernel", pid=0, cmd_fd=-1, out_fd=-1, started_mono=time.monotonic(), hello=True)
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, obj: dict[str, Any]) -> bool:
+        self.sent.append(obj)
+        return True
+
+    def kill(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def reap(self, timeout: float) -> None:
+        pass
+
+
+def _answer(rec: Recorder, tick: int, data: bytes) -> None:
+    st = rec.sources["kernel"]
+    rec._handle(st, {"kind": "tick", "tick": tick, "records": [[time.time(), time.monotonic(), KMSG_WINDOW,
+                                                                 "append", data]]})
+    rec.pending.clear()
+
+
+def test_a_restarted_kernel_child_resumes_after_the_last_record_received(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hint went to the first child only: one hang-killed and restarted got none and started at
+    the end of /dev/kmsg, losing what the kernel logged between the kill and the restart."""
+    rec = Recorder(RecordOptions(ring=tmp_path / "ring", sources=("kernel",), interval_s=1.0))
+    rec.attribute = []
+    rec.kmsg_seq = resume_seq(tmp_path / "ring", BOOT)  # as run() does: no ring, at the end
+    assert rec.kmsg_seq is None
+    children: list[_Child] = []
+
+    def start(st: Any) -> None:
+        children.append(_Child())
+        st.proc = children[-1]
+        st.hinted = False
+
+    monkeypatch.setattr(rec, "_start_source", start)
+    st = rec.sources["kernel"]
+    rec._tick(0)  # starts the first child
+    rec._tick(0)
+    assert children[0].sent[0]["hints"] == {}
+    _answer(rec, 0, _kmsg(41) + _kmsg(42, "the last record received") + b" SUBSYSTEM=pci\n")
+    rec._tick(1)
+    assert children[0].sent[1]["hints"] == {}  # a running child reads the hint once: not sent again
+    rec._end_source(st, "no answer for 5 s (killed)", backoff=False)  # hang-killed mid-tick
+    rec._tick(2)  # the new child
+    rec._tick(2)
+    assert children[1].sent[0]["hints"] == {"kmsg_last_seq": [42]}
+    _answer(rec, 2, _kmsg(43))
+    rec._end_source(st, "no answer for 5 s (killed)", backoff=False)
+    rec._tick(3)
+    rec._tick(3)
+    assert children[2].sent[0]["hints"] == {"kmsg_last_seq": [43]}
