@@ -380,7 +380,9 @@ class KernelCollector:
 
     # -- sampling: records that arrive during the capture window -------------------------------
     def sample(self, ctx: CollectContext, tick: Tick) -> None:
-        """Append records that arrived since the snapshot (or the previous tick)."""
+        """Append records that arrived since the snapshot (or the previous tick). With the hint
+        ``kmsg_last_seq`` /dev/kmsg is read from its start, the records numbered up to the hint's
+        value skipped (-1: none, every record of this boot); without it, from its end."""
         if self._window_fd is None:
             skip = KMSG_LAST_SEQ.read(ctx)
             self._window_skip_seq = max(skip) if skip else -1
@@ -389,7 +391,7 @@ class KernelCollector:
                 self._window_fd = os.open(self.kmsg_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError as error:
                 raise SourceUnavailable(f"{self.kmsg_path}: {error.strerror or error}") from None
-            if self._window_skip_seq < 0:
+            if not skip:
                 os.lseek(self._window_fd, 0, os.SEEK_END)
         fresh: list[bytes] = []
         while len(fresh) < 100_000:

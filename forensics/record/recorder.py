@@ -24,7 +24,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.redact import Redactor
@@ -32,9 +31,11 @@ from forensics.bundle.sink import dumps_json
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.capture.lifeline import malloc_trim, wait_readable
 from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
+from forensics.record.kmsg_resume import last_seq, resume_seq
 from forensics.record.options import RecordOptions
 from forensics.record.sources import DELTA_MEMBERS, make_driver, preload
-from forensics.ring import RingReader, RingWriter
+from forensics.ring import RingWriter
+from forensics.ring.files import boot_id
 from forensics.specs.kernel import KMSG_WINDOW
 from forensics.specs.ring import RECORDER_EVENTS
 
@@ -63,6 +64,7 @@ class _SourceState:
     missed: int = 0
     restarts: int = 0
     reported: str | None = None  # the unavailability last written as an event, until a tick is answered
+    hinted: bool = False  # the child now running was sent a tick (the kernel's got its kmsg_last_seq with the first)
 
 
 class Recorder:
@@ -85,7 +87,7 @@ class Recorder:
         self.ticks = 0
         self.writer: RingWriter | None = None
         self.key: bytes | None = None
-        self.kmsg_seq: int | None = None
+        self.kmsg_seq: int | None = None  # where a new kernel child resumes (forensics.record.kmsg_resume)
         # the live state (forensics.record.live) and the triggers over it: fed every record in
         # _handle, ticked once per loop tick; None when neither --trigger nor --metrics-addr is asked for
         self.triggers: TriggerEngine | None = None
@@ -205,6 +207,7 @@ class Recorder:
 
         st.proc = spawn(st.name, body)
         st.status = "starting"
+        st.hinted = False
 
     def _end_source(self, st: _SourceState, why: str, backoff: bool = True) -> None:
         if st.proc is not None:
@@ -226,6 +229,9 @@ class Recorder:
             try:
                 t, mono, member, op, data = rec[:5]
                 self.pending.append((float(t), float(mono), str(member), str(op), data))
+                if st.name == "kernel" and member == KMSG_WINDOW:  # a restarted child resumes after it
+                    seq = last_seq(data)
+                    self.kmsg_seq = self.kmsg_seq if seq is None else seq
                 if self.live is not None:  # the child's summary of the lines where it sent one
                     self.live.feed(float(t), float(mono), str(member), str(op), data, rec[5] if len(rec) > 5 else None)
             except (TypeError, ValueError):
@@ -314,13 +320,12 @@ class Recorder:
                 hints["attribute_pids"], self.attribute = self.attribute, []
             if st.name == "cgroups" and self.forward_cgroups:
                 hints["cgroup_paths"], self.forward_cgroups = self.forward_cgroups, []
-            if st.name == "kernel" and self.kmsg_seq is not None:
-                hints["kmsg_last_seq"] = [self.kmsg_seq]
+            if st.name == "kernel" and self.kmsg_seq is not None and not st.hinted:
+                hints["kmsg_last_seq"] = [self.kmsg_seq]  # read once, at the child's first tick
             if st.proc.send({"tick": index, "t": wall, "hints": hints}):
                 st.proc.busy_tick = index
                 st.proc.busy_since = now_mono
-                if st.name == "kernel":
-                    self.kmsg_seq = None
+                st.hinted = True
             else:
                 self._end_source(st, "command pipe closed")
 
@@ -370,7 +375,7 @@ class Recorder:
             except OSError:
                 pass
         self.attribute = []
-        self.kmsg_seq = _last_kmsg_seq(self.o.ring)
+        self.kmsg_seq = resume_seq(self.o.ring, boot_id())
         writer = RingWriter(self.o.ring, self.o.max_bytes, self.o.retention_s,
                             segment_bytes=self.o.segment_bytes, segment_age_s=self.o.segment_age_s,
                             writer_info={"interval_s": self.o.interval_s, "sources": list(self.o.sources),
@@ -470,29 +475,6 @@ class Recorder:
                 "sources": {n: {"status": s.status, "ticks": s.ticks, "missed": s.missed,
                                 "restarts": s.restarts, "error": s.error} for n, s in self.sources.items()},
                 **({"triggers": self.triggers.status()} if self.triggers is not None else {})}
-
-
-def _last_kmsg_seq(ring: Path) -> int | None:
-    """The sequence number of the last kernel record in the ring (the kernel sampler resumes
-    after it, so a restart of the recorder neither loses nor repeats kernel records)."""
-    try:
-        reader = RingReader(ring)
-        segs = reader.segments()
-    except Exception:  # noqa: BLE001 - no ring yet, or unreadable: start at the end of /dev/kmsg
-        return None
-    last: int | None = None
-    for seg in segs[-2:]:
-        try:
-            lines, _ = reader._segment_lines(seg)
-        except OSError:
-            continue
-        for _, rec in lines[1:]:
-            if rec.get("member") == KMSG_WINDOW:
-                for line in str(rec["data"]).splitlines():
-                    head = line.split(";", 1)[0].split(",")
-                    if len(head) > 1 and head[1].isdigit() and not line.startswith(" "):
-                        last = int(head[1])
-    return last
 
 
 def run_recorder(options: RecordOptions, log: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -16,7 +16,8 @@ Each driver runs inside its source's child process (forensics.record.child) and 
   cgroups is planned again every ``replan_s`` when containers came or went (``/proc/*/cgroup`` read
   only where it may have changed: ``hostfs.proc.ContainerPidScan``; what is planned again stays open).
 - ``kernel``: ``KernelCollector.sample`` each tick (``kernel/kmsg-window.txt`` verbatim,
-  ``kernel/window.jsonl`` OOM kills and Xids), resuming after the last sequence number in the ring.
+  ``kernel/window.jsonl`` OOM kills and Xids), resuming where the ring's kernel records of this boot
+  stop (:mod:`forensics.record.kmsg_resume`).
 - ``docker``: :class:`forensics.collectors.docker.follow.DockerFollower` (events as they happen,
   inspect at first sight).
 - ``kubernetes``: :class:`forensics.collectors.kubernetes.follow.KubeEventFollower` (the Events

@@ -154,6 +154,16 @@ class RingReader:
         lines, sha, _ = self._parse(SegmentFile(seg, data, problem))
         return lines, sha
 
+    def read_text(self, seg: SegmentInfo) -> bytes:
+        """One segment's text, read now: a sealed one checked against the SHA-256 the index lists and
+        inflated; b"" when it cannot be used (what is wrong is in ``report.problems``). OSError:
+        unreadable, or gone meanwhile. The kernel sampler's resume point reads the newest segments
+        this way, one at a time (forensics.record.kmsg_resume)."""
+        data, problem = self._load(seg)
+        if problem:
+            self.report.problems.append(f"{problem}: segment skipped")
+        return data
+
     def _parse(self, got: SegmentFile) -> tuple[list[tuple[int, dict[str, Any]]], str | None, list[SkippedLine]]:
         seg = got.info
         if got.problem:

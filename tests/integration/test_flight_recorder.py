@@ -253,3 +253,42 @@ def test_recorder_kill_9_leaves_no_child_and_an_intact_ring(tmp_path: Path) -> N
     reader = RingReader(ring)
     runs = {r.run for r in reader.records()}
     assert len(runs) == 4 and not reader.report.problems
+
+
+def test_kernel_records_resume_across_runs_and_a_reboot(tmp_path: Path) -> None:
+    """The real /dev/kmsg. A ring whose last kernel record is of a previous boot (number 10^9: the
+    old boot's count means nothing now): this boot's records, written before the recorder started,
+    are recorded. A second run of this boot records what the kernel logged between the runs, once."""
+    need(is_root() and os.access("/dev/kmsg", os.R_OK | os.W_OK), "/dev/kmsg readable and writable (root)")
+    from forensics.record.sources import DELTA_MEMBERS
+    from forensics.ring import RingWriter
+    from forensics.ring import writer as ring_writer
+    from forensics.specs.kernel import KMSG_WINDOW
+
+    ring = tmp_path / "ring"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ring_writer, "boot_id", lambda: "a-previous-boot")
+        w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+        w.append([(time.time() - 600, 1e6, KMSG_WINDOW, "append", b"6,1000000000,999000000,-;the old boot\n")])
+        w.close()
+
+    def marker(n: int) -> str:
+        text = f"gpuforensics-test kmsg resume {n} {os.getpid()} {time.time()}"
+        with open("/dev/kmsg", "w") as kmsg:
+            kmsg.write(text + "\n")
+        return text
+
+    def kernel_text() -> str:
+        return "".join(r.data.decode("utf-8", "replace") for r in members(ring, KMSG_WINDOW))
+
+    before = marker(1)
+    rec = start_recorder(ring, interval_s=0.2, duration_s=2.0, sources=["kernel"], nice=0)
+    _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err[-3000:]
+    assert kernel_text().count(before) == 1
+    between = marker(2)
+    rec = start_recorder(ring, interval_s=0.2, duration_s=2.0, sources=["kernel"], nice=0)
+    _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err[-3000:]
+    text = kernel_text()
+    assert text.count(between) == 1 and text.count(before) == 1

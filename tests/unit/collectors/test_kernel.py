@@ -119,6 +119,23 @@ def test_real_dev_kmsg_and_window_sampling(tmp_path: Path) -> None:
     assert first_seq > ctx.published["kmsg_last_seq"][0]
 
 
+@pytest.mark.parametrize(("hint", "recorded"), [([-1], True), ([1199], True), ([1200], False), (None, False)])
+def test_window_hint_says_where_to_start(tmp_path: Path, hint: list[int] | None, recorded: bool) -> None:
+    """``kmsg_last_seq``: the window reads /dev/kmsg after that number (-1: from the start, the
+    recorder's hint after a reboot); without it, from the end (a fake kmsg of one record)."""
+    kmsg = tmp_path / "kmsg"
+    xid = b"4,1200,30000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n"
+    kmsg.write_bytes(xid)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"kmsg_last_seq": hint} if hint is not None else {})
+    collector = KernelCollector(str(kmsg))
+    collector.sample(ctx, Tick(0, time.time()))
+    collector.end_sampling(ctx)
+    window = stage / "kernel/kmsg-window.txt"
+    assert (window.read_bytes() if window.exists() else None) == (xid if recorded else None)
+    assert (stage / "kernel/window.jsonl").exists() == recorded  # the Xid derived
+
+
 def test_record_lines_are_canonical_json() -> None:
     """The hand-built records.jsonl line is exactly what dumps_json makes of the record."""
     from forensics.bundle.sink import dumps_json
