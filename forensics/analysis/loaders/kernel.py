@@ -112,6 +112,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
     raw_kmsg = {member: parse is kmsg.parse_kmsg_record for member, parse in _SOURCES}  # the same text in the ring
     seen_seq: set[int] = set()
     seen_keys: set[tuple[int, str]] = set()
+    seen_lines: set[str] = set()
     tracker = oomkill.OomTracker()
     oom_lines: list[tuple[int, str]] = []  # (line, text) of the OOM sequence in progress
     bus = nvrm.BusLossJoiner()  # fell-off-the-bus messages without an Xid number, continuations joined
@@ -125,9 +126,10 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
             if not line.strip() or line[:1] == " ":
                 continue
             if not any(k in line for k in _KEYWORDS):  # a record no rule reads: counted, not parsed
-                if history:  # (logs can hold millions); the ring's copy of one the capture read is not counted
-                    if line in captured_lines:
-                        continue
+                if history:  # (logs can hold millions); the ring's copy of one the capture read is not
+                    if line in captured_lines or line in seen_lines:  # counted, nor a record the recorder
+                        continue  # read again (from the start of /dev/kmsg, after a reboot)
+                    seen_lines.add(line)
                 elif raw_kmsg[member]:
                     captured_lines.add(line)
                 count += 1
