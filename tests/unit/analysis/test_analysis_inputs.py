@@ -9,7 +9,8 @@ from forensics.analysis import analyze_bundles
 from tests.support.hostile_bundles import build_bundle, full, rewrite
 
 
-def test_tampered_member_is_a_loud_limitation(tmp_path: Path) -> None:
+def _tampered(tmp_path: Path) -> tuple[Path, Path]:
+    """A genuine bundle, and a copy of it whose host/proc/loadavg was changed after capture."""
     good = build_bundle(tmp_path)
     bad = tmp_path / "tampered.tgz"
 
@@ -18,6 +19,11 @@ def test_tampered_member_is_a_loud_limitation(tmp_path: Path) -> None:
                 for name, data in full(top, members)]
 
     rewrite(good, bad, tamper)  # type: ignore[arg-type]
+    return good, bad
+
+
+def test_tampered_member_is_a_loud_limitation(tmp_path: Path) -> None:
+    good, bad = _tampered(tmp_path)
     doc = analyze_bundles([bad])
     assert doc["bundles"][0]["integrity"]["ok"] is False
     assert any("hash mismatch: host/proc/loadavg" in p for p in doc["bundles"][0]["integrity"]["problems"])
@@ -58,14 +64,7 @@ def test_a_tampered_bundle_says_so_beside_the_verdict_in_every_report(tmp_path: 
     from forensics.report import markdown, render_text
     from forensics.report.html import render_html
 
-    good = build_bundle(tmp_path)
-    bad = tmp_path / "tampered.tgz"
-
-    def tamper(top: str, members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
-        return [(name, b"0.00 0.00 0.00 1/1 1\n" if name.endswith("loadavg") else data)
-                for name, data in full(top, members)]
-
-    rewrite(good, bad, tamper)  # type: ignore[arg-type]
+    good, bad = _tampered(tmp_path)
     said = "FAILED: tampered.tgz does not match its manifest"
     doc = analyze_bundles([bad])
     verdict = re.search(r'<section id="verdict".*?</section>', render_html(doc), re.S)
