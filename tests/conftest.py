@@ -33,3 +33,27 @@ def _scenario_kept():
 # test that copied ``os.environ`` into a child's environment read another test's GPUs).
 _nvmlsim_scenario_kept_per_test = pytest.fixture(autouse=True)(_scenario_kept)
 _nvmlsim_scenario_kept_per_module = pytest.fixture(autouse=True, scope="module")(_scenario_kept)
+
+
+def _untracked(root: str) -> set[str] | None:
+    """The checkout's untracked, not ignored paths (None outside a git checkout, or without git)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=all"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {line[3:] for line in out.splitlines() if line.startswith("?? ")}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _the_checkout_is_left_as_found():
+    """Tests remove what they made: a run that leaves a new file in the checkout fails (a podman
+    container's conmon left ``oom`` in the working directory after its OOM kill)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    before = _untracked(root)
+    yield
+    after = _untracked(root)
+    if before is not None and after is not None and after - before:
+        pytest.fail(f"the test run left new files in the checkout: {sorted(after - before)[:10]}")

@@ -103,9 +103,11 @@ class PodmanEngine(DockerEngine):
 
     def podman(self, *args: str, check: bool = True,
                timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        """The podman CLI on this instance's storage."""
+        """The podman CLI on this instance's storage, in its directory: the conmon it starts for a
+        container works there (it writes a file ``oom`` in its working directory when the container
+        is OOM-killed: the test run left one in the checkout)."""
         proc = subprocess.run([PODMAN, *args], env=self.podman_env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+                              text=True, timeout=timeout, check=False, cwd=self.tmpdir)
         if check and proc.returncode != 0:
             raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
         return proc

@@ -58,12 +58,14 @@ def private_dir(prefix: str, tmp_parent: str | None = None) -> Path:
 
 def spawn_logged(argv: Sequence[str], log_path: Path,
                  env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session, stdout and stderr appended to ``log_path``."""
+    """Start ``argv`` in its own session, stdout and stderr appended to ``log_path``, in the log's
+    directory (the daemon's own: what it or its helpers write to their working directory, such as
+    conmon's ``oom`` file when a container is OOM-killed, stays there, not in the checkout)."""
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, cwd=log_path.parent)
     finally:
         log.close()
 
