@@ -267,9 +267,9 @@ class NodeInfo:
     history_held: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     # (microseconds since boot, message) of every kernel record a rule reads that the capture's own log
     # held: the flight recorder's kernel history adds only those not among them (a reboot, a wrapped buffer)
-    kernel_keys: set[tuple[int, str]] = field(default_factory=set)
+    kernel_keys: set[tuple[int, str]] | None = None  # (None: no ring history in its bundles to compare)
     # the other lines of the capture's own /dev/kmsg members (no rule reads them; they are counted once)
-    kernel_lines: set[str] = field(default_factory=set)
+    kernel_lines: set[str] | None = None
     psi_readings: int = 0
     members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
     kernel_window: tuple[float, float] | None = None

@@ -86,8 +86,11 @@ def load_source(src: Source, model: Model, node: str) -> None:
     passes: list[tuple[Source, frozenset[str]]] = [(src, frozenset())]
     if view is not None:
         passes.insert(0, (view, RING_SKIPS))
+        info = model.node(node)
+        if info.kernel_keys is None:  # the capture's kernel records are kept to compare the ring's with
+            info.kernel_keys, info.kernel_lines = set(), set()
         skipped = {folded(name + "/") for name in RING_SKIPS}  # the kernel's: held where read (load_kernel_history)
-        model.node(node).history_held.update(
+        info.history_held.update(
             (folder, span) for folder, span in history_spans(view).items() if folder not in skipped)
     for source, skips in passes:
         for loader in loader_order():

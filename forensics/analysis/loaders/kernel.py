@@ -107,8 +107,10 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
     info = model.node(node)
     info.members_used.setdefault("kernel", src.ref(present[0], 0, None).member)  # its bundle path
     boot_at = src.boot_time_at if history and isinstance(src, RingSource) else None
-    captured = info.kernel_keys
-    captured_lines = info.kernel_lines
+    # the capture's own records, kept to compare the ring's with: only where a ring follows (load_source)
+    captured = info.kernel_keys if info.kernel_keys is not None else set()
+    captured_lines = info.kernel_lines if info.kernel_lines is not None else set()
+    keep = not history and info.kernel_keys is not None
     raw_kmsg = {member: parse is kmsg.parse_kmsg_record for member, parse in _SOURCES}  # the same text in the ring
     seen_seq: set[int] = set()
     seen_keys: set[tuple[int, str]] = set()
@@ -130,7 +132,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                     if line in captured_lines or line in seen_lines:  # counted, nor a record the recorder
                         continue  # read again (from the start of /dev/kmsg, after a reboot)
                     seen_lines.add(line)
-                elif raw_kmsg[member]:
+                elif keep and raw_kmsg[member]:
                     captured_lines.add(line)
                 count += 1
                 continue
@@ -139,7 +141,8 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
             except ParseError:
                 bad += 1
                 continue
-            key = (record.ts_usec, _plain(record.message))  # the same record whichever format read it
+            # one record whichever format read it (made only where a ring's records are compared)
+            key = (record.ts_usec, _plain(record.message)) if history or keep else (0, "")
             dup = False  # a ring record the capture's log holds too: only the OOM sequence reads it
             if history:  # records of several boots: not the sequence numbers, which start again at boot
                 if key in seen_keys:
@@ -152,7 +155,8 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
                     if record.seq in seen_seq:
                         continue
                     seen_seq.add(record.seq)
-                captured.add(key)
+                if keep:
+                    captured.add(key)
                 booted = boot
             count += not dup
             t = _plausible(booted + record.ts_usec / 1e6) if booted is not None else None

@@ -94,7 +94,8 @@ def _stand_ins(info: NodeInfo, missing: str) -> str:
 
 
 def _held_text(label: str, s: StandIn, info: NodeInfo) -> str:
-    """``the flight recorder's history (ring/nvml/, 13:02:10Z to 14:05:40Z) stands in for ...``."""
+    """``the flight recorder's history (ring/nvml/, its records 2026-11-29 13:02:10Z to 2026-11-29
+    14:05:40Z) stands in for ...`` (no span where it is not known)."""
     span = info.history_held.get(s.held_under)
     when = f", its records {_date_time(span[0])} to {_date_time(span[1])}" if span is not None else ""
     return f"{label} ({s.held_under}{when}) stands in for {s.gives}"
