@@ -16,10 +16,10 @@ the provenance: not where the bundle has no readable ``ring/provenance.json``).
 
 A segment is untrusted input: its hash is checked against the provenance by the bundle's one check
 (forensics.bundle.verify.segment_faults: a mismatch, or a segment the provenance does not list,
-leaves it out; analyze's integrity limitation states the fact, so the view does not again), its inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line
-is a problem in the report (a whole line that is not a record is skipped and named, the records
-after it read). Bundles of earlier versions hold the ``ring/`` members whole: they are
-read as they are.
+leaves it out; analyze's integrity limitation states the fact, so the view does not again), its
+inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line is a
+problem in the report (a whole line that is not a record is skipped and named, the records after it
+read). Bundles of earlier versions hold the ``ring/`` members whole: they are read as they are.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class RebuiltRing:
 
     def boot_time(self, member: str, line: int) -> float | None:
         """The boot time of the recorder run whose record holds line ``line`` of ``member``
-        (the record's wall time minus its monotonic time; None for a member not appended)."""
+        (:attr:`run_boots`; None for a member not appended, or a run with no plausible clock)."""
         found = self.origins.get(member)
         runs = self.runs.get(member)
         if not found or not runs:
