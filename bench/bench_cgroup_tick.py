@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.cgroups import CgroupsCollector  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/cgroup/v2"

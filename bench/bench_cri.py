@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.collectors.cri.client import CriClient  # noqa: E402
 from forensics.collectors.cri.collector import CriCollector  # noqa: E402
 

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.capture.runner import run_capture  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.collectors.docker.docker import COLLECTOR, DockerCollector  # noqa: E402
 from tests.support.docker_engine import BUSYBOX_IMAGE, acquire_engine, release_engine  # noqa: E402
 

@@ -88,7 +88,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.net import TICK_IB_COUNTERS, NetCollector  # noqa: E402
 from forensics.specs.net import NetSettings  # noqa: E402
 
@@ -116,7 +116,7 @@ def _checkout(root: str) -> tuple[Any, ...]:
     sys.path.insert(0, str(Path(root).resolve()))
     try:
         net = importlib.import_module("forensics.collectors.net")
-        context = importlib.import_module("forensics.capture.context")
+        context = importlib.import_module("forensics.collect.context")
         sink = importlib.import_module("forensics.bundle.sink")
         redact = importlib.import_module("forensics.bundle.redact")
         try:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.collectors.kubernetes.kubernetes import KubernetesCollector  # noqa: E402
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig  # noqa: E402
 from tests.support.kube_objects import gpu_node_scenario  # noqa: E402

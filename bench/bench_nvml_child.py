@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, os.environ.get("GF_BENCH_TREE") or str(Path(__file__).resolve().parents[1]))
 
 from forensics.bundle.redact import Redactor  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.record import child as child_mod  # noqa: E402
 from forensics.record.child import RecordSink  # noqa: E402
 from forensics.record.sources import make_driver  # noqa: E402

@@ -37,7 +37,7 @@ import pynvml  # noqa: E402
 
 from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
-from forensics.capture.context import CaptureOptions, CollectContext, Tick  # noqa: E402
+from forensics.collect.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.nvml.nvml import NvmlCollector  # noqa: E402
 from forensics.record import live  # noqa: E402
 from forensics.record.child import RecordSink  # noqa: E402

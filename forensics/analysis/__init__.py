@@ -25,9 +25,9 @@ from forensics.analysis.loaders.clocks import align_clocks
 from forensics.analysis.model import Model
 from forensics.analysis.rules import RULES
 from forensics.analysis.source import Source
-from forensics.analysis.thresholds import AnalysisConfig, load_config
 from forensics.bundle.reader import ReadLimits, open_bundle
 from forensics.bundle.verify import check_bundle
+from forensics.thresholds import AnalysisConfig, load_config
 
 __all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "mark_before_capture", "mark_history",
            "parse_window", "run_rules"]

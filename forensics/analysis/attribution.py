@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.analysis.joins import Owner, resolve_joins
+from forensics.analysis.joins import resolve_joins
 from forensics.analysis.loaders import finalize, load_source
-from forensics.analysis.model import Model
+from forensics.analysis.model import Model, Owner
 from forensics.analysis.rules.gpu_allocation import owner_counts_unallocated
 from forensics.analysis.rules.gpu_sharing import contract_for
 from forensics.analysis.source import Source

@@ -19,7 +19,7 @@ from forensics.analysis.kinds import Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, collapse_pods, fmt_time, label, name_of
 from forensics.analysis.rules import CAUSES, SPECS
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["CAUSES", "ChainResult", "build_chain", "is_significant", "next_step", "ruled_out", "verdict_of"]
 

@@ -14,11 +14,11 @@ from forensics.analysis.incidents import Incident, Window
 from forensics.analysis.joins import owner_of
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.document_format import FORMAT, FORMAT_VERSION
 from forensics.parsing.logsignals.line import split_context
 from forensics.parsing.timestamps import format_iso
 from forensics.specs import prometheus as prometheus_spec
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]
 

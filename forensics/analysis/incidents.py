@@ -28,8 +28,9 @@ from forensics.analysis.findings import Finding, Subject, severity_rank
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, collapse_pods
 from forensics.analysis.rules import SPECS
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.errors import UsageError
+from forensics.parsing.timestamps import format_iso
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["RELEVANCE", "Incident", "Window", "WindowSpec", "build_incidents", "parse_window", "window_for"]
 
@@ -59,10 +60,8 @@ class Window:
     lead_up_start: float | None = None
 
     def to_json(self) -> dict[str, object]:
-        from forensics.analysis.document import iso
-
-        return {"start": iso(self.start), "end": iso(self.end), "named": self.named,
-                "lead_up_start": iso(self.lead_up_start)}
+        return {"start": format_iso(self.start, precision="milli"), "end": format_iso(self.end, precision="milli"),
+                "named": self.named, "lead_up_start": format_iso(self.lead_up_start, precision="milli")}
 
 
 def _side(text: str, what: str, whole: str) -> float | tuple[str, float] | None:

@@ -16,28 +16,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from forensics.analysis.allocation import kubernetes_allocation
-from forensics.analysis.findings import Evidence, Subject
-from forensics.analysis.model import UNKNOWN_ALLOCATION, GpuAllocation, Model, Pod
+from forensics.analysis.findings import Subject
+from forensics.analysis.model import (
+    UNKNOWN_ALLOCATION,
+    ActiveOwners,
+    GpuAllocation,
+    Model,
+    Owner,
+    Pod,
+)
 from forensics.analysis.samples import ProcessGpuSample
 
-__all__ = ["ActiveOwners", "Joins", "Owner", "owner_of", "pod_allocation", "resolve_joins"]
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who a GPU process belongs to: a container, a pod, or (unattributed) the process itself."""
-
-    subject: Subject
-    allocation: GpuAllocation
-    attributed: bool
-    evidence: tuple[Evidence, ...]
-
-
-# (node, GPU UUID) -> owner subject -> (owner, its active process samples on that GPU, in time order)
-ActiveOwners = dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]]
+__all__ = ["ResolvedJoins", "owner_of", "pod_allocation", "resolve_joins"]
 
 
 def pod_allocation(model: Model, pod: Pod) -> GpuAllocation:
@@ -61,8 +53,9 @@ def pod_allocation(model: Model, pod: Pod) -> GpuAllocation:
                          f"nvidia.com/gpu: {limit} (devices unknown)", evidence, devices_known=False)
 
 
-class Joins:
-    """The model's entities linked to one another, built once by :func:`resolve_joins`."""
+class ResolvedJoins:
+    """The model's entities linked to one another, built once by :func:`resolve_joins`: the
+    implementation of :class:`forensics.analysis.model.Joins`."""
 
     def __init__(self, model: Model) -> None:
         self._model = model
@@ -182,9 +175,9 @@ class Joins:
 
 def resolve_joins(model: Model) -> None:
     """Link the loaded model's entities (``model.joins``); run once, after every bundle is loaded."""
-    model.joins = Joins(model)
+    model.joins = ResolvedJoins(model)
 
 
 def owner_of(model: Model, node: str, pid: int, comm_hint: str | None = None) -> Owner:
-    """The resolved owner of host PID ``pid`` on ``node`` (see :meth:`Joins.owner`)."""
+    """The resolved owner of host PID ``pid`` on ``node`` (see :meth:`ResolvedJoins.owner`)."""
     return model.joins.owner(node, pid, comm_hint)

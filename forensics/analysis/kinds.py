@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, NodeInfo
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = [
     "FindingKind",

@@ -6,15 +6,19 @@ Entities (GPU, process, container, pod, node) are frozen records; samples
 plus what is known about which sources were present (collector status) and the limitations met.
 Loaders (forensics/analysis/loaders/) fill it; then :func:`forensics.analysis.joins.resolve_joins`
 links PID -> cgroup -> container -> pod -> GPU allocation once, into ``Model.joins``, which rules,
-the chain and the document read (they never build joins themselves).
+the chain and the document read (they never build joins themselves). What they may ask of the
+joins is declared here (:class:`Joins`, with its answers :class:`Owner` and :data:`ActiveOwners`);
+forensics.analysis.joins implements it over this module, which imports neither it nor the
+allocation models, so the model, the joins and the allocations form no import cycle.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from forensics.analysis.events import (
     CudaOom,
@@ -38,15 +42,15 @@ from forensics.analysis.samples import (
 )
 from forensics.parsing.pci import pci_bus_key
 
-if TYPE_CHECKING:  # joins.py builds on this module; the model only holds its result
-    from forensics.analysis.joins import Joins
-
 __all__ = [
+    "ActiveOwners",
     "Container",
     "Gpu",
     "GpuAllocation",
+    "Joins",
     "Model",
     "NodeInfo",
+    "Owner",
     "Pod",
     "Process",
     "ShareContract",
@@ -291,6 +295,50 @@ class NodeInfo:
     xid_watch_evidence: Evidence | None = None
     # the step of the Prometheus history folded in (None: none): findings resting on it have that resolution
     history_step_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a GPU process belongs to: a container, a pod, or (unattributed) the process itself."""
+
+    subject: Subject
+    allocation: GpuAllocation
+    attributed: bool
+    evidence: tuple[Evidence, ...]
+
+
+# (node, GPU UUID) -> owner subject -> (owner, its active process samples on that GPU, in time order)
+ActiveOwners = dict[tuple[str, str], dict[Subject, tuple[Owner, list[ProcessGpuSample]]]]
+
+
+class Joins(Protocol):
+    """What rules, the chain and the document ask of the resolved joins (``Model.joins``; built
+    by :func:`forensics.analysis.joins.resolve_joins`)."""
+
+    #: (node, container id) of the containers whose processes or cgroups the bundle saw (though no
+    #: runtime may describe them)
+    seen_running: frozenset[tuple[str, str]]
+
+    def owner(self, node: str, pid: int, comm_hint: str | None = None) -> Owner:
+        """The owner of host PID ``pid``; an untrusted or unknown PID is its own (unattributed) owner."""
+        ...
+
+    def pod_of(self, subject: Subject) -> Pod | None:
+        """The pod a pod or container subject belongs to, when that pod is in the bundle."""
+        ...
+
+    def explicit_holders(self, node: str, uuid: str) -> Sequence[tuple[Subject, Owner]]:
+        """Containers, then pods without container records, on ``node`` whose explicit allocation
+        names GPU ``uuid``."""
+        ...
+
+    def gpus_used_by(self, node: str, subject_type: str, subject_id: str) -> frozenset[str]:
+        """The GPUs (UUIDs) NVML listed a process of this owner on."""
+        ...
+
+    def active_owners(self, min_sm_pct: float) -> ActiveOwners:
+        """Per GPU, each owner's samples that count as use."""
+        ...
 
 
 @dataclass

@@ -8,11 +8,11 @@ The public entry points (what :mod:`forensics.cli` calls): :func:`run_capture` w
 
 from __future__ import annotations
 
-from forensics.capture.context import CaptureOptions
 from forensics.capture.registry import load_collectors
 from forensics.capture.runner import CaptureResult, run_capture
 from forensics.capture.settings import SETTINGS, validate_settings
 from forensics.capture.spool import StreamedBundle, capture_to_stream
+from forensics.collect.context import CaptureOptions
 
 __all__ = ["SETTINGS", "CaptureOptions", "CaptureResult", "StreamedBundle", "capture_to_stream", "load_collectors",
            "run_capture", "validate_settings"]

@@ -1,7 +1,7 @@
 """Collector child processes: forked with a lifeline, a result over a pipe, a hard deadline.
 
 Each collector (a snapshot, or one sampling loop) runs in a child of the capture, in its own
-process group, set to die with its parent (forensics/capture/lifeline.py). The child reports one
+process group, set to die with its parent (forensics/collect/lifeline.py). The child reports one
 JSON result over its pipe; the parent reads the pipes of all running children, kills a child past
 its deadline or on interrupt, and reaps it without waiting long (a process in uninterruptible
 sleep survives SIGKILL until the kernel lets go, and the capture must still finish). What a child
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.capture.lifeline import fork_child, wait_readable
+from forensics.collect.lifeline import fork_child, wait_readable
 from forensics.errors import (
     CollectorError,
     SourcePermissionDenied,

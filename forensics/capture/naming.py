@@ -16,7 +16,7 @@ from typing import Any
 
 from forensics.bundle.format import bundle_stem, utc_now
 from forensics.bundle.leftovers import owner_token
-from forensics.capture.context import CaptureOptions
+from forensics.collect.context import CaptureOptions
 from forensics.errors import CaptureError
 from forensics.specs import spec_named
 

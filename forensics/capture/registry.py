@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.specs import all_specs, spec_named
 
 __all__ = ["COLLECTOR_MODULES", "BrokenCollector", "NotSelected", "collector_name", "load_collectors", "not_selected"]

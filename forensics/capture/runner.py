@@ -11,7 +11,7 @@ collectors to later ones); then, with ``--duration``, one sampling child per col
 sample, all running together over the window. The bundle is written even if every collector
 failed, and on SIGINT/SIGTERM from whatever was collected, marked interrupted.
 
-Nothing outlives the capture: every child is set to die with it (forensics/capture/lifeline.py),
+Nothing outlives the capture: every child is set to die with it (forensics/collect/lifeline.py),
 and a capture starts by removing the staging directories, partial archives and name reservations
 that captures killed earlier left in its output directory (forensics/bundle/leftovers.py). The
 bundle's name is reserved, and the host named in the manifest, by forensics/capture/naming.py.
@@ -35,15 +35,15 @@ from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
 from forensics.bundle.writer import BundleWriter
 from forensics.capture.children import Child, ChildPool, classify, one_line
-from forensics.capture.context import CaptureOptions, CollectContext, Tick, merge_hints
 from forensics.capture.naming import history_host, host_identity, reserve_name
 from forensics.capture.registry import load_collectors, not_selected
+from forensics.collect.context import CaptureOptions, CollectContext, Tick, merge_hints
 from forensics.errors import SourcePermissionDenied, SourceUnavailable, UsageError
 from forensics.humanize import format_bytes
 from forensics.ring import load_key, resolve_ring_dir
 from forensics.specs import ring as ring_spec
 
-__all__ = ["CaptureResult", "CollectorRecord", "run_capture"]
+__all__ = ["CaptureResult", "CollectorRecord", "run_capture", "stderr_notice"]
 
 _GRACE_S = 5.0
 _MIN_SLOT_S = 2.0  # seconds of --timeout kept back for each collector still to run
@@ -105,7 +105,7 @@ class _Runner:
         self.progress = progress or (lambda _msg: None)
         self.live = live or (lambda _msg: None)
         self.roots: dict[str, set[str]] = {}  # collector -> top directories of the members it wrote
-        self.notice = notice or _stderr_notice
+        self.notice = notice or stderr_notice
         self.swept: list[str] = []
         if collectors is not None:
             self.collectors = collectors
@@ -426,7 +426,7 @@ def _reserve_for_later(left_s: float, later: int) -> float:
     return later * min(_MIN_SLOT_S, left_s / (later + 1))
 
 
-def _stderr_notice(message: str) -> None:
+def stderr_notice(message: str) -> None:
     print(f"gpuforensics: {message}", file=sys.stderr, flush=True)
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from forensics.bundle.leftovers import STAGING_PREFIX, owner_token, sweep_abandoned
-from forensics.capture.context import CaptureOptions
-from forensics.capture.runner import _stderr_notice, run_capture
+from forensics.capture.runner import run_capture, stderr_notice
+from forensics.collect.context import CaptureOptions
 from forensics.errors import BundleNotWritten, CaptureError, write_failure
 
 __all__ = ["StreamedBundle", "capture_to_stream", "spool_parent"]
@@ -56,7 +56,7 @@ def capture_to_stream(options: CaptureOptions, stream: BinaryIO,
                       notice: Callable[[str], None] | None = None) -> StreamedBundle:
     """Capture, write the bundle's bytes to ``stream``, remove the spooled file. ``notice`` as
     for :func:`run_capture` (spools of killed captures removed; default: stderr)."""
-    say = notice or _stderr_notice
+    say = notice or stderr_notice
     parent = spool_parent()
     for left in sweep_abandoned(parent):
         say(f"removed {left.kind} {left.path.name} left by capture process {left.owner_pid}, which is gone")

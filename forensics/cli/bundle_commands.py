@@ -83,7 +83,7 @@ def analyze(bundles: tuple[Path, ...], fmt: str, output: str | None, config_path
     if formats == ["text"] and output is not None:
         raise UsageError("--format text is for the terminal and writes no file; use -f md -o FILE, or > FILE")
     from forensics.analysis import analyze_bundles, load_config, parse_window
-    from forensics.cluster import expand_bundle_arguments
+    from forensics.bundle.cluster_dir import expand_bundle_arguments
     from forensics.report import render, render_text
 
     config = load_config(config_path) if config_path else None

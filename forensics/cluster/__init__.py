@@ -8,16 +8,19 @@
     kube.py     the client seam: kubeconfig as kubectl finds it, JSON requests, the exec
                 WebSocket; client errors mapped to APIError here only
     jobspec.py  the Job of ``--job`` (deploy/job.yaml's pod spec)
-    layout.py   reading an output directory back (``analyze DIR``)
+    options.py  what to capture where (ClusterCaptureOptions), read by run.py and selection.py
+    selection.py  the nodes and each node's capture pod
+
+The output directory's layout (``cluster.json``; ``analyze DIR`` reads it back) is
+forensics.bundle.cluster_dir, so the analysis never imports cluster capture.
 
 Nothing here holds a bundle in memory: stdout goes to disk as it arrives and ``verify`` streams.
 """
 
-from forensics.cluster.layout import bundles_in_directory, expand_bundle_arguments
+from forensics.cluster.options import ClusterCaptureOptions
 from forensics.cluster.run import (
     CLUSTER_JSON,
     STATUSES,
-    ClusterCaptureOptions,
     ClusterResult,
     NodeResult,
     format_table,
@@ -30,8 +33,6 @@ __all__ = [
     "ClusterCaptureOptions",
     "ClusterResult",
     "NodeResult",
-    "bundles_in_directory",
-    "expand_bundle_arguments",
     "format_table",
     "run_cluster_capture",
 ]

@@ -9,13 +9,11 @@ Running one.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forensics.cluster.kube import APIError, Kube
+from forensics.cluster.options import ClusterCaptureOptions
 from forensics.errors import ClusterError, UsageError
-
-if TYPE_CHECKING:  # run.py builds on this module; the options are only read here
-    from forensics.cluster.run import ClusterCaptureOptions
 
 __all__ = ["GPU_NODE_SELECTOR", "capture_pods_by_node", "check_options", "choose_nodes", "pick_pod"]
 

@@ -3,7 +3,7 @@ and pod cgroup (and the host root), on cgroup v1, v2 and hybrid hosts; sampled p
 
 Sources: ``/proc/self/mountinfo`` (where each hierarchy is mounted) or, with
 ``--set cgroups.root=DIR`` / ``GPUFORENSICS_CGROUP_ROOT=DIR`` (a capture pod with the host's tree
-mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.collectors.hostfs.cgroupns`, which
+mounted there), the hierarchies under ``DIR`` (see :mod:`forensics.hostfs.cgroupns`, which
 also resolves namespace-relative ``/../..`` paths to host paths); the cgroup interface files
 under ``/sys/fs/cgroup/<path>`` (v2) and ``/sys/fs/cgroup/<controller>/<path>`` (v1):
 v2 ``cpu.stat cpu.max cpu.weight memory.current memory.max memory.high memory.peak
@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.bundle.sink import dumps_json
-from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
-from forensics.collectors.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
-from forensics.collectors.hostfs.probes import Probe, ProbeBatch
-from forensics.collectors.hostfs.proc import attributed_paths, scan_proc_cgroups
+from forensics.collect.context import CollectContext, Tick
 from forensics.errors import ParseError, SourceUnavailable
+from forensics.hostfs.cgroupns import NamespaceResolver, make_resolver
+from forensics.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
+from forensics.hostfs.mounts import cgroup_dir, mountinfo_mounts, resolver_mounts
+from forensics.hostfs.probes import Probe, ProbeBatch
+from forensics.hostfs.proc import attributed_paths, scan_proc_cgroups
 from forensics.parsing.attribution import attribute_path, relative_to
 from forensics.parsing.cgroup_files import file_values as interpret
 from forensics.parsing.cgroup_mounts import CgroupMount, cgroup_layout

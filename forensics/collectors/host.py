@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.specs.host import CLOCK, FACTS, OS_RELEASE, SPEC, proc_copy
 
 __all__ = ["COLLECTOR", "HostCollector"]

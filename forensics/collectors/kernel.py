@@ -27,8 +27,8 @@ from dataclasses import asdict
 from typing import Any
 
 from forensics.bundle.sink import dumps_json
-from forensics.capture.context import CollectContext, Tick
-from forensics.capture.lifeline import run_tied
+from forensics.collect.context import CollectContext, Tick
+from forensics.collect.lifeline import run_tied
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing import kmsg, nvrm, oomkill
 from forensics.parsing.attribution import attribute_path

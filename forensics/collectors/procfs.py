@@ -15,7 +15,7 @@ files it holds open, from ``stat`` and the ``fd`` links only). Publishes the hin
 
 With a host cgroup root (``--set cgroups.root=DIR`` or ``GPUFORENSICS_CGROUP_ROOT``: a capture pod
 in a private cgroup namespace), namespace-relative paths (``0::/../../kubepods-...``) are also
-resolved to host paths (:mod:`forensics.collectors.hostfs.cgroupns`); the verbatim files, ``attribution``
+resolved to host paths (:mod:`forensics.hostfs.cgroupns`); the verbatim files, ``attribution``
 and the published hints keep the paths as read.
 """
 
@@ -26,11 +26,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.hostfs.cgroupns import make_resolver
-from forensics.collectors.hostfs.dstate import scan_dstate_gpu_holders
-from forensics.collectors.hostfs.files import describe_os_error, read_small
-from forensics.collectors.hostfs.proc import (
+from forensics.collect.context import CollectContext, Tick
+from forensics.errors import ParseError
+from forensics.hostfs.cgroupns import make_resolver
+from forensics.hostfs.dstate import scan_dstate_gpu_holders
+from forensics.hostfs.files import describe_os_error, read_small
+from forensics.hostfs.proc import (
     ProcessCgroup,
     ScanStats,
     attributed_paths,
@@ -38,7 +39,6 @@ from forensics.collectors.hostfs.proc import (
     pid_dirs,
     scan_proc_cgroups,
 )
-from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_proc_cgroup
 from forensics.parsing.procfs import (
     parse_cmdline,
@@ -51,7 +51,7 @@ from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
 from forensics.specs.procfs import DSTATE, INDEX, RANK_ENV_NAMES, SPEC, WINDOW, pid_member
 
 if TYPE_CHECKING:
-    from forensics.collectors.hostfs.cgroupns import NamespaceResolver
+    from forensics.hostfs.cgroupns import NamespaceResolver
 
 __all__ = ["COLLECTOR", "ProcfsCollector"]
 
@@ -167,7 +167,7 @@ class ProcfsCollector:
 
     def _dstate(self, ctx: CollectContext) -> None:
         """``proc/dstate.json``: processes in uninterruptible sleep and the ones holding /dev/nvidia* open
-        (:mod:`forensics.collectors.hostfs.dstate`; their cmdline is not read: it could block)."""
+        (:mod:`forensics.hostfs.dstate`; their cmdline is not read: it could block)."""
         if ctx.remaining() < 2.0:
             ctx.partial("deadline near: processes in uninterruptible sleep not scanned")
             return

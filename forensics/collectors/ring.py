@@ -34,7 +34,7 @@ import hashlib
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.errors import RingError, SourceUnavailable
 from forensics.humanize import format_bytes
 from forensics.ring import RingReader, SegmentInfo, resolve_ring_dir

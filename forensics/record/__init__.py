@@ -3,8 +3,8 @@ crash-safe ring on the node; ``capture --since`` folds the ring back into a bund
 collector, forensics.collectors.ring).
 
 This package drives collectors as capture does (it sits beside :mod:`forensics.capture` in the
-layers and uses its collector API, ``capture.context``, and its ``lifeline``); the ring store it
-writes is :mod:`forensics.ring`.
+layers, and both use the collector API below them, :mod:`forensics.collect`: the context and the
+child's lifeline); the ring store it writes is :mod:`forensics.ring`.
 
 - :mod:`forensics.record.child`: one sampler process per source, the sink that turns collector
   writes into records.

@@ -18,7 +18,7 @@ Protocol (pipes; the child is the only reader of its command pipe):
   record's ``summary`` (when the recorder keeps a live state): what ``forensics.record.live
   .summarize`` gives for each of its lines, taken from the objects before they were encoded.
 
-A child follows the rules of capture's collector children (:func:`forensics.capture.lifeline.fork_child`:
+A child follows the rules of capture's collector children (:func:`forensics.collect.lifeline.fork_child`:
 it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
 whole group) by the parent when it does not answer a tick in time (a hung NVML call).
 
@@ -48,7 +48,7 @@ import orjson
 
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
-from forensics.capture.lifeline import fork_child, malloc_trim
+from forensics.collect.lifeline import fork_child, malloc_trim
 from forensics.errors import BundleUnsafe
 
 __all__ = ["RecordSink", "SourceProcess", "decode_header", "encode_header", "spawn"]
@@ -363,7 +363,7 @@ def spawn(name: str, body: Callable[[int, int], None]) -> SourceProcess:
 
 def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: float) -> None:
     """The child's side: ``driver.start(ctx)``, then one ``driver.tick`` per command."""
-    from forensics.capture.context import Tick, merge_hints
+    from forensics.collect.context import Tick, merge_hints
     from forensics.errors import SourcePermissionDenied, SourceUnavailable
 
     sink: RecordSink = ctx.sink

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import dumps_json
-from forensics.capture.context import CaptureOptions, CollectContext
-from forensics.capture.lifeline import malloc_trim, wait_readable
+from forensics.collect.context import CaptureOptions, CollectContext
+from forensics.collect.lifeline import malloc_trim, wait_readable
 from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
 from forensics.record.kmsg_resume import last_seq, resume_seq
 from forensics.record.options import RecordOptions

@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
@@ -51,7 +51,7 @@ __all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAM
 
 #: modules the recorder uses beside the sources' collectors, loaded by name as capture loads
 #: collectors (nothing outside capture and the recorder imports forensics.collectors)
-HOSTFS_PROC = "forensics.collectors.hostfs.proc"
+HOSTFS_PROC = "forensics.hostfs.proc"
 DOCKER_FOLLOWER = "forensics.collectors.docker.follow"
 KUBE_FOLLOWER = "forensics.collectors.kubernetes.follow"
 #: what the nvml collector imports lazily when it opens the library (the bindings, and

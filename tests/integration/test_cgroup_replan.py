@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.record.child import RecordSink
 from forensics.record.sources import CgroupsDriver
 from tests.support.env import is_root, need

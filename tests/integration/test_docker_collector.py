@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from forensics.bundle.reader import Bundle, open_bundle
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.docker.docker import COLLECTOR, DockerCollector
 from tests.support import log_lines as L
 from tests.support.docker_engine import (

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from forensics.bundle.reader import open_bundle
-from forensics.capture.context import CaptureOptions, Tick
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions, Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.kernel import KernelCollector
 from forensics.collectors.procfs import ProcfsCollector
@@ -197,7 +197,7 @@ import json, os, sys
 from pathlib import Path
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
-from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions, CollectContext
 from forensics.collectors.kernel import KernelCollector
 from forensics.collectors.procfs import ProcfsCollector
 from forensics.errors import SourcePermissionDenied

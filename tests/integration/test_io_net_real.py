@@ -25,8 +25,8 @@ import pytest
 
 from forensics.analysis import analyze_bundles
 from forensics.bundle.reader import open_bundle
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.cgroups import COLLECTOR as CGROUPS
 from forensics.collectors.docker.docker import COLLECTOR as DOCKER
 from forensics.collectors.net import COLLECTOR as NET

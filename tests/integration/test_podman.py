@@ -21,8 +21,8 @@ import pytest
 
 from forensics.analysis import analyze_bundles
 from forensics.bundle.reader import Bundle, open_bundle
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.docker.docker import COLLECTOR
 from tests.support.podman_engine import BUSYBOX_REF, CUDA_LIKE_REF, PodmanEngine, podman_engine
 from tests.support.polling import host_pids_with_cmdline, wait_for

@@ -11,7 +11,7 @@ from typing import Any
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
-from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions, CollectContext
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CGROUP_V2 = FIXTURES / "cgroup" / "v2"

@@ -15,7 +15,7 @@ import pytest
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
-from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions, CollectContext
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import ClusterState, gpu_node_scenario
 

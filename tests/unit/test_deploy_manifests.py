@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from forensics.collectors.hostfs.cgroupns import ENV_CGROUP_ROOT
 from forensics.collectors.kubernetes.follow import KubeEventFollower
 from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.collectors.podresources.client import DEFAULT_SOCKET
+from forensics.hostfs.cgroupns import ENV_CGROUP_ROOT
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import ContainerSpec, gpu_node_scenario, make_pod
 from tests.support.kube_testing import clean_kube_env, make_ctx

@@ -1,7 +1,7 @@
 """Loaders: one per source, each reading only its own members of a bundle into the model.
 
 Each loader module declares a ``LOADER`` (:class:`~forensics.analysis.loaders.common.Loader`)
-naming its source and the sources whose entities it reads; :func:`loader_order` finds them by
+naming its source and the sources whose entities it reads; :func:`loader_order` (:mod:`.order`) finds them by
 walking this package and orders them from those declarations (NVML first: GPU UUIDs and PCI ids
 resolve Docker grants and Xid lines; then processes, containers, pods, ...), ties broken by the
 sources' volatility order. A loader that meets something it cannot read records a problem and
@@ -10,20 +10,17 @@ goes on; :func:`load_source` never raises for bundle content.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
-from functools import cache
 from typing import TypeVar
 
 from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.kernel import load_kernel_history
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
+from forensics.analysis.loaders.order import loader_order
 from forensics.analysis.model import Model
 from forensics.analysis.ring_view import history_spans, ring_view
 from forensics.analysis.samples import CpuSample, IoSample, NetSample
 from forensics.analysis.source import Source
-from forensics.specs import all_specs
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs.ring import folded
@@ -31,36 +28,6 @@ from forensics.specs.ring import folded
 __all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
 
 _Sample = TypeVar("_Sample", CpuSample, IoSample, NetSample)
-
-
-def _declared() -> list[Loader]:
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        loader = getattr(importlib.import_module(f"{__name__}.{info.name}"), "LOADER", None)
-        if isinstance(loader, Loader):
-            found.append(loader)
-    return found
-
-
-@cache
-def loader_order() -> tuple[Loader, ...]:
-    """Every declared loader, each after the loaders of the sources it ``needs`` (a topological
-    order; among the ready ones the most volatile source first, as capture ran them)."""
-    rank = {spec.name: (spec.order, spec.name) for spec in all_specs()}
-    pending = {ld.source: ld for ld in _declared()}
-    for ld in pending.values():
-        unknown = [n for n in (ld.source, *ld.needs) if n not in rank]
-        if unknown:
-            raise RuntimeError(f"loader {ld.source} names sources without a spec: {unknown}")
-    done: list[Loader] = []
-    while pending:
-        ready = [ld for ld in pending.values()
-                 if not any(n in pending and n != ld.source for n in ld.needs)]
-        if not ready:
-            raise RuntimeError(f"loaders need each other in a circle: {sorted(pending)}")
-        first = min(ready, key=lambda ld: rank[ld.source])
-        done.append(pending.pop(first.source))
-    return tuple(done)
 
 
 #: loaders not run over the ring's history in its pass: the capture's own kernel collector reads the

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.analysis.loaders.common import as_float, dig, parse_time
+from forensics.analysis.loaders.order import loader_order
 from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.source import Source
 from forensics.specs import Absence, StandIn, all_specs
@@ -70,8 +71,6 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
 
 def _absences() -> list[tuple[str, Absence]]:
     """Each source whose absence costs the analysis something, in the order its loader runs."""
-    from forensics.analysis.loaders import loader_order  # the package imports this module
-
     by_name = {spec.name: spec for spec in all_specs()}
     names = [ld.source for ld in loader_order()]
     names += [spec.name for spec in all_specs() if spec.name not in names]

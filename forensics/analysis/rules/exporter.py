@@ -27,7 +27,7 @@ from forensics.analysis.model import Model, Pod
 from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import ExporterAttribution
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_EXPORTER_BLIND_SPOT", "gpu_exporter_blind_spot"]
 

@@ -32,8 +32,8 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Gpu, Model, NodeGpuResource
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.pci import pci_bus_key
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_ALLOCATABLE_REDUCED", "gpu_allocatable_reduced"]
 

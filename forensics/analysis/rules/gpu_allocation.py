@@ -8,9 +8,8 @@ NVML process samples (nvmlDeviceGetComputeRunningProcesses), the PID -> cgroup -
 from __future__ import annotations
 
 from forensics.analysis.findings import Evidence, Finding, Role, Subject
-from forensics.analysis.joins import Owner
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
-from forensics.analysis.model import GpuAllocation, Model, Pod
+from forensics.analysis.model import GpuAllocation, Model, Owner, Pod
 from forensics.analysis.naming import (
     fmt_bytes,
     gpu_label,
@@ -23,7 +22,7 @@ from forensics.analysis.naming import (
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.rules.gpu_sharing import contract_for
 from forensics.analysis.samples import ProcessGpuSample
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = [
     "OVERLAPPING_GPU_ALLOCATION",

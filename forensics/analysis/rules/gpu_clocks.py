@@ -19,7 +19,7 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.samples import GpuSample
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["CLOCK_REASONS", "GPU_CLOCK_THROTTLE", "gpu_clock_throttle", "reason_durations", "throttled_seconds"]
 

@@ -19,7 +19,7 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_MEMORY_HEALTH", "GPU_RECOVERY_ACTION", "RECOVERY_ACTIONS", "gpu_memory_health", "health_pairs",
            "gpu_recovery_action"]

@@ -30,7 +30,7 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.rules.gpu_health import health_pairs
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_NVLINK_ERRORS", "GPU_PCIE_DEGRADED", "gpu_nvlink_errors", "gpu_pcie_degraded"]
 

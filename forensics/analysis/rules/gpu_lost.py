@@ -28,9 +28,9 @@ from forensics.analysis.rules.xid_bursts import (
     running_on,
     xid_causes,
 )
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.pci import pci_bus_key
 from forensics.parsing.xid_catalog import xid_info
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_LOST", "gpu_lost"]
 

@@ -28,7 +28,7 @@ from forensics.analysis.kinds import FindingKind, RuledOutCheck
 from forensics.analysis.model import DStateHolder, Gpu, Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_MEMORY_UNATTRIBUTED", "gpu_memory_unattributed"]
 

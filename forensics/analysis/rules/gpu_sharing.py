@@ -22,7 +22,7 @@ from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model, ShareContract
 from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, span
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_SHARE_EXCEEDED", "contract_for", "gpu_share_exceeded"]
 

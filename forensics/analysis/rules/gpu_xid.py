@@ -29,8 +29,8 @@ from forensics.analysis.rules.xid_bursts import (
     running_on,
     xid_causes,
 )
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.xid_catalog import BUCKETS, CATALOG_URL, XidInfo, xid_info
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_XID_FAULT", "gpu_xid_fault", "xid_meaning"]
 

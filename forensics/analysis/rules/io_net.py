@@ -18,7 +18,7 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import IoSample, NetSample, PsiSample
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["IO_STALL", "NETWORK_ERRORS", "NETWORK_SATURATION", "io_stall", "network_errors", "network_saturation"]
 

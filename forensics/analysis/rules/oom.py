@@ -16,7 +16,7 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["OOM_KILL", "oom_kill"]
 

@@ -30,10 +30,10 @@ from forensics.analysis.ranks import (
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.gpu_xid import xid_meaning
 from forensics.analysis.samples import CpuSample
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
 from forensics.parsing.logsignals.line import Signal
 from forensics.parsing.logsignals.nccl import NcclCommInit
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stalled_rank", "workload_cuda_error"]
 

@@ -19,10 +19,10 @@ from forensics.analysis.events import XidEvent
 from forensics.analysis.findings import Role, Subject
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label, with_pod
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.parsing.pci import pci_bus_key
 from forensics.parsing.xid_catalog import caused_by
 from forensics.specs.ring import folded
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["FELL_OFF_BUS", "Cause", "consequence_text", "gpu_name", "gpu_where", "pid_phrase", "record_pids",
            "running_on", "xid_causes"]

@@ -33,14 +33,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.collectors.cri.client import CallFailed, CriClient, resolve_endpoint, socket_path
 from forensics.collectors.cri.redaction import (
     redact_container_status,
     redact_listing,
     redact_sandbox_status,
 )
-from forensics.collectors.hostfs.files import check_socket
+from forensics.hostfs.files import check_socket
 from forensics.parsing.oci_allocation import verbose_info
 from forensics.specs import cri as cspec
 from forensics.specs.cri import SPEC, CriSettings

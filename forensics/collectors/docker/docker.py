@@ -46,7 +46,7 @@ from typing import Any
 
 from forensics.bundle.format import iso, iso_from_unix
 from forensics.bundle.sink import dumps_json
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.docker.calls import (
     Call,
     CallPool,
@@ -81,18 +81,18 @@ from forensics.collectors.docker.taken import (
     record_taken,
     window_start,
 )
-from forensics.collectors.hostfs.mounts import host_cgroup_mounts
 from forensics.errors import (
     SourceTimeout,
     SourceUnavailable,
 )
+from forensics.hostfs.mounts import host_cgroup_mounts
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.parsing.logsignals.line import newest_lines
 from forensics.specs import docker as dspec
 from forensics.specs.docker import SPEC, DockerSettings
 from forensics.specs.logs import LOGS
 
-__all__ = ["COLLECTOR", "DockerCollector"]
+__all__ = ["COLLECTOR", "DockerCollector", "docker_settings"]
 
 _MAX_CONTAINERS = 2000
 _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them for a while)
@@ -102,7 +102,7 @@ _MAX_EXECS = 50  # exec sessions inspected per container (the engine keeps them 
 # settings and the client
 
 
-def _settings(ctx: CollectContext) -> DockerSettings:
+def docker_settings(ctx: CollectContext) -> DockerSettings:
     """The typed ``docker.*`` settings, ``$DOCKER_HOST`` filling an unset host, bounded."""
     s = SPEC.read_settings(ctx.options.extra)
     return replace(s, host=s.host or os.environ.get("DOCKER_HOST"), call_timeout_s=max(0.2, s.call_timeout_s),
@@ -122,7 +122,7 @@ class DockerCollector:
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
-        settings = _settings(ctx)
+        settings = docker_settings(ctx)
         # leave a margin before the runner's hard deadline so the index is always written
         budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
         client = connect(settings)
@@ -320,7 +320,7 @@ class DockerCollector:
         for the engine's stats tick.
         """
         if self._sample_client is None:
-            self._sample_client = connect(_settings(ctx))
+            self._sample_client = connect(docker_settings(ctx))
         client = self._sample_client
         running = client.containers(filters={"status": "running"})
         ids = [c["Id"] for c in running if isinstance(c, dict) and isinstance(c.get("Id"), str)]

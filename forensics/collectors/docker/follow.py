@@ -25,9 +25,9 @@ from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.sink import dumps_json
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.docker.calls import describe_error
-from forensics.collectors.docker.docker import _settings
+from forensics.collectors.docker.docker import docker_settings
 from forensics.collectors.docker.engine import connect, image_hex
 from forensics.collectors.docker.redact import redact_container, redact_info
 from forensics.specs.docker import EVENTS, INFO, VERSION, container_member, image_inspect
@@ -75,7 +75,7 @@ class DockerFollower:
         attempt = 0
         while not self._stop.is_set():
             try:
-                client = connect(_settings(ctx))
+                client = connect(docker_settings(ctx))
             except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
                 if lost_at is None:
                     lost_at, lost_why = time.time(), describe_error(exc)

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.collectors.hostfs.cgroupns import NamespaceResolver
-from forensics.collectors.hostfs.files import describe_os_error, read_text
-from forensics.collectors.hostfs.mounts import cgroup_dirs
 from forensics.errors import ParseError
+from forensics.hostfs.cgroupns import NamespaceResolver
+from forensics.hostfs.files import describe_os_error, read_text
+from forensics.hostfs.mounts import cgroup_dirs
 from forensics.parsing.cgroup_mounts import CgroupMount
 from forensics.parsing.docker_top import parse_top
 from forensics.parsing.timestamps import parse_iso_unix
@@ -30,7 +30,7 @@ def container_processes(state_pid: int, mounts: tuple[CgroupMount, ...],
     """Every PID in the cgroups of ``state_pid`` (all hierarchies), with the files read.
 
     Source: ``/proc/<State.Pid>/cgroup``, then ``<mount>/<path>/cgroup.procs`` per hierarchy.
-    The mounts and resolver are :func:`forensics.collectors.hostfs.mounts.host_cgroup_mounts`'s
+    The mounts and resolver are :func:`forensics.hostfs.mounts.host_cgroup_mounts`'s
     (``--set cgroups.root`` honoured). With ``container_id``, the cgroup file must name it: otherwise this /proc is not the
     engine's host (a remote engine, or another PID namespace) and the PID means something else.
     """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 
 __all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_events", "redact_exec",
            "redact_info", "redact_listing", "redact_top"]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from forensics.bundle.format import iso
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.collectors.docker.pids import merge_pids
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document

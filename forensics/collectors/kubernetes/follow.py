@@ -38,7 +38,7 @@ from collections import deque
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.kubernetes.api import SA_TOKEN, CallFailed, KubeAPI, load_config
 from forensics.collectors.kubernetes.events import event_time, select_events
 from forensics.collectors.kubernetes.kubernetes import MAX_EVENT_NAMESPACES, KubernetesCollector

@@ -38,7 +38,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.collectors.kubernetes.events import select_events
 from forensics.collectors.kubernetes.redaction import redact_events, redact_node, redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable

@@ -26,7 +26,7 @@ import fcntl
 import socket
 import struct
 
-from forensics.collectors.hostfs.files import read_small
+from forensics.hostfs.files import read_small
 
 __all__ = ["LinkWatch"]
 

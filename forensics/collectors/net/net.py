@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from forensics.capture.context import CollectContext, Tick
-from forensics.collectors.hostfs.files import describe_os_error, read_small
-from forensics.collectors.hostfs.proc import pid_dirs
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.net.tick import TICK_IB_COUNTERS, Namespace, Plan, Port, TickReader
 from forensics.errors import ParseError, SourceUnavailable
+from forensics.hostfs.files import describe_os_error, read_small
+from forensics.hostfs.proc import pid_dirs
 from forensics.parsing import netstat
 from forensics.parsing.attribution import attribute_proc_cgroup
 from forensics.specs.hints import PIDS

@@ -7,7 +7,7 @@ interface's sixteen counters, errors and drops included: the same kernel counter
 ``state`` and :data:`TICK_IB_COUNTERS` (sysfs has no aggregate of a port's error counters, so each
 is read: a rising ``symbol_error`` or ``link_downed`` is seen the tick it rises), and each
 container network namespace's ``net/dev``
-(:class:`forensics.collectors.hostfs.netns.NamespaceFiles`).
+(:class:`forensics.hostfs.netns.NamespaceFiles`).
 
 Written only when it changed, each as the kernel wrote it: a ``/proc/net/dev`` line (``net_dev``,
 by interface: an interface absent from a line read the same as when last written; one gone from
@@ -37,12 +37,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.capture.context import Tick
-from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
-from forensics.collectors.hostfs.netns import NamespaceFiles
+from forensics.collect.context import Tick
 from forensics.collectors.net.links import LinkWatch
 from forensics.collectors.net.peers import veth_peers
 from forensics.errors import ParseError
+from forensics.hostfs.files import MAYBE_MORE, KeptFiles, describe_os_error, read_small
+from forensics.hostfs.netns import NamespaceFiles
 from forensics.parsing import netstat
 
 __all__ = ["TICK_IB_COUNTERS", "Namespace", "Plan", "Port", "TickReader"]

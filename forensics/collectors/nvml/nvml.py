@@ -13,7 +13,7 @@ Raw values are keyed by the NVML function that produced them (``nvmlDeviceGetPow
 ``nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`` where the argument matters) with pynvml's own field names;
 a value NVML did not give is recorded with *why* (``nvml_errors.MissingValue``).
 
-Every NVML read goes through :meth:`_Session.query`. NVML can block for minutes once a GPU has
+Every NVML read goes through :meth:`Session.query`. NVML can block for minutes once a GPU has
 fallen off the bus, so the reads run in a worker thread that the collector stops waiting for at
 its deadline: what was read is written, the call that hung is named, and NVML is not touched again.
 The wait for one call is ``nvml.call_timeout_s``, shrunk to fit the deadline the runner gives the
@@ -33,23 +33,23 @@ from dataclasses import asdict
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.nvml.errors import missing_from, timed_out
 from forensics.collectors.nvml.reads import (
+    GpuHandle,
     GpuProcess,
-    _accounting_doc,
-    _bind,
-    _Gpu,
-    _gpu_process,
-    _proc_identity,
-    _pynvml_version,
+    accounting_doc,
     assess_pid_namespace,
+    bind_call,
+    gpu_process,
+    proc_identity,
+    pynvml_version,
     read_accounting,
     read_device,
     read_processes,
 )
-from forensics.collectors.nvml.sampler import _Sampler
-from forensics.collectors.nvml.session import Reading, _Abandoned, _Session
+from forensics.collectors.nvml.sampler import Sampler
+from forensics.collectors.nvml.session import Abandoned, Reading, Session
 from forensics.errors import SourcePermissionDenied, SourceTimeout, SourceUnavailable
 from forensics.specs.hints import PIDS
 from forensics.specs.nvml import (
@@ -78,7 +78,7 @@ class NvmlCollector:
 
     def __init__(self, nvml_module: Any = None) -> None:
         self._nvml_module = nvml_module
-        self._sampler: _Sampler | None = None
+        self._sampler: Sampler | None = None
         self._sampling_failed: str | None = None
 
     # -- library ------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ class NvmlCollector:
             ) from exc
         return pynvml
 
-    def open(self, ctx: CollectContext) -> _Session:
+    def open(self, ctx: CollectContext) -> Session:
         """Load the library (``--nvml-library`` or the default search) and ``nvmlInit``."""
         nv = self._module()
         path = ctx.options.nvml_library
@@ -108,7 +108,7 @@ class NvmlCollector:
                 if nv.nvmlLib is not None and getattr(nv.nvmlLib, "_name", None) != lib._name:
                     nv._nvmlGetFunctionPointer_cache.clear()
                 nv.nvmlLib = lib
-        session = _Session(nv, SPEC.read_settings(ctx.options.extra).call_timeout_s)
+        session = Session(nv, SPEC.read_settings(ctx.options.extra).call_timeout_s)
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:
@@ -124,17 +124,17 @@ class NvmlCollector:
             raise SourceUnavailable(f"nvmlInit failed: NVMLLibraryMismatchError: {exc}") from exc
         return session
 
-    def _open_guarded(self, ctx: CollectContext) -> _Session:
+    def open_guarded(self, ctx: CollectContext) -> Session:
         """``open`` under the deadline guard: nvmlInit itself can hang on a wedged GPU."""
-        box: list[_Session] = []
+        box: list[Session] = []
         budget = max(ctx.remaining() - 1.0, 0.5)
-        stuck = _Session(None).run_guarded(lambda: box.append(self.open(ctx)), budget)
+        stuck = Session(None).run_guarded(lambda: box.append(self.open(ctx)), budget)
         if stuck is not None or not box:
             raise SourceTimeout(f"nvmlInit did not return within {budget:.1f} s")
         return box[0]
 
     @staticmethod
-    def close(session: _Session) -> None:
+    def close(session: Session) -> None:
         if session.hung is None:
             try:
                 session.nv.nvmlShutdown()
@@ -145,7 +145,7 @@ class NvmlCollector:
     def snapshot(self, ctx: CollectContext) -> None:
         """Devices, processes and accounting records, read once."""
         started = time.time()
-        session = self._open_guarded(ctx)
+        session = self.open_guarded(ctx)
         state = _Snapshot(session, ctx)
         state.started = started
         budget = max(ctx.remaining() - 1.0, 0.5)
@@ -160,7 +160,9 @@ class NvmlCollector:
             return
         if self._sampler is None:
             try:
-                self._sampler = _Sampler(self, ctx)
+                self._sampler = Sampler(self.open_guarded(ctx), ctx, direct_list_calls=self.direct_list_calls,
+                                        event_wait_ms=self.event_wait_ms,
+                                        max_events_per_tick=self.max_events_per_tick, close=self.close)
             except SourceTimeout as exc:
                 self._sampling_failed = str(exc)
                 raise
@@ -175,13 +177,13 @@ class NvmlCollector:
 
 # -- the snapshot -------------------------------------------------------------------------------
 class _Snapshot:
-    def __init__(self, session: _Session, ctx: CollectContext) -> None:
+    def __init__(self, session: Session, ctx: CollectContext) -> None:
         self.s = session
         self.nv = session.nv
         self.ctx = ctx
         self.system: dict[str, Any] = {}
         self.devices: list[dict[str, Any]] = []
-        self.gpus: list[_Gpu] = []
+        self.gpus: list[GpuHandle] = []
         self.proc_devices: list[dict[str, Any]] = []
         self.processes: list[dict[str, Any]] = []
         self.accounting: list[dict[str, Any]] = []
@@ -195,7 +197,7 @@ class _Snapshot:
         count = s.record(self.system, "nvmlDeviceGetCount_v2", nv.nvmlDeviceGetCount)
         n = int(count.value) if count.ok else 0
         for index in range(n):
-            self.gpus.append(_Gpu(index=index, key=f"GPU {index}"))
+            self.gpus.append(GpuHandle(index=index, key=f"GPU {index}"))
         for gpu in self.gpus:
             rec: dict[str, Any] = {"index": gpu.index, "nvml": {}, "mig_devices": []}
             s.add(self.devices, rec)
@@ -208,7 +210,7 @@ class _Snapshot:
                 s.add(self.processes, proc)
             if gpu.handle is not None:
                 s.record(prec["nvml"], "nvmlDeviceGetProcessUtilization",
-                         _bind(nv.nvmlDeviceGetProcessUtilization, gpu.handle, 0), device=gpu.key)
+                         bind_call(nv.nvmlDeviceGetProcessUtilization, gpu.handle, 0), device=gpu.key)
         for gpu in self.gpus:
             arec = read_accounting(s, gpu)
             if arec is not None:
@@ -218,7 +220,7 @@ class _Snapshot:
         return {
             "time": iso_from_unix(self.started), "t": self.started, "complete": complete,
             "library": self.ctx.options.nvml_library or "libnvidia-ml.so.1 (dynamic loader search)",
-            "pynvml_version": _pynvml_version(self.nv),
+            "pynvml_version": pynvml_version(self.nv),
             "system": self.system, "devices": self.devices,
         }
 
@@ -226,7 +228,7 @@ class _Snapshot:
         """In the reading thread: save what was read so far (``complete: false``), atomically."""
         with self.s.lock:
             if self.s.abandoned:
-                raise _Abandoned
+                raise Abandoned
             self.ctx.sink.replace_json(DEVICES, self._devices_doc(complete=False))
 
     def write(self, ctx: CollectContext, started: float, stuck: str | None, budget: float) -> None:
@@ -238,16 +240,16 @@ class _Snapshot:
             self.devices.append({"timed_out": timed_out(stuck, waited).as_json()})
         ctx.sink.replace_json(DEVICES, self._devices_doc(complete))
         pids = [int(p["pid"]) for p in self.processes]
-        identity = {pid: _proc_identity(pid) for pid in set(pids)}
+        identity = {pid: proc_identity(pid) for pid in set(pids)}
         in_proc = {pid: ident[0] for pid, ident in identity.items()}
         namespace = assess_pid_namespace(pids, in_proc)
-        derived = [asdict(_gpu_process(p, identity)) for p in self.processes]
+        derived = [asdict(gpu_process(p, identity)) for p in self.processes]
         ctx.sink.write_json(PROCESSES, {
             "time": iso_from_unix(started), "t": started, "complete": complete,
             "devices": self.proc_devices, "processes": derived, "pid_namespace": namespace,
         })
         if self.accounting:
-            ctx.sink.write_json(ACCOUNTING, _accounting_doc(self.accounting, started, complete))
+            ctx.sink.write_json(ACCOUNTING, accounting_doc(self.accounting, started, complete))
         if namespace["status"] in ("mismatch", "partial"):
             ctx.note(f"nvml: PID namespace {namespace['status']}: {namespace['reason']}")
         PIDS.publish(ctx, namespace["attributable_pids"])

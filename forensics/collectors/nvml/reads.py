@@ -1,5 +1,5 @@
 """What is read from NVML per GPU and per process (one function per group of calls, each
-through :class:`~forensics.collectors.nvml.session._Session`), and the PID-namespace check of the
+through :class:`~forensics.collectors.nvml.session.Session`), and the PID-namespace check of the
 PIDs NVML reports."""
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from forensics.collectors.nvml.decode import (
     decode_recovery_action,
 )
 from forensics.collectors.nvml.errors import missing_from
-from forensics.collectors.nvml.session import Reading, _Session
+from forensics.collectors.nvml.session import Reading, Session
 from forensics.errors import ParseError
 
-__all__ = ["GpuProcess", "assess_pid_namespace", "read_accounting", "read_device", "read_fields", "read_health",
-           "read_mig_devices", "read_processes"]
+__all__ = ["PROCESS_LISTS", "GpuHandle", "GpuProcess", "accounting_doc", "assess_pid_namespace", "bind_call",
+           "gpu_process", "handle_key", "instance_id", "proc_identity", "pynvml_version", "read_accounting",
+           "read_device", "read_fields", "read_health", "read_mig_devices", "read_processes"]
 
 INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
-_PROCESS_LISTS = (
+PROCESS_LISTS = (
     ("compute", "nvmlDeviceGetComputeRunningProcesses"),
     ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
     ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
@@ -62,7 +63,7 @@ class GpuProcess:
 
 
 # -- PIDs ---------------------------------------------------------------------------------------
-def _proc_identity(pid: int, proc_root: str = "/proc") -> tuple[bool, str | None, int | None]:
+def proc_identity(pid: int, proc_root: str = "/proc") -> tuple[bool, str | None, int | None]:
     """(exists in /proc, comm, start time in clock ticks) from ``/proc/<pid>/comm`` and ``stat``."""
     if pid in INVALID_PIDS:
         return False, None, None
@@ -120,7 +121,7 @@ def _own_pid_ns() -> str | None:
         return None
 
 
-def _handle_key(handle: Any) -> int | None:
+def handle_key(handle: Any) -> int | None:
     try:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (TypeError, ctypes.ArgumentError):
@@ -129,7 +130,7 @@ def _handle_key(handle: Any) -> int | None:
 
 # -- device reads -------------------------------------------------------------------------------
 @dataclass
-class _Gpu:
+class GpuHandle:
     """A GPU handle and its MIG devices within one session."""
 
     index: int
@@ -152,11 +153,11 @@ def _ecc_pair(v: Any) -> dict[str, str]:
     return _mig_pair(v)
 
 
-def _bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:
+def bind_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:
     return lambda: fn(*args, **kwargs)
 
 
-def _pynvml_version(nv: Any) -> str | None:
+def pynvml_version(nv: Any) -> str | None:
     try:
         from importlib.metadata import version
 
@@ -165,58 +166,58 @@ def _pynvml_version(nv: Any) -> str | None:
         return getattr(nv, "__version__", None)
 
 
-def read_device(s: _Session, gpu: _Gpu, rec: dict[str, Any]) -> None:
+def read_device(s: Session, gpu: GpuHandle, rec: dict[str, Any]) -> None:
     """The per-GPU snapshot (``nvidia-smi -q``): identity, modes, memory, clocks, thermals, ECC."""
     nv, d, out = s.nv, gpu.key, rec["nvml"]
-    h = s.query("nvmlDeviceGetHandleByIndex_v2", _bind(nv.nvmlDeviceGetHandleByIndex, gpu.index), device=d)
+    h = s.query("nvmlDeviceGetHandleByIndex_v2", bind_call(nv.nvmlDeviceGetHandleByIndex, gpu.index), device=d)
     if not h.ok:
         s.put(out, h.call, h)
         return
     gpu.handle = hd = h.raw
-    uuid = s.record(out, "nvmlDeviceGetUUID", _bind(nv.nvmlDeviceGetUUID, hd), device=d)
+    uuid = s.record(out, "nvmlDeviceGetUUID", bind_call(nv.nvmlDeviceGetUUID, hd), device=d)
     gpu.uuid = uuid.value if uuid.ok else None
-    s.record(out, "nvmlDeviceGetName", _bind(nv.nvmlDeviceGetName, hd), device=d)
-    s.record(out, "nvmlDeviceGetSerial", _bind(nv.nvmlDeviceGetSerial, hd), device=d)
-    s.record(out, "nvmlDeviceGetVbiosVersion", _bind(nv.nvmlDeviceGetVbiosVersion, hd), device=d)
-    pci = s.record(out, "nvmlDeviceGetPciInfo_v3", _bind(nv.nvmlDeviceGetPciInfo_v3, hd), device=d)
+    s.record(out, "nvmlDeviceGetName", bind_call(nv.nvmlDeviceGetName, hd), device=d)
+    s.record(out, "nvmlDeviceGetSerial", bind_call(nv.nvmlDeviceGetSerial, hd), device=d)
+    s.record(out, "nvmlDeviceGetVbiosVersion", bind_call(nv.nvmlDeviceGetVbiosVersion, hd), device=d)
+    pci = s.record(out, "nvmlDeviceGetPciInfo_v3", bind_call(nv.nvmlDeviceGetPciInfo_v3, hd), device=d)
     if pci.ok:
         gpu.pci_bus_id = str(pci.value.get("busId") or "") or None
     # N of /dev/nvidiaN (``nvidia-smi -q`` "Minor Number"): which device file is this GPU's
-    s.record(out, "nvmlDeviceGetMinorNumber", _bind(nv.nvmlDeviceGetMinorNumber, hd), device=d)
-    s.record(out, "nvmlDeviceGetPersistenceMode", _bind(nv.nvmlDeviceGetPersistenceMode, hd), device=d,
+    s.record(out, "nvmlDeviceGetMinorNumber", bind_call(nv.nvmlDeviceGetMinorNumber, hd), device=d)
+    s.record(out, "nvmlDeviceGetPersistenceMode", bind_call(nv.nvmlDeviceGetPersistenceMode, hd), device=d,
              decode=decode_enable_state)
-    s.record(out, "nvmlDeviceGetComputeMode", _bind(nv.nvmlDeviceGetComputeMode, hd), device=d,
+    s.record(out, "nvmlDeviceGetComputeMode", bind_call(nv.nvmlDeviceGetComputeMode, hd), device=d,
              decode=decode_compute_mode)
-    mig = s.record(out, "nvmlDeviceGetMigMode", _bind(nv.nvmlDeviceGetMigMode, hd), device=d, decode=_mig_pair)
+    mig = s.record(out, "nvmlDeviceGetMigMode", bind_call(nv.nvmlDeviceGetMigMode, hd), device=d, decode=_mig_pair)
     read_memory(s, hd, d, out)
-    s.record(out, "nvmlDeviceGetUtilizationRates", _bind(nv.nvmlDeviceGetUtilizationRates, hd), device=d)
+    s.record(out, "nvmlDeviceGetUtilizationRates", bind_call(nv.nvmlDeviceGetUtilizationRates, hd), device=d)
     for clock in ("NVML_CLOCK_GRAPHICS", "NVML_CLOCK_SM", "NVML_CLOCK_MEM"):
         s.record(out, f"nvmlDeviceGetClockInfo({clock})",
-                 _bind(nv.nvmlDeviceGetClockInfo, hd, getattr(nv, clock)), device=d)
+                 bind_call(nv.nvmlDeviceGetClockInfo, hd, getattr(nv, clock)), device=d)
     read_clock_reasons(s, hd, d, out)
     sup = s.query("nvmlDeviceGetSupportedClocksEventReasons",
-                  _bind(nv.nvmlDeviceGetSupportedClocksEventReasons, hd), device=d,
+                  bind_call(nv.nvmlDeviceGetSupportedClocksEventReasons, hd), device=d,
                   decode=decode_clocks_event_reasons)
     s.put(out, sup.call, sup)
     s.record(out, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
-             _bind(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
+             bind_call(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
     for thr in ("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN",
                 "NVML_TEMPERATURE_THRESHOLD_GPU_MAX", "NVML_TEMPERATURE_THRESHOLD_MEM_MAX"):
         s.record(out, f"nvmlDeviceGetTemperatureThreshold({thr})",
-                 _bind(nv.nvmlDeviceGetTemperatureThreshold, hd, getattr(nv, thr)), device=d)
-    s.record(out, "nvmlDeviceGetPowerUsage", _bind(nv.nvmlDeviceGetPowerUsage, hd), device=d)
-    s.record(out, "nvmlDeviceGetEnforcedPowerLimit", _bind(nv.nvmlDeviceGetEnforcedPowerLimit, hd), device=d)
-    s.record(out, "nvmlDeviceGetEccMode", _bind(nv.nvmlDeviceGetEccMode, hd), device=d, decode=_ecc_pair)
+                 bind_call(nv.nvmlDeviceGetTemperatureThreshold, hd, getattr(nv, thr)), device=d)
+    s.record(out, "nvmlDeviceGetPowerUsage", bind_call(nv.nvmlDeviceGetPowerUsage, hd), device=d)
+    s.record(out, "nvmlDeviceGetEnforcedPowerLimit", bind_call(nv.nvmlDeviceGetEnforcedPowerLimit, hd), device=d)
+    s.record(out, "nvmlDeviceGetEccMode", bind_call(nv.nvmlDeviceGetEccMode, hd), device=d, decode=_ecc_pair)
     read_health(s, gpu, out)
-    s.record(out, "nvmlDeviceGetAccountingMode", _bind(nv.nvmlDeviceGetAccountingMode, hd), device=d,
+    s.record(out, "nvmlDeviceGetAccountingMode", bind_call(nv.nvmlDeviceGetAccountingMode, hd), device=d,
              decode=decode_enable_state)
-    s.record(out, "nvmlDeviceGetSupportedEventTypes", _bind(nv.nvmlDeviceGetSupportedEventTypes, hd),
+    s.record(out, "nvmlDeviceGetSupportedEventTypes", bind_call(nv.nvmlDeviceGetSupportedEventTypes, hd),
              device=d, decode=decode_event_types)
     if mig.ok and int(mig.value[0]) == 1:
         read_mig_devices(s, gpu, rec)
 
 
-def read_health(s: _Session, gpu: _Gpu, out: dict[str, Any]) -> None:
+def read_health(s: Session, gpu: GpuHandle, out: dict[str, Any]) -> None:
     """The counters compared between the start and the end of the window (the snapshot and
     ``nvml/health_end.json``): ECC totals, retired pages, row remapping, the PCIe replay counter
     and link, the driver's recovery action (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) and NVLink
@@ -225,43 +226,43 @@ def read_health(s: _Session, gpu: _Gpu, out: dict[str, Any]) -> None:
     for etype in ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"):
         for counter in ("NVML_VOLATILE_ECC", "NVML_AGGREGATE_ECC"):
             s.record(out, f"nvmlDeviceGetTotalEccErrors({etype},{counter})",
-                     _bind(nv.nvmlDeviceGetTotalEccErrors, hd, getattr(nv, etype), getattr(nv, counter)),
+                     bind_call(nv.nvmlDeviceGetTotalEccErrors, hd, getattr(nv, etype), getattr(nv, counter)),
                      device=d)
     for cause in ("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
                   "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"):
         r = s.record(out, f"nvmlDeviceGetRetiredPages_v2({cause})",
-                     _bind(nv.nvmlDeviceGetRetiredPages_v2, hd, getattr(nv, cause)), device=d)
+                     bind_call(nv.nvmlDeviceGetRetiredPages_v2, hd, getattr(nv, cause)), device=d)
         if r.missing is not None and r.missing.reason == "library_mismatch":
             s.record(out, f"nvmlDeviceGetRetiredPages({cause})",
-                     _bind(nv.nvmlDeviceGetRetiredPages, hd, getattr(nv, cause)), device=d)
+                     bind_call(nv.nvmlDeviceGetRetiredPages, hd, getattr(nv, cause)), device=d)
     s.record(out, "nvmlDeviceGetRetiredPagesPendingStatus",
-             _bind(nv.nvmlDeviceGetRetiredPagesPendingStatus, hd), device=d, decode=decode_enable_state)
-    s.record(out, "nvmlDeviceGetRemappedRows", _bind(nv.nvmlDeviceGetRemappedRows, hd), device=d,
+             bind_call(nv.nvmlDeviceGetRetiredPagesPendingStatus, hd), device=d, decode=decode_enable_state)
+    s.record(out, "nvmlDeviceGetRemappedRows", bind_call(nv.nvmlDeviceGetRemappedRows, hd), device=d,
              decode=_remapped)
-    s.record(out, "nvmlDeviceGetPcieReplayCounter", _bind(nv.nvmlDeviceGetPcieReplayCounter, hd), device=d)
+    s.record(out, "nvmlDeviceGetPcieReplayCounter", bind_call(nv.nvmlDeviceGetPcieReplayCounter, hd), device=d)
     for call in _PCIE_LINK:
-        s.record(out, call, _bind(getattr(nv, call), hd), device=d)
+        s.record(out, call, bind_call(getattr(nv, call), hd), device=d)
     fields = read_fields(s, hd, d, out, ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_LINK_COUNT"),
                          {"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION": decode_recovery_action})
     links = fields.get("NVML_FI_DEV_NVLINK_LINK_COUNT")
     for link in range(min(int(links), MAX_NVLINKS) if isinstance(links, int) else 0):
-        state = s.record(out, f"nvmlDeviceGetNvLinkState({link})", _bind(nv.nvmlDeviceGetNvLinkState, hd, link),
+        state = s.record(out, f"nvmlDeviceGetNvLinkState({link})", bind_call(nv.nvmlDeviceGetNvLinkState, hd, link),
                          device=d, decode=decode_enable_state)
         if not state.ok:
             continue
         for counter in _NVLINK_COUNTERS:
             s.record(out, f"nvmlDeviceGetNvLinkErrorCounter({link},{counter})",
-                     _bind(nv.nvmlDeviceGetNvLinkErrorCounter, hd, link, getattr(nv, counter)), device=d)
+                     bind_call(nv.nvmlDeviceGetNvLinkErrorCounter, hd, link, getattr(nv, counter)), device=d)
 
 
-def read_fields(s: _Session, hd: Any, d: str, out: dict[str, Any], names: tuple[str, ...],
+def read_fields(s: Session, hd: Any, d: str, out: dict[str, Any], names: tuple[str, ...],
                 decoders: dict[str, Callable[[Any], Any]] | None = None) -> dict[str, Any]:
     """``nvmlDeviceGetFieldValues`` for the ``NVML_FI_*`` fields ``names`` in one call; each is
     recorded as ``nvmlDeviceGetFieldValues(<name>)`` with its own status (NVML sets ``nvmlReturn``
     per field). Returns the values that came back, by name."""
     nv = s.nv
     ids = [int(getattr(nv, n)) for n in names]
-    r = s.query("nvmlDeviceGetFieldValues", _bind(nv.nvmlDeviceGetFieldValues, hd, ids), device=d)
+    r = s.query("nvmlDeviceGetFieldValues", bind_call(nv.nvmlDeviceGetFieldValues, hd, ids), device=d)
     got: dict[str, Any] = {}
     for i, name in enumerate(names):
         call = f"nvmlDeviceGetFieldValues({name})"
@@ -290,76 +291,76 @@ def read_fields(s: _Session, hd: Any, d: str, out: dict[str, Any], names: tuple[
     return got
 
 
-def read_memory(s: _Session, hd: Any, d: str, out: dict[str, Any]) -> Reading:
+def read_memory(s: Session, hd: Any, d: str, out: dict[str, Any]) -> Reading:
     """``nvmlDeviceGetMemoryInfo_v2`` (total, reserved, free, used); v1 where v2 is missing (<R515)."""
     nv = s.nv
     r = s.record(out, "nvmlDeviceGetMemoryInfo_v2",
-                 _bind(nv.nvmlDeviceGetMemoryInfo, hd, version=nv.nvmlMemory_v2), device=d)
+                 bind_call(nv.nvmlDeviceGetMemoryInfo, hd, version=nv.nvmlMemory_v2), device=d)
     if r.missing is not None and r.missing.reason in _FALLBACK_REASONS:
-        r = s.record(out, "nvmlDeviceGetMemoryInfo", _bind(nv.nvmlDeviceGetMemoryInfo, hd), device=d)
+        r = s.record(out, "nvmlDeviceGetMemoryInfo", bind_call(nv.nvmlDeviceGetMemoryInfo, hd), device=d)
     return r
 
 
-def read_clock_reasons(s: _Session, hd: Any, d: str, out: dict[str, Any]) -> Reading:
+def read_clock_reasons(s: Session, hd: Any, d: str, out: dict[str, Any]) -> Reading:
     """``nvmlDeviceGetCurrentClocksEventReasons``; the old ``...ThrottleReasons`` on older drivers."""
     nv = s.nv
     r = s.record(out, "nvmlDeviceGetCurrentClocksEventReasons",
-                 _bind(nv.nvmlDeviceGetCurrentClocksEventReasons, hd), device=d,
+                 bind_call(nv.nvmlDeviceGetCurrentClocksEventReasons, hd), device=d,
                  decode=decode_clocks_event_reasons)
     if r.missing is not None and r.missing.reason == "library_mismatch":
         r = s.record(out, "nvmlDeviceGetCurrentClocksThrottleReasons",
-                     _bind(nv.nvmlDeviceGetCurrentClocksThrottleReasons, hd), device=d,
+                     bind_call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, hd), device=d,
                      decode=decode_clocks_event_reasons)
     return r
 
 
-def read_mig_devices(s: _Session, gpu: _Gpu, rec: dict[str, Any] | None) -> None:
+def read_mig_devices(s: Session, gpu: GpuHandle, rec: dict[str, Any] | None) -> None:
     """MIG devices of a GPU in MIG mode (``nvidia-smi -L`` lists their ``MIG-...`` UUIDs)."""
     nv, d = s.nv, gpu.key
     out = rec["nvml"] if rec is not None else {}
-    count = s.record(out, "nvmlDeviceGetMaxMigDeviceCount", _bind(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle),
+    count = s.record(out, "nvmlDeviceGetMaxMigDeviceCount", bind_call(nv.nvmlDeviceGetMaxMigDeviceCount, gpu.handle),
                      device=d)
     if not count.ok:
         return
     gpu.mig = []
     for slot in range(int(count.value)):
         h = s.query(f"nvmlDeviceGetMigDeviceHandleByIndex({slot})",
-                    _bind(nv.nvmlDeviceGetMigDeviceHandleByIndex, gpu.handle, slot), device=d)
+                    bind_call(nv.nvmlDeviceGetMigDeviceHandleByIndex, gpu.handle, slot), device=d)
         if h.missing is not None:
             if h.missing.reason != "not_found" and rec is not None:  # NotFound: an empty slot
                 s.put(out, h.call, h)
             continue
         mig: dict[str, Any] = {"slot": slot, "nvml": {}}
         mo = mig["nvml"]
-        uuid = s.record(mo, "nvmlDeviceGetUUID", _bind(nv.nvmlDeviceGetUUID, h.raw), device=d)
+        uuid = s.record(mo, "nvmlDeviceGetUUID", bind_call(nv.nvmlDeviceGetUUID, h.raw), device=d)
         gpu.mig.append((slot, h.raw, uuid.value if uuid.ok else None))
         if rec is None:
             continue
-        s.record(mo, "nvmlDeviceGetName", _bind(nv.nvmlDeviceGetName, h.raw), device=d)
-        s.record(mo, "nvmlDeviceGetGpuInstanceId", _bind(nv.nvmlDeviceGetGpuInstanceId, h.raw), device=d)
-        s.record(mo, "nvmlDeviceGetComputeInstanceId", _bind(nv.nvmlDeviceGetComputeInstanceId, h.raw), device=d)
+        s.record(mo, "nvmlDeviceGetName", bind_call(nv.nvmlDeviceGetName, h.raw), device=d)
+        s.record(mo, "nvmlDeviceGetGpuInstanceId", bind_call(nv.nvmlDeviceGetGpuInstanceId, h.raw), device=d)
+        s.record(mo, "nvmlDeviceGetComputeInstanceId", bind_call(nv.nvmlDeviceGetComputeInstanceId, h.raw), device=d)
         read_memory(s, h.raw, d, mo)
         s.add(rec["mig_devices"], mig)
 
 
-def _process_list(s: _Session, hd: Any, d: str, out: dict[str, Any], kind: str, func: str,
+def _process_list(s: Session, hd: Any, d: str, out: dict[str, Any], kind: str, func: str,
                   brief: bool = False) -> list[dict[str, Any]]:
     """``func`` (pynvml calls the ``_v3`` symbol); the ``_v2`` symbol where the library lacks v3.
 
     ``brief`` (sampling): a successful list is recorded as its ``count`` only, since the line's
     ``processes`` holds the same entries with the same NVML field names."""
     nv = s.nv
-    r = s.query(f"{func}_v3", _bind(getattr(nv, func), hd), device=d)
+    r = s.query(f"{func}_v3", bind_call(getattr(nv, func), hd), device=d)
     if r.missing is not None and r.missing.reason == "library_mismatch":
         s.put(out, r.call, r)
-        r = s.query(f"{func}_v2", _bind(getattr(nv, f"{func}_v2"), hd), device=d)
+        r = s.query(f"{func}_v2", bind_call(getattr(nv, f"{func}_v2"), hd), device=d)
     s.put(out, r.call, {"count": len(r.value)} if brief and r.ok else r)
     if not r.ok:
         return []
     return [dict(p, type=kind) for p in r.value]
 
 
-def read_processes(s: _Session, gpu: _Gpu, prec: dict[str, Any], brief: bool = False) -> list[dict[str, Any]]:
+def read_processes(s: Session, gpu: GpuHandle, prec: dict[str, Any], brief: bool = False) -> list[dict[str, Any]]:
     """Compute, graphics and MPS processes on the GPU and on each MIG device
     (``nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid``)."""
     if gpu.handle is None:
@@ -369,56 +370,56 @@ def read_processes(s: _Session, gpu: _Gpu, prec: dict[str, Any], brief: bool = F
     for slot, mh, muuid in gpu.mig:
         mrec: dict[str, Any] = {"slot": slot, "uuid": muuid, "nvml": {}}
         s.add(prec["mig_devices"], mrec)
-        for kind, func in _PROCESS_LISTS:
+        for kind, func in PROCESS_LISTS:
             for p in _process_list(s, mh, gpu.key, mrec["nvml"], kind, func, brief):
                 on_mig.add((int(p["pid"]), kind))
                 found.append(dict(p, gpu_index=gpu.index, gpu_uuid=gpu.uuid, mig_uuid=muuid))
-    for kind, func in _PROCESS_LISTS:
+    for kind, func in PROCESS_LISTS:
         for p in _process_list(s, gpu.handle, gpu.key, prec["nvml"], kind, func, brief):
             if (int(p["pid"]), kind) not in on_mig:
                 found.append(dict(p, gpu_index=gpu.index, gpu_uuid=gpu.uuid, mig_uuid=None))
     return found
 
 
-def _instance(v: Any) -> int | None:
+def instance_id(v: Any) -> int | None:
     return None if v is None or int(v) == 0xFFFFFFFF else int(v)
 
 
-def _gpu_process(p: dict[str, Any], identity: dict[int, tuple[bool, str | None, int | None]]) -> GpuProcess:
+def gpu_process(p: dict[str, Any], identity: dict[int, tuple[bool, str | None, int | None]]) -> GpuProcess:
     pid = int(p["pid"])
     in_proc, comm, start = identity.get(pid, (False, None, None))
     used = p.get("usedGpuMemory")
     return GpuProcess(
         pid=pid, gpu_index=int(p["gpu_index"]), gpu_uuid=p.get("gpu_uuid"), mig_uuid=p.get("mig_uuid"),
-        gpu_instance_id=_instance(p.get("gpuInstanceId")), compute_instance_id=_instance(p.get("computeInstanceId")),
+        gpu_instance_id=instance_id(p.get("gpuInstanceId")), compute_instance_id=instance_id(p.get("computeInstanceId")),
         type=str(p["type"]), used_memory_bytes=None if used is None else int(used),
         pid_valid=pid not in INVALID_PIDS, in_proc=in_proc, comm=comm, proc_start_ticks=start,
     )
 
 
-def read_accounting(s: _Session, gpu: _Gpu) -> dict[str, Any] | None:
+def read_accounting(s: Session, gpu: GpuHandle) -> dict[str, Any] | None:
     """``nvmlDeviceGetAccountingPids`` / ``...Stats`` (``nvidia-smi --query-accounted-apps``): every
     process the driver accounted on this GPU, exited ones included, keyed by (pid, startTime)."""
     if gpu.handle is None:
         return None
     nv, d = s.nv, gpu.key
     rec: dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid, "nvml": {}, "stats": []}
-    mode = s.record(rec["nvml"], "nvmlDeviceGetAccountingMode", _bind(nv.nvmlDeviceGetAccountingMode, gpu.handle),
+    mode = s.record(rec["nvml"], "nvmlDeviceGetAccountingMode", bind_call(nv.nvmlDeviceGetAccountingMode, gpu.handle),
                     device=d, decode=decode_enable_state)
     if not mode.ok or int(mode.value) != 1:
         return rec
-    pids = s.record(rec["nvml"], "nvmlDeviceGetAccountingPids", _bind(nv.nvmlDeviceGetAccountingPids, gpu.handle),
+    pids = s.record(rec["nvml"], "nvmlDeviceGetAccountingPids", bind_call(nv.nvmlDeviceGetAccountingPids, gpu.handle),
                     device=d)
     if not pids.ok:
         return rec
     for pid in sorted(set(int(p) for p in pids.value)):
-        st = s.query("nvmlDeviceGetAccountingStats", _bind(nv.nvmlDeviceGetAccountingStats, gpu.handle, pid), device=d)
+        st = s.query("nvmlDeviceGetAccountingStats", bind_call(nv.nvmlDeviceGetAccountingStats, gpu.handle, pid), device=d)
         entry = {"pid": pid, "nvmlDeviceGetAccountingStats": st.as_json()}
         s.add(rec["stats"], entry)
     return rec
 
 
-def _accounting_doc(devices: list[dict[str, Any]], started: float, complete: bool) -> dict[str, Any]:
+def accounting_doc(devices: list[dict[str, Any]], started: float, complete: bool) -> dict[str, Any]:
     records: dict[str, dict[str, Any]] = {}
     for dev in devices:
         for entry in dev.get("stats", []):

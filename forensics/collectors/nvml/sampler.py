@@ -4,10 +4,11 @@ in the sampling child."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.nvml.decode import (
     decode_event_types,
     xid_description,
@@ -17,12 +18,12 @@ from forensics.collectors.nvml.errors import timed_out
 from forensics.collectors.nvml.fast import SAMPLE_STAMP, ListCalls, Samples
 from forensics.collectors.nvml.fast import bind as bind_list_calls
 from forensics.collectors.nvml.reads import (
-    _PROCESS_LISTS,
-    _accounting_doc,
-    _bind,
-    _Gpu,
-    _handle_key,
-    _instance,
+    PROCESS_LISTS,
+    GpuHandle,
+    accounting_doc,
+    bind_call,
+    handle_key,
+    instance_id,
     read_accounting,
     read_clock_reasons,
     read_health,
@@ -30,10 +31,7 @@ from forensics.collectors.nvml.reads import (
     read_mig_devices,
     read_processes,
 )
-from forensics.collectors.nvml.session import Reading
-
-if TYPE_CHECKING:
-    from forensics.collectors.nvml.nvml import NvmlCollector
+from forensics.collectors.nvml.session import Reading, Session
 from forensics.errors import SourceTimeout
 from forensics.specs.nvml import (
     ACCOUNTING_END,
@@ -42,7 +40,7 @@ from forensics.specs.nvml import (
     SAMPLES,
 )
 
-__all__ = []
+__all__ = ["CRITICAL_EVENTS", "Sampler"]
 
 #: Event types worth waiting for (nvmlEventType*): ECC, Xid, retirement, poison, GPU unavailable.
 CRITICAL_EVENTS = 0x1 | 0x2 | 0x8 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x8000
@@ -50,12 +48,19 @@ _SAMPLE_PROCESS_KEYS = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanc
 
 
 # -- sampling -----------------------------------------------------------------------------------
-class _Sampler:
-    """State kept across ticks in the sampling child: handles, lastSeenTimeStamp, the event set."""
+class Sampler:
+    """State kept across ticks in the sampling child: handles, lastSeenTimeStamp, the event set.
 
-    def __init__(self, collector: NvmlCollector, ctx: CollectContext) -> None:
-        self.collector = collector
-        self.gpus: list[_Gpu] = []
+    Given the collector's session (opened, ``nvmlInit`` done), the collector's sampling settings
+    and how to close the session: it knows nothing else of the collector."""
+
+    def __init__(self, session: Session, ctx: CollectContext, *, direct_list_calls: bool, event_wait_ms: int,
+                 max_events_per_tick: int, close: Callable[[Session], None]) -> None:
+        self.direct_list_calls = direct_list_calls
+        self.event_wait_ms = event_wait_ms
+        self.max_events_per_tick = max_events_per_tick
+        self.close = close
+        self.gpus: list[GpuHandle] = []
         self.last_seen: dict[int, int] = {}
         self.event_set: Any = None
         self.handles: dict[int, tuple[int, str | None, str | None]] = {}
@@ -65,7 +70,7 @@ class _Sampler:
         self.memory_v1: set[int] = set()
         self.fast: ListCalls | None = None  # the list calls without pynvml's per-entry objects
         self.encoder = LineEncoder()  # the process entries, kept with their JSON (the fast path)
-        self.s = collector._open_guarded(ctx)
+        self.s = session
         stuck = self.s.run_guarded(self._setup, max(ctx.remaining() - 1.0, 0.5))
         for line in self.registration:
             ctx.sink.append_jsonl(EVENTS, line)
@@ -76,8 +81,8 @@ class _Sampler:
         s, nv = self.s, self.s.nv
         count = s.query("nvmlDeviceGetCount_v2", nv.nvmlDeviceGetCount)
         n = int(count.value) if count.ok else 0
-        self.gpus = [_Gpu(index=i, key=f"GPU {i}") for i in range(n)]
-        self.fast = bind_list_calls(nv) if self.collector.direct_list_calls else None
+        self.gpus = [GpuHandle(index=i, key=f"GPU {i}") for i in range(n)]
+        self.fast = bind_list_calls(nv) if self.direct_list_calls else None
         es = s.query("nvmlEventSetCreate", nv.nvmlEventSetCreate)
         self.event_set = es.raw if es.ok else None
         if not es.ok:
@@ -85,36 +90,36 @@ class _Sampler:
         for gpu in self.gpus:
             self._open_gpu(gpu)
 
-    def _open_gpu(self, gpu: _Gpu) -> Reading:
+    def _open_gpu(self, gpu: GpuHandle) -> Reading:
         s, nv = self.s, self.s.nv
-        h = s.query("nvmlDeviceGetHandleByIndex_v2", _bind(nv.nvmlDeviceGetHandleByIndex, gpu.index), device=gpu.key)
+        h = s.query("nvmlDeviceGetHandleByIndex_v2", bind_call(nv.nvmlDeviceGetHandleByIndex, gpu.index), device=gpu.key)
         if not h.ok:
             return h
         gpu.handle = h.raw
-        uuid = s.query("nvmlDeviceGetUUID", _bind(nv.nvmlDeviceGetUUID, gpu.handle), device=gpu.key)
+        uuid = s.query("nvmlDeviceGetUUID", bind_call(nv.nvmlDeviceGetUUID, gpu.handle), device=gpu.key)
         gpu.uuid = uuid.value if uuid.ok else None
-        key = _handle_key(gpu.handle)
+        key = handle_key(gpu.handle)
         if key is not None:
             self.handles[key] = (gpu.index, gpu.uuid, None)
-        mig = s.query("nvmlDeviceGetMigMode", _bind(nv.nvmlDeviceGetMigMode, gpu.handle), device=gpu.key)
+        mig = s.query("nvmlDeviceGetMigMode", bind_call(nv.nvmlDeviceGetMigMode, gpu.handle), device=gpu.key)
         if mig.ok and int(mig.value[0]) == 1:
             read_mig_devices(s, gpu, None)
             for _slot, mh, muuid in gpu.mig:
-                mkey = _handle_key(mh)
+                mkey = handle_key(mh)
                 if mkey is not None:
                     self.handles[mkey] = (gpu.index, gpu.uuid, muuid)
         if self.event_set is not None:
             reg: dict[str, Any] = {"kind": "registration", "t": time.time(), "gpu_index": gpu.index,
                                    "uuid": gpu.uuid, "nvml": {}}
             sup = s.record(reg["nvml"], "nvmlDeviceGetSupportedEventTypes",
-                           _bind(nv.nvmlDeviceGetSupportedEventTypes, gpu.handle), device=gpu.key,
+                           bind_call(nv.nvmlDeviceGetSupportedEventTypes, gpu.handle), device=gpu.key,
                            decode=decode_event_types)
             if sup.ok:
                 mask = int(sup.value) & CRITICAL_EVENTS
                 reg["mask"] = mask
                 reg["mask_decoded"] = decode_event_types(mask)
                 s.record(reg["nvml"], "nvmlDeviceRegisterEvents",
-                         _bind(nv.nvmlDeviceRegisterEvents, gpu.handle, mask, self.event_set), device=gpu.key)
+                         bind_call(nv.nvmlDeviceRegisterEvents, gpu.handle, mask, self.event_set), device=gpu.key)
             s.add(self.registration, reg)
         return h
 
@@ -170,19 +175,19 @@ class _Sampler:
                     s.add(lines, line)
                     continue
             hd, d, out = gpu.handle, gpu.key, line["nvml"]
-            s.record(out, "nvmlDeviceGetUtilizationRates", _bind(nv.nvmlDeviceGetUtilizationRates, hd), device=d)
+            s.record(out, "nvmlDeviceGetUtilizationRates", bind_call(nv.nvmlDeviceGetUtilizationRates, hd), device=d)
             if gpu.index in self.memory_v1:
-                s.record(out, "nvmlDeviceGetMemoryInfo", _bind(nv.nvmlDeviceGetMemoryInfo, hd), device=d)
+                s.record(out, "nvmlDeviceGetMemoryInfo", bind_call(nv.nvmlDeviceGetMemoryInfo, hd), device=d)
             elif read_memory(s, hd, d, out).call == "nvmlDeviceGetMemoryInfo":
                 self.memory_v1.add(gpu.index)
             s.record(out, "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
-                     _bind(nv.nvmlDeviceGetClockInfo, hd, nv.NVML_CLOCK_SM), device=d)
+                     bind_call(nv.nvmlDeviceGetClockInfo, hd, nv.NVML_CLOCK_SM), device=d)
             s.record(out, "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
-                     _bind(nv.nvmlDeviceGetClockInfo, hd, nv.NVML_CLOCK_MEM), device=d)
+                     bind_call(nv.nvmlDeviceGetClockInfo, hd, nv.NVML_CLOCK_MEM), device=d)
             read_clock_reasons(s, hd, d, out)
             s.record(out, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
-                     _bind(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
-            s.record(out, "nvmlDeviceGetPowerUsage", _bind(nv.nvmlDeviceGetPowerUsage, hd), device=d)
+                     bind_call(nv.nvmlDeviceGetTemperature, hd, nv.NVML_TEMPERATURE_GPU), device=d)
+            s.record(out, "nvmlDeviceGetPowerUsage", bind_call(nv.nvmlDeviceGetPowerUsage, hd), device=d)
             prec: dict[str, Any] = {"nvml": out, "mig_devices": []}
             if self.fast is not None:
                 s.put(line, "processes", self._processes(gpu, prec, self.fast))
@@ -194,10 +199,10 @@ class _Sampler:
             last = self.last_seen.get(gpu.index, 0)
             if self.fast is not None:
                 util = s.query("nvmlDeviceGetProcessUtilization",
-                               _bind(self.fast.process_utilization, hd, last), device=d, jsonable=True)
+                               bind_call(self.fast.process_utilization, hd, last), device=d, jsonable=True)
             else:
                 util = s.query("nvmlDeviceGetProcessUtilization",
-                               _bind(nv.nvmlDeviceGetProcessUtilization, hd, last), device=d)
+                               bind_call(nv.nvmlDeviceGetProcessUtilization, hd, last), device=d)
             entry = util.as_json()
             entry["lastSeenTimeStamp"] = last
             if util.ok:
@@ -211,7 +216,7 @@ class _Sampler:
             s.add(lines, line)
         self._drain_events(tick, events)
 
-    def _processes(self, gpu: _Gpu, prec: dict[str, Any], fast: ListCalls) -> list[dict[str, Any]]:
+    def _processes(self, gpu: GpuHandle, prec: dict[str, Any], fast: ListCalls) -> list[dict[str, Any]]:
         """:func:`read_processes` (``brief``) and the line's entries of it, the ``_v3`` lists read
         by ``fast``: the same calls, the same recorded ``nvml`` entries, the same line entries."""
         s, d, entries = self.s, gpu.key, self.encoder.entries
@@ -220,11 +225,11 @@ class _Sampler:
         for slot, mh, muuid in gpu.mig:
             mrec: dict[str, Any] = {"slot": slot, "uuid": muuid, "nvml": {}}
             s.add(prec["mig_devices"], mrec)
-            for kind, func in _PROCESS_LISTS:
+            for kind, func in PROCESS_LISTS:
                 rows = self._process_rows(fast, mh, d, mrec["nvml"], kind, func)
                 on_mig.update((int(row[0]), kind) for row in rows)
                 found += entries((gpu.index, slot, muuid, kind), rows, kind, muuid)
-        for kind, func in _PROCESS_LISTS:
+        for kind, func in PROCESS_LISTS:
             made = entries((gpu.index, None, None, kind), self._process_rows(fast, gpu.handle, d, prec["nvml"], kind, func),
                            kind, None)
             found += [e for e in made if (int(e["pid"]), kind) not in on_mig] if on_mig else made
@@ -235,10 +240,10 @@ class _Sampler:
         """``_process_list`` (``brief``) with the ``_v3`` call read by ``fast``; its ``_v2``
         fallback (a library that answers FunctionNotFound) stays pynvml's."""
         s = self.s
-        r = s.query(f"{func}_v3", _bind(fast.process_rows, func, hd), device=d, jsonable=True)
+        r = s.query(f"{func}_v3", bind_call(fast.process_rows, func, hd), device=d, jsonable=True)
         if r.missing is not None and r.missing.reason == "library_mismatch":
             s.put(out, r.call, r)
-            old = s.query(f"{func}_v2", _bind(getattr(s.nv, f"{func}_v2"), hd), device=d)
+            old = s.query(f"{func}_v2", bind_call(getattr(s.nv, f"{func}_v2"), hd), device=d)
             s.put(out, old.call, {"count": len(old.value)} if old.ok else old)
             return [(p["pid"], p["usedGpuMemory"], p["gpuInstanceId"], p["computeInstanceId"])
                     for p in old.value] if old.ok else []
@@ -250,9 +255,9 @@ class _Sampler:
         if self.event_set is None:
             return
         s, nv = self.s, self.s.nv
-        for _ in range(self.collector.max_events_per_tick):
+        for _ in range(self.max_events_per_tick):
             r = s.query("nvmlEventSetWait_v2",
-                        _bind(nv.nvmlEventSetWait_v2, self.event_set, self.collector.event_wait_ms))
+                        bind_call(nv.nvmlEventSetWait_v2, self.event_set, self.event_wait_ms))
             now = time.time()
             if r.missing is not None:
                 if r.missing.reason != "timed_out":
@@ -262,13 +267,13 @@ class _Sampler:
             data = r.raw
             etype = int(data.eventType)
             edata = int(data.eventData)
-            gpu_index, uuid, mig_uuid = self.handles.get(_handle_key(data.device) or -1, (None, None, None))
+            gpu_index, uuid, mig_uuid = self.handles.get(handle_key(data.device) or -1, (None, None, None))
             ev: dict[str, Any] = {
                 "kind": "event", "tick": tick.index, "t": now, "time": iso_from_unix(now),
                 "gpu_index": gpu_index, "uuid": uuid, "mig_uuid": mig_uuid,
                 "eventType": etype, "eventType_decoded": decode_event_types(etype), "eventData": edata,
-                "gpuInstanceId": _instance(data.gpuInstanceId),
-                "computeInstanceId": _instance(data.computeInstanceId),
+                "gpuInstanceId": instance_id(data.gpuInstanceId),
+                "computeInstanceId": instance_id(data.computeInstanceId),
             }
             if etype & 0x8:
                 ev["xid"] = edata
@@ -293,15 +298,15 @@ class _Sampler:
                 if arec is not None:
                     self.s.add(acc, arec)
             if self.event_set is not None:
-                self.s.query("nvmlEventSetFree", _bind(self.s.nv.nvmlEventSetFree, self.event_set))
+                self.s.query("nvmlEventSetFree", bind_call(self.s.nv.nvmlEventSetFree, self.event_set))
 
         stuck = self.s.run_guarded(work, max(ctx.remaining() - 0.5, 0.1))
         if health:
             ctx.sink.write_json(HEALTH_END, {"time": iso_from_unix(started), "t": started, "complete": stuck is None,
                                              "devices": health})
         if acc:
-            ctx.sink.write_json(ACCOUNTING_END, _accounting_doc(acc, started, stuck is None))
+            ctx.sink.write_json(ACCOUNTING_END, accounting_doc(acc, started, stuck is None))
         if stuck is None:
-            self.collector.close(self.s)
+            self.close(self.s)
 
 

@@ -1,4 +1,4 @@
-"""The one way NVML is read: :class:`_Session` runs each call in a worker thread the collector
+"""The one way NVML is read: :class:`Session` runs each call in a worker thread the collector
 stops waiting for at its deadline or when one call hangs (a GPU off the bus), and keeps *why* a
 value is missing (:class:`Reading`)."""
 
@@ -17,7 +17,7 @@ from forensics.collectors.nvml.errors import MissingValue, missing_from, skipped
 from forensics.errors import ParseError
 from forensics.specs.nvml import NvmlSettings
 
-__all__ = ["DEFAULT_CALL_TIMEOUT_S", "Reading"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "Abandoned", "Reading", "Session"]
 
 #: How long one NVML call may run before the GPU is taken as wedged (``--set nvml.call_timeout_s``).
 DEFAULT_CALL_TIMEOUT_S: float = NvmlSettings().call_timeout_s
@@ -46,11 +46,11 @@ class Reading:
         return out
 
 
-class _Abandoned(Exception):
+class Abandoned(Exception):
     """The collector stopped waiting for NVML; the worker thread must not touch the results."""
 
 
-class _Session:
+class Session:
     """One NVML session. ``query`` is the only way values are read; results are stored under a
     lock that the collector takes over when it stops waiting, so a late worker cannot change them."""
 
@@ -78,7 +78,7 @@ class _Session:
         # not happen after the watchdog gave up, results written into what the caller reads, is
         # still ruled out under the lock, by put and add.
         if self.abandoned:
-            raise _Abandoned
+            raise Abandoned
         self.current_since = time.monotonic()
         self.current = call if device is None else f"{call} on {device}"
         self.calls += 1
@@ -100,19 +100,19 @@ class _Session:
             reading = Reading(call, value=value, decoded=decoded, raw=raw)
         self.current = None
         if self.abandoned:
-            raise _Abandoned
+            raise Abandoned
         return reading
 
     def put(self, target: dict[str, Any], key: str, value: Any) -> None:
         with self.lock:
             if self.abandoned:
-                raise _Abandoned
+                raise Abandoned
             target[key] = value.as_json() if isinstance(value, Reading) else value
 
     def add(self, target: list[Any], item: Any) -> None:
         with self.lock:
             if self.abandoned:
-                raise _Abandoned
+                raise Abandoned
             target.append(item)
 
     def record(self, target: dict[str, Any], call: str, fn: Callable[[], Any], *,
@@ -131,7 +131,7 @@ class _Session:
         def target() -> None:
             try:
                 work()
-            except _Abandoned:
+            except Abandoned:
                 pass
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)

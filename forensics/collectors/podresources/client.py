@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.collectors.hostfs.files import check_socket as hostfs_check_socket
 from forensics.errors import SourceUnavailable
+from forensics.hostfs.files import check_socket as hostfs_check_socket
 from forensics.specs.podresources import DEFAULT_SOCKET
 
 __all__ = [

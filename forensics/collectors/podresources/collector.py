@@ -17,7 +17,7 @@ a pod that sees GPUs through ``NVIDIA_VISIBLE_DEVICES=all`` or privileged mode i
 
 from __future__ import annotations
 
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.collectors.podresources.client import OK, fetch
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from forensics.specs.podresources import ALLOCATABLE, ALLOCATABLE_END, LIST, SPEC

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from forensics.capture.context import CollectContext
+from forensics.collect.context import CollectContext
 from forensics.collectors.prometheus.catalogue import (
     METRICS,
     NODE_LABELS,

@@ -6,7 +6,7 @@
   (:mod:`forensics.record.live`), once per recorder tick;
 - :mod:`forensics.record.triggers.engine`: cooldown, one capture at a time, the capture child,
   rotation of ``--bundles``, ``--on-capture``;
-- :mod:`forensics.record.triggers.capture_child`: the capture itself, in its own process.
+- :mod:`forensics.capture.triggered`: the capture itself, in its own process.
 
 Documented for users in docs/triggers.md; the manifest's ``trigger`` entry in docs/bundle-format.md.
 """

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forensics.analysis.thresholds import AnalysisConfig, config_from_mapping, read_config_file
 from forensics.errors import UsageError
+from forensics.thresholds import AnalysisConfig, config_from_mapping, read_config_file
 
 __all__ = ["load_trigger_config"]
 

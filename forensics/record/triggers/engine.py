@@ -7,10 +7,10 @@
 - A firing becomes a capture unless that trigger started one less than ``cooldown_s`` ago
   (counted as ``suppressed``). One capture runs at a time: a firing while one runs waits, one per
   trigger, the latest kept, and starts when the running one ends (if its cooldown allows).
-- The capture is ``python -m forensics.record.triggers.capture_child`` (capture's own
+- The capture is ``python -m forensics.capture.triggered`` (capture's own
   ``run_capture``: the same collectors, sampling ``trigger_duration_s`` at the recorder's interval,
   ``--since`` the condition's start minus ``margin_s``, the recorder's ring folded in) in its own
-  process group, armed with ``PR_SET_PDEATHSIG`` (capture/lifeline.py) so it cannot outlive the
+  process group, armed with ``PR_SET_PDEATHSIG`` (collect/lifeline.py) so it cannot outlive the
   recorder; killed (group) past its deadline, or on the recorder's stop after ``stop_grace_s``.
 - Its manifest carries ``trigger`` (docs/bundle-format.md); when it ends one line is logged with
   the bundle path, then bundles in ``bundles`` (``gpuforensics-*.tgz``) are rotated: newest first,
@@ -40,7 +40,7 @@ from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token, sweep_abandoned
-from forensics.capture.lifeline import die_with_parent
+from forensics.collect.lifeline import die_with_parent
 from forensics.errors import UsageError
 from forensics.record.live import LiveState
 from forensics.record.triggers.evaluate import Evaluator, Firing
@@ -251,7 +251,7 @@ class TriggerEngine:
         parent = os.getpid()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "forensics.record.triggers.capture_child"],
+                [sys.executable, "-m", "forensics.capture.triggered"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd, close_fds=True,
                 preexec_fn=lambda: _enter_capture_child(parent))  # noqa: PLW1509 - see _enter_capture_child
         except OSError as exc:

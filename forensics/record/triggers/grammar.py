@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from forensics.analysis.thresholds import AnalysisConfig
 from forensics.errors import UsageError
+from forensics.thresholds import AnalysisConfig
 
 __all__ = ["EVENTS", "METRICS", "Rule", "parse_duration", "parse_rule", "parse_rules"]
 

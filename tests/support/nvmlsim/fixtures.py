@@ -17,7 +17,7 @@ import pytest
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
-from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions, CollectContext
 from tests.support.env import need
 from tests.support.nvmlsim import BuildError, Scenario, activate, build_library, gcc_path
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from forensics.analysis import analyze_bundles
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.nvml.nvml import NvmlCollector
 from forensics.collectors.procfs import ProcfsCollector

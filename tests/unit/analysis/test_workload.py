@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from forensics.analysis import build_model
 from forensics.analysis.joins import resolve_joins
 from forensics.analysis.rules.workload import stalled_rank, workload_cuda_error
-from forensics.analysis.thresholds import AnalysisConfig
+from forensics.thresholds import AnalysisConfig
 from tests.support import log_lines as L
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind, secretly_taken

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.leftovers import owner_token
-from forensics.capture.context import CaptureOptions, CollectContext, Tick
-from forensics.capture.lifeline import wait_readable
 from forensics.capture.runner import CaptureResult, run_capture
+from forensics.collect.context import CaptureOptions, CollectContext, Tick
+from forensics.collect.lifeline import wait_readable
 
 
 def dead_owner_token() -> str:

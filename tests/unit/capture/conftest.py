@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import CaptureResult
+from forensics.collect.context import CaptureOptions
 
 from .capture_helpers import ChildCapture
 

@@ -3,7 +3,7 @@
 The real case: ``gpuforensics capture --duration 30`` sampling the simulated NVML, SIGKILLed;
 its collector children must be gone 2 s later, and the next capture into the same directory
 removes the staging directory and reservation it left (saying so on stderr). The parts: the
-parent-death lifeline of a collector child (forensics/capture/lifeline.py), and owner tokens
+parent-death lifeline of a collector child (forensics/collect/lifeline.py), and owner tokens
 (forensics/bundle/leftovers.py), tested against real processes.
 """
 
@@ -23,9 +23,9 @@ import pytest
 from forensics.bundle.leftovers import STAGING_PREFIX, owner_alive, owner_token, sweep_abandoned
 from forensics.bundle.reader import open_bundle
 from forensics.bundle.writer import BundleWriter
-from forensics.capture.context import CollectContext
-from forensics.capture.lifeline import parent_death_signal
 from forensics.capture.runner import CaptureResult
+from forensics.collect.context import CollectContext
+from forensics.collect.lifeline import parent_death_signal
 from tests.support import capture_kill as ck
 from tests.support.nvmlsim import fixtures as nvf
 
@@ -104,7 +104,7 @@ class TestSweep:
 
 _ORPHAN_SCRIPT = textwrap.dedent('''
     import os, sys, time
-    from forensics.capture.lifeline import die_with_parent
+    from forensics.collect.lifeline import die_with_parent
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -183,7 +183,7 @@ def test_sigkill_of_a_real_capture_leaves_no_process_and_the_next_capture_cleans
 
 _TOOL_SCRIPT = textwrap.dedent('''
     import os, subprocess, sys, time
-    from forensics.capture.lifeline import run_tied
+    from forensics.collect.lifeline import run_tied
     tool = ["sh", "-c", "echo $$ > " + sys.argv[2] + "; exec sleep 60"]
     parent = os.getpid()
     pid = os.fork()

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from forensics.capture.children import classify
-from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.capture.runner import run_capture
 from forensics.cli import cli
+from forensics.collect.context import CaptureOptions, CollectContext
 from forensics.errors import SourceUnavailable, sentence
 
 from .capture_helpers import FnCollector, SamplingCollector

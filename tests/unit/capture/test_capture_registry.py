@@ -11,7 +11,6 @@ import pytest
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
-from forensics.capture.context import CaptureOptions, CollectContext, Collector, Tick, merge_hints
 from forensics.capture.registry import (
     COLLECTOR_MODULES,
     BrokenCollector,
@@ -21,6 +20,7 @@ from forensics.capture.registry import (
     not_selected,
 )
 from forensics.capture.runner import CaptureResult
+from forensics.collect.context import CaptureOptions, CollectContext, Collector, Tick, merge_hints
 
 PKG = "gf_test_collectors"
 

@@ -21,8 +21,8 @@ import pytest
 
 from forensics.bundle.reader import open_bundle
 from forensics.bundle.verify import verify_bundle
-from forensics.capture.context import CollectContext, Tick
 from forensics.capture.runner import CaptureResult
+from forensics.collect.context import CollectContext, Tick
 from forensics.errors import SourcePermissionDenied, SourceTimeout, SourceUnavailable, UsageError
 
 from .capture_helpers import FnCollector, SamplingCollector, hang, pid_gone

@@ -24,7 +24,7 @@ import pytest
 
 from forensics.bundle.reader import open_bundle
 from forensics.bundle.verify import verify_bundle
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 
 from .capture_helpers import (
     ChildCapture,

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from tests.support.host_evidence import DOCKER_SCOPE, fake_v2_host, make_context, read_jsonl
 

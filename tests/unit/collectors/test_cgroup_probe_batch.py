@@ -1,4 +1,4 @@
-"""The quiet check done for every cgroup at once (forensics.collectors.hostfs.probes.ProbeBatch):
+"""The quiet check done for every cgroup at once (forensics.hostfs.probes.ProbeBatch):
 which owners it says moved, in place updates of one owner's probe among many, a failed read
 blamed on its owner only; and, through the collector, many cgroups whose activity files move in
 turn still get, each, the line a reader of every file writes at that tick."""
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector
-from forensics.collectors.hostfs.probes import Probe, ProbeBatch
+from forensics.hostfs.probes import Probe, ProbeBatch
 from tests.support.host_evidence import make_context
 from tests.unit.collectors.test_cgroup_quiet_check import V1_FILES, _bump
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from forensics.capture.context import CollectContext, Tick
+from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from tests.support.host_evidence import DOCKER_SCOPE, fake_v2_host, make_context
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from tests.support.host_evidence import DOCKER_SCOPE, POD_SCOPE, fake_v2_host, make_context
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector
-from forensics.collectors.hostfs.cgroupns import (
+from forensics.collectors.procfs import ProcfsCollector
+from forensics.errors import SourceUnavailable
+from forensics.hostfs.cgroupns import (
     ENV_CGROUP_ROOT,
     NamespaceResolver,
     cgroup_root_option,
     find_own_cgroup,
     host_hierarchies,
 )
-from forensics.collectors.procfs import ProcfsCollector
-from forensics.errors import SourceUnavailable
 from forensics.parsing.attribution import relative_to
 from tests.support.host_evidence import fake_process, make_context, read_json, read_jsonl
 
@@ -382,7 +382,7 @@ def test_absolute_hints_are_not_rewritten(tmp_path: Path) -> None:
 def test_processes_read_later_are_resolved_too(tmp_path: Path) -> None:
     """A PID read outside the /proc scan (a hinted PID, a process born during the window) goes
     through the same resolution."""
-    from forensics.collectors.hostfs.cgroupns import make_resolver
+    from forensics.hostfs.cgroupns import make_resolver
 
     root = host_v2(tmp_path)
     proc = v2_proc(tmp_path)
@@ -401,7 +401,7 @@ def test_docker_container_pids_are_read_under_the_cgroup_root(tmp_path: Path) ->
     """The docker collector honours ``cgroups.root`` as procfs and cgroups do: a container's
     namespace-relative cgroup path is resolved and its ``cgroup.procs`` read in the host tree."""
     from forensics.collectors.docker.pids import container_processes
-    from forensics.collectors.hostfs.mounts import host_cgroup_mounts
+    from forensics.hostfs.mounts import host_cgroup_mounts
 
     root = host_v2(tmp_path)
     proc = v2_proc(tmp_path)

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector, interpret, member_path, pod_ancestor
 from tests.support.env import need
 from tests.support.host_evidence import (
@@ -221,7 +221,7 @@ def test_unparsable_file_is_kept_with_its_error(tmp_path: Path) -> None:
 def test_hierarchy_mounted_with_a_non_root_view() -> None:
     """Inside a container, a cgroup mount shows only a subtree: paths outside it are skipped."""
     from forensics.collectors.cgroups import hierarchies
-    from forensics.collectors.hostfs.mounts import cgroup_dir
+    from forensics.hostfs.mounts import cgroup_dir
     from forensics.parsing.cgroup_mounts import parse_cgroup_mounts
 
     mounts = parse_cgroup_mounts(

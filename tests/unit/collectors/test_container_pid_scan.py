@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from forensics.collectors.hostfs.proc import ContainerPidScan, attributed_paths, scan_proc_cgroups
+from forensics.hostfs.proc import ContainerPidScan, attributed_paths, scan_proc_cgroups
 from tests.support.host_evidence import DOCKER_SCOPE, POD_SCOPE, fake_proc, fake_process
 
 OTHER_SCOPE = "/system.slice/docker-" + "9c" * 32 + ".scope"

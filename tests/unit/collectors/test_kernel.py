@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.kernel import KernelCollector, clock_readings
 from forensics.errors import SourcePermissionDenied, SourceUnavailable
 from tests.support.env import is_root, need

@@ -11,7 +11,7 @@ from typing import Any
 
 from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import EvidenceSink
-from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions, CollectContext
 from forensics.collectors.docker.redact import redact_container, redact_events, redact_listing
 from forensics.collectors.kubernetes.redaction import LAST_APPLIED, redact_node, redact_pod
 from forensics.collectors.kubernetes.redaction import redact_events as redact_kube_events

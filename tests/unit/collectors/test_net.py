@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.cgroups import CgroupsCollector
 from forensics.collectors.net import NetCollector
 from forensics.errors import ParseError
@@ -254,7 +254,7 @@ def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path
     import shutil
     import subprocess
 
-    from forensics.collectors.hostfs.files import KeptFiles
+    from forensics.hostfs.files import KeptFiles
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("needs root, unshare(1) and ip(8)")
     child = subprocess.Popen(["unshare", "-n", "sh", "-c", "for i in $(seq 1 30); do ip link add gfa$i type veth "
@@ -271,7 +271,7 @@ def test_kept_files_read_a_seq_file_longer_than_a_page_to_its_end(tmp_path: Path
         finally:
             kept.close()
         if hasattr(os, "pidfd_open"):  # the namespace reader's one-pread tick gives way to the read to the end
-            from forensics.collectors.hostfs.netns import NamespaceFiles
+            from forensics.hostfs.netns import NamespaceFiles
             files = NamespaceFiles("/proc")
             try:
                 inode = int(os.readlink(f"/proc/{child.pid}/ns/net")[5:-1])
@@ -299,7 +299,7 @@ def test_a_namespace_file_is_kept_open_while_its_process_lives_and_closed_when_i
     import shutil
     import subprocess
 
-    from forensics.collectors.hostfs.netns import NamespaceFiles
+    from forensics.hostfs.netns import NamespaceFiles
     if os.geteuid() != 0 or shutil.which("unshare") is None or not hasattr(os, "pidfd_open"):
         pytest.skip("needs root, unshare(1) and pidfd_open")
     child = subprocess.Popen(["unshare", "-n", "sleep", "60"], stdin=subprocess.DEVNULL)
@@ -390,7 +390,7 @@ def test_an_unreadable_proc_net_dev_is_said_and_every_line_written_again(tmp_pat
 
 _WATCHED = r"""
 import json, os, subprocess, sys, time
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.net import NetCollector
 from tests.support.host_evidence import make_context, read_jsonl
 from pathlib import Path
@@ -581,7 +581,7 @@ def test_the_moved_lines_path_writes_what_reading_every_line_writes(tmp_path: Pa
 _GATED = r"""
 import ctypes, json, os, socket, subprocess, sys, time
 from pathlib import Path
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.net import NetCollector
 from tests.support.host_evidence import make_context, read_jsonl
 

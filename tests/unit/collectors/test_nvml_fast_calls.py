@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from forensics.bundle.sink import EvidenceSink, dumps_json
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.nvml import fast
 from forensics.collectors.nvml.nvml import NvmlCollector
 from forensics.specs.nvml import SAMPLES

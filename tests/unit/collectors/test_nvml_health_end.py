@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from forensics.analysis import analyze_bundles
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.nvml.nvml import NvmlCollector
 from tests.support.nvmlsim import Scenario, activate
 from tests.support.nvmlsim import fixtures as nvf

@@ -6,9 +6,9 @@ import os
 import time
 from pathlib import Path
 
-from forensics.collectors.hostfs.files import describe_os_error
-from forensics.collectors.hostfs.proc import ScanStats, scan_proc_cgroups
 from forensics.collectors.procfs import ProcfsCollector
+from forensics.hostfs.files import describe_os_error
+from forensics.hostfs.proc import ScanStats, scan_proc_cgroups
 from tests.support.host_evidence import (
     DOCKER_ID,
     DOCKER_SCOPE,

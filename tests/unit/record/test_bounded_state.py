@@ -15,7 +15,7 @@ import pytest
 
 from forensics.bundle import redact
 from forensics.bundle.redact import Redactor
-from forensics.capture.context import CaptureOptions, CollectContext, Tick
+from forensics.collect.context import CaptureOptions, CollectContext, Tick
 from forensics.collectors.docker import follow
 from forensics.record import sources
 from forensics.record.child import RecordSink

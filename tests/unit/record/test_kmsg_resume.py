@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from forensics.capture.context import Tick
+from forensics.collect.context import Tick
 from forensics.collectors.kernel import KernelCollector
 from forensics.record.child import SourceProcess
 from forensics.record.kmsg_resume import FROM_START, last_seq, resume_seq

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from forensics.bundle.redact import Redactor
-from forensics.capture.context import CaptureOptions, CollectContext, Tick
+from forensics.collect.context import CaptureOptions, CollectContext, Tick
 from forensics.collectors.nvml.nvml import NvmlCollector
 from forensics.record.child import RecordSink
 from forensics.record.sources import GPU_PIDS, NvmlDriver

@@ -202,7 +202,7 @@ def test_the_fold_stops_short_of_the_evidence_cap_and_says_where(tmp_path: Path)
     from forensics.analysis.source import Source
     from forensics.bundle.redact import Redactor
     from forensics.bundle.sink import EvidenceSink
-    from forensics.capture.context import CaptureOptions, CollectContext
+    from forensics.collect.context import CaptureOptions, CollectContext
     from forensics.collectors.ring import COLLECTOR
 
     ring = tmp_path / "ring"
@@ -335,7 +335,7 @@ def _fold_ctx(ring: Path, staging: Path, since: float) -> object:
 
     from forensics.bundle.redact import Redactor
     from forensics.bundle.sink import EvidenceSink
-    from forensics.capture.context import CaptureOptions, CollectContext
+    from forensics.collect.context import CaptureOptions, CollectContext
 
     staging.mkdir()
     return CollectContext(CaptureOptions(since=datetime.fromtimestamp(since, UTC),

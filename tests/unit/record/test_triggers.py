@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from forensics.analysis.thresholds import load_config
 from forensics.errors import UsageError
 from forensics.record.live import LiveState
 from forensics.record.triggers import (
@@ -26,6 +25,7 @@ from forensics.record.triggers import (
     parse_rules,
     rotate_bundles,
 )
+from forensics.thresholds import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -3,6 +3,9 @@
 With ``DIR/cluster.json``: the bundles it lists as kept (status ``ok`` or ``partial``), in node
 order, each of which must exist; the nodes that gave none are returned too, so the caller can
 say which nodes the analysis lacks. Without it: every ``*.tgz`` directly in ``DIR``, sorted.
+
+In the bundle layer, beside the reader: ``analyze`` expands a directory argument without importing
+cluster capture (forensics.cluster writes this layout; its summary's name and format are here).
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from forensics.cluster.run import CLUSTER_JSON
 from forensics.errors import BundleInvalid, UsageError
 
-__all__ = ["bundles_in_directory", "expand_bundle_arguments"]
+__all__ = ["CLUSTER_FORMAT", "CLUSTER_JSON", "bundles_in_directory", "expand_bundle_arguments"]
+
+#: the summary ``cluster capture`` writes into its output directory, and its ``format``
+CLUSTER_JSON = "cluster.json"
+CLUSTER_FORMAT = "gpuforensics-cluster-capture"
 
 
 def bundles_in_directory(directory: Path) -> tuple[list[Path], list[str]]:

@@ -9,8 +9,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from forensics.collectors.hostfs.files import read_small
 from forensics.errors import ParseError
+from forensics.hostfs.files import read_small
 from forensics.parsing.attribution import (
     Attribution,
     CgroupLine,

@@ -8,7 +8,7 @@ import os
 import select
 from collections.abc import Mapping
 
-from forensics.collectors.hostfs.files import MAYBE_MORE, KeptFiles, read_small
+from forensics.hostfs.files import MAYBE_MORE, KeptFiles, read_small
 
 __all__ = ["NamespaceFiles"]
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from forensics.collectors.hostfs.files import describe_os_error, read_small
-from forensics.collectors.hostfs.proc import pid_dirs
 from forensics.errors import ParseError
+from forensics.hostfs.files import describe_os_error, read_small
+from forensics.hostfs.proc import pid_dirs
 from forensics.parsing.procfs import parse_stat
 
 __all__ = ["NVIDIA_DEVICE_PREFIX", "scan_dstate_gpu_holders"]

@@ -7,10 +7,10 @@ that turns a cgroup path into a directory (cgroups, docker) asks :func:`cgroup_d
 
 from __future__ import annotations
 
-from forensics.capture.context import CollectContext
-from forensics.collectors.hostfs.cgroupns import NamespaceResolver, make_resolver
-from forensics.collectors.hostfs.files import read_text
+from forensics.collect.context import CollectContext
 from forensics.errors import ParseError
+from forensics.hostfs.cgroupns import NamespaceResolver, make_resolver
+from forensics.hostfs.files import read_text
 from forensics.parsing.attribution import parse_proc_cgroup
 from forensics.parsing.cgroup_mounts import CgroupMount, parse_cgroup_mounts
 

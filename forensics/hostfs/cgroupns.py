@@ -26,9 +26,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.capture.context import CollectContext
-from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collect.context import CollectContext
 from forensics.errors import ParseError
+from forensics.hostfs.files import describe_os_error, read_small
 from forensics.parsing.attribution import namespace_root, parse_proc_cgroup, resolve_relative
 from forensics.specs.cgroups import SPEC as CGROUPS
 

@@ -1,6 +1,7 @@
-"""The capture a fired trigger runs: ``python -m forensics.record.triggers.capture_child``.
+"""The capture a fired trigger runs: ``python -m forensics.capture.triggered``.
 
-Started by the trigger engine (forensics.record.triggers.engine) with ``PR_SET_PDEATHSIG`` armed
+Started by the flight recorder's trigger engine (forensics.record.triggers.engine) by module name,
+as capture loads collectors (the recorder never imports capture), with ``PR_SET_PDEATHSIG`` armed
 and in its own process group, so it dies with the recorder. Reads one JSON object on stdin::
 
     {"out": DIR, "trigger": {...manifest trigger entry...},
