@@ -2,9 +2,10 @@
 crash-safe ring on the node; ``capture --since`` folds the ring back into a bundle (the ``ring``
 collector, forensics.collectors.ring).
 
-This package drives collectors as capture does (it sits beside :mod:`forensics.capture` in the
-layers, and both use the collector API below them, :mod:`forensics.collect`: the context and the
-child's lifeline); the ring store it writes is :mod:`forensics.ring`.
+This package drives collectors as capture does (both use the collector API below them,
+:mod:`forensics.collect`: the context and the child's lifeline; record never imports capture) and
+labels what it samples by the analysis' own code (:mod:`forensics.analysis.attribution`: a layer
+above the analysis); the ring store it writes is :mod:`forensics.ring`.
 
 - :mod:`forensics.record.child`: one sampler process per source, the sink that turns collector
   writes into records.
