@@ -31,12 +31,17 @@ from forensics.bundle.sink import dumps_json
 from forensics.collect.context import CaptureOptions, CollectContext
 from forensics.collect.lifeline import malloc_trim, wait_readable
 from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
-from forensics.record.kmsg_resume import last_seq, resume_seq
 from forensics.record.options import RecordOptions
-from forensics.record.sources import DELTA_MEMBERS, make_driver, preload
+from forensics.record.sources import (
+    ATTRIBUTE_PIDS,
+    DELTA_MEMBERS,
+    DRIVERS,
+    GPU_PIDS,
+    make_driver,
+    preload,
+)
 from forensics.ring import RingWriter
-from forensics.ring.files import boot_id
-from forensics.specs.kernel import KMSG_WINDOW
+from forensics.specs.base import Hint
 from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
@@ -64,7 +69,7 @@ class _SourceState:
     missed: int = 0
     restarts: int = 0
     reported: str | None = None  # the unavailability last written as an event, until a tick is answered
-    hinted: bool = False  # the child now running was sent a tick (the kernel's got its kmsg_last_seq with the first)
+    hinted: bool = False  # the child now running was sent a tick (its driver's ``resumes`` hint went with the first)
 
 
 class Recorder:
@@ -76,18 +81,21 @@ class Recorder:
         self.hang_kill = options.hang_kill_s or max(5.0, 5 * options.interval_s)
         self.stop = False
         self.sources = {n: _SourceState(n) for n in options.sources}
+        self.drivers = {n: DRIVERS[n] for n in options.sources}
         self.pending: list[tuple[float, float, str, str, bytes]] = []
         self.disk_full_since: float | None = None
         self.disk_full_dropped = 0
         self.last_retry = 0.0
         self.seen_pids: dict[int, float] = {}
         self._pids_swept = time.monotonic()
-        self.forward_cgroups: list[str] = []
+        # hints by key (forensics.record.sources): published, for the child that reads the key next
+        # tick (attribute_pids: made by the loop); held, for each new child of a driver that resumes
+        self.queued: dict[str, list[Any]] = {}
+        self.held: dict[str, Any] = {}
         self.records_written = 0
         self.ticks = 0
         self.writer: RingWriter | None = None
         self.key: bytes | None = None
-        self.kmsg_seq: int | None = None  # where a new kernel child resumes (forensics.record.kmsg_resume)
         # the live state (forensics.record.live) and the triggers over it: fed every record in
         # _handle, ticked once per loop tick; None when neither --trigger nor --metrics-addr is asked for
         self.triggers: TriggerEngine | None = None
@@ -225,13 +233,16 @@ class Recorder:
 
     def _handle(self, st: _SourceState, msg: dict[str, Any]) -> None:
         kind = msg.get("kind")
+        driver = self.drivers[st.name]
+        resume = driver.resumes
         for rec in msg.get("records") or []:  # data: the member's bytes (SourceProcess.frames)
             try:
                 t, mono, member, op, data = rec[:5]
                 self.pending.append((float(t), float(mono), str(member), str(op), data))
-                if st.name == "kernel" and member == KMSG_WINDOW:  # a restarted child resumes after it
-                    seq = last_seq(data)
-                    self.kmsg_seq = self.kmsg_seq if seq is None else seq
+                if resume is not None and member == resume.member:  # a restarted child resumes after it
+                    value = resume.read(data)
+                    if value is not None:
+                        self.held[resume.hint.key] = value
                 if self.live is not None:  # the child's summary of the lines where it sent one
                     self.live.feed(float(t), float(mono), str(member), str(op), data, rec[5] if len(rec) > 5 else None)
             except (TypeError, ValueError):
@@ -239,10 +250,8 @@ class Recorder:
         for note in msg.get("notes") or []:
             self._event("note", source=st.name, text=str(note)[:2000])
         hints = msg.get("hints") or {}
-        if st.name == "nvml":
-            self._gpu_pids(hints.get("gpu_pids") or [])
-        if st.name == "procfs":
-            self.forward_cgroups.extend(p for p in hints.get("cgroup_paths") or [] if isinstance(p, str))
+        for hint in driver.publishes:
+            self._receive(hint, hints.get(hint.key) or [])
         if kind == "fatal":
             why = str(msg.get("error") or "failed")
             if st.reported != why:
@@ -261,7 +270,7 @@ class Recorder:
             error = msg.get("error")
             if error:
                 self._event("tick-error", source=st.name, tick=msg.get("tick"), error=str(error)[:2000])
-                if st.name == "nvml" and ("did not return" in str(error) or "hung" in str(error)):
+                if driver.restart_when_hung and ("did not return" in str(error) or "hung" in str(error)):
                     self._end_source(st, f"NVML call hung: {error}", backoff=False)
                     st.next_start = time.monotonic() + self.o.interval_s
                 return
@@ -275,6 +284,13 @@ class Recorder:
                 st.gap_from = None
             st.status = "running"
             st.error = None
+
+    def _receive(self, hint: Hint[Any], values: list[Any]) -> None:
+        """A published hint: GPU PIDs become ``attribute_pids`` (first sightings); others are queued."""
+        if hint.key == GPU_PIDS.key:
+            self._gpu_pids(values)
+        else:
+            self.queued.setdefault(hint.key, []).extend(v for v in values if isinstance(v, hint.item))
 
     def _gpu_pids(self, pids: list[Any]) -> None:
         now = time.monotonic()
@@ -290,9 +306,7 @@ class Recorder:
             self._pids_swept = now
             self.seen_pids = {p: s for p, s in self.seen_pids.items() if now - s < 60}
         if fresh:
-            self.attribute.extend(fresh)
-
-    attribute: list[int]
+            self.queued.setdefault(ATTRIBUTE_PIDS.key, []).extend(fresh)
 
     def _tick(self, index: int) -> None:
         now_mono = time.monotonic()
@@ -316,12 +330,14 @@ class Recorder:
                     self._end_source(st, f"no answer for {self.hang_kill:g} s (killed)")
                 continue
             hints: dict[str, list[Any]] = {}
-            if st.name == "procfs" and self.attribute:
-                hints["attribute_pids"], self.attribute = self.attribute, []
-            if st.name == "cgroups" and self.forward_cgroups:
-                hints["cgroup_paths"], self.forward_cgroups = self.forward_cgroups, []
-            if st.name == "kernel" and self.kmsg_seq is not None and not st.hinted:
-                hints["kmsg_last_seq"] = [self.kmsg_seq]  # read once, at the child's first tick
+            driver = self.drivers[st.name]
+            for hint in driver.reads:
+                values = self.queued.pop(hint.key, None)
+                if values:
+                    hints[hint.key] = values
+            resume = driver.resumes
+            if resume is not None and not st.hinted and self.held.get(resume.hint.key) is not None:
+                hints[resume.hint.key] = [self.held[resume.hint.key]]  # read once, at the child's first tick
             if st.proc.send({"tick": index, "t": wall, "hints": hints}):
                 st.proc.busy_tick = index
                 st.proc.busy_since = now_mono
@@ -374,8 +390,10 @@ class Recorder:
                 os.nice(self.o.nice)
             except OSError:
                 pass
-        self.attribute = []
-        self.kmsg_seq = resume_seq(self.o.ring, boot_id())
+        self.queued = {}
+        for driver in self.drivers.values():
+            if driver.resumes is not None:  # where the ring's records stop (the kernel's of this boot)
+                self.held[driver.resumes.hint.key] = driver.resumes.initial(self.o.ring)
         writer = RingWriter(self.o.ring, self.o.max_bytes, self.o.retention_s,
                             segment_bytes=self.o.segment_bytes, segment_age_s=self.o.segment_age_s,
                             writer_info={"interval_s": self.o.interval_s, "sources": list(self.o.sources),

@@ -24,8 +24,13 @@ Each driver runs inside its source's child process (forensics.record.child) and 
   about this node and its pods, listed then watched, ``kubernetes/events.jsonl``), when a
   configuration is there (``record --kubeconfig``, in-cluster, ``KUBECONFIG``, ``~/.kube/config``).
 
-:data:`DRIVERS` is the one list of what the recorder records, keyed by the sources' spec names;
-:data:`SOURCE_NAMES` (the default of ``record --sources``) follows from it in volatility order.
+:data:`DRIVERS` is the one list of what the recorder records: each driver names its source's spec
+and declares, as typed :class:`~forensics.specs.base.Hint` keys, what its child hands the recorder
+(``publishes``), what the recorder hands it with each tick (``reads``: what other children
+published, or the recorder's own ``attribute_pids``) and what a new child is handed once, with its
+first tick (``resumes``: the recorder holds the latest value, read back from the records the child
+sent). The recorder routes hints by those keys, never by a source's name; :data:`SOURCE_NAMES`
+(the default of ``record --sources``) follows from the drivers' specs in volatility order.
 """
 
 from __future__ import annotations
@@ -34,10 +39,14 @@ import importlib
 import operator
 import os
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
 
 from forensics.collect.context import CollectContext, Tick
+from forensics.record.kmsg_resume import last_seq, resume_seq
+from forensics.ring.files import boot_id
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
@@ -45,9 +54,10 @@ from forensics.specs import kubernetes as kubernetes_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 from forensics.specs.base import Hint, SourceSpec
-from forensics.specs.hints import CGROUP_PATHS
+from forensics.specs.hints import CGROUP_PATHS, KMSG_LAST_SEQ
 
-__all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "make_driver", "preload"]
+__all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "Driver", "Resume", "make_driver",
+           "preload"]
 
 #: modules the recorder uses beside the sources' collectors, loaded by name as capture loads
 #: collectors (nothing outside capture and the recorder imports forensics.collectors)
@@ -80,7 +90,37 @@ _PID = operator.itemgetter("pid")
 _INT = {int}
 
 
-class _Driver:
+@dataclass(frozen=True)
+class Resume:
+    """A hint a new child is handed once, with its first tick: the latest value the recorder read
+    (``read``) from the records of ``member`` the source's children sent, at first what the ring
+    holds (``initial``, given the ring's directory; None: nothing). The kernel's ``kmsg_last_seq``:
+    a restarted child resumes after the last record received."""
+
+    hint: Hint[Any]
+    member: str
+    read: Callable[[Any], Any]
+    initial: Callable[[Path], Any]
+
+
+def _kmsg_resume_point(ring: Path) -> int | None:
+    """Where this boot's kernel records in the ring stop (None: none there)."""
+    return resume_seq(ring, boot_id())
+
+
+class Driver:
+    """What the recorder runs for one source, in its child; see the module docstring."""
+
+    spec: ClassVar[SourceSpec[Any]]
+    publishes: ClassVar[tuple[Hint[Any], ...]] = ()
+    reads: ClassVar[tuple[Hint[Any], ...]] = ()
+    resumes: ClassVar[Resume | None] = None
+    #: an answer whose error says a call hung ends the child at once, restarted at the next tick
+    #: without backoff (the NVML collector's per-call deadline)
+    restart_when_hung: ClassVar[bool] = False
+    #: modules the driver loads beside its spec's collector (imported before the fork: shared pages)
+    preloads: ClassVar[tuple[str, ...]] = ()
+
     def start(self, ctx: CollectContext) -> None:
         """Before the first tick (in the child)."""
 
@@ -91,9 +131,14 @@ class _Driver:
         """Before the child exits."""
 
 
-class NvmlDriver(_Driver):
+class NvmlDriver(Driver):
+    spec = nvml_spec.SPEC
+    publishes = (GPU_PIDS,)
+    restart_when_hung = True
+    preloads = NVML_LAZY
+
     def __init__(self) -> None:
-        self.collector = fresh_collector(nvml_spec.SPEC)
+        self.collector = fresh_collector(self.spec)
         self.pids: set[int] = set()
 
     def _watch(self, member: str, obj: Any) -> None:
@@ -131,7 +176,7 @@ class NvmlDriver(_Driver):
             ctx.published[GPU_PIDS.key] = list(pids)
 
 
-class ProcfsDriver(_Driver):
+class ProcfsDriver(Driver):
     #: a PID attributed is not attributed again for this long (one hand-over listing it twice, or
     #: two hand-overs of one tick); after it, it is forgotten. The parent hands a PID over again only
     #: once NVML has not listed it for 30 s (its number reused by a new process), counted from when
@@ -139,9 +184,12 @@ class ProcfsDriver(_Driver):
     #: child): so this is well under 30 s, or a reused PID handed over again would be skipped and its
     #: process never named. What is kept grows with the GPU processes of the last ``forget_s``.
     forget_s = 10.0
+    spec = procfs_spec.SPEC
+    publishes = (CGROUP_PATHS,)
+    reads = (ATTRIBUTE_PIDS,)
 
     def __init__(self) -> None:
-        self.collector = fresh_collector(procfs_spec.SPEC)
+        self.collector = fresh_collector(self.spec)
         self.done: dict[int, float] = {}  # PID -> when attributed (monotonic), oldest first
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
@@ -168,11 +216,14 @@ class ProcfsDriver(_Driver):
             CGROUP_PATHS.publish(ctx, paths)
 
 
-class CgroupsDriver(_Driver):
+class CgroupsDriver(Driver):
     replan_s = 10.0
+    spec = cgroups_spec.SPEC
+    reads = (CGROUP_PATHS,)
+    preloads = (HOSTFS_PROC,)
 
     def __init__(self) -> None:
-        self.collector = fresh_collector(cgroups_spec.SPEC)
+        self.collector = fresh_collector(self.spec)
         self.collector.activity_gating = True  # quiet cgroups: activity files only (cgroups.idle_full_s)
         self.planned = 0.0
         self.extra: list[str] = []
@@ -221,15 +272,21 @@ class CgroupsDriver(_Driver):
         pass
 
 
-class KernelDriver(_Driver):
+class KernelDriver(Driver):
+    spec = kernel_spec.SPEC
+    resumes = Resume(KMSG_LAST_SEQ, kernel_spec.KMSG_WINDOW, last_seq, _kmsg_resume_point)
+
     def __init__(self) -> None:
-        self.collector = fresh_collector(kernel_spec.SPEC)
+        self.collector = fresh_collector(self.spec)
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
         self.collector.sample(ctx, tick)
 
 
-class DockerDriver(_Driver):
+class DockerDriver(Driver):
+    spec: ClassVar[SourceSpec[Any]] = docker_spec.SPEC
+    preloads = (DOCKER_FOLLOWER,)
+
     def __init__(self) -> None:
         self.follower = importlib.import_module(DOCKER_FOLLOWER).DockerFollower()
 
@@ -246,25 +303,20 @@ class DockerDriver(_Driver):
 class KubernetesDriver(DockerDriver):
     """The Kubernetes event follower: started once, its threads write as events come."""
 
+    spec = kubernetes_spec.SPEC
+    preloads = (KUBE_FOLLOWER,)
+
     def __init__(self) -> None:
         self.follower = importlib.import_module(KUBE_FOLLOWER).KubeEventFollower()
 
 
-_BY_SPEC: tuple[tuple[SourceSpec[Any], type[_Driver]], ...] = (
-    (nvml_spec.SPEC, NvmlDriver), (procfs_spec.SPEC, ProcfsDriver), (cgroups_spec.SPEC, CgroupsDriver),
-    (kernel_spec.SPEC, KernelDriver), (docker_spec.SPEC, DockerDriver), (kubernetes_spec.SPEC, KubernetesDriver),
-)
-DRIVERS: dict[str, type[_Driver]] = {spec.name: driver for spec, driver in sorted(_BY_SPEC, key=lambda p: p[0].order)}
+DRIVERS: dict[str, type[Driver]] = {d.spec.name: d for d in sorted(
+    (NvmlDriver, ProcfsDriver, CgroupsDriver, KernelDriver, DockerDriver, KubernetesDriver), key=lambda d: d.spec.order)}
 SOURCE_NAMES: tuple[str, ...] = tuple(DRIVERS)
 
 
-def make_driver(name: str) -> _Driver:
+def make_driver(name: str) -> Driver:
     return DRIVERS[name]()
-
-
-#: the modules each source's driver loads beside its spec's collector
-_MODULES: dict[str, tuple[str, ...]] = {nvml_spec.SPEC.name: NVML_LAZY, cgroups_spec.SPEC.name: (HOSTFS_PROC,), docker_spec.SPEC.name: (DOCKER_FOLLOWER,),
-                                        kubernetes_spec.SPEC.name: (KUBE_FOLLOWER,)}
 
 
 def preload(names: Iterable[str]) -> list[str]:
@@ -273,10 +325,9 @@ def preload(names: Iterable[str]) -> list[str]:
     that fails to import is left to its child, which reports it as that source's failure; returns
     the ones that failed."""
     failed = []
-    specs = {spec.name: spec for spec, _ in _BY_SPEC}
     for name in names:
-        spec = specs.get(name)
-        for module in ((spec.collector,) if spec is not None else ()) + _MODULES.get(name, ()):
+        driver = DRIVERS.get(name)
+        for module in ((driver.spec.collector, *driver.preloads) if driver is not None else ()):
             try:
                 importlib.import_module(module)
             except Exception:  # noqa: BLE001 - the child meets it again and says so

@@ -217,16 +217,16 @@ def test_the_recorder_forgets_gpu_pids_gone_a_minute_and_attributes_a_returning_
     clock = _Clock()
     monkeypatch.setattr(recorder_module, "time", types.SimpleNamespace(monotonic=clock.monotonic, time=clock.time))
     rec = recorder_module.Recorder.__new__(recorder_module.Recorder)  # only the PID bookkeeping
-    rec.seen_pids, rec.attribute, rec._pids_swept = {}, [], clock.now
+    rec.seen_pids, rec.queued, rec._pids_swept = {}, {}, clock.now
     for tick in range(3600):  # 64 GPU processes, 2 replaced by new PIDs every second for an hour
         rec._gpu_pids(list(range(100_000 + 2 * tick, 100_000 + 2 * tick + 64)))
         clock.now += 1.0
         assert len(rec.seen_pids) <= 64 + 2 * 121
-    assert len(rec.attribute) == 64 + 2 * 3599  # each PID attributed once, when first seen
-    rec.attribute.clear()
+    assert len(rec.queued["attribute_pids"]) == 64 + 2 * 3599  # each PID attributed once, when first seen
+    rec.queued["attribute_pids"].clear()
     rec._gpu_pids([100_000])  # that PID again, gone an hour: a new process, attributed again
     rec._gpu_pids([100_000])
-    assert rec.attribute == [100_000]
+    assert rec.queued["attribute_pids"] == [100_000]
 
 
 def test_the_cgroup_fold_forgets_a_gone_cgroup_within_a_minute() -> None:

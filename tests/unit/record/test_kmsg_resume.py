@@ -154,9 +154,8 @@ def test_a_restarted_kernel_child_resumes_after_the_last_record_received(tmp_pat
     """The hint went to the first child only: one hang-killed and restarted got none and started at
     the end of /dev/kmsg, losing what the kernel logged between the kill and the restart."""
     rec = Recorder(RecordOptions(ring=tmp_path / "ring", sources=("kernel",), interval_s=1.0))
-    rec.attribute = []
-    rec.kmsg_seq = resume_seq(tmp_path / "ring", BOOT)  # as run() does: no ring, at the end
-    assert rec.kmsg_seq is None
+    rec.held["kmsg_last_seq"] = resume_seq(tmp_path / "ring", BOOT)  # as run() does: no ring, at the end
+    assert rec.held["kmsg_last_seq"] is None
     children: list[_Child] = []
 
     def start(st: Any) -> None:

@@ -12,7 +12,7 @@ from forensics.record import sources
 
 
 def test_preload_loads_each_sources_modules_and_leaves_failures_to_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sources._MODULES, "kernel", ("forensics.collectors.no_such_module",))
+    monkeypatch.setattr(sources.KernelDriver, "preloads", ("forensics.collectors.no_such_module",))
     failed = sources.preload(["procfs", "cgroups", "kernel", "no-such-source"])
     assert failed == ["forensics.collectors.no_such_module"]
     for module in ("forensics.collectors.procfs", "forensics.collectors.cgroups", sources.HOSTFS_PROC,
