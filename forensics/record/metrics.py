@@ -351,7 +351,7 @@ class RecorderMetrics:
             ticks_behind=rec.ticks_behind, records_written=rec.records_written,
             records_dropped=rec.records_dropped + rec.disk_full_dropped,
             ring_bytes=writer.size_bytes if writer is not None else 0,
-            ring_max_bytes=rec.o.max_bytes, ring_segments_dropped=writer.dropped_segments if writer is not None else 0,
+            ring_max_bytes=rec.options.max_bytes, ring_segments_dropped=writer.dropped_segments if writer is not None else 0,
             live_refreshes=live.refreshes if live is not None else 0, tick=self.tick_hist.frozen(),
             rules={k: dict(v) for k, v in engine.per_rule.items()} if engine is not None else {},
             trigger_counters=dict(engine.counters) if engine is not None else {},

@@ -75,7 +75,7 @@ class _SourceState:
 class Recorder:
     def __init__(self, options: RecordOptions, log: Callable[[str], None] | None = None) -> None:
         options.check()
-        self.o = options
+        self.options = options
         self.log = log or (lambda msg: print(f"gpuforensics record: {msg}", file=sys.stderr, flush=True))
         self.tick_timeout = options.tick_timeout_s or options.interval_s
         self.hang_kill = options.hang_kill_s or max(5.0, 5 * options.interval_s)
@@ -136,7 +136,7 @@ class Recorder:
         if not self.pending or self.writer is None:
             return
         now = time.monotonic()
-        if self.disk_full_since is not None and now - self.last_retry < self.o.retry_s:
+        if self.disk_full_since is not None and now - self.last_retry < self.options.retry_s:
             self.disk_full_dropped += len(self.pending)
             self.pending.clear()
             return
@@ -157,7 +157,7 @@ class Recorder:
                 self.disk_full_since = round(time.time(), 6)
                 self.disk_full_dropped = 0
                 self.log(f"cannot write the ring ({exc.strerror or exc}); records are dropped until "
-                         f"space returns (retrying every {self.o.retry_s:g} s)")
+                         f"space returns (retrying every {self.options.retry_s:g} s)")
             self.disk_full_dropped += len(batch) - (1 if gap else 0)
             return
         if self.disk_full_since is not None:
@@ -169,12 +169,12 @@ class Recorder:
 
     # -- sources ----------------------------------------------------------------------------
     def _capture_options(self) -> CaptureOptions:
-        extra = {"nvml.call_timeout_s": str(max(1.0, min(self.tick_timeout, 5.0))), **self.o.extra,
-                 "ring.dir": str(self.o.ring)}  # the kubernetes source resumes after what the ring holds
-        return CaptureOptions(interval_s=self.o.interval_s, timeout_s=self.hang_kill, redact=self.o.redact,
-                              nvml_library=self.o.nvml_library, extra=extra, argv=self.o.argv,
-                              kubeconfig=self.o.kubeconfig, kube_context=self.o.kube_context,
-                              node_name=self.o.node_name)
+        extra = {"nvml.call_timeout_s": str(max(1.0, min(self.tick_timeout, 5.0))), **self.options.extra,
+                 "ring.dir": str(self.options.ring)}  # the kubernetes source resumes after what the ring holds
+        return CaptureOptions(interval_s=self.options.interval_s, timeout_s=self.hang_kill, redact=self.options.redact,
+                              nvml_library=self.options.nvml_library, extra=extra, argv=self.options.argv,
+                              kubeconfig=self.options.kubeconfig, kube_context=self.options.kube_context,
+                              node_name=self.options.node_name)
 
     def _share_with_children(self) -> None:
         """Before the first fork: load what the children will load, then move every object there
@@ -186,7 +186,7 @@ class Recorder:
         global _frozen
         if _frozen:
             return
-        preload(self.o.sources)
+        preload(self.options.sources)
         gc.collect()
         gc.freeze()
         _frozen = True
@@ -199,9 +199,9 @@ class Recorder:
         live = self.live is not None
 
         def body(cmd_fd: int, out_fd: int, name: str = st.name) -> None:
-            if self.o.nice:
+            if self.options.nice:
                 try:
-                    os.nice(self.o.nice if os.nice(0) < self.o.nice else 0)
+                    os.nice(self.options.nice if os.nice(0) < self.options.nice else 0)
                 except OSError:
                     pass
             sink = RecordSink()
@@ -272,7 +272,7 @@ class Recorder:
                 self._event("tick-error", source=st.name, tick=msg.get("tick"), error=str(error)[:2000])
                 if driver.restart_when_hung and ("did not return" in str(error) or "hung" in str(error)):
                     self._end_source(st, f"NVML call hung: {error}", backoff=False)
-                    st.next_start = time.monotonic() + self.o.interval_s
+                    st.next_start = time.monotonic() + self.options.interval_s
                 return
             st.ticks += 1
             st.failures = 0
@@ -385,26 +385,26 @@ class Recorder:
 
     # -- the whole run ----------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        if self.o.nice:
+        if self.options.nice:
             try:
-                os.nice(self.o.nice)
+                os.nice(self.options.nice)
             except OSError:
                 pass
         self.queued = {}
         for driver in self.drivers.values():
             if driver.resumes is not None:  # where the ring's records stop (the kernel's of this boot)
-                self.held[driver.resumes.hint.key] = driver.resumes.initial(self.o.ring)
-        writer = RingWriter(self.o.ring, self.o.max_bytes, self.o.retention_s,
-                            segment_bytes=self.o.segment_bytes, segment_age_s=self.o.segment_age_s,
-                            writer_info={"interval_s": self.o.interval_s, "sources": list(self.o.sources),
-                                         "argv": list(self.o.argv)}, delta_members=DELTA_MEMBERS)
+                self.held[driver.resumes.hint.key] = driver.resumes.initial(self.options.ring)
+        writer = RingWriter(self.options.ring, self.options.max_bytes, self.options.retention_s,
+                            segment_bytes=self.options.segment_bytes, segment_age_s=self.options.segment_age_s,
+                            writer_info={"interval_s": self.options.interval_s, "sources": list(self.options.sources),
+                                         "argv": list(self.options.argv)}, delta_members=DELTA_MEMBERS)
         writer.open()
         self.writer = writer
         self.key = writer.key
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        self._event("start", pid=os.getpid(), run=writer.run, interval_s=self.o.interval_s,
-                    sources=list(self.o.sources), recovered=writer.recovered,
-                    max_bytes=self.o.max_bytes, retention_s=self.o.retention_s)
+        self._event("start", pid=os.getpid(), run=writer.run, interval_s=self.options.interval_s,
+                    sources=list(self.options.sources), recovered=writer.recovered,
+                    max_bytes=self.options.max_bytes, retention_s=self.options.retention_s)
         if writer.recovered:
             self.log(f"ring recovered: {writer.recovered}")
         if self.metrics is not None:
@@ -415,19 +415,19 @@ class Recorder:
         index = 0
         try:
             while not self.stop:
-                due = start + index * self.o.interval_s
+                due = start + index * self.options.interval_s
                 self._poll(due)
                 if self.stop:
                     break
                 now = time.monotonic()
-                if self.o.duration_s and now - start >= self.o.duration_s:
+                if self.options.duration_s and now - start >= self.options.duration_s:
                     break
-                if now - due > self.o.interval_s:  # fell behind (suspended, starved): skip ticks
-                    index += int((now - due) // self.o.interval_s)
-                    self.ticks_behind += int((now - due) // self.o.interval_s)
+                if now - due > self.options.interval_s:  # fell behind (suspended, starved): skip ticks
+                    index += int((now - due) // self.options.interval_s)
+                    self.ticks_behind += int((now - due) // self.options.interval_s)
                     continue
                 new_offset = time.time() - now
-                if abs(new_offset - offset) > self.o.clock_jump_s:
+                if abs(new_offset - offset) > self.options.clock_jump_s:
                     self._event("clock-jump", by_s=round(new_offset - offset, 6), mono=round(now, 6),
                                 wall_before=round(offset + now, 6), wall_after=round(new_offset + now, 6))
                     self.log(f"wall clock jumped by {new_offset - offset:+.1f} s (recorded; order kept by the monotonic clock)")
@@ -441,7 +441,7 @@ class Recorder:
                     self.metrics.publish(self, self.live, self.log)
                 self.ticks += 1
                 index += 1
-                self._poll(min(due + self.tick_timeout, start + index * self.o.interval_s))
+                self._poll(min(due + self.tick_timeout, start + index * self.options.interval_s))
                 writer.maintain()
                 if self.ticks % TRIM_EVERY == 0:
                     malloc_trim()  # the tick's frames and batches are freed: their pages go back

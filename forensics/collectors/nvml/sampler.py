@@ -70,15 +70,15 @@ class Sampler:
         self.memory_v1: set[int] = set()
         self.fast: ListCalls | None = None  # the list calls without pynvml's per-entry objects
         self.encoder = LineEncoder()  # the process entries, kept with their JSON (the fast path)
-        self.s = session
-        stuck = self.s.run_guarded(self._setup, max(ctx.remaining() - 1.0, 0.5))
+        self.session = session
+        stuck = self.session.run_guarded(self._setup, max(ctx.remaining() - 1.0, 0.5))
         for line in self.registration:
             ctx.sink.append_jsonl(EVENTS, line)
         if stuck is not None:
             raise SourceTimeout(f"{stuck} did not return while setting up sampling")
 
     def _setup(self) -> None:
-        s, nv = self.s, self.s.nv
+        s, nv = self.session, self.session.nv
         count = s.query("nvmlDeviceGetCount_v2", nv.nvmlDeviceGetCount)
         n = int(count.value) if count.ok else 0
         self.gpus = [GpuHandle(index=i, key=f"GPU {i}") for i in range(n)]
@@ -91,7 +91,7 @@ class Sampler:
             self._open_gpu(gpu)
 
     def _open_gpu(self, gpu: GpuHandle) -> Reading:
-        s, nv = self.s, self.s.nv
+        s, nv = self.session, self.session.nv
         h = s.query("nvmlDeviceGetHandleByIndex_v2", bind_call(nv.nvmlDeviceGetHandleByIndex, gpu.index), device=gpu.key)
         if not h.ok:
             return h
@@ -124,17 +124,17 @@ class Sampler:
         return h
 
     def tick(self, ctx: CollectContext, tick: Tick) -> None:
-        if self.s.hung is not None:
+        if self.session.hung is not None:
             if not self.noted_hang:
                 self.noted_hang = True
-                ctx.note(f"nvml: sampling stopped: {self.s.hung} hung")
+                ctx.note(f"nvml: sampling stopped: {self.session.hung} hung")
             return
         lines: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         interval = max(ctx.options.interval_s, 0.05)
         budget = max(min(ctx.remaining() - 0.5, max(5.0, 2 * interval)), 0.1)
-        self.s.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
-        stuck = self.s.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
+        self.session.lost.clear()  # every tick asks every GPU again (a pass caches, ticks do not)
+        stuck = self.session.run_guarded(lambda: self._read_tick(tick, lines, events), budget)
         # a sink that takes a line with its bytes made (the recorder's RecordSink, capture's EvidenceSink) gets them from
         # the encoder (encode.py: the same bytes, a fifth of the CPU); any other encodes them itself
         encoded: Any = None
@@ -149,19 +149,19 @@ class Sampler:
                 encoded(SAMPLES, line, data)
         for ev in events:
             ctx.sink.append_jsonl(EVENTS, ev)
-        for device, call in sorted(self.s.lost.items()):
+        for device, call in sorted(self.session.lost.items()):
             if device not in self.noted_lost:
                 self.noted_lost.add(device)
                 ctx.note(f"nvml: {device} lost at tick {tick.index} ({call} answered GpuIsLost)")
         if stuck is not None:
-            waited = self.s.hung_for_s
+            waited = self.session.hung_for_s
             ctx.sink.append_jsonl(SAMPLES, {
                 "kind": "timeout", "tick": tick.index, "t": tick.time_unix, "time": tick.time_iso,
                 **timed_out(stuck, waited).as_json()})
             raise SourceTimeout(f"{stuck} did not return within {waited:.1f} s; sampling stopped")
 
     def _read_tick(self, tick: Tick, lines: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-        s, nv = self.s, self.s.nv
+        s, nv = self.session, self.session.nv
         iso = tick.time_iso  # (computed at each reading)
         for gpu in self.gpus:
             line: dict[str, Any] = {"kind": "device", "tick": tick.index, "t": tick.time_unix,
@@ -219,7 +219,7 @@ class Sampler:
     def _processes(self, gpu: GpuHandle, prec: dict[str, Any], fast: ListCalls) -> list[dict[str, Any]]:
         """:func:`read_processes` (``brief``) and the line's entries of it, the ``_v3`` lists read
         by ``fast``: the same calls, the same recorded ``nvml`` entries, the same line entries."""
-        s, d, entries = self.s, gpu.key, self.encoder.entries
+        s, d, entries = self.session, gpu.key, self.encoder.entries
         found: list[dict[str, Any]] = []
         on_mig: set[tuple[int, str]] = set()
         for slot, mh, muuid in gpu.mig:
@@ -239,7 +239,7 @@ class Sampler:
                       func: str) -> list[tuple[int, int | None, int, int]]:
         """``_process_list`` (``brief``) with the ``_v3`` call read by ``fast``; its ``_v2``
         fallback (a library that answers FunctionNotFound) stays pynvml's."""
-        s = self.s
+        s = self.session
         r = s.query(f"{func}_v3", bind_call(fast.process_rows, func, hd), device=d, jsonable=True)
         if r.missing is not None and r.missing.reason == "library_mismatch":
             s.put(out, r.call, r)
@@ -254,7 +254,7 @@ class Sampler:
         """``nvmlEventSetWait_v2`` with a short timeout until it answers Timeout (nothing queued)."""
         if self.event_set is None:
             return
-        s, nv = self.s, self.s.nv
+        s, nv = self.session, self.session.nv
         for _ in range(self.max_events_per_tick):
             r = s.query("nvmlEventSetWait_v2",
                         bind_call(nv.nvmlEventSetWait_v2, self.event_set, self.event_wait_ms))
@@ -281,7 +281,7 @@ class Sampler:
             s.add(events, ev)
 
     def finish(self, ctx: CollectContext) -> None:
-        if self.s.hung is not None:
+        if self.session.hung is not None:
             return
         started = time.time()
         acc: list[dict[str, Any]] = []
@@ -291,22 +291,22 @@ class Sampler:
             for gpu in self.gpus:
                 if gpu.handle is not None:
                     rec: dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid, "nvml": {}}
-                    self.s.add(health, rec)
-                    read_health(self.s, gpu, rec["nvml"])
+                    self.session.add(health, rec)
+                    read_health(self.session, gpu, rec["nvml"])
             for gpu in self.gpus:
-                arec = read_accounting(self.s, gpu)
+                arec = read_accounting(self.session, gpu)
                 if arec is not None:
-                    self.s.add(acc, arec)
+                    self.session.add(acc, arec)
             if self.event_set is not None:
-                self.s.query("nvmlEventSetFree", bind_call(self.s.nv.nvmlEventSetFree, self.event_set))
+                self.session.query("nvmlEventSetFree", bind_call(self.session.nv.nvmlEventSetFree, self.event_set))
 
-        stuck = self.s.run_guarded(work, max(ctx.remaining() - 0.5, 0.1))
+        stuck = self.session.run_guarded(work, max(ctx.remaining() - 0.5, 0.1))
         if health:
             ctx.sink.write_json(HEALTH_END, {"time": iso_from_unix(started), "t": started, "complete": stuck is None,
                                              "devices": health})
         if acc:
             ctx.sink.write_json(ACCOUNTING_END, accounting_doc(acc, started, stuck is None))
         if stuck is None:
-            self.close(self.s)
+            self.close(self.session)
 
 
