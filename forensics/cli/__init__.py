@@ -33,6 +33,7 @@ from forensics.cli.capture_command import capture
 from forensics.cli.collectors_command import collectors
 from forensics.cli.common import EXIT_BUG, EXIT_NOT_WRITTEN, EXIT_OK, EXIT_USAGE
 from forensics.cli.record_commands import record, ring
+from forensics.cli.top_command import top
 from forensics.cli_cluster import cluster as cluster_group
 from forensics.errors import STORAGE_ERRNOS, ForensicsError
 
@@ -58,7 +59,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for _command in (capture, record, ring, verify, analyze, inspect, collectors, cluster_group):
+for _command in (capture, record, ring, top, verify, analyze, inspect, collectors, cluster_group):
     cli.add_command(_command)
 
 

@@ -1,0 +1,187 @@
+"""Where ``gpuforensics top``'s records come from: the recorder's ring, or top's own samplers.
+
+Both feed a :class:`~forensics.top.state.TopState` the records ``gpuforensics record`` writes, so
+the view is the same whichever runs:
+
+- :class:`RingFeed`, when a recorder is running on the node (its ring's ``writer.json`` names a
+  live writer): follows the ring's active segment, from its start (every segment opens with the
+  latest copy of each identity member: device lists, container inspects, ``proc/<pid>/`` files),
+  then only the bytes appended since the last look, change-only lines rebuilt by the ring's own
+  reader (:func:`forensics.ring.reader.window_records`). No NVML call, no /proc read: the cost of
+  following is a read of what the recorder wrote since. A segment sealed meanwhile is left for the
+  new active one, which starts with the state again.
+- :class:`SelfFeed`, otherwise: the recorder's own loop and sampler children
+  (:class:`forensics.record.recorder.Recorder`: capture's collectors, one child per source at
+  nice 10, a hung NVML call killed and the source restarted) with no ring under it: its records go
+  to the state only. The parent (the view) stays at its own priority.
+
+The recorder serves no socket and its metrics endpoint (``record --metrics-addr``) is optional
+and holds no owners' names, so the ring, which every recorder writes, is the one honest source.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forensics.record.options import RecordOptions
+from forensics.record.recorder import Recorder
+from forensics.ring import RingReader
+from forensics.ring.delta import DeltaDecoder
+from forensics.ring.reader import window_records
+from forensics.ring.segment import valid_prefix
+from forensics.specs import nvml as nvml_spec
+from forensics.top.state import TopState
+
+__all__ = ["SOURCES", "RingFeed", "SelfFeed", "recorder_running"]
+
+#: what top samples itself: the recorder's sources but the Kubernetes event follower (top names
+#: pods from their containers' kubelet labels and cgroups, as the live state does)
+SOURCES = ("nvml", "procfs", "cgroups", "kernel", "docker")
+MAX_READ = 8 << 20  # bytes of a segment read per look (an active segment is 4 MiB at most by default)
+
+
+def recorder_running(ring: Path) -> bool:
+    """A recorder holds the ring at ``ring`` now (its lock is held)."""
+    try:
+        info = RingReader(ring).writer()
+    except Exception:  # noqa: BLE001 - no ring, unreadable: no recorder to read from
+        return False
+    return bool(info and info.get("alive"))
+
+
+class RingFeed:
+    """Follows the active segment of the ring at ``root`` (see the module docstring).
+    ``on_tick(t)`` is called after each NVML record that changed the GPU process set while
+    catching up, so what came and went before ``top`` started is seen too."""
+
+    def __init__(self, state: TopState, root: Path, on_tick: Callable[[float], None] | None = None) -> None:
+        self.state = state
+        self.root = Path(root)
+        self.reader = RingReader(self.root)
+        self.on_tick = on_tick
+        self.segment = ""
+        self.offset = 0
+        self.header = b""
+        self.run = ""
+        self.decoders: dict[str, DeltaDecoder] = {}
+        self.problems: list[str] = []
+        self.records = 0
+
+    @property
+    def label(self) -> str:
+        return f"recorder ring {self.root}"
+
+    def poll(self) -> int:
+        """Feed the records appended since the last look; how many."""
+        active = [s for s in self.reader.segments() if not s.sealed]
+        if not active:
+            return 0
+        newest = active[-1].name
+        if newest != self.segment:
+            self.segment, self.offset, self.header, self.decoders = newest, 0, b"", {}
+        try:
+            with open(self.root / newest, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(MAX_READ)
+        except FileNotFoundError:  # sealed meanwhile: the next look follows the new one
+            return 0
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            return 0
+        chunk = data[:cut + 1]
+        self.offset += cut + 1
+        if not self.header:
+            nl = chunk.find(b"\n")
+            self.header = chunk[:nl + 1]
+            chunk = chunk[nl + 1:]
+        parsed = valid_prefix(self.header + chunk)
+        if not parsed.lines:
+            return 0
+        self.run = self.run or str(parsed.lines[0][1].get("run", ""))
+        fed = 0
+        gen = self.state.process_gen
+        for rec in window_records(newest, parsed.lines, self.run, None, None, (), False, self.decoders, [],
+                                  self.problems, skipped=parsed.skipped):
+            self.state.feed(rec.t, rec.mono, rec.member, rec.op, rec.data)
+            fed += 1
+            if self.on_tick is not None and rec.member == nvml_spec.SAMPLES and self.state.process_gen != gen:
+                gen = self.state.process_gen
+                self.on_tick(rec.t)
+        del self.problems[:-20]
+        self.records += fed
+        return fed
+
+    def close(self) -> None:
+        pass
+
+
+class _RinglessRecorder(Recorder):
+    """The recorder's loop with no ring under it: records go to the live state only."""
+
+    def _flush(self) -> None:
+        self.records_written += len(self.pending)
+        self.pending.clear()
+
+
+class SelfFeed:
+    """top's own samplers (see the module docstring). :meth:`poll` sends a tick when one is due
+    and reads the answers that arrived within ``wait_s``."""
+
+    label = "sampled by top"
+
+    def __init__(self, state: TopState, interval_s: float, nvml_library: str | None = None,
+                 extra: dict[str, str] | None = None, kubeconfig: str | None = None,
+                 kube_context: str | None = None, node_name: str | None = None,
+                 sources: tuple[str, ...] = SOURCES, log: Callable[[str], None] | None = None) -> None:
+        self.state = state
+        self.interval_s = interval_s
+        self.messages: list[str] = []
+        options = RecordOptions(ring=Path(os.devnull), interval_s=interval_s, sources=sources,
+                                nvml_library=nvml_library, extra=dict(extra or {}), nice=10,
+                                kubeconfig=kubeconfig, kube_context=kube_context, node_name=node_name,
+                                argv=("top",))
+        self.recorder = _RinglessRecorder(options, log or self._log)
+        self.recorder.live = state
+        self.recorder.attribute = []
+        self.index = 0
+        self.next_due = time.monotonic()
+
+    def _log(self, message: str) -> None:
+        self.messages = [*self.messages[-9:], message]
+
+    def poll(self, wait_s: float = 0.05) -> int:
+        now = time.monotonic()
+        before = self.state.records_seen
+        if now >= self.next_due:
+            self.recorder._tick(self.index)
+            self.index += 1
+            self.next_due = max(self.next_due + self.interval_s, now)
+        self.recorder._poll(time.monotonic() + wait_s)
+        return self.state.records_seen - before
+
+    def settle(self, ticks: int = 5, tick_s: float = 0.5, deadline_s: float = 20.0) -> None:
+        """Run ``ticks`` ticks ``tick_s`` apart, and more (up to ``deadline_s``) while GPU PIDs or
+        cgroups are still being handed between the samplers: ``--once`` then shows what a second
+        look would (owners attributed, CPU % over an interval)."""
+        self.interval_s = tick_s
+        self.next_due = time.monotonic()
+        end = time.monotonic() + deadline_s
+        rec = self.recorder
+        while time.monotonic() < end:
+            self.poll(0.05)
+            self.state.refresh()  # the attribution, when identities changed
+            busy = any(st.proc is not None and st.proc.busy_tick is not None for st in rec.sources.values())
+            starting = any(st.proc is not None and not st.proc.hello for st in rec.sources.values())
+            if self.index >= ticks and not busy and not starting and not rec.attribute and not rec.forward_cgroups \
+                    and not self.state.dirty:
+                break
+
+    def status(self) -> dict[str, Any]:
+        return self.recorder.status()
+
+    def close(self) -> None:
+        self.recorder._shutdown()
