@@ -86,10 +86,9 @@ class ProcessRow:
 
     @property
     def owner(self) -> str:
-        """namespace/pod (container) for a pod's, the container's name, or "-" (a host process)."""
+        """namespace/pod for a pod's process, else the container's name, or "-" (a host process)."""
         if self.pod_name:
-            pod = f"{self.pod_namespace}/{self.pod_name}" if self.pod_namespace else self.pod_name
-            return f"{pod} ({self.container_name})" if self.container_name and self.container_name not in self.pod_name else pod
+            return f"{self.pod_namespace}/{self.pod_name}" if self.pod_namespace else self.pod_name
         if self.container_name:
             return self.container_name
         return self.container_id[:12] if self.container_id else "-"
@@ -166,9 +165,10 @@ class Tracker:
             listed.add(key)
             name = _owner_name(owner.pod_namespace, owner.pod_name, owner.container_name, owner.container_id)
             self.processes[key] = _Seen(name, owner.container_id, p.pid, p.gpu_index, _command(state, p.pid), p.t)
-            if owner.container_id:
+            if owner.container_id and owner.container_id not in state.ended:
                 self._container(owner.container_id, name, p.t)
-        for cid, stats in state.container_stats().items():
+        readings = state.container_stats()
+        for cid, stats in readings.items():
             if cid not in state.ended:
                 self._container(cid, state.container_name(cid), stats.t)
         for key, seen in list(self.processes.items()):
@@ -176,10 +176,13 @@ class Tracker:
                 del self.processes[key]
                 self.exited[("process", f"{key[0]}/{key[1]}")] = ExitedRow(
                     "process", seen.name, seen.container_id, seen.pid, seen.gpu_index, seen.command, seen.last_seen, now)
-        stale = now - max(30.0, 3 * 10.0)  # a container cgroup silent this long (quiet ones are read every 10 s)
+        # a container whose cgroup was not read for this long, by the cgroup sampler's own clock
+        # (a quiet cgroup is read every 10 s), is gone even where Docker's events did not say so
+        clock = max((r.t for r in readings.values()), default=0.0)
+        stale = clock - 30.0
         for cid, seen in list(self.containers.items()):
             ended = state.ended.get(cid)
-            if ended is not None or seen.last_seen < stale:
+            if ended is not None or (seen.pid is None and seen.last_seen < stale and cid in readings):
                 del self.containers[cid]
                 name = seen.name or state.container_name(cid) or state.event_names.get(cid, "")
                 self.exited[("container", cid)] = ExitedRow("container", name, cid, None, None, "",

@@ -243,7 +243,7 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
         return top + (body if height is None else body[:height - 2]) + ([] if height is None else [_footer(o, width)])
     gpu = _gpu_lines(snap.gpus, width, o.unicode)
     notes = [[(_fit("note: " + n, width), "dim")] for n in snap.notes if n not in o.hidden_notes]
-    legend: list[Line] = [[(_fit("! = no grant covers this GPU for its owner, or it overlaps another owner's exclusive grant", width), "dim")]] \
+    legend: list[Line] = [[(_fit("! none: no grant covers this GPU for its owner; ! overlap: another owner's exclusive grant covers it too", width), "dim")]] \
         if any(p.mark for p in rows) else []
     if height is None:
         return (top + gpu + [[("", "")]] + _process_lines(rows, width, None, 0, len(rows)) + legend + [[("", "")]]
