@@ -11,7 +11,8 @@
   (:class:`~forensics.analysis.attribution.Grant`: its ``allocation_kind`` is shown as it is named,
   so a new kind of grant shows with no change here), a :attr:`ProcessRow.mark` (``none``: the owner
   holds no grant on this GPU; ``overlap``: another owner holds an exclusive grant on it too), the
-  GPU memory and SM %, and the owner container's ``docker stats`` figures
+  GPU memory and SM % (the newest utilisation sample NVML gave:
+  :meth:`~forensics.top.state.TopState.sm_pct`), and the owner container's ``docker stats`` figures
   (:class:`~forensics.top.state.ContainerStats`);
 - :class:`ExitedRow` per GPU process or container seen in the last ``keep_s`` and gone now, still
   named (the names seen while it ran);
@@ -293,7 +294,7 @@ def build_snapshot(state: TopState, tracker: Tracker, source: str, now: float | 
             p.pid, p.gpu_index, p.gpu_uuid, p.mig_uuid, _user(state, p.pid), _command(state, p.pid), owner.kind,
             owner.container_id, cname, owner.pod_namespace, owner.pod_name,
             label, grant.allocation_kind, grant.grant, grant.detail, mark,
-            p.used_memory_bytes, p.sm_util_pct,
+            p.used_memory_bytes, state.sm_pct(p.pid, p.gpu_index, p.t, p.sm_util_pct),
             st.cpu_pct if st else None, st.throttled_pct if st else None,
             st.memory_bytes if st else None, st.memory_limit_bytes if st else None,
             st.cgroup if st else _cgroup_path(state, p.pid), _evidence(state, p.pid, owner.container_id)))

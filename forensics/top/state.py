@@ -8,7 +8,8 @@ what the recorder's triggers never needed and top shows:
 - per GPU, from the ``nvml/samples.jsonl`` device lines: temperature
   (nvmlDeviceGetTemperature), power (nvmlDeviceGetPowerUsage, mW), the active clock-slowdown
   reasons (nvmlDeviceGetCurrentClocksEventReasons, decoded) and the utilisation of the last
-  :data:`HISTORY` ticks (the sparkline);
+  :data:`HISTORY` ticks (the sparkline); per GPU process its newest SM sample
+  (nvmlDeviceGetProcessUtilization), which :meth:`TopState.sm_pct` holds across ticks without one;
 - the PCI bus id and product name of each GPU (``nvml/devices.json``: the UUID is read from
   nvmlDeviceGetUUID there), so a kernel Xid line (which names the bus)
   counts for its GPU;
@@ -35,8 +36,9 @@ from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import nvml as nvml_spec
 
-__all__ = ["HISTORY", "ContainerStats", "GpuExtra", "TopState"]
+__all__ = ["HISTORY", "SM_HOLD_S", "ContainerStats", "GpuExtra", "TopState"]
 
+SM_HOLD_S = 10.0  # how long a process' newest SM sample stands for it (see TopState.sm_pct)
 HISTORY = 60  # utilisation readings kept per GPU (the sparkline shows the newest that fit)
 _CGROUP_HEAD = b'{"cgroup": "'
 
@@ -106,6 +108,8 @@ class TopState(LiveState):
         self.ended: dict[str, float] = {}  # container id -> when Docker said it died/was destroyed
         self.started: dict[str, float] = {}  # container id -> when Docker said it started
         self.event_names: dict[str, str] = {}  # container id -> its name in Docker's events
+        # (PID, GPU index) -> (t, SM %) of its newest utilisation sample (see sm_pct)
+        self._sm: dict[tuple[int, int], tuple[float, float]] = {}
 
     def feed(self, t: float, mono: float, member: str, op: str, data: str | bytes,
              summary: list[Any] | None = None) -> None:
@@ -144,6 +148,28 @@ class TopState(LiveState):
             gpu = _number(util.get("gpu")) if isinstance(util, dict) else None
             if gpu is not None and ex.history is not None:
                 ex.history.append(gpu)
+            t = _number(line.get("t")) or 0.0
+            samples = _nvml_value(nv, "nvmlDeviceGetProcessUtilization")
+            newest: dict[int, tuple[float, float]] = {}
+            for smp in samples if isinstance(samples, list) else ():
+                if isinstance(smp, dict) and isinstance(smp.get("pid"), int) and _number(smp.get("smUtil")) is not None:
+                    stamp = _number(smp.get("timeStamp")) or 0.0
+                    if smp["pid"] not in newest or stamp >= newest[smp["pid"]][0]:
+                        newest[smp["pid"]] = (stamp, float(smp["smUtil"]))
+            if len(self._sm) > 100_000:
+                self._sm.clear()
+            for pid, (_, sm) in newest.items():
+                self._sm[(pid, idx)] = (t, sm)
+
+    def sm_pct(self, pid: int, gpu: int, t: float, value: float | None) -> float | None:
+        """A GPU process's SM %: ``value`` (the last tick's, as the live state gives it), else its
+        newest utilisation sample within :data:`SM_HOLD_S` of ``t``. NVML returns the samples since
+        the last call, so a tick that falls between two of the driver's samples has none for a
+        process that is still busy: the newest one stands for it, not "unknown"."""
+        if value is not None:
+            return value
+        held = self._sm.get((pid, gpu))
+        return held[1] if held is not None and t - held[0] <= SM_HOLD_S else None
 
     def _bus_ids(self, data: str | bytes) -> None:
         try:
