@@ -4,7 +4,7 @@ stdlib :mod:`curses` (as nvitop uses it): no dependency, on every Python that ha
 and the view needs no more than styled lines (docs/architecture.md says why not Textual). The
 loop reads the feed (forensics.top.feeds) every 50 ms, builds a snapshot once per ``interval``
 (or at once after a key), draws :func:`forensics.top.view.render`'s lines for the terminal's size
-(read again on every draw, so a resize is drawn at the next one) and answers keys:
+(asked of the terminal every turn, so a resize is drawn within 50 ms) and answers keys:
 
 - ``m`` / ``s`` / ``u``: sort by GPU memory, SM %, CPU %; up/down/PgUp/PgDn (or j/k): select;
 - ``g``: cycle the GPU filter; ``n``: the namespace filter (typed); ``/``: text filter; ``x``: clear;
@@ -140,7 +140,7 @@ class _Loop:
         win.timeout(50)
         next_snap = 0.0
         while not self.quit:
-            self.feed.poll(0.0)
+            self.feed.poll(0.02)
             now = time.monotonic()
             redraw = False
             if now >= next_snap:
@@ -152,6 +152,8 @@ class _Loop:
                 self.capture = None
                 redraw = True
             key = win.getch()
+            if self._resized():
+                redraw = True
             if key != -1:
                 self._key(key)
                 redraw = True
@@ -159,6 +161,21 @@ class _Loop:
                 _draw(win, render(self.snap, self.o, *reversed(win.getmaxyx())))
         if self.capture is not None:
             self.capture.stop()
+
+    def _resized(self) -> bool:
+        """The terminal's size now, asked of the terminal itself: a SIGWINCH that came while the
+        loop was busy (building a snapshot) can leave curses with the size before it."""
+        try:
+            cols, lines = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        except OSError:
+            return False
+        if (lines, cols) != self.win.getmaxyx():
+            try:
+                curses.resizeterm(lines, cols)
+            except curses.error:
+                return False
+            return True
+        return False
 
     def _key(self, key: int) -> None:
         if self.typing is not None:

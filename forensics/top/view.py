@@ -240,7 +240,10 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
     top: list[Line] = [[(_fit(head, width), "bold")]]
     if o.details and selected is not None:
         body = _details(rows[selected], width)
-        return top + (body if height is None else body[:height - 2]) + ([] if height is None else [_footer(o, width)])
+        if height is None:
+            return top + body
+        foot = _footer(o, width)
+        return top + body[:height - 1 - len(foot)] + foot
     gpu = _gpu_lines(snap.gpus, width, o.unicode)
     notes = [[(_fit("note: " + n, width), "dim")] for n in snap.notes if n not in o.hidden_notes]
     legend: list[Line] = [[(_fit("! none: no grant covers this GPU for its owner; ! overlap: another owner's exclusive grant covers it too", width), "dim")]] \
@@ -249,7 +252,8 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
         return (top + gpu + [[("", "")]] + _process_lines(rows, width, None, 0, len(rows)) + legend + [[("", "")]]
                 + _exited_lines(snap.exited, snap.t, width, len(snap.exited)) + notes)
     # a terminal: GPUs first (up to half the screen), then processes, then what exited, notes, keys
-    room = height - 2  # the title and the keys
+    foot = _footer(o, width)
+    room = height - 1 - len(foot)  # the title, the status and the keys
     gpu = gpu[:max(2, min(len(gpu), room // 2))]
     room -= len(gpu)
     notes = notes[:max(0, min(len(notes), room - 4))]
@@ -264,16 +268,17 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
     procs = _process_lines(rows, width, selected, first, count)
     procs += [[("", "")]] * (count + 1 - len(procs))
     lines = top + gpu + procs + legend + exited + notes
-    return lines[:height - 1] + [_footer(o, width)]
+    return lines[:height - len(foot)] + foot
 
 
-def _footer(o: ViewOptions, width: int) -> Line:
+def _footer(o: ViewOptions, width: int) -> list[Line]:
+    """The last lines: the status (a capture running, the bundle's path: wrapped, never cut) and
+    the keys, or the filter being typed."""
     if o.prompt:
-        return [(_fit(o.prompt, width), "bold")]
-    keys = "m/s/u sort mem/SM/CPU  g gpu  n namespace  / text  x clear  enter details  c capture  q quit"
-    if o.status:
-        return [(_fit(o.status + "  |  " + keys, width), "bold")]
-    return [(_fit(keys, width), "dim")]
+        return [[(_fit(o.prompt, width), "bold")]]
+    status = [[(_fit(o.status[i:i + width], width), "bold")] for i in range(0, len(o.status), width)]
+    return status + [[(_fit("m/s/u sort mem/SM/CPU  g gpu  n namespace  / text  x clear  enter details  c capture  q quit",
+                            width), "dim")]]
 
 
 def render_text(snap: Snapshot, width: int = 160, o: ViewOptions | None = None) -> str:
