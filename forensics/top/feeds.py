@@ -75,8 +75,9 @@ class RingFeed:
     def label(self) -> str:
         return f"recorder ring {self.root}"
 
-    def poll(self) -> int:
-        """Feed the records appended since the last look; how many."""
+    def poll(self, wait_s: float = 0.0) -> int:
+        """Feed the records appended since the last look; how many (``wait_s``: unused, the
+        view's loop waits for keys)."""
         active = [s for s in self.reader.segments() if not s.sealed]
         if not active:
             return 0

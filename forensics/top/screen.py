@@ -37,7 +37,8 @@ __all__ = ["CaptureChild", "capture_argv", "run_screen"]
 
 
 class Feed(Protocol):
-    label: str
+    @property
+    def label(self) -> str: ...
 
     def poll(self, wait_s: float = 0.05) -> int: ...
 
@@ -225,7 +226,8 @@ class _Loop:
         label = "namespace: " if field == "namespace" else "filter: "
         if key in (curses.KEY_ENTER, 10, 13):
             self.typing = None
-            self.o = replace(self.o, prompt="", selected=0, **{field: text})
+            self.o = (replace(self.o, prompt="", selected=0, namespace=text) if field == "namespace"
+                      else replace(self.o, prompt="", selected=0, text=text))
             return
         if key == 27:
             self.typing = None

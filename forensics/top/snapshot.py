@@ -192,9 +192,9 @@ class Tracker:
             if ("container", cid) not in self.exited and cid not in self.containers and when >= now - self.keep_s:
                 name = state.container_name(cid) or state.event_names.get(cid, "")
                 self.exited[("container", cid)] = ExitedRow("container", name, cid, None, None, "", when, when)
-        for key, row in list(self.exited.items()):
-            if row.gone_at < now - self.keep_s or (key[0] == "container" and key[1] in self.containers):
-                del self.exited[key]
+        for gone, row in list(self.exited.items()):
+            if row.gone_at < now - self.keep_s or (gone[0] == "container" and gone[1] in self.containers):
+                del self.exited[gone]
 
     def _container(self, cid: str, name: str, t: float) -> None:
         old = self.containers.get(cid)
