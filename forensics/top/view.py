@@ -86,7 +86,7 @@ _COLUMNS: tuple[_Col, ...] = (
     _Col("GPU", 3, 1, lambda p: str(p.gpu_index), right=True),
     _Col("OWNER (pod / container)", 0, 0, lambda p: p.owner),
     _Col("GRANT", 14, 0, _grant_cell),
-    _Col("GPU-MEM", 8, 1, lambda p: _bytes(p.used_memory_bytes), right=True),
+    _Col("GPU-MEM", 9, 1, lambda p: _bytes(p.used_memory_bytes), right=True),
     _Col("SM%", 4, 2, lambda p: _pct(p.sm_pct), right=True),
     _Col("CPU%", 5, 3, lambda p: _pct(p.cpu_pct), right=True),
     _Col("THR%", 5, 4, lambda p: _pct(p.throttled_pct), right=True),
