@@ -246,11 +246,18 @@ class TopState(LiveState):
         self._readings[cid] = (r, prev[0] if prev is not None else None)
 
     def container_stats(self) -> dict[str, ContainerStats]:
-        """Each container's figures between its last two cgroup readings."""
+        """Each container's figures between its last two cgroup readings. The recorder's cgroup
+        sampler writes no line for a cgroup whose CPU usage counter did not move since its last
+        line (``cgroups.idle_full_s`` activity gating): where the sampler has read a later tick
+        (its clock, the newest cgroup line, is past this cgroup's), the container used no CPU since,
+        and was not throttled."""
         out = {}
+        clock = self.cgroup_clock()
         for cid, (cur, before) in self._readings.items():
             cpu = throttled = None
-            if before is not None and cur.t > before.t:
+            if clock > cur.t:
+                cpu = throttled = 0.0
+            elif before is not None and cur.t > before.t:
                 if cur.usage_ns is not None and before.usage_ns is not None:
                     cpu = max(0.0, 100.0 * (cur.usage_ns - before.usage_ns) / 1e9 / (cur.t - before.t))
                 if None not in (cur.periods, cur.throttled, before.periods, before.throttled):

@@ -67,6 +67,14 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
         t.socket.unlink(missing_ok=True)
 
 
+def _keep(name: str, screen: str) -> None:
+    """GF_TOP_SCREENS=DIR keeps the screens this test read (what a person sees, for a review)."""
+    where = os.environ.get("GF_TOP_SCREENS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        (Path(where) / f"{name}.txt").write_text(screen)
+
+
 def _line(screen: str, needle: str) -> str:
     return next((ln for ln in screen.splitlines() if needle in ln), "")
 
@@ -107,6 +115,9 @@ def test_top_names_each_gpu_process_marks_the_ungranted_one_and_captures(
             return all(_line(screen, n) for n in (trainer, notebook, short))
 
         screen = tmux.wait(named, 90, "top did not name the three containers' GPU processes")
+        time.sleep(3)  # a refresh more: the containers' CPU % over an interval
+        screen = tmux.screen()
+        _keep("160x48", screen)
         nb, tr, sh = _line(screen, notebook), _line(screen, trainer), _line(screen, short)
         assert str(pids[1]) in nb and "! none" in nb and "50.0 GiB" in nb, nb
         assert "env" in tr and "!" not in tr and str(pids[0]) in tr, tr
@@ -119,12 +130,17 @@ def test_top_names_each_gpu_process_marks_the_ungranted_one_and_captures(
         small = tmux.wait(lambda s: len(s.splitlines()) <= 24 and "! none" in _line(s, notebook)
                           and max(len(ln) for ln in s.splitlines()) <= 80, 20, "top did not redraw for 80x24")
         assert "GPU-MEM" in small and "MEM/LIMIT" not in small
+        _keep("80x24", small)
         tmux("resize-window", "-t", "top", "-x", "160", "-y", "48")
 
         # a container removed while top runs: listed as exited, still named
         docker_engine.cli("rm", "-f", short)
         screen = tmux.wait(lambda s: f"container {short} (" in s, 60, "the removed container is not listed as exited")
         assert "RECENTLY EXITED" in screen
+        _keep("160x48-exited", screen)
+        tmux("send-keys", "-t", "top", "Enter")
+        _keep("160x48-details", tmux.wait(lambda s: "evidence" in s, 10, "Enter did not show the details"))
+        tmux("send-keys", "-t", "top", "Enter")
 
         # c: a bundle now, its path on the screen, the view live meanwhile
         tmux("send-keys", "-t", "top", "c")
@@ -134,7 +150,8 @@ def test_top_names_each_gpu_process_marks_the_ungranted_one_and_captures(
         assert at is not None, screen
         # the path, wrapped over the lines above the keys where the terminal is narrower than it
         path = Path("".join(ln.rstrip() for ln in lines[at:-1]).removeprefix("bundle written: "))
-        assert path.is_file() and path.parent == bundles, (path, screen, tmux("display", "-p", "-t", "top", "#{window_width}x#{window_height}"))
+        assert path.is_file() and path.parent == bundles, (path, screen)
+        _keep("160x48-capture", screen)
         doc = analyze_bundles([path])
         culprits = {s["name"] for f in doc["findings"] if f["kind"] == "unallocated-gpu-use"
                     for s in f["subjects"] if s["role"] == "culprit"}

@@ -134,3 +134,20 @@ def _last_device_line(bundle: Path, gpu: int) -> dict:  # type: ignore[type-arg]
         data = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
     lines = [json.loads(ln) for ln in data.splitlines() if ln.strip()]
     return [ln for ln in lines if ln.get("kind") == "device" and ln.get("gpu_index") == gpu][-1]
+
+
+def test_a_container_the_cgroup_sampler_found_quiet_used_no_cpu() -> None:
+    """The recorder's cgroup sampler writes no line for a cgroup whose CPU counter did not move:
+    once it wrote a later tick's line for another cgroup, the quiet container's CPU % is 0."""
+    state = TopState()
+    replay(SAMPLES / "cpu-throttled-loader.tgz", state)
+    loader = next(p for p in build_snapshot(state, Tracker(), "replay").processes if p.owner == "loader")
+    assert loader.cpu_pct and loader.cpu_pct > 0
+    with tarfile.open(SAMPLES / "cpu-throttled-loader.tgz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("cgroup/samples.jsonl"))
+        lines = [json.loads(ln) for ln in tar.extractfile(member).read().decode().splitlines()]  # type: ignore[union-attr]
+    other = next(ln for ln in reversed(lines) if loader.container_id not in ln["cgroup"])
+    other["t"] = max(ln["t"] for ln in lines) + 1.0
+    state.feed(other["t"], 0.0, "cgroup/samples.jsonl", "append", json.dumps(other) + "\n")
+    quiet = next(p for p in build_snapshot(state, Tracker(), "replay").processes if p.owner == "loader")
+    assert (quiet.cpu_pct, quiet.throttled_pct) == (0.0, 0.0)
