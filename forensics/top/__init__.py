@@ -52,12 +52,22 @@ def wants_screen(once: bool, stdout: TextIO = sys.stdout) -> bool:
     return not once and stdout.isatty() and term not in ("", "dumb")
 
 
+#: what a column shows when a sampler cannot read its source (said once, under the tables)
+_UNREADABLE = {
+    "nvml": "GPU columns: NVML cannot be read",
+    "kernel": "XID counts NVML's Xid events only: the kernel log cannot be read",
+    "docker": "OWNER: containers named from their cgroups only: Docker cannot be asked",
+    "procfs": "USER, OWNER and GRANT: the GPU processes' /proc cannot be read",
+    "cgroups": "CPU%, THR% and MEM/LIMIT: the containers' cgroups cannot be read",
+}
+
+
 def _notes(feed: RingFeed | SelfFeed) -> tuple[str, ...]:
     notes = []
     if isinstance(feed, SelfFeed):
         for name, st in feed.status()["sources"].items():
             if st["status"] == "unavailable" and st["error"]:
-                notes.append(f"{name}: {st['error']}")
+                notes.append(f"{_UNREADABLE.get(name, name)} ({st['error']})")
     return tuple(notes)
 
 

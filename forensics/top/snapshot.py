@@ -300,6 +300,9 @@ def build_snapshot(state: TopState, tracker: Tracker, source: str, now: float | 
             st.cgroup if st else _cgroup_path(state, p.pid), _evidence(state, p.pid, owner.container_id)))
     exited = tuple(sorted(tracker.exited.values(), key=lambda r: -r.gone_at))
     all_notes = list(notes)
-    if procs and all(not p.user for p in procs) and os.geteuid() != 0:
-        all_notes.append("not root: the owners, users and grants of other users' processes cannot be read")
+    if os.geteuid() != 0:
+        unread = sum(1 for p in procs if procfs_spec.pid_member(p.pid, "environ") not in p.evidence)
+        if unread:
+            all_notes.append(f"not root: the environment of {unread} GPU processes cannot be read: GRANT does not "
+                             "see their NVIDIA_VISIBLE_DEVICES (run as root to judge them)")
     return Snapshot(now, source, tuple(gpus), tuple(procs), exited, tuple(all_notes), len(stats))
