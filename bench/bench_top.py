@@ -54,20 +54,22 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_cpu(root: int) -> float:
+def tree_cpu(root: int) -> dict[str, float]:
     """CPU seconds of ``root`` and every descendant alive now, plus what their reaped children
-    used (cutime/cstime)."""
+    used (cutime/cstime), by process name (top's sampler children are ``gfrec-<source>``)."""
     kids = _children()
-    todo, total = [root], 0.0
+    todo, out = [root], {}
     while todo:
         pid = todo.pop()
         try:
-            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TCK
+            head, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+            f = rest.split()
+            name = head.split("(", 1)[1]
+            out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TCK
         except (OSError, IndexError):
             continue
         todo.extend(kids.get(pid, []))
-    return total
+    return out
 
 
 class Pane:
@@ -100,7 +102,9 @@ def measure(pane: Pane, warmup: float, seconds: float, ready: str) -> tuple[floa
     c0, t0 = tree_cpu(pane.pid), time.monotonic()
     time.sleep(seconds)
     c1, t1 = tree_cpu(pane.pid), time.monotonic()
-    return 100.0 * (c1 - c0) / (t1 - t0), pane.screen()
+    parts = {n: 100.0 * (c1.get(n, 0.0) - c0.get(n, 0.0)) / (t1 - t0) for n in c1}
+    print(f"  {pane.name}: " + ", ".join(f"{n} {p:.2f} %" for n, p in sorted(parts.items(), key=lambda kv: -kv[1])))
+    return sum(parts.values()), pane.screen()
 
 
 def main() -> int:

@@ -70,14 +70,21 @@ class RingFeed:
         self.decoders: dict[str, DeltaDecoder] = {}
         self.problems: list[str] = []
         self.records = 0
+        self.look_s = 0.5
+        self.looked = -1e9
 
     @property
     def label(self) -> str:
         return f"recorder ring {self.root}"
 
     def poll(self, wait_s: float = 0.0) -> int:
-        """Feed the records appended since the last look; how many (``wait_s``: unused, the
-        view's loop waits for keys)."""
+        """Feed the records appended since the last look; how many. Looks at most every
+        :attr:`look_s` (the view's loop asks every 50 ms; the recorder writes once a tick);
+        ``wait_s``: unused, the view's loop waits for keys."""
+        now = time.monotonic()
+        if now - self.looked < self.look_s:
+            return 0
+        self.looked = now
         active = [s for s in self.reader.segments() if not s.sealed]
         if not active:
             return 0

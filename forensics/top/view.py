@@ -246,7 +246,7 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
         return top + body[:height - 1 - len(foot)] + foot
     gpu = _gpu_lines(snap.gpus, width, o.unicode)
     notes = [[(_fit("note: " + n, width), "dim")] for n in snap.notes if n not in o.hidden_notes]
-    legend: list[Line] = [[(_fit("! none: no grant covers this GPU for its owner; ! overlap: another owner's exclusive grant covers it too", width), "dim")]] \
+    legend: list[Line] = [[(_fit("! none: no grant covers this GPU  ! overlap: another owner's exclusive grant too", width), "dim")]] \
         if any(p.mark for p in rows) else []
     if height is None:
         return (top + gpu + [[("", "")]] + _process_lines(rows, width, None, 0, len(rows)) + legend + [[("", "")]]
