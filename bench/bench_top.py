@@ -58,7 +58,8 @@ def tree_cpu(root: int) -> dict[str, float]:
     """CPU seconds of ``root`` and every descendant alive now, plus what their reaped children
     used (cutime/cstime), by process name (top's sampler children are ``gfrec-<source>``)."""
     kids = _children()
-    todo, out = [root], {}
+    todo: list[int] = [root]
+    out: dict[str, float] = {}
     while todo:
         pid = todo.pop()
         try:
