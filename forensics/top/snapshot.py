@@ -150,6 +150,19 @@ class Tracker:
     containers: dict[str, _Seen] = field(default_factory=dict)
     exited: dict[tuple[str, str], ExitedRow] = field(default_factory=dict)
     xids: dict[str, int] = field(default_factory=dict)  # GPU UUID or bus id -> Xids since start
+    # (PID, container id) -> (user, command, cgroup path, evidence), read from the identity members
+    # once per attribution run (they change only with identities, which run it again)
+    identities: dict[tuple[int, str], tuple[str, str, str, tuple[str, ...]]] = field(default_factory=dict)
+    identities_gen: int = -1
+
+    def identity(self, state: TopState, pid: int, cid: str) -> tuple[str, str, str, tuple[str, ...]]:
+        if self.identities_gen != state.refreshes or len(self.identities) > 100_000:
+            self.identities, self.identities_gen = {}, state.refreshes
+        hit = self.identities.get((pid, cid))
+        if hit is None:
+            hit = self.identities[(pid, cid)] = (_user(state, pid), _command(state, pid), _cgroup_path(state, pid),
+                                                 _evidence(state, pid, cid))
+        return hit
 
     def observe(self, state: TopState, now: float) -> None:
         """Look at the state now: what is listed is seen; what was seen and is not listed any more
@@ -165,7 +178,8 @@ class Tracker:
             key = (p.pid, p.gpu_index)
             listed.add(key)
             name = _owner_name(owner.pod_namespace, owner.pod_name, owner.container_name, owner.container_id)
-            self.processes[key] = _Seen(name, owner.container_id, p.pid, p.gpu_index, _command(state, p.pid), p.t)
+            self.processes[key] = _Seen(name, owner.container_id, p.pid, p.gpu_index,
+                                        self.identity(state, p.pid, owner.container_id)[1], p.t)
             if owner.container_id and owner.container_id not in state.ended:
                 self._container(owner.container_id, name, p.t)
         readings = state.container_stats()
@@ -183,7 +197,7 @@ class Tracker:
         stale = clock - 30.0
         for cid, seen in list(self.containers.items()):
             ended = state.ended.get(cid)
-            if ended is not None or (seen.pid is None and seen.last_seen < stale and cid in readings):
+            if ended is not None or (seen.last_seen < stale and cid in readings):
                 del self.containers[cid]
                 name = seen.name or state.container_name(cid) or state.event_names.get(cid, "")
                 self.exited[("container", cid)] = ExitedRow("container", name, cid, None, None, "",
@@ -290,14 +304,15 @@ def build_snapshot(state: TopState, tracker: Tracker, source: str, now: float | 
             label = grant_label(grant.allocated, grant.allocation_kind)
         else:  # a host process, or one not attributed yet: no container grant to speak of
             label = "-" if owner.kind == "process" and grant.detail != "not attributed yet" else "?"
+        user, command, cgroup, evidence = tracker.identity(state, p.pid, owner.container_id)
         procs.append(ProcessRow(
-            p.pid, p.gpu_index, p.gpu_uuid, p.mig_uuid, _user(state, p.pid), _command(state, p.pid), owner.kind,
+            p.pid, p.gpu_index, p.gpu_uuid, p.mig_uuid, user, command, owner.kind,
             owner.container_id, cname, owner.pod_namespace, owner.pod_name,
             label, grant.allocation_kind, grant.grant, grant.detail, mark,
             p.used_memory_bytes, state.sm_pct(p.pid, p.gpu_index, p.t, p.sm_util_pct),
             st.cpu_pct if st else None, st.throttled_pct if st else None,
             st.memory_bytes if st else None, st.memory_limit_bytes if st else None,
-            st.cgroup if st else _cgroup_path(state, p.pid), _evidence(state, p.pid, owner.container_id)))
+            st.cgroup if st else cgroup, evidence))
     exited = tuple(sorted(tracker.exited.values(), key=lambda r: -r.gone_at))
     all_notes = list(notes)
     if os.geteuid() != 0:
