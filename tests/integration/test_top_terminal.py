@@ -133,6 +133,15 @@ def test_top_names_each_gpu_process_marks_the_ungranted_one_and_captures(
         _keep("80x24", small)
         tmux("resize-window", "-t", "top", "-x", "160", "-y", "48")
 
+        # keys: a text filter, cleared; sort by SM %
+        tmux("send-keys", "-t", "top", "/", "train", "Enter")
+        filt = tmux.wait(lambda s: "filter:text=train" in s, 10, "the text filter was not applied")
+        assert _line(filt, trainer) and not _line(filt, notebook) and not _line(filt, short)
+        tmux("send-keys", "-t", "top", "x", "s")
+        by_sm = tmux.wait(lambda s: "sort:sm" in s and "filter:" not in s, 10, "x/s did not clear and sort")
+        rows = [ln for ln in by_sm.splitlines() if any(n in ln for n in (trainer, notebook, short))]
+        assert [next(n for n in (trainer, notebook, short) if n in r) for r in rows] == [notebook, short, trainer], rows
+
         # a container removed while top runs: listed as exited, still named
         docker_engine.cli("rm", "-f", short)
         screen = tmux.wait(lambda s: f"container {short} (" in s, 60, "the removed container is not listed as exited")
