@@ -151,3 +151,15 @@ def test_a_container_the_cgroup_sampler_found_quiet_used_no_cpu() -> None:
     state.feed(other["t"], 0.0, "cgroup/samples.jsonl", "append", json.dumps(other) + "\n")
     quiet = next(p for p in build_snapshot(state, Tracker(), "replay").processes if p.owner == "loader")
     assert (quiet.cpu_pct, quiet.throttled_pct) == (0.0, 0.0)
+
+
+def test_active_slowdown_reasons_are_the_last_ticks_and_idle_is_none() -> None:
+    state = TopState()
+    tracker = Tracker()
+    replay(SAMPLES / "degraded-gpu-node.tgz", state, until_tick=6)
+    during = build_snapshot(state, tracker, "replay")
+    assert [(g.index, g.slowdown) for g in during.gpus] == [(0, ("HwThermalSlowdown",)), (1, ())]  # GpuIdle is none
+    replay(SAMPLES / "degraded-gpu-node.tgz", state, from_tick=8)
+    after = build_snapshot(state, tracker, "replay")
+    assert [g.slowdown for g in after.gpus] == [(), ()]
+    assert after.gpus[0].temperature_c == 89.0 and [g.xids for g in after.gpus] == [0, 2]
