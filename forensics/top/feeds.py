@@ -55,8 +55,9 @@ def recorder_running(ring: Path) -> bool:
 
 class RingFeed:
     """Follows the active segment of the ring at ``root`` (see the module docstring).
-    ``on_tick(t)`` is called after each NVML record that changed the GPU process set while
-    catching up, so what came and went before ``top`` started is seen too."""
+    ``on_tick(t)`` is called after each NVML record that changed the GPU process set, or came
+    after identities changed (a GPU process' ``proc/<pid>/`` files, a container's inspect), so
+    what came and went before ``top`` started is seen too, named."""
 
     def __init__(self, state: TopState, root: Path, on_tick: Callable[[float], None] | None = None) -> None:
         self.state = state
@@ -116,7 +117,8 @@ class RingFeed:
                                   self.problems, skipped=parsed.skipped):
             self.state.feed(rec.t, rec.mono, rec.member, rec.op, rec.data)
             fed += 1
-            if self.on_tick is not None and rec.member == nvml_spec.SAMPLES and self.state.process_gen != gen:
+            if self.on_tick is not None and rec.member == nvml_spec.SAMPLES and (self.state.process_gen != gen
+                                                                                 or self.state.dirty):
                 gen = self.state.process_gen
                 self.on_tick(rec.t)
         del self.problems[:-20]

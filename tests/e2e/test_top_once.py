@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,28 +76,40 @@ def test_once_json_is_the_snapshot(scenario: tuple[dict[str, str], subprocess.Po
     assert f"proc/{holder.pid}/status" in p["evidence"]
 
 
-def test_with_a_recorder_running_top_reads_its_ring_and_calls_no_nvml(
-        scenario: tuple[dict[str, str], subprocess.Popen[bytes]], tmp_path: Path, sim_lib: Path) -> None:
-    env, holder = scenario
+def test_with_a_recorder_running_top_reads_its_ring_and_calls_no_nvml(tmp_path: Path, sim_lib: Path) -> None:
+    """And what the ring saw end before top started is listed as exited, still named."""
+    holder, brief = subprocess.Popen(["sleep", "120"]), subprocess.Popen(["sleep", "120"])
+    sc = Scenario()
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=[(0, 77)], memory_total_bytes=80 * GIB)
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", gpu_util=0, memory_total_bytes=80 * GIB)
+    sc.add_process(pid=holder.pid, gpu=1, used_memory_bytes=12 * GIB, sm_util=[(0, 45)], mem_util=10)
+    sc.add_process(pid=brief.pid, gpu=0, used_memory_bytes=3 * GIB, sm_util=[(0, 5)], end_s=6.0)
+    env = {**os.environ, **subprocess_env(sc.write(tmp_path / "sc.tsv"), sim_lib)}
     ring = tmp_path / "ring"
     rec = start_recorder(ring, env=env, interval_s=0.5, nvml_library=str(sim_lib), sources=["nvml", "procfs", "cgroups"])
     try:
         wait_for_writer(ring, rec)
         doc: dict = {}  # type: ignore[type-arg]
-        for _ in range(40):  # until the recorder has sampled and attributed the process
+        for _ in range(60):  # until the brief process has come and gone in the ring
             # a library that does not exist: only the ring can show the GPUs
             proc = _top(env, "--once", "--json", "--ring", str(ring), "--nvml-library", str(tmp_path / "no-libnvidia-ml.so"))
             assert proc.returncode == 0, proc.stderr[-3000:]
             doc = json.loads(proc.stdout)
-            if doc["processes"] and doc["processes"][0]["command"]:
+            if doc["exited"] and doc["processes"] and doc["processes"][0]["command"]:
                 break
+            time.sleep(0.5)
         assert doc["source"] == f"recorder ring {ring}"
         assert [g["util_pct"] for g in doc["gpus"]] == [77.0, 0.0]
         (p,) = doc["processes"]
         assert (p["pid"], p["gpu_index"], p["command"]) == (holder.pid, 1, "sleep")
+        (gone,) = doc["exited"]
+        assert (gone["kind"], gone["pid"], gone["gpu_index"], gone["command"]) == ("process", brief.pid, 0, "sleep")
     finally:
         rec.terminate()
         rec.communicate(timeout=30)
+        for p_ in (holder, brief):
+            p_.kill()
+            p_.wait()
 
 
 def test_bad_options_are_one_line_usage_errors(tmp_path: Path) -> None:
