@@ -56,8 +56,8 @@ def wants_screen(once: bool, stdout: TextIO = sys.stdout) -> bool:
 _UNREADABLE = {
     "nvml": "GPU columns: NVML cannot be read",
     "kernel": "XID counts NVML's Xid events only: the kernel log cannot be read",
-    "docker": "OWNER: containers named from their cgroups only: Docker cannot be asked",
-    "procfs": "USER, OWNER and GRANT: the GPU processes' /proc cannot be read",
+    "docker": "POD / CONTAINER: named from their cgroups only: Docker cannot be asked",
+    "procfs": "USER, POD / CONTAINER and GRANT: the GPU processes' /proc cannot be read",
     "cgroups": "CPU%, THR% and MEM/LIMIT: the containers' cgroups cannot be read",
 }
 

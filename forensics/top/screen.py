@@ -134,6 +134,7 @@ class _Loop:
         self.capture: CaptureChild | None = None
         self.typing: tuple[str, str] | None = None  # (field, text so far)
         self.quit = False
+        self.written: list[str] = []  # the last capture's result, said again after the screen closes
 
     def run(self) -> None:
         win = self.win
@@ -160,8 +161,7 @@ class _Loop:
                 redraw = True
             if redraw and self.snap is not None:
                 _draw(win, render(self.snap, self.o, *reversed(win.getmaxyx())))
-        if self.capture is not None:
-            self.capture.stop()
+        self.written = [self.o.status] if self.o.status.startswith(("bundle written", "capture failed")) else []
 
     def _resized(self) -> bool:
         """The terminal's size now, asked of the terminal itself: a SIGWINCH that came while the
@@ -243,11 +243,14 @@ class _Loop:
 
 def run_screen(feed: Feed, snapshot: Callable[[], Snapshot], options: ViewOptions, capture_argv: Sequence[str]) -> None:
     """Run the full-screen view until ``q``. The sampler children's messages (stderr) go to a file
-    while the screen is up, so they cannot scribble over it; what they said is printed after."""
+    while the screen is up, so they cannot scribble over it; what they said is printed after. A
+    capture still running at ``q`` is waited for (Ctrl-C stops it), and the last capture's path
+    is printed once the screen is gone."""
     os.environ.setdefault("ESCDELAY", "25")
     log = tempfile.TemporaryFile()
     saved = os.dup(2)
     os.dup2(log.fileno(), 2)
+    loops: list[_Loop] = []
     try:
         def main(win: Any) -> None:
             _init_styles()
@@ -255,7 +258,8 @@ def run_screen(feed: Feed, snapshot: Callable[[], Snapshot], options: ViewOption
                 curses.curs_set(0)
             except curses.error:
                 pass
-            _Loop(win, feed, snapshot, options, capture_argv).run()
+            loops.append(_Loop(win, feed, snapshot, options, capture_argv))
+            loops[0].run()
 
         curses.wrapper(main)
     finally:
@@ -266,6 +270,18 @@ def run_screen(feed: Feed, snapshot: Callable[[], Snapshot], options: ViewOption
         log.close()
         if said:
             print(said[-4000:], file=sys.stderr)
+    loop = loops[0] if loops else None
+    if loop is not None and loop.capture is not None:
+        print("gpuforensics top: waiting for the capture to finish (Ctrl-C stops it)", file=sys.stderr, flush=True)
+        try:
+            while not loop.capture.done():
+                time.sleep(0.2)
+            loop.written = [loop.capture.result]
+        except KeyboardInterrupt:
+            loop.capture.stop()
+            loop.written = ["capture stopped"]
+    for line in loop.written if loop is not None else ():
+        print(line, flush=True)
 
 
 def capture_argv(output: Path, since: str = "15m", extra: Sequence[str] = ()) -> list[str]:

@@ -84,7 +84,7 @@ _COLUMNS: tuple[_Col, ...] = (
     _Col("PID", 7, 0, lambda p: str(p.pid), right=True),
     _Col("USER", 8, 5, lambda p: p.user or "?"),
     _Col("GPU", 3, 1, lambda p: str(p.gpu_index), right=True),
-    _Col("OWNER (pod / container)", 0, 0, lambda p: p.owner),
+    _Col("POD / CONTAINER", 0, 0, lambda p: p.owner),
     _Col("GRANT", 14, 0, _grant_cell),
     _Col("GPU-MEM", 9, 1, lambda p: _bytes(p.used_memory_bytes), right=True),
     _Col("SM%", 4, 2, lambda p: _pct(p.sm_pct), right=True),

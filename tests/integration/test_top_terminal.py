@@ -167,7 +167,8 @@ def test_top_names_each_gpu_process_marks_the_ungranted_one_and_captures(
         assert culprits == {notebook}, doc["findings"]
 
         tmux("send-keys", "-t", "top", "q")
-        tmux.wait(lambda s: "gpuforensics top" not in s, 30, "q did not quit")
+        after = tmux.wait(lambda s: "gpuforensics top" not in s, 30, "q did not quit")
+        assert f"bundle written: {path}" in after.replace("\n", "")  # said again once the screen is gone
     finally:
         for c in cids:
             docker_engine.cli("rm", "-f", c, check=False)

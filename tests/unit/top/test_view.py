@@ -29,7 +29,7 @@ def test_80x24_fills_the_screen_and_keeps_what_matters(snap: Snapshot) -> None:
     text = _text(lines)
     assert len(lines) == 24 and all(len(t) <= 80 for t in text)
     header = next(t for t in text if t.lstrip().startswith("PID"))
-    for col in ("PID", "GPU", "OWNER", "GRANT", "GPU-MEM", "SM%", "CPU%"):
+    for col in ("PID", "GPU", "POD / CONTAINER", "GRANT", "GPU-MEM", "SM%", "CPU%"):
         assert col in header
     assert "MEM/LIMIT" not in header and "COMMAND" not in header  # dropped by priority
     nb = next(t for t in text if "notebook" in t)
