@@ -230,6 +230,7 @@ def _details(p: ProcessRow, width: int) -> list[Line]:
 def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None) -> list[Line]:
     """The screen's lines for a terminal ``width`` x ``height`` (None: every row, for ``--once``)."""
     width = max(20, width)
+    height = None if height is None else max(1, height)
     rows = filtered(snap, o)
     selected = min(max(0, o.selected), len(rows) - 1) if rows else None
     clock = time.strftime("%H:%M:%S", time.localtime(snap.t))
@@ -242,8 +243,8 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
         body = _details(rows[selected], width)
         if height is None:
             return top + body
-        foot = _footer(o, width)
-        return top + body[:height - 1 - len(foot)] + foot
+        foot = _footer(o, width, height)
+        return (top + body[:max(0, height - 1 - len(foot))] + foot)[-height:]
     gpu = _gpu_lines(snap.gpus, width, o.unicode)
     notes = [[(_fit("note: " + n, width), "dim")] for n in snap.notes if n not in o.hidden_notes]
     legend: list[Line] = [[(_fit("! none: no grant covers this GPU  ! overlap: another owner's exclusive grant too", width), "dim")]] \
@@ -252,7 +253,7 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
         return (top + gpu + [[("", "")]] + _process_lines(rows, width, None, 0, len(rows)) + legend + [[("", "")]]
                 + _exited_lines(snap.exited, snap.t, width, len(snap.exited)) + notes)
     # a terminal: GPUs first (up to half the screen), then processes, then what exited, notes, keys
-    foot = _footer(o, width)
+    foot = _footer(o, width, height)
     room = height - 1 - len(foot)  # the title, the status and the keys
     gpu = gpu[:max(2, min(len(gpu), room // 2))]
     room -= len(gpu)
@@ -268,15 +269,16 @@ def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None
     procs = _process_lines(rows, width, selected, first, count)
     procs += [[("", "")]] * (count + 1 - len(procs))
     lines = top + gpu + procs + legend + exited + notes
-    return lines[:height - len(foot)] + foot
+    return (lines[:max(0, height - len(foot))] + foot)[-height:]
 
 
-def _footer(o: ViewOptions, width: int) -> list[Line]:
-    """The last lines: the status (a capture running, the bundle's path: wrapped, never cut) and
-    the keys, or the filter being typed."""
+def _footer(o: ViewOptions, width: int, height: int) -> list[Line]:
+    """The last lines: the status (a capture running, the bundle's path: wrapped, cut only where
+    the terminal has fewer lines than it needs) and the keys, or the filter being typed."""
     if o.prompt:
         return [[(_fit(o.prompt, width), "bold")]]
     status = [[(_fit(o.status[i:i + width], width), "bold")] for i in range(0, len(o.status), width)]
+    status = status[:max(0, height - 1)]
     return status + [[(_fit("m/s/u sort mem/SM/CPU  g gpu  n namespace  / text  x clear  enter details  c capture  q quit",
                             width), "dim")]]
 

@@ -84,3 +84,19 @@ def test_once_text_lists_every_row_and_the_legend(snap: Snapshot) -> None:
     out = render_text(replace(snap, processes=snap.processes * 30), 120)
     assert out.count("notebook") == 30 and "! none: no grant covers this GPU" in out
     assert "RECENTLY EXITED (0)" in out
+
+
+@pytest.mark.parametrize(("width", "height"), [(20, 5), (10, 3), (40, 10), (300, 100), (80, 2), (80, 1)])
+def test_any_terminal_size_gets_at_most_its_lines(snap: Snapshot, width: int, height: int) -> None:
+    for o in (ViewOptions(), ViewOptions(details=True), ViewOptions(status="bundle written: /" + "x" * 300),
+              ViewOptions(prompt="filter: ab")):
+        lines = _text(render(snap, o, width, height))
+        assert len(lines) <= height and all(len(t) <= max(20, width) for t in lines)
+
+
+def test_a_long_bundle_path_is_wrapped_whole_above_the_keys(snap: Snapshot) -> None:
+    path = "/var/tmp/" + "d" * 100 + "/gpuforensics-node-20261206T081122Z.tgz"
+    text = _text(render(snap, ViewOptions(status=f"bundle written: {path}"), 80, 24))
+    at = next(i for i, t in enumerate(text) if t.startswith("bundle written: "))
+    assert "".join(t.rstrip() for t in text[at:-1]) == f"bundle written: {path}"
+    assert text[-1].startswith("m/s/u sort") and len(text) == 24
