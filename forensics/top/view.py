@@ -227,8 +227,23 @@ def _details(p: ProcessRow, width: int) -> list[Line]:
     return lines
 
 
+def _clip(line: Line, width: int) -> Line:
+    out: Line = []
+    left = width
+    for text, style in line:
+        if left <= 0:
+            break
+        out.append((text[:left], style))
+        left -= len(text[:left])
+    return out
+
+
 def render(snap: Snapshot, o: ViewOptions, width: int, height: int | None = None) -> list[Line]:
     """The screen's lines for a terminal ``width`` x ``height`` (None: every row, for ``--once``)."""
+    return [_clip(line, max(20, width)) for line in _render(snap, o, width, height)]
+
+
+def _render(snap: Snapshot, o: ViewOptions, width: int, height: int | None) -> list[Line]:
     width = max(20, width)
     height = None if height is None else max(1, height)
     rows = filtered(snap, o)
