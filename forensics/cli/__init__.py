@@ -2,11 +2,12 @@
 
 It calls the library only through its public entry points: :mod:`forensics.capture`,
 :mod:`forensics.bundle`, :mod:`forensics.inventory`, :mod:`forensics.analysis`,
-:mod:`forensics.report`, :mod:`forensics.cluster` and the document contract
+:mod:`forensics.report`, :mod:`forensics.cluster`, :mod:`forensics.top` and the document contract
 :mod:`forensics.document_format`; each is imported inside the command that needs it, so ``--help``
 stays instant. One module per command family: :mod:`~forensics.cli.capture_command`,
 :mod:`~forensics.cli.record_commands` (``record``, ``ring``), :mod:`~forensics.cli.bundle_commands`
-(``verify``, ``analyze``, ``inspect``), :mod:`~forensics.cli.collectors_command`; what they share
+(``verify``, ``analyze``, ``inspect``), :mod:`~forensics.cli.collectors_command`,
+:mod:`~forensics.cli.top_command`; what they share
 (option parsers, read limits, exit codes) is :mod:`~forensics.cli.common`. The ``cluster`` group
 lives in :mod:`forensics.cli_cluster`. This module holds the group and the entry points, which map
 errors to exit codes.
