@@ -156,7 +156,6 @@ class SelfFeed:
                                 argv=("top",))
         self.recorder = _RinglessRecorder(options, log or self._log)
         self.recorder.live = state
-        self.recorder.attribute = []
         self.index = 0
         self.next_due = time.monotonic()
 
@@ -186,8 +185,8 @@ class SelfFeed:
             self.state.refresh()  # the attribution, when identities changed
             busy = any(st.proc is not None and st.proc.busy_tick is not None for st in rec.sources.values())
             starting = any(st.proc is not None and not st.proc.hello for st in rec.sources.values())
-            if self.index >= ticks and not busy and not starting and not rec.attribute and not rec.forward_cgroups \
-                    and not self.state.dirty:
+            handing = any(rec.queued.values())  # hints between the samplers (GPU PIDs, cgroup paths)
+            if self.index >= ticks and not busy and not starting and not handing and not self.state.dirty:
                 break
 
     def status(self) -> dict[str, Any]:
