@@ -25,7 +25,7 @@ from typing import Any
 
 from forensics.analysis.allocation import resolve_refs
 from forensics.analysis.findings import Evidence
-from forensics.analysis.model import Gpu, GpuAllocation
+from forensics.analysis.model import Gpu, GpuAllocation, ShareContract
 from forensics.parsing.dra import (
     Claim,
     ClaimRef,
@@ -47,6 +47,7 @@ __all__ = [
     "DynamicResource",
     "KubeGrantInputs",
     "PluginDevices",
+    "claim_share_contract",
     "container_grants",
     "dynamic_resources",
     "kubernetes_grants_allocation",
@@ -294,6 +295,23 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
                          tuple(dict.fromkeys(evidence)),
                          devices_known=all(g.devices_known for g in grants),
                          time_sliced=any(g.shared for g in grants), claims=claims)
+
+
+def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], Claim],
+                         evidence_for: EvidenceFor) -> ShareContract | None:
+    """The sharing contract of a container whose claim shares its GPU on purpose (NVIDIA's
+    ``GpuConfig`` ``TimeSlicing`` or ``MPS`` in the claim's allocation config): MPS limits are
+    its share (``gpu-share-exceeded`` judges them); ``container_id`` is left for the caller."""
+    for key in alloc.claims:
+        ns, _, name = key.partition("/")
+        claim = claims.get((ns, name))
+        if claim is None or not claim.sharing:
+            continue
+        sh = claim.sharing[0]
+        return ShareContract(node, "", "mps" if sh.strategy == "MPS" else "time-slicing", f"claim {key}",
+                             alloc.gpus, 1, None, sh.memory_limit_bytes, sh.sm_limit_pct,
+                             f"claim {key}: {sh.detail}", (evidence_for(CLAIMS, sh.pointer, sh.excerpt),))
+    return None
 
 
 def merge_allocations(allocs: Sequence[GpuAllocation], evidence: tuple[Evidence, ...]) -> GpuAllocation:

@@ -10,10 +10,12 @@ container no other source describes becomes a Container here, with its Kubernete
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from forensics.analysis.allocation_kubernetes import (
     KubeGrantInputs,
+    claim_share_contract,
     container_grants,
     dynamic_resources,
     kubernetes_grants_allocation,
@@ -91,6 +93,7 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
             alloc = kubernetes_grants_allocation(grants, gpus, evidence_for,
                                                  (ev_spec,) if ev_spec is not None else ())
             allocations.append((ce.name, alloc))
+            contract = claim_share_contract(node, alloc, inputs.claims, evidence_for)
             plugin_ids = [x for p in inputs.plugin.get((entry.namespace, entry.name, ce.name), [])
                           if p.resource == "nvidia.com/gpu" or p.resource.startswith("nvidia.com/mig-") for x in p.ids]
             if plugin_ids:
@@ -100,6 +103,8 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                 if not cid:
                     continue
                 container_ids.append((ce.name, cid))
+                if contract is not None:
+                    model.shares[(node, cid)] = replace(contract, container_id=cid)
                 existing = model.container(node, cid)
                 if existing is not None:
                     # cri-dockerd: Docker saw it too; the pod spec is the operator's grant.
