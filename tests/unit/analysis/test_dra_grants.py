@@ -231,3 +231,28 @@ def test_a_renamed_shared_resource_with_pod_resources(analyze: Analyze) -> None:
     assert "unallocated-gpu-use" not in kinds(analyze(_renamed(pod_resources=True, env_gpu=None)))
     (f,) = of_kind(analyze(_renamed(pod_resources=True, env_gpu=None, used=1)), "unallocated-gpu-use")
     assert "nvidia.com/gpu.shared" in f["summary"]
+
+
+def test_the_live_grant_of_a_dra_pod_is_dra_with_its_claim() -> None:
+    """The flight recorder's metrics label (forensics.analysis.attribution, the rule's own joins)."""
+    from forensics.analysis.attribution import attribute
+
+    for used, allocated in ((0, True), (1, False)):
+        b = _dra_node(used_gpu=used)
+        b.add_json("nvml/devices.json", {"t": b.start, "complete": True, "system": {}, "devices": b.gpus})
+        b.add_json("kubernetes/pods.json", {"kind": "PodList", "apiVersion": "v1", "items": b.pods})
+        members = dict(b.members)
+        members.update({m: ("\n".join(lines) + "\n").encode() for m, lines in b.jsonl.items()})
+        grant = attribute(members).grant(31, b.gpus[used]["nvml"]["nvmlDeviceGetUUID"]["value"])
+        assert (grant.allocated, grant.unallocated) == (allocated, not allocated), grant
+        if allocated:
+            assert (grant.grant, grant.claim) == ("dra", f"ml/{CLAIM}") and f"claim ml/{CLAIM}" in grant.detail
+
+
+def test_the_reports_grant_column_says_dra_with_the_claim(analyze: Analyze) -> None:
+    from forensics.report.markdown import render_markdown
+
+    doc = analyze(_dra_node())
+    (c,) = [c for c in doc["containers"] if c["name"] == "ml/train-0/train"]
+    assert c["gpu_allocation"]["kind"] == "dra" and c["gpu_allocation"]["claims"] == [f"ml/{CLAIM}"]
+    assert f"dra (claim ml/{CLAIM}): GPU 0" in render_markdown(doc).replace("\\", "")
