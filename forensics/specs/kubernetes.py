@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
-from forensics.specs.hints import KUBE_NODE
+from forensics.specs.hints import GPU_PIDS, KUBE_NODE
 from forensics.specs.logs import LOGS
 
 __all__ = [
@@ -55,7 +55,7 @@ SPEC = SourceSpec(
     settings=KubernetesSettings,
     absence=Absence("no Kubernetes data: pod allocations and OOMKilled statuses unknown", (
         Excuse(frozenset({None, "unavailable", "skipped"}), "not a Kubernetes node: nothing lost"),)),
-    publishes=(KUBE_NODE,), reads=(KUBE_NODE,), shared=(LOGS,),
+    publishes=(KUBE_NODE,), reads=(KUBE_NODE, GPU_PIDS), shared=(LOGS,),
 )
 
 #: the flight recorder's Kubernetes events (forensics.collectors.kubernetes.follow): one Event a
