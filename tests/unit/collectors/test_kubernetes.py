@@ -37,7 +37,7 @@ class TestFullCapture:
         logs = {m for m in members if m.startswith("kubernetes/logs/")}
         assert members - logs == {f"kubernetes/{m}" for m in (
             "node.json", "pods.json", "pods-index.json", "events.json", "metrics.json", "requests.json",
-            "clock.json")}
+            "clock.json", "resource-api.json")}
         assert "kubernetes/logs/index.json" in logs and "kubernetes/logs/ml/trainer-0/trainer.log" in logs
         assert staged.ctx.partial_reasons == []
         node = staged.json("kubernetes/node.json")
