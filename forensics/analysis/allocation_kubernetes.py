@@ -26,6 +26,7 @@ from typing import Any
 from forensics.analysis.allocation import resolve_refs
 from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation, ShareContract
+from forensics.errors import ParseError
 from forensics.parsing.dra import (
     Claim,
     ClaimRef,
@@ -41,7 +42,6 @@ from forensics.parsing.gpu_allocation import (
     parse_visible_devices,
 )
 from forensics.parsing.quantity import quantity_count
-from forensics.errors import ParseError
 
 __all__ = [
     "DynamicResource",

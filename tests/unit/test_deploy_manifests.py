@@ -300,7 +300,14 @@ def test_cluster_job_has_deploy_job_pod_spec():
 
 def dra_node_scenario(now: datetime) -> ClusterState:
     """The GPU node with a pod whose GPU a DRA claim granted, and resource.k8s.io served."""
-    from tests.support.dra_objects import DraDevice, DraState, claim_pod, device_class, resource_claim, resource_slice
+    from tests.support.dra_objects import (
+        DraDevice,
+        DraState,
+        claim_pod,
+        device_class,
+        resource_claim,
+        resource_slice,
+    )
 
     state = gpu_node_scenario(now)
     pod = claim_pod(make_pod("dra-0", "ml", "gpu-node-07", now, [ContainerSpec("train")]),
