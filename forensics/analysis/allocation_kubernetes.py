@@ -144,6 +144,15 @@ def _dra_ref(driver: str, pool: str, device: str, slices: Mapping[tuple[str, str
     return None, sd
 
 
+def _is_gpu_device(driver: str, sd: SliceDevice | None) -> bool:
+    """Whether a claim's device is a GPU: its slice gives it a GPU or MIG UUID; without a slice,
+    its driver is a GPU driver (NVIDIA's ``gpu.nvidia.com``, or ``gpu`` in the name). A NIC's,
+    an IMEX channel's (``compute-domain.nvidia.com``) or any other device grants no GPU."""
+    if sd is not None:
+        return bool(sd.uuid and sd.uuid.startswith(("GPU-", "MIG-")))
+    return driver == "gpu.nvidia.com" or "gpu" in driver.split(".", 1)[0]
+
+
 def _dra_reason(claim: str, driver: str, device: str, sd: SliceDevice | None) -> str:
     extra = f" ({sd.profile})" if sd is not None and sd.profile else ""
     return f"claim {claim}: {driver} {device}{extra}"
@@ -163,6 +172,8 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
             if ref.request is not None and res.request != ref.request and not res.request.startswith(ref.request + "/"):
                 continue
             gref, sd = _dra_ref(res.driver, res.pool, res.device, inputs.slices)
+            if not _is_gpu_device(res.driver, sd):
+                continue
             sources = [ref_src, GrantSource(CLAIMS, res.pointer, res.excerpt)]
             if sd is not None:
                 sources.append(GrantSource(SLICES, sd.pointer, sd.excerpt))
@@ -174,11 +185,14 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
                                    tuple(sources), claim=key, devices_known=gref is not None,
                                    shared=bool(sharing)))
         return grants
+    listed = False  # the kubelet listed this claim's devices (a GPU's or not)
     for i, dr in enumerate(dynamic):
         if ref.claim is not None and (dr.claim_namespace, dr.claim_name) == (ref.namespace, ref.claim):
             used_dynamic.add(i)
-            grants.append(_dynamic_grant(dr, inputs, mech, ref_src))
-    if grants:
+            listed = True
+            if _is_gpu_device(dr.driver, inputs.slices.get((dr.driver, dr.pool, dr.device))):
+                grants.append(_dynamic_grant(dr, inputs, mech, ref_src))
+    if listed or (claim is not None and claim.allocated):
         return grants
     why = ("its claim is not in the bundle" if not inputs.claims_present or claim is None
            else "its claim has no allocation")
@@ -254,7 +268,8 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
     for ref in claim_refs:
         grants.extend(_claim_grants(ref, inputs, dynamic, used_dynamic))
     for i, dr in enumerate(dynamic):
-        if i not in used_dynamic and not any(g.claim == f"{dr.claim_namespace}/{dr.claim_name}" for g in grants):
+        if i not in used_dynamic and not any(g.claim == f"{dr.claim_namespace}/{dr.claim_name}" for g in grants) \
+                and _is_gpu_device(dr.driver, inputs.slices.get((dr.driver, dr.pool, dr.device))):
             grants.append(_dynamic_grant(dr, inputs))
     return grants
 

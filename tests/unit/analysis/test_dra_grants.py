@@ -256,3 +256,30 @@ def test_the_reports_grant_column_says_dra_with_the_claim(analyze: Analyze) -> N
     (c,) = [c for c in doc["containers"] if c["name"] == "ml/train-0/train"]
     assert c["gpu_allocation"]["kind"] == "dra" and c["gpu_allocation"]["claims"] == [f"ml/{CLAIM}"]
     assert f"dra (claim ml/{CLAIM}): GPU 0" in render_markdown(doc).replace("\\", "")
+
+
+def test_a_claim_on_a_non_gpu_device_grants_no_gpu(analyze: Analyze) -> None:
+    """A pod whose only claim is a NIC's (another driver, its slice device without a GPU UUID)
+    taking a GPU is judged as any pod without a GPU grant."""
+    b = _dra_node(used_gpu=1)
+    b.add_json("kubernetes/resourceslices.json", _items("ResourceSliceList", [
+        {**resource_slice(b.host, []), "spec": {"driver": "dra.net", "nodeName": b.host,
+                                                "pool": {"name": b.host, "generation": 1, "resourceSliceCount": 1},
+                                                "devices": [{"name": "eth1", "attributes": {"ifName": {"string": "eth1"}}}]}}]))
+    claim = resource_claim("ml", CLAIM, "5b6c7d8e-0000-4000-8000-00000000c1a1", b.host, [("gpu", "eth1")],
+                           reserved_for=[("train-0", T_UID)])
+    claim["status"]["allocation"]["devices"]["results"][0]["driver"] = "dra.net"
+    b.add_json("kubernetes/resourceclaims.json", _items("ResourceClaimList", [claim]))
+    (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+    assert "ml/train-0" in names(f, "culprit", "pod") and f["metrics"]["allocation_kind"] == "none"
+
+
+def test_on_a_dra_node_a_pod_without_a_grant_is_told_to_use_a_claim(analyze: Analyze) -> None:
+    b = _dra_node()
+    cid = cid_of("nb-nogrant")
+    b.pod("research", "notebook-bob", N_UID, [("jupyter", cid, 0)])
+    b.process(33, "python", container=cid, pod_uid=N_UID)
+    b.gpu_series(1, range(20), lambda s: (99, 50 * GIB, {33: (5 * GIB, 60.0)}))
+    (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+    assert "research/notebook-bob" in names(f, "culprit", "pod")
+    assert "ResourceClaim" in f["next_step"] and "nvidia.com/gpu" not in f["next_step"], f["next_step"]
