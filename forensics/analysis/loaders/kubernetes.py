@@ -1,7 +1,11 @@
 """Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
-collector's pure :func:`forensics.parsing.podindex.index_pod`) and the kubelet
-pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container), and the
-pod logs of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
+collector's pure :func:`forensics.parsing.podindex.index_pod`), each container's GPU grants in every
+form (:mod:`forensics.analysis.allocation_kubernetes`: its limits against the node's capacity in
+``kubernetes/node.json``, the kubelet's pod-resources ``List`` in
+``kubernetes/podresources/list.json`` with ``devices`` and ``dynamic_resources``, its DRA claims in
+``kubernetes/resourceclaims.json`` resolved through ``kubernetes/resourceslices.json``, the device
+plugin's ``NVIDIA_VISIBLE_DEVICES`` of its processes), a claim's sharing contract, and the pod logs
+of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
 container no other source describes becomes a Container here, with its Kubernetes allocation.
@@ -156,7 +160,7 @@ def _grant_inputs(src: Source, model: Model, node: str) -> KubeGrantInputs:
         if pnode == node and proc.container_id and proc.visible_devices and proc.visible_devices_evidence:
             env.setdefault(proc.container_id, (proc.visible_devices, proc.visible_devices_evidence))
     return KubeGrantInputs(
-        advertised={r: n for r, n in gpu_resource_names(src.json(kube_spec.NODE)).items()},
+        advertised=gpu_resource_names(src.json(kube_spec.NODE)),
         plugin=plugin_devices(listing), dynamic=dynamic_resources(listing),
         podresources_present=src.has(_LIST),
         claims=claims_by_name(src.json(kube_spec.RESOURCE_CLAIMS)),
