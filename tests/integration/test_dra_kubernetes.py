@@ -34,8 +34,8 @@ import pytest
 
 from forensics.analysis import analyze_bundles
 from forensics.bundle.reader import Bundle, open_bundle
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from tests.support.containerd_engine import BUSYBOX_REF, ContainerdEngine, containerd_engine
 from tests.support.dra_objects import (
     DraDevice,
