@@ -205,6 +205,70 @@ def k8s_pod_without_gpu_limit(st: Stage, sc: nvmlsim.Scenario) -> str:
     return "Kubernetes pod research/notebook-alice has no nvidia.com/gpu limit but sees every GPU (NVIDIA_VISIBLE_DEVICES=all) and takes GPU 0, assigned by the kubelet to ml/trainer-0."
 
 
+def k8s_dra_node(st: Stage, sc: nvmlsim.Scenario) -> str:
+    """A Kubernetes node whose GPUs NVIDIA's DRA driver grants (``resource.k8s.io/v1`` claims)."""
+    import uuid as uuidlib
+    from datetime import UTC, datetime
+
+    from tests.support.dra_objects import (
+        DraDevice,
+        DraState,
+        claim_pod,
+        device_class,
+        resource_claim,
+        resource_slice,
+    )
+    from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
+    from tests.support.kube_objects import ClusterState, ContainerSpec, make_node, make_pod
+    from tests.support.podresources_server import PodResourcesServer
+
+    two_gpus(sc, gpu0_util=[(0, 97)], gpu1_util=[(0, 88)])
+    sc.add_gpu(name="NVIDIA H100 80GB HBM3", uuid="GPU-5d0c7e21-9b3a-4f6e-8d1c-2e3f4a5b6c7d",
+               pci_bus_id="00000000:AF:00.0", serial="1652923000003", gpu_util=0)
+    uuids = [sc.gpu_uuid(i) for i in range(3)]
+    now = datetime.now(UTC).replace(microsecond=0)
+    pods, claims, pids = [], [], {}
+    plan = [  # pod, namespace, container, claim name, device, runs on GPU
+        ("train-0", "ml", "trainer", "train-0-gpu-x7k2p", "gpu-0", 0),
+        ("train-1", "ml", "trainer", "train-1-gpu-q9z8w", "gpu-2", 0),
+        ("nb-a", "research", "jupyter", "shared-gpu", "gpu-1", 1),
+        ("nb-b", "research", "jupyter", "shared-gpu", "gpu-1", 1),
+    ]
+    uids = {name: str(uuidlib.uuid4()) for name, *_ in plan}
+    for name, ns, container, claim, device, gpu in plan:
+        cid = st.pod_container(name, ns, uids[name], container, "-e", "NVIDIA_VISIBLE_DEVICES=void")
+        pids[name] = st.pid(next(n for n in st.containers if n.startswith(f"k8s_{container}_{name}_")))
+        sc.add_process(pid=pids[name], gpu=gpu, used_memory_bytes=(30 if name == "train-0" else 12) * GIB,
+                       sm_util=[(0, 60 if name != "train-1" else 45)], mem_util=[(0, 40)])
+        pod = make_pod(name, ns, HOSTNAME, now, [ContainerSpec(container, runtime="docker", container_id=cid,
+                                                                 requests={"cpu": "4", "memory": "16Gi"})],
+                       uid=uids[name], labels={"app": name.split("-")[0]})
+        pods.append(claim_pod(pod, {"gpu": claim}, {container: ["gpu"]}, template=claim != "shared-gpu"))
+        if not any(c["metadata"]["name"] == claim for c in claims):
+            claims.append(resource_claim(ns, claim, str(uuidlib.uuid4()), HOSTNAME, [("gpu", device)],
+                                         sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}
+                                         if claim == "shared-gpu" else None))
+        next(c for c in claims if c["metadata"]["name"] == claim)["status"].setdefault("reservedFor", []).append(
+            {"resource": "pods", "name": name, "uid": uids[name]})
+    node = make_node(HOSTNAME, now, gpus=3, product="NVIDIA-H100-80GB-HBM3")
+    for key in ("capacity", "allocatable"):  # no device plugin: DRA publishes the GPUs in a ResourceSlice
+        node["status"][key].pop("nvidia.com/gpu", None)
+    state = ClusterState(nodes=[node], pods=pods,
+                         dra=DraState(slices=[resource_slice(HOSTNAME, [DraDevice(i, u) for i, u in enumerate(uuids)])],
+                                      claims=claims, device_classes=[device_class()]))
+    api = KubeAPIServer(state).start()
+    st.cleanups.append(api.stop)
+    kubeconfig = write_kubeconfig(st.tmp / "kubeconfig", api.url)
+    sock = st.tmp / "kubelet.sock"
+    pr = PodResourcesServer(sock, pods=pods, gpu_ids=uuids, claims=claims).start()
+    st.cleanups.append(pr.stop)
+    st.capture_args += ["--kubeconfig", str(kubeconfig), "--node", HOSTNAME,
+                        "--set", f"podresources.socket={sock}"]
+    return ("Kubernetes node whose GPUs NVIDIA's DRA driver grants through ResourceClaims (no nvidia.com/gpu "
+            "limits; NVIDIA_VISIBLE_DEVICES=void): ml/train-0 runs on its claim's GPU 0, research/nb-a and nb-b "
+            "time-slice one claim on GPU 1, ml/train-1's claim gave it GPU 2 but it runs on GPU 0.")
+
+
 DEGRADE_AT_S = 6.0  # after the swap: the sampling child has registered for NVML events by then
 
 
@@ -332,6 +396,7 @@ SCENARIOS: dict[str, Callable[[Stage, nvmlsim.Scenario], str]] = {
     "k8s-pod-without-gpu-limit": k8s_pod_without_gpu_limit,
     "busy-node": busy_node,
     "degraded-gpu-node": degraded_gpu_node,
+    "k8s-dra-node": k8s_dra_node,
 }
 
 

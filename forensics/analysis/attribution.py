@@ -12,6 +12,8 @@ members change (a new PID, a new container), not every tick.
 
 Grant of an owner on one GPU (:class:`Grant`):
 
+- ``dra``: a DRA ResourceClaim granted that GPU (``claim`` names it; shared through one claim
+  too) -> ``allocated`` true;
 - ``explicit``: an operator granted that GPU (``--gpus``, DeviceRequests, CDI, a device node, a
   specific ``NVIDIA_VISIBLE_DEVICES``, a pod's ``nvidia.com/gpu`` devices) -> ``allocated`` true;
 - ``shared``: a sharing contract (MPS, time-slicing, a vGPU/HAMi limit) covers it -> ``allocated`` true;
@@ -59,10 +61,11 @@ class Grant:
     """What the owner was granted on one GPU (see the module docstring)."""
 
     allocated: bool
-    grant: str  # explicit | shared | blanket | none
-    allocation_kind: str  # GpuAllocation.kind: device-request, cdi, env, privileged, kubernetes, none, unknown
+    grant: str  # dra | explicit | shared | blanket | none
+    allocation_kind: str  # GpuAllocation.kind: device-request, cdi, env, privileged, kubernetes, dra, none, unknown
     detail: str
     unallocated: bool  # the unallocated-gpu-use rule counts this owner's use of this GPU
+    claim: str = ""  # grant dra: the ResourceClaim(s), namespace/name
 
 
 class _Members:
@@ -103,6 +106,8 @@ class Attribution:
         alloc = owner.allocation
         unallocated = (owner_counts_unallocated(self.model, owner, gpu_uuid)
                        and not alloc.grants(gpu_uuid, mig_uuid))
+        if alloc.claims and (alloc.grants(gpu_uuid, mig_uuid) or not alloc.devices_known):
+            return Grant(True, "dra", alloc.kind, alloc.detail, unallocated, ", ".join(alloc.claims))
         if owner.attributed and contract_for(self.model, owner.subject, gpu_uuid) is not None:
             return Grant(True, "shared", alloc.kind, "a sharing contract covers this GPU", unallocated)
         if alloc.grants(gpu_uuid, mig_uuid) or (alloc.explicit and not alloc.devices_known):

@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from forensics.analysis.allocation import kubernetes_allocation
+from forensics.analysis.allocation_kubernetes import merge_allocations
 from forensics.analysis.findings import Subject
 from forensics.analysis.model import (
     UNKNOWN_ALLOCATION,
@@ -39,6 +40,8 @@ def pod_allocation(model: Model, pod: Pod) -> GpuAllocation:
     of those devices. Otherwise the devices are unknown (no verdict on which GPU is whose).
     """
     evidence = pod.evidence[1:] or pod.evidence  # spec resources and pod-resources devices (after the UID)
+    if pod.allocations:  # every grant form, per container (forensics.analysis.allocation_kubernetes)
+        return merge_allocations([a for _, a in pod.allocations], evidence)
     if not pod.gpu_limits_known:  # only its CRI sandbox: the grants are its containers'
         return GpuAllocation("unknown", False, (), "runtime", "pod spec not in the bundle (CRI sandbox only)",
                              evidence, devices_known=False)

@@ -110,7 +110,7 @@ class GpuAllocation:
     ``blanket_gpus``: GPUs reachable only through a blanket grant (image ENV
     ``NVIDIA_VISIBLE_DEVICES=all``, ``all`` under the default nvidia runtime, privileged mode, a pod
     without a GPU limit). ``kind`` summarises: device-request, cdi, device-node, env, privileged,
-    kubernetes, none, unknown; ``explicit`` is true when any explicit grant exists.
+    kubernetes, dra (a ResourceClaim granted it: ``claims``), none, unknown; ``explicit`` is true when any explicit grant exists.
     """
 
     kind: str
@@ -124,6 +124,7 @@ class GpuAllocation:
     blanket_evidence: tuple[Evidence, ...] = ()
     devices_known: bool = True
     time_sliced: bool = False  # a device plugin's time-slicing replicas (GPU-<uuid>::N): sharing by design
+    claims: tuple[str, ...] = ()  # DRA: the ResourceClaims (namespace/name) that granted ``gpus``
 
     def grants(self, gpu_uuid: str, mig_uuid: str | None = None) -> bool:
         """True when this allocation explicitly grants the GPU (or the MIG device on it)."""
@@ -178,6 +179,8 @@ class Pod:
     gpu_devices: tuple[tuple[str, tuple[str, ...]], ...]  # (container name, device ids)
     evidence: tuple[Evidence, ...] = ()
     gpu_limits_known: bool = True
+    # (container name, its allocation in every grant form: forensics.analysis.allocation_kubernetes)
+    allocations: tuple[tuple[str, GpuAllocation], ...] = ()
 
     def subject(self) -> Subject:
         return Subject("pod", self.uid, f"{self.namespace}/{self.name}", self.node)

@@ -25,6 +25,34 @@ Grant mechanisms, each recorded with the JSON pointer it came from and its origi
 - ``device-node``: ``/dev/nvidia<N>`` in ``/HostConfig/Devices`` (N is the device minor number).
 - ``privileged``: ``/HostConfig/Privileged`` true: every ``/dev/nvidia*`` node is visible.
 
+Kubernetes grant mechanisms (built by :mod:`forensics.analysis.allocation_kubernetes` from the
+bundle's ``kubernetes/`` members; their ``GrantSource.document`` is the member's own path, the
+pointer a JSON pointer into it):
+
+- ``device-plugin``: a ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>`` limit
+  (``kubernetes/pods.json``), its devices from the kubelet's pod-resources ``devices``
+  (``kubernetes/podresources/list.json``); without that list the devices are unknown
+  (``devices_known`` false: granted, but which GPU is not judged).
+- ``renamed-resource``: a limit on another GPU resource the node advertises in its
+  ``status.capacity`` (``kubernetes/node.json``), such as ``nvidia.com/gpu.shared`` (the device
+  plugin's ``renameByDefault`` or its ``resources`` config); devices from pod-resources, else from
+  the device plugin's ``NVIDIA_VISIBLE_DEVICES`` in the container's process environment
+  (``proc/<pid>/environ``), else unknown. Replicas ``GPU-<uuid>::N`` share by design.
+- ``dra-claim``: a ResourceClaim the container uses (``resources.claims`` -> the pod's
+  ``spec.resourceClaims``), its devices the claim's ``status.allocation.devices.results[]``
+  (``kubernetes/resourceclaims.json``) resolved to GPU or MIG UUIDs by the driver's ResourceSlice
+  (``kubernetes/resourceslices.json``), or, without the claim, the kubelet's pod-resources
+  ``dynamic_resources``; ``gpu-N`` with no slice is the GPU of device minor N. ``claim`` names
+  the claim (``namespace/name``).
+- ``extended-resource-dra``: a ``nvidia.com/gpu`` limit served by DRA
+  (``status.extendedResourceClaimStatus`` of the pod names the generated claim and request).
+
+Every grant is ``origin`` operator; a Kubernetes grant is explicit. New forms are new
+``mechanism`` values with the same fields: a grant always cites where it was read.
+
+Why this module is long: it is the one grant model every runtime's forms share (the types, and
+Docker's finders that first defined them); the Kubernetes forms are built elsewhere from these types.
+
 Caveat recorded in every nvidia-runtime grant: the engine writes its default runtime into
 ``HostConfig.Runtime`` at creation, so ``--runtime nvidia`` given explicitly on a host whose
 default is nvidia cannot be told from the default; it is attributed to the engine default.
@@ -81,8 +109,9 @@ class GpuRef:
 
 @dataclass(frozen=True)
 class GrantSource:
-    """Where a grant was read: ``document`` (container-inspect, image-inspect, engine-info),
-    an RFC 6901 JSON ``pointer`` into it, a compact JSON ``excerpt`` of the value there, and who
+    """Where a grant was read: ``document`` (container-inspect, image-inspect, engine-info; a
+    Kubernetes grant names the bundle member, e.g. ``kubernetes/resourceclaims.json``), an RFC 6901
+    JSON ``pointer`` into it, a compact JSON ``excerpt`` of the value there, and who
     put that value there (``origin``)."""
 
     document: str
@@ -107,9 +136,12 @@ class GpuGrant:
     reason: str
     sources: tuple[GrantSource, ...]
     capabilities: tuple[str, ...] = ()
+    claim: str | None = None  # dra-claim, extended-resource-dra: the ResourceClaim, namespace/name
+    devices_known: bool = True  # false: a grant of GPUs the evidence does not name (never judged)
+    shared: bool = False  # shared on purpose (time-slicing replicas, a claim's sharing strategy)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "mechanism": self.mechanism,
             "scope": self.scope,
             "devices": [d.to_json() for d in self.devices],
@@ -119,6 +151,13 @@ class GpuGrant:
             "sources": [s.to_json() for s in self.sources],
             "capabilities": list(self.capabilities),
         }
+        if self.claim is not None:
+            out["claim"] = self.claim
+        if not self.devices_known:
+            out["devices_known"] = False
+        if self.shared:
+            out["shared"] = True
+        return out
 
 
 @dataclass(frozen=True)

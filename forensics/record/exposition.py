@@ -29,7 +29,7 @@ __all__ = ["GPU_LABELS", "PROCESS_LABELS", "TICK_BUCKETS", "Histogram", "Process
            "collect_other", "collect_snapshot"]
 
 PROCESS_LABELS = ("gpu", "gpu_uuid", "mig_uuid", "pid", "owner", "container", "container_id", "namespace", "pod",
-                  "allocated", "grant")
+                  "allocated", "grant", "claim")
 GPU_LABELS = ("gpu", "gpu_uuid", "name")
 # seconds; a tick at 1 Hz answers in milliseconds, a hung source in seconds
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -158,7 +158,8 @@ SM = ("gpuforensics_process_sm_utilization_percent",
 def _process_labels(p: ProcessLive) -> list[str]:
     o, g = p.owner, p.grant
     return [str(p.gpu_index), p.gpu_uuid, p.mig_uuid or "", str(p.pid), o.kind, o.container_name,
-            o.container_id, o.pod_namespace, o.pod_name, "true" if g.allocated else "false", g.grant]
+            o.container_id, o.pod_namespace, o.pod_name, "true" if g.allocated else "false", g.grant,
+            g.claim]
 
 
 def collect_snapshot(s: Snapshot, stale_before: float) -> Iterator[Metric]:

@@ -209,7 +209,7 @@ def _container(
         exit_code=get_str(d, "exit_code"),
         oom_killed=oom_killed,
         oom_kills=get_int(d, "oom_kills"),
-        allocation_kind=get_str(alloc, "kind", "unknown"),
+        allocation_kind=get_str(alloc, "kind", "unknown") + _claims_text(alloc),
         allocation_explicit=get_bool(alloc, "explicit"),
         allocation_blanket=bool(alloc.get("blanket_gpus") or alloc.get("blanket_detail")),
         allocation_gpus=gpus,
@@ -317,3 +317,9 @@ def container_views(ctx: ViewContext) -> Split[ContainerView]:
     draw = set(order[:CONTAINER_CHART_CAP])
     views = [_container(ctx, raw[i], i, related[i], i in draw, throttled[i]) for i in order]
     return split(views, "appendix-containers")
+
+
+def _claims_text(alloc: dict[str, Any]) -> str:
+    """`` (claim ml/train-0-gpu-x7k2p)`` after the grant kind ``dra``: the claim a user looks up."""
+    claims = [c for c in alloc.get("claims") or () if isinstance(c, str)]
+    return f" (claim {', '.join(claims)})" if claims else ""

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from forensics.specs.base import Hint
 
-__all__ = ["CGROUP_PATHS", "KMSG_LAST_SEQ", "KUBE_NODE", "PIDS", "PROCFS_RECORDED_PIDS"]
+__all__ = ["CGROUP_PATHS", "GPU_PIDS", "KMSG_LAST_SEQ", "KUBE_NODE", "PIDS", "PROCFS_RECORDED_PIDS"]
 
 PIDS = Hint("pids", int, "processes of interest: GPU users (nvml) and container processes (docker)")
+GPU_PIDS = Hint("gpu_pids", int, "processes on a GPU (nvml), in this host's PID namespace")
 CGROUP_PATHS = Hint("cgroup_paths", str, "cgroup paths of interest, relative to the cgroup root")
 PROCFS_RECORDED_PIDS = Hint("procfs_recorded_pids", int,
                             "PIDs whose /proc files the snapshot stored (the window skips them)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
-from forensics.specs.hints import KUBE_NODE
+from forensics.specs.hints import GPU_PIDS, KUBE_NODE
 from forensics.specs.logs import LOGS
 
 __all__ = [
-    "CLOCK", "EVENTS", "LOGS_DIR", "LOGS_INDEX", "METRICS", "NODE", "NODE_END", "PODS", "PODS_INDEX", "PREFIX",
-    "REQUESTS", "REQUESTS_END", "SPEC",
+    "CLOCK", "DEVICE_CLASSES", "EVENTS", "LOGS_DIR", "LOGS_INDEX", "METRICS", "NODE", "NODE_END", "PODS", "PODS_INDEX", "PREFIX",
+    "REQUESTS", "REQUESTS_END", "RESOURCE_API", "RESOURCE_CLAIMS", "RESOURCE_SLICES", "SPEC",
     "KubernetesSettings", "pod_log_member",
 ]
 
@@ -25,6 +25,14 @@ REQUESTS = "kubernetes/requests.json"
 EVENTS = "kubernetes/events.json"
 METRICS = "kubernetes/metrics.json"
 CLOCK = "kubernetes/clock.json"
+# resource.k8s.io (Dynamic Resource Allocation), each a List as the API server sent it (its
+# apiVersion the version the server offered): the node's ResourceSlices, the ResourceClaims its
+# pods use or that are reserved for them, the DeviceClasses those claims name; and which versions
+# of the group the server offered (its discovery document) with the one read
+RESOURCE_API = "kubernetes/resource-api.json"
+RESOURCE_SLICES = "kubernetes/resourceslices.json"
+RESOURCE_CLAIMS = "kubernetes/resourceclaims.json"
+DEVICE_CLASSES = "kubernetes/deviceclasses.json"
 LOGS_DIR = "kubernetes/logs/"
 LOGS_INDEX = "kubernetes/logs/index.json"
 
@@ -47,7 +55,7 @@ SPEC = SourceSpec(
     settings=KubernetesSettings,
     absence=Absence("no Kubernetes data: pod allocations and OOMKilled statuses unknown", (
         Excuse(frozenset({None, "unavailable", "skipped"}), "not a Kubernetes node: nothing lost"),)),
-    publishes=(KUBE_NODE,), reads=(KUBE_NODE,), shared=(LOGS,),
+    publishes=(KUBE_NODE,), reads=(KUBE_NODE, GPU_PIDS), shared=(LOGS,),
 )
 
 #: the flight recorder's Kubernetes events (forensics.collectors.kubernetes.follow): one Event a

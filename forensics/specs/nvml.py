@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics.specs.base import Absence, SourceSpec, setting
-from forensics.specs.hints import PIDS
+from forensics.specs.hints import GPU_PIDS, PIDS
 
 __all__ = [
     "ACCOUNTING", "ACCOUNTING_END", "DEVICES", "EVENTS", "HEALTH_END", "PROCESSES", "SAMPLES", "SPEC", "NvmlSettings"]
@@ -28,5 +28,5 @@ class NvmlSettings:
 SPEC = SourceSpec(
     name="nvml", order=10, collector="forensics.collectors.nvml.nvml", settings=NvmlSettings,
     absence=Absence("no NVML data: GPU attribution not possible"),
-    publishes=(PIDS,),
+    publishes=(PIDS, GPU_PIDS),
 )

@@ -29,6 +29,13 @@ collector reads, serving the objects of a :class:`~tests.support.kube_objects.Cl
   ``timeoutSeconds``; a ``resourceVersion`` older than ``compacted_rv`` gets the API server's
   ``ERROR`` event (410 ``Expired``); :meth:`KubeAPIServer.end_watches` ends the open streams, and
   ``unavailable`` answers every request 503 (an API server restarting);
+- ``GET /apis/resource.k8s.io`` (APIGroup discovery: the versions ``state.dra.versions`` offers,
+  the first preferred), ``/apis/resource.k8s.io/{v}`` (APIResourceList), and in each offered version
+  ``resourceslices`` (``fieldSelector`` ``spec.nodeName``, ``spec.driver``), ``deviceclasses``
+  (list, get) and ``resourceclaims`` (all namespaces, namespaced list and get), each object shaped
+  as that version serves it (v1beta1: a device's attributes under ``basic``); objects and their
+  upstream sources: tests/support/dra_objects.py. ``state.dra`` None: the group is not served (404);
+  RBAC resources ``resourceslices.resource.k8s.io`` etc. for ``forbidden``;
 - ``limit``/``continue`` pagination with opaque continue tokens; unknown field selectors -> 400;
   errors are ``Status`` objects (403 ``Forbidden`` naming the user, verb and resource; 404; 409).
 
@@ -63,6 +70,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from forensics.parsing.timestamps import parse_iso_unix
+from tests.support.dra_objects import DraState, to_version
 from tests.support.kube_exec import ExecRuntime
 from tests.support.kube_objects import ClusterState, _rv, _uid, gpu_node_scenario, iso
 
@@ -110,6 +118,15 @@ _FIELDS["jobs"] = {"metadata.name": lambda o: o["metadata"]["name"],
 _FIELDS["secrets"] = {"metadata.name": lambda o: o["metadata"]["name"],
                       "metadata.namespace": lambda o: o["metadata"]["namespace"]}
 
+_FIELDS["resourceslices.resource.k8s.io"] = {
+    "metadata.name": lambda o: o["metadata"]["name"],
+    "spec.nodeName": lambda o: o["spec"].get("nodeName", ""),
+    "spec.driver": lambda o: o["spec"].get("driver", ""),
+}
+_FIELDS["resourceclaims.resource.k8s.io"] = {"metadata.name": lambda o: o["metadata"]["name"],
+                                             "metadata.namespace": lambda o: o["metadata"]["namespace"]}
+_FIELDS["deviceclasses.resource.k8s.io"] = {"metadata.name": lambda o: o["metadata"]["name"]}
+
 _KINDS = {
     "pods": ("v1", "PodList", "Pod"),
     "nodes": ("v1", "NodeList", "Node"),
@@ -118,6 +135,10 @@ _KINDS = {
     "jobs": ("batch/v1", "JobList", "Job"),
     "pods.metrics.k8s.io": ("metrics.k8s.io/v1beta1", "PodMetricsList", "PodMetrics"),
     "nodes.metrics.k8s.io": ("metrics.k8s.io/v1beta1", "NodeMetricsList", "NodeMetrics"),
+    # the version is the one asked for (_dra_route sets it)
+    "resourceslices.resource.k8s.io": ("resource.k8s.io/v1", "ResourceSliceList", "ResourceSlice"),
+    "resourceclaims.resource.k8s.io": ("resource.k8s.io/v1", "ResourceClaimList", "ResourceClaim"),
+    "deviceclasses.resource.k8s.io": ("resource.k8s.io/v1", "DeviceClassList", "DeviceClass"),
 }
 
 
@@ -551,6 +572,8 @@ class KubeAPIServer:
                 if len(rest) == 2:
                     return resource, lambda q: self._get(resource, items, ns, rest[1])
                 return resource, lambda q: self._list(resource, items, ns, q)
+        if segs[:2] == ["apis", "resource.k8s.io"] and st.dra is not None:
+            return self._dra_route(segs[2:], st.dra)
         if segs[:3] == ["apis", "metrics.k8s.io", "v1beta1"] and st.metrics_available:
             rest = segs[3:]
             ns = None
@@ -563,6 +586,42 @@ class KubeAPIServer:
                     return resource, lambda q: self._get(resource, items, ns, rest[1])
                 return resource, lambda q: self._list(resource, items, ns, q)
         raise _status(404, "NotFound", "the server could not find the requested resource")
+
+    def _dra_route(self, rest: list[str], dra: DraState) -> tuple[str, Callable[[dict[str, str]], Any]]:
+        """``resource.k8s.io``: the group's discovery document, and in each offered version
+        ResourceSlices and DeviceClasses (cluster-scoped) and ResourceClaims (namespaced), each
+        object served as that version shapes it (tests/support/dra_objects.py ``to_version``)."""
+        group = "resource.k8s.io"
+        if not rest:
+            versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in dra.versions]
+            return "", lambda q: {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions,
+                                  "preferredVersion": versions[0]}
+        version, rest = rest[0], rest[1:]
+        if version not in dra.versions:
+            raise _status(404, "NotFound", "the server could not find the requested resource")
+        if not rest:
+            return "", lambda q: {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
+                                  "resources": [
+                {"name": "deviceclasses", "singularName": "deviceclass", "namespaced": False, "kind": "DeviceClass",
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]},
+                {"name": "resourceclaims", "singularName": "resourceclaim", "namespaced": True, "kind": "ResourceClaim",
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]},
+                {"name": "resourceslices", "singularName": "resourceslice", "namespaced": False, "kind": "ResourceSlice",
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}]}
+        ns = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            ns, rest = rest[1], rest[2:]
+        lists = {"resourceslices": dra.slices, "resourceclaims": dra.claims, "deviceclasses": dra.device_classes}
+        if not rest or rest[0] not in lists or len(rest) > 2 or (ns is not None and rest[0] != "resourceclaims"):
+            raise _status(404, "NotFound", "the server could not find the requested resource")
+        resource = f"{rest[0]}.{group}"
+        items = [to_version(o, version) for o in lists[rest[0]]]
+
+        def answer(q: dict[str, str]) -> dict[str, Any]:
+            if len(rest) == 2:
+                return self._get(resource, items, ns, rest[1])
+            return {**self._list(resource, items, ns, q), "apiVersion": f"{group}/{version}"}
+        return resource, answer
 
     def _get(self, resource: str, items: list[dict[str, Any]], ns: str | None, name: str) -> dict[str, Any]:
         api_version, _, kind = _KINDS[resource]

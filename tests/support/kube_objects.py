@@ -79,6 +79,7 @@ class ClusterState:
     secrets: list[dict[str, Any]] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     metrics_available: bool = True
+    dra: Any = None  # tests.support.dra_objects.DraState: resource.k8s.io served; None: not served (404)
 
     def copy(self) -> ClusterState:
         return copy.deepcopy(self)

@@ -71,8 +71,17 @@ def list_response_from_pods(
     gpu_ids: list[str],
     mig_ids: Mapping[str, list[str]] | None = None,
     numa_of: Mapping[str, int] | None = None,
+    claims: Iterable[Mapping[str, Any]] = (),
 ) -> api_pb2.ListPodResourcesResponse:
     """Assign devices to the pods' containers as the kubelet device manager would.
+
+    ``claims`` (ResourceClaim objects, tests/support/dra_objects.py): a container that uses a claim
+    (``resources.claims`` through the pod's ``spec.resourceClaims``, or an extended resource the
+    pod's ``status.extendedResourceClaimStatus`` maps to a claim request) gets its allocated devices
+    as ``dynamic_resources`` (claim name and namespace, driver, pool, device, and the CDI device
+    NVIDIA's driver names ``k8s.gpu.nvidia.com/claim=<claim uid>-<device>``), as the kubelet's DRA
+    manager reports them (kubelet pod-resources v1 ``DynamicResource``); an extended resource served
+    by DRA gets no device plugin ids.
 
     ``gpu_ids`` are handed out in order to containers with an ``nvidia.com/gpu`` limit;
     ``mig_ids`` maps a MIG resource name (``nvidia.com/mig-1g.10gb``), or any other resource such as
@@ -92,10 +101,14 @@ def list_response_from_pods(
         meta = pod["metadata"]
         pr = response.pod_resources.add(name=meta["name"], namespace=meta["namespace"])
         guaranteed = pod.get("status", {}).get("qosClass") == "Guaranteed"
+        by_name = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
         for container in pod["spec"].get("containers", []):
             cr = pr.containers.add(name=container["name"])
             limits = container.get("resources", {}).get("limits", {})
+            served = _dynamic_resources(cr, pod, container["name"], by_name)
             for resource, quantity in sorted(limits.items()):
+                if resource in served:
+                    continue
                 n = _int_quantity(quantity)
                 if resource == "nvidia.com/gpu":
                     ids, free_gpus = free_gpus[:n], free_gpus[n:]
@@ -116,6 +129,39 @@ def list_response_from_pods(
                 cr.cpu_ids.extend(range(next_cpu, next_cpu + count))
                 next_cpu += count
     return response
+
+
+def _dynamic_resources(cr: Any, pod: Mapping[str, Any], container: str,
+                       claims: Mapping[tuple[str, str], Mapping[str, Any]]) -> set[str]:
+    """Add the container's claims' devices as ``dynamic_resources``; the extended resources they serve."""
+    ns = pod["metadata"]["namespace"]
+    status = pod.get("status", {})
+    generated = {s["name"]: s.get("resourceClaimName") for s in status.get("resourceClaimStatuses", [])}
+    pod_claims = {rc["name"]: rc.get("resourceClaimName") or generated.get(rc["name"])
+                  for rc in pod["spec"].get("resourceClaims", [])}
+    uses: list[tuple[str | None, str | None]] = []
+    spec_c = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    for use in spec_c.get("resources", {}).get("claims", []):
+        uses.append((pod_claims.get(use["name"]), use.get("request")))
+    served: set[str] = set()
+    ext = status.get("extendedResourceClaimStatus") or {}
+    for m in ext.get("requestMappings", []):
+        if m["containerName"] == container:
+            uses.append((ext["resourceClaimName"], m["requestName"]))
+            served.add(m["resourceName"])
+    for claim_name, request in uses:
+        claim = claims.get((ns, claim_name or ""))
+        if claim is None:
+            continue
+        results = [r for r in claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+                   if request is None or r["request"] == request]
+        if not results:
+            continue
+        dr = cr.dynamic_resources.add(claim_name=claim_name, claim_namespace=ns)
+        for r in results:
+            res = dr.claim_resources.add(driver_name=r["driver"], pool_name=r["pool"], device_name=r["device"])
+            res.cdi_devices.add(name=f"k8s.gpu.nvidia.com/claim={claim['metadata']['uid']}-{r['device']}")
+    return served
 
 
 def allocatable_response(
@@ -186,6 +232,7 @@ class PodResourcesServer:
         mode: str = "ok",
         list_response: api_pb2.ListPodResourcesResponse | None = None,
         allocatable: api_pb2.AllocatableResourcesResponse | None = None,
+        claims: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
@@ -194,7 +241,7 @@ class PodResourcesServer:
         gpu_ids = gpu_ids if gpu_ids is not None else [gpu_uuid(i) for i in range(8)]
         numa_of = {g: (0 if i < len(gpu_ids) // 2 else 1) for i, g in enumerate(gpu_ids)}
         self.list_response = list_response or list_response_from_pods(
-            list(pods), gpu_ids, mig_ids, numa_of
+            list(pods), gpu_ids, mig_ids, numa_of, list(claims)
         )
         self.allocatable_response = allocatable or allocatable_response(gpu_ids, mig_ids, numa_of)
         self.calls: list[str] = []

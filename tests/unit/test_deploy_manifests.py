@@ -20,7 +20,7 @@ from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.collectors.podresources.client import DEFAULT_SOCKET
 from forensics.hostfs.cgroupns import ENV_CGROUP_ROOT
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
-from tests.support.kube_objects import ContainerSpec, gpu_node_scenario, make_pod
+from tests.support.kube_objects import ClusterState, ContainerSpec, gpu_node_scenario, make_pod
 from tests.support.kube_testing import clean_kube_env, make_ctx
 from tests.support.nvmlsim import fixtures as nvf
 
@@ -158,6 +158,13 @@ class TestPodSpecs:
 # --------------------------------------------------------------------------------------------
 # RBAC == the collector's calls
 # --------------------------------------------------------------------------------------------
+def is_discovery(path: str) -> bool:
+    """``/apis/<group>`` and ``/apis/<group>/<version>``: non-resource URLs every authenticated user
+    may read (the ``system:discovery`` ClusterRole), no rule of ours."""
+    segs = path.strip("/").split("/")
+    return segs[0] == "apis" and len(segs) <= 3
+
+
 def rbac_of(path: str) -> tuple[str, str, str]:
     """(apiGroup, resource, verb) that authorizes ``GET path`` (the API server's own mapping)."""
     segs = path.strip("/").split("/")
@@ -200,7 +207,8 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
                   for i in range(25)]
     runs = [({"node_name": "gpu-node-07"}, gpu_node_scenario(now)),
             ({"node_name": None}, gpu_node_scenario(now)),
-            ({"node_name": "gpu-node-07"}, many)]
+            ({"node_name": "gpu-node-07"}, many),
+            ({"node_name": "gpu-node-07"}, dra_node_scenario(now))]
     monkeypatch.setattr("socket.gethostname", lambda: "gpu-node-07")
     used: set[tuple[str, str, str]] = set()
     for i, (options, state) in enumerate(runs):
@@ -211,8 +219,9 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
             staged = make_ctx(run_dir, kubeconfig=str(kubeconfig), **options)
             KubernetesCollector().snapshot(staged.ctx)
         assert staged.ctx.partial_reasons == []
-        used |= {rbac_of(p) for _, p, _ in api.requests}
+        used |= {rbac_of(p) for _, p, _ in api.requests if not is_discovery(p)}
     assert ("", "events", "list") in used and ("", "nodes", "list") in used
+    assert ("resource.k8s.io", "resourceclaims", "list") in used and ("resource.k8s.io", "deviceclasses", "get") in used
     assert ("", "pods/log", "get") in used
     # the DaemonSet's `record` follows the node's events (collectors/kubernetes/follow.py): a list
     # then a watch per scope, with the same service account
@@ -287,3 +296,26 @@ def test_cluster_job_has_deploy_job_pod_spec():
     spec.pop("nodeName")
     spec["containers"][0].pop("command")
     assert spec == JOB_POD_SPEC, "forensics/cluster/jobspec.py and deploy/job.yaml disagree"
+
+
+def dra_node_scenario(now: datetime) -> ClusterState:
+    """The GPU node with a pod whose GPU a DRA claim granted, and resource.k8s.io served."""
+    from tests.support.dra_objects import (
+        DraDevice,
+        DraState,
+        claim_pod,
+        device_class,
+        resource_claim,
+        resource_slice,
+    )
+
+    state = gpu_node_scenario(now)
+    pod = claim_pod(make_pod("dra-0", "ml", "gpu-node-07", now, [ContainerSpec("train")]),
+                    {"gpu": "dra-0-gpu-x7k2p"}, {"train": ["gpu"]}, template=True)
+    state.pods.append(pod)
+    state.dra = DraState(
+        slices=[resource_slice("gpu-node-07", [DraDevice(0, "GPU-8a74c1f2-0000-4000-8000-000000000000")])],
+        claims=[resource_claim("ml", "dra-0-gpu-x7k2p", "5b6c7d8e-0000-4000-8000-00000000c1a1", "gpu-node-07",
+                               [("gpu", "gpu-0")], reserved_for=[("dra-0", pod["metadata"]["uid"])])],
+        device_classes=[device_class()])
+    return state

@@ -1,7 +1,11 @@
 """Kubernetes pods: ``kubernetes/pods.json`` (the node's PodList, indexed with the kubernetes
-collector's pure :func:`forensics.parsing.podindex.index_pod`) and the kubelet
-pod-resources ``List`` in ``kubernetes/podresources/list.json`` (device ids per container), and the
-pod logs of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
+collector's pure :func:`forensics.parsing.podindex.index_pod`), each container's GPU grants in every
+form (:mod:`forensics.analysis.allocation_kubernetes`: its limits against the node's capacity in
+``kubernetes/node.json``, the kubelet's pod-resources ``List`` in
+``kubernetes/podresources/list.json`` with ``devices`` and ``dynamic_resources``, its DRA claims in
+``kubernetes/resourceclaims.json`` resolved through ``kubernetes/resourceslices.json``, the device
+plugin's ``NVIDIA_VISIBLE_DEVICES`` of its processes), a claim's sharing contract, and the pod logs
+of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
 container no other source describes becomes a Container here, with its Kubernetes allocation.
@@ -10,49 +14,32 @@ container no other source describes becomes a Container here, with its Kubernete
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
-from forensics.analysis.allocation import kubernetes_allocation
+from forensics.analysis.allocation_kubernetes import (
+    KubeGrantInputs,
+    claim_share_contract,
+    container_grants,
+    dynamic_resources,
+    kubernetes_grants_allocation,
+    plugin_devices,
+)
 from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, dig, parse_time
 from forensics.analysis.loaders.logs import load_log_signals
-from forensics.analysis.model import Container, Model, Pod
+from forensics.analysis.model import Container, GpuAllocation, Model, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
+from forensics.parsing.dra import claims_by_name, pod_claim_refs, slice_devices
 from forensics.parsing.podindex import index_pod
 from forensics.specs import kubernetes as kube_spec
 from forensics.specs import podresources as podresources_spec
 
 __all__ = ["LOADER", "load_kubernetes", "load_kubernetes_events"]
 
-_GPU = "nvidia.com/gpu"
 _LIST = podresources_spec.LIST
-
-
-def _podresources(src: Source) -> dict[tuple[str, str, str], tuple[list[str], Evidence]]:
-    """(namespace, pod, container) -> (GPU device ids, evidence) from pod-resources List."""
-    doc = src.json(_LIST)
-    out: dict[tuple[str, str, str], tuple[list[str], Evidence]] = {}
-    pods = dig(doc, "pod_resources") or dig(doc, "podResources")
-    for i, p in enumerate(pods if isinstance(pods, list) else []):
-        if not isinstance(p, dict):
-            continue
-        for j, c in enumerate(p.get("containers") or []):
-            if not isinstance(c, dict):
-                continue
-            ids: list[str] = []
-            ev: Evidence | None = None
-            for k, d in enumerate(c.get("devices") or []):
-                res = dig(d, "resource_name") or dig(d, "resourceName")
-                if isinstance(res, str) and (res == _GPU or res.startswith("nvidia.com/mig")):
-                    dev = dig(d, "device_ids") or dig(d, "deviceIds") or []
-                    ids.extend(str(x) for x in dev if isinstance(x, str))
-                    ptr = f"/{'pod_resources' if 'pod_resources' in doc else 'podResources'}/{i}/containers/{j}/devices/{k}"
-                    ev = src.ev_pointer(_LIST, ptr, doc)
-            if ids and ev is not None:
-                out[(str(p.get("namespace")), str(p.get("name")), str(c.get("name")))] = (ids, ev)
-    return out
 
 
 def _load_clock(src: Source, model: Model, node: str) -> None:
@@ -74,9 +61,12 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
     items = dig(doc, "items")
     if not isinstance(items, list):
         return
-    devices = _podresources(src)
-    podresources_present = src.has(_LIST)
+    inputs = _grant_inputs(src, model, node)
     gpus = model.node_gpus(node)
+    prebuilt = {(ev.member, ev.locator): ev for _, ev in inputs.process_env.values()}
+
+    def evidence_for(member: str, pointer: str, excerpt: str) -> Evidence:
+        return prebuilt.get((member, pointer)) or src.ev_pointer(member, pointer)
     for i, raw in enumerate(items):
         try:
             entry = index_pod(raw)
@@ -88,6 +78,8 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
         status_index = {str(dig(s, "name")): j for j, s in enumerate(statuses if isinstance(statuses, list) else [])}
         spec_containers = dig(raw, "spec", "containers")
         spec_index = {str(dig(s, "name")): j for j, s in enumerate(spec_containers if isinstance(spec_containers, list) else [])}
+        claim_refs = pod_claim_refs(raw, pod_ptr)
+        allocations: list[tuple[str, GpuAllocation]] = []
         container_ids: list[tuple[str, str]] = []
         limits: list[tuple[str, int]] = []
         devs: list[tuple[str, tuple[str, ...]]] = []
@@ -96,20 +88,27 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
             if ce.kind != "container":
                 continue
             limits.append((ce.name, ce.gpu_limit_count + sum(ce.mig_limits.values())))
-            found = devices.get((entry.namespace, entry.name, ce.name))
-            dev_ids, dev_ev = (found[0], found[1]) if found else ([], None)
-            if dev_ids:
-                devs.append((ce.name, tuple(dev_ids)))
             j = spec_index.get(ce.name)
             ev_spec = src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/spec/containers/{j}/resources", doc) if j is not None else None
-            evidence = tuple(e for e in (ev_spec, dev_ev) if e is not None)
-            grant_ev.extend(evidence)
-            alloc = kubernetes_allocation(ce.gpu_limit_count + sum(ce.mig_limits.values()), dev_ids, gpus,
-                                          evidence, podresources_present)
+            spec_c = spec_containers[j] if j is not None and isinstance(spec_containers, list) else {}
+            grants = container_grants(inputs, entry.namespace, entry.name, spec_c if isinstance(spec_c, dict) else {},
+                                      f"{pod_ptr}/spec/containers/{j}", claim_refs.get(ce.name, ()),
+                                      [c for c in (ce.container_id, ce.last_container_id) if c])
+            alloc = kubernetes_grants_allocation(grants, gpus, evidence_for,
+                                                 (ev_spec,) if ev_spec is not None else ())
+            allocations.append((ce.name, alloc))
+            contract = claim_share_contract(node, alloc, inputs.claims, evidence_for)
+            plugin_ids = [x for p in inputs.plugin.get((entry.namespace, entry.name, ce.name), [])
+                          if p.resource == "nvidia.com/gpu" or p.resource.startswith("nvidia.com/mig-") for x in p.ids]
+            if plugin_ids:
+                devs.append((ce.name, tuple(plugin_ids)))
+            grant_ev.extend(alloc.evidence[:3] if alloc.explicit else alloc.evidence[:1])
             for cid in (ce.container_id, ce.last_container_id):
                 if not cid:
                     continue
                 container_ids.append((ce.name, cid))
+                if contract is not None:
+                    model.shares[(node, cid)] = replace(contract, container_id=cid)
                 existing = model.container(node, cid)
                 if existing is not None:
                     # cri-dockerd: Docker saw it too; the pod spec is the operator's grant.
@@ -147,7 +146,26 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
         model.pods[entry.uid] = Pod(node, entry.uid, entry.namespace, entry.name, entry.phase or "unknown",
                                     tuple(container_ids), tuple(limits), tuple(devs),
                                     (src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/metadata/uid", doc),
-                                     *grant_ev))
+                                     *dict.fromkeys(grant_ev)), allocations=tuple(allocations))
+
+
+def _grant_inputs(src: Source, model: Model, node: str) -> KubeGrantInputs:
+    """The node's grant documents: capacity, pod-resources, DRA claims and slices, and the device
+    plugin's ``NVIDIA_VISIBLE_DEVICES`` of each container's processes (procfs is loaded first)."""
+    from forensics.analysis.loaders.sharing import gpu_resource_names
+
+    listing = src.json(_LIST)
+    env: dict[str, tuple[str, Evidence]] = {}
+    for (pnode, _), proc in sorted(model.processes.items()):
+        if pnode == node and proc.container_id and proc.visible_devices and proc.visible_devices_evidence:
+            env.setdefault(proc.container_id, (proc.visible_devices, proc.visible_devices_evidence))
+    return KubeGrantInputs(
+        advertised=gpu_resource_names(src.json(kube_spec.NODE)),
+        plugin=plugin_devices(listing), dynamic=dynamic_resources(listing),
+        podresources_present=src.has(_LIST),
+        claims=claims_by_name(src.json(kube_spec.RESOURCE_CLAIMS)),
+        claims_present=src.has(kube_spec.RESOURCE_CLAIMS),
+        slices=slice_devices(src.json(kube_spec.RESOURCE_SLICES)), process_env=env)
 
 
 _OOM_REASONS = ("SystemOOM", "OOMKilling")

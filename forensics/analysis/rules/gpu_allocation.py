@@ -69,21 +69,27 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         every = bool(node_gpus) and node_gpus <= set(alloc.blanket_gpus)
         sees = (f"sees every GPU through {alloc.blanket_detail}" if every
                 else f"reaches {gl} through {alloc.blanket_detail}")
-    elif visible is not None:
+    elif visible is not None and not (alloc.claims and visible[1].strip().lower() == "void"):
+        # (a claim's CDI spec sets NVIDIA_VISIBLE_DEVICES=void: no clue to how it reached the GPU)
         pid, value = visible
         sees = (f"sees every GPU through NVIDIA_VISIBLE_DEVICES={value} in its process {pid}'s environment"
                 if value.strip().lower() == "all"
                 else f"its process {pid} ran with NVIDIA_VISIBLE_DEVICES={value} in its environment")
+    if sees and not sees.startswith("its "):
+        sees = f"it {sees}"
     if pod is not None and pod.gpu_limits_known:
         limit = pod.gpu_limit()
-        if limit == 0:
+        if alloc.explicit and (alloc.claims or limit == 0):
+            # a DRA claim, a renamed resource: the grant as the user looks it up
+            short = f"was granted {alloc.detail}"
+        elif limit == 0:
             short = "has no nvidia.com/gpu limit"
         else:
             short = f"was allocated {_gpu_list(model, node, alloc.gpus)} (nvidia.com/gpu: {limit})"
-        return f"pod {pod.namespace}/{pod.name} {short}" + (f"; it {sees}" if sees else ""), short
+        return f"pod {pod.namespace}/{pod.name} {short}" + (f"; {sees}" if sees else ""), short
     if alloc.explicit:
         short = f"was allocated {_gpu_list(model, node, alloc.gpus)}"
-        return f"it {short} ({alloc.detail})" + (f"; it {sees}" if sees else ""), short
+        return f"it {short} ({alloc.detail})" + (f"; {sees}" if sees else ""), short
     if uuid in alloc.blanket_gpus:
         return f"it requested no GPU, and its GPU access came only from a blanket grant ({alloc.blanket_detail})", \
             "had no GPU allocation"
@@ -197,7 +203,11 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                 evidence=dedupe_evidence(evidence),
                 metrics=(("gpu", gl), ("peak_gpu_memory_bytes", peak_mem),
                          ("sm_util_avg_pct", round(sum(sm_vals) / len(sm_vals), 1) if sm_vals else None),
-                         ("allocation_kind", alloc.kind)),
+                         ("allocation_kind", alloc.kind),
+                         *((("claims", ", ".join(alloc.claims)),) if alloc.claims else ()),
+                         *((("granted", alloc.detail),) if alloc.explicit and pod is not None
+                           and not alloc.blanket_gpus else ()),
+                         *((("node_grants", "dra"),) if dra_node(model, node) else ())),
                 key=f"unallocated:{node}:{uuid}:{subject.id}",
                 headline=headline, lead=lead,
             ))
@@ -209,8 +219,24 @@ def _unallocated_harm(f: Finding, h: Harm) -> str:
     return f"{h.gpu}, allocated to it, used by {h.culprits} from {h.when}"
 
 
+def dra_node(model: Model, node: str) -> bool:
+    """Whether a DRA claim granted a GPU to any pod of the node (its next steps speak of claims)."""
+    return any(p.node == node and any(a.claims for _, a in p.allocations) for p in model.pods.values())
+
+
 @UNALLOCATED_GPU_USE.next_step
 def _unallocated_step(f: Finding, h: Harm) -> str:
+    if f.metric("allocation_kind") == "dra":
+        return (f"find how {h.culprits} reached {h.gpu} outside its claim {f.metric('claims')} (a privileged "
+                "container, a hostPath /dev/nvidia* or an NVIDIA_VISIBLE_DEVICES in its spec bypass the claim's "
+                "CDI devices) and close it: its ResourceClaim should be its only GPU grant")
+    if f.metric("granted") is not None:  # granted other GPUs (a renamed resource, a limit, --gpus)
+        return (f"find how {h.culprits} reached {h.gpu} outside its grant ({f.metric('granted')}): a privileged "
+                "container, a hostPath /dev/nvidia* or an NVIDIA_VISIBLE_DEVICES that names other GPUs bypass "
+                "it; close that path")
+    if f.metric("node_grants") == "dra":
+        return (f"close the grant that let {h.culprits} reach {h.gpu}: set NVIDIA_VISIBLE_DEVICES=void or none "
+                "for jobs without a GPU, and grant GPUs only through a ResourceClaim (resources.claims)")
     how = {"env": "NVIDIA_VISIBLE_DEVICES from its image or environment",
            "privileged": "privileged mode",
            "kubernetes": "a pod without an nvidia.com/gpu limit that still sees the GPUs"}.get(
@@ -260,6 +286,8 @@ def overlapping_gpu_allocation(model: Model, cfg: AnalysisConfig) -> list[Findin
             continue
         if all(h[1].allocation.time_sliced for h in holders):
             continue  # time-slicing replicas: the operator chose to share this GPU
+        if set.intersection(*(set(h[1].allocation.claims) for h in holders)):
+            continue  # one DRA claim used by every holder: its device is theirs together
         def first_seen(item: tuple[Subject, tuple[Owner, list[ProcessGpuSample]]], node: str = node) -> float:
             c = model.container(node, item[0].id)
             if c is not None and c.started_at is not None:

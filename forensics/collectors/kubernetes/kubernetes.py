@@ -6,6 +6,10 @@ Sources (API server, through the kubernetes client; see kube/api.py for the seam
   allocatable ``nvidia.com/gpu`` and MIG resources, GPU labels, conditions, taints;
 - ``GET /api/v1/pods?fieldSelector=spec.nodeName={node}`` -> ``kubernetes/pods.json`` (the PodList,
   env values and last-applied env values redacted), and the derived ``kubernetes/pods-index.json``;
+- ``resource.k8s.io`` (Dynamic Resource Allocation): the node's ResourceSlices, the ResourceClaims
+  its pods use or that are reserved for them, their DeviceClasses, in the version the server offers
+  (forensics/collectors/kubernetes/dra.py) -> ``kubernetes/resource{slices,claims}.json``,
+  ``kubernetes/deviceclasses.json``, ``kubernetes/resource-api.json``;
 - ``GET /api/v1/namespaces/{ns}/events`` for the pods' namespaces and ``default`` ->
   ``kubernetes/events.json``: events about those pods or the node within the look-back window;
 - ``GET /apis/metrics.k8s.io/v1beta1/nodes/{node}`` and ``.../namespaces/{ns}/pods`` ->
@@ -39,6 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forensics.collect.context import CollectContext
+from forensics.collectors.kubernetes.dra import collect_dra
 from forensics.collectors.kubernetes.events import select_events
 from forensics.collectors.kubernetes.redaction import redact_events, redact_node, redact_pod_list
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
@@ -46,7 +51,7 @@ from forensics.parsing.clock import estimate_offset
 from forensics.parsing.logsignals.line import newest_lines
 from forensics.parsing.podindex import build_pods_index
 from forensics.specs import kubernetes as kspec
-from forensics.specs.hints import KUBE_NODE
+from forensics.specs.hints import GPU_PIDS, KUBE_NODE
 from forensics.specs.kubernetes import SPEC
 from forensics.specs.logs import LOGS
 
@@ -138,6 +143,10 @@ class KubernetesCollector:
                     ctx.note(f"{len(pod_uids)} pods, {len(index['gpu_pods'])} with GPU limits, "
                              f"{len(index['oom_killed'])} OOMKilled, {len(index['evicted'])} evicted")
 
+            # -- resource.k8s.io: the node's slices, its pods' claims, their device classes ------
+            if pod_list is not None:
+                collect_dra(ctx, api, node_name, pod_list["items"], set(pod_uids), failures)
+
             # -- events -----------------------------------------------------------------------
             since = opts.since or (opts.capture_start - timedelta(seconds=opts.lookback_s))
             self._events(ctx, api, node_name, pod_uids, namespaces, since, failures)
@@ -147,7 +156,9 @@ class KubernetesCollector:
 
             # -- the workloads' own logs ------------------------------------------------------
             if index is not None and settings.logs_tail > 0:
-                self._pod_logs(ctx, api, index, since, settings.logs_tail, failures)
+                holders = gpu_holders(pod_list["items"] if pod_list else [], index,
+                                      _gpu_process_containers(GPU_PIDS.read(ctx), index))
+                self._pod_logs(ctx, api, index, since, settings.logs_tail, failures, holders)
         finally:
             ctx.sink.write_json(kspec.REQUESTS,
                                 {"server": api.server, "config": loaded.source,
@@ -298,7 +309,8 @@ class KubernetesCollector:
 
 
     def _pod_logs(self, ctx: CollectContext, api: Any, index: dict[str, Any], since: datetime,
-                  tail_lines: int, failures: dict[str, Any]) -> None:
+                  tail_lines: int, failures: dict[str, Any],
+                  holders: dict[tuple[str, str, str], str] | None = None) -> None:
         """``GET /api/v1/namespaces/{ns}/pods/{name}/log?container=&timestamps=true&sinceSeconds=
         &tailLines=&limitBytes=`` (and ``previous=true`` for a container that restarted) for the
         containers :func:`log_targets` picks; the newest ``logs.max_bytes`` kept, redacted.
@@ -312,7 +324,7 @@ class KubernetesCollector:
         guard = max(_GUARD_FACTOR * max_bytes, 1 << 20)
         since_s = max(1, math.ceil(time.time() - since.timestamp()))
         entries: list[dict[str, Any]] = []
-        targets = log_targets(index)
+        targets = log_targets(index, holders)
         if len(targets) > MAX_POD_LOGS:
             ctx.note(f"pod logs: {len(targets)} containers qualify; the first {MAX_POD_LOGS} taken")
         for namespace, pod, container, previous, why in targets[:MAX_POD_LOGS]:
@@ -352,10 +364,57 @@ class KubernetesCollector:
         ctx.note(f"{taken} of {len(entries)} pod container logs taken")
 
 
-def log_targets(index: dict[str, Any]) -> list[tuple[str, str, str, bool, str]]:
+def _gpu_process_containers(pids: list[int], index: dict[str, Any], proc_root: str = "/proc") -> set[str]:
+    """Ids of the pods' containers whose processes are on a GPU (NVML's PIDs, this host's PID
+    namespace): the container id as ``/proc/<pid>/cgroup`` names it (at most 4 KiB read a PID)."""
+    known = [cid for cid in (index.get("container_ids") or {}) if isinstance(cid, str) and len(cid) >= 12]
+    out: set[str] = set()
+    for pid in pids[:1024]:
+        try:
+            with open(f"{proc_root}/{int(pid)}/cgroup", "rb") as f:
+                text = f.read(4096).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            continue
+        out.update(cid for cid in known if cid in text)
+    return out
+
+
+def gpu_holders(pods: list[Any], index: dict[str, Any], on_gpu: set[str]) -> dict[tuple[str, str, str], str]:
+    """(namespace, pod, container) -> why it holds a GPU, in every grant form the index does not
+    count (a DRA claim in ``resources.claims`` or served as an extended resource, a limit on another
+    ``nvidia.com/`` resource such as ``nvidia.com/gpu.shared``), and each container whose process
+    is on a GPU (``on_gpu``: container ids), whatever its spec says."""
+    out: dict[tuple[str, str, str], str] = {}
+    for pod in pods:
+        if not isinstance(pod, dict):
+            continue
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        for c in spec.get("containers") or []:
+            if not isinstance(c, dict):
+                continue
+            res = c.get("resources") or {}
+            if res.get("claims"):
+                out[(ns, name, str(c.get("name")))] = "DRA claim"
+            elif any(isinstance(k, str) and k.startswith("nvidia.com/") for k in (res.get("limits") or {})):
+                out[(ns, name, str(c.get("name")))] = "GPU limit"
+        ext = status.get("extendedResourceClaimStatus") or {}
+        for m in ext.get("requestMappings") or [] if isinstance(ext, dict) else []:
+            if isinstance(m, dict):
+                out[(ns, name, str(m.get("containerName")))] = "DRA claim"
+    for cid, where in (index.get("container_ids") or {}).items():
+        if cid in on_gpu and isinstance(where, dict):
+            ns, _, name = str(where.get("pod")).partition("/")
+            out.setdefault((ns, name, str(where.get("container"))), "process on a GPU")
+    return out
+
+
+def log_targets(index: dict[str, Any], holders: dict[tuple[str, str, str], str] | None = None,
+                ) -> list[tuple[str, str, str, bool, str]]:
     """(namespace, pod, container, previous, why) for every container of the pods index that
-    touched a GPU (a GPU or MIG limit, ``NVIDIA_VISIBLE_DEVICES`` set), was OOM-killed, restarted
-    or ended with a non-zero exit; its previous instance too when it restarted. GPU ones first."""
+    touched a GPU (a GPU or MIG limit, ``NVIDIA_VISIBLE_DEVICES`` set, or in ``holders``: a DRA
+    claim, a renamed GPU resource, a process on a GPU), was OOM-killed, restarted or ended with a
+    non-zero exit; its previous instance too when it restarted. GPU ones first."""
     out: list[tuple[int, tuple[str, str, str, bool, str]]] = []
     for pod in index.get("pods") or []:
         if not isinstance(pod, dict):
@@ -368,6 +427,8 @@ def log_targets(index: dict[str, Any]) -> list[tuple[str, str, str, bool, str]]:
                 why.append("GPU limit")
             elif c.get("nvidia_visible_devices") not in (None, "", "void", "none"):
                 why.append("NVIDIA_VISIBLE_DEVICES")
+            elif (holders or {}).get((str(pod.get("namespace")), str(pod.get("name")), str(c.get("name")))):
+                why.append((holders or {})[(str(pod.get("namespace")), str(pod.get("name")), str(c.get("name")))])
             if c.get("oom_killed"):
                 why.append("OOMKilled")
             restarts = c.get("restart_count") or 0
@@ -378,7 +439,7 @@ def log_targets(index: dict[str, Any]) -> list[tuple[str, str, str, bool, str]]:
             if not why:
                 continue
             ns, name, cname = str(pod.get("namespace")), str(pod.get("name")), str(c.get("name"))
-            rank = 0 if why[0] in ("GPU limit", "NVIDIA_VISIBLE_DEVICES") else 1
+            rank = 0 if why[0] in ("GPU limit", "NVIDIA_VISIBLE_DEVICES", "DRA claim", "process on a GPU") else 1
             reason = ", ".join(why)
             out.append((rank, (ns, name, cname, False, reason)))
             if restarts or c.get("last_terminated_reason"):

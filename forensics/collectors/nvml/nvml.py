@@ -51,7 +51,7 @@ from forensics.collectors.nvml.reads import (
 from forensics.collectors.nvml.sampler import Sampler
 from forensics.collectors.nvml.session import Abandoned, Reading, Session
 from forensics.errors import SourcePermissionDenied, SourceTimeout, SourceUnavailable
-from forensics.specs.hints import PIDS
+from forensics.specs.hints import GPU_PIDS, PIDS
 from forensics.specs.nvml import (
     ACCOUNTING,
     DEVICES,
@@ -253,6 +253,7 @@ class _Snapshot:
         if namespace["status"] in ("mismatch", "partial"):
             ctx.note(f"nvml: PID namespace {namespace['status']}: {namespace['reason']}")
         PIDS.publish(ctx, namespace["attributable_pids"])
+        GPU_PIDS.publish(ctx, namespace["attributable_pids"])
         count = self.system.get("nvmlDeviceGetCount_v2", {})
         if "missing" in count:
             ctx.partial(f"nvmlDeviceGetCount_v2: {count['missing']} ({count['error']})")

@@ -37,7 +37,7 @@ class TestFullCapture:
         logs = {m for m in members if m.startswith("kubernetes/logs/")}
         assert members - logs == {f"kubernetes/{m}" for m in (
             "node.json", "pods.json", "pods-index.json", "events.json", "metrics.json", "requests.json",
-            "clock.json")}
+            "clock.json", "resource-api.json")}
         assert "kubernetes/logs/index.json" in logs and "kubernetes/logs/ml/trainer-0/trainer.log" in logs
         assert staged.ctx.partial_reasons == []
         node = staged.json("kubernetes/node.json")
@@ -116,8 +116,10 @@ class TestFullCapture:
         staged = run(tmp_path, kubeconfig)
         log = staged.json("kubernetes/requests.json")
         assert [r["path"] for r in log["requests"]] == api.paths_requested()
-        # a previous instance the kubelet no longer has is its 400, nothing else fails
+        # a previous instance the kubelet no longer has is its 400, a cluster without DRA the
+        # resource.k8s.io discovery's 404; nothing else fails
         assert all(r["status"] == 200 or (r["status"] == 400 and r["query"].get("previous") == "true")
+                   or (r["status"] == 404 and r["path"] == "/apis/resource.k8s.io")
                    for r in log["requests"])
 
 

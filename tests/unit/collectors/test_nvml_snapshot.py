@@ -165,7 +165,8 @@ class TestEveryFieldDecoded:
         assert sorted(ctx.published["pids"]) == sorted({os.getpid(), os.getppid()})
         assert [d["nvml"]["nvmlDeviceGetPciInfo_v3"]["value"]["busId"] for d in m["devices.json"]["devices"]] == [
             "00000000:3B:00.0", "00000000:BE:00.0"]
-        assert set(ctx.published) == {"pids"}
+        assert set(ctx.published) == {"pids", "gpu_pids"}
+        assert sorted(ctx.published["gpu_pids"]) == sorted(ctx.published["pids"])
 
     def test_mig_devices_and_their_processes(self, sim_lib: Path, tmp_path: Path) -> None:
         _ctx, m = snapshot(full_scenario(), tmp_path, sim_lib)

@@ -93,7 +93,8 @@ def test_processes_by_container_and_grant_as_the_live_state_has_them(tmp_path: P
         assert sample.labels == {
             "gpu": str(p.gpu_index), "gpu_uuid": p.gpu_uuid, "mig_uuid": "", "pid": str(p.pid), "owner": "container",
             "container": name, "container_id": p.owner.container_id, "namespace": p.owner.pod_namespace,
-            "pod": p.owner.pod_name, "allocated": "true" if p.grant.allocated else "false", "grant": p.grant.grant}
+            "pod": p.owner.pod_name, "allocated": "true" if p.grant.allocated else "false", "grant": p.grant.grant,
+                "claim": p.grant.claim}
     sm = {s.labels["container"]: s.value for s in fams["gpuforensics_process_sm_utilization_percent"]}
     assert sm == {n: p.sm_util_pct for n, p in live.items()}
     util = {s.labels["gpu"]: s.value for s in fams["gpuforensics_gpu_utilization_percent"]}
