@@ -35,6 +35,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from forensics.bundle.secrets.contexts import context_spans
+from forensics.bundle.secrets.gitleaks import default_rules
+from forensics.bundle.secrets.spans import merge_spans
+
 __all__ = ["ENV_ALLOW_NAMES", "ENV_ALLOW_PREFIXES", "LABEL_KEYS_NOT_SECRET", "LABEL_SECRET_WORDS",
            "Redactor", "looks_secret_label_key", "looks_secret_name"]
 
@@ -62,21 +66,8 @@ _SECRET_NAME_RE = re.compile(
 # words that contain "key" but are not secrets
 _NOT_SECRET_RE = re.compile(r"(?i)^(monkey|keyboard|hotkey|keys?_?(count|length|size))$")
 
-_URL_CRED_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s:/@]+):(?P<pw>[^\s@/]+)@")
-_BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+(?P<tok>[A-Za-z0-9._~+/=-]{8,})")
-_PAIR_RE = re.compile(
-    r"(?P<name>[A-Za-z0-9_.-]*(?:" + "|".join(re.escape(w) for w in _SECRET_WORDS) + r")[A-Za-z0-9_.-]*)"
-    r"(?P<sep>\s*[=:]\s*)(?:(?P<q>[\"'])(?P<qval>[^\"'\n]{1,4096})|(?P<val>[^\s\"',;&]{1,4096}))",
-    re.IGNORECASE,
-)
 _PSEUDONYM_RE = re.compile(r"^<redacted:[0-9a-f]{16}>$")
-# credential shapes, whatever the name around them
-_JWT_RE = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
-_AWS_KEY_ID_RE = re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")
-_PEM_RE = re.compile(
-    r"(?P<begin>-----BEGIN (?P<label>[A-Z0-9 ]{1,64})-----)(?P<body>.*?)(?P<end>-----END (?P=label)-----)",
-    re.DOTALL,
-)
+_PSEUDONYM_BYTES_RE = re.compile(rb"<redacted:[0-9a-f]{16}>")
 
 #: Words that make a label, annotation or event-attribute key secret (lower case, matched as a
 #: substring of the lower-cased key, so any separator or none: ``db.password``, ``apiKey``).
@@ -117,6 +108,15 @@ _CLEAN_TEXT_MAX_LEN = 512
 #: process's and container's texts all day) starts over when this many are kept, so what is kept
 #: is the texts that repeat now, not every text ever redacted
 _CLEAN_TEXTS_MAX = 8192
+
+
+def _utf8(s: str) -> tuple[bytes, str]:
+    """The text as UTF-8 bytes, and the error handler that turns them back into the same text
+    (``surrogateescape`` for text decoded that way, ``surrogatepass`` for other lone surrogates)."""
+    try:
+        return s.encode("utf-8", "surrogateescape"), "surrogateescape"
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogatepass"), "surrogatepass"
 
 
 class Redactor:
@@ -210,28 +210,20 @@ class Redactor:
         return out
 
     def _text(self, s: str, category: str) -> str:
-        s = _URL_CRED_RE.sub(
-            lambda m: f"{m['scheme']}{m['user']}:{self.pseudonym(m['pw'], category)}@", s
-        )
-        s = _BEARER_RE.sub(lambda m: f"{m.group(1)} {self.pseudonym(m['tok'], category)}", s)
-        s = self._credential_shapes(s, category)
-
-        def pair(m: re.Match[str]) -> str:
-            name = m["name"]
-            val = m["val"] if m["val"] is not None else m["qval"]  # a quoted value may hold spaces
-            if not looks_secret_name(name) or val.startswith("<redacted:") or val.lower() in ("bearer", "basic"):
-                return m.group(0)
-            return f"{name}{m['sep']}{m['q'] or ''}{self.pseudonym(val, category)}"
-
-        return _PAIR_RE.sub(pair, s)
-
-    def _credential_shapes(self, s: str, category: str) -> str:
-        """JWTs, AWS access key ids and PEM block bodies (BEGIN/END lines kept: they say what it was)."""
-        if "-----BEGIN " in s:
-            s = _PEM_RE.sub(lambda m: f"{m['begin']}{self.pseudonym(m['body'], category)}{m['end']}", s)
-        if "eyJ" in s:
-            s = _JWT_RE.sub(lambda m: self.pseudonym(m.group(0), category), s)
-        return _AWS_KEY_ID_RE.sub(lambda m: self.pseudonym(m.group(0), category), s)
+        data, errors = _utf8(s)
+        spans = list(context_spans(data, env_name_allowed))
+        spans.extend((f.start, f.end) for f in default_rules().findings(data))
+        if not spans:
+            return s
+        kept = [(m.start(), m.end()) for m in _PSEUDONYM_BYTES_RE.finditer(data)] if b"<redacted:" in data else []
+        out = bytearray()
+        pos = 0
+        for start, end in merge_spans(spans, kept):
+            out += data[pos:start]
+            out += self.pseudonym(data[start:end].decode("utf-8", errors), category).encode("utf-8", errors)
+            pos = end
+        out += data[pos:]
+        return out.decode("utf-8", errors)
 
     # -- labels, annotations, event attributes ----------------------------------------------
     def label_value(self, key: str, value: Any, category: str = "labels") -> Any:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.bundle.redact import Redactor, looks_secret_name
+from forensics.bundle.secrets.names import looks_secret_value
 
 PSEUDO = re.compile(r"<redacted:[0-9a-f]{16}>")
 KEY = b"k" * 32
@@ -156,7 +157,8 @@ _values = st.text(min_size=1, max_size=64).filter(lambda v: not PSEUDO.fullmatch
 _plain = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc"), blacklist_characters="\"',;&"),
                  min_size=1, max_size=64).filter(
     # "Bearer"/"Basic" after "auth...:" are the scheme word, deliberately kept (the token is redacted)
-    lambda v: not v.startswith("<redacted:") and v.lower() not in ("bearer", "basic"))  # pseudonym-like values are kept on purpose
+    lambda v: not v.startswith("<redacted:") and v.lower() not in ("bearer", "basic")  # pseudonym-like values are kept on purpose
+    and looks_secret_value(v))  # placeholders (None, ***, ${VAR}, <your key>, x) hold no secret: kept
 
 
 @settings(max_examples=300, deadline=None)
@@ -184,7 +186,8 @@ def test_text_never_leaks_a_password_option(prefix: str, value: str, suffix: str
 @settings(max_examples=200, deadline=None)
 @given(value=st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\"'\n"),
                      min_size=1, max_size=40).filter(
-    lambda v: not v.startswith("<redacted:") and v.lower() not in ("bearer", "basic")),  # pseudonym-like kept on purpose
+    lambda v: not v.startswith("<redacted:") and v.lower() not in ("bearer", "basic")  # pseudonym-like kept on purpose
+    and looks_secret_value(v)),  # placeholders hold no secret: kept
        quote=st.sampled_from(["'", '"']))
 def test_text_never_leaks_a_quoted_password(value: str, quote: str) -> None:
     out = Redactor(key=KEY).text(f"run --password={quote}{value}{quote} now")

@@ -1,0 +1,221 @@
+"""Secrets found by the context they are printed in, whatever their shape.
+
+A detector of shapes (gitleaks.py) knows ``hf_...`` or ``ghp_...``; a password is any string, known
+only by what stands around it. The contexts:
+
+- assignments whose name says secret (:func:`forensics.bundle.secrets.names.secret_name`): shell
+  and env ``NAME=value``, JSON ``"name": "value"``, YAML ``name: value``, Python dict reprs
+  ``'name': 'value'``, ``name => value``, CLI flags ``--api-key=X`` and ``--token X``, HTTP headers
+  ``X-Api-Key: X``, connection strings ``Password=...;`` ``AccountKey=...;``, URL queries
+  ``&sig=...``; JSON escaped inside JSON (``\\"password\\": \\"...\\"``) too;
+- Kubernetes env entries ``{"name": K, "value": V}`` (JSON, Python reprs, YAML ``- name: K`` then
+  ``value: V``): V is redacted where K is not on the environment allow-list and is written as an
+  environment variable (``DB_PASSWORD``) or is a secret name;
+- ``Authorization:`` and ``Proxy-Authorization:`` of any scheme (``Bearer``, ``Basic``, ``Token``,
+  ``Digest``, ``AWS4-HMAC-SHA256``, ...): the credentials after the scheme; ``Bearer X`` and
+  ``Basic X`` anywhere;
+- credentials in URLs (``scheme://user:password@host``), ``curl -u user:password``;
+- netrc lines (``machine H login U password P``, a line ``password P``);
+- PEM blocks (the body; BEGIN and END lines kept: they say what it was), JWTs and AWS access key ids
+  in any text.
+
+Every expression is RE2 (linear time on any input) and matched on UTF-8 bytes. Each finder yields
+the byte spans of secrets; the redactor joins overlapping spans.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import re2
+
+from forensics.bundle.secrets.names import looks_secret_value, secret_name
+
+__all__ = ["FINDERS", "context_spans"]
+
+Span = tuple[int, int]
+EnvAllowed = Callable[[str], bool]
+
+
+_GROUPS: dict[int, dict[bytes, int]] = {}
+
+
+def _c(pattern: str) -> Any:
+    options = re2.Options()
+    options.max_mem = 32 << 20
+    regex = re2.compile(pattern.encode(), options=options)
+    _GROUPS[id(regex)] = dict(regex.groupindex)
+    return regex
+
+
+def _span(m: Any, name: bytes) -> Span:
+    """The span of a named group (-1, -1 where it did not take part; IndexError where the
+    expression has no such group)."""
+    index = _GROUPS[id(m.re)].get(name)
+    if index is None:
+        raise IndexError(name)
+    return m.span(index)  # type: ignore[no-any-return]
+
+
+def _group(m: Any, name: bytes) -> bytes | None:
+    start, end = _span(m, name)
+    return None if start < 0 else m.string[start:end]  # type: ignore[no-any-return]
+
+
+def _d(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+# the end of a name that may be secret: any name characters, then one of the words that may end a
+# secret name (names.secret_name decides, from the whole name)
+_ENDINGS = ("password|passwd|pwd|pass|passphrase|passcode|secret|token|credentials?|creds|auth"
+            "|authorization|cookie|dsn|signature|sig|pat|key|pw|psk|otp|apikey|connectionstring")
+_NAME = rf"(?P<name>[A-Za-z0-9_.\-]*(?i:{_ENDINGS}))"
+# a value: double-quoted (JSON escapes allowed), single-quoted, JSON-escaped inside JSON, or bare
+_VALUE = (r"(?:\\\"(?P<ev>[^\"\\\n]*)\\\"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'"
+          r"|(?P<bare>[^\s\"',;&]+))")
+_PAIR_RE = _c(_NAME + r"(?:\\?[\"'])?[ \t]*(?:=>|:=|=|:)[ \t]*" + _VALUE)
+_FLAG_RE = _c(r"(?:^|[\s\"'])--?" + _NAME + r"[ \t]+" +
+              r"(?:\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'\-][^\s\"']*))")
+_ENV_ENTRY_RE = _c(
+    r"\\?[\"']name\\?[\"'][ \t]*:[ \t]*\\?[\"'](?P<name>[^\"'\\\n]{1,256})\\?[\"'][ \t]*,[ \t]*"
+    r"\\?[\"']value\\?[\"'][ \t]*:[ \t]*"
+    r"(?:\\\"(?P<ev>[^\"\\\n]*)\\\"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)')")
+_ENV_ENTRY_YAML_RE = _c(
+    r"(?m)name:[ \t]*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?[ \t]*\r?\n[ \t]*-?[ \t]*value:[ \t]*"
+    r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'#][^\n]*))")
+_AUTH_HEADER_RE = _c(
+    r"(?i)(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?P<quote>\\?[\"'])?(?P<rest>[^\n]*)")
+_AUTH_SCHEME_RE = re.compile(rb"([A-Za-z][A-Za-z0-9_.+\-]*)[ \t]+(?=\S)")
+_SCHEME_TOKEN_RE = _c(r"(?i)\b(?P<scheme>bearer|basic)[ \t]+(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)")
+_URL_CRED_RE = _c(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<cred>[^\s@/\"'<>]+)@")
+_CURL_USER_RE = _c(r"(?:^|\s)(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"']*:(?P<cred>[^\s\"']+)")
+_NETRC_RE = _c(r"(?i)\blogin[ \t]+\S+[ \t]+password[ \t]+(?P<cred>\S+)")
+_NETRC_LINE_RE = _c(r"(?im)^[ \t]*password[ \t]+(?P<cred>\S+)[ \t]*\r?$")
+_PEM_RE = _c(r"-----BEGIN [A-Z0-9 ]{1,64}-----(?P<body>(?s:.*?))-----END [A-Z0-9 ]{1,64}-----")
+_JWT_RE = _c(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")
+_AWS_KEY_ID_RE = _c(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
+
+#: schemes whose credentials are one token; any other scheme's run to the end of the value
+_ONE_TOKEN_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "api-key", "key", "ssws", "jwt",
+                                "oauth2", "pat", "sso-key", "klaviyo-api-key", "dsn"})
+
+
+def _value_span(m: Any) -> Span | None:
+    for group in (b"ev", b"dq", b"sq", b"bare"):
+        try:
+            span = _span(m, group)
+        except IndexError:  # not a group of this expression
+            continue
+        if span[0] >= 0:
+            return span
+    return None
+
+
+def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
+    for regex in (_PAIR_RE, _FLAG_RE):
+        for m in regex.finditer(data):
+            span = _value_span(m)
+            if span is None or not secret_name(_d(_group(m, b"name"))):
+                continue
+            value = _d(data[span[0]:span[1]])
+            low = value.lower()
+            if low in ("bearer", "basic", "token", "digest"):
+                continue  # the scheme of an Authorization value: the header finder takes it
+            if looks_secret_value(value):
+                yield span
+
+
+def _env_entries(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
+    for regex in (_ENV_ENTRY_RE, _ENV_ENTRY_YAML_RE):
+        for m in regex.finditer(data):
+            name = _d(_group(m, b"name"))
+            span = _value_span(m)
+            if span is None or env_allowed(name):
+                continue
+            if (_is_env_name(name) or secret_name(name)) and looks_secret_value(_d(data[span[0]:span[1]])):
+                yield _rstrip(data, span)
+
+
+def _is_env_name(name: str) -> bool:
+    return name[:1].isalpha() and name.replace("_", "").isalnum() and name.upper() == name
+
+
+def _rstrip(data: bytes, span: Span) -> Span:
+    start, end = span
+    while end > start and data[end - 1] in b" \t\r":
+        end -= 1
+    return start, end
+
+
+def _auth_headers(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
+    for m in _AUTH_HEADER_RE.finditer(data):
+        start, end = _span(m, b"rest")
+        if _group(m, b"quote") is not None:  # a quoted value ends at the next quote
+            end = start + _quoted_length(data[start:end])
+        scheme = _AUTH_SCHEME_RE.match(data, start, end)
+        if scheme is not None:
+            start = scheme.end()
+        if scheme is None or scheme.group(1).lower().decode("ascii") in _ONE_TOKEN_SCHEMES:
+            end = start + _token_length(data[start:end])
+        span = _rstrip(data, (start, end))
+        if span[1] > span[0] and looks_secret_value(_d(data[span[0]:span[1]])):
+            yield span
+    for m in _SCHEME_TOKEN_RE.finditer(data):
+        cred = _group(m, b"cred")
+        if _group(m, b"scheme").lower() == b"basic":
+            if _basic_credentials(cred):
+                yield _span(m, b"cred")
+        elif any(c in b"0123456789+/=_.-" for c in cred) or len(cred) >= 20:
+            yield _span(m, b"cred")
+
+
+def _quoted_length(rest: bytes) -> int:
+    """Where a quoted header value ends: at its first quote (or escaped quote)."""
+    ends = [i for i in (rest.find(b'"'), rest.find(b"'"), rest.find(b"\\")) if i >= 0]
+    return min(ends) if ends else len(rest)
+
+
+def _token_length(rest: bytes) -> int:
+    """The length of one credential token: up to the first blank, comma or semicolon."""
+    ends = [i for i in (rest.find(b" "), rest.find(b"\t"), rest.find(b","), rest.find(b";")) if i >= 0]
+    return min(ends) if ends else len(rest)
+
+
+def _basic_credentials(cred: bytes) -> bool:
+    """A ``Basic`` credential is base64 of ``user:password`` ('Basic settings' is not one)."""
+    try:
+        decoded = base64.b64decode(cred, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
+
+
+def _shapes(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
+    for regex in (_URL_CRED_RE, _CURL_USER_RE, _NETRC_RE, _NETRC_LINE_RE):
+        for m in regex.finditer(data):
+            if looks_secret_value(_d(_group(m, b"cred"))):
+                yield _span(m, b"cred")
+    if b"-----BEGIN " in data:
+        for m in _PEM_RE.finditer(data):
+            body = _span(m, b"body")
+            if body[1] > body[0]:
+                yield body
+    if b"eyJ" in data:
+        for m in _JWT_RE.finditer(data):
+            yield m.span()
+    for m in _AWS_KEY_ID_RE.finditer(data):
+        yield m.span()
+
+
+FINDERS: tuple[Callable[[bytes, EnvAllowed], Iterator[Span]], ...] = (_pairs, _env_entries, _auth_headers, _shapes)
+
+
+def context_spans(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
+    """Byte spans of the secrets every context finder finds in ``data`` (possibly overlapping)."""
+    for finder in FINDERS:
+        yield from finder(data, env_allowed)
