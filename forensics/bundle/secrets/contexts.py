@@ -92,7 +92,7 @@ _AUTH_HEADER_RE = _c(
     r"(?i)(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?P<quote>\\?[\"'])?(?P<rest>[^\n]*)")
 _AUTH_SCHEME_RE = re.compile(rb"([A-Za-z][A-Za-z0-9_.+\-]*)[ \t]+(?=\S)")
 _SCHEME_TOKEN_RE = _c(r"(?i)\b(?P<scheme>bearer|basic)[ \t]+(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)")
-_URL_CRED_RE = _c(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<cred>[^\s@/\"'<>]+)@")
+_URL_CRED_RE = _c(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<cred>[^\s@\"'<>]+)@")
 _CURL_USER_RE = _c(r"(?:^|\s)(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"']*:(?P<cred>[^\s\"']+)")
 _NETRC_RE = _c(r"(?i)\blogin[ \t]+\S+[ \t]+password[ \t]+(?P<cred>\S+)")
 _NETRC_LINE_RE = _c(r"(?im)^[ \t]*password[ \t]+(?P<cred>\S+)[ \t]*\r?$")
@@ -198,7 +198,10 @@ def _basic_credentials(cred: bytes) -> bool:
 def _shapes(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
     for regex in (_URL_CRED_RE, _CURL_USER_RE, _NETRC_RE, _NETRC_LINE_RE):
         for m in regex.finditer(data):
-            if looks_secret_value(_d(_group(m, b"cred"))):
+            cred = _group(m, b"cred") or b""
+            if regex is _URL_CRED_RE and b"/" in cred and cred.partition(b"/")[0].isdigit():
+                continue  # host:port/path@...: a path with an '@' (npm scopes), no credential
+            if looks_secret_value(_d(cred)):
                 yield _span(m, b"cred")
     if b"-----BEGIN " in data:
         for m in _PEM_RE.finditer(data):

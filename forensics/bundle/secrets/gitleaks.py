@@ -156,7 +156,7 @@ class GitleaksRules:
     def findings(self, data: bytes) -> Iterator[Finding]:
         for rule in self.triggered(data):
             for m in rule.regex.finditer(data):
-                start, end = _pem_body(data, *self._secret_span(rule, m))
+                start, end = _yaml_value(data, *_pem_body(data, *self._secret_span(rule, m)))
                 if end <= start:
                     continue
                 secret = data[start:end]
@@ -206,6 +206,16 @@ def _pem_body(data: bytes, start: int, end: int) -> tuple[int, int]:
     if head < 0 or foot <= head:
         return start, end
     return head + 5, foot
+
+
+_YAML_KEY_RE = re.compile(rb"[A-Za-z0-9_.\-]{1,253}:[ \t]*(?:[|>][+-]?[ \t]*\r?\n[ \t]*)?[\"']?")
+
+
+def _yaml_value(data: bytes, start: int, end: int) -> tuple[int, int]:
+    """The value alone where a rule's group takes a whole YAML pair (kubernetes-secret-yaml's
+    ``password: c2VjcmV0``): the key stays readable, the pseudonym is the value's."""
+    m = _YAML_KEY_RE.match(data, start, end)
+    return (m.end(), end) if m is not None and m.end() < end else (start, end)
 
 
 def _line_end(data: bytes, pos: int) -> int:

@@ -82,5 +82,5 @@ def secret_name(name: str) -> bool:
 def looks_secret_value(value: str) -> bool:
     """False for what holds no secret: empty values, placeholders (``${TOKEN}``, ``$PASS``,
     ``<your key>``, ``***``, ``None``, ``true``)."""
-    v = value.strip().strip("\"'")
+    v = value.strip().strip("\"'").rstrip(")]},.:")
     return not (v.lower() in _PLACEHOLDERS or _PLACEHOLDER_RE.fullmatch(v))
