@@ -211,10 +211,23 @@ class Redactor:
 
     def _text(self, s: str, category: str) -> str:
         data, errors = _utf8(s)
+        out = self._redact_bytes(data, category, errors)
+        return s if out is data else out.decode("utf-8", errors)
+
+    def text_bytes(self, data: bytes, category: str = "text") -> bytes:
+        """:meth:`text` on bytes (a log or kernel buffer as read: UTF-8, any invalid byte kept as
+        it is); the same bytes object back when nothing was redacted."""
+        if not self.enabled or not data:
+            return data
+        return self._redact_bytes(bytes(data), category, "surrogateescape")
+
+    def _redact_bytes(self, data: bytes, category: str, errors: str) -> bytes:
+        """Every secret the context finders and the gitleaks rules find, replaced by its pseudonym
+        (spans found twice or overlapping joined; pseudonyms already there kept as they are)."""
         spans = list(context_spans(data, env_name_allowed))
         spans.extend((f.start, f.end) for f in default_rules().findings(data))
         if not spans:
-            return s
+            return data
         kept = [(m.start(), m.end()) for m in _PSEUDONYM_BYTES_RE.finditer(data)] if b"<redacted:" in data else []
         out = bytearray()
         pos = 0
@@ -222,8 +235,10 @@ class Redactor:
             out += data[pos:start]
             out += self.pseudonym(data[start:end].decode("utf-8", errors), category).encode("utf-8", errors)
             pos = end
+        if pos == 0:
+            return data
         out += data[pos:]
-        return out.decode("utf-8", errors)
+        return bytes(out)
 
     # -- labels, annotations, event attributes ----------------------------------------------
     def label_value(self, key: str, value: Any, category: str = "labels") -> Any:

@@ -5,6 +5,8 @@ runtime (a sandbox's annotations, a container's envs). Both carry the same secre
 
 - ``spec.{containers,initContainers,ephemeralContainers}[].env[].value``: literal environment
   values (``valueFrom`` references name a Secret or ConfigMap key, never its value: kept);
+- their ``command`` and ``args``: command lines, redacted as every command line is
+  (``Redactor.argv``: ``--api-key X``, ``--token=X``, credentials in URLs, known credential shapes);
 - ``metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]``: the JSON that
   ``kubectl apply`` sent, env values included; its env values are redacted the same way, and an
   annotation that is not JSON is replaced as a whole;
@@ -20,7 +22,7 @@ from typing import Any
 
 from forensics.bundle.redact import Redactor
 
-__all__ = ["LAST_APPLIED", "redact_object_metadata", "redact_pod_spec_env"]
+__all__ = ["LAST_APPLIED", "redact_object_metadata", "redact_pod_spec", "redact_pod_spec_env"]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -42,6 +44,20 @@ def redact_pod_spec_env(spec: Any, redactor: Redactor) -> None:
                     var["value"] = redactor.env_value(str(var.get("name", "")), var["value"])
 
 
+def redact_pod_spec(spec: Any, redactor: Redactor) -> None:
+    """A pod spec in place: its containers' literal env values, commands and arguments."""
+    redact_pod_spec_env(spec, redactor)
+    if not isinstance(spec, dict):
+        return
+    for key in _CONTAINER_LISTS:
+        containers = spec.get(key)
+        for container in containers if isinstance(containers, list) else ():
+            for field in ("command", "args"):
+                argv = container.get(field) if isinstance(container, dict) else None
+                if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                    container[field] = redactor.argv(argv)
+
+
 def _redact_last_applied(meta: Any, redactor: Redactor) -> None:
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     if not isinstance(annotations, dict) or not isinstance(annotations.get(LAST_APPLIED), str):
@@ -53,12 +69,12 @@ def _redact_last_applied(meta: Any, redactor: Redactor) -> None:
         annotations[LAST_APPLIED] = redactor.pseudonym(raw, "env")
         return
     if isinstance(applied, dict):
-        redact_pod_spec_env(applied.get("spec"), redactor)
+        redact_pod_spec(applied.get("spec"), redactor)
         _redact_meta_labels(applied.get("metadata"), redactor)
         # a Deployment/StatefulSet/Job/... carries the pod spec in spec.template.spec
         spec = applied.get("spec")
         if isinstance(spec, dict) and isinstance(spec.get("template"), dict):
-            redact_pod_spec_env(spec["template"].get("spec"), redactor)
+            redact_pod_spec(spec["template"].get("spec"), redactor)
             _redact_meta_labels(spec["template"].get("metadata"), redactor)
     annotations[LAST_APPLIED] = json.dumps(applied, separators=(",", ":"), sort_keys=True) + (
         "\n" if raw.endswith("\n") else ""

@@ -6,7 +6,9 @@ times: boot time (``time.time() - clock_gettime(CLOCK_MONOTONIC)``) plus each re
 microseconds since boot; ``CLOCK_BOOTTIME - CLOCK_MONOTONIC`` is recorded too, since printk time
 stops during suspend. ``--since`` drops older records (raw and derived alike).
 
-Members: ``kernel/kmsg.txt`` (records exactly as read; or ``kernel/dmesg.txt`` /
+Every record's text is redacted as free text is (``Redactor.text_bytes``: a kernel command line or
+a driver message can carry a credential), before it is stored or parsed: the members and what is
+derived from them agree. Members: ``kernel/kmsg.txt`` (records exactly as read but redacted; or ``kernel/dmesg.txt`` /
 ``kernel/journal.jsonl`` from a fallback), ``kernel/records.jsonl``, ``kernel/oom.json`` (each kill
 linked to its memcg and so to a container or pod), ``kernel/xid.json``, ``kernel/gpu_driver.json``,
 ``kernel/index.json``; while sampling, ``kernel/kmsg-window.txt`` and ``kernel/window.jsonl``
@@ -290,7 +292,7 @@ class KernelCollector:
                         dropped += 1
                         continue
                 kept.append(record)
-            raw = b"".join(kept)
+            raw = ctx.redactor.text_bytes(b"".join(kept), "kernel")
             del kept
             ctx.sink.write_bytes(KMSG, raw)
             index.update(source=self.kmsg_path, member=KMSG, read=stats,
@@ -371,6 +373,7 @@ class KernelCollector:
             if not raw.strip():
                 attempts[label] = "no output"
                 continue
+            raw = ctx.redactor.text_bytes(raw, "kernel")
             ctx.sink.write_bytes(member, raw)
             index.update(source=label, member=member)
             records = (r for r in iterate(_lines(raw), self._on_error(index)) if keep(r))
@@ -411,7 +414,7 @@ class KernelCollector:
             fresh.append(record)
         if not fresh:
             return
-        raw = b"".join(fresh)
+        raw = ctx.redactor.text_bytes(b"".join(fresh), "kernel")
         ctx.sink.append_bytes(KMSG_WINDOW, raw)
         events: list[str] = []
         for parsed in kmsg.iter_kmsg(_lines(raw), lambda n, e: None):

@@ -2,8 +2,12 @@
 forensics.bundle.redact_kubernetes).
 
 What carries secrets in a Pod as the API returns it (``GET /api/v1/pods``): its containers'
-literal ``env`` values, its last-applied configuration, labels and annotations (the rules are
-shared with the cri collector, which holds what the kubelet handed the runtime).
+literal ``env`` values, commands and arguments, its last-applied configuration, labels and
+annotations (the rules are shared with the cri collector, which holds what the kubelet handed the
+runtime), and the free text of its status: the pod's and its conditions' ``message``, each
+container's ``state``/``lastState`` ``message`` (a terminated container's message is its
+termination log, or with ``FallbackToLogsOnError`` the end of its log): through the free-text
+rules, as logs.
 
 A Node carries labels and annotations too (cloud and tooling annotations can hold tokens); an
 Event's free-text ``message`` (``note`` in events.k8s.io) can quote a failing command line or URL
@@ -22,7 +26,7 @@ from forensics.bundle.redact import Redactor
 from forensics.bundle.redact_kubernetes import (
     LAST_APPLIED,
     redact_object_metadata,
-    redact_pod_spec_env,
+    redact_pod_spec,
 )
 
 __all__ = ["LAST_APPLIED", "redact_events", "redact_node", "redact_pod", "redact_pod_list"]
@@ -32,9 +36,31 @@ def redact_pod(pod: Any, redactor: Redactor) -> Any:
     """Redact one Pod object in place (no-op when redaction is off); returns it."""
     if not redactor.enabled or not isinstance(pod, dict):
         return pod
-    redact_pod_spec_env(pod.get("spec"), redactor)
+    redact_pod_spec(pod.get("spec"), redactor)
     redact_object_metadata(pod.get("metadata"), redactor)
+    _redact_status_text(pod.get("status"), redactor)
     return pod
+
+
+_STATUS_LISTS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+
+
+def _redact_status_text(status: Any, redactor: Redactor) -> None:
+    """A pod status' free text in place: its message, its conditions' and its containers' state
+    messages (``waiting``, ``terminated``, in ``state`` and ``lastState``)."""
+    if not isinstance(status, dict):
+        return
+    messages: list[dict[str, Any]] = [status]
+    messages.extend(c for c in status.get("conditions") or () if isinstance(c, dict))
+    for key in _STATUS_LISTS:
+        for container in status.get(key) or ():
+            for state_key in ("state", "lastState"):
+                state = container.get(state_key) if isinstance(container, dict) else None
+                if isinstance(state, dict):
+                    messages.extend(s for s in state.values() if isinstance(s, dict))
+    for holder in messages:
+        if isinstance(holder.get("message"), str):
+            holder["message"] = redactor.text(holder["message"], "logs")
 
 
 def redact_pod_list(pod_list: Any, redactor: Redactor) -> Any:

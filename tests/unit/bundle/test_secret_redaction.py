@@ -1,0 +1,168 @@
+"""Free-text redaction (forensics/bundle/secrets, Redactor.text): the secret corpus of
+tests/support/secret_corpus printed in every context leaks nothing; the benign lines of the same
+workloads come through (GPU UUIDs, PCI ids, container ids, digests unchanged); every expression is
+RE2 (linear time); adversarial strings neither raise nor leak."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forensics.bundle.redact import Redactor
+from forensics.bundle.secrets import contexts, gitleaks
+from forensics.bundle.secrets.gitleaks import GITLEAKS_VERSION, default_rules
+from forensics.collectors.kubernetes.redaction import redact_pod
+from tests.support.secret_corpus import all_secrets, benign_lines, printed
+
+KEY = b"k" * 32
+PSEUDO = re.compile(r"<redacted:[0-9a-f]{16}>")
+HF = "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"  # gitleaks v8.30.0 huggingface.go fixture
+
+
+def test_corpus_has_200_secrets_in_25_shapes_and_none_leaks() -> None:
+    secrets = all_secrets()
+    assert len(secrets) >= 200 and len({s.shape for s in secrets}) >= 25
+    r = Redactor(key=KEY)
+    leaks: Counter[str] = Counter()
+    examples = []
+    texts = 0
+    for secret, context, text in printed(secrets):
+        texts += 1
+        out = r.text(text)
+        if secret.value in out:
+            leaks[context] += 1
+            examples.append((secret.shape, context, out[:160]))
+    assert texts > 5000
+    assert not leaks, (dict(leaks), examples[:5])
+
+
+def test_benign_lines_are_not_redacted_and_join_keys_survive() -> None:
+    r = Redactor(key=KEY)
+    lines = benign_lines()
+    changed = [(b.kind, r.text(b.line)) for b in lines if r.text(b.line) != b.line]
+    assert len(changed) < 0.01 * len(lines), changed[:5]
+    for b in lines:
+        out = r.text(b.line)
+        for key in b.keep:  # GPU UUIDs, PCI ids, container ids, digests, commits: analysis joins on them
+            assert key in out, (b.kind, out)
+    assert r.counts == {}
+
+
+@pytest.mark.parametrize("line", [
+    "openai.AuthenticationError: Error code: 401 - {'error': {'message': 'Incorrect API key provided'}}",
+    "tokenizer: pad_token=<pad> eos_token=</s> max_tokens=4096 num_tokens: 512",
+    "HF_TOKEN not set; using anonymous access (token=None)",
+    "KeyError: 'lm_head.weight'; sort_key=loss; secret_name: regcred",
+    "Basic settings loaded; Bearer token expired",
+    "fetch https://registry.npmjs.org:443/@scope/pkg",
+])
+def test_words_near_secrets_are_not_secrets(line: str) -> None:
+    assert Redactor(key=KEY).text(line) == line
+
+
+@pytest.mark.parametrize("line,secret", [
+    ('{"name": "DB_PASSWORD", "value": "s3cr3t-v@lue"}', "s3cr3t-v@lue"),
+    ("{'name': 'WANDB_API_KEY', 'value': '0123456789abcdef0123456789abcdef01234567', 'value_from': None}",
+     "0123456789abcdef0123456789abcdef01234567"),
+    ("  - name: DB_PASSWORD\n    value: hunter22\n", "hunter22"),
+    ('{"msg": "config {\\"client_secret\\": \\"abc-123-xyz\\"}"}', "abc-123-xyz"),
+    ("Authorization: Digest username=\"u\", realm=\"r\", response=\"6629fae49393a05397450978507c4ef1\"",
+     "6629fae49393a05397450978507c4ef1"),
+    ("Authorization: AWS4-HMAC-SHA256 Credential=x/20260101/us-east-1/s3/aws4_request, Signature=fe5f80f77d5fa3be",
+     "fe5f80f77d5fa3be"),
+    ("Server=tcp:db;User ID=sa;Password=P@ssw0rd!;Encrypt=true", "P@ssw0rd!"),
+    ("AccountName=a;AccountKey=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4MTIzNA==;EndpointSuffix=core.windows.net",
+     "Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4MTIzNA=="),
+    ("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n", "0123456789abcdef"),
+    ("pip install -i https://__token__:pypi-AgEIcHlwaS5vcmcCJDAx@pypi.example/simple x", "pypi-AgEIcHlwaS5vcmcCJDAx"),
+    (f"huggingface-cli login --token {HF}", HF),
+    (f"prefix {HF} suffix", HF),
+    ("curl -u admin:Secr3tPass https://x", "Secr3tPass"),
+    ("X-Api-Key: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+])
+def test_keyword_contexts(line: str, secret: str) -> None:
+    out = Redactor(key=KEY).text(line)
+    assert secret not in out and PSEUDO.search(out), out
+
+
+def test_one_secret_one_pseudonym_in_logs_and_environment() -> None:
+    r = Redactor(key=KEY)
+    env = r.env_list([f"HF_TOKEN={HF}"])
+    assert env is not None
+    pseudonym = env[0].partition("=")[2]
+    for line in (f"huggingface-cli login --token {HF}", f'{{"name": "HF_TOKEN", "value": "{HF}"}}',
+                 f"HF_TOKEN='{HF}' python run.py", f"prefix {HF} suffix", f"Authorization: Bearer {HF}"):
+        assert pseudonym in r.text(line), line
+
+
+def test_headers_keep_their_scheme_and_pem_blocks_their_armour() -> None:
+    r = Redactor(key=KEY)
+    assert r.text(f"Authorization: Bearer {HF}").startswith("Authorization: Bearer <redacted:")
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAn6/O8li+SX4m98LLYt/PKSzEmQ++ZBD7Loh9P13f4yQ92EF3\n-----END RSA PRIVATE KEY-----"
+    out = r.text(f"key:\n{pem}\nafter")
+    assert out.startswith("key:\n-----BEGIN RSA PRIVATE KEY-----<redacted:")
+    assert out.endswith("-----END RSA PRIVATE KEY-----\nafter")
+
+
+def test_text_bytes_keeps_invalid_utf8_and_returns_the_same_object_when_clean() -> None:
+    r = Redactor(key=KEY)
+    clean = b"\xff\xfe step=1 loss=0.5\n"
+    assert r.text_bytes(clean) is clean
+    out = r.text_bytes(b"\xff password=hunter2 \xfe\n")
+    assert out.startswith(b"\xff password=<redacted:") and out.endswith(b" \xfe\n")
+
+
+def test_rule_set_is_gitleaks_release_and_every_expression_is_re2() -> None:
+    """RE2 matches in time linear in the input whatever the expression: no pattern can be
+    superlinear. Python ``re`` is left only for anchored matches of bounded or single-class runs."""
+    rules = default_rules()
+    assert GITLEAKS_VERSION == "v8.30.0" and len(rules.rules) >= 200
+    assert all(type(rule.regex).__module__ == "re2" for rule in rules.rules)
+    re2_type = type(rules.rules[0].regex)
+    compiled = [v for v in vars(contexts).values() if isinstance(v, (re.Pattern, re2_type))]
+    assert len(compiled) >= 12
+    assert all(type(v).__module__ == "re2" for v in compiled if v is not contexts._AUTH_SCHEME_RE)
+    assert "generic-api-key" in gitleaks.EXCLUDED_RULES
+
+
+def test_pod_status_messages_and_container_args_are_redacted() -> None:
+    pod = {"spec": {"containers": [{"name": "t", "args": ["--api-key", "sk-live-1234abcd", "--lr", "0.1"],
+                                    "command": ["python", f"--hf-token={HF}"]}]},
+           "status": {"message": "password=hunter2",
+                      "containerStatuses": [{"lastState": {"terminated": {
+                          "message": f"Traceback ... login failed with token {HF}", "exitCode": 1}}}]}}
+    redact_pod(pod, Redactor(key=KEY))
+    flat = repr(pod)
+    for secret in ("sk-live-1234abcd", HF, "hunter2"):
+        assert secret not in flat
+    assert pod["spec"]["containers"][0]["args"][2:] == ["--lr", "0.1"]
+
+
+# -- adversarial inputs ---------------------------------------------------------------------
+
+_FRAGMENTS = ["password", "=", ":", "\"", "'", "\\\"", "--token ", "Authorization: ", "Bearer ", "://",
+              "@", "-----BEGIN A-----", "-----END A-----", "eyJ", ".", "hf_", "AKIA", " ", "\n", "a" * 7,
+              "QUJD", "{\"name\": \"X\", \"value\": ", "name: K\n  value: ", "machine h login u password ",
+              "<redacted:", "x" * 16, ";", "&sig="]
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from(_FRAGMENTS), max_size=60), repeat=st.integers(1, 40))
+def test_adversarial_strings_neither_raise_nor_change_on_a_second_pass(parts: list[str], repeat: int) -> None:
+    r = Redactor(key=KEY)
+    s = "".join(parts) * repeat
+    once = r.text(s)
+    assert r.text(once) == once  # a pseudonym is never redacted again
+
+
+@settings(max_examples=200, deadline=None)
+@given(noise=st.lists(st.sampled_from(_FRAGMENTS), max_size=30), template=st.sampled_from(
+    [f"--token {HF}", f"api_key={HF}", f"Authorization: Bearer {HF}", f" {HF} "]))
+def test_a_secret_in_adversarial_noise_never_leaks(noise: list[str], template: str) -> None:
+    half = len(noise) // 2
+    s = "".join(noise[:half]) + " " + template + "\n" + "".join(noise[half:])
+    assert HF not in Redactor(key=KEY).text(s)
