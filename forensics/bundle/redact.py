@@ -38,6 +38,7 @@ from typing import Any
 from forensics.bundle.secrets.contexts import context_spans
 from forensics.bundle.secrets.gitleaks import default_rules
 from forensics.bundle.secrets.spans import merge_spans
+from forensics.bundle.secrets.view import finder_view
 
 __all__ = ["ENV_ALLOW_NAMES", "ENV_ALLOW_PREFIXES", "LABEL_KEYS_NOT_SECRET", "LABEL_SECRET_WORDS",
            "Redactor", "looks_secret_label_key", "looks_secret_name"]
@@ -224,8 +225,9 @@ class Redactor:
     def _redact_bytes(self, data: bytes, category: str, errors: str) -> bytes:
         """Every secret the context finders and the gitleaks rules find, replaced by its pseudonym
         (spans found twice or overlapping joined; pseudonyms already there kept as they are)."""
-        spans = list(context_spans(data, env_name_allowed))
-        spans.extend((f.start, f.end) for f in default_rules().findings(data))
+        view = finder_view(data)  # a timestamped log's prefixes blanked: the same offsets
+        spans = list(context_spans(view, env_name_allowed))
+        spans.extend((f.start, f.end) for f in default_rules().findings(view))
         if not spans:
             return data
         kept = [(m.start(), m.end()) for m in _PSEUDONYM_BYTES_RE.finditer(data)] if b"<redacted:" in data else []

@@ -85,8 +85,12 @@ _ENV_ENTRY_RE = _c(
     r"\\?[\"']name\\?[\"'][ \t]*:[ \t]*\\?[\"'](?P<name>[^\"'\\\n]{1,256})\\?[\"'][ \t]*,[ \t]*"
     r"\\?[\"']value\\?[\"'][ \t]*:[ \t]*"
     r"(?:\\\"(?P<ev>[^\"\\\n]*)\\\"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)')")
+# a log line's own timestamp, as Docker and the kubelet prefix each line (timestamps=1): the next
+# line of a YAML env entry or a netrc file starts with it
+_LINE_TIME = r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)[ \t])?"
 _ENV_ENTRY_YAML_RE = _c(
-    r"(?m)name:[ \t]*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?[ \t]*\r?\n[ \t]*-?[ \t]*value:[ \t]*"
+    r"(?m)name:[ \t]*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?[ \t]*\r?\n" + _LINE_TIME
+    + r"[ \t]*-?[ \t]*value:[ \t]*"
     r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'#][^\n]*))")
 _AUTH_HEADER_RE = _c(
     r"(?i)(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?P<quote>\\?[\"'])?(?P<rest>[^\n]*)")
@@ -95,7 +99,7 @@ _SCHEME_TOKEN_RE = _c(r"(?i)\b(?P<scheme>bearer|basic)[ \t]+(?P<cred>[A-Za-z0-9.
 _URL_CRED_RE = _c(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<cred>[^\s@\"'<>]+)@")
 _CURL_USER_RE = _c(r"(?:^|\s)(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"']*:(?P<cred>[^\s\"']+)")
 _NETRC_RE = _c(r"(?i)\blogin[ \t]+\S+[ \t]+password[ \t]+(?P<cred>\S+)")
-_NETRC_LINE_RE = _c(r"(?im)^[ \t]*password[ \t]+(?P<cred>\S+)[ \t]*\r?$")
+_NETRC_LINE_RE = _c(r"(?im)^" + _LINE_TIME + r"[ \t]*password[ \t]+(?P<cred>\S+)[ \t]*\r?$")
 _PEM_RE = _c(r"-----BEGIN [A-Z0-9 ]{1,64}-----(?P<body>(?s:.*?))-----END [A-Z0-9 ]{1,64}-----")
 _JWT_RE = _c(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")
 _AWS_KEY_ID_RE = _c(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")

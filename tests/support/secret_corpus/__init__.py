@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CONTEXTS", "CONTEXT_ONLY", "GENERATED_RECIPES", "BenignLine", "Secret", "all_secrets",
-           "benign_lines", "printable", "printed"]
+           "benign_lines", "corpus_log", "leaked", "printable", "printed"]
 
 HERE = Path(__file__).parent
 
@@ -224,3 +224,15 @@ def benign_lines(n_per_kind: int = 40) -> list[BenignLine]:
         add(BenignLine("kernel", f"[{rng.random() * 10**5:.6f}] Memory cgroup out of memory: Killed process "
                                  f"{rng.randrange(10**5)} (python) total-vm:{rng.randrange(10**8)}kB", ()))
     return out
+
+
+def corpus_log() -> str:
+    """Every printed text of the corpus, one after another: what a workload prints in the
+    real-container tests."""
+    return "\n".join(text for _, _, text in printed()) + "\n"
+
+
+def leaked(blob: bytes, secrets: list[Secret] | None = None) -> list[Secret]:
+    """The secrets whose value is anywhere in ``blob`` (a whole bundle's bytes)."""
+    return [s for s in secrets if s.value.encode() in blob] if secrets is not None else \
+        [s for s in all_secrets() if s.value.encode() in blob]
