@@ -11,10 +11,12 @@ What is redacted by default:
   guessed at (too many false positives), ``KEY=value`` arguments whose key looks secret;
 - environment values, except names on an allow-list (``NVIDIA_*``, ``CUDA_*``, ``PATH``, ...): those
   are evidence (GPU grants, library paths) and carry no secrets;
-- credentials in URLs (``scheme://user:password@host``), ``Authorization: Bearer ...``,
-  ``name=value`` pairs whose name looks secret, and values shaped like credentials whatever
-  surrounds them (JWTs, AWS access key ids ``AKIA...``/``ASIA...``, the body of PEM blocks), in any
-  free text;
+- free text (:meth:`Redactor.text`, :meth:`Redactor.text_bytes`: logs, kernel records, messages,
+  each command-line argument): the credential shapes of gitleaks' rule set
+  (:mod:`forensics.bundle.secrets.gitleaks`) and the keyword contexts
+  (:mod:`forensics.bundle.secrets.contexts`: assignments whose name says secret in any syntax,
+  Kubernetes env entries, ``Authorization`` of any scheme, URL and netrc credentials, PEM bodies,
+  JWTs), every expression RE2 (linear time on any input); see docs/redaction.md;
 - label, annotation and event-attribute values (:meth:`Redactor.label_value`) whose key looks
   secret (:data:`LABEL_SECRET_WORDS`, case-insensitive, any separator: ``db.password``,
   ``API_KEY``, ``vault.io/agent-token``), whole; the values of other keys go through the free-text

@@ -58,12 +58,20 @@ def _span(m: Any, name: bytes) -> Span:
     index = _GROUPS[id(m.re)].get(name)
     if index is None:
         raise IndexError(name)
-    return m.span(index)  # type: ignore[no-any-return]
+    start, end = m.span(index)
+    return int(start), int(end)
 
 
 def _group(m: Any, name: bytes) -> bytes | None:
+    """A named group's bytes; None where it did not take part in the match."""
     start, end = _span(m, name)
-    return None if start < 0 else m.string[start:end]  # type: ignore[no-any-return]
+    return None if start < 0 else bytes(m.string[start:end])
+
+
+def _text_of(m: Any, name: bytes) -> bytes:
+    """A named group that always takes part in its expression's matches."""
+    start, end = _span(m, name)
+    return bytes(m.string[max(start, 0):max(end, 0)])
 
 
 def _d(b: bytes) -> str:
@@ -124,7 +132,7 @@ def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
     for regex in (_PAIR_RE, _FLAG_RE):
         for m in regex.finditer(data):
             span = _value_span(m)
-            if span is None or not secret_name(_d(_group(m, b"name"))):
+            if span is None or not secret_name(_d(_text_of(m, b"name"))):
                 continue
             value = _d(data[span[0]:span[1]])
             low = value.lower()
@@ -137,7 +145,7 @@ def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
 def _env_entries(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
     for regex in (_ENV_ENTRY_RE, _ENV_ENTRY_YAML_RE):
         for m in regex.finditer(data):
-            name = _d(_group(m, b"name"))
+            name = _d(_text_of(m, b"name"))
             span = _value_span(m)
             if span is None or env_allowed(name):
                 continue
@@ -170,8 +178,8 @@ def _auth_headers(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
         if span[1] > span[0] and looks_secret_value(_d(data[span[0]:span[1]])):
             yield span
     for m in _SCHEME_TOKEN_RE.finditer(data):
-        cred = _group(m, b"cred")
-        if _group(m, b"scheme").lower() == b"basic":
+        cred = _text_of(m, b"cred")
+        if _text_of(m, b"scheme").lower() == b"basic":
             if _basic_credentials(cred):
                 yield _span(m, b"cred")
         elif any(c in b"0123456789+/=_.-" for c in cred) or len(cred) >= 20:
@@ -202,7 +210,7 @@ def _basic_credentials(cred: bytes) -> bool:
 def _shapes(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
     for regex in (_URL_CRED_RE, _CURL_USER_RE, _NETRC_RE, _NETRC_LINE_RE):
         for m in regex.finditer(data):
-            cred = _group(m, b"cred") or b""
+            cred = _text_of(m, b"cred")
             if regex is _URL_CRED_RE and b"/" in cred and cred.partition(b"/")[0].isdigit():
                 continue  # host:port/path@...: a path with an '@' (npm scopes), no credential
             if looks_secret_value(_d(cred)):
