@@ -104,8 +104,13 @@ def redact_sandbox_status(doc: dict[str, Any], redactor: Redactor,
 
 def redact_container_status(doc: dict[str, Any], redactor: Redactor,
                             parsed_info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``ContainerStatus`` (verbose): annotations and the ``info`` JSON, in place (see above)."""
+    """``ContainerStatus`` (verbose): annotations, the ``info`` JSON and the free-text ``message``
+    (a terminated container's termination message: its termination log, or the end of its log),
+    in place (see above)."""
     if redactor.enabled:
-        _redact_annotations(doc.get("status"), redactor)
+        status = doc.get("status")
+        _redact_annotations(status, redactor)
+        if isinstance(status, dict) and isinstance(status.get("message"), str):
+            status["message"] = redactor.text(status["message"], "logs")
         _redact_info_map(doc, redactor, parsed_info)
     return doc

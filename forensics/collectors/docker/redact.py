@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.bundle.redact import Redactor
 from forensics.collect.context import CollectContext
 
 __all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_events", "redact_exec",
@@ -36,7 +37,24 @@ def redact_container(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]
             for key in ("Cmd", "Entrypoint"):
                 if isinstance(conf.get(key), list):
                     conf[key] = r.argv([a for a in conf[key] if isinstance(a, str)])
+            health = conf.get("Healthcheck")
+            if isinstance(health, dict) and isinstance(health.get("Test"), list):
+                health["Test"] = r.argv([a for a in health["Test"] if isinstance(a, str)])
+    _redact_state_text(doc.get("State"), r)
     return doc
+
+
+def _redact_state_text(state: Any, r: Redactor) -> None:
+    """``State.Error`` and the health checks' output (``State.Health.Log[].Output``): free text a
+    container's command wrote, redacted as its log is."""
+    if not isinstance(state, dict):
+        return
+    if isinstance(state.get("Error"), str) and state["Error"]:
+        state["Error"] = r.text(state["Error"], "logs")
+    health = state.get("Health")
+    for entry in health.get("Log") or () if isinstance(health, dict) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("Output"), str):
+            entry["Output"] = r.text(entry["Output"], "logs")
 
 
 def redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:

@@ -166,3 +166,20 @@ def test_a_secret_in_adversarial_noise_never_leaks(noise: list[str], template: s
     half = len(noise) // 2
     s = "".join(noise[:half]) + " " + template + "\n" + "".join(noise[half:])
     assert HF not in Redactor(key=KEY).text(s)
+
+
+def test_docker_state_text_healthcheck_and_cri_termination_message_are_redacted() -> None:
+    from forensics.collectors.cri.redaction import redact_container_status
+    from forensics.collectors.docker.redact import redact_container
+
+    class Ctx:
+        redactor = Redactor(key=KEY)
+
+    doc = {"Config": {"Healthcheck": {"Test": ["CMD", "curl", "-H", f"Authorization: Bearer {HF}", "http://x"]}},
+           "State": {"Error": "exec: login --password=hunter2 failed",
+                     "Health": {"Log": [{"Output": f"token={HF} rejected", "ExitCode": 1}]}}}
+    flat = repr(redact_container(doc, Ctx()))  # type: ignore[arg-type]
+    assert HF not in flat and "hunter2" not in flat and "Bearer <redacted:" in flat
+    status = {"status": {"message": f"Error: invalid token {HF}\nexiting", "annotations": {}}}
+    out = redact_container_status(status, Redactor(key=KEY))
+    assert HF not in out["status"]["message"] and out["status"]["message"].endswith("\nexiting")
