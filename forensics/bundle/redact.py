@@ -39,6 +39,7 @@ from typing import Any
 
 from forensics.bundle.secrets.contexts import context_spans
 from forensics.bundle.secrets.gitleaks import default_rules
+from forensics.bundle.secrets.names import secret_name
 from forensics.bundle.secrets.spans import merge_spans
 from forensics.bundle.secrets.view import finder_view
 
@@ -58,17 +59,6 @@ ENV_ALLOW_NAMES = frozenset(
     }
 )
 
-_SECRET_WORDS = (
-    "password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "api-key", "auth",
-    "credential", "private_key", "private-key", "privatekey", "access_key", "access-key",
-    "session", "cookie", "signature", "passphrase", "key",
-)
-_SECRET_NAME_RE = re.compile(
-    r"(?i)(" + "|".join(re.escape(w) for w in _SECRET_WORDS) + r")"
-)
-# words that contain "key" but are not secrets
-_NOT_SECRET_RE = re.compile(r"(?i)^(monkey|keyboard|hotkey|keys?_?(count|length|size))$")
-
 _PSEUDONYM_RE = re.compile(r"^<redacted:[0-9a-f]{16}>$")
 _PSEUDONYM_BYTES_RE = re.compile(rb"<redacted:[0-9a-f]{16}>")
 
@@ -86,11 +76,11 @@ LABEL_KEYS_NOT_SECRET: dict[str, str] = {
 
 
 def looks_secret_name(name: str) -> bool:
-    """True for names such as ``DB_PASSWORD``, ``--api-token`` or ``aws_secret_access_key``."""
+    """True for names such as ``DB_PASSWORD``, ``--api-token`` or ``aws_secret_access_key``; False
+    for ``--tokenizer``, ``--max-tokens``, ``monkey`` (the name's last word decides:
+    :func:`forensics.bundle.secrets.names.secret_name`)."""
     bare = name.lstrip("-").strip()
-    if not bare or _NOT_SECRET_RE.match(bare):
-        return False
-    return bool(_SECRET_NAME_RE.search(bare))
+    return bool(bare) and secret_name(bare)
 
 
 def looks_secret_label_key(key: str) -> bool:

@@ -290,3 +290,12 @@ def test_text_remembers_only_what_it_left_unchanged() -> None:
     clean = "io.kubernetes.pod.name=trainer-0"
     assert r.text(clean) == clean and r.text(clean) == clean
     assert sum(r.counts.values()) == 2
+
+
+def test_command_line_options_that_only_contain_a_secret_word_are_kept() -> None:
+    """``--tokenizer``, ``--max-tokens``: the option's last word decides (they redacted the model
+    name and the count that followed them before)."""
+    args = ["vllm", "serve", "--tokenizer", "meta-llama/Llama-3-8B", "--max-tokens", "4096",
+            "--hf-token", "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"]
+    out = Redactor(key=KEY).argv(args)
+    assert out[:7] == args[:7] and PSEUDO.fullmatch(out[7])
