@@ -42,3 +42,24 @@ def test_no_redact_keeps_kernel_records_verbatim(tmp_path: Path) -> None:
     ctx.redactor.enabled = False
     KernelCollector(str(dump)).snapshot(ctx)
     assert (stage / "kernel/kmsg.txt").read_bytes() == dump.read_bytes()
+
+
+def test_sampled_window_is_redacted_as_the_recorder_keeps_it(tmp_path: Path) -> None:
+    """The sampled window (``kernel/kmsg-window.txt``) is what the flight recorder's kernel child
+    writes into the ring, segment after segment: its records are redacted before they are written."""
+    import time
+
+    from forensics.capture.context import Tick
+
+    kmsg = tmp_path / "kmsg"
+    xid = b"4,1200,30000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n"
+    kmsg.write_bytes(b"6,1199,29000000,-;systemd[1]: Starting job with --api-key=" + TOKEN.encode() + b"\n" + xid)
+    stage = tmp_path / "stage"
+    ctx = make_context(stage, {"kmsg_last_seq": [-1]})
+    collector = KernelCollector(str(kmsg))
+    collector.sample(ctx, Tick(0, time.time()))
+    collector.end_sampling(ctx)
+    window = (stage / "kernel/kmsg-window.txt").read_bytes()
+    assert TOKEN.encode() not in window and b"--api-key=<redacted:" in window
+    assert window.endswith(xid)
+    assert read_jsonl(stage, "kernel/window.jsonl")[0]["xid"] == 79
