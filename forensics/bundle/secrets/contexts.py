@@ -33,7 +33,7 @@ from typing import Any
 
 import re2
 
-from forensics.bundle.secrets.names import looks_secret_value, secret_name
+from forensics.bundle.secrets.names import looks_secret_value, secret_name, weak_secret_name
 
 __all__ = ["FINDERS", "context_spans"]
 
@@ -82,9 +82,10 @@ _ENDINGS = ("password|passwd|pwd|pass|passphrase|passcode|secret|token|credentia
             "|authorization|cookie|dsn|signature|sig|pat|key|pw|psk|otp|apikey|connectionstring")
 _NAME = rf"(?P<name>[A-Za-z0-9_.\-]*(?i:{_ENDINGS}))"
 # a value: double-quoted (JSON escapes allowed), single-quoted, JSON-escaped inside JSON, or bare
-_VALUE = (r"(?:\\\"(?P<ev>[^\"\\\n]*)\\\"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'"
+_VALUE = (r"(?:\\\"(?P<ev>[^\"\\\n]*)\\\"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|\"(?P<dr>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'"
           r"|(?P<bare>[^\s\"',;&]+))")
-_PAIR_RE = _c(_NAME + r"(?:\\?[\"'])?[ \t]*(?:=>|:=|=|:)[ \t]*" + _VALUE)
+# "=>" (Perl, Ruby, PHP) only between blanks: "--password=>x" assigns ">x"
+_PAIR_RE = _c(_NAME + r"(?:\\?[\"'])?(?:[ \t]+=>[ \t]+|[ \t]*(?::=|=|:)[ \t]*)" + _VALUE)
 _FLAG_RE = _c(r"(?:^|[\s\"'])--?" + _NAME + r"[ \t]+" +
               r"(?:\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'\-][^\s\"']*))")
 _ENV_ENTRY_RE = _c(
@@ -116,7 +117,7 @@ _ONE_TOKEN_SCHEMES = frozenset({"bearer", "basic", "token", "apikey", "api-key",
 
 
 def _value_span(m: Any) -> Span | None:
-    for group in (b"ev", b"dq", b"sq", b"bare"):
+    for group in (b"ev", b"dq", b"dr", b"sq", b"bare"):
         try:
             span = _span(m, group)
         except IndexError:  # not a group of this expression
@@ -136,6 +137,8 @@ def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
             low = value.lower()
             if low in ("bearer", "basic", "token", "digest"):
                 continue  # the scheme of an Authorization value: the header finder takes it
+            if value.isdigit() and weak_secret_name(_d(_text_of(m, b"name"))):
+                continue  # sig=11, pass: 3
             if looks_secret_value(value):
                 yield span
 

@@ -56,6 +56,17 @@ _PLACEHOLDER_RE = re.compile(
 )
 
 
+#: last words that are secret names but also short words of other meanings (``sig=11`` is a signal,
+#: ``pass: 3`` a count): their value is taken for a secret unless it is a number
+WEAK_LAST_WORDS = frozenset({"sig", "pat", "pw", "otp", "psk", "pass", "auth", "pwd"})
+
+
+def weak_secret_name(name: str) -> bool:
+    """A secret name whose last word also has other meanings (:data:`WEAK_LAST_WORDS`)."""
+    words = name_words(name)
+    return bool(words) and words[-1] in WEAK_LAST_WORDS
+
+
 def name_words(name: str) -> list[str]:
     """The lower-cased words of a name: ``x-api-key`` -> x, api, key; ``AccountKey`` -> account, key."""
     return [w.lower() for w in _WORD_RE.findall(name[-128:])]

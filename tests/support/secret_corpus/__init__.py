@@ -175,9 +175,16 @@ class BenignLine:
 def benign_lines(n_per_kind: int = 40) -> list[BenignLine]:
     """Lines GPU training and serving workloads, the kernel and the runtimes print, with no secret:
     loss values, checkpoint hashes, git commit ids, UUIDs, container ids, image digests (sha256 and
-    base64), PCI ids, GPU UUIDs, NVRM Xid lines, tokenizer settings, token counts."""
+    base64), PCI ids, GPU UUIDs, NVRM Xid lines, tokenizer settings, token counts (generated,
+    ``n_per_kind`` of each kind); and every line of the real published workload lines of
+    tests/support/log_lines.py and of the kernel log fixtures (tests/fixtures/kernel)."""
+    from tests.support import log_lines
+
     rng = random.Random(7)
-    out: list[BenignLine] = []
+    out: list[BenignLine] = [BenignLine("published workload line", line, ())
+                             for quoted in log_lines.ALL for line in quoted.text.splitlines()]
+    for fixture in sorted((HERE.parent.parent / "fixtures" / "kernel").iterdir()):
+        out.extend(BenignLine("kernel fixture", line, ()) for line in fixture.read_text().splitlines())
 
     def hexs(n: int) -> str:
         return "".join(rng.choice(_HEX) for _ in range(n))
