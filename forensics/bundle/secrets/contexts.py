@@ -33,7 +33,12 @@ from typing import Any
 
 import re2
 
-from forensics.bundle.secrets.names import looks_secret_value, secret_name, weak_secret_name
+from forensics.bundle.secrets.names import (
+    looks_secret_value,
+    name_words,
+    secret_name,
+    weak_secret_name,
+)
 
 __all__ = ["FINDERS", "context_spans"]
 
@@ -99,9 +104,11 @@ _ENV_ENTRY_YAML_RE = _c(
     r"(?m)name:[ \t]*[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)[\"']?[ \t]*\r?\n" + _LINE_TIME
     + r"[ \t]*-?[ \t]*value:[ \t]*"
     r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'#][^\n]*))")
-_AUTH_HEADER_RE = _c(
-    r"(?i)(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?P<quote>\\?[\"'])?(?P<rest>[^\n]*)")
+# where an Authorization value starts (the value itself is measured in Python, up to the line's
+# end, its closing quote or the next header, whichever is first: every byte is looked at once)
+_AUTH_HEADER_RE = _c(r"(?i)(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?P<quote>\\?[\"'])?")
 _AUTH_SCHEME_RE = re.compile(rb"([A-Za-z][A-Za-z0-9_.+\-]*)[ \t]+(?=\S)")
+_TOKEN_RE = re.compile(rb"[^ \t,;]*")
 _SCHEME_TOKEN_RE = _c(r"(?i)\b(?P<scheme>bearer|basic)[ \t]+(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)")
 _URL_CRED_RE = _c(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*:(?P<cred>[^\s@\"'<>]+)@")
 _CURL_USER_RE = _c(r"(?:^|\s)(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"']*:(?P<cred>[^\s\"']+)")
@@ -131,13 +138,14 @@ def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
     for regex in (_PAIR_RE, _FLAG_RE):
         for m in regex.finditer(data):
             span = _value_span(m)
-            if span is None or not secret_name(_d(_text_of(m, b"name"))):
-                continue
+            name = _d(_text_of(m, b"name"))
+            if span is None or not secret_name(name) or name_words(name)[-1] == "authorization":
+                continue  # (an Authorization value is the header finder's: scheme, then credentials)
             value = _d(data[span[0]:span[1]])
             low = value.lower()
             if low in ("bearer", "basic", "token", "digest"):
                 continue  # the scheme of an Authorization value: the header finder takes it
-            if value.isdigit() and weak_secret_name(_d(_text_of(m, b"name"))):
+            if value.isdigit() and weak_secret_name(name):
                 continue  # sig=11, pass: 3
             if looks_secret_value(value):
                 yield span
@@ -166,15 +174,20 @@ def _rstrip(data: bytes, span: Span) -> Span:
 
 
 def _auth_headers(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
-    for m in _AUTH_HEADER_RE.finditer(data):
-        start, end = _span(m, b"rest")
+    heads = list(_AUTH_HEADER_RE.finditer(data))
+    for i, m in enumerate(heads):
+        start = m.end()
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(data)
+        newline = data.find(b"\n", start, end)
+        end = end if newline < 0 else newline
         if _group(m, b"quote") is not None:  # a quoted value ends at the next quote
-            end = start + _quoted_length(data[start:end])
+            end = _quote_end(data, start, end)
         scheme = _AUTH_SCHEME_RE.match(data, start, end)
         if scheme is not None:
             start = scheme.end()
         if scheme is None or scheme.group(1).lower().decode("ascii") in _ONE_TOKEN_SCHEMES:
-            end = start + _token_length(data[start:end])
+            token = _TOKEN_RE.match(data, start, end)
+            end = token.end() if token is not None else start
         span = _rstrip(data, (start, end))
         if span[1] > span[0] and looks_secret_value(_d(data[span[0]:span[1]])):
             yield span
@@ -187,16 +200,11 @@ def _auth_headers(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
             yield _span(m, b"cred")
 
 
-def _quoted_length(rest: bytes) -> int:
-    """Where a quoted header value ends: at its first quote (or escaped quote)."""
-    ends = [i for i in (rest.find(b'"'), rest.find(b"'"), rest.find(b"\\")) if i >= 0]
-    return min(ends) if ends else len(rest)
-
-
-def _token_length(rest: bytes) -> int:
-    """The length of one credential token: up to the first blank, comma or semicolon."""
-    ends = [i for i in (rest.find(b" "), rest.find(b"\t"), rest.find(b","), rest.find(b";")) if i >= 0]
-    return min(ends) if ends else len(rest)
+def _quote_end(data: bytes, start: int, end: int) -> int:
+    """Where a quoted header value ends: at its first quote (or escaped quote) before ``end``."""
+    ends = [i for i in (data.find(b'"', start, end), data.find(b"'", start, end), data.find(b"\\", start, end))
+            if i >= 0]
+    return min(ends) if ends else end
 
 
 def _basic_credentials(cred: bytes) -> bool:

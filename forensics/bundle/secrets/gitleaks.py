@@ -13,7 +13,7 @@ and so does this module (``detect/detect.go``, ``config/allowlist.go`` of the sa
 - an allowlist (the global one, then the rule's) skips a finding when its regular expressions match
   the secret, the match or the line (``regexTarget``), or the secret contains one of its stopwords;
   a condition ``AND`` needs every check, and a check on paths, which a log line does not have,
-  never passes.
+  never passes (a line is read at most :data:`LINE_CONTEXT` bytes either side of the match).
 
 Every expression is compiled by RE2 (``google-re2``), whose matching time is linear in the text
 whatever the pattern: no input makes redaction superlinear. Texts are matched as UTF-8 bytes;
@@ -26,7 +26,7 @@ import math
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -79,9 +79,14 @@ class _Allowlist:
     and_condition: bool
     has_paths: bool
 
-    def allows(self, secret: bytes, match: bytes, line: bytes) -> bool:
-        target = {"match": match, "line": line}.get(self.target, secret)
-        regex_ok = self.regex is not None and self.regex.search(target) is not None
+    def allows(self, secret: bytes, match: bytes, line: Callable[[], bytes]) -> bool:
+        """Whether this allowlist lets the finding go (``line`` gives the line around it, asked
+        for only by an allowlist that targets it)."""
+        if self.regex is None:
+            regex_ok = False
+        else:
+            target = match if self.target == "match" else line() if self.target == "line" else secret
+            regex_ok = self.regex.search(target) is not None
         lowered = secret.lower()
         stop_ok = any(w in lowered for w in self.stopwords)
         if self.and_condition:
@@ -162,8 +167,10 @@ class GitleaksRules:
                 secret = data[start:end]
                 if rule.entropy and shannon_entropy(secret) <= rule.entropy:
                     continue
-                line = data[data.rfind(b"\n", 0, m.start()) + 1:_line_end(data, m.end())]
                 match = m.group(0)
+
+                def line(start: int = m.start(), end: int = m.end()) -> bytes:
+                    return _line_around(data, start, end)
                 if self._global.allows(secret, match, line) or \
                         any(a.allows(secret, match, line) for a in rule.allowlists):
                     continue
@@ -218,9 +225,18 @@ def _yaml_value(data: bytes, start: int, end: int) -> tuple[int, int]:
     return (m.end(), end) if m is not None and m.end() < end else (start, end)
 
 
-def _line_end(data: bytes, pos: int) -> int:
-    end = data.find(b"\n", pos)
-    return len(data) if end < 0 else end
+#: how far the line of a finding is read on each side of it (an allowlist on lines looks at it):
+#: a bound, so that many findings on one long line cost no more than their own neighbourhoods
+LINE_CONTEXT = 4096
+
+
+def _line_around(data: bytes, start: int, end: int) -> bytes:
+    """The line a match is on, at most :data:`LINE_CONTEXT` bytes either side of the match."""
+    low = max(0, start - LINE_CONTEXT)
+    newline = data.rfind(b"\n", low, start)
+    line_start = low if newline < 0 else newline + 1
+    line_end = data.find(b"\n", end, end + LINE_CONTEXT)
+    return data[line_start:line_end if line_end >= 0 else min(len(data), end + LINE_CONTEXT)]
 
 
 @cache

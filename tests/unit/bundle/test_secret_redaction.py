@@ -84,6 +84,7 @@ def test_words_near_secrets_are_not_secrets(line: str) -> None:
     (f"prefix {HF} suffix", HF),
     ("curl -u admin:Secr3tPass https://x", "Secr3tPass"),
     ("X-Api-Key: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    ('curl -H "Authorization: Bearer abc123def456" -H "Proxy-Authorization: ApiKey zz99yy88xx77" x', "zz99yy88xx77"),
 ])
 def test_keyword_contexts(line: str, secret: str) -> None:
     out = Redactor(key=KEY).text(line)
@@ -119,14 +120,16 @@ def test_text_bytes_keeps_invalid_utf8_and_returns_the_same_object_when_clean() 
 
 def test_rule_set_is_gitleaks_release_and_every_expression_is_re2() -> None:
     """RE2 matches in time linear in the input whatever the expression: no pattern can be
-    superlinear. Python ``re`` is left only for anchored matches of bounded or single-class runs."""
+    superlinear. Python ``re`` is left only for anchored matches of single-class runs within the
+    span of one header value (each byte is looked at once)."""
     rules = default_rules()
     assert GITLEAKS_VERSION == "v8.30.0" and len(rules.rules) >= 200
     assert all(type(rule.regex).__module__ == "re2" for rule in rules.rules)
     re2_type = type(rules.rules[0].regex)
     compiled = [v for v in vars(contexts).values() if isinstance(v, (re.Pattern, re2_type))]
     assert len(compiled) >= 12
-    assert all(type(v).__module__ == "re2" for v in compiled if v is not contexts._AUTH_SCHEME_RE)
+    anchored = {contexts._AUTH_SCHEME_RE, contexts._TOKEN_RE}  # .match() of one class run, bounded by a span
+    assert all(type(v).__module__ == "re2" for v in compiled if v not in anchored)
     assert "generic-api-key" in gitleaks.EXCLUDED_RULES
 
 
@@ -184,3 +187,22 @@ def test_docker_state_text_healthcheck_and_cri_termination_message_are_redacted(
     status = {"status": {"message": f"Error: invalid token {HF}\nexiting", "annotations": {}}}
     out = redact_container_status(status, Redactor(key=KEY))
     assert HF not in out["status"]["message"] and out["status"]["message"].endswith("\nexiting")
+
+
+@settings(max_examples=500, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 8)), max_size=12),
+       gaps=st.lists(st.tuples(st.integers(1, 8), st.integers(1, 6)), max_size=8))
+def test_merge_spans_joins_overlaps_and_drops_what_touches_a_pseudonym(
+        spans: list[tuple[int, int]], gaps: list[tuple[int, int]]) -> None:
+    from forensics.bundle.secrets.spans import merge_spans
+
+    kept, pos = [], 0
+    for gap, length in gaps:  # disjoint kept spans, as pseudonyms in a text are
+        kept.append((pos + gap, pos + gap + length))
+        pos += gap + length
+    found = [(a, a + n) for a, n in spans]
+    merged = merge_spans(found, kept)
+    survivors = [s for s in found if s[1] > s[0] and not any(k0 < s[1] and s[0] < k1 for k0, k1 in kept)]
+    assert all(a < b for a, b in merged) and all(merged[i][1] < merged[i + 1][0] for i in range(len(merged) - 1))
+    covered = {i for a, b in merged for i in range(a, b)}
+    assert covered == {i for a, b in survivors for i in range(a, b)}
