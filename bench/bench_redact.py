@@ -5,9 +5,10 @@ with the input, what it costs on a log beside the redactor it replaced, and what
     python3 bench/bench_redact.py                # 64 KiB, 2 MiB and 16 MiB
     python3 bench/bench_redact.py --quick        # 64 KiB and 2 MiB
 
-1. Growth: three inputs at each size (a workload's log, base64 text with no newline, as a 2 MiB
-   config bundle in an annotation, and that base64 as the value of ``config_secret=``), each timed
-   as the best of three runs; the time per MiB should stay flat (linear growth).
+1. Growth: four inputs at each size (a workload's log, base64 text with no newline, as a 2 MiB
+   config bundle in an annotation, that base64 as the value of ``config_secret=``, and a hostile
+   text made of near-matches of every context), each timed as the best of three runs (hostile:
+   one); the time per MiB should stay flat (linear growth).
 2. Cost: a 256 KiB log through the redactor of commit bd3a8c0 (the one before this rule set; read
    with ``git show``) and through today's, in this same process: the ratio new / old.
 3. Measured: the secret corpus (tests/support/secret_corpus) printed in every context: leaks (a
@@ -73,6 +74,23 @@ def base64_text(size: int) -> str:
     return base64.b64encode(rng.randbytes(size * 3 // 4 + 3)).decode()[:size]
 
 
+#: fragments of every context the finders look for, repeated: a hostile text dense with near-matches
+HOSTILE = ('password="a\\"b ', "Authorization: Digest x=", "--token ", "://u:p@", "-----BEGIN A-----",
+           '{"name": "X", "value": ', "name: K\n  value: ", "eyJaaaaaaaaa.eyJ", "hf_", "AKIA",
+           "machine h login u password ", "<redacted:0123456789abcdef>", "&sig=", "QUJD")
+
+
+def hostile_text(size: int) -> str:
+    rng = random.Random(9)
+    out: list[str] = []
+    n = 0
+    while n < size:
+        piece = rng.choice(HOSTILE)
+        out.append(piece)
+        n += len(piece)
+    return "".join(out)[:size]
+
+
 def best_of(f: Callable[[str], str], s: str, runs: int = 3) -> float:
     best = float("inf")
     for _ in range(runs):
@@ -83,12 +101,13 @@ def best_of(f: Callable[[str], str], s: str, runs: int = 3) -> float:
 
 
 def growth(sizes: list[int]) -> None:
-    print("1. growth (best of 3; seconds, and seconds per MiB)")
-    print(f"   {'size':>8}  {'log':>14}  {'base64':>14}  {'secret=base64':>14}")
+    print("1. growth (best of 3, hostile: 1 run; seconds, and seconds per MiB)")
+    print(f"   {'size':>8}  {'log':>14}  {'base64':>14}  {'secret=base64':>14}  {'hostile':>14}")
     for size in sizes:
         cells = []
-        for text in (workload_log(size), base64_text(size), "config_secret=" + base64_text(size)):
-            t = best_of(lambda s: Redactor(key=b"k" * 32).text(s, "logs"), text)
+        for text, runs in ((workload_log(size), 3), (base64_text(size), 3),
+                           ("config_secret=" + base64_text(size), 3), (hostile_text(size), 1)):
+            t = best_of(lambda s: Redactor(key=b"k" * 32).text(s, "logs"), text, runs)
             cells.append(f"{t:6.3f} ({t / (len(text) / MIB):5.3f})")
         label = f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
         print(f"   {label:>8}  " + "  ".join(f"{c:>14}" for c in cells))
