@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from forensics.bundle.reader import open_bundle
-from forensics.capture.context import CaptureOptions
+from forensics.collect.context import CaptureOptions
 from forensics.capture.runner import run_capture
 from forensics.collectors.docker.docker import COLLECTOR
 from forensics.specs import kubernetes as kspec

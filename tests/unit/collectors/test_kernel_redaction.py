@@ -49,7 +49,7 @@ def test_sampled_window_is_redacted_as_the_recorder_keeps_it(tmp_path: Path) -> 
     writes into the ring, segment after segment: its records are redacted before they are written."""
     import time
 
-    from forensics.capture.context import Tick
+    from forensics.collect.context import Tick
 
     kmsg = tmp_path / "kmsg"
     xid = b"4,1200,30000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n"
