@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from forensics.bundle.reader import open_bundle
-from forensics.collect.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.docker.docker import COLLECTOR
 from forensics.specs import kubernetes as kspec
 from tests.support.docker_engine import BUSYBOX_IMAGE, DockerEngine
