@@ -148,8 +148,8 @@ def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
             low = value.lower()
             if low in ("bearer", "basic", "token", "digest"):
                 continue  # the scheme of an Authorization value: the header finder takes it
-            if value.isdigit() and weak_secret_name(name):
-                continue  # sig=11, pass: 3
+            if weak_secret_name(name) and (value.isdigit() or value.startswith(("/", "~"))):
+                continue  # sig=11, pass: 3, PWD=/home/user (the working directory)
             if looks_secret_value(value):
                 yield span
 

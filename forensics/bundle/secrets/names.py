@@ -57,7 +57,8 @@ _PLACEHOLDER_RE = re.compile(
 
 
 #: last words that are secret names but also short words of other meanings (``sig=11`` is a signal,
-#: ``pass: 3`` a count): their value is taken for a secret unless it is a number
+#: ``pass: 3`` a count, ``PWD=/root`` the working directory): their value is taken for a secret
+#: unless it is a number or a path
 WEAK_LAST_WORDS = frozenset({"sig", "pat", "pw", "otp", "psk", "pass", "auth", "pwd"})
 
 
@@ -83,6 +84,8 @@ def secret_name(name: str) -> bool:
     before = words[-2] if len(words) > 1 else ""
     if last == "token":
         return before not in NOT_SECRET_TOKEN_QUALIFIERS
+    if last == "pat":  # GH_PAT, gitlab_pat; PAT alone is Intel's Page Attribute Table (x86/PAT:)
+        return bool(before)
     if last in SECRET_LAST_WORDS or last.endswith(_GLUED_ENDINGS):
         return True
     if last == "key":

@@ -60,6 +60,8 @@ def test_benign_lines_are_not_redacted_and_join_keys_survive() -> None:
     "Basic settings loaded; Bearer token expired",
     "fetch https://registry.npmjs.org:443/@scope/pkg",
     "python[4242] killed by sig=11; pass: 3 of 5",
+    "<6>[    0.000700] x86/PAT: Configuration [0-7]: WB  WC  UC- UC  WB  WP  UC- WT",
+    "cd: PWD=/home/alice/jobs OLDPWD=/root",
 ])
 def test_words_near_secrets_are_not_secrets(line: str) -> None:
     assert Redactor(key=KEY).text(line) == line
