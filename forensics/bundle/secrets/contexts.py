@@ -93,7 +93,7 @@ _NAME = rf"(?P<name>[A-Za-z0-9_.\-]*(?i:{_ENDINGS}))"
 _VALUE = (r"(?:\\\"(?P<ev>[^\"\\\n]*)\\\"|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|\"(?P<dr>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'"
           r"|(?P<bare>[^\s\"',;&]+))")
 # "=>" (Perl, Ruby, PHP) only between blanks: "--password=>x" assigns ">x"
-_PAIR_RE = _c(_NAME + r"(?:\\?[\"'])?(?:[ \t]+=>[ \t]+|[ \t]*(?::=|=|:)[ \t]*)" + _VALUE)
+_PAIR_RE = _c(_NAME + r"(?P<nq>\\?[\"'])?(?P<sep>[ \t]+=>[ \t]+|[ \t]*(?::=|=|:)[ \t]*)" + _VALUE)
 _FLAG_RE = _c(r"(?:^|[\s\"'])--?" + _NAME + r"[ \t]+" +
               r"(?:\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'\-][^\s\"']*))")
 _ENV_ENTRY_RE = _c(
@@ -148,10 +148,19 @@ def _pairs(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
             low = value.lower()
             if low in ("bearer", "basic", "token", "digest"):
                 continue  # the scheme of an Authorization value: the header finder takes it
+            if regex is _PAIR_RE and _tight_colon(m):
+                continue  # passwd:amd64 (a package and its architecture), not an assignment
             if weak_secret_name(name) and (value.isdigit() or value.startswith(("/", "~"))):
                 continue  # sig=11, pass: 3, PWD=/home/user (the working directory)
             if looks_secret_value(value):
                 yield span
+
+
+def _tight_colon(m: Any) -> bool:
+    """``name:value`` with neither quotes nor a blank: YAML needs a blank after the colon, JSON
+    quotes its names; this is a package name (``passwd:amd64``), a time or an address."""
+    return (_group(m, b"sep") == b":" and _group(m, b"nq") is None
+            and _span(m, b"bare")[0] >= 0)
 
 
 def _env_entries(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:

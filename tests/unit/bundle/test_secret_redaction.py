@@ -62,6 +62,7 @@ def test_benign_lines_are_not_redacted_and_join_keys_survive() -> None:
     "python[4242] killed by sig=11; pass: 3 of 5",
     "<6>[    0.000700] x86/PAT: Configuration [0-7]: WB  WC  UC- UC  WB  WP  UC- WT",
     "cd: PWD=/home/alice/jobs OLDPWD=/root",
+    "2026-12-06 07:51:05 status installed passwd:amd64 1:4.13+dfsg1-1+deb12u2",
 ])
 def test_words_near_secrets_are_not_secrets(line: str) -> None:
     assert Redactor(key=KEY).text(line) == line
@@ -86,6 +87,7 @@ def test_words_near_secrets_are_not_secrets(line: str) -> None:
     (f"prefix {HF} suffix", HF),
     ("curl -u admin:Secr3tPass https://x", "Secr3tPass"),
     ("X-Api-Key: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    ('{"password":"c0mpact-json"}', "c0mpact-json"),
     ('curl -H "Authorization: Bearer abc123def456" -H "Proxy-Authorization: ApiKey zz99yy88xx77" x', "zz99yy88xx77"),
 ])
 def test_keyword_contexts(line: str, secret: str) -> None:
