@@ -1,0 +1,187 @@
+"""The byte-level replacement of ``gpuforensics sanitize``: names and addresses in any member's
+bytes, one regular-expression pass per member, nothing else touched.
+
+What makes a replacement safe for the evidence:
+
+- **Line structure kept**: a pseudonym holds no newline, so every ``line N`` locator of an analysis
+  of the copy points at the same line; JSON stays valid JSON (a name is replaced inside a string,
+  and pseudonyms hold no character JSON escapes), JSON-lines stay one object a line, NUL-separated
+  members (``proc/<pid>/environ``) keep their entries.
+- **Whole words only**: a name is replaced where it stands alone, bounded by anything but a letter,
+  a digit or a hyphen (``ml/trainer-0``, ``"trainer"``, ``trainer.py``, ``ns_ml_x``; not the ``ml``
+  of ``libnvidia-ml.so`` nor the ``trainer`` of ``trainer-ckpt``); after a JSON escape (``\\n``,
+  ``\\t``, ``\\r``) too. Host and domain names match in any case (DNS does), other names exactly.
+- **Join keys kept**: UUIDs (GPU, MIG, pod and boot ids), PCI bus ids, hex ids of 12 characters or
+  more (container and image ids, SHA-256) and ``sha256:`` digests are skipped as a whole before any
+  name or address is looked for in them.
+- **Addresses by shape**: IPv4 (not loopback, unspecified, link-local, multicast, broadcast or a
+  netmask), IPv6 (validated; not loopback or unspecified) and MAC addresses of 6, 8 or 20 octets
+  (not all-zero or broadcast) are found wherever they stand and each gets its own pseudonym.
+
+Linear time: one compiled pattern per run; the names are one alternation built as a trie (a prefix
+shared by many names is tried once), so the cost per byte does not grow with the number of names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+from forensics.bundle.pseudonyms import PseudonymMap
+
+__all__ = ["Replacer", "find_addresses", "trie_pattern"]
+
+# before a name: not a letter, digit or hyphen, or a JSON escape (\n, \t, \r) right before it
+_NAME_LEFT = rb"(?:(?<![A-Za-z0-9-])|(?<=\\[ntr]))"
+_NAME_RIGHT = rb"(?![A-Za-z0-9-])"
+_PROTECTED = (
+    rb"(?<![0-9A-Za-z])(?:"
+    rb"(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # UUIDs
+    rb"|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"  # PCI bus ids
+    rb"|sha256:[0-9a-fA-F]{12,}"
+    rb"|[0-9a-fA-F]{12,}"  # container, image, machine ids and hashes
+    rb")(?![0-9A-Za-z])"
+)
+_MAC = (rb"(?:(?<![0-9A-Fa-f:.-])|(?<=\\[ntr]))"
+        rb"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?:(?::[0-9A-Fa-f]{2}){14}|(?::[0-9A-Fa-f]{2}){2})?"
+        rb"(?![0-9A-Fa-f:])")
+_IPV6 = (rb"(?:(?<![0-9A-Za-z_:.])|(?<=\\[ntr]))"
+         rb"(?:[0-9A-Fa-f]{1,4}|(?=::))(?::[0-9A-Fa-f]{0,4}){2,7}"
+         rb"(?![0-9A-Za-z_:])")
+_IPV4 = rb"(?<![0-9.])(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?![0-9])(?!\.[0-9])"
+_HOME = rb"(?<![A-Za-z0-9_.-])/home/([a-z_][a-z0-9_.-]{0,31})(?![A-Za-z0-9_-])"
+
+
+def trie_pattern(words: Iterable[bytes]) -> bytes:
+    """One regular expression matching exactly ``words``, longest first at each branch (a trie, so
+    the work at each position is one walk down shared prefixes, whatever the number of words)."""
+    trie: dict[int, object] = {}
+    for word in words:
+        node = trie
+        for byte in word:
+            node = node.setdefault(byte, {})  # type: ignore[assignment]
+        node[-1] = {}
+
+    def build(node: dict[int, object]) -> bytes:
+        end = -1 in node
+        branches = [re.escape(bytes([b])) + build(child)  # type: ignore[arg-type]
+                    for b, child in sorted(node.items()) if b != -1]
+        if not branches:
+            return b""
+        body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+        return b"(?:" + body + b")?" if end else body
+
+    return build(trie)
+
+
+def _address_category(text: str) -> str | None:
+    """``ipv4``/``ipv6``/``mac`` for an address worth a pseudonym, None for one kept as it is
+    (loopback, unspecified, link-local IPv4, multicast, broadcast, netmasks, all-zero MACs) or for
+    text that is not an address."""
+    if text.count(":") in (5, 7, 19) and "::" not in text and all(len(p) == 2 for p in text.split(":")):
+        octets = bytes.fromhex(text.replace(":", ""))
+        return None if octets.strip(b"\x00") == b"" or octets.strip(b"\xff") == b"" else "mac"
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if addr.version == 4:
+        if text.startswith(("255.", "0.")) or addr.is_loopback or addr.is_link_local or addr.is_multicast \
+                or addr.is_unspecified:
+            return None
+        return "ipv4"
+    if text.count(":") < 2 or addr.is_loopback or addr.is_unspecified or addr.is_multicast:
+        return None
+    if "::" in text and sum(1 for p in text.split(":") if p) < 2:
+        return None  # "d::", "::a": a C++ scope or a time more likely than an address
+    return "ipv6"
+
+
+_SCAN = re.compile(b"(" + _PROTECTED + b")|(" + _MAC + b")|(" + _IPV6 + b")|(" + _IPV4 + b")|" + _HOME)
+
+
+def find_addresses(data: bytes) -> Iterator[tuple[str, str]]:
+    """``(category, text)`` of every address and ``/home/<user>`` in ``data``: ``ipv4``, ``ipv6``,
+    ``mac`` (lower case) and ``user``."""
+    for m in _SCAN.finditer(data):
+        if m.lastindex == 1:
+            continue
+        if m.lastindex == 5:
+            yield "user", m.group(5).decode("ascii")
+            continue
+        text = m.group(0).decode("ascii")
+        category = _address_category(text)
+        if category is not None:
+            yield category, text.lower() if category == "mac" else text
+
+
+class Replacer:
+    """Replaces every name and address of ``pmap`` in bytes, counting replacements per category.
+
+    ``names``: the originals to replace by name (the map's categories but the addresses); addresses
+    are found by shape and replaced when the map has them (the discovery pass put them there)."""
+
+    def __init__(self, pmap: PseudonymMap, names: dict[str, str]) -> None:
+        self.pmap = pmap
+        self.counts: Counter[str] = Counter()
+        #: category -> the pseudonyms written (distinct names replaced)
+        self.used: dict[str, set[bytes]] = {}
+        # original (exact, or lower-cased for DNS names) -> (pseudonym, category)
+        self._exact: dict[bytes, tuple[bytes, str]] = {}
+        self._folded: dict[bytes, tuple[bytes, str]] = {}
+        for original, category in names.items():
+            pseudonym = pmap.get(category, original).encode()
+            key = original.encode()
+            if category in ("hostname", "domain"):
+                self._folded[key.lower()] = (pseudonym, category)
+            else:
+                self._exact[key] = (pseudonym, category)
+        alternatives = [b"(" + _PROTECTED + b")"]
+        exact = trie_pattern(sorted(self._exact, key=len, reverse=True))
+        folded = trie_pattern(sorted(self._folded, key=len, reverse=True))
+        # exact names first, so a container ``Trainer`` is not taken for a host ``trainer``
+        alternatives.append(b"(" + _NAME_LEFT + b"(?:" + exact + b")" + _NAME_RIGHT + b")" if exact else b"(?!)")
+        alternatives.append(b"(" + _NAME_LEFT + b"(?i:" + folded + b")" + _NAME_RIGHT + b")" if folded else b"(?!)")
+        alternatives += [b"(" + _MAC + b")", b"(" + _IPV6 + b")", b"(" + _IPV4 + b")"]
+        self._pattern = re.compile(b"|".join(alternatives))
+        self._addresses: dict[bytes, tuple[bytes, str] | None] = {}
+
+    def _address(self, text: bytes) -> tuple[bytes, str] | None:
+        if text in self._addresses:
+            return self._addresses[text]
+        s = text.decode("ascii")
+        category = _address_category(s)
+        found = None
+        if category is not None:
+            original = s.lower() if category == "mac" else s
+            pseudonym = self.pmap.names[category].get(original)
+            found = ((pseudonym or self.pmap.get(category, original)).encode(), category)
+        self._addresses[text] = found
+        return found
+
+    def _sub(self, m: re.Match[bytes]) -> bytes:
+        group = m.lastindex
+        text = m.group(0)
+        if group == 1:
+            return text
+        if group == 2:
+            pseudonym, category = self._exact[text]
+        elif group == 3:
+            pseudonym, category = self._folded[text.lower()]
+        else:
+            found = self._address(text)
+            if found is None:
+                return text
+            pseudonym, category = found
+        self.counts[category] += 1
+        self.used.setdefault(category, set()).add(pseudonym)
+        return pseudonym
+
+    def bytes(self, data: bytes) -> bytes:
+        """``data`` with every name and address replaced (the same object when nothing was)."""
+        return self._pattern.sub(self._sub, data)
+
+    def text(self, s: str) -> str:
+        return self.bytes(s.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
