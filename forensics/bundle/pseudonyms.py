@@ -33,11 +33,12 @@ from typing import Any
 from forensics.errors import UsageError, write_failure
 from forensics.errors import OutputNotWritten
 
-__all__ = ["CATEGORIES", "MAP_FORMAT", "PseudonymMap", "load_map", "save_map"]
+__all__ = ["ADDRESS_CATEGORIES", "CATEGORIES", "MAP_FORMAT", "PseudonymMap", "load_map", "save_map"]
 
 MAP_FORMAT = "gpuforensics-sanitize-map"
 #: the categories, in the order a string met in several is named by (a host before a pod)
 CATEGORIES = ("hostname", "domain", "user", "namespace", "pod", "container", "image", "ipv4", "ipv6", "mac")
+ADDRESS_CATEGORIES = frozenset({"ipv4", "ipv6", "mac"})
 _NAME_FORMS = {"hostname": "host-{:04d}", "domain": "domain-{:04d}.example", "user": "user-{:04d}",
                "namespace": "ns-{:04d}", "pod": "pod-{:04d}", "container": "ctr-{:04d}",
                "image": "registry.example/image-{:04d}"}
@@ -67,6 +68,10 @@ class PseudonymMap:
             if original in self.names[category]:
                 return category
         return None
+
+    def name_categories(self) -> dict[str, str]:
+        """original -> category of every name (not address) the map holds."""
+        return {o: c for c in reversed(CATEGORIES) if c not in ADDRESS_CATEGORIES for o in self.names[c]}
 
     def lookup(self, original: str) -> str | None:
         for category in CATEGORIES:

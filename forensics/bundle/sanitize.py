@@ -192,7 +192,11 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
         if held_bytes + size <= _HOLD_BYTES:
             held[path] = bundle
             held_bytes += size
-    originals = names.by_original()
+    for path in paths:  # the domains that follow a host name, once every bundle's host names are known
+        for _, data in _texts(held.get(path) or open_bundle(path, limits)):
+            names.learn_domains(data)
+    # every name the map knows is replaced too: a node named only in another bundle's text
+    originals = {**pmap.name_categories(), **names.by_original()}
     pmap.reserve([*originals, *(text for _, text in addresses)])
     replacer = Replacer(pmap, originals)
     for category, text in addresses:  # allocated in the order met: stable for a given input

@@ -6,9 +6,10 @@ name learnt from the manifest is replaced in a container's log line too. Sources
 - ``hostname``: the manifest's ``host.hostname`` and ``host.node_name``, ``host/host.json``,
   Docker's ``info.json`` ``Name``, containers' ``Config.Hostname`` and ``Config.Domainname`` (not
   the container-id default), Kubernetes Node names and ``status.addresses`` of type Hostname or
-  DNS, pods' ``spec.nodeName``, events' ``source.host``, an image's private registry host; a
-  dotted name gives its domain to ``domain`` (``gpu-07.corp.example.com``: ``gpu-07`` and
-  ``corp.example.com``);
+  DNS, pods' ``spec.nodeName``, events' ``source.host``, an image's private registry host (whole); a
+  dotted host name gives its domain to ``domain`` (``gpu-07.corp.example.com``: ``gpu-07`` and
+  ``corp.example.com``), so does a known host name followed by a domain in any member's text;
+  a domain of three labels or more gives its parents of two or more too (``example.com``);
 - ``user``: ``USER``, ``LOGNAME``, ``SUDO_USER`` and ``HOME=/home/<user>`` in environments
   (``proc/<pid>/environ``, containers' ``Config.Env``), a container's ``Config.User``, any
   ``/home/<user>`` path in any member;
@@ -71,6 +72,7 @@ class Names:
 
     def __init__(self) -> None:
         self.found: dict[str, set[str]] = {c: set() for c in CATEGORIES}
+        self._host_re: re.Pattern[bytes] | None = None  # built by learn_domains from the host names found
 
     def add(self, category: str, value: Any) -> None:
         if not isinstance(value, str):
@@ -83,7 +85,8 @@ class Names:
             repo = image_repository(value)
             if repo is not None:
                 self.found["image"].add(repo)
-                self._add_dns("hostname", repo.split("/", 1)[0].split(":", 1)[0])
+                # the registry as one host name (its first label alone, often "registry", is no name)
+                self._add_dns("hostname", repo.split("/", 1)[0].split(":", 1)[0], split=False)
             return
         if category == "user":
             value = value.split(":", 1)[0]
@@ -92,17 +95,31 @@ class Names:
         if self._usable(category, value):
             self.found[category].add(value)
 
-    def _add_dns(self, category: str, value: str) -> None:
+    def _add_dns(self, category: str, value: str, split: bool = True) -> None:
         value = value.rstrip(".")
         if _IPV4.match(value) or ":" in value or not _DNS.match(value):
             return
-        if category == "hostname" and "." in value:
+        if category == "hostname" and "." in value and split:
             short, domain = value.split(".", 1)
             self._add_dns("hostname", short)
             self._add_dns("domain", domain)
             return
         if self._usable(category, value) and value.lower() not in KEPT[category]:
             self.found[category].add(value)
+            if category == "domain" and value.count(".") >= 2:
+                self._add_dns("domain", value.split(".", 1)[1])  # its parents of two labels or more
+
+    def learn_domains(self, data: bytes) -> None:
+        """Domains that follow a known host name in free text (``gpu-08.dc1.corp.net``)."""
+        if self._host_re is None:
+            hosts = sorted((h.encode() for h in self.found["hostname"] if "." not in h), key=len, reverse=True)
+            if not hosts:
+                return
+            self._host_re = re.compile(rb"(?<![A-Za-z0-9-])(?:" + b"|".join(re.escape(h) for h in hosts)
+                                       + rb")\.([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8})(?![A-Za-z0-9-])",
+                                       re.IGNORECASE)
+        for m in self._host_re.finditer(data):
+            self._add_dns("domain", m.group(1).decode("ascii"))
 
     @staticmethod
     def _usable(category: str, value: str) -> bool:

@@ -142,8 +142,8 @@ class Replacer:
         exact = trie_pattern(sorted(self._exact, key=len, reverse=True))
         folded = trie_pattern(sorted(self._folded, key=len, reverse=True))
         # exact names first, so a container ``Trainer`` is not taken for a host ``trainer``
-        alternatives.append(b"(" + _NAME_LEFT + b"(?:" + exact + b")" + _NAME_RIGHT + b")" if exact else b"(?!)")
-        alternatives.append(b"(" + _NAME_LEFT + b"(?i:" + folded + b")" + _NAME_RIGHT + b")" if folded else b"(?!)")
+        alternatives.append(b"(" + _NAME_LEFT + b"(?:" + exact + b")" + _NAME_RIGHT + b")" if exact else b"((?!))")
+        alternatives.append(b"(" + _NAME_LEFT + b"(?i:" + folded + b")" + _NAME_RIGHT + b")" if folded else b"((?!))")
         alternatives += [b"(" + _MAC + b")", b"(" + _IPV6 + b")", b"(" + _IPV4 + b")"]
         self._pattern = re.compile(b"|".join(alternatives))
         self._addresses: dict[bytes, tuple[bytes, str] | None] = {}

@@ -6,15 +6,16 @@ It calls the library only through its public entry points: :mod:`forensics.captu
 :mod:`forensics.document_format`; each is imported inside the command that needs it, so ``--help``
 stays instant. One module per command family: :mod:`~forensics.cli.capture_command`,
 :mod:`~forensics.cli.record_commands` (``record``, ``ring``), :mod:`~forensics.cli.bundle_commands`
-(``verify``, ``analyze``, ``inspect``), :mod:`~forensics.cli.collectors_command`,
-:mod:`~forensics.cli.top_command`; what they share
+(``verify``, ``analyze``, ``inspect``), :mod:`~forensics.cli.sanitize_command`,
+:mod:`~forensics.cli.collectors_command`, :mod:`~forensics.cli.top_command`; what they share
 (option parsers, read limits, exit codes) is :mod:`~forensics.cli.common`. The ``cluster`` group
 lives in :mod:`forensics.cli_cluster`. This module holds the group and the entry points, which map
 errors to exit codes.
 
-Exit codes: 0 success; 1 ``verify`` integrity failure, ``analyze --fail-on`` threshold reached, or
-a ``cluster capture`` node without a verified bundle; 2 usage error, an unreadable/invalid bundle,
-or a cluster that cannot be asked; 3 capture interrupted (a bundle was still written);
+Exit codes: 0 success; 1 ``verify`` integrity failure (``sanitize``: a bundle that fails it is
+refused), ``analyze --fail-on`` threshold reached, or a ``cluster capture`` node without a verified
+bundle; 2 usage error, an unreadable/invalid bundle, an output that exists, a ``sanitize --map`` that
+cannot be read, or a cluster that cannot be asked; 3 capture interrupted (a bundle was still written);
 4 the bundle or the output could not be written (disk full, quota, I/O error, read-only file system);
 70 internal error (a bug: please report it with ``--debug`` output).
 """
@@ -34,6 +35,7 @@ from forensics.cli.capture_command import capture
 from forensics.cli.collectors_command import collectors
 from forensics.cli.common import EXIT_BUG, EXIT_NOT_WRITTEN, EXIT_OK, EXIT_USAGE
 from forensics.cli.record_commands import record, ring
+from forensics.cli.sanitize_command import sanitize
 from forensics.cli.top_command import top
 from forensics.cli_cluster import cluster as cluster_group
 from forensics.errors import STORAGE_ERRNOS, ForensicsError
@@ -60,7 +62,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for _command in (capture, record, ring, top, verify, analyze, inspect, collectors, cluster_group):
+for _command in (capture, record, ring, top, verify, analyze, inspect, sanitize, collectors, cluster_group):
     cli.add_command(_command)
 
 

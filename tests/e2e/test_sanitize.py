@@ -1,0 +1,190 @@
+"""``gpuforensics sanitize`` as a user runs it: on every sample bundle, on a two-node incident, on a
+bundle that carries the flight recorder's segments; the copy verifies, its analysis is the
+original's with the pseudonyms (kinds, severities, subjects, evidence at the same locators, every
+excerpt re-read from the copy), and no original name is left in any member's bytes or path."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics.analysis import analyze_bundles
+from forensics.bundle.reader import open_bundle
+from tests.golden.test_golden import BUNDLES
+from tests.support.analysis_bundles import GIB, T0, BundleSpec
+from tests.support.sanitized import MapOracle, assert_excerpts_reread, assert_no_original_left, comparable_findings
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ("user", "namespace", "pod", "container", "image")
+DNS = ("hostname", "domain")
+
+
+def gf(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "forensics", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def sanitize(tmp: Path, *bundles: Path, map_name: str = "incident.map.json") -> tuple[list[Path], Path]:
+    out, map_path = tmp / "outside", tmp / map_name
+    res = gf("sanitize", *bundles, "-o", out, "--map", map_path)
+    assert res.returncode == 0, res.stderr
+    copies = [Path(line.split("  (from ", 1)[0]) for line in res.stdout.splitlines()]
+    assert len(copies) == len(bundles) and all(c.parent == out for c in copies), res.stdout
+    return copies, map_path
+
+
+def assert_same_analysis(originals: list[Path], copies: list[Path], map_path: Path) -> MapOracle:
+    oracle = MapOracle(map_path)
+    for copy in copies:
+        res = gf("verify", copy)
+        assert res.returncode == 0, res.stderr
+    before, after = analyze_bundles(originals), analyze_bundles(copies)
+    names = {o.name: c.name for o, c in zip(originals, copies, strict=True)}
+    assert comparable_findings(after, None, {}) == comparable_findings(before, oracle, names)
+    assert [r["kind"] for r in after["ruled_out"]] == [r["kind"] for r in before["ruled_out"]]
+    assert sorted(oracle.text(n["host"]) for n in before["nodes"]) == sorted(n["host"] for n in after["nodes"])
+    if before["findings"]:
+        assert assert_excerpts_reread(before, after, copies, oracle) > 0
+    for copy in copies:
+        assert_no_original_left(copy, oracle.originals(*NAMES), oracle.originals(*DNS))
+    return oracle
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.stem for b in BUNDLES])
+def test_every_sample_bundle_sanitised_analyses_the_same(tmp_path: Path, bundle: Path) -> None:
+    (copy,), map_path = sanitize(tmp_path, bundle)
+    oracle = assert_same_analysis([bundle], [copy], map_path)
+    assert "gpu-07" in oracle.pairs and oracle.pairs["gpu-07"] in copy.name
+    manifest = open_bundle(copy).manifest
+    sanitized = manifest["sanitized"]
+    assert sanitized["replacements"]["hostname"] > 0 and sanitized["names"]["hostname"] >= 1
+    assert sanitized["source_sha256"] == open_bundle(bundle).file_sha256
+    assert manifest["host"]["hostname"] == oracle.pairs["gpu-07"]
+    assert stat.S_IMODE(map_path.stat().st_mode) == 0o600
+    raw = copy.read_bytes()
+    assert map_path.read_bytes() not in raw and b"gpuforensics-sanitize-map" not in raw
+
+
+def _node(host: str, peer: str, ip: str, peer_ip: str, mac: str) -> BundleSpec:
+    """One node of an incident: ``notebook`` (a private image, no GPU asked) takes GPU 0 from
+    ``trainer``; the node's kernel log names its peer node, addresses and a user's home."""
+    b = BundleSpec(host=host, start=T0, duration_s=60)
+    b.gpu(0)
+    image = "registry.acme-corp.net:5000/research/notebook:v3"
+    trainer = b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=0", "USER=alice", "HOME=/home/alice"])
+    notebook = b.container("notebook", image=image, env=["USER=bob"])
+    b.process(4101, "python", container=trainer, environ=["USER=alice", "HOME=/home/alice", "PATH=/usr/bin"])
+    b.process(4202, "python", container=notebook, environ=["USER=bob", "PATH=/usr/bin"])
+
+    def gpu0(s: float) -> tuple[float, int, dict[int, tuple[int, float | None]]]:
+        if s < 20:
+            return 96, 30 * GIB, {4101: (30 * GIB, 95.0)}
+        return 99, 76 * GIB, {4101: (30 * GIB, 7.0), 4202: (46 * GIB, 88.0)}
+
+    b.gpu_series(0, range(0, 60), gpu0)
+    b.kmsg(T0 + 5, f"eth0: link up, address {mac}, {ip}/24 via fe80::3efd:feff:fe12:{mac[-5:].replace(':', '')}")
+    b.kmsg(T0 + 6, f"nccl: rank 1 on {peer}.dc1.acme-corp.net ({peer_ip}) unreachable from {host}")
+    b.kmsg(T0 + 7, "python[4101]: opening /home/alice/ckpt/step-900.pt")
+    return b
+
+
+def test_two_node_incident_same_pseudonyms_and_same_analysis(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _node("gpu-a7", "gpu-b8", "10.20.30.41", "10.20.30.42", "3c:fd:fe:12:34:41").write(tmp_path / "a")
+    b = _node("gpu-b8", "gpu-a7", "10.20.30.42", "10.20.30.41", "3c:fd:fe:12:34:42").write(tmp_path / "b")
+    copies, map_path = sanitize(tmp_path, a, b)
+    oracle = assert_same_analysis([a, b], copies, map_path)
+    names = json.loads(map_path.read_text())["names"]
+    assert {"gpu-a7", "gpu-b8", "registry.acme-corp.net"} <= set(names["hostname"])
+    assert set(names["domain"]) == {"dc1.acme-corp.net", "acme-corp.net"}
+    assert {"alice", "bob"} <= set(names["user"]) and {"trainer", "notebook"} <= set(names["container"])
+    assert names["image"] == {"registry.acme-corp.net:5000/research/notebook": "registry.example/image-0001"}
+    assert {"10.20.30.41", "10.20.30.42"} <= set(names["ipv4"]) and len(names["mac"]) == 2 and names["ipv6"]
+    # the same pseudonyms in both copies: node b's name as a's kernel log gives it, as b's own host
+    kmsg_a = open_bundle(copies[0]).members["kernel/kmsg.txt"].decode()
+    host_b = open_bundle(copies[1]).manifest["host"]["hostname"]
+    assert f"rank 1 on {host_b}.{names['domain']['dc1.acme-corp.net']} ({names['ipv4']['10.20.30.42']})" in kmsg_a
+    assert f"/home/{names['user']['alice']}/ckpt/step-900.pt" in kmsg_a
+    image = json.loads(next(d for m, d in open_bundle(copies[1]).members.items()
+                            if m.startswith("docker/images/") and b"registry" in d))
+    assert image["RepoTags"] == ["registry.example/image-0001:v3"]
+    assert all(oracle.pairs[h] in c.name for h, c in zip(("gpu-a7", "gpu-b8"), copies, strict=True))
+
+    # one bundle at a time with the same map: the same pseudonyms again, the map unchanged
+    kept = map_path.read_bytes()
+    res = gf("sanitize", b, "-o", tmp_path / "again", "--map", map_path)
+    assert res.returncode == 0, res.stderr
+    (again,) = (tmp_path / "again").glob("*.tgz")
+    assert again.name == copies[1].name and map_path.read_bytes() == kept
+    assert open_bundle(again).members["kernel/kmsg.txt"] == open_bundle(copies[1]).members["kernel/kmsg.txt"]
+
+
+def test_a_cluster_directory_stands_for_its_bundles(tmp_path: Path) -> None:
+    incident = tmp_path / "incident"
+    incident.mkdir()
+    a = _node("gpu-a7", "gpu-b8", "10.20.30.41", "10.20.30.42", "3c:fd:fe:12:34:41").write(incident)
+    b = _node("gpu-b8", "gpu-a7", "10.20.30.42", "10.20.30.41", "3c:fd:fe:12:34:42").write(incident)
+    res = gf("sanitize", incident, "-o", tmp_path / "outside", "--map", tmp_path / "m.json")
+    assert res.returncode == 0, res.stderr
+    copies = sorted((tmp_path / "outside").glob("*.tgz"))
+    assert len(copies) == 2
+    assert_same_analysis(sorted([a, b]), sorted(copies, key=lambda c: "a" if "0001" in c.name else "b"),
+                         tmp_path / "m.json")
+
+
+def test_ring_segments_rewritten_and_re_hashed(tmp_path: Path) -> None:
+    from tests.support.ring_bundle import capture_since, ring_from_sample
+
+    ring_from_sample(tmp_path / "ring")
+    bundle = capture_since(tmp_path / "ring", tmp_path / "cap", "2020-01-01T00:00:00Z")
+    assert any(m.startswith("ring/segments/") and m.endswith(".gz") for m in open_bundle(bundle).members)
+    (copy,), map_path = sanitize(tmp_path, bundle)
+    assert_same_analysis([bundle], [copy], map_path)
+    prov = json.loads(open_bundle(copy).members["ring/provenance.json"])
+    assert prov["segments"] and all(s["sha256_of"].endswith("sanitize") for s in prov["segments"])
+
+
+@pytest.mark.parametrize(("case", "code", "message"), [
+    ("broken bundle", 2, "not gzip-compressed"),
+    ("existing output", 2, "refusing to overwrite existing output"),
+    ("unreadable map", 2, "not a sanitize map"),
+    ("map a directory", 2, "is a directory"),
+    ("map inside the output", 2, "must never travel"),
+    ("altered bundle", 1, "integrity check failed, not sanitised"),
+])
+def test_bad_input_one_line_and_exit_code(tmp_path: Path, case: str, code: int, message: str) -> None:
+    sample = BUNDLES[0]
+    args: list[Any] = [sample, "-o", tmp_path / "out", "--map", tmp_path / "m.json"]
+    if case == "broken bundle":
+        (tmp_path / "x.tgz").write_bytes(b"not a bundle")
+        args[0] = tmp_path / "x.tgz"
+    elif case == "existing output":
+        assert gf("sanitize", *args).returncode == 0
+    elif case == "unreadable map":
+        (tmp_path / "m.json").write_text("{broken")
+    elif case == "map a directory":
+        (tmp_path / "m.json").mkdir()
+    elif case == "map inside the output":
+        args[-1] = tmp_path / "out" / "m.json"
+    elif case == "altered bundle":
+        from tests.support.hostile_bundles import full, rewrite
+
+        def alter(top: str, members: list[tuple[str, bytes]]) -> list[Any]:
+            return full(top, [(n, d.replace(b"gpu-07", b"gpu-08") if n == "host/host.json" else d)
+                              for n, d in members])
+
+        args[0] = rewrite(sample, tmp_path / "altered.tgz", alter)
+    res = gf("sanitize", *args)
+    assert res.returncode == code, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuforensics: error: ") and message in lines[0], res.stderr
+    if case != "existing output":
+        assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
