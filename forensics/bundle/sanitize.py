@@ -198,7 +198,7 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
     # every name the map knows is replaced too: a node named only in another bundle's text
     originals = {**pmap.name_categories(), **names.by_original()}
     pmap.reserve([*originals, *(text for _, text in addresses)])
-    replacer = Replacer(pmap, originals)
+    replacer = Replacer(pmap, originals, names.field_names)
     for category, text in addresses:  # allocated in the order met: stable for a given input
         pmap.get(category, text)
 

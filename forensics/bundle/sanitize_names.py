@@ -24,7 +24,10 @@ name learnt from the manifest is replaced in a container's log line too. Sources
 - addresses (IPv4, IPv6, MAC) by their shape, in every member (:mod:`forensics.bundle.sanitize_text`).
 
 Kept as they are (:data:`KEPT`): names every cluster has (``default``, ``kube-system``, ``root``,
-``localhost``, ...), names without a letter or shorter than 2 characters, JSON's literals, hex ids.
+``localhost``, ...), names without a letter or shorter than 2 characters, JSON's literals, hex ids;
+and a name that is also a field name of the evidence's JSON (a container called ``server``, a key
+of ``kubernetes/requests.json``) where it stands as a JSON key: the field keeps its name, so every
+reader still finds it (:attr:`Names.field_names`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ _DNS = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:
 _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 _POD_LOG = re.compile(r"^kubernetes/logs/([^/]+)/([^/]+)/([^/]+)\.log$")
 _USER_KEYS = ("USER", "LOGNAME", "SUDO_USER")
+_FIELD = re.compile(r"^[A-Za-z_]{2,64}$")
 
 
 class Names:
@@ -73,6 +77,9 @@ class Names:
     def __init__(self) -> None:
         self.found: dict[str, set[str]] = {c: set() for c in CATEGORIES}
         self._host_re: re.Pattern[bytes] | None = None  # built by learn_domains from the host names found
+        #: the JSON keys of the evidence made of letters and underscores (``server``, ``status``): a
+        #: name that is one of them is a field name where it stands as a key, and is kept there
+        self.field_names: set[str] = set()
 
     def add(self, category: str, value: Any) -> None:
         if not isinstance(value, str):
@@ -185,6 +192,7 @@ def _walk(names: Names, node: Any, depth: int = 0) -> None:
         return
     if not isinstance(node, dict):
         return
+    names.field_names.update(k for k in node if isinstance(k, str) and _FIELD.match(k))
     meta = node.get("metadata")
     kind = node.get("kind")
     if isinstance(meta, dict):

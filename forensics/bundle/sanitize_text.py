@@ -11,6 +11,8 @@ What makes a replacement safe for the evidence:
   a digit or a hyphen (``ml/trainer-0``, ``"trainer"``, ``trainer.py``, ``ns_ml_x``; not the ``ml``
   of ``libnvidia-ml.so`` nor the ``trainer`` of ``trainer-ckpt``); after a JSON escape (``\\n``,
   ``\\t``, ``\\r``) too. Host and domain names match in any case (DNS does), other names exactly.
+- **Field names kept**: a name that is also a field name of the evidence's JSON (a container
+  called ``server``) is not replaced where it stands as a JSON key.
 - **Join keys kept**: UUIDs (GPU, MIG, pod and boot ids), PCI bus ids, hex ids of 12 characters or
   more (container and image ids, SHA-256) and ``sha256:`` digests are skipped as a whole before any
   name or address is looked for in them.
@@ -117,14 +119,23 @@ def find_addresses(data: bytes) -> Iterator[tuple[str, str]]:
             yield category, text.lower() if category == "mac" else text
 
 
+def _is_json_key(m: re.Match[bytes]) -> bool:
+    """The match is a whole JSON object key: ``"<match>":`` (spaces allowed before the colon)."""
+    data, start, end = m.string, m.start(), m.end()
+    return start > 0 and data[start - 1:start] == b'"' and data[end:end + 1] == b'"' \
+        and data[end + 1:end + 17].lstrip()[:1] == b":"
+
+
 class Replacer:
     """Replaces every name and address of ``pmap`` in bytes, counting replacements per category.
 
     ``names``: the originals to replace by name (the map's categories but the addresses); addresses
     are found by shape and replaced when the map has them (the discovery pass put them there)."""
 
-    def __init__(self, pmap: PseudonymMap, names: dict[str, str]) -> None:
+    def __init__(self, pmap: PseudonymMap, names: dict[str, str], field_names: Iterable[str] = ()) -> None:
         self.pmap = pmap
+        #: names that are field names of the evidence's JSON: kept where they stand as a JSON key
+        self._fields = {f.encode() for f in field_names if f in names}
         self.counts: Counter[str] = Counter()
         #: category -> the pseudonyms written (distinct names replaced)
         self.used: dict[str, set[bytes]] = {}
@@ -165,6 +176,8 @@ class Replacer:
         group = m.lastindex
         text = m.group(0)
         if group == 1:
+            return text
+        if group in (2, 3) and text in self._fields and _is_json_key(m):
             return text
         if group == 2:
             pseudonym, category = self._exact[text]

@@ -16,7 +16,8 @@ from forensics.analysis.ring_view import ring_view
 from forensics.analysis.source import Source
 from forensics.bundle.reader import open_bundle
 
-__all__ = ["MapOracle", "assert_excerpts_reread", "assert_no_original_left", "comparable_findings"]
+__all__ = ["MapOracle", "assert_excerpts_reread", "assert_no_original_left", "comparable_findings",
+           "json_field_names"]
 
 _CUT = "..."
 
@@ -106,10 +107,12 @@ def assert_excerpts_reread(original_doc: dict[str, Any], copy_doc: dict[str, Any
     return checked
 
 
-def assert_no_original_left(copy: Path, originals: Iterable[str], dns_names: Iterable[str] = ()) -> int:
+def assert_no_original_left(copy: Path, originals: Iterable[str], dns_names: Iterable[str] = (),
+                            field_names: Iterable[str] = ()) -> int:
     """No original name in any member's bytes or path of ``copy``, as a word (bounded by anything
-    but a letter, digit or hyphen; ``dns_names``, host and domain names, in any case). Returns the
-    number of members scanned."""
+    but a letter, digit or hyphen; ``dns_names``, host and domain names, in any case), except a
+    name in ``field_names`` where it stands as a JSON key (``"server":``: a field's name, kept).
+    Returns the number of members scanned."""
     import gzip
 
     def word(names: Iterable[str], flags: int = 0) -> re.Pattern[bytes] | None:
@@ -117,6 +120,7 @@ def assert_no_original_left(copy: Path, originals: Iterable[str], dns_names: Ite
         return re.compile(rb"(?<![A-Za-z0-9-])(?:" + b"|".join(re.escape(w.encode()) for w in words)
                           + rb")(?![A-Za-z0-9-])", flags) if words else None
 
+    fields = set(field_names)
     patterns = [p for p in (word(originals), word(dns_names, re.IGNORECASE)) if p is not None]
     bundle = open_bundle(copy)
     members = {**bundle.members, "manifest.json": json.dumps(bundle.manifest).encode()}
@@ -124,7 +128,34 @@ def assert_no_original_left(copy: Path, originals: Iterable[str], dns_names: Ite
         raw = gzip.decompress(bytes(data)) if name.endswith(".gz") else bytes(data)
         for where, blob in ((f"{name} (path)", name.encode()), (name, raw), ("file name", copy.name.encode())):
             for pattern in patterns:
-                hit = pattern.search(blob)
+                hit = next((h for h in pattern.finditer(blob) if not (
+                    h.group(0).decode() in fields and blob[h.start() - 1:h.start()] == b'"'
+                    and blob[h.end():h.end() + 2] == b'":')), None)
                 assert hit is None, f"{copy.name}: {where} still holds {hit.group(0)!r}: " \
                                     f"{blob[max(0, hit.start() - 60):hit.end() + 60]!r}"
     return len(members)
+
+
+def json_field_names(bundle: Path) -> set[str]:
+    """Every JSON object key of ``bundle``'s JSON and JSON-lines members (what a field is called)."""
+    keys: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            keys.update(node)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for name, data in open_bundle(bundle).members.items():
+        try:
+            if name.endswith(".json"):
+                walk(json.loads(data))
+            elif name.endswith(".jsonl"):
+                for line in bytes(data).splitlines():
+                    walk(json.loads(line))
+        except ValueError:
+            continue
+    return keys
