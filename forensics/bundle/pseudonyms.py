@@ -56,8 +56,8 @@ class PseudonymMap:
         self.names: dict[str, dict[str, str]] = {c: dict((names or {}).get(c, {})) for c in CATEGORIES}
         self._used: set[str] = {p.lower() for table in self.names.values() for p in table.values()}
         self._next: dict[str, int] = dict.fromkeys(CATEGORIES, 1)
-        #: strings a pseudonym must not be (originals of this run): set by :meth:`reserve`
-        self._avoid: set[str] = set()
+        #: strings a pseudonym must not be: the map's originals, and this run's (:meth:`reserve`)
+        self._avoid: set[str] = {o.lower() for table in self.names.values() for o in table}
 
     def reserve(self, originals: Iterable[str]) -> None:
         """Strings met in the evidence: no new pseudonym may equal one of them."""

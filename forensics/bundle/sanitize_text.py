@@ -96,8 +96,8 @@ def _address_category(text: str) -> str | None:
         return "ipv4"
     if text.count(":") < 2 or addr.is_loopback or addr.is_unspecified or addr.is_multicast:
         return None
-    if "::" in text and sum(1 for p in text.split(":") if p) < 2:
-        return None  # "d::", "::a": a C++ scope or a time more likely than an address
+    if "::" in text and (sum(1 for p in text.split(":") if p) < 2 or sum(len(p) for p in text.split(":")) < 4):
+        return None  # "d::", "a::b": a C++ scope more likely than an address
     return "ipv6"
 
 
