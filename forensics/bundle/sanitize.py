@@ -234,9 +234,7 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
         host = _host(manifest)
         writer = BundleWriter(out_dir, host, when=_when(bundle), max_bytes=limits.max_total_bytes)
         try:
-            for member, data in sorted(members.items()):
-                writer.sink.write_bytes(member, data)
-            output = writer.finish(manifest)
+            output = writer.finish(manifest, held=members)
         finally:
             writer.cleanup()
         copies.append(SanitizedCopy(path, output, counts, distinct))

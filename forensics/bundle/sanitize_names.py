@@ -69,6 +69,11 @@ _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 _POD_LOG = re.compile(r"^kubernetes/logs/([^/]+)/([^/]+)/([^/]+)\.log$")
 _USER_KEYS = ("USER", "LOGNAME", "SUDO_USER")
 _FIELD = re.compile(r"^[A-Za-z_]{2,64}$")
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-")
+_RING_SEGMENTS = "ring/segments/"
+#: members whose JSON names nothing (samples of counters keyed by ids): not walked (their
+#: addresses and /home paths are still found, and every name learnt elsewhere replaced in them)
+_NO_NAMES = ("nvml/", "cgroup/", "net/", "prometheus/", "kernel/records", "kernel/window", "proc/window")
 
 
 class Names:
@@ -122,10 +127,13 @@ class Names:
             hosts = sorted((h.encode() for h in self.found["hostname"] if "." not in h), key=len, reverse=True)
             if not hosts:
                 return
-            self._host_re = re.compile(rb"(?<![A-Za-z0-9-])(?:" + b"|".join(re.escape(h) for h in hosts)
-                                       + rb")\.([A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8})(?![A-Za-z0-9-])",
-                                       re.IGNORECASE)
-        for m in self._host_re.finditer(data):
+            # literal first (the engine skips to a host name at C speed), over the lower-cased text
+            self._host_re = re.compile(b"(?:" + b"|".join(re.escape(h.lower()) for h in hosts)
+                                       + rb")\.([a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,8})(?![a-z0-9-])")
+        lowered = bytes(data).lower()
+        for m in self._host_re.finditer(lowered):
+            if m.start() and lowered[m.start() - 1] in _WORD_BYTES:
+                continue
             self._add_dns("domain", m.group(1).decode("ascii"))
 
     @staticmethod
@@ -272,6 +280,19 @@ def _docker_container(names: Names, inspect: Any) -> None:
         names.add("user", config.get("User"))
 
 
+def _ring_segment(names: Names, data: bytes) -> None:
+    """A flight-recorder segment's records: each whole member's text (``write``, ``append``) read
+    as that member (a container the ring saw and the capture did not, its inspect, its events)."""
+    for line in data.splitlines():
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(rec, dict) and rec.get("op") in ("write", "append") and isinstance(rec.get("member"), str) \
+                and isinstance(rec.get("data"), str) and not rec["member"].startswith(_RING_SEGMENTS):
+            names_in_member(names, rec["member"], rec["data"].encode("utf-8", "surrogateescape"))
+
+
 def names_in_member(names: Names, member: str, data: bytes) -> None:
     """Add what ``member`` (its path and bytes) says of names to ``names``."""
     m = _POD_LOG.match(member)
@@ -282,7 +303,10 @@ def names_in_member(names: Names, member: str, data: bytes) -> None:
     if member.endswith("/environ"):
         _env_users(names, (e.decode("utf-8", "replace") for e in data.split(b"\0")))
         return
-    if not member.endswith((".json", ".jsonl")):
+    if member.startswith(_RING_SEGMENTS):
+        _ring_segment(names, data)
+        return
+    if not member.endswith((".json", ".jsonl")) or member.startswith(_NO_NAMES):
         return
     docs: list[Any] = []
     try:

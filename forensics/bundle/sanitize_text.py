@@ -22,10 +22,13 @@ What makes a replacement safe for the evidence:
 
 Linear time: one compiled pattern per run; the names are one alternation built as a trie (a prefix
 shared by many names is tried once), so the cost per byte does not grow with the number of names.
+In a member over 16 KiB the full pattern runs only around hints (a name, ``.d.d.``, ``:h:h:``,
+``::``: patterns the engine finds at C speed), as every match holds one.
 """
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import re
 from collections import Counter
@@ -46,6 +49,8 @@ _PROTECTED = (
     rb"|[0-9a-fA-F]{12,}"  # container, image, machine ids and hashes
     rb")(?![0-9A-Za-z])"
 )
+_PROTECTED_RE = re.compile(_PROTECTED)
+_HEXISH = re.compile(rb"[0-9A-Fa-f-]+")
 _MAC = (rb"(?:(?<![0-9A-Fa-f:.-])|(?<=\\[ntr]))"
         rb"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}(?:(?::[0-9A-Fa-f]{2}){14}|(?::[0-9A-Fa-f]{2}){2})?"
         rb"(?![0-9A-Fa-f:])")
@@ -102,12 +107,41 @@ def _address_category(text: str) -> str | None:
 
 
 _SCAN = re.compile(b"(" + _PROTECTED + b")|(" + _MAC + b")|(" + _IPV6 + b")|(" + _IPV4 + b")|" + _HOME)
+# Hints: patterns that start with a literal (the regular-expression engine skips to it at C speed)
+# and that every address holds: IPv4 ".d.d.", MAC and IPv6 ":h:h:" or "::". The full patterns run
+# only around them (:func:`_windows`): most of a bundle's bytes (samples of counters) hold none.
+_ADDRESS_HINT = re.compile(rb"\.[0-9]{1,3}\.[0-9]{1,3}\.|::|:[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}:")
+_HOME_HINT = re.compile(rb"/home/")
+_SEPARATOR = re.compile(rb"[\n \t\",]")
+_WINDOW = 512  # bytes either side of a hint: more than any name, address or id the patterns match
+_SMALL = 16 << 10  # a member this small is scanned whole
+_WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+_ESCAPES = frozenset({b"\\n", b"\\t", b"\\r"})
+
+
+def _windows(data: bytes, hints: Iterable[re.Pattern[bytes]], extra: Iterable[int] = ()) -> list[tuple[int, int]]:
+    """Spans of ``data`` to scan with the full patterns: around every hint, widened to a separator
+    (newline, space, tab, quote, comma: none is inside a name, an address or an id, so no match is
+    cut by a window's edge), merged."""
+    points = sorted({m.start() for h in hints for m in h.finditer(data)} | set(extra))
+    spans: list[tuple[int, int]] = []
+    for p in points:
+        end_sep = _SEPARATOR.search(data, min(len(data), p + _WINDOW))
+        end = end_sep.start() if end_sep else len(data)
+        if spans and p <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+            continue
+        lo = max(0, p - _WINDOW)
+        sep = _SEPARATOR.search(data, lo, p) if lo else None
+        spans.append((sep.start() if sep else lo, end))
+    return spans
 
 
 def find_addresses(data: bytes) -> Iterator[tuple[str, str]]:
     """``(category, text)`` of every address and ``/home/<user>`` in ``data``: ``ipv4``, ``ipv6``,
     ``mac`` (lower case) and ``user``."""
-    for m in _SCAN.finditer(data):
+    spans = [(0, len(data))] if len(data) <= _SMALL else _windows(data, (_ADDRESS_HINT, _HOME_HINT))
+    for m in (m for start, end in spans for m in _SCAN.finditer(data, start, end)):
         if m.lastindex == 1:
             continue
         if m.lastindex == 5:
@@ -119,9 +153,8 @@ def find_addresses(data: bytes) -> Iterator[tuple[str, str]]:
             yield category, text.lower() if category == "mac" else text
 
 
-def _is_json_key(m: re.Match[bytes]) -> bool:
-    """The match is a whole JSON object key: ``"<match>":`` (spaces allowed before the colon)."""
-    data, start, end = m.string, m.start(), m.end()
+def _is_json_key(data: bytes, start: int, end: int) -> bool:
+    """``data[start:end]`` is a whole JSON object key: ``"<it>":`` (spaces allowed before the colon)."""
     return start > 0 and data[start - 1:start] == b'"' and data[end:end + 1] == b'"' \
         and data[end + 1:end + 17].lstrip()[:1] == b":"
 
@@ -149,14 +182,17 @@ class Replacer:
                 self._folded[key.lower()] = (pseudonym, category)
             else:
                 self._exact[key] = (pseudonym, category)
-        alternatives = [b"(" + _PROTECTED + b")"]
-        exact = trie_pattern(sorted(self._exact, key=len, reverse=True))
-        folded = trie_pattern(sorted(self._folded, key=len, reverse=True))
-        # exact names first, so a container ``Trainer`` is not taken for a host ``trainer``
-        alternatives.append(b"(" + _NAME_LEFT + b"(?:" + exact + b")" + _NAME_RIGHT + b")" if exact else b"((?!))")
-        alternatives.append(b"(" + _NAME_LEFT + b"(?i:" + folded + b")" + _NAME_RIGHT + b")" if folded else b"((?!))")
-        alternatives += [b"(" + _MAC + b")", b"(" + _IPV6 + b")", b"(" + _IPV4 + b")"]
+        # every name in one trie, in any case, so the longest wins (``trainer.corp.net`` the host,
+        # not ``trainer`` the container); a hit whose case does not fit its name is left as it is
+        lowered = trie_pattern(sorted({k.lower() for k in (*self._exact, *self._folded)}, key=len, reverse=True))
+        alternatives = [b"(" + _PROTECTED + b")",
+                        b"(" + _NAME_LEFT + b"(?i:" + lowered + b")" + _NAME_RIGHT + b")" if lowered else b"((?!))",
+                        b"(" + _MAC + b")", b"(" + _IPV6 + b")", b"(" + _IPV4 + b")"]
         self._pattern = re.compile(b"|".join(alternatives))
+        self._address_pattern = re.compile(b"(" + _PROTECTED + b")|(" + _MAC + b")|(" + _IPV6 + b")|(" + _IPV4 + b")")
+        names_lower = sorted({k.lower() for k in (*self._exact, *self._folded)}, key=len, reverse=True)
+        # literal first (found at C speed), its right edge checked in the pattern, its left in Python
+        self._name_hint = re.compile(b"(?:" + trie_pattern(names_lower) + b")" + _NAME_RIGHT) if names_lower else None
         self._addresses: dict[bytes, tuple[bytes, str] | None] = {}
 
     def _address(self, text: bytes) -> tuple[bytes, str] | None:
@@ -177,24 +213,84 @@ class Replacer:
         text = m.group(0)
         if group == 1:
             return text
-        if group in (2, 3) and text in self._fields and _is_json_key(m):
-            return text
         if group == 2:
-            pseudonym, category = self._exact[text]
-        elif group == 3:
-            pseudonym, category = self._folded[text.lower()]
+            hit = self._exact.get(text) or self._folded.get(text.lower())
+            if hit is None or text in self._fields and _is_json_key(m.string, m.start(), m.end()):
+                return text
+            pseudonym, category = hit
         else:
             found = self._address(text)
             if found is None:
                 return text
             pseudonym, category = found
+        return self._count(pseudonym, category)
+
+    def bytes(self, data: bytes) -> bytes:
+        """``data`` with every name and address replaced (the same bytes when nothing was).
+
+        A member over 16 KiB: addresses are looked for around their hints only (:func:`_windows`),
+        and names where the trie of their lower-cased forms finds them (at C speed), each checked
+        as the whole pattern would (left edge, case, inside a join key, a field name as a key); the
+        result is the same as the whole pattern's (tests/unit/bundle/test_sanitize_text.py)."""
+        if len(data) <= _SMALL:
+            return self._pattern.sub(self._sub, data)
+        edits: list[tuple[int, int, bytes]] = []
+        taken: list[tuple[int, int]] = []  # addresses and join keys met around the address hints
+        for start, end in _windows(data, (_ADDRESS_HINT,)):
+            for m in self._address_pattern.finditer(data, start, end):
+                taken.append(m.span())
+                found = self._address(m.group(0)) if m.lastindex != 1 else None  # 1: a join key
+                if found is not None:
+                    edits.append((m.start(), m.end(), self._count(*found)))
+        if self._name_hint is not None:
+            self._names(data, edits, taken)
+        if not edits:
+            return data
+        edits.sort()
+        out: list[bytes] = []
+        last = 0
+        for start, end, new in edits:
+            out += (data[last:start], new)
+            last = end
+        out.append(data[last:])
+        return b"".join(out)
+
+    def _names(self, data: bytes, edits: list[tuple[int, int, bytes]], taken: list[tuple[int, int]]) -> None:
+        assert self._name_hint is not None
+        lowered = bytes(data).lower()
+        starts = [s for s, _ in taken]
+        pos = 0
+        while (m := self._name_hint.search(lowered, pos)) is not None:
+            p, e = m.span()
+            pos = p + 1  # a hit refused below may hide a name that starts inside it (after a dot)
+            if p and data[p - 1] in _WORD and bytes(data[p - 2:p]) not in _ESCAPES:
+                continue
+            text = bytes(data[p:e])
+            hit = self._exact.get(text) or self._folded.get(m.group(0))
+            if hit is None:
+                pos = e  # its case fits no name: left as it is, as the whole pattern leaves it
+                continue
+            i = bisect.bisect_right(starts, p) - 1
+            if i >= 0 and taken[i][1] > p:
+                pos = max(pos, taken[i][1])
+                continue  # inside an address or a join key
+            if _HEXISH.fullmatch(text) and self._in_join_key(data, p, e):
+                continue
+            if text in self._fields and _is_json_key(data, p, e):
+                pos = e
+                continue
+            edits.append((p, e, self._count(*hit)))
+            pos = e
+
+    @staticmethod
+    def _in_join_key(data: bytes, start: int, end: int) -> bool:
+        lo = max(0, start - 80)
+        return any(m.start() <= start and end <= m.end() for m in _PROTECTED_RE.finditer(data, lo, min(len(data), end + 80)))
+
+    def _count(self, pseudonym: bytes, category: str) -> bytes:
         self.counts[category] += 1
         self.used.setdefault(category, set()).add(pseudonym)
         return pseudonym
-
-    def bytes(self, data: bytes) -> bytes:
-        """``data`` with every name and address replaced (the same object when nothing was)."""
-        return self._pattern.sub(self._sub, data)
 
     def text(self, s: str) -> str:
         return self.bytes(s.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")

@@ -17,7 +17,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -113,15 +113,18 @@ class BundleWriter:
             if check_member_name(rel)
         ]
 
-    def finish(self, manifest_fields: dict[str, Any]) -> Path:
-        """Write the manifest and archive atomically; remove the staging directory."""
+    def finish(self, manifest_fields: dict[str, Any], held: Mapping[str, bytes] | None = None) -> Path:
+        """Write the manifest and archive atomically; remove the staging directory. ``held``:
+        members given in memory instead of staged (``sanitize``: its copy is in memory already)."""
         manifest = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "tool": {"name": "gpuforensics", "version": __version__},
             **manifest_fields,
         }
-        members = self.member_table()
+        members = self.member_table() if held is None else [
+            {"path": check_member_name(name), "sha256": hashlib.sha256(held[name]).hexdigest(), "size": len(held[name])}
+            for name in sorted(held)]
         manifest["members"] = members
         manifest_bytes = (dumps_json(manifest, indent=1) + "\n").encode("utf-8")
         mtime = int(self.when.timestamp())
@@ -138,6 +141,9 @@ class BundleWriter:
                     with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                         self._add(tar, MANIFEST, io.BytesIO(manifest_bytes), len(manifest_bytes), mtime)
                         for m in members:
+                            if held is not None:
+                                self._add(tar, m["path"], io.BytesIO(held[m["path"]]), m["size"], mtime)
+                                continue
                             with open(self.staging / m["path"], "rb") as f:
                                 self._add(tar, m["path"], f, m["size"], mtime)
                 raw.flush()

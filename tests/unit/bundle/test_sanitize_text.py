@@ -174,3 +174,23 @@ class TestMap:
 
     def test_an_absent_file_is_an_empty_map(self, tmp_path: Path) -> None:
         assert load_map(tmp_path / "none.json").sizes() == {}
+
+
+def test_a_large_member_gets_what_the_whole_pattern_gives(tmp_path: Path) -> None:
+    """Over 16 KiB the replacer looks only around hints: the result must be the whole pattern's."""
+    from tests.golden.test_golden import BUNDLES
+
+    from forensics.bundle.reader import open_bundle
+
+    tricky = (b'{"server": "gpu-07", "x": "0000:3b:00.0 GPU-cafe1234-5a6b-4c7d-9e0f-1a2b3c4d5e6f"}\n'
+              b"xtrainer.corp.example.net trainer.corp.example.net Trainer TRAINER GPU-07 \\ntrainer-0\n"
+              b"fe80::cafe 10.1.2.3 3c:fd:fe:12:34:56 cafe 3b libnvidia-ml.so ml/trainer-0 k8s_trainer_x\n")
+    names = {**NAMES, "server": "container", "corp.example.net": "domain", "trainer.corp.example.net": "hostname"}
+    samples = b"".join(bytes(d) for b in BUNDLES[:2] for d in open_bundle(b).members.values())
+    big = (tricky + samples[:20000]) * 3 + tricky
+    whole = replacer(names, big, fields=("server",))
+    windowed = replacer(names, big, fields=("server",))
+    want = whole._pattern.sub(whole._sub, big)
+    assert len(big) > 16 << 10 and want != big
+    assert windowed.bytes(big) == want
+    assert windowed.counts == whole.counts
