@@ -30,8 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import UsageError, write_failure
-from forensics.errors import OutputNotWritten
+from forensics.errors import OutputNotWritten, UsageError, write_failure
 
 __all__ = ["ADDRESS_CATEGORIES", "CATEGORIES", "MAP_FORMAT", "PseudonymMap", "load_map", "save_map"]
 

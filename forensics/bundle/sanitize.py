@@ -157,10 +157,10 @@ def _rewrite(bundle: Bundle, replacer: Replacer) -> tuple[dict[str, bytes], dict
     members: dict[str, bytes] = {}
     for member, data in _texts(bundle):
         new_name = check_member_name(replacer.text(member))
-        new = replacer.bytes(data)
+        new = replacer.apply(data)
         members[new_name] = gzip.compress(new, compresslevel=6, mtime=0) if member.endswith(".gz") else new
     _rehash_provenance(members)
-    manifest = json.loads(replacer.bytes(dumps_json(bundle.manifest).encode("utf-8")))
+    manifest = json.loads(replacer.apply(dumps_json(bundle.manifest).encode("utf-8")))
     manifest.pop("members", None)
     return members, manifest
 
@@ -219,7 +219,7 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
 
     copies: list[SanitizedCopy] = []
     for path in paths:
-        bundle = held.pop(path, None) or open_bundle(path, limits)
+        bundle = held.pop(path) if path in held else open_bundle(path, limits)
         replacer.counts = Counter()
         replacer.used = {}
         members, manifest = _rewrite(bundle, replacer)

@@ -225,7 +225,7 @@ class Replacer:
             pseudonym, category = found
         return self._count(pseudonym, category)
 
-    def bytes(self, data: bytes) -> bytes:
+    def apply(self, data: bytes) -> bytes:
         """``data`` with every name and address replaced (the same bytes when nothing was).
 
         A member over 16 KiB: addresses are looked for around their hints only (:func:`_windows`),
@@ -293,4 +293,4 @@ class Replacer:
         return pseudonym
 
     def text(self, s: str) -> str:
-        return self.bytes(s.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+        return self.apply(s.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")

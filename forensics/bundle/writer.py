@@ -122,7 +122,7 @@ class BundleWriter:
             "tool": {"name": "gpuforensics", "version": __version__},
             **manifest_fields,
         }
-        members = self.member_table() if held is None else [
+        members: list[dict[str, Any]] = self.member_table() if held is None else [
             {"path": check_member_name(name), "sha256": hashlib.sha256(held[name]).hexdigest(), "size": len(held[name])}
             for name in sorted(held)]
         manifest["members"] = members

@@ -40,7 +40,7 @@ class TestWholeWords:
     ])
     def test_replaced_where_the_name_stands_alone(self, text: bytes, want: bytes) -> None:
         r = replacer({k: v for k, v in NAMES.items() if k not in ("cafe", "3b")})
-        got = r.bytes(text)
+        got = r.apply(text)
         # pseudonyms are drawn in order of the names' categories; compare with those the map gave
         for original, pseudonym in (("trainer", "ctr-0001"), ("trainer-0", "pod-0001"), ("ml", "ns-0001"),
                                     ("gpu-07", "host-0001"), ("alice", "user-0001")):
@@ -51,18 +51,18 @@ class TestWholeWords:
         b"/usr/lib/libnvidia-ml.so.1", b"trainer-ckpt-3", b"nvidia-ml-py", b"mltrainer", b"gpu-070",
     ])
     def test_not_inside_a_longer_word(self, text: bytes) -> None:
-        assert replacer().bytes(text) == text
+        assert replacer().apply(text) == text
 
     def test_join_keys_are_never_touched(self) -> None:
         # a name that is also a hex word or a PCI bus id's part: ids and UUIDs are skipped whole
         ids = (b"GPU-cafe1234-5a6b-4c7d-9e0f-1a2b3c4d5e6f 0000:3b:00.0 00000000:3B:00.0 "
                b"sha256:cafe0123456789abcdef cafe0123456789abcdef0123 MIG-12345678-cafe-4c7d-9e0f-1a2b3c4d5e6f")
-        assert replacer().bytes(ids) == ids
-        assert replacer().bytes(b"cafe 3b") != b"cafe 3b"
+        assert replacer().apply(ids) == ids
+        assert replacer().apply(b"cafe 3b") != b"cafe 3b"
 
     def test_a_field_name_is_kept_as_a_json_key_only(self) -> None:
         r = replacer({"server": "container"}, fields=("server",))
-        out = r.bytes(b'{"server": "https://10.0.0.1", "name": "server"}')
+        out = r.apply(b'{"server": "https://10.0.0.1", "name": "server"}')
         assert out.startswith(b'{"server": ') and b'"name": "ctr-0001"' in out
 
     def test_the_trie_matches_exactly_its_words(self) -> None:
@@ -80,7 +80,7 @@ class TestAddresses:
                 b"inet6 fe80::3efd:feff:fe12:3456 2001:4860:4860::8888 ib0 "
                 b"80:00:00:48:fe:80:00:00:00:00:00:00:3c:fd:fe:03:00:12:34:56")
         r = replacer({}, text)
-        out = r.bytes(text).decode()
+        out = r.apply(text).decode()
         assert out.count("198.18.0.1") == 2 and "198.18.0.2" in out and "10.0.7" not in out
         assert "02:00:00:00:00:01" in out and "3c:fd:fe" not in out
         assert "2001:db8::" in out and "fe80::" not in out and "4860" not in out
@@ -94,7 +94,7 @@ class TestAddresses:
         b"14:02:10", b"2026-11-29T14:02:10.123Z", b"std::vector<int> a::b", b"Ch 0000000a",
     ])
     def test_kept_as_they_are(self, text: bytes) -> None:
-        assert replacer({}, text).bytes(text) == text
+        assert replacer({}, text).apply(text) == text
 
     def test_home_directories_name_users(self) -> None:
         found = set(find_addresses(b"open /home/alice/ckpt and /home/bob, not /srv/home/x"))
@@ -115,7 +115,7 @@ def test_json_stays_json_and_lines_stay_lines(doc: object, indent: bool) -> None
     mapped (keys included)."""
     text = json.dumps(doc, indent=1 if indent else None, sort_keys=True).encode()
     r = replacer({"trainer": "container", "trainer-0": "pod", "ml": "namespace", "gpu-07": "hostname"}, text)
-    out = r.bytes(text)
+    out = r.apply(text)
     assert out.count(b"\n") == text.count(b"\n")
     parsed = json.loads(out)
     assert json.dumps(parsed, sort_keys=True).count("trainer") == 0 or "trainer" not in json.dumps(doc)
@@ -178,9 +178,8 @@ class TestMap:
 
 def test_a_large_member_gets_what_the_whole_pattern_gives(tmp_path: Path) -> None:
     """Over 16 KiB the replacer looks only around hints: the result must be the whole pattern's."""
-    from tests.golden.test_golden import BUNDLES
-
     from forensics.bundle.reader import open_bundle
+    from tests.golden.test_golden import BUNDLES
 
     tricky = (b'{"server": "gpu-07", "x": "0000:3b:00.0 GPU-cafe1234-5a6b-4c7d-9e0f-1a2b3c4d5e6f"}\n'
               b"xtrainer.corp.example.net trainer.corp.example.net Trainer TRAINER GPU-07 \\ntrainer-0\n"
@@ -192,5 +191,5 @@ def test_a_large_member_gets_what_the_whole_pattern_gives(tmp_path: Path) -> Non
     windowed = replacer(names, big, fields=("server",))
     want = whole._pattern.sub(whole._sub, big)
     assert len(big) > 16 << 10 and want != big
-    assert windowed.bytes(big) == want
+    assert windowed.apply(big) == want
     assert windowed.counts == whole.counts
