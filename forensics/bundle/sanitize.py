@@ -149,8 +149,9 @@ def _rehash_provenance(members: dict[str, bytes]) -> None:
             if "bytes" in entry:
                 entry["bytes"] = len(data)
             changed = True
-    if changed:
-        members[RING_PROVENANCE] = (dumps_json(prov, indent=1) + "\n").encode("utf-8")
+    if changed:  # written as capture writes it (one line), so a line locator into it still holds
+        indent = 1 if raw.count(b"\n") > 1 else None
+        members[RING_PROVENANCE] = (dumps_json(prov, indent=indent) + ("\n" if raw.endswith(b"\n") else "")).encode()
 
 
 def _rewrite(bundle: Bundle, replacer: Replacer) -> tuple[dict[str, bytes], dict[str, Any]]:

@@ -58,6 +58,17 @@ def assert_same_analysis(originals: list[Path], copies: list[Path], map_path: Pa
     assert sorted(oracle.text(n["host"]) for n in before["nodes"]) == sorted(n["host"] for n in after["nodes"])
     if before["findings"]:
         assert assert_excerpts_reread(before, after, copies, oracle) > 0
+    for original, copy in zip(originals, copies, strict=True):  # lines kept, JSON still JSON
+        before_members, after_members = open_bundle(original).members, open_bundle(copy).members
+        assert sorted(map(oracle.text, before_members)) == sorted(after_members)
+        for name, data in before_members.items():
+            new = bytes(after_members[oracle.text(name)])
+            if not name.endswith(".gz"):
+                assert new.count(b"\n") == bytes(data).count(b"\n"), name
+            if name.endswith(".json"):
+                json.loads(new)
+            elif name.endswith(".jsonl"):
+                assert all(json.loads(line) is not None for line in new.splitlines() if line.strip())
     fields = set().union(*(json_field_names(o) for o in originals))
     for copy in copies:
         assert_no_original_left(copy, oracle.originals(*NAMES), oracle.originals(*DNS), fields)
@@ -132,6 +143,24 @@ def test_two_node_incident_same_pseudonyms_and_same_analysis(tmp_path: Path) -> 
     (again,) = (tmp_path / "again").glob("*.tgz")
     assert again.name == copies[1].name and map_path.read_bytes() == kept
     assert open_bundle(again).members["kernel/kmsg.txt"] == open_bundle(copies[1]).members["kernel/kmsg.txt"]
+
+
+def test_bundles_read_twice_when_too_large_to_hold_give_the_same_copies(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the memory budget every bundle is read once to learn the names and again to rewrite."""
+    import forensics.bundle.sanitize as sanitize_module
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _node("gpu-a7", "gpu-b8", "10.20.30.41", "10.20.30.42", "3c:fd:fe:12:34:41").write(tmp_path / "a")
+    b = _node("gpu-b8", "gpu-a7", "10.20.30.42", "10.20.30.41", "3c:fd:fe:12:34:42").write(tmp_path / "b")
+    held = sanitize_module.sanitize_bundles([a, b], tmp_path / "held", tmp_path / "m1.json")
+    monkeypatch.setattr(sanitize_module, "_HOLD_BYTES", 0)
+    streamed = sanitize_module.sanitize_bundles([a, b], tmp_path / "streamed", tmp_path / "m2.json")
+    assert (tmp_path / "m1.json").read_bytes() == (tmp_path / "m2.json").read_bytes()
+    for x, y in zip(held, streamed, strict=True):
+        assert x.output.name == y.output.name and x.counts == y.counts
+        assert open_bundle(x.output).members == open_bundle(y.output).members
 
 
 def test_a_cluster_directory_stands_for_its_bundles(tmp_path: Path) -> None:
