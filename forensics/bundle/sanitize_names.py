@@ -17,7 +17,7 @@ name learnt from the manifest is replaced in a container's log line too. Sources
   events' ``involvedObject``), the kubelet's pod-resources list, the container labels
   ``io.kubernetes.pod.name``/``.namespace``/``io.kubernetes.container.name``, Docker container
   names (a ``k8s_...`` name by its parts), CRI metadata, the pod-log member paths
-  ``kubernetes/logs/<namespace>/<pod>/<container>.log``;
+  ``kubernetes/logs/<namespace>/<pod>/<container>[.previous].log``;
 - ``image``: the repository of every image reference (containers, images' ``RepoTags`` and
   ``RepoDigests``, pod specs and statuses) whose registry is not a public one
   (:data:`PUBLIC_REGISTRIES`; a reference without a registry is Docker Hub's);
@@ -66,7 +66,8 @@ _HEX_ID = re.compile(r"^(?:sha256:)?[0-9a-f]{12,}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DNS = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$")
 _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
-_POD_LOG = re.compile(r"^kubernetes/logs/([^/]+)/([^/]+)/([^/]+)\.log$")
+_URL_HOST = re.compile(r"^[a-z]+://(?:[^@/]*@)?([A-Za-z0-9.-]+)")
+_POD_LOG = re.compile(r"^kubernetes/logs/([^/]+)/([^/]+)/([^/]+?)(?:\.previous)?\.log$")
 _USER_KEYS = ("USER", "LOGNAME", "SUDO_USER")
 _FIELD = re.compile(r"^[A-Za-z_]{2,64}$")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -91,14 +92,14 @@ class Names:
             return
         value = value.strip()
         if category in ("hostname", "domain"):
-            self._add_dns(category, value)
+            self.add_dns(category, value)
             return
         if category == "image":
             repo = image_repository(value)
             if repo is not None:
                 self.found["image"].add(repo)
                 # the registry as one host name (its first label alone, often "registry", is no name)
-                self._add_dns("hostname", repo.split("/", 1)[0].split(":", 1)[0], split=False)
+                self.add_dns("hostname", repo.split("/", 1)[0].split(":", 1)[0], split=False)
             return
         if category == "user":
             value = value.split(":", 1)[0]
@@ -107,19 +108,19 @@ class Names:
         if self._usable(category, value):
             self.found[category].add(value)
 
-    def _add_dns(self, category: str, value: str, split: bool = True) -> None:
+    def add_dns(self, category: str, value: str, split: bool = True) -> None:
         value = value.rstrip(".")
         if _IPV4.match(value) or ":" in value or not _DNS.match(value):
             return
         if category == "hostname" and "." in value and split:
             short, domain = value.split(".", 1)
-            self._add_dns("hostname", short)
-            self._add_dns("domain", domain)
+            self.add_dns("hostname", short)
+            self.add_dns("domain", domain)
             return
         if self._usable(category, value) and value.lower() not in KEPT[category]:
             self.found[category].add(value)
             if category == "domain" and value.count(".") >= 2:
-                self._add_dns("domain", value.split(".", 1)[1])  # its parents of two labels or more
+                self.add_dns("domain", value.split(".", 1)[1])  # its parents of two labels or more
 
     def learn_domains(self, data: bytes) -> None:
         """Domains that follow a known host name in free text (``gpu-08.dc1.corp.net``)."""
@@ -134,7 +135,7 @@ class Names:
         for m in self._host_re.finditer(lowered):
             if m.start() and lowered[m.start() - 1] in _WORD_BYTES:
                 continue
-            self._add_dns("domain", m.group(1).decode("ascii"))
+            self.add_dns("domain", m.group(1).decode("ascii"))
 
     @staticmethod
     def _usable(category: str, value: str) -> bool:
@@ -324,6 +325,10 @@ def names_in_member(names: Names, member: str, data: bytes) -> None:
                 names.add("hostname", host.get("node_name"))
         if member.endswith("docker/info.json") and isinstance(doc, dict):
             names.add("hostname", doc.get("Name"))
+        if member.startswith("kubernetes/requests") and isinstance(doc, dict) and isinstance(doc.get("server"), str):
+            host = _URL_HOST.match(doc["server"])  # the API server the capture asked (a cluster's name)
+            if host:
+                names.add_dns("hostname", host.group(1), split=False)
         if "/containers/" in member and member.rsplit("/", 1)[-1].startswith("inspect"):
             _docker_container(names, doc)
         if member.endswith("docker/containers.json") and isinstance(doc, list):

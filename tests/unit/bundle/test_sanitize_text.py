@@ -130,14 +130,18 @@ class TestNames:
                "status": {"containerStatuses": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.05-py3"}]}}
         names_in_member(names, "kubernetes/pods.json", json.dumps({"items": [pod]}).encode())
         names_in_member(names, "kubernetes/logs/research/notebook-alice/jupyter.log", b"")
+        names_in_member(names, "kubernetes/logs/research/notebook-alice/jupyter.previous.log", b"")
         names_in_member(names, "proc/1/environ", b"USER=bob\0HOME=/home/carol\0PATH=/bin\0")
         names_in_member(names, "docker/containers/ab/inspect.json", json.dumps(
             {"Id": "abcdef123456" + "0" * 52, "Name": "/k8s_trainer_trainer-0_ml_x_0",
              "Config": {"Hostname": "abcdef123456", "User": "1000:1000", "Labels": {
                  "io.kubernetes.pod.namespace": "kube-system", "io.kubernetes.pod.name": "dcgm-exporter-x"}}}).encode())
+        names_in_member(names, "kubernetes/requests.json",
+                        b'{"server": "https://api.prod.corp.example.net:6443", "requests": []}')
         got = names.by_original()
         assert got == {"gpu-07": "hostname", "corp.example.net": "domain",
-                       "registry.corp.example.net": "hostname", "bob": "user", "carol": "user",
+                       "registry.corp.example.net": "hostname", "api.prod.corp.example.net": "hostname",
+                       "bob": "user", "carol": "user",
                        "ml": "namespace", "research": "namespace", "trainer-0": "pod", "notebook-alice": "pod",
                        "dcgm-exporter-x": "pod", "trainer": "container", "jupyter": "container",
                        "registry.corp.example.net:5000/ml/trainer": "image"}
