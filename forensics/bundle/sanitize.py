@@ -41,7 +41,7 @@ from forensics.bundle.sanitize_text import Replacer, find_addresses
 from forensics.bundle.sink import dumps_json
 from forensics.bundle.verify import check_integrity
 from forensics.bundle.writer import BundleWriter
-from forensics.errors import BundleIntegrityError, BundleInvalid, CaptureError
+from forensics.errors import BundleIntegrityError, BundleInvalid, CaptureError, UsageError
 
 __all__ = ["SanitizedCopy", "sanitize_bundles"]
 
@@ -208,7 +208,9 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
     for path in paths:
         bundle = held.get(path) or open_bundle(path, limits)
         target = _target(bundle, replacer.text, out_dir)
-        if target.exists() or target in targets.values():
+        if target in targets.values():
+            raise UsageError(f"two bundles of one host and capture second would both be copied to {target}")
+        if target.exists():
             raise CaptureError(f"refusing to overwrite existing output: {target}")
         targets[path] = target
     if map_path is not None:
