@@ -10,7 +10,8 @@ What makes a replacement safe for the evidence:
 - **Whole words only**: a name is replaced where it stands alone, bounded by anything but a letter,
   a digit or a hyphen (``ml/trainer-0``, ``"trainer"``, ``trainer.py``, ``ns_ml_x``; not the ``ml``
   of ``libnvidia-ml.so`` nor the ``trainer`` of ``trainer-ckpt``); after a JSON escape (``\\n``,
-  ``\\t``, ``\\r``) too. Host and domain names match in any case (DNS does), other names exactly.
+  ``\\t``, ``\\r``, ``\\u003e`` as Go writes ``>``) too. Host and domain names match in any case
+  (DNS does), other names exactly.
 - **Field names kept**: a name that is also a field name of the evidence's JSON (a container
   called ``server``) is not replaced where it stands as a JSON key.
 - **Join keys kept**: UUIDs (GPU, MIG, pod and boot ids), PCI bus ids, hex ids of 12 characters or
@@ -39,7 +40,7 @@ from forensics.bundle.pseudonyms import PseudonymMap
 __all__ = ["Replacer", "find_addresses", "trie_pattern"]
 
 # before a name: not a letter, digit or hyphen, or a JSON escape (\n, \t, \r) right before it
-_NAME_LEFT = rb"(?:(?<![A-Za-z0-9-])|(?<=\\[ntr]))"
+_NAME_LEFT = rb"(?:(?<![A-Za-z0-9-])|(?<=\\[ntr])|(?<=\\u[0-9a-fA-F]{4}))"
 _NAME_RIGHT = rb"(?![A-Za-z0-9-])"
 _PROTECTED = (
     rb"(?<![0-9A-Za-z])(?:"
@@ -117,6 +118,7 @@ _WINDOW = 512  # bytes either side of a hint: more than any name, address or id 
 _SMALL = 16 << 10  # a member this small is scanned whole
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
 _ESCAPES = frozenset({b"\\n", b"\\t", b"\\r"})
+_UNICODE_ESCAPE = re.compile(rb"\\u[0-9a-fA-F]{4}")
 
 
 def _windows(data: bytes, hints: Iterable[re.Pattern[bytes]], extra: Iterable[int] = ()) -> list[tuple[int, int]]:
@@ -263,7 +265,8 @@ class Replacer:
         while (m := self._name_hint.search(lowered, pos)) is not None:
             p, e = m.span()
             pos = p + 1  # a hit refused below may hide a name that starts inside it (after a dot)
-            if p and data[p - 1] in _WORD and bytes(data[p - 2:p]) not in _ESCAPES:
+            if p and data[p - 1] in _WORD and bytes(data[p - 2:p]) not in _ESCAPES \
+                    and not _UNICODE_ESCAPE.fullmatch(data, max(0, p - 6), p):
                 continue
             text = bytes(data[p:e])
             hit = self._exact.get(text) or self._folded.get(m.group(0))

@@ -101,24 +101,58 @@ class TestAddresses:
         assert found == {("user", "alice"), ("user", "bob")}
 
 
-@settings(max_examples=200, deadline=None)
+_HYPO_NAMES = {"trainer": "container", "trainer-0": "pod", "ml": "namespace", "gpu-07": "hostname"}
+
+
+def _oracle(r: Replacer, value: object) -> object:
+    """``value`` with every name and the address 10.0.0.5 mapped, written independently of the
+    replacer: a plain whole-word replacement over the parsed strings, keys included."""
+    import re
+
+    pairs = {o: r.pmap.lookup(o) for o in _HYPO_NAMES}
+    words = re.compile(r"(?<![A-Za-z0-9-])(" + "|".join(sorted(map(re.escape, pairs), key=len, reverse=True))
+                       + r")(?![A-Za-z0-9-])", re.IGNORECASE)
+
+    def name(m: re.Match[str]) -> str:  # host names in any case, the others exactly
+        found = m.group(1) if m.group(1) in pairs else m.group(1).lower()
+        return str(pairs[found]) if found in pairs and (found == m.group(1) or _HYPO_NAMES[found] == "hostname") \
+            else m.group(1)
+
+    def text(s: str) -> str:
+        s = words.sub(name, s)
+        return re.sub(r"(?<![0-9.])10\.0\.0\.5(?![0-9])(?!\.[0-9])", str(r.pmap.names["ipv4"].get("10.0.0.5")), s)
+
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, list):
+        return [_oracle(r, v) for v in value]
+    if isinstance(value, dict):
+        return {text(k): _oracle(r, v) for k, v in value.items()}
+    return value
+
+
+_WORDS = st.sampled_from(["trainer", "ml/trainer-0", "gpu-07", "10.0.0.5", "x trainer\ny", "ml", "<trainer>",
+                          "\u00e9trainer", "GPU-07", "trainer-ckpt", "(ml)"])
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                    | st.sampled_from(["trainer", "ml/trainer-0", "gpu-07", "10.0.0.5", "x trainer\ny", "ml"])
-                    | st.text(max_size=20),
+                    | _WORDS | st.lists(_WORDS | st.text(alphabet="ab -/.\n\"\u00e9", max_size=4), max_size=4).map("".join),
                     lambda children: st.lists(children, max_size=4)
-                    | st.dictionaries(st.sampled_from(["trainer", "ml", "k", "gpu-07", "trainer-0"]) | st.text(max_size=8),
-                                      children, max_size=4),
+                    | st.dictionaries(_WORDS | st.sampled_from(["k", "name"]), children, max_size=4),
                     max_leaves=20),
-       st.booleans())
-def test_json_stays_json_and_lines_stay_lines(doc: object, indent: bool) -> None:
-    """Any JSON document: the copy parses, has as many lines, and is the document with its names
-    mapped (keys included)."""
-    text = json.dumps(doc, indent=1 if indent else None, sort_keys=True).encode()
-    r = replacer({"trainer": "container", "trainer-0": "pod", "ml": "namespace", "gpu-07": "hostname"}, text)
-    out = r.apply(text)
-    assert out.count(b"\n") == text.count(b"\n")
-    parsed = json.loads(out)
-    assert json.dumps(parsed, sort_keys=True).count("trainer") == 0 or "trainer" not in json.dumps(doc)
+       st.booleans(), st.booleans(), st.integers(min_value=0, max_value=1))
+def test_json_stays_json_and_lines_stay_lines(doc: object, indent: bool, ascii_only: bool, pad: int) -> None:
+    """Any JSON document, as Python or Go would write it (escapes, \\u escapes), small or over
+    16 KiB: the copy parses, has as many lines, and is the document with its names mapped (keys too)."""
+    text = json.dumps(doc, indent=1 if indent else None, sort_keys=True, ensure_ascii=ascii_only)
+    if not ascii_only:  # Go's encoding/json escapes <, > and & as \\u003c, \\u003e, \\u0026
+        text = text.replace("<", "\\u003c").replace(">", "\\u003e")
+    data = (text + "\n" + " " * (20000 * pad) + "\n").encode()
+    r = replacer(_HYPO_NAMES, data)
+    out = r.apply(data)
+    assert out.count(b"\n") == data.count(b"\n")
+    assert json.loads(out) == _oracle(r, json.loads(data))
 
 
 class TestNames:
