@@ -14,7 +14,7 @@ What makes a replacement safe for the evidence:
   (DNS does), other names exactly.
 - **Field names kept**: a name that is also a field name of the evidence's JSON (a container
   called ``server``) is not replaced where it stands as a JSON key.
-- **Join keys kept**: UUIDs (GPU, MIG, pod and boot ids), PCI bus ids, hex ids of 12 characters or
+- **Join keys kept**: UUIDs (GPU, MIG, pod and boot ids; a systemd cgroup's ``pod<uid with _>``), PCI bus ids, hex ids of 12 characters or
   more (container and image ids, SHA-256) and ``sha256:`` digests are skipped as a whole before any
   name or address is looked for in them.
 - **Addresses by shape**: IPv4 (not loopback, unspecified, link-local, multicast, broadcast or a
@@ -44,7 +44,8 @@ _NAME_LEFT = rb"(?:(?<![A-Za-z0-9-])|(?<=\\[ntr])|(?<=\\u[0-9a-fA-F]{4}))"
 _NAME_RIGHT = rb"(?![A-Za-z0-9-])"
 _PROTECTED = (
     rb"(?<![0-9A-Za-z])(?:"
-    rb"(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # UUIDs
+    rb"(?:GPU-|MIG-|pod)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # UUIDs
+    rb"|pod[0-9a-fA-F]{8}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{12}"  # a systemd cgroup's pod
     rb"|[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"  # PCI bus ids
     rb"|sha256:[0-9a-fA-F]{12,}"
     rb"|[0-9a-fA-F]{12,}"  # container, image, machine ids and hashes

@@ -41,6 +41,10 @@ def sanitize(bundles: tuple[Path, ...], out_dir: Path, map_path: Path | None, ma
     from forensics.bundle.sanitize import sanitize_bundles
     from forensics.cluster import expand_bundle_arguments
 
+    for given in bundles:
+        if given.is_dir() and given.resolve() == out_dir.resolve():
+            raise UsageError(f"-o {out_dir} is the directory of the bundles: the copies would lie beside the "
+                             "originals (and `analyze DIR` read both); choose another")
     paths, notes = expand_bundle_arguments(bundles)
     for note in notes:
         click.echo(f"gpuforensics: {note}", err=True)

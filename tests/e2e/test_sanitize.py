@@ -194,6 +194,7 @@ def test_ring_segments_rewritten_and_re_hashed(tmp_path: Path) -> None:
     ("unreadable map", 2, "not a sanitize map"),
     ("map a directory", 2, "is a directory"),
     ("map inside the output", 2, "must never travel"),
+    ("output is the input directory", 2, "beside the originals"),
     ("altered bundle", 1, "integrity check failed, not sanitised"),
 ])
 def test_bad_input_one_line_and_exit_code(tmp_path: Path, case: str, code: int, message: str) -> None:
@@ -210,6 +211,9 @@ def test_bad_input_one_line_and_exit_code(tmp_path: Path, case: str, code: int, 
         (tmp_path / "m.json").mkdir()
     elif case == "map inside the output":
         args[-1] = tmp_path / "out" / "m.json"
+    elif case == "output is the input directory":
+        (tmp_path / "out").mkdir()
+        args[0] = tmp_path / "out"
     elif case == "altered bundle":
         from tests.support.hostile_bundles import full, rewrite
 

@@ -56,7 +56,8 @@ class TestWholeWords:
     def test_join_keys_are_never_touched(self) -> None:
         # a name that is also a hex word or a PCI bus id's part: ids and UUIDs are skipped whole
         ids = (b"GPU-cafe1234-5a6b-4c7d-9e0f-1a2b3c4d5e6f 0000:3b:00.0 00000000:3B:00.0 "
-               b"sha256:cafe0123456789abcdef cafe0123456789abcdef0123 MIG-12345678-cafe-4c7d-9e0f-1a2b3c4d5e6f")
+               b"sha256:cafe0123456789abcdef cafe0123456789abcdef0123 MIG-12345678-cafe-4c7d-9e0f-1a2b3c4d5e6f "
+               b"kubepods-burstable-pod12345678_cafe_4c7d_9e0f_1a2b3c4d5e6f.slice")
         assert replacer().apply(ids) == ids
         assert replacer().apply(b"cafe 3b") != b"cafe 3b"
 
