@@ -143,7 +143,10 @@ def _windows(data: bytes, hints: Iterable[re.Pattern[bytes]], extra: Iterable[in
 def find_addresses(data: bytes) -> Iterator[tuple[str, str]]:
     """``(category, text)`` of every address and ``/home/<user>`` in ``data``: ``ipv4``, ``ipv6``,
     ``mac`` (lower case) and ``user``."""
-    spans = [(0, len(data))] if len(data) <= _SMALL else _windows(data, (_ADDRESS_HINT, _HOME_HINT))
+    if len(data) <= _SMALL:
+        spans = [(0, len(data))] if _ADDRESS_HINT.search(data) or _HOME_HINT.search(data) else []
+    else:
+        spans = _windows(data, (_ADDRESS_HINT, _HOME_HINT))
     for m in (m for start, end in spans for m in _SCAN.finditer(data, start, end)):
         if m.lastindex == 1:
             continue
@@ -236,7 +239,8 @@ class Replacer:
         as the whole pattern would (left edge, case, inside a join key, a field name as a key); the
         result is the same as the whole pattern's (tests/unit/bundle/test_sanitize_text.py)."""
         if len(data) <= _SMALL:
-            return self._pattern.sub(self._sub, data)
+            hinted = _ADDRESS_HINT.search(data) or self._name_hint is not None and self._name_hint.search(data.lower())
+            return self._pattern.sub(self._sub, data) if hinted else data
         edits: list[tuple[int, int, bytes]] = []
         taken: list[tuple[int, int]] = []  # addresses and join keys met around the address hints
         for start, end in _windows(data, (_ADDRESS_HINT,)):
