@@ -325,6 +325,10 @@ def names_in_member(names: Names, member: str, data: bytes) -> None:
                 names.add("hostname", host.get("node_name"))
         if member.endswith("docker/info.json") and isinstance(doc, dict):
             names.add("hostname", doc.get("Name"))
+            for key in ("HttpProxy", "HttpsProxy"):  # the engine's proxies: the site's hosts
+                proxy = _URL_HOST.match(doc.get(key) or "") if isinstance(doc.get(key), str) else None
+                if proxy:
+                    names.add_dns("hostname", proxy.group(1), split=False)
         if member.startswith("kubernetes/requests") and isinstance(doc, dict) and isinstance(doc.get("server"), str):
             host = _URL_HOST.match(doc["server"])  # the API server the capture asked (a cluster's name)
             if host:

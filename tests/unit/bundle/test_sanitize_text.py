@@ -173,9 +173,12 @@ class TestNames:
                  "io.kubernetes.pod.namespace": "kube-system", "io.kubernetes.pod.name": "dcgm-exporter-x"}}}).encode())
         names_in_member(names, "kubernetes/requests.json",
                         b'{"server": "https://api.prod.corp.example.net:6443", "requests": []}')
+        names_in_member(names, "docker/info.json",
+                        b'{"Name": "gpu-07", "HttpProxy": "http://user:pw@proxy.corp.example.net:3128", "HttpsProxy": ""}')
         got = names.by_original()
         assert got == {"gpu-07": "hostname", "corp.example.net": "domain",
                        "registry.corp.example.net": "hostname", "api.prod.corp.example.net": "hostname",
+                       "proxy.corp.example.net": "hostname",
                        "bob": "user", "carol": "user",
                        "ml": "namespace", "research": "namespace", "trainer-0": "pod", "notebook-alice": "pod",
                        "dcgm-exporter-x": "pod", "trainer": "container", "jupyter": "container",
