@@ -97,6 +97,10 @@ class TestAddresses:
     def test_kept_as_they_are(self, text: bytes) -> None:
         assert replacer({}, text).apply(text) == text
 
+    def test_after_a_unicode_escape_too(self) -> None:
+        text = b'"\\u00e910.0.0.5 \\u003e10.0.0.6"'
+        assert replacer({}, text).apply(text) == b'"\\u00e9198.18.0.1 \\u003e198.18.0.2"'
+
     def test_home_directories_name_users(self) -> None:
         found = set(find_addresses(b"open /home/alice/ckpt and /home/bob, not /srv/home/x"))
         assert found == {("user", "alice"), ("user", "bob")}
