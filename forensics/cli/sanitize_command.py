@@ -38,8 +38,8 @@ def sanitize(bundles: tuple[Path, ...], out_dir: Path, map_path: Path | None, ma
       gpuforensics sanitize gpuforensics-gpu-07-20261129T140500Z.tgz -o outside/ --map ~/incident-42.map.json
       gpuforensics sanitize incident/ -o outside/ --map ~/incident-42.map.json   # every node's bundle
     """
+    from forensics.bundle.cluster_dir import expand_bundle_arguments
     from forensics.bundle.sanitize import sanitize_bundles
-    from forensics.cluster import expand_bundle_arguments
 
     for given in bundles:
         if given.is_dir() and given.resolve() == out_dir.resolve():
