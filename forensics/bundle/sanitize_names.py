@@ -71,6 +71,10 @@ _POD_LOG = re.compile(r"^kubernetes/logs/([^/]+)/([^/]+)/([^/]+?)(?:\.previous)?
 _USER_KEYS = ("USER", "LOGNAME", "SUDO_USER")
 _FIELD = re.compile(r"^[A-Za-z_]{2,64}$")
 _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-")
+#: endings of file names, not of domains (``gpu-07.log.gz`` names no domain ``log.gz``)
+_FILE_SUFFIXES = frozenset({"log", "gz", "tgz", "tar", "txt", "json", "jsonl", "yaml", "yml", "py", "sh", "conf",
+                            "csv", "pt", "bin", "so", "out", "err", "pid", "sock", "lock", "tmp", "bak", "zst",
+                            "xz", "bz", "html", "pdf", "md", "service", "scope", "slice", "mount"})
 _RING_SEGMENTS = "ring/segments/"
 #: members whose JSON names nothing (samples of counters keyed by ids): not walked (their
 #: addresses and /home paths are still found, and every name learnt elsewhere replaced in them)
@@ -135,7 +139,10 @@ class Names:
         for m in self._host_re.finditer(lowered):
             if m.start() and lowered[m.start() - 1] in _WORD_BYTES:
                 continue
-            self.add_dns("domain", m.group(1).decode("ascii"))
+            domain = m.group(1).decode("ascii")
+            last = domain.rsplit(".", 1)[-1]
+            if last.isalpha() and 2 <= len(last) <= 24 and last not in _FILE_SUFFIXES:
+                self.add_dns("domain", domain)  # not gpu-07.log.gz: a file named after the host
 
     @staticmethod
     def _usable(category: str, value: str) -> bool:

@@ -188,6 +188,13 @@ class TestNames:
                        "dcgm-exporter-x": "pod", "trainer": "container", "jupyter": "container",
                        "registry.corp.example.net:5000/ml/trainer": "image"}
 
+    def test_domains_after_a_host_name_in_text_not_file_names(self) -> None:
+        names = Names()
+        names.add("hostname", "gpu-07")
+        for text in (b"peer gpu-07.dc1.corp.net up", b"wrote gpu-07.log.gz", b"xgpu-07.other.net", b"gpu-07.1.5"):
+            names.learn_domains(text)
+        assert names.by_original() == {"gpu-07": "hostname", "dc1.corp.net": "domain", "corp.net": "domain"}
+
     @pytest.mark.parametrize(("ref", "repo"), [
         ("registry.corp:5000/team/trainer:v3", "registry.corp:5000/team/trainer"),
         ("localhost/x@sha256:" + "a" * 64, "localhost/x"),
