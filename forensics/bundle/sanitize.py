@@ -23,7 +23,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import re
+import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -33,15 +35,24 @@ from pathlib import Path
 from typing import Any
 
 from forensics._version import __version__
+from forensics.bundle.cluster_dir import CLUSTER_JSON
 from forensics.bundle.format import RING_PROVENANCE, bundle_stem, check_member_name, iso, utc_now
 from forensics.bundle.pseudonyms import PseudonymMap, load_map, save_map
 from forensics.bundle.reader import Bundle, ReadLimits, open_bundle
+from forensics.bundle.sanitize_cluster import learn_summary, read_summary, rewrite_summary
 from forensics.bundle.sanitize_names import Names, names_in_member
 from forensics.bundle.sanitize_text import Replacer, find_addresses
 from forensics.bundle.sink import dumps_json
 from forensics.bundle.verify import check_integrity
 from forensics.bundle.writer import BundleWriter
-from forensics.errors import BundleIntegrityError, BundleInvalid, CaptureError, UsageError
+from forensics.errors import (
+    BundleIntegrityError,
+    BundleInvalid,
+    BundleNotWritten,
+    CaptureError,
+    UsageError,
+    write_failure,
+)
 
 __all__ = ["SanitizedCopy", "sanitize_bundles"]
 
@@ -172,9 +183,11 @@ def _target(bundle: Bundle, replacer_text: Callable[[str], str], out_dir: Path) 
 
 
 def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None = None,
-                     limits: ReadLimits | None = None) -> list[SanitizedCopy]:
+                     limits: ReadLimits | None = None, summary: Path | None = None) -> list[SanitizedCopy]:
     """Write a sanitised copy of every bundle in ``paths`` into ``out_dir`` (created if absent),
     with the pseudonyms of ``map_path`` (created if absent, updated with the new ones, 0600).
+    ``summary``: the ``cluster.json`` of the cluster capture directory ``paths`` come from, written
+    sanitised beside the copies (forensics/bundle/sanitize_cluster.py).
 
     Raises the reader's errors for an unreadable bundle (exit 2), :class:`BundleIntegrityError`
     for one that fails its integrity check (exit 1), :class:`UsageError` for a map that cannot be
@@ -185,6 +198,14 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
     addresses: dict[tuple[str, str], None] = {}
     held: dict[Path, Bundle] = {}
     held_bytes = 0
+    summary_doc = read_summary(summary) if summary is not None else None
+    if summary_doc is not None:
+        learn_summary(summary_doc[1], names)
+        for category, text in find_addresses(summary_doc[0]):
+            if category == "user":
+                names.add("user", text)
+            else:
+                addresses.setdefault((category, text), None)
     for path in paths:
         bundle = open_bundle(path, limits)
         _refuse_altered(bundle)
@@ -213,8 +234,11 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
         if target.exists():
             raise CaptureError(f"refusing to overwrite existing output: {target}")
         targets[path] = target
+    if summary_doc is not None and (out_dir / CLUSTER_JSON).exists():
+        raise CaptureError(f"refusing to overwrite existing output: {out_dir / CLUSTER_JSON}")
     if map_path is not None:
         save_map(pmap, map_path)
+    saved = pmap.sizes()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -241,4 +265,27 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
         finally:
             writer.cleanup()
         copies.append(SanitizedCopy(path, output, counts, distinct))
+    if summary_doc is not None:
+        data = rewrite_summary(*summary_doc, replacer, {c.source.name: c.output for c in copies})
+        _write_new(out_dir / CLUSTER_JSON, data)
+    if map_path is not None and pmap.sizes() != saved:  # an address met only while rewriting
+        save_map(pmap, map_path)
     return copies
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """``path`` written atomically (temporary file, fsync, hard link: never over a file), 0600."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        raise CaptureError(f"refusing to overwrite existing output: {path}") from None
+    except OSError as exc:
+        raise write_failure(f"cannot write {path}", exc, BundleNotWritten, CaptureError) from exc
+    finally:
+        Path(tmp).unlink(missing_ok=True)

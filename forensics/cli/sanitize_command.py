@@ -29,7 +29,8 @@ def sanitize(bundles: tuple[Path, ...], out_dir: Path, map_path: Path | None, ma
 
     Each copy is a bundle like any other: `verify` passes, `analyze` finds what it finds in the
     original, every excerpt at the same line. Its manifest counts what was replaced; the map
-    never goes into it. A DIR stands for its bundles (a `cluster capture`'s directory). A bundle
+    never goes into it. A DIR stands for its bundles (a `cluster capture`'s directory: its
+    cluster.json is copied too, sanitised, naming the copies). A bundle
     that fails `verify` is refused (exit 1). Exit 2: a bundle that cannot be read, an output that
     exists, a map that cannot be read; 4: the output could not be written.
 
@@ -38,13 +39,14 @@ def sanitize(bundles: tuple[Path, ...], out_dir: Path, map_path: Path | None, ma
       gpuforensics sanitize gpuforensics-gpu-07-20261129T140500Z.tgz -o outside/ --map ~/incident-42.map.json
       gpuforensics sanitize incident/ -o outside/ --map ~/incident-42.map.json   # every node's bundle
     """
-    from forensics.bundle.cluster_dir import expand_bundle_arguments
+    from forensics.bundle.cluster_dir import CLUSTER_JSON, expand_bundle_arguments
     from forensics.bundle.sanitize import sanitize_bundles
 
     for given in bundles:
         if given.is_dir() and given.resolve() == out_dir.resolve():
             raise UsageError(f"-o {out_dir} is the directory of the bundles: the copies would lie beside the "
                              "originals (and `analyze DIR` read both); choose another")
+    summaries = [d / CLUSTER_JSON for d in bundles if d.is_dir() and (d / CLUSTER_JSON).is_file()]
     paths, notes = expand_bundle_arguments(bundles)
     for note in notes:
         click.echo(f"gpuforensics: {note}", err=True)
@@ -53,7 +55,9 @@ def sanitize(bundles: tuple[Path, ...], out_dir: Path, map_path: Path | None, ma
     if map_path is not None and map_path.resolve().is_relative_to(out_dir.resolve()):
         raise UsageError(f"--map {map_path} is inside the output directory {out_dir}: the map must never travel "
                          "with the copies")
-    copies = sanitize_bundles(paths, out_dir, map_path, read_limits(max_bundle_mb, max_members))
+    # one cluster capture directory alone: its summary is copied too (its nodes' bundles are the copies)
+    summary = summaries[0] if len(bundles) == 1 and summaries else None
+    copies = sanitize_bundles(paths, out_dir, map_path, read_limits(max_bundle_mb, max_members), summary)
     for copy in copies:
         counts = ", ".join(f"{n} {c}" for c, n in copy.counts.items()) or "nothing"
         click.echo(f"{copy.output}  (from {copy.source.name}; replaced: {counts})")

@@ -164,17 +164,40 @@ def test_bundles_read_twice_when_too_large_to_hold_give_the_same_copies(tmp_path
         assert open_bundle(x.output).members == open_bundle(y.output).members
 
 
-def test_a_cluster_directory_stands_for_its_bundles(tmp_path: Path) -> None:
+def test_a_cluster_directory_stands_for_its_bundles_and_its_summary_is_copied(tmp_path: Path) -> None:
+    """A `cluster capture` directory (NODE.tgz and cluster.json, a node that gave no bundle): the
+    copies' directory has a sanitised cluster.json naming the copies, which `analyze` reads."""
+    from forensics.bundle.cluster_dir import CLUSTER_FORMAT, bundles_in_directory
+
     incident = tmp_path / "incident"
     incident.mkdir()
-    a = _node("gpu-a7", "gpu-b8", "10.20.30.41", "10.20.30.42", "3c:fd:fe:12:34:41").write(incident)
-    b = _node("gpu-b8", "gpu-a7", "10.20.30.42", "10.20.30.41", "3c:fd:fe:12:34:42").write(incident)
-    res = gf("sanitize", incident, "-o", tmp_path / "outside", "--map", tmp_path / "m.json")
+    nodes = []
+    for host, peer, ip, peer_ip, mac in (("gpu-a7", "gpu-b8", "10.20.30.41", "10.20.30.42", "3c:fd:fe:12:34:41"),
+                                         ("gpu-b8", "gpu-a7", "10.20.30.42", "10.20.30.41", "3c:fd:fe:12:34:42")):
+        written = _node(host, peer, ip, peer_ip, mac).write(incident)
+        kept = written.rename(incident / f"{host}.tgz")
+        nodes.append({"node": host, "status": "ok", "pod": f"gpuforensics-{host}", "bundle": kept.name,
+                      "bundle_name": written.name.removesuffix(".tgz"), "sha256": "x", "bytes": 1, "error": None})
+    nodes.append({"node": "gpu-c9", "status": "failed", "pod": "gpuforensics-gpu-c9", "bundle": None,
+                  "error": "exec on gpuforensics-gpu-c9: connection to gpu-c9.dc1.acme-corp.net (10.20.30.43) refused"})
+    (incident / "cluster.json").write_text(json.dumps({"format": CLUSTER_FORMAT, "format_version": 1, "nodes": nodes,
+                                                       "selection": {"nodes": ["gpu-a7", "gpu-b8", "gpu-c9"]}}))
+    out, map_path = tmp_path / "outside", tmp_path / "m.json"
+    res = gf("sanitize", incident, "-o", out, "--map", map_path)
     assert res.returncode == 0, res.stderr
-    copies = sorted((tmp_path / "outside").glob("*.tgz"))
-    assert len(copies) == 2
-    assert_same_analysis(sorted([a, b]), sorted(copies, key=lambda c: "a" if "0001" in c.name else "b"),
-                         tmp_path / "m.json")
+    copies = sorted(out.glob("*.tgz"))
+    kept, missing = bundles_in_directory(out)  # as `analyze outside/` reads it
+    oracle = assert_same_analysis([incident / "gpu-a7.tgz", incident / "gpu-b8.tgz"], kept, map_path)
+    assert sorted(kept) == copies and len(missing) == 1
+    summary = (out / "cluster.json").read_text()
+    for original in ("gpu-a7", "gpu-b8", "gpu-c9", "10.20.30.43", "acme-corp", "dc1"):
+        assert original not in summary
+    assert f"node {oracle.pairs['gpu-c9']}: no bundle (failed: exec on " in missing[0]
+    assert stat.S_IMODE((out / "cluster.json").stat().st_mode) == 0o600
+    names = json.loads(map_path.read_text())["names"]  # met only in the summary, kept in the map too
+    assert "10.20.30.43" in names["ipv4"] and "gpu-c9" in names["hostname"]
+    res = gf("analyze", out, "-f", "json")
+    assert res.returncode == 0 and len(json.loads(res.stdout)["bundles"]) == 2, res.stderr
 
 
 def test_ring_segments_rewritten_and_re_hashed(tmp_path: Path) -> None:
