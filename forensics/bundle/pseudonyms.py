@@ -13,7 +13,8 @@ The file is JSON::
 One original string has one pseudonym, whatever its category (a byte of the copy cannot say whether
 ``trainer`` was a container or a pod): the first category it was met in names it. Pseudonyms are
 drawn in order per category from ranges no real evidence uses: ``host-NNNN``, ``domain-NNNN.example``
-(RFC 2606), ``user-NNNN``, ``ns-NNNN``, ``pod-NNNN``, ``ctr-NNNN``,
+(RFC 2606), ``user-NNNN``, ``ns-NNNN``, ``pod-NNNN``, ``ctr-NNNN``, ``obj-NNNN`` (other Kubernetes
+objects whose names embed these: DRA ResourceClaims and ResourceSlices, a workload's name),
 ``registry.example/image-NNNN`` (a private image's repository; its tag and digest are kept), IPv4 in
 198.18.0.0/15 (RFC 2544, benchmarking), IPv6 in 2001:db8::/32 (RFC 3849, documentation), MAC
 addresses locally administered (``02:...``, the original's length kept: 6, 8 or 20 octets). A
@@ -36,10 +37,10 @@ __all__ = ["ADDRESS_CATEGORIES", "CATEGORIES", "MAP_FORMAT", "PseudonymMap", "lo
 
 MAP_FORMAT = "gpuforensics-sanitize-map"
 #: the categories, in the order a string met in several is named by (a host before a pod)
-CATEGORIES = ("hostname", "domain", "user", "namespace", "pod", "container", "image", "ipv4", "ipv6", "mac")
+CATEGORIES = ("hostname", "domain", "user", "namespace", "pod", "container", "object", "image", "ipv4", "ipv6", "mac")
 ADDRESS_CATEGORIES = frozenset({"ipv4", "ipv6", "mac"})
 _NAME_FORMS = {"hostname": "host-{:04d}", "domain": "domain-{:04d}.example", "user": "user-{:04d}",
-               "namespace": "ns-{:04d}", "pod": "pod-{:04d}", "container": "ctr-{:04d}",
+               "namespace": "ns-{:04d}", "pod": "pod-{:04d}", "container": "ctr-{:04d}", "object": "obj-{:04d}",
                "image": "registry.example/image-{:04d}"}
 _IPV4_BASE = int(ipaddress.IPv4Address("198.18.0.0"))
 _IPV4_SIZE = 1 << 17

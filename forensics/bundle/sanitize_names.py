@@ -18,6 +18,9 @@ name learnt from the manifest is replaced in a container's log line too. Sources
   ``io.kubernetes.pod.name``/``.namespace``/``io.kubernetes.container.name``, Docker container
   names (a ``k8s_...`` name by its parts), CRI metadata, the pod-log member paths
   ``kubernetes/logs/<namespace>/<pod>/<container>[.previous].log``;
+- ``object``: the names of Kubernetes objects that embed a pod's or a node's name (DRA
+  ResourceClaims ``train-0-gpu-x7k2p`` and ResourceSlices ``gpu-07-gpu.nvidia.com-x2m4k``, claim
+  names in pods and pod-resources, a workload's ``generateName`` and ``ownerReferences``);
 - ``image``: the repository of every image reference (containers, images' ``RepoTags`` and
   ``RepoDigests``, pod specs and statuses) whose registry is not a public one
   (:data:`PUBLIC_REGISTRIES`; a reference without a registry is Docker Hub's);
@@ -59,6 +62,7 @@ KEPT: dict[str, frozenset[str]] = {
     "namespace": frozenset({"default", "kube-system", "kube-public", "kube-node-lease"}),
     "pod": frozenset(),
     "container": frozenset({"POD"}),
+    "object": frozenset(),
     "image": frozenset(),
 }
 _LITERALS = frozenset({"true", "false", "null", "none", "None", "NaN", "Infinity"})
@@ -76,6 +80,8 @@ _FILE_SUFFIXES = frozenset({"log", "gz", "tgz", "tar", "txt", "json", "jsonl", "
                             "csv", "pt", "bin", "so", "out", "err", "pid", "sock", "lock", "tmp", "bak", "zst",
                             "xz", "bz", "html", "pdf", "md", "service", "scope", "slice", "mount"})
 _RING_SEGMENTS = "ring/segments/"
+#: lists of Kubernetes objects whose names embed a pod's or a node's (DRA claims and slices)
+_OBJECT_LISTS = ("kubernetes/resourceclaims", "kubernetes/resourceslices")
 #: members whose JSON names nothing (samples of counters keyed by ids): not walked (their
 #: addresses and /home paths are still found, and every name learnt elsewhere replaced in them)
 _NO_NAMES = ("nvml/", "cgroup/", "net/", "prometheus/", "kernel/records", "kernel/window", "proc/window")
@@ -213,6 +219,14 @@ def _walk(names: Names, node: Any, depth: int = 0) -> None:
     kind = node.get("kind")
     if isinstance(meta, dict):
         names.add("namespace", meta.get("namespace"))
+        if kind in ("ResourceClaim", "ResourceSlice"):
+            names.add("object", meta.get("name"))
+        generate = meta.get("generateName")
+        if isinstance(generate, str):
+            names.add("object", generate.rstrip("-"))  # a workload's name (trainer- of trainer-0)
+        for owner in meta.get("ownerReferences") or [] if isinstance(meta.get("ownerReferences"), list) else []:
+            if isinstance(owner, dict):
+                names.add("object", owner.get("name"))
         if kind == "Node":
             names.add("hostname", meta.get("name"))
         elif kind == "Pod" or isinstance(node.get("spec"), dict) and "containers" in node["spec"] \
@@ -265,6 +279,8 @@ def _walk(names: Names, node: Any, depth: int = 0) -> None:
     for key in ("image", "Image"):
         if isinstance(node.get(key), str):
             names.add("image", node[key])
+    for key in ("resourceClaimName", "claim_name", "resourceClaimTemplateName"):
+        names.add("object", node.get(key))
     for key in ("RepoTags", "RepoDigests"):
         for ref in node.get(key) or [] if isinstance(node.get(key), list) else []:
             names.add("image", ref)
@@ -316,6 +332,14 @@ def names_in_member(names: Names, member: str, data: bytes) -> None:
         return
     if not member.endswith((".json", ".jsonl")) or member.startswith(_NO_NAMES):
         return
+    if member.startswith(_OBJECT_LISTS) and member.endswith(".json"):  # items without a kind
+        try:
+            listed = json.loads(data)
+        except (ValueError, RecursionError):
+            listed = None
+        for item in listed.get("items") or [] if isinstance(listed, dict) else []:
+            if isinstance(item, dict) and isinstance(item.get("metadata"), dict):
+                names.add("object", item["metadata"].get("name"))
     docs: list[Any] = []
     try:
         if member.endswith(".jsonl"):

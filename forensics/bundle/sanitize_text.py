@@ -10,8 +10,9 @@ What makes a replacement safe for the evidence:
 - **Whole words only**: a name is replaced where it stands alone, bounded by anything but a letter,
   a digit or a hyphen (``ml/trainer-0``, ``"trainer"``, ``trainer.py``, ``ns_ml_x``; not the ``ml``
   of ``libnvidia-ml.so`` nor the ``trainer`` of ``trainer-ckpt``); after a JSON escape (``\\n``,
-  ``\\t``, ``\\r``, ``\\u003e`` as Go writes ``>``) too. Host and domain names match in any case
-  (DNS does), other names exactly.
+  ``\\t``, ``\\r``, ``\\u003e`` as Go writes ``>``) too; a hyphen that ends a word ends a name
+  (``generateName: trainer-``), and a bundle's own name is read as ``gpuforensics-<host>-<time>``.
+  Host and domain names match in any case (DNS does), other names exactly.
 - **Field names kept**: a name that is also a field name of the evidence's JSON (a container
   called ``server``) is not replaced where it stands as a JSON key.
 - **Join keys kept**: UUIDs (GPU, MIG, pod and boot ids; a systemd cgroup's ``pod<uid with _>``), PCI bus ids, hex ids of 12 characters or
@@ -40,8 +41,11 @@ from forensics.bundle.pseudonyms import PseudonymMap
 __all__ = ["Replacer", "find_addresses", "trie_pattern"]
 
 # before a name: not a letter, digit or hyphen, or a JSON escape (\n, \t, \r) right before it
-_NAME_LEFT = rb"(?:(?<![A-Za-z0-9-])|(?<=\\[ntr])|(?<=\\u[0-9a-fA-F]{4}))"
-_NAME_RIGHT = rb"(?![A-Za-z0-9-])"
+# (a bundle's name: gpuforensics-<host>-<time>)
+_NAME_LEFT = rb"(?:(?<![A-Za-z0-9-])|(?<=\\[ntr])|(?<=\\u[0-9a-fA-F]{4})|(?<=gpuforensics-))"
+# after a name: not a letter, digit or hyphen; or a hyphen that ends the word (generateName
+# "trainer-"), or a bundle name's time (gpuforensics-gpu-07-20261129T140500Z)
+_NAME_RIGHT = rb"(?:(?![A-Za-z0-9-])|(?=-(?![A-Za-z0-9]))|(?=-[0-9]{8}[Tt][0-9]{6}[Zz]))"
 _PROTECTED = (
     rb"(?<![0-9A-Za-z])(?:"
     rb"(?:GPU-|MIG-|pod)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # UUIDs
@@ -273,7 +277,8 @@ class Replacer:
             p, e = m.span()
             pos = p + 1  # a hit refused below may hide a name that starts inside it (after a dot)
             if p and data[p - 1] in _WORD and bytes(data[p - 2:p]) not in _ESCAPES \
-                    and not _UNICODE_ESCAPE.fullmatch(data, max(0, p - 6), p):
+                    and not _UNICODE_ESCAPE.fullmatch(data, max(0, p - 6), p) \
+                    and bytes(data[max(0, p - 13):p]) != b"gpuforensics-":
                 continue
             text = bytes(data[p:e])
             hit = self._exact.get(text) or self._folded.get(m.group(0))

@@ -109,16 +109,18 @@ def assert_excerpts_reread(original_doc: dict[str, Any], copy_doc: dict[str, Any
 
 def assert_no_original_left(copy: Path, originals: Iterable[str], dns_names: Iterable[str] = (),
                             field_names: Iterable[str] = ()) -> int:
-    """No original name in any member's bytes or path of ``copy``, as a word (bounded by anything
-    but a letter, digit or hyphen; ``dns_names``, host and domain names, in any case), except a
-    name in ``field_names`` where it stands as a JSON key (``"server":``: a field's name, kept).
-    Returns the number of members scanned."""
+    """No original name in any member's bytes or path of ``copy`` where it begins a word (after
+    anything but a letter, a digit or a hyphen), whatever follows but a letter or digit: so a name
+    that begins a hyphenated word (a claim ``train-0-gpu-x7k2p``, a slice ``gpu-07-gpu.nvidia.com-x``)
+    counts, one inside another word (``libnvidia-ml``) does not; ``dns_names`` (host and domain
+    names) in any case. A name in ``field_names`` where it stands as a JSON key (``"server":``, a
+    field's name) is allowed. Returns the number of members scanned."""
     import gzip
 
     def word(names: Iterable[str], flags: int = 0) -> re.Pattern[bytes] | None:
         words = sorted(set(names), key=len, reverse=True)
         return re.compile(rb"(?<![A-Za-z0-9-])(?:" + b"|".join(re.escape(w.encode()) for w in words)
-                          + rb")(?![A-Za-z0-9-])", flags) if words else None
+                          + rb")(?![A-Za-z0-9])", flags) if words else None
 
     fields = set(field_names)
     patterns = [p for p in (word(originals), word(dns_names, re.IGNORECASE)) if p is not None]

@@ -36,6 +36,8 @@ class TestWholeWords:
         (b"k8s_trainer_trainer-0_ml_0", b"k8s_ctr-0001_pod-0001_ns-0001_0"),
         (b"GPU-07 and Gpu-07.corp", b"host-0001 and host-0001.corp"),  # host names in any case
         (b"Trainer", b"Trainer"),  # other names exactly
+        (b'"generateName": "trainer-"', b'"generateName": "ctr-0001-"'),  # a hyphen that ends the word
+        (b"/out/gpuforensics-gpu-07-20261202T023518Z.tgz", b"/out/gpuforensics-host-0001-20261202T023518Z.tgz"),
         (b'"log": "started\\ntrainer-0\\tml"', b'"log": "started\\npod-0001\\tns-0001"'),  # after JSON escapes
     ])
     def test_replaced_where_the_name_stands_alone(self, text: bytes, want: bytes) -> None:
@@ -116,7 +118,7 @@ def _oracle(r: Replacer, value: object) -> object:
 
     pairs = {o: r.pmap.lookup(o) for o in _HYPO_NAMES}
     words = re.compile(r"(?<![A-Za-z0-9-])(" + "|".join(sorted(map(re.escape, pairs), key=len, reverse=True))
-                       + r")(?![A-Za-z0-9-])", re.IGNORECASE)
+                       + r")(?:(?![A-Za-z0-9-])|(?=-(?![A-Za-z0-9])))", re.IGNORECASE)  # trainer- too
 
     def name(m: re.Match[str]) -> str:  # host names in any case, the others exactly
         found = m.group(1) if m.group(1) in pairs else m.group(1).lower()
