@@ -2,8 +2,9 @@
 
 Links are drawn only between kinds that can cause one another (``CAUSES``, from each kind's
 declaration), when the effect starts after the cause began (within ``chain_link_window_s`` of its
-end) and the two share the entity the harm travelled through: the same GPU, or the cause's victim
-being the effect's subject. The impact line words each harm, and ``ruled_out`` each confounder
+end) and before anything contradicted the cause (``Finding.contradicted_at``: a GPU NVML read
+after a record said it was lost), and the two share the entity the harm travelled through: the
+same GPU, or the cause's victim being the effect's subject. The impact line words each harm, and ``ruled_out`` each confounder
 not found, as the kind's declaration says (:mod:`forensics.analysis.kinds`).
 """
 
@@ -71,6 +72,8 @@ def _linked(cause: Finding, effect: Finding, cfg: AnalysisConfig) -> bool:
     cause_end = cause.end if cause.end is not None else cause.start
     if not (cause.start - _SLACK_S <= effect.start <= cause_end + cfg.chain_link_window_s):
         return False
+    if cause.contradicted_at is not None and effect.start >= cause.contradicted_at:
+        return False  # the subject's own state said otherwise before the effect began
     return _shares_path(cause, effect)
 
 

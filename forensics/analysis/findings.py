@@ -227,6 +227,9 @@ class Finding:
     follow: str = ""
     next_step: str = ""  # what an operator does next, one line (its kind's wording; set by the chain)
     before_capture_s: float | None = None  # how long before the capture started it began (None: not before)
+    # when its subject's own later state contradicts the claim (a GPU NVML read after a record said
+    # it was lost): from then on it is no cause of anything (the chain links no later effect to it)
+    contradicted_at: float | None = None
 
     def subjects_with(self, role: Role) -> tuple[Subject, ...]:
         return tuple(s for s in self.subjects if s.role == role)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, NodeInfo
+from forensics.analysis.samples import GPU_SAMPLE_ORIGINS, GpuSample
 from forensics.thresholds import AnalysisConfig
 
 __all__ = [
@@ -106,18 +107,22 @@ class FindingKind:
     unless the rule raises or lowers it; ``needs``: the collectors whose absence on a node lowers a
     finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause
     (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run;
-    ``hardware``: a critical finding of the kind is a hardware fault (an incident holding one in the
+    ``gpu_samples``: the origins of GPU device samples (:data:`forensics.analysis.samples.GPU_SAMPLE_ORIGINS`)
+    its claim can rest on, read through :meth:`gpu_samples` (every origin unless declared; a kind that
+    leaves some out says why in ``unjudged``, the words of the limitation it writes when a GPU has
+    only those); ``hardware``: a critical finding of the kind is a hardware fault (an incident holding one in the
     capture's lead-up stays on top, :mod:`forensics.analysis.incidents`; an Xid finding says so by
     its ``xid_class`` metric); ``next_step``: the next step's wording when it needs nothing of the finding.
     The rule, the harm wording and the ruled-out check are attached with the decorators.
     """
 
-    __slots__ = ("causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "severity",
-                 "step_wording")
+    __slots__ = ("causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "sample_origins",
+                 "severity", "step_wording", "unjudged")
 
     def __init__(self, id: str, *, severity: Severity, needs: Iterable[str] = (),  # noqa: A002 - the kind's id
                  causes: Iterable[str] = (), rank: int, next_step: str | None = None,
-                 hardware: bool = False) -> None:
+                 hardware: bool = False, gpu_samples: Iterable[str] = GPU_SAMPLE_ORIGINS,
+                 unjudged: str = "") -> None:
         if id in _REGISTRY:
             raise ValueError(f"finding kind {id!r} is declared twice")
         self.id = id
@@ -130,6 +135,13 @@ class FindingKind:
         self.not_found: RuledOut | None = None
         self.step_wording: StepWording | str | None = next_step
         self.hardware = hardware
+        self.sample_origins = frozenset(gpu_samples)
+        unknown = sorted(self.sample_origins - set(GPU_SAMPLE_ORIGINS))
+        if unknown:
+            raise ValueError(f"finding kind {id!r} reads unknown GPU sample origins {unknown}")
+        if self.sample_origins != frozenset(GPU_SAMPLE_ORIGINS) and not unjudged:
+            raise ValueError(f"finding kind {id!r} leaves GPU samples out and does not say why (unjudged=)")
+        self.unjudged = unjudged
         _REGISTRY[id] = self
 
     def __repr__(self) -> str:
@@ -162,6 +174,31 @@ class FindingKind:
             self.not_found = RuledOut(rank, fn)
             return fn
         return attach
+
+    def gpu_samples(self, model: Model) -> dict[tuple[str, str], list[GpuSample]]:
+        """(node, GPU UUID) -> the GPU's device samples this kind's claim can rest on (their
+        ``origin`` in its ``gpu_samples``). A GPU whose samples all come from other origins is not
+        judged, and the analysis says so (a limitation naming the kind, the GPUs and why)."""
+        kept = model.samples_by_gpu(self.sample_origins)
+        every = model.samples_by_gpu()
+        if kept is every:
+            return kept
+        left: dict[str, list[str]] = {}
+        origins: set[str] = set()
+        for (node, uuid), samples in sorted(every.items()):
+            if (node, uuid) not in kept:
+                gpu = model.gpus.get((node, uuid))
+                left.setdefault(node, []).append(f"GPU {gpu.index}" if gpu is not None and gpu.index >= 0 else uuid)
+                origins.update(s.origin for s in samples)
+        for node, gpus in left.items():
+            model.limit(f"{self.id} not judged on {node} ({', '.join(gpus)}): their readings come from "
+                        f"{', '.join(sorted(origins))} only; {self.unjudged}")
+        return kept
+
+    def judged_on(self, model: Model, node: str) -> int:
+        """How many of ``node``'s device samples this kind's claim can rest on (a ruled-out
+        statement needs some)."""
+        return sum(len(v) for (n, _), v in model.samples_by_gpu(self.sample_origins).items() if n == node)
 
     def confidence(self, model: Model, node: str, base: float, cfg: AnalysisConfig) -> float:
         """``base`` lowered by ``missing_source_confidence_factor`` for each of ``needs`` absent on ``node``."""

@@ -451,9 +451,20 @@ class Model:
         return self.processes.get((node, pid))
 
     # -- views built on first use, after loading (within one analysis, never across analyses) --
-    def samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
-        """(node, GPU UUID) -> its device samples in time order."""
-        return self._samples_by_gpu
+    def samples_by_gpu(self, origins: frozenset[str] | None = None) -> dict[tuple[str, str], list[GpuSample]]:
+        """(node, GPU UUID) -> its device samples in time order; only those read from ``origins``
+        (:data:`forensics.analysis.samples.GPU_SAMPLE_ORIGINS`) when given."""
+        if origins is None or self._sample_origins <= origins:
+            return self._samples_by_gpu
+        cached = self._samples_by_origin.get(origins)
+        if cached is None:
+            cached = {}
+            for key, samples in self._samples_by_gpu.items():
+                kept = [s for s in samples if s.origin in origins]
+                if kept:
+                    cached[key] = kept
+            self._samples_by_origin[origins] = cached
+        return cached
 
     def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         """(node, GPU UUID) -> its process samples in (time, PID) order."""
@@ -479,6 +490,14 @@ class Model:
         for v in out.values():
             v.sort(key=lambda s: s.t)
         return out
+
+    @cached_property
+    def _sample_origins(self) -> frozenset[str]:
+        return frozenset(s.origin for s in self.gpu_samples)
+
+    @cached_property
+    def _samples_by_origin(self) -> dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]]:
+        return {}
 
     @cached_property
     def _proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:

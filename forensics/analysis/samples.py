@@ -13,6 +13,11 @@ from typing import NamedTuple
 from forensics.analysis.findings import Evidence, EvidenceRef
 
 __all__ = [
+    "DCGM_EXPORTER",
+    "GPU_SAMPLE_ORIGINS",
+    "LISTS_PROCESSES",
+    "NVML_SAMPLED",
+    "NVML_SNAPSHOT",
     "CpuSample",
     "ExporterAttribution",
     "GpuSample",
@@ -24,8 +29,22 @@ __all__ = [
 ]
 
 
+#: Where a device sample was read (:attr:`GpuSample.origin`): NVML sampled by the capture, one line
+#: per GPU and tick with the processes NVML listed in that same reading (``nvml``); NVML read once by
+#: the snapshot, its processes read apart (``nvml-snapshot``); dcgm-exporter history from Prometheus,
+#: device figures only, no process list (``dcgm-exporter``).
+NVML_SAMPLED = "nvml"
+NVML_SNAPSHOT = "nvml-snapshot"
+DCGM_EXPORTER = "dcgm-exporter"
+GPU_SAMPLE_ORIGINS = (NVML_SAMPLED, NVML_SNAPSHOT, DCGM_EXPORTER)
+#: the origins whose readings come with the GPU's processes as NVML listed them then
+LISTS_PROCESSES = frozenset({NVML_SAMPLED, NVML_SNAPSHOT})
+
+
 class GpuSample(NamedTuple):
-    """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...)."""
+    """One device sample (nvmlDeviceGetUtilizationRates, GetMemoryInfo, GetCurrentClocksEventReasons, ...).
+    ``origin``: what it was read from (:data:`GPU_SAMPLE_ORIGINS`): a rule judges only on the origins
+    its claim can rest on (:meth:`forensics.analysis.kinds.FindingKind.gpu_samples`)."""
 
     node: str
     gpu_uuid: str
@@ -37,6 +56,7 @@ class GpuSample(NamedTuple):
     temperature_c: float | None
     power_w: float | None
     ref: EvidenceRef
+    origin: str = NVML_SAMPLED
 
     @property
     def evidence(self) -> Evidence:

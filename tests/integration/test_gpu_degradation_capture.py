@@ -142,7 +142,11 @@ def test_a_degrading_gpu_and_one_the_driver_wants_reset(docker_engine: de.Docker
                 [sys.executable, "-m", "forensics", "capture", "-o", str(out), "--quiet",
                  "--duration", str(DURATION_S), "--interval", "1", "--timeout", "90",
                  "--nvml-library", str(sim_lib), "--kubeconfig", str(kubeconfig), "--node", NODE,
-                 "--set", f"podresources.socket={sock}"],
+                 "--set", f"podresources.socket={sock}",
+                 # the faults are NVML's (simulated); this host's real kernel log holds whatever earlier
+                 # checks on the machine left there (a "fallen off the bus" line of PCI 86:00.0 made
+                 # GPU 1 lost before this test began): nothing of it is this test's to judge
+                 "--skip", "kernel"],
                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert swapped, "the kubernetes collector never listed the pods"

@@ -16,7 +16,7 @@ from typing import Any
 from forensics.analysis.events import XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
 from forensics.analysis.model import Gpu, Model
-from forensics.analysis.samples import GpuSample, ProcessGpuSample
+from forensics.analysis.samples import NVML_SNAPSHOT, GpuSample, ProcessGpuSample
 from forensics.analysis.source import Source
 from forensics.specs import nvml as nvml_spec
 
@@ -198,7 +198,7 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
             node, uuid, t, as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu")), used, total,
             _reasons(nvml), as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")),
             _power_w(nvml), src.ref(nvml_spec.DEVICES, 0, dev, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml),
-                    pointer=f"/devices/{i}/nvml")))
+                    pointer=f"/devices/{i}/nvml"), NVML_SNAPSHOT))
         model.node(node).members_used.setdefault("nvml", src.ref(nvml_spec.DEVICES, 0, None).member)
     pdoc = src.json(nvml_spec.PROCESSES)
     pt = as_float(dig(pdoc, "t")) or t

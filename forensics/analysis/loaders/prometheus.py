@@ -38,6 +38,7 @@ from forensics.analysis.findings import Evidence, EvidenceRef
 from forensics.analysis.loaders.common import Loader, as_dict, as_str
 from forensics.analysis.model import Container, Gpu, GpuAllocation, Model, Pod
 from forensics.analysis.samples import (
+    DCGM_EXPORTER,
     CpuSample,
     ExporterAttribution,
     GpuSample,
@@ -263,7 +264,7 @@ def _load_gpus(src: Source, model: Model, node: str, series: dict[str, list[_Ser
         model.gpu_samples.append(GpuSample(
             node=node, gpu_uuid=uuid, t=t, util_gpu_pct=f.get("util"), memory_used_bytes=used,
             memory_total_bytes=total, clocks_event_reasons=int(f["reasons"]) if "reasons" in f else None,
-            temperature_c=f.get("temp"), power_w=f.get("power"), ref=refs[(uuid, t)]))
+            temperature_c=f.get("temp"), power_w=f.get("power"), ref=refs[(uuid, t)], origin=DCGM_EXPORTER))
     dcgm = series.get("DCGM_FI_DEV_GPU_UTIL", [])
     for s in dcgm:
         uuid = s.labels.get("UUID")

@@ -8,8 +8,9 @@ capacity means the device plugin marked a GPU unhealthy, and the scheduler place
 
 The GPUs left out: NVML's GPUs of the node whose UUID (``GPU-...``, time-sliced replicas
 ``GPU-...::N``) is missing from the allocatable device ids. The witnesses: the Xids and lost-GPU
-records of those GPUs (all the node's, when which GPU is unknown) from before the node was read;
-the finding starts at the first of them, and ``gpu-xid-fault``/``gpu-lost`` findings of the same GPU
+records of those GPUs (all the node's, when which GPU is unknown) from before the node was read,
+less the lost-GPU records the GPU's own later state contradicts (NVML read it after them:
+:mod:`.gpu_answers`); the finding starts at the first of them, and ``gpu-xid-fault``/``gpu-lost`` findings of the same GPU
 are chained to it as its cause.
 
 With ``--duration`` the Node is read again at the end of the window (``kubernetes/node-end.json``):
@@ -32,6 +33,8 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Gpu, Model, NodeGpuResource
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
+from forensics.analysis.rules.gpu_answers import answered_after
+from forensics.analysis.rules.xid_bursts import FELL_OFF_BUS
 from forensics.parsing.pci import pci_bus_key
 from forensics.thresholds import AnalysisConfig
 
@@ -73,9 +76,13 @@ def _witnesses(model: Model, r: NodeGpuResource, gpus: list[Gpu] | None,
     out: list[tuple[float | None, str, Evidence]] = []
     for x in model.xids:
         if x.node == r.node and (gpus is None or any(_on(g, x.gpu_uuid, x.pci_bus_id) for g in gpus)):
+            if x.code == FELL_OFF_BUS and answered_after(model, x.node, x.gpu_uuid, x.pci_bus_id, x.t) is not None:
+                continue  # the GPU answered NVML after it: an earlier episode
             out.append((x.t, f"Xid {x.code}", x.evidence))
     for w in model.lost_witnesses:
         if w.node == r.node and w.evidence and (gpus is None or any(_on(g, w.gpu_uuid, w.pci_bus_id) for g in gpus)):
+            if answered_after(model, w.node, w.gpu_uuid, w.pci_bus_id, w.t) is not None:
+                continue
             out.append((w.t, "GPU lost (NVML GpuIsLost)" if w.source == "nvml" else "fell off the bus", w.evidence[0]))
     before = [w for w in out if until is None or w[0] is None or w[0] <= until]
     return sorted(before, key=lambda w: (w[0] if w[0] is not None else float("-inf"), w[1]))

@@ -2,7 +2,9 @@
 
 Sources: Xid 79 records (kernel log and NVML events, grouped by :mod:`.xid_bursts`), the driver's
 fell-off-the-bus messages without an Xid number (continuation records joined by the kernel loader)
-and NVML calls answering GpuIsLost for a device the capture had enumerated.
+and NVML calls answering GpuIsLost for a device the capture had enumerated. NVML reading the GPU
+while it sampled, after the last record (:mod:`.gpu_answers`), makes it an earlier episode: the
+finding says so and is no cause of anything after that reading (``Finding.contradicted_at``).
 
 Next step: drain the node and restart it (Xid 79's RESTART_BM), then check the PCIe link, seating
 and power.
@@ -18,6 +20,7 @@ from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.rules.gpu_answers import answered_after
 from forensics.analysis.rules.xid_bursts import (
     FELL_OFF_BUS,
     Cause,
@@ -90,10 +93,17 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             summary += f"; then {consequences}"
         if recovery:
             summary += f"; the driver's recovery action (Xid 154): {recovery}"
+        # the GPU's own later state: NVML reading it after the last record contradicts the records
+        # from then on (an earlier episode, the GPU reset or the driver reloaded since)
+        uuid = next((w.gpu_uuid for w in ws if w.gpu_uuid), None)
+        answer = answered_after(model, node, uuid, pci, end)
+        if answer is not None:
+            summary += (f"; NVML read {where} again at {fmt_time(answer.t)}, after the last record: an earlier "
+                        "episode (the GPU was reset or the driver reloaded since), no cause of what followed")
         summary += f". NVIDIA's Xid catalog (Xid 79): {info.action}"
-        evidence = [e for w in ws for e in w.evidence]
+        evidence = [e for w in ws for e in w.evidence] + ([answer.evidence] if answer is not None else [])
         findings.append(Finding(
-            kind=GPU_LOST.id, severity="critical",
+            kind=GPU_LOST.id, severity=GPU_LOST.severity, contradicted_at=answer.t if answer is not None else None,
             confidence=GPU_LOST.confidence(model, node, 0.98 if len(by_source) > 1 else 0.9, cfg),
             summary=summary, start=start, end=end, node=node,
             subjects=dedupe_subjects(sorted(subjects, key=lambda s: ("victim", "culprit", "witness").index(s.role))),
@@ -101,7 +111,8 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             metrics=(("witnesses", len(ws)), ("witness_sources", ",".join(sorted(by_source))),
                      ("pci_bus_id", pci), ("gpu_enumerated", int(enumerated)), ("action", info.immediate or None),
                      ("consequences", consequences or None), ("consequence_links", links or None),
-                     ("recovery_action", recovery), ("catalog", info.source)),
+                     ("recovery_action", recovery), ("catalog", info.source),
+                     ("answered_nvml_at", fmt_time(answer.t) if answer is not None else None)),
             key=f"lost:{node}:{gpu}",
             headline=f"{where} fell off the bus",
         ))

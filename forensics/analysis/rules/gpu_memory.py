@@ -2,7 +2,9 @@
 
 Sources: ``nvmlDeviceGetMemoryInfo[_v2]`` ``used`` per sample against the sum of ``usedGpuMemory``
 of the processes NVML listed in the same reading (``nvmlDeviceGetComputeRunningProcesses`` and the
-graphics and MPS lists). The gap, when it appeared (between which two readings), and the last owner
+graphics and MPS lists): NVML's own readings only (sampled or the snapshot's), never dcgm-exporter
+history, whose memory figures come with no process list (the GPUs with only that are not judged,
+and the analysis says so). The gap, when it appeared (between which two readings), and the last owner
 seen: the processes listed on the GPU before it appeared that had left the list when it did (the
 memory they held stayed behind). A GPU in MIG mode is left out (its processes are per instance).
 
@@ -28,12 +30,14 @@ from forensics.analysis.kinds import FindingKind, RuledOutCheck
 from forensics.analysis.model import DStateHolder, Gpu, Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.samples import LISTS_PROCESSES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_MEMORY_UNATTRIBUTED", "gpu_memory_unattributed"]
 
 GPU_MEMORY_UNATTRIBUTED = FindingKind(
-    "gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55,
+    "gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55, gpu_samples=LISTS_PROCESSES,
+    unjudged="exporter history lists no processes, so no memory gap can be told from it",
     next_step="find the process still holding the GPU's device files (fuser -v /dev/nvidia*) and end it; "
               "when none does, drain the GPU and reset it (nvidia-smi -r) to free the memory")
 
@@ -69,7 +73,7 @@ def _holders_on(model: Model, node: str, gpu: Gpu | None) -> tuple[list[tuple[DS
 def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     findings: list[Finding] = []
     procs_by_gpu = model.proc_samples_by_gpu()
-    for (node, uuid), samples in sorted(model.samples_by_gpu().items()):
+    for (node, uuid), samples in sorted(GPU_MEMORY_UNATTRIBUTED.gpu_samples(model).items()):
         gpu = model.gpus.get((node, uuid))
         if gpu is not None and gpu.mig_enabled:
             continue
@@ -157,7 +161,7 @@ def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
 
 @GPU_MEMORY_UNATTRIBUTED.ruled_out(rank=25)
 def _no_ghost(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    if GPU_MEMORY_UNATTRIBUTED.id in c.found or not c.model.gpu_sample_count(c.node):
+    if GPU_MEMORY_UNATTRIBUTED.id in c.found or not GPU_MEMORY_UNATTRIBUTED.judged_on(c.model, c.node):
         return None
     return (f"no GPU memory on {c.node} was left unaccounted for by the processes NVML listed",
             c.evidence("nvml", "device memory used vs the processes' usedGpuMemory"))
