@@ -71,6 +71,19 @@ class TestHistoryBundle:
         pods = {p["namespace"] + "/" + p["name"] for p in doc["pods"]}
         assert pods == {"ml/trainer-0", "research/notebook-0"}, "gpu-08's pod is not this node's"
 
+    def test_a_busy_nodes_memory_is_no_ghost(self, out_dir, prometheus_factory):
+        """Both GPUs hold memory all along (61 000 and 52 000 MiB) and dcgm-exporter lists no process:
+        its memory figures are no NVML reading with zero processes, so no gap is claimed, and the
+        analysis says what it could not judge instead of ruling it out."""
+        sc = scenario_unlabelled_gpu_pod()
+        doc = analyze(history(out_dir, prometheus_factory(sc).url, sc))
+        assert "gpu-memory-unattributed" not in kinds(doc), kinds(doc)["gpu-memory-unattributed"]["summary"]
+        (lim,) = [lim for lim in doc["limitations"] if lim.startswith("gpu-memory-unattributed not judged")]
+        assert "on gpu-07 (GPU 0, GPU 1): their readings come from dcgm-exporter only" in lim
+        assert not [r for r in doc["ruled_out"] if r["kind"] == "gpu-memory-unattributed"], doc["ruled_out"]
+        # what the history can show is still judged on it: GPU 1's memory level and its blind spot
+        assert "gpu-exporter-blind-spot" in kinds(doc)
+
     def test_throttled_pod(self, out_dir, prometheus_factory):
         sc = scenario_throttled_pod()
         doc = analyze(history(out_dir, prometheus_factory(sc).url, sc))

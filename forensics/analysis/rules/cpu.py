@@ -31,7 +31,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     series: dict[tuple[str, str], list[CpuSample]] = defaultdict(list)
     for s in model.cpu_samples:
         series[(s.node, s.container_id)].append(s)
-    gpu_samples = model.samples_by_gpu()
+    gpu_samples = CPU_THROTTLING.gpu_samples(model)
     for (node, cid), samples in sorted(series.items()):
         samples.sort(key=lambda s: s.t)
         intervals: list[tuple[CpuSample, CpuSample, int, int]] = []

@@ -79,7 +79,7 @@ def throttled_seconds(samples: list[GpuSample]) -> float:
 def gpu_clock_throttle(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A GPU whose clocks were held down by thermal, power or hardware slowdown in enough samples."""
     findings: list[Finding] = []
-    for (node, uuid), samples in sorted(model.samples_by_gpu().items()):
+    for (node, uuid), samples in sorted(GPU_CLOCK_THROTTLE.gpu_samples(model).items()):
         known = [s for s in samples if s.clocks_event_reasons is not None]
         if not known:
             continue
@@ -127,9 +127,10 @@ def gpu_clock_throttle(model: Model, cfg: AnalysisConfig) -> list[Finding]:
 @GPU_CLOCK_THROTTLE.ruled_out(rank=20)
 def _no_clock_slowdown(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     if GPU_CLOCK_THROTTLE.id in c.found or not any(
-            s.node == c.node and s.clocks_event_reasons is not None for s in c.model.gpu_samples):
+            n == c.node and any(s.clocks_event_reasons is not None for s in samples)
+            for (n, _), samples in GPU_CLOCK_THROTTLE.gpu_samples(c.model).items()):
         return None
-    n = c.model.gpu_sample_count(c.node)
+    n = GPU_CLOCK_THROTTLE.judged_on(c.model, c.node)
     return (f"no thermal, power or hardware clock slowdown on any GPU of {c.node} ({n} samples)",
             c.evidence("nvml", f"{n} samples, no slowdown reason bits"))
 

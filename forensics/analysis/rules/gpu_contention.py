@@ -185,7 +185,7 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     findings: list[Finding] = []
     owner = model.joins.owner
     proc_by_gpu = model.proc_samples_by_gpu()
-    for (node, uuid), gsamples in sorted(model.samples_by_gpu().items()):
+    for (node, uuid), gsamples in sorted(GPU_MEMORY_PRESSURE.gpu_samples(model).items()):
         gpu = model.gpus.get((node, uuid))
         hot = []
         for s in gsamples:
@@ -278,7 +278,7 @@ def _memory_harm(f: Finding, h: Harm) -> str:
 
 @GPU_MEMORY_PRESSURE.ruled_out(rank=40)
 def _memory_below_threshold(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    n_gpu_samples = c.model.gpu_sample_count(c.node)
+    n_gpu_samples = GPU_MEMORY_PRESSURE.judged_on(c.model, c.node)
     if GPU_MEMORY_PRESSURE.id in c.found or not n_gpu_samples:
         return None
     return (f"GPU memory stayed below {c.cfg.gpu_memory_pressure_ratio * 100:.0f}% on every GPU of {c.node}",

@@ -67,7 +67,7 @@ def _cite(readings: tuple[GpuHealthReading | None, ...], names: list[str]) -> li
 
 
 def _mean_util(model: Model, node: str, uuid: str) -> float | None:
-    utils = [s.util_gpu_pct for s in model.samples_by_gpu().get((node, uuid), []) if s.util_gpu_pct is not None]
+    utils = [s.util_gpu_pct for s in GPU_NVLINK_ERRORS.gpu_samples(model).get((node, uuid), []) if s.util_gpu_pct is not None]
     return sum(utils) / len(utils) if utils else None
 
 

@@ -67,7 +67,7 @@ def _gpu_drop(model: Model, node: str, cid: str, windows: list[tuple[float, floa
               ) -> list[tuple[str, float, float | None]]:
     """The container's GPUs whose utilisation during ``windows`` was idle or fell: (uuid, during, outside)."""
     out = []
-    samples = model.samples_by_gpu()
+    samples = IO_STALL.gpu_samples(model)
     for uuid in sorted(model.joins.gpus_used_by(node, "container", cid)):
         during: list[float] = []
         outside: list[float] = []

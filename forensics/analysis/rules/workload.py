@@ -232,10 +232,11 @@ def _explain(model: Model, cfg: AnalysisConfig, st: RankState, uuid: str | None,
     why.extend(why_psi)
     ev.extend(ev_psi)
     if uuid:
-        mine = [s for s in model.gpu_samples if s.node == st.node and s.gpu_uuid == uuid
-                and stopped_local <= s.t <= stopped_local + 120 and s.util_gpu_pct is not None]
+        by_gpu = STALLED_RANK.gpu_samples(model)
+        mine = [s for s in by_gpu.get((st.node, uuid), [])
+                if stopped_local <= s.t <= stopped_local + 120 and s.util_gpu_pct is not None]
         peer_gpus = {(p.node, g) for p in peers if (g := _rank_gpu(model, p))}
-        theirs = [s for s in model.gpu_samples if (s.node, s.gpu_uuid) in peer_gpus and s.util_gpu_pct is not None
+        theirs = [s for key in sorted(peer_gpus) for s in by_gpu.get(key, []) if s.util_gpu_pct is not None
                   and stopped_local - 5 <= s.t - _clock(model, st.node).offset_s + _clock(model, s.node).offset_s
                   <= stopped_local + 125]
         if mine and theirs:
