@@ -1,10 +1,17 @@
 """NVIDIA driver messages in the kernel log: Xid lines, other driver messages, and a GPU fallen off
 the bus, from kmsg records (forensics/parsing/kmsg.py).
 
-Source:
+Sources (the driver's format strings and lines it printed, quoted in ``tests/support/xid_lines.py``):
 
 * NVIDIA driver: ``NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, text``
-  (older drivers omit ``PCI:`` and the pid/name part).
+  (older drivers omit ``PCI:`` and the pid/name part; some print the function, ``PCI:0000:00:08.0``);
+* on a MIG GPU the parenthesis carries the GPU instance and, when known, the compute instance:
+  ``NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: ...`` and
+  ``(PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u)`` (open-gpu-kernel-modules, kern_gpu_ga100.c and
+  the RC code's ``XID_PRINT_WITH_ATTR``);
+* the error-containment Xids (94, 95) print ``pid=7062, Contained: ...`` with no ``name=``; a pid
+  may also end the line (``pid=5678, name=idle_timeout``), and an Xid may carry no text at all
+  (``NVRM: Xid (PCI:0000:3f:00): 46``).
 
 Parsers raise only :class:`forensics.errors.ParseError`.
 """
@@ -44,10 +51,14 @@ class XidEvent:
     process_name: str | None
     text: str
     description: str | None
+    gpu_instance_id: int | None = None  # MIG: the GPU instance the driver attributed it to (``GPU-I:05``)
+    compute_instance_id: int | None = None  # MIG: its compute instance (``GPU-CI:02``), when printed
 
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]{1,32})\): (\d{1,5}),\s?(.*)$")
-_XID_PID = re.compile(r"^pid='?([^,']*)'?, name=([^,]*),\s?(.*)$")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]{1,20})((?: GPU-C?I:\d{1,4}){0,2})\): (\d{1,5})(?:,\s?(.*))?$",
+                  re.DOTALL)
+_MIG_ATTR = re.compile(r"GPU-(C?I):(\d{1,4})")
+_XID_PID = re.compile(r"^pid='?([^,']*)'?(?:, name=([^,]*))?(?:,\s?(.*))?$", re.DOTALL)
 
 
 def parse_xid(record: KmsgRecord) -> XidEvent | None:
@@ -61,17 +72,19 @@ def parse_xid(record: KmsgRecord) -> XidEvent | None:
         bus = normalize_pci_bus_id(found.group(1))
     except ParseError:
         bus = found.group(1).strip()
-    xid = int(found.group(2))
-    rest = found.group(3)
+    instance = {kind: int(n) for kind, n in _MIG_ATTR.findall(found.group(2))}
+    xid = int(found.group(3))
+    rest = found.group(4) or ""
     pid: int | None = None
     name: str | None = None
     details = _XID_PID.match(rest)
     if details:
-        pid_text, name_text, rest = details.groups()
-        pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() else None
-        name = None if name_text in ("<unknown>", "") else name_text
-    return XidEvent(record.ts_usec, record.seq, bus, xid, pid, name, rest,
-                    xid_description(xid))
+        pid_text, name_text, tail = details.groups()
+        pid = int(pid_text) if pid_text.isascii() and pid_text.isdigit() and len(pid_text) < 11 else None
+        name = None if name_text in ("<unknown>", "", None) else name_text
+        rest = tail or ""
+    return XidEvent(record.ts_usec, record.seq, bus, xid, pid, name, rest.rstrip("\n"),
+                    xid_description(xid), instance.get("I"), instance.get("CI"))
 
 
 @dataclass(frozen=True)

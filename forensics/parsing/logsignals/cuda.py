@@ -9,10 +9,24 @@
   TensorFlow ``OOM when allocating tensor with shape[16,112,112,147] and type float on
   /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc`` and its stream executor's
   ``failed to allocate 2.96G (3179741184 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY``; the
-  runtime's ``CUDA error: out of memory`` and ``cudaErrorMemoryAllocation``.
+  runtime's ``CUDA error: out of memory`` and ``cudaErrorMemoryAllocation``. PyTorch >= 2.3 names the
+  memory of CUDA graphs' private pools: ``Of the allocated memory 22.90 GiB is allocated by PyTorch,
+  with 20.00 GiB allocated in private pools (e.g., CUDA Graphs), and 194.87 MiB is reserved by
+  PyTorch but unallocated.`` (pytorch/pytorch#124673), and >= 2.1 the other processes on the GPU
+  (``Process 1823 has 59.02 GiB memory in use.``).
+* JAX/XLA: ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes.``
+  (``Resource exhausted:`` before 2021, ``Out of memory allocating N bytes.``), XLA's BFC allocator
+  ``Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.25TiB (rounded to 1374521760000)``
+  (unless it says ``The caller indicates that this is not a failure``) and its CUDA async allocator
+  ``gpu_async_1 cuMemAllocAsync failed to allocate 1225195446464 bytes``. ``memory_kind`` is
+  ``device`` only where the line names a GPU (``GPU_0_bfc``, ``from device``, a GPU allocator); a
+  line that names the host (``on host``, pinned host memory) is no GPU out-of-memory at all.
 * CUDA faults: ``an illegal memory access was encountered``, ``uncorrectable ECC error
   encountered``, ``device-side assert triggered`` (and the kernel's ``Assertion `...` failed.``),
-  ``GPU is lost``, ``no CUDA-capable device is detected``, ``Driver/library version mismatch``.
+  ``unspecified launch failure`` (the CUDA face of Xid 13/31/43), ``an illegal instruction was
+  encountered``, ``misaligned address``, ``GPU is lost``, ``no CUDA-capable device is detected``,
+  ``Driver/library version mismatch``; the numeric code where printed (``Cuda failure 700 '...'``,
+  ``cuda runtime error (38)``, ``CUDA_ERROR_ILLEGAL_ADDRESS``).
 """
 
 from __future__ import annotations
@@ -26,17 +40,18 @@ from forensics.parsing.logsignals.line import Signal, SignalBase, cut_text, to_i
 __all__ = ["TRIGGER_WORDS", "CudaFault", "CudaOom", "parse_faults", "parse_oom", "size_bytes"]
 
 TRIGGER_WORDS = (
-    "out of memory", "OUT_OF_MEMORY", "OOM when allocating", "cudaErrorMemoryAllocation",
+    "out of memory", "OUT_OF_MEMORY", "OOM when allocating", "cudaErrorMemoryAllocation", "Out of memory",
     "illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "ECC", "device-side assert", "Assertion `",
     "GPU is lost", "DevicesUnavailable", "CUDA-capable", "NO_DEVICE", "No CUDA GPUs", "version mismatch",
-    "driver version is insufficient", "driver on your system is too old",
+    "driver version is insufficient", "driver on your system is too old", "launch failure", "LAUNCH_FAILED",
+    "illegal instruction", "ILLEGAL_INSTRUCTION", "misaligned address", "MISALIGNED_ADDRESS",
 )
 
 
 @dataclass(frozen=True, kw_only=True)
 class CudaOom(Signal):
-    """A CUDA out-of-memory error. ``framework``: pytorch, tensorflow or cuda (the runtime's own
-    words). ``cuda_device`` is the ordinal *as the process saw it* (after CUDA_VISIBLE_DEVICES),
+    """A CUDA out-of-memory error. ``framework``: pytorch, tensorflow, xla (JAX and XLA's
+    allocators) or cuda (the runtime's own words). ``cuda_device`` is the ordinal *as the process saw it* (after CUDA_VISIBLE_DEVICES),
     not the host's GPU index. ``reserved_bytes`` is PyTorch's total reserved (allocated plus
     reserved-but-unallocated in the >= 2.1 wording); ``process_used_bytes`` the >= 2.1 "this
     process has X memory in use"."""
@@ -52,12 +67,16 @@ class CudaOom(Signal):
     process_used_bytes: int | None = None
     shape: tuple[int, ...] | None = None
     dtype: str | None = None
+    private_pool_bytes: int | None = None  # PyTorch >= 2.3: of allocated_bytes, in CUDA graphs' private pools
+    other_processes: tuple[tuple[int, int], ...] = ()  # PyTorch >= 2.1: (pid, bytes) of the GPU's other processes
+    memory_kind: str | None = None  # "device" where the line names the GPU's memory (XLA); None: not said
 
 
 @dataclass(frozen=True, kw_only=True)
 class CudaFault(Signal):
     """A CUDA fault: ``fault`` one of illegal-memory-access, ecc-uncorrectable,
-    device-side-assert, gpu-lost, no-device, driver-mismatch; ``code`` the numeric CUDA error when
+    device-side-assert, launch-failure, illegal-instruction, misaligned-address, gpu-lost, no-device,
+    driver-mismatch; ``code`` the numeric CUDA error when
     printed; ``pci_bus_id`` when named (GPU is lost); ``detail`` the assertion or message."""
 
     kind: ClassVar[str] = "cuda-fault"
@@ -92,8 +111,16 @@ _OOM_OLD = re.compile(r"CUDA out of memory\. Tried to allocate (" + _SIZE + r") 
 _OOM_NEW = re.compile(r"CUDA out of memory\. Tried to allocate (" + _SIZE + r")\. GPU (\d{1,4}) has a total "
                       r"capac(?:i)?ty of (" + _SIZE + r") of which (" + _SIZE + r") is free\.")
 _OOM_PROC = re.compile(r"this process has (" + _SIZE + r") memory in use")
-_OOM_ALLOC_NEW = re.compile(r"Of the allocated memory (" + _SIZE + r") is allocated by PyTorch, and ("
+_OOM_ALLOC_NEW = re.compile(r"Of the allocated memory (" + _SIZE + r") is allocated by PyTorch,(?: with ("
+                            + _SIZE + r") allocated in private pools \(e\.g\., CUDA Graphs\),)? and ("
                             + _SIZE + r") is reserved by PyTorch but unallocated")
+_OOM_OTHER = re.compile(r"Process (\d{1,10}) has (" + _SIZE + r") memory in use")
+_XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory (?:while trying to allocate|allocating) "
+                      r"(\d{1,20}) bytes")
+_XLA_BFC = re.compile(r"Allocator \((GPU|gpu)_(\d{1,4})_bfc\) ran out of memory trying to allocate (" + _SIZE
+                      + r")(?: \(rounded to (\d{1,20})\))?")
+_XLA_ASYNC = re.compile(r"gpu_async_(\d{1,4}) cuMemAllocAsync failed to allocate (\d{1,20}) bytes")
+_HOST = re.compile(r"\b(?:on|from) host\b|pinned host|host memory|\(host\)|_host_bfc|cpu_bfc|Allocator \(cpu")
 _OOM_FIELD = re.compile(r"(" + _SIZE + r") (total capacity|already allocated|free|reserved in total by PyTorch"
                         r"|cached)")
 _OOM_TF = re.compile(r"OOM when allocating tensor with shape\[([\d,\s]{0,200})\] and type (\w{1,20}) on "
@@ -112,10 +139,33 @@ _FAULTS = (
     ("no-device", re.compile(r"no CUDA-capable device is detected|CUDA_ERROR_NO_DEVICE|No CUDA GPUs are available")),
     ("driver-mismatch", re.compile(r"Driver/library version mismatch|CUDA driver version is insufficient for CUDA "
                                    r"runtime version|The NVIDIA driver on your system is too old")),
+    ("launch-failure", re.compile(r"unspecified launch failure|CUDA_ERROR_LAUNCH_FAILED|cudaErrorLaunchFailure")),
+    ("illegal-instruction", re.compile(r"an illegal instruction was encountered|CUDA_ERROR_ILLEGAL_INSTRUCTION")),
+    ("misaligned-address", re.compile(r"misaligned address|CUDA_ERROR_MISALIGNED_ADDRESS")),
 )
-_CUDA_CODE = re.compile(r"cuda runtime error \((\d{1,4})\)|error=(\d{1,4})\b|\(code #(\d{1,4})|Error (\d{1,4}): ")
+_CUDA_CODE = re.compile(r"cuda runtime error \((\d{1,4})\)|error=(\d{1,4})\b|\(code #(\d{1,4})|Error (\d{1,4}): "
+                        r"|[Cc]uda failure (\d{1,4})\b|CUDA error (\d{1,4})\b")
+# the CUDA driver API's names and codes, where a line prints the name only
+_CUDA_NAMED = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_FAILED": 719, "CUDA_ERROR_ECC_UNCORRECTABLE": 214,
+               "CUDA_ERROR_ILLEGAL_INSTRUCTION": 715, "CUDA_ERROR_MISALIGNED_ADDRESS": 716, "CUDA_ERROR_NO_DEVICE": 100}
 _ASSERTION = re.compile(r"Assertion `(.{0,300})` failed")
 _PCI = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+
+
+def _xla_oom(text: str, base: SignalBase) -> CudaOom | None:
+    """JAX/XLA's out-of-memory lines; None for the host's memory or a retry XLA says is no failure."""
+    if _HOST.search(text) or "not a failure" in text:
+        return None
+    if m := _XLA_BFC.search(text):
+        rounded = to_int(m.group(4))
+        return CudaOom(framework="xla", requested_bytes=rounded if rounded is not None else size_bytes(m.group(3)),
+                       cuda_device=int(m.group(2)), memory_kind="device", **base)
+    if m := _XLA_ASYNC.search(text):
+        return CudaOom(framework="xla", requested_bytes=int(m.group(2)), cuda_device=int(m.group(1)),
+                       memory_kind="device", **base)
+    if m := _XLA_OOM.search(text):
+        return CudaOom(framework="xla", requested_bytes=int(m.group(1)), **base)
+    return None
 
 
 def parse_oom(text: str, base: SignalBase) -> CudaOom | None:
@@ -124,12 +174,16 @@ def parse_oom(text: str, base: SignalBase) -> CudaOom | None:
         alloc = _OOM_ALLOC_NEW.search(text, m.end())
         proc = _OOM_PROC.search(text, m.end())
         allocated = size_bytes(alloc.group(1)) if alloc else None
-        unalloc = size_bytes(alloc.group(2)) if alloc else None
+        pools = size_bytes(alloc.group(2)) if alloc and alloc.group(2) else None
+        unalloc = size_bytes(alloc.group(3)) if alloc else None
+        others = tuple((int(pid), b) for pid, size in _OOM_OTHER.findall(text, m.end())[:64]
+                       if (b := size_bytes(size)) is not None)
         return CudaOom(framework="pytorch", requested_bytes=size_bytes(m.group(1)), cuda_device=int(m.group(2)),
                        total_bytes=size_bytes(m.group(3)), free_bytes=size_bytes(m.group(4)),
-                       allocated_bytes=allocated,
+                       allocated_bytes=allocated, private_pool_bytes=pools, other_processes=others,
                        reserved_bytes=None if allocated is None or unalloc is None else allocated + unalloc,
-                       process_used_bytes=size_bytes(proc.group(1)) if proc else None, **base)
+                       process_used_bytes=size_bytes(proc.group(1)) if proc else None, memory_kind="device",
+                       **base)
     m = _OOM_OLD.search(text)
     if m:
         fields = {f: size_bytes(v) for v, f in _OOM_FIELD.findall(m.group(3))}
@@ -151,9 +205,14 @@ def parse_oom(text: str, base: SignalBase) -> CudaOom | None:
                        shape=shape, dtype=m.group(2), **base)
     m = _OOM_TF_SE.search(text)
     if m:
-        return CudaOom(framework="tensorflow", requested_bytes=int(m.group(2)), **base)
+        return CudaOom(framework="tensorflow", requested_bytes=int(m.group(2)), memory_kind="device", **base)
     if "on host: CUDA_ERROR_OUT_OF_MEMORY" in text:
         return None  # pinned host memory, not the GPU's
+    if ("XHAUSTED" in text or "xhausted" in text or "ran out of memory" in text or "cuMemAllocAsync" in text) and (
+            xla := _xla_oom(text, base)) is not None:
+        return xla
+    if _HOST.search(text):
+        return None
     if _OOM_GENERIC.search(text):
         return CudaOom(framework="pytorch" if "CUDA out of memory" in text else "cuda", **base)
     return None
@@ -168,6 +227,8 @@ def parse_faults(text: str, base: SignalBase) -> list[CudaFault]:
             continue
         c = _CUDA_CODE.search(text)
         code = to_int(next((g for g in c.groups() if g), None)) if c else None
+        if code is None and "CUDA_ERROR_" in text:
+            code = next((n for name, n in _CUDA_NAMED.items() if name in text), None)
         pci = _PCI.search(text) if fault == "gpu-lost" else None
         assertion = _ASSERTION.search(text) if fault == "device-side-assert" else None
         out.append(CudaFault(fault=fault, code=code, pci_bus_id=pci.group(1) if pci else None,

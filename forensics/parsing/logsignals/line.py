@@ -6,6 +6,7 @@
 * Launcher prefixes: ``[rank3]:`` (PyTorch >= 2.2 prefixes every line of a distributed rank),
   ``[default3]:`` (``torchrun --tee``: the local rank), ``(Worker pid=35)`` /
   ``(VllmWorkerProcess pid=1866)`` / ``(RayWorkerWrapper pid=1000, ip=10.0.0.2)`` (vLLM, Ray),
+  ``(VllmWorker rank=3 pid=1090)`` (vLLM V1: the worker's rank),
   and c10d's glog header ``[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607]`` (no year or zone:
   not used as a time).
 
@@ -64,7 +65,8 @@ def cut_text(text: str) -> str:
 _TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) ")
 _PREFIXES = re.compile(
     r"\[(?P<what>rank|default)(?P<n>\d{1,6})\]:\s?"                      # [rank3]: / [default3]:
-    r"|(?:[\w./-]{1,40} )?\((?P<proc>[A-Za-z_][\w.]{0,60} pid=\d{1,10}(?:, ip=[\w.:]{1,60})?)\)(?:\s|$)"
+    r"|(?:[\w./-]{1,40} )?\((?P<proc>[A-Za-z_][\w.]{0,60}(?: rank=(?P<prank>\d{1,6}))? pid=\d{1,10}"
+    r"(?:, ip=[\w.:]{1,60})?)\)(?:\s|$)"
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]\s]{1,80}\] "
 )
 
@@ -100,6 +102,8 @@ def split_context(line: str) -> LineContext:
             local = int(p.group("n"))
         elif p.group("proc"):
             proc = p.group("proc")
+            if p.group("prank") is not None and rank is None:
+                rank = int(p.group("prank"))  # vLLM V1: (VllmWorker rank=3 pid=1090)
         pos = p.end()
     text = line[pos:]
     return LineContext(t, rank, local, proc, text.rstrip("\r\n"))

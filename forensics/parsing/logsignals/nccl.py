@@ -11,6 +11,13 @@
   rank 36 nranks 64 cudaDev 4 nvmlDev 4 busId 9b000 ... Init COMPLETE``; result codes
   ``ncclSystemError``, ``ncclInternalError``, ``ncclRemoteError``, ``ncclUnhandledCudaError``...
   and ``NCCL error in: <file>:<line>, unhandled system error, NCCL version 2.10.3``.
+* An asynchronous NCCL error the watchdog found (not a timeout): ``[Rank 0] Collective
+  WorkNCCL(SeqNum=89, OpType=ALLREDUCE, NumelIn=67108864, Timeout(ms)=90000) raised the following
+  async exception: NCCL error: remote process exited or there was a network error`` and the
+  watchdog's ``Process group watchdog thread terminated with exception: NCCL error: ...``
+  (``NCCL watchdog thread terminated with exception`` before 2.2).
+* NCCL's socket calls: ``NCCL WARN Net : Call to recv from 10.1.2.3<43210> failed : Connection
+  reset by peer`` (call, peer, error and its errno).
 """
 
 from __future__ import annotations
@@ -24,13 +31,31 @@ from forensics.errors import ParseError
 from forensics.parsing.logsignals.line import Signal, SignalBase, cut_text, to_int
 from forensics.parsing.pci import normalize_pci_bus_id
 
-__all__ = ["TRIGGER_WORDS", "NcclAbort", "NcclCommInit", "NcclError", "NcclProgress", "NcclTimeout", "NcclWarn",
-           "nccl_bus_id", "parse_nccl"]
+__all__ = ["TRIGGER_WORDS", "NcclAbort", "NcclAsyncError", "NcclCommInit", "NcclError", "NcclProgress", "NcclTimeout",
+           "NcclWarn", "nccl_bus_id", "parse_nccl"]
 
 TRIGGER_WORDS = (
     "WorkNCCL", "last completed", "Some NCCL operations", "NCCL WARN", "Init COMPLETE", "ncclSystemError",
     "ncclInternalError", "ncclRemoteError", "ncclUnhandledCudaError", "ncclInvalid", "NCCL error", "NCCL Error",
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class NcclAsyncError(Signal):
+    """An NCCL error the watchdog found on a collective (or that ended the watchdog): not a
+    timeout. ``seq``/``op_type`` the collective's when named; ``code`` the NCCL result
+    (``ncclRemoteError``...), ``error`` its words, ``nccl_version`` when printed."""
+
+    kind: ClassVar[str] = "nccl-async-error"
+    error: str
+    seq: int | None = None
+    op_type: str | None = None
+    numel_in: int | None = None
+    numel_out: int | None = None
+    timeout_ms: int | None = None
+    code: str | None = None
+    nccl_version: str | None = None
+    process_group: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +95,7 @@ class NcclAbort(Signal):
 
 @dataclass(frozen=True, kw_only=True)
 class NcclWarn(Signal):
-    """``NCCL WARN``: ``call`` the failing call (``ibv_reg_mr_iova2``, ``socketStartConnect``,
+    """``NCCL WARN``: ``call`` the failing call (``ibv_reg_mr_iova2``, ``socketStartConnect``, ``recv``,
     ``cuda``...), ``error`` its error text, ``errno`` when that text is a C library strerror."""
 
     kind: ClassVar[str] = "nccl-warn"
@@ -82,6 +107,8 @@ class NcclWarn(Signal):
     call: str | None = None
     error: str | None = None
     errno: int | None = None
+    peer: str | None = None  # the address a socket call was to or from (``10.1.2.3<43210>``)
+    code: int | None = None  # a CUDA error's number (``Cuda failure 700 '...'``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +161,9 @@ _PROGRESS = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work|wa
                        r"(?:NCCL )?work: (-?\d{1,20})")
 _NCCL_HEAD = re.compile(r"(?:^|\s)([\w.-]{1,253}):(\d{1,10}):\d{1,10} \[(\d{1,4})\] (?:([\w./-]{1,200}:\d{1,6}) )?"
                         r"NCCL (WARN|INFO) ")
-_CALL_FAILED = re.compile(r"Call to (\w{1,80}) failed(?: with error (.{1,200}))?")
+_CALL_FAILED = re.compile(r"Call to (\w{1,80})(?: (?:from|to) (\S{1,200}))? failed(?: with error (.{1,200})| ?: (.{1,200}))?")
+_ASYNC = re.compile(r"raised the following async exception: (.{1,600})|watchdog thread terminated with exception: "
+                    r"((?:NCCL|CUDA) error.{0,600})")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:(\d{1,6}) )?'([^']{0,200})'")
 _FN_FAILED = re.compile(r"^(\w{1,80}): .{0,300}? failed : (.{1,200})$")
 _CONNECT_FAILED = re.compile(r"Connect to \S{1,200} failed : (.{1,200})")
@@ -143,7 +172,7 @@ _COMM = re.compile(r"comm (0x[0-9a-f]{1,16}) rank (\d{1,7}) nranks (\d{1,7}) cud
                    r"(?: nvmlDev (\d{1,4}))? busId ([0-9a-fA-F]{1,16})(?: commId (0x[0-9a-f]{1,16}))?")
 _NCCL_CODE = re.compile(r"\b(nccl(?:SystemError|InternalError|RemoteError|UnhandledCudaError|InvalidArgument"
                         r"|InvalidUsage))\b")
-_NCCL_ERROR_IN = re.compile(r"NCCL [Ee]rror(?: in: \S{1,300}?:\d{1,6},| (\d)):? ([a-z][a-z ,]{2,80}?)"
+_NCCL_ERROR_IN = re.compile(r"NCCL [Ee]rror(?: in: \S{1,300}?:\d{1,6},| (\d))?:? ([a-z][a-z ,]{2,80}?)"
                             r"(?:, NCCL version|\s*\(|$)")
 _NCCL_VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,3})")
 _LAST_ERROR = re.compile(r"Last error:\s*(.{1,400})")
@@ -167,10 +196,12 @@ def _warn(text: str, base: SignalBase) -> NcclWarn | None:
     message = message.strip()
     call = error = None
     code: int | None = None
+    peer: str | None = None
+    cuda_code: int | None = None
     if m := _CALL_FAILED.search(message):
-        call, error = m.group(1), m.group(2)
+        call, peer, error = m.group(1), m.group(2), m.group(3) or m.group(4)
     elif m := _CUDA_FAILURE.search(message):
-        call, error = "cuda", m.group(2)
+        call, error, cuda_code = "cuda", m.group(2), to_int(m.group(1))
     elif m := _ERROR_RC.search(message):
         call, error, code = None, m.group(2), to_int(m.group(1))
     elif m := _FN_FAILED.match(message):
@@ -181,7 +212,7 @@ def _warn(text: str, base: SignalBase) -> NcclWarn | None:
         error = error.strip().rstrip(".")
         code = _STRERROR.get(error, code)
     return NcclWarn(message=cut_text(message), host=host, pid=pid, cuda_device=dev, source=source, call=call,
-                    error=error, errno=code, **base)
+                    error=error, errno=code, peer=peer, code=cuda_code, **base)
 
 
 def _error(text: str, base: SignalBase) -> NcclError | None:
@@ -205,10 +236,32 @@ def _error(text: str, base: SignalBase) -> NcclError | None:
                      detail=cut_text(detail) if detail else None, **base)
 
 
+def _async(text: str, base: SignalBase) -> NcclAsyncError | None:
+    a = _ASYNC.search(text)
+    if a is None:
+        return None
+    error = (a.group(1) or a.group(2) or "").strip()
+    w = _WORK.search(text, 0, a.start())
+    numel = dict(_NUMEL.findall(w.group(3))) if w else {}
+    err = _error(error, base)
+    pg = _PG.search(text)
+    words = error.split(":", 1)[1].strip() if error.startswith(("NCCL error", "CUDA error")) else error
+    return NcclAsyncError(error=cut_text(words.split(", NCCL version")[0]), seq=int(w.group(1)) if w else None,
+                          op_type=w.group(2) if w else None, numel_in=to_int(numel.get("NumelIn")),
+                          numel_out=to_int(numel.get("NumelOut")), timeout_ms=int(w.group(4)) if w else None,
+                          code=err.code if err else None, nccl_version=err.nccl_version if err else None,
+                          process_group=pg.group(1) if pg else None, **base)
+
+
 def parse_nccl(text: str, base: SignalBase) -> list[Signal]:
-    """Every NCCL signal of one line's message: watchdog timeout, progress, abort, WARN, the
-    communicator line and a result code, in that order."""
+    """Every NCCL signal of one line's message: watchdog timeout (or async error), progress,
+    abort, WARN, the communicator line and a result code, in that order."""
     out: list[Signal] = []
+    if "exception" in text and (asy := _async(text, base)) is not None:
+        out.append(asy)
+        if "Some NCCL operations have failed or timed out" in text:
+            out.append(NcclAbort(**base))
+        return out  # its result code and version are the async error's own
     if "WorkNCCL" in text and (w := _WORK.search(text)):
         numel = dict(_NUMEL.findall(w.group(3)))
         ran = _RAN_FOR.search(text, w.end())

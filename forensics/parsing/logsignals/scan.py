@@ -2,8 +2,8 @@
 
 :func:`scan_log` finds those lines with one ``str.find`` pass per trigger word of each family (C
 speed, about twice a regular-expression alternation's), then runs the families' patterns on those
-lines only; a traceback's end and torchrun's rendezvous block are read from the lines after their
-header. At most ``max_signals`` records; never raises.
+lines only; a traceback's end, torchrun's rendezvous block and its ``Root Cause`` block are read
+from the lines after their header. At most ``max_signals`` records; never raises.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from forensics.parsing.logsignals.line import (
 )
 from forensics.parsing.logsignals.process import (
     RENDEZVOUS,
+    ROOT_CAUSE,
     TRACEBACK,
     TRACEBACK_MAX_LINES,
     ProcessEnd,
@@ -96,10 +97,13 @@ def scan_log(text: str, *, max_signals: int = 10_000) -> Iterator[tuple[int, Sig
         ctx = split_context(text[start:end])
         body = bounded(ctx.text)
         records: list[tuple[int, Signal]] = [(line_no, s) for s in _parse_text(ctx, body)]
-        if body.startswith(TRACEBACK) or RENDEZVOUS in body:
+        if body.startswith(TRACEBACK) or RENDEZVOUS in body or ROOT_CAUSE in body:
             block = text[start:end + 1 + TRACEBACK_MAX_LINES * 512].split("\n", TRACEBACK_MAX_LINES)
             block = block[:TRACEBACK_MAX_LINES]
-            if not body.startswith(TRACEBACK):
+            if ROOT_CAUSE in body:
+                if (cause := process.root_cause(block, 0, ctx)) is not None:
+                    records.append((line_no, cause))
+            elif not body.startswith(TRACEBACK):
                 records.append((line_no, process.rendezvous(block, 0, ctx)))
             elif found := process.exception_end(block, 0):
                 idx, ectx, exc_type, message = found

@@ -206,7 +206,7 @@ class TestCudaFaults:
     @pytest.mark.parametrize(("q", "fault", "code", "pci"), [
         (L.ILLEGAL_ADDRESS, "illegal-memory-access", None, None),
         (L.ECC_VLLM, "ecc-uncorrectable", None, None),
-        (L.ECC_TF, "ecc-uncorrectable", None, None),
+        (L.ECC_TF, "ecc-uncorrectable", 214, None),  # CUDA_ERROR_ECC_UNCORRECTABLE is 214
         (L.GPU_LOST, "gpu-lost", None, "0000:02:00.0"),
         (L.NO_DEVICE, "no-device", 38, None),
         (L.DRIVER_MISMATCH, "driver-mismatch", None, None),
