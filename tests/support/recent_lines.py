@@ -56,7 +56,8 @@ def _warn(**fields: Any) -> tuple[str, dict[str, Any]]:
 
 def _pyt(requested: float, unit: int, device: int, total: float, free: float | None = None, *,
          used: float | None = None, allocated: float | None = None, unalloc: float | None = None,
-         pools: float | None = None, units: tuple[int, ...] = ()) -> tuple[str, dict[str, Any]]:
+         pools: float | None = None, units: tuple[int, ...] = (),
+         others: tuple[tuple[int, int], ...] = ()) -> tuple[str, dict[str, Any]]:
     """A PyTorch >= 2.1 CUDA OOM's figures, each in GiB unless ``units`` gives its unit (in the order
     total, free, used, allocated, unalloc, pools)."""
     u = list(units) + [GIB] * (6 - len(units))
@@ -69,7 +70,7 @@ def _pyt(requested: float, unit: int, device: int, total: float, free: float | N
                            "cuda_device": device, "total_bytes": b(total, 0), "free_bytes": b(free, 1),
                            "process_used_bytes": b(used, 2), "allocated_bytes": alloc_b,
                            "reserved_bytes": None if alloc_b is None or unalloc_b is None else alloc_b + unalloc_b,
-                           "private_pool_bytes": b(pools, 5), "memory_kind": "device"}
+                           "private_pool_bytes": b(pools, 5), "memory_kind": "device", "other_processes": others}
     return _oom(**out)
 
 
@@ -358,6 +359,204 @@ LOG: tuple[Line, ...] = (
          (_warn(host=None),)),
 )
 
+_TF_SHAPE = "and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+
+
+def _tf(*shape: int, device: int = 0) -> tuple[str, dict[str, Any]]:
+    n = 4
+    for d in shape:
+        n *= d
+    return _oom(framework="tensorflow", shape=shape, dtype="float", cuda_device=device, requested_bytes=n)
+
+
+LOG += (
+    # PyTorch's other processes on the GPU (>= 2.1, as the pull request that added them shows the message)
+    Line("pytorch/pytorch#99699", "PyTorch 2.1 (the pull request's example: another process on the GPU)",
+         "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacty of "
+         "15.90 GiB of which 8.44 MiB is free. Process 1246069 has 577.00 MiB memory in use. Including non-PyTorch "
+         "memory, this process has 15.32 GiB memory in use. Of the allocated memory 14.12 GiB is allocated by "
+         "PyTorch, and 410.41 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+         "try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and "
+         "PYTORCH_CUDA_ALLOC_CONF",
+         (_pyt(138.0, MIB, 0, 15.90, 8.44, used=15.32, allocated=14.12, unalloc=410.41,
+               units=(GIB, MIB, GIB, GIB, MIB), others=((1246069, 577 * MIB),)),),
+         adapted="the pull request wrapped the message over lines"),
+    Line("antgroup/echomimic_v2#115", "PyTorch 2.5 (pinokio)",
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.22 GiB. GPU 0 has a total capacity of 15.69 "
+         "GiB of which 3.71 GiB is free. Including non-PyTorch memory, this process has 11.14 GiB memory in use. Of "
+         "the allocated memory 10.14 GiB is allocated by PyTorch, and 771.43 MiB is reserved by PyTorch but "
+         "unallocated. If reserved but unallocated memory is large try setting "
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+         "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+         (_pyt(4.22, GIB, 0, 15.69, 3.71, used=11.14, allocated=10.14, unalloc=771.43,
+               units=(GIB, GIB, GIB, GIB, MIB)),)),
+    Line("pytorch/torchtitan#2374", "PyTorch 2.11 (torchtitan; the message's head as the pull request quotes it)",
+         "  torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity of "
+         "94.99 GiB of which 9.30 GiB is free.",
+         (_pyt(14.0, GIB, 0, 94.99, 9.30),)),
+    Line("ROCm/TheRock#2118", "PyTorch 2.9 on ROCm (HIP; private pools; a memory fraction)",
+         "2025-11-12T11:25:13.4971964Z FAILED [0.0005s] "
+         "external-builds/pytorch/pytorch/test/test_autograd.py::TestAutogradDeviceTypeCUDA::test_parameter_resize_cuda "
+         "- torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of "
+         "255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated memory 1017.01 MiB is allocated "
+         "by PyTorch, with 17.00 MiB allocated in private pools (e.g., HIP Graphs), and 54.99 MiB is reserved by "
+         "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+         "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+         (_pyt(2.0, MIB, 0, 255.98, 244.65, allocated=1017.01, unalloc=54.99, pools=17.0,
+               units=(GIB, GIB, GIB, MIB, MIB, MIB)),)),
+    Line("pytorch/pytorch#175431", "PyTorch 2.10 on ROCm (HIP, GPU 7)",
+         "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 7 has a total capacity of 287.98 "
+         "GiB of which 203.49 GiB is free. Of the allocated memory 68.63 GiB is allocated by PyTorch, and 14.93 GiB is "
+         "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+         "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+         (_pyt(2.0, MIB, 7, 287.98, 203.49, allocated=68.63, unalloc=14.93),)),
+    Line("taohan10200/IIM#28", "PyTorch 1.10 (the issue's title runs the lines together)",
+         "RuntimeError: CUDA error: out of memory CUDA kernel errors might be asynchronously reported at some other API "
+         "call,so the stacktrace below might be incorrect. For debugging consider passing CUDA_LAUNC",
+         (_oom(framework="cuda"),)),
+    Line("google-research/text-to-text-transfer-transformer#57", "TensorFlow 1.15 (the issue's title)",
+         "CUDA_ERROR_OUT_OF_MEMORY: out of memory (on a GPU)",
+         (_oom(framework="cuda"),)),
+    # TensorFlow
+    Line("Azure/MachineLearningNotebooks#880", "TensorFlow 1.14 (2 root errors)",
+         "  (0) Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] " + _TF_SHAPE,
+         (_tf(16, 112, 112, 147),)),
+    Line("tensorflow/models#5527", "TensorFlow 1.x",
+         "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[64,2016,9,9] "
+         + _TF_SHAPE, (_tf(64, 2016, 9, 9),)),
+    Line("dBeker/Faster-RCNN-TensorFlow-Python3#110", "TensorFlow 1.x",
+         "ResourceExhaustedError: OOM when allocating tensor with shape[25088,4096] " + _TF_SHAPE,
+         (_tf(25088, 4096),)),
+    Line("tensorflow/models#7142", "TensorFlow 1.x (within a sentence)",
+         "I tried to run this program that makes use of object detection based from Tensorflow's "
+         "object_detection_tutorial.ipynb.. I tried importing my own model instead of downloading from the internet, "
+         "but I keep getting this error that says ResourceExhaustedError (see above for traceback): OOM when "
+         "allocating tensor with shape[500,17,17,4032] " + _TF_SHAPE + ".",
+         (_tf(500, 17, 17, 4032),)),
+    Line("tensorflow/tensorflow#136", "TensorFlow 1.x (StyleGAN)",
+         "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[128,3,8,128,8,128] "
+         + _TF_SHAPE, (_tf(128, 3, 8, 128, 8, 128),)),
+    Line("zzw922cn/Automatic_Speech_Recognition#78", "TensorFlow 1.8 (op_kernel)",
+         "2018-06-08 17:26:00.908130: W tensorflow/core/framework/op_kernel.cc:1202] OP_REQUIRES failed at "
+         "tile_ops.cc:123 : Resource exhausted: OOM when allocating tensor with shape[16,1,892800,8,4,2,2] "
+         + _TF_SHAPE, (_tf(16, 1, 892800, 8, 4, 2, 2),)),
+    Line("udacity/aind2-cnn#15", "TensorFlow 1.14",
+         "  (0) Resource exhausted: OOM when allocating tensor with shape[8,64,224,224] " + _TF_SHAPE,
+         (_tf(8, 64, 224, 224),)),
+    Line("brightics/studio#815", "TensorFlow 1.x on Windows",
+         "2021-01-11 15:12:47.749204: W T:\\src\\github\\tensorflow\\tensorflow\\core\\framework\\op_kernel.cc:1275] "
+         "OP_REQUIRES failed at conv_ops.cc:682 : Resource exhausted: OOM when allocating tensor with shape[64,64,3,3] "
+         + _TF_SHAPE, (_tf(64, 64, 3, 3),)),
+    # JAX / XLA, more forms
+    Line("google-deepmind/jax_privacy#10", "jaxlib 0.4 (a request on a device ordinal)",
+         "Original error: RESOURCE_EXHAUSTED: Failed to allocate request for 176.00MiB (184549376B) on device ordinal 0",
+         (_oom(framework="xla", requested_bytes=184549376, cuda_device=0, memory_kind="device"),)),
+    Line("flatironinstitute/nemos#345", "jaxlib 0.5 (2025)",
+         "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 3199993600 "
+         "bytes.",
+         (_oom(framework="xla", requested_bytes=3199993600),)),
+    Line("google-deepmind/alphafold#197", "AlphaFold 2.0 (jaxlib 0.1.6x, the issue's title)",
+         "RuntimeError: Resource exhausted: Out of memory while trying to allocate 12582912 bytes.",
+         (_oom(framework="xla", requested_bytes=12582912),)),
+    Line("google-deepmind/alphafold#197", "AlphaFold 2.0 (unified memory: the line names no GPU)",
+         "2021-10-15 15:01:44.577626: E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:764] "
+         "failed to alloc 2740606464 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+         (_oom(framework="tensorflow", requested_bytes=2740606464, memory_kind=None),)),
+    # CUDA faults as frameworks print them
+    Line("Acly/krita-ai-diffusion#930", "PyTorch 2.x (ComfyUI)",
+         " RuntimeError: CUDA error: unspecified launch failure",
+         (_fault(fault="launch-failure"),)),
+    Line("SipherAGI/sd-webui-agent-scheduler#201", "PyTorch 2.x (the hint block that follows)",
+         "Error: CUDA error: unspecified launch failure\n"
+         "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
+         "be incorrect.\n"
+         "For debugging consider passing CUDA_LAUNCH_BLOCKING=1.\n"
+         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+         (_fault(fault="launch-failure"),)),
+    Line("deepseek-ai/DeepSeek-MoE#47", "PyTorch 2.6 (the watchdog ended by a CUDA error)",
+         "[rank1]:[E410 01:50:33.889423318 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 1] Process "
+         "group watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+         (("nccl-async-error", {"error": "unspecified launch failure", "rank": 1, "process_group": "0", "seq": None}),
+          _fault(fault="launch-failure", rank=1))),
+    Line("vllm-project/vllm#4108", "PyTorch 2.2 under vLLM 0.4 (Ray)",
+         "[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception: CUDA error: an "
+         "illegal memory access was encountered",
+         (("nccl-async-error", {"error": "an illegal memory access was encountered", "rank": 0}),
+          _fault(fault="illegal-memory-access", rank=0))),
+    Line("vllm-project/vllm#19890", "NCCL 2.26 under vLLM 0.9 (the issue's title: the CUDA error's number)",
+         "enqueue.cc:1556 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",
+         (_warn(call="cuda", error="an illegal memory access was encountered", code=700, source=None),
+          _fault(fault="illegal-memory-access", code=700))),
+    Line("NVIDIA/TensorRT-LLM#448", "NCCL 2.19.3 (the issue's title, no number)",
+         "misc/strongstream.cc:343 NCCL WARN Cuda failure 'an illegal memory access was encountered'",
+         (_warn(call="cuda", code=None), _fault(fault="illegal-memory-access", code=None))),
+    Line("NVIDIA/nccl#629", "NCCL 2.1x",
+         "A03-R28-I49-2-6000166:104934:104934 [1] init.cc:204 NCCL WARN Cuda failure 'an illegal memory access was "
+         "encountered'",
+         (_warn(call="cuda", host="A03-R28-I49-2-6000166", pid=104934, cuda_device=1, source="init.cc:204"),
+          _fault(fault="illegal-memory-access"))),
+    Line("NVIDIA/nccl#629", "NCCL 2.1x (recv from a peer)",
+         "A03-R28-I49-3-9000018:46841:46987 [0] include/socket.h:428 NCCL WARN Net : Call to recv from "
+         "11.127.49.2<36048> failed : Connection reset by peer",
+         (_warn(call="recv", peer="11.127.49.2<36048>", errno=104, source="include/socket.h:428"),)),
+    Line("THU-SI/Physics3D#2", "NVIDIA Warp (CUDA error 700)",
+         "Warp CUDA error 700: an illegal memory access was encountered "
+         "(/buildAgent/work/a9ae500d09a78409/warp/native/warp.cu:223)",
+         (_fault(fault="illegal-memory-access", code=700),)),
+    Line("microsoft/CNTK#3073", "CNTK 2.0 (CUDA 9: the old error number)",
+         "RuntimeError: CUDA failure 77: an illegal memory access was encountered",
+         (_fault(fault="illegal-memory-access", code=77),)),
+    Line("NVIDIA/cuda-samples#38", "the issue's title (a CUDA sample's check macro)",
+         "an illegal memory access was encountered(CUDA error no.=700)",
+         (_fault(fault="illegal-memory-access", code=700),)),
+    # Killed after a progress bar
+    Line("eosphoros-ai/DB-GPT#63", "transformers' tqdm (the issue's title)",
+         "Loading checkpoint shards: 0%| | 0/2 [00:00<?, ?it/s]Killed",
+         (_end(how="killed", signal="SIGKILL", exit_code=137),)),
+    Line("chatchat-space/Langchain-Chatchat#35", "transformers' tqdm, 38%",
+         "Loading checkpoint shards:  38%|██████▊           | 3/8 [00:02<00:03,  1.28it/s]Killed",
+         (_end(how="killed", signal="SIGKILL"),)),
+    Line("baichuan-inc/Baichuan2#138", "zsh's job report after a progress bar",
+         "Loading checkpoint shards:   0%|          | 0/3 [00:00<?, ?it/s][1]    26478 killed     python test.py",
+         (_end(how="killed", pid=26478, signal="SIGKILL"),),
+         adapted="the progress bar's padding shortened to tqdm's default width"),
+)
+
+LOG += (
+    # NCCL's result codes as PyTorch raises them (the version kept)
+    Line("NVIDIA/nccl#1928", "NCCL 2.28.8 under PyTorch 2.9 ([rankN]: prefix)",
+         "[rank3]: torch.distributed.DistBackendError: NCCL error in: "
+         "/opt/pytorch/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3763, remote process exited or there "
+         "was a network error, NCCL version 2.28.8",
+         (("nccl-error", {"code": "ncclRemoteError", "nccl_version": "2.28.8", "rank": 3}),)),
+    Line("NVIDIA/nccl#1928", "NCCL 2.28.8 (the result's own line)",
+         "[rank3]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+         "prematurely.",
+         (("nccl-error", {"code": "ncclRemoteError", "nccl_version": None, "rank": 3}),)),
+    Line("NVIDIA/nccl#2076", "NCCL 2.21.5 under PyTorch 2.5",
+         "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, "
+         "remote process exited or there was a network error, NCCL version 2.21.5",
+         (("nccl-error", {"code": "ncclRemoteError", "nccl_version": "2.21.5"}),)),
+    Line("NVIDIA/nccl#934", "NCCL 2.18.5 under PyTorch 2.1",
+         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1347, "
+         "remote process exited or there was a network error, NCCL version 2.18.5",
+         (("nccl-error", {"code": "ncclRemoteError", "nccl_version": "2.18.5"}),)),
+    Line("NVIDIA/nccl#1241", "NCCL 2.17.1 (the issue's title, cut)",
+         "NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1287, invalid usage, "
+         "NCCL version 2.17.1 ncclInvalidUsage: This usually reflects invalid usage of NCCL library. Las",
+         (("nccl-error", {"code": "ncclInvalidUsage", "nccl_version": "2.17.1"}),)),
+    Line("NVIDIA/nccl#795", "NCCL 2.14.3 (recv: broken pipe)",
+         "a100-st-p4d24xlarge-22:183006:183220 [1] misc/socket.cc:518 NCCL WARN Net : Call to recv from "
+         "10.200.84.247<58355> failed : Broken pipe",
+         (_warn(call="recv", peer="10.200.84.247<58355>", error="Broken pipe", errno=32, cuda_device=1),)),
+    Line("NVIDIA/nccl#795", "NCCL 2.14.3 (proxy)",
+         "a100-st-p4d24xlarge-22:183006:183220 [1] proxy.cc:1119 NCCL WARN [Proxy Service 9] Failed to execute "
+         "operation Connect from rank 9, retcode 6",
+         (_warn(host="a100-st-p4d24xlarge-22", source="proxy.cc:1119"),)),
+)
+
 _GA100 = ("NVIDIA/open-gpu-kernel-modules:src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c "
           "(_gpuGenerateErrorLog_GA100's examples)")
 _NVS_CSV = "NVIDIA/NVSentinel:health-monitors/syslog-health-monitor/pkg/xid/parser/csv_test.go"
@@ -545,6 +744,43 @@ NEGATIVE: tuple[Line, ...] = (
          "2025-03-23 20:28:49.804627: W external/xla/xla/hlo/transforms/simplifiers/hlo_rematerialization.cc:3021] "
          "Can't reduce memory use below 0B (0 bytes) by rematerialization; only reduced to 1.25TiB (1374521760000 "
          "bytes), down from 1.25TiB (1374521760000 bytes) originally"),
+)
+
+NEGATIVE += (
+    Line("NVIDIA/TensorRT-LLM#448", "NCCL 2.19.3 (its banner)", "NCCL version 2.19.3+cuda12.3"),
+    Line("NVIDIA/TensorRT-LLM#448", "NCCL 2.19.3 (INFO)",
+         "archimedes-open-api-70b-1325343-5875b79c44-lzlpt:6859:6969 [0] NCCL INFO cudaDriverVersion 12020"),
+    Line("NVIDIA/nccl#629", "NCCL 2.1x (INFO trace)",
+         "A03-R28-I49-2-6000166:104934:105018 [0] NCCL INFO include/net.h:28 -> 2"),
+    Line("Zuricho/ParallelFold#23", "jaxlib 0.3.15 (pinned host memory: the host's, not the GPU's)",
+         "2022-08-17 11:26:20.226278: E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:796] "
+         "failed to alloc 12524123136 bytes on host: CUDA_ERROR_OPERATING_SYSTEM: OS call failed or operation not "
+         "supported on this OS"),
+    Line("Zuricho/ParallelFold#23", "jaxlib 0.3.15 (pinned host memory)",
+         "2022-08-17 11:26:20.226316: W external/org_tensorflow/tensorflow/core/common_runtime/device/"
+         "device_host_allocator.h:46] could not allocate pinned host memory of size: 12524123136"),
+    Line("flatironinstitute/nemos#345", "XLA BFC allocator (a retry XLA says is no failure)",
+         "2025-05-18 21:59:55.086788: W external/xla/xla/tsl/framework/bfc_allocator.cc:310] Allocator (GPU_0_bfc) ran "
+         "out of memory trying to allocate 3.37GiB with freed_by_count=0. The caller indicates that this is not a "
+         "failure, but this may mean that there could be performance gains if more memory were available."),
+    Line("PKU-YuanGroup/Video-LLaVA#13", "the issue's title (a person's words, not the program's)",
+         "loading checkpoint shards 0% . Killed ? help"),
+    Line("zai-org/ChatGLM-6B#7", "a person describing the failure",
+         "Loading checkpoint shards:  62%, then progress be killed"),
+    Line("tloen/alpaca-lora#546", "a person describing the failure",
+         "Yes increasing memory solved the issue, I would suggest the error message be changed for this case to "
+         "reflect the cause and not just \"killed\" ."),
+    Line("oobabooga/textgen#297", "a person's words (\"out of memory errors\")",
+         "after generating some tokens asking to produce code I get out of memory errors"),
+    Line("brucepro/Memoir#108", "the issue's title (a person's words)", "Out of memory very quickly"),
+    Line("continuedev/continue#9649", "Ollama 2026 (the host's memory, not a GPU's)",
+         "\"model requires more system memory (5.3 GiB) than is available (5.3 GiB)\""),
+    Line("open-webui/open-webui#4625", "Ollama's stream: a model's own words in a log",
+         "{\"model\":\"llama3.1:latest\",\"created_at\":\"2024-08-15T12:27:35.0847861Z\",\"message\":{\"role\":"
+         "\"assistant\",\"content\":\" training\"},\"done\":false} Chat.svelte:862:15"),
+    Line("stepfun-ai/Step-Video-T2V#29", "diffusers' tqdm (a finished progress bar)",
+         "Loading pipeline components...: 100%|█████████████████████████████████████████████████████████████████████"
+         "████████████████████| 2/2 [00:37<00:00, 18.62s/it]"),
 )
 
 KERNEL_NEGATIVE: tuple[Line, ...] = (

@@ -44,7 +44,7 @@ TRIGGER_WORDS = (
     "illegal memory access", "ILLEGAL_ADDRESS", "IllegalAddress", "ECC", "device-side assert", "Assertion `",
     "GPU is lost", "DevicesUnavailable", "CUDA-capable", "NO_DEVICE", "No CUDA GPUs", "version mismatch",
     "driver version is insufficient", "driver on your system is too old", "launch failure", "LAUNCH_FAILED",
-    "illegal instruction", "ILLEGAL_INSTRUCTION", "misaligned address", "MISALIGNED_ADDRESS",
+    "illegal instruction", "ILLEGAL_INSTRUCTION", "misaligned address", "MISALIGNED_ADDRESS", "RESOURCE_EXHAUSTED",
 )
 
 
@@ -108,11 +108,11 @@ _DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2
                 "int64": 8, "bool": 1, "complex64": 8, "complex128": 16}
 
 _OOM_OLD = re.compile(r"CUDA out of memory\. Tried to allocate (" + _SIZE + r") \(GPU (\d{1,4});([^)]{0,400})\)")
-_OOM_NEW = re.compile(r"CUDA out of memory\. Tried to allocate (" + _SIZE + r")\. GPU (\d{1,4}) has a total "
+_OOM_NEW = re.compile(r"(?:CUDA|HIP) out of memory\. Tried to allocate (" + _SIZE + r")\. GPU (\d{1,4}) has a total "
                       r"capac(?:i)?ty of (" + _SIZE + r") of which (" + _SIZE + r") is free\.")
 _OOM_PROC = re.compile(r"this process has (" + _SIZE + r") memory in use")
 _OOM_ALLOC_NEW = re.compile(r"Of the allocated memory (" + _SIZE + r") is allocated by PyTorch,(?: with ("
-                            + _SIZE + r") allocated in private pools \(e\.g\., CUDA Graphs\),)? and ("
+                            + _SIZE + r") allocated in private pools \(e\.g\., (?:CUDA|HIP) Graphs\),)? and ("
                             + _SIZE + r") is reserved by PyTorch but unallocated")
 _OOM_OTHER = re.compile(r"Process (\d{1,10}) has (" + _SIZE + r") memory in use")
 _XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory (?:while trying to allocate|allocating) "
@@ -120,6 +120,8 @@ _XLA_OOM = re.compile(r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory
 _XLA_BFC = re.compile(r"Allocator \((GPU|gpu)_(\d{1,4})_bfc\) ran out of memory trying to allocate (" + _SIZE
                       + r")(?: \(rounded to (\d{1,20})\))?")
 _XLA_ASYNC = re.compile(r"gpu_async_(\d{1,4}) cuMemAllocAsync failed to allocate (\d{1,20}) bytes")
+_XLA_REQUEST = re.compile(r"Failed to allocate request for (" + _SIZE + r") \((\d{1,20})B\) on device ordinal (\d{1,4})")
+_UNIFIED = re.compile(r"failed to alloc (\d{1,20}) bytes unified memory")
 _HOST = re.compile(r"\b(?:on|from) host\b|pinned host|host memory|\(host\)|_host_bfc|cpu_bfc|Allocator \(cpu")
 _OOM_FIELD = re.compile(r"(" + _SIZE + r") (total capacity|already allocated|free|reserved in total by PyTorch"
                         r"|cached)")
@@ -144,7 +146,7 @@ _FAULTS = (
     ("misaligned-address", re.compile(r"misaligned address|CUDA_ERROR_MISALIGNED_ADDRESS")),
 )
 _CUDA_CODE = re.compile(r"cuda runtime error \((\d{1,4})\)|error=(\d{1,4})\b|\(code #(\d{1,4})|Error (\d{1,4}): "
-                        r"|[Cc]uda failure (\d{1,4})\b|CUDA error (\d{1,4})\b")
+                        r"|(?:[Cc]uda|CUDA) failure (\d{1,4})\b|CUDA error (\d{1,4})\b|CUDA error no\.=(\d{1,4})")
 # the CUDA driver API's names and codes, where a line prints the name only
 _CUDA_NAMED = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_FAILED": 719, "CUDA_ERROR_ECC_UNCORRECTABLE": 214,
                "CUDA_ERROR_ILLEGAL_INSTRUCTION": 715, "CUDA_ERROR_MISALIGNED_ADDRESS": 716, "CUDA_ERROR_NO_DEVICE": 100}
@@ -162,6 +164,9 @@ def _xla_oom(text: str, base: SignalBase) -> CudaOom | None:
                        cuda_device=int(m.group(2)), memory_kind="device", **base)
     if m := _XLA_ASYNC.search(text):
         return CudaOom(framework="xla", requested_bytes=int(m.group(2)), cuda_device=int(m.group(1)),
+                       memory_kind="device", **base)
+    if m := _XLA_REQUEST.search(text):
+        return CudaOom(framework="xla", requested_bytes=int(m.group(2)), cuda_device=int(m.group(3)),
                        memory_kind="device", **base)
     if m := _XLA_OOM.search(text):
         return CudaOom(framework="xla", requested_bytes=int(m.group(1)), **base)
@@ -206,6 +211,8 @@ def parse_oom(text: str, base: SignalBase) -> CudaOom | None:
     m = _OOM_TF_SE.search(text)
     if m:
         return CudaOom(framework="tensorflow", requested_bytes=int(m.group(2)), memory_kind="device", **base)
+    if m := _UNIFIED.search(text):  # managed memory: the GPU's or the host's, the line does not say
+        return CudaOom(framework="tensorflow", requested_bytes=int(m.group(1)), **base)
     if "on host: CUDA_ERROR_OUT_OF_MEMORY" in text:
         return None  # pinned host memory, not the GPU's
     if ("XHAUSTED" in text or "xhausted" in text or "ran out of memory" in text or "cuMemAllocAsync" in text) and (

@@ -14,7 +14,8 @@
   exit code: -15``.
 * DeepSpeed's launcher: ``[launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py',
   '--local_rank=7'] exits with return code = -11`` (a negative code is the signal that ended it).
-* ``Killed`` glued to the end of a progress bar the shell's report landed on (``... 2.83s/it]Killed``).
+* ``Killed`` glued to the end of a progress bar the shell's report landed on (``... 2.83s/it]Killed``),
+  and zsh's job report ``[1]    26478 killed     python test.py``.
 
 A traceback's end and the rendezvous block span lines: :func:`exception_end` and
 :func:`rendezvous` read them from the lines after their header (:func:`forensics.parsing.logsignals.scan.scan_log`).
@@ -40,7 +41,8 @@ __all__ = ["RENDEZVOUS", "ROOT_CAUSE", "TRACEBACK", "TRACEBACK_MAX_LINES", "TRIG
 
 TRACEBACK_MAX_LINES = 400
 TRIGGER_WORDS = ("Traceback (most recent", "Killed", "exitcode: ", "terminate called", "died, exit code",
-                 "Rendezvous complete", "died unexpectedly", "exits with return code", "Root Cause (first")
+                 "Rendezvous complete", "died unexpectedly", "exits with return code", "Root Cause (first",
+                 " killed  ")
 ROOT_CAUSE = "Root Cause (first observed failure)"
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
             11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -90,6 +92,7 @@ _CHILD_FAILED = re.compile(r"failed \(exitcode: (-?\d{1,4})\) local_rank: (\d{1,
 _WORKER_DIED = re.compile(r"Worker \w{1,60} pid (\d{1,10}) died, exit code: (-?\d{1,4})")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,200})'")
 _KILLED = re.compile(r"^\**Killed\**\s*$|(?:^|:\s)(?:line \d{1,7}:\s+)?(\d{1,10}) Killed\s|(?:\]|/s|\r)Killed\s*$")
+_ZSH_KILLED = re.compile(r"\[\d{1,4}\]\s{1,8}(\d{1,10}) killed {2,}\S")  # zsh's job report
 _VLLM_DIED = re.compile(r"Worker proc (\S{1,80}?) died unexpectedly")
 _VLLM_RANK = re.compile(r"^VllmWorker-(\d{1,6})$")
 _DS_EXIT = re.compile(r"\] (\[.{0,2000}?\]) exits with return code = (-?\d{1,4})")
@@ -128,6 +131,8 @@ def parse_process_end(text: str, base: SignalBase) -> list[Signal]:
         out.append(ProcessEnd(how="terminate", exc_type=m.group(1), **base))
     if "Killed" in text and (k := _KILLED.search(text)):
         out.append(ProcessEnd(how="killed", exit_code=137, pid=to_int(k.group(1)), signal="SIGKILL", **base))
+    elif " killed  " in text and (z := _ZSH_KILLED.search(text)):
+        out.append(ProcessEnd(how="killed", exit_code=137, pid=int(z.group(1)), signal="SIGKILL", **base))
     return out
 
 
