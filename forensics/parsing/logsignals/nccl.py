@@ -34,9 +34,9 @@ from forensics.parsing.pci import normalize_pci_bus_id
 __all__ = ["TRIGGER_WORDS", "NcclAbort", "NcclAsyncError", "NcclCommInit", "NcclError", "NcclProgress", "NcclTimeout",
            "NcclWarn", "nccl_bus_id", "parse_nccl"]
 
-TRIGGER_WORDS = (
-    "WorkNCCL", "last completed", "Some NCCL operations", "NCCL WARN", "Init COMPLETE", "ncclSystemError",
-    "ncclInternalError", "ncclRemoteError", "ncclUnhandledCudaError", "ncclInvalid", "NCCL error", "NCCL Error",
+TRIGGER_WORDS = (  # ``nccl`` for every result code's name (ncclSystemError, ncclRemoteError...)
+    "WorkNCCL", "last completed", "Some NCCL operations", "NCCL WARN", "Init COMPLETE", "nccl", "NCCL error",
+    "NCCL Error",
 )
 
 
