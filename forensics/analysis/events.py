@@ -56,6 +56,7 @@ class XidEvent:
     proc_name: str | None
     text: str
     evidence: Evidence
+    gpu_instance_id: int | None = None  # MIG: the GPU instance the driver attributed it to (``GPU-I:05``)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class ProcessGpuSample(NamedTuple):
     proc_index: int = -1  # index in the line's ``processes`` list, -1 when not listed
     util_index: int = -1  # index of its nvmlDeviceGetProcessUtilization sample, -1 when none
     mig_uuid: str | None = None  # the MIG device it ran on, when the GPU is in MIG mode
+    gpu_instance_id: int | None = None  # its MIG GPU instance (nvmlProcessInfo_t.gpuInstanceId), when in MIG mode
 
     @property
     def evidence(self) -> Evidence:

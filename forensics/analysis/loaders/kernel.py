@@ -181,7 +181,8 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
             if xid is not None:
                 gpu = model.gpu_by_pci(node, xid.pci_bus_id) if xid.pci_bus_id else None
                 model.xids.append(XidEvent(node, t, xid.xid, xid.pci_bus_id, gpu.uuid if gpu else None,
-                                           xid.pid, xid.process_name, msg, src.ev_line(member, no, line)))
+                                           xid.pid, xid.process_name, msg, src.ev_line(member, no, line),
+                                           xid.gpu_instance_id))
     info.kernel_records += count
     if bad:
         src.problems.append(f"{src.name}: kernel log: {bad} unparsable line(s) skipped")

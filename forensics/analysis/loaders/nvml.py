@@ -20,6 +20,8 @@ from forensics.analysis.samples import NVML_SNAPSHOT, GpuSample, ProcessGpuSampl
 from forensics.analysis.source import Source
 from forensics.specs import nvml as nvml_spec
 
+_NO_INSTANCE = 0xFFFFFFFF  # NVML's gpuInstanceId/computeInstanceId outside MIG mode
+
 __all__ = ["LOADER", "load_nvml"]
 
 _INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
@@ -158,10 +160,12 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             seen.add(pid)
             used_mem = p.get("usedGpuMemory")
             mig = p.get("mig_uuid")
+            gi = p.get("gpuInstanceId")
             model.proc_samples.append(ProcessGpuSample(
                 node, uuid, pid, t, used_mem if type(used_mem) is int else None,
                 sm.get(pid, 0.0 if has_util else None), line_ref, j, items.get(pid, -1),
-                mig if isinstance(mig, str) else None))
+                mig if isinstance(mig, str) else None,
+                gi if type(gi) is int and 0 <= gi < _NO_INSTANCE else None))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:
                 model.proc_samples.append(ProcessGpuSample(

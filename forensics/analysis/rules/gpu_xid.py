@@ -90,9 +90,13 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         role: Role = "witness" if cls == "application" else "victim"
         subjects: list[Subject] = [gpu_subject]
         subjects += record_pids(model, node, gpu, events, role, enumerated)
+        instances = frozenset(e.gpu_instance_id for g in events for e in g if e.gpu_instance_id is not None)
+        if instances:
+            where += (f", GPU instance {', '.join(str(i) for i in sorted(instances))} (MIG: only who ran on "
+                      f"{'it' if len(instances) == 1 else 'them'} is named)")
         if cls == "device":
             for c in causes:
-                subjects += running_on(model, node, gpu, c.t, enumerated)
+                subjects += running_on(model, node, gpu, c.t, enumerated, instances)
         consequences, links, recovery = consequence_text(causes)
         name = f"Xid {code}" + (f" ({info.mnemonic})" if info.mnemonic else "")
         summary = (f"{name} on {where}{pid_phrase(subjects)}: {info.description}; "
@@ -116,7 +120,8 @@ def gpu_xid_fault(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                      ("action", info.immediate or None), ("investigatory_action", info.investigatory or None),
                      ("consequences", consequences or None), ("consequence_links", links or None),
                      ("recovery_action", recovery), ("catalog", info.source if info.known else CATALOG_URL),
-                     ("gpu_enumerated", int(enumerated))),
+                     ("gpu_enumerated", int(enumerated)),
+                     ("gpu_instance_id", ", ".join(str(i) for i in sorted(instances)) or None)),
             key=f"xid:{node}:{gpu}:{code}",
             headline=f"{where} reported Xid {code} ({info.description})",
         ))

@@ -155,12 +155,15 @@ def record_pids(model: Model, node: str, gpu: str, events: list[list[XidEvent]],
     return out
 
 
-def running_on(model: Model, node: str, gpu: str, t: float | None, enumerated: bool) -> list[Subject]:
-    """Whoever ran on the GPU around ``t`` (30 s before to 5 s after), harmed by a device fault."""
+def running_on(model: Model, node: str, gpu: str, t: float | None, enumerated: bool,
+               gpu_instances: frozenset[int] = frozenset()) -> list[Subject]:
+    """Whoever ran on the GPU around ``t`` (30 s before to 5 s after), harmed by a device fault;
+    on a MIG GPU whose Xid names its GPU instances (``GPU-I:05``), only who ran on those instances."""
     if t is None or not enumerated:
         return []
     out: list[Subject] = []
-    for pid in sorted({ps.pid for ps in model.proc_samples_by_gpu().get((node, gpu), []) if t - 30 <= ps.t <= t + 5}):
+    for pid in sorted({ps.pid for ps in model.proc_samples_by_gpu().get((node, gpu), []) if t - 30 <= ps.t <= t + 5
+                       and (not gpu_instances or ps.gpu_instance_id in gpu_instances)}):
         out.extend(s.at(t) for s in with_pod(model, model.joins.owner(node, pid).subject.with_role("victim")))
     return out
 
