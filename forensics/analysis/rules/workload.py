@@ -29,10 +29,12 @@ from forensics.analysis.ranks import (
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.gpu_xid import xid_meaning
+from forensics.analysis.rules.log_errors import APPLICATION, FAULT_WORDS, error_before, error_of
+from forensics.analysis.rules.oom_context import oom_context
 from forensics.analysis.samples import CpuSample
 from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
-from forensics.parsing.logsignals.line import Signal
-from forensics.parsing.logsignals.nccl import NcclCommInit
+from forensics.parsing.logsignals.nccl import NcclAsyncError, NcclCommInit
+from forensics.parsing.logsignals.process import ProcessEnd
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stalled_rank", "workload_cuda_error"]
@@ -40,18 +42,6 @@ __all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stall
 WORKLOAD_CUDA_ERROR = FindingKind("workload-cuda-error", severity="high", needs=("nvml",), rank=85)
 STALLED_RANK = FindingKind("stalled-rank", severity="high", needs=(), rank=110)
 
-# faults the application itself causes (a bug, a full GPU): medium; the rest say the GPU or its
-# driver failed under the workload: high
-_APPLICATION = frozenset({"out-of-memory", "device-side-assert"})
-_FAULT_WORDS = {
-    "out-of-memory": "CUDA out-of-memory error",
-    "illegal-memory-access": "CUDA illegal memory access",
-    "ecc-uncorrectable": "uncorrectable ECC error",
-    "device-side-assert": "CUDA device-side assert",
-    "gpu-lost": "GPU is lost",
-    "no-device": "no CUDA-capable device",
-    "driver-mismatch": "CUDA driver/library version mismatch",
-}
 _EXPLAIN_BEFORE_S = 180.0  # node evidence this long before the stalled rank's last line explains it
 _EXPLAIN_AFTER_S = 30.0
 _IDLE_PCT, _BUSY_PCT = 5.0, 50.0
@@ -114,14 +104,6 @@ def log_gpu(model: Model, node: str, container_id: str | None, cuda_device: int 
     return None
 
 
-def _error_of(sig: Signal) -> str | None:
-    if isinstance(sig, CudaOom):
-        return "out-of-memory"
-    if isinstance(sig, CudaFault):
-        return sig.fault
-    return None
-
-
 @WORKLOAD_CUDA_ERROR.rule
 def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One finding per (node, log writer, error): a CUDA fault or out-of-memory error the workload
@@ -133,7 +115,7 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             comm_buses[(s.node, s.evidence.member)][s.signal.cuda_device] = s.signal.bus_id
     groups: dict[tuple[str, tuple[str, str, str], str], list[LogSignal]] = defaultdict(list)
     for s in model.log_signals:
-        error = _error_of(s.signal)
+        error = error_of(s.signal)
         if error is not None:
             groups[(s.node, _writer(model, s).key(), error)].append(s)
     findings: list[Finding] = []
@@ -144,11 +126,13 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         writer = _writer(model, first).with_role("victim")
         bus = sig.pci_bus_id if isinstance(sig, CudaFault) else None
         device = sig.cuda_device if isinstance(sig, CudaOom) else None
+        if isinstance(sig, ProcessEnd) and sig.worker is not None and sig.worker.startswith("VllmWorker-"):
+            device = sig.rank  # vLLM V1 gives its worker of rank N the local CUDA device N
         uuid = log_gpu(model, node, first.container_id, device, bus, comm_buses.get((node, first.evidence.member), {}),
                        used_by)
         times = [s.signal.t for s in sigs if s.signal.t is not None]
         start, end = (min(times), max(times)) if times else (None, None)
-        words = _FAULT_WORDS.get(error, error)
+        words = FAULT_WORDS.get(error, error)
         where = f" on {gpu_label(model, node, uuid)}" if uuid else (f" on PCI {bus}" if bus else "")
         detail = ""
         if isinstance(sig, CudaOom) and sig.requested_bytes:
@@ -156,21 +140,34 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             detail += f" of {fmt_bytes(sig.total_bytes)})" if sig.total_bytes else ")"
         elif isinstance(sig, CudaFault) and sig.detail:
             detail = f" ({sig.detail[:120]})"
+        elif isinstance(sig, NcclAsyncError):
+            detail = f" ({sig.code + ': ' if sig.code else ''}{sig.error[:120]})"
+        elif isinstance(sig, ProcessEnd):
+            detail = f" ({sig.worker}" + (f", rank {sig.rank}: the GPU is vLLM's local rank" if uuid else "") + ")"
         name = label(model, writer, long=False)
         count = len(sigs)
         summary = (f"{name} logged a {words}{where}{detail} at {fmt_time(start)}"
                    + (f"; {count} times until {fmt_time(end)}" if count > 1 else ""))
+        context = oom_context(model, node, uuid, sig, writer) if isinstance(sig, CudaOom) else None
+        if context is not None:
+            summary += context.text
+        if isinstance(sig, ProcessEnd) and (before := error_before(sigs[0], groups, node)) is not None:
+            summary += f"; after its {FAULT_WORDS.get(before[0], before[0])} at {fmt_time(before[1])}"
         subjects = [*with_pod(model, writer)]
         if uuid:
             subjects.append(gpu_subject(model, node, uuid))
-        severity: Severity = "medium" if error in _APPLICATION else WORKLOAD_CUDA_ERROR.severity
+        if context is not None:
+            subjects.extend(context.holders)
+        severity: Severity = "medium" if error in APPLICATION else WORKLOAD_CUDA_ERROR.severity
         findings.append(Finding(
             kind=WORKLOAD_CUDA_ERROR.id, severity=severity,
             confidence=WORKLOAD_CUDA_ERROR.confidence(model, node, 0.9 if uuid else 0.8, cfg),
             summary=summary, start=start, end=end, node=node,
-            subjects=dedupe_subjects(subjects), evidence=dedupe_evidence(s.evidence for s in sigs[:5]),
+            subjects=dedupe_subjects(subjects),
+            evidence=dedupe_evidence([*(s.evidence for s in sigs[:5]), *(context.evidence if context else ())]),
             metrics=(("error", error), ("occurrences", count), ("gpu", gpu_label(model, node, uuid) if uuid else None),
-                     ("requested_bytes", sig.requested_bytes if isinstance(sig, CudaOom) else None)),
+                     ("requested_bytes", sig.requested_bytes if isinstance(sig, CudaOom) else None),
+                     *(context.metrics if context else ())),
             key=f"cudaerr:{node}:{writer.id}:{error}",
             headline=f"{name} hit a {words}{where}{detail}",
         ))
@@ -179,7 +176,7 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
 
 @WORKLOAD_CUDA_ERROR.harm
 def _cuda_harm(f: Finding, h: Harm) -> str:
-    return f"{_FAULT_WORDS.get(str(f.metric('error')), 'CUDA error')} at {h.when}"
+    return f"{FAULT_WORDS.get(str(f.metric('error')), 'CUDA error')} at {h.when}"
 
 
 # ---------------------------------------------------------------------------------------------
