@@ -2,8 +2,8 @@
 
 A CUDA out-of-memory message says what the process itself held (PyTorch >= 2.1: allocated, of it in
 CUDA graphs' private pools since 2.3, reserved but unallocated, the process's whole use, the other
-processes NVML listed); NVML's reading of the same GPU at that moment (the nearest sampled reading
-within :data:`NEAR_S`) says what the whole GPU held and by whom. Side by side they tell who held the
+processes NVML listed); NVML's reading of the same GPU nearest that moment (within :data:`NEAR_S`;
+the sentence says how far) says what the whole GPU held and by whom. Side by side they tell who held the
 rest: the memory the writer did not hold, per owner NVML listed. Used by ``workload-cuda-error``
 (:mod:`.workload`); it names holders as witnesses, never as culprits (``gpu-memory-pressure`` judges
 who is to blame).
@@ -21,7 +21,7 @@ from forensics.parsing.logsignals.cuda import CudaOom
 
 __all__ = ["NEAR_S", "OomContext", "oom_context"]
 
-NEAR_S = 5.0  # a reading this close to the message is "at that moment"
+NEAR_S = 15.0  # a reading this close to the message stands for "that moment" (the sentence gives the gap)
 _NVML = frozenset({NVML_SAMPLED, NVML_SNAPSHOT})
 
 
@@ -66,11 +66,12 @@ def oom_context(model: Model, node: str, uuid: str | None, sig: CudaOom, writer:
                                              ("private_pool_bytes", sig.private_pool_bytes),
                                              ("process_used_bytes", sig.process_used_bytes)]
     sample = None
-    if uuid is not None and sig.t is not None:
+    at = sig.t
+    if uuid is not None and at is not None:
         near = [s for s in model.samples_by_gpu(_NVML).get((node, uuid), ())
-                if abs(s.t - sig.t) <= NEAR_S and s.memory_used_bytes is not None]
-        sample = min(near, key=lambda s: abs(s.t - sig.t), default=None)
-    if sample is None:
+                if abs(s.t - at) <= NEAR_S and s.memory_used_bytes is not None]
+        sample = min(near, key=lambda s: abs(s.t - at), default=None)
+    if sample is None or uuid is None:
         metrics += [("gpu_used_bytes", None), ("others_bytes", None)]
         return OomContext(f"; {own}" if own else "", (), (), tuple(metrics))
     held: dict[Subject, int] = {}
@@ -84,7 +85,9 @@ def oom_context(model: Model, node: str, uuid: str | None, sig: CudaOom, writer:
     others = {s: b for s, b in held.items() if not _same(model, node, s, writer)}
     total = sample.memory_total_bytes
     text = f"; {own}" if own else ""
-    text += (f"; NVML read the GPU at {fmt_time(sample.t)}: {fmt_bytes(sample.memory_used_bytes)}"
+    gap = sample.t - at if at is not None else 0.0
+    when = f" ({abs(gap):.0f} s {'after' if gap > 0 else 'before'} it)" if abs(gap) >= 1 else ""
+    text += (f"; NVML read the GPU at {fmt_time(sample.t)}{when}: {fmt_bytes(sample.memory_used_bytes)}"
              + (f" of {fmt_bytes(total)}" if total else "") + " in use")
     if others:
         ranked = sorted(others.items(), key=lambda kv: -kv[1])
