@@ -13,7 +13,8 @@
   memory of CUDA graphs' private pools: ``Of the allocated memory 22.90 GiB is allocated by PyTorch,
   with 20.00 GiB allocated in private pools (e.g., CUDA Graphs), and 194.87 MiB is reserved by
   PyTorch but unallocated.`` (pytorch/pytorch#124673), and >= 2.1 the other processes on the GPU
-  (``Process 1823 has 59.02 GiB memory in use.``).
+  (``Process 1823 has 59.02 GiB memory in use.``); ROCm builds say ``HIP out of memory`` and
+  ``(e.g., HIP Graphs)`` in the same message.
 * JAX/XLA: ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes.``
   (``Resource exhausted:`` before 2021, ``Out of memory allocating N bytes.``), XLA's BFC allocator
   ``Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.25TiB (rounded to 1374521760000)``
