@@ -557,6 +557,52 @@ LOG += (
          (_warn(host="a100-st-p4d24xlarge-22", source="proxy.cc:1119"),)),
 )
 
+KIB = 1 << 10
+
+
+def _old(requested: float, ru: int, total: float, allocated: float, au: int, free: float, fu: int,
+         reserved: float, resu: int) -> tuple[str, dict[str, Any]]:
+    """A PyTorch < 2.1 CUDA OOM's figures (``(GPU 0; T total capacity; A already allocated; F free; R reserved
+    in total by PyTorch)``, ``cached`` before 1.4), each with its unit; total in GiB."""
+    return _oom(framework="pytorch", cuda_device=0, requested_bytes=int(round(requested * ru)),
+                total_bytes=int(round(total * GIB)), allocated_bytes=int(round(allocated * au)),
+                free_bytes=int(round(free * fu)), reserved_bytes=int(round(reserved * resu)))
+
+
+LOG += (
+    Line("FireRedTeam/FireRedTTS2#17", "PyTorch 2.x (2025: two other processes on the GPU)",
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 26.00 MiB. GPU 0 has a total capacity of "
+         "11.66 GiB of which 9.81 MiB is free. Process 3893521 has 618.00 MiB memory in use. Process 1493972 has "
+         "1.28 GiB memory in use. Including non-PyTorch memory, this process has 9.74 GiB memory in use. Of the "
+         "allocated memory 9.30 GiB is allocated by PyTorch, and 163.19 MiB is reserved by PyTorch but unallocated. "
+         "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+         "to avoid fragmentation.  See documentation for Memory Management  "
+         "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+         (_pyt(26.0, MIB, 0, 11.66, 9.81, used=9.74, allocated=9.30, unalloc=163.19,
+               units=(GIB, MIB, GIB, GIB, MIB),
+               others=((3893521, 618 * MIB), (1493972, int(round(1.28 * GIB))))),)),
+    Line("liucongg/ChatGLM-Finetuning#28", "PyTorch 1.13/2.0 (torch.cuda.OutOfMemoryError, the old figures)",
+         "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 44.99 GiB total "
+         "capacity; 6.15 GiB already allocated; 37.32 GiB free; 6.15 GiB reserved in total by PyTorch) If reserved "
+         "memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for "
+         "Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+         (_old(128.0, MIB, 44.99, 6.15, GIB, 37.32, GIB, 6.15, GIB),)),
+    Line("zihaosheng/VLM-RL#12", "PyTorch 2.0 (the tracker kept the HTML escapes)",
+         "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 258.00 MiB (GPU 0; 23.54 GiB total "
+         "capacity; 11.75 GiB already allocated; 572.50 MiB free; 12.40 GiB reserved in total by PyTorch) If "
+         "reserved memory is &gt;&gt; allocated memory try setting max_split_size_mb to avoid fragmentation.  See "
+         "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+         (_old(258.0, MIB, 23.54, 11.75, GIB, 572.50, MIB, 12.40, GIB),)),
+    Line("Morizeyao/GPT2-Chinese#215", "PyTorch 1.8 (RuntimeError)",
+         "RuntimeError: CUDA out of memory. Tried to allocate 384.00 MiB (GPU 0; 14.76 GiB total capacity; 11.04 GiB "
+         "already allocated; 259.75 MiB free; 11.10 GiB reserved in total by PyTorch)",
+         (_old(384.0, MIB, 14.76, 11.04, GIB, 259.75, MIB, 11.10, GIB),)),
+    Line("shllln/GenerativeGraph#5", "PyTorch 1.0 (\"cached\", KiB)",
+         "RuntimeError: CUDA out of memory. Tried to allocate 1024.00 KiB (GPU 0; 11.17 GiB total capacity; 10.90 "
+         "GiB already allocated; 576.00 KiB free; 30.96 MiB cached)",
+         (_old(1024.0, KIB, 11.17, 10.90, GIB, 576.0, KIB, 30.96, MIB),)),
+)
+
 _GA100 = ("NVIDIA/open-gpu-kernel-modules:src/nvidia/src/kernel/gpu/arch/ampere/kern_gpu_ga100.c "
           "(_gpuGenerateErrorLog_GA100's examples)")
 _NVS_CSV = "NVIDIA/NVSentinel:health-monitors/syslog-health-monitor/pkg/xid/parser/csv_test.go"
