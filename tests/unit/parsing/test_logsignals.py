@@ -13,6 +13,7 @@ from forensics.parsing.logsignals.cuda import CudaFault, CudaOom, size_bytes
 from forensics.parsing.logsignals.line import Signal, last_timestamp, split_context
 from forensics.parsing.logsignals.nccl import (
     NcclAbort,
+    NcclAsyncError,
     NcclCommInit,
     NcclError,
     NcclProgress,
@@ -113,6 +114,23 @@ class TestNccl:
         assert isinstance(progress, NcclProgress) and isinstance(abort, NcclAbort)
         assert (progress.rank, progress.failed_seq, progress.last_completed_seq) == (5, 120049, 120048)
         assert abort.rank == 3
+
+    def test_an_async_error_on_a_collective_is_no_timeout(self) -> None:
+        """ProcessGroupNCCL's ``checkAndSetException``: ``LOG(ERROR) << logPrefix() << "Collective " << *this
+        << " raised the following async exception: " << ...`` (pytorch/pytorch
+        torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp), the WorkNCCL printed as its ``operator<<``
+        does and the NCCL error as ``NCCL error: remote process exited or there was a network error``
+        (the real lines of this family are in tests/support/recent_lines.py)."""
+        line = ("[rank0]:[E ProcessGroupNCCL.cpp:542] [Rank 0] Collective WorkNCCL(SeqNum=89, OpType=ALLREDUCE, "
+                "NumelIn=67108864, NumelOut=67108864, Timeout(ms)=90000) raised the following async exception: NCCL "
+                "error: remote process exited or there was a network error, NCCL version 2.20.5")
+        sigs = parse_line(line)
+        assert not [s for s in sigs if isinstance(s, NcclTimeout)], sigs
+        (a,) = [s for s in sigs if isinstance(s, NcclAsyncError)]
+        assert isinstance(a, NcclAsyncError)
+        assert (a.seq, a.op_type, a.numel_in, a.timeout_ms, a.rank) == (89, "ALLREDUCE", 67108864, 90000, 0)
+        assert (a.code, a.nccl_version, a.error) == ("ncclRemoteError", "2.20.5",
+                                                     "remote process exited or there was a network error")
 
     def test_blocking_wait(self) -> None:
         (t,) = only(L.NCCL_BLOCKING_WAIT, NcclTimeout)
