@@ -398,6 +398,8 @@ class Model:
     event_names: dict[tuple[str, str], str] = field(default_factory=dict)
     # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins).
     joins: Joins = field(init=False, repr=False, compare=False)
+    _by_origin: dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     # -- sources -------------------------------------------------------------------------------
     def node(self, host: str) -> NodeInfo:
@@ -454,17 +456,13 @@ class Model:
     def samples_by_gpu(self, origins: frozenset[str] | None = None) -> dict[tuple[str, str], list[GpuSample]]:
         """(node, GPU UUID) -> its device samples in time order; only those read from ``origins``
         (:data:`forensics.analysis.samples.GPU_SAMPLE_ORIGINS`) when given."""
-        if origins is None or self._sample_origins <= origins:
+        if origins is None:
             return self._samples_by_gpu
-        cached = self._samples_by_origin.get(origins)
-        if cached is None:
-            cached = {}
-            for key, samples in self._samples_by_gpu.items():
-                kept = [s for s in samples if s.origin in origins]
-                if kept:
-                    cached[key] = kept
-            self._samples_by_origin[origins] = cached
-        return cached
+        if origins not in self._by_origin:  # computed once per origins; every sample kept: the same dict
+            kept = {k: ok for k, v in self._samples_by_gpu.items() if (ok := [s for s in v if s.origin in origins])}
+            whole = sum(map(len, kept.values())) == sum(map(len, self._samples_by_gpu.values()))
+            self._by_origin[origins] = self._samples_by_gpu if whole else kept
+        return self._by_origin[origins]
 
     def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         """(node, GPU UUID) -> its process samples in (time, PID) order."""
@@ -490,14 +488,6 @@ class Model:
         for v in out.values():
             v.sort(key=lambda s: s.t)
         return out
-
-    @cached_property
-    def _sample_origins(self) -> frozenset[str]:
-        return frozenset(s.origin for s in self.gpu_samples)
-
-    @cached_property
-    def _samples_by_origin(self) -> dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]]:
-        return {}
 
     @cached_property
     def _proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
