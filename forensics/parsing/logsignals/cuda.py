@@ -42,12 +42,14 @@ __all__ = ["TRIGGER_WORDS", "CudaFault", "CudaOom", "parse_faults", "parse_oom",
 
 # The fragments a line worth parsing holds: one ``str.find`` pass each over a whole log, so the fewest
 # that catch every form (a fragment shared by several: ``ut of memory`` for ``out of``/``Out of
-# memory``, ``cudaError``/``CUDA_ERROR_`` for the runtime's and the driver API's names, ``llegal`` for
-# illegal addresses and instructions, ``ssert`` for device-side asserts and ``Assertion `...` failed``)
+# memory``, ``cudaError``/``CUDA_ERROR_`` for the runtime's and the driver API's names, ``driver `` for
+# "CUDA driver version is insufficient" and "The NVIDIA driver on your system is too old"; a fragment
+# of a few letters is slower to find than a longer word, so a short one serves only several forms)
 TRIGGER_WORDS = (
-    "ut of memory", "OOM when allocating", "cudaError", "CUDA_ERROR_", "llegal", "ECC error", "ssert", "GPU is lost",
-    "CUDA-capable", "No CUDA GPUs", "version mismatch", "driver version is insufficient",
-    "driver on your system is too old", "aunch failure", "isaligned", "RESOURCE_EXHAUSTED",
+    "ut of memory", "OOM when allocating", "cudaError", "CUDA_ERROR_", "illegal memory access",
+    "illegal instruction", "ECC error", "device-side assert", "Assertion `", "GPU is lost", "CUDA-capable",
+    "No CUDA GPUs", "version mismatch", "driver ", "unspecified launch failure", "misaligned address",
+    "RESOURCE_EXHAUSTED",
 )
 
 

@@ -40,9 +40,9 @@ __all__ = ["RENDEZVOUS", "ROOT_CAUSE", "TRACEBACK", "TRACEBACK_MAX_LINES", "TRIG
            "ProcessEnd", "exception_end", "parse_process_end", "rendezvous", "root_cause"]
 
 TRACEBACK_MAX_LINES = 400
-# ``illed`` for the shell's Killed and zsh's killed, ``died`` for vLLM's workers (V0 and V1)
-TRIGGER_WORDS = ("Traceback (most recent", "illed", "exitcode", "exits with return", "terminate called", "died",
-                 "Rendezvous complete", "Root Cause (first")
+# ``illed`` for the shell's Killed and zsh's killed
+TRIGGER_WORDS = ("Traceback (most recent", "illed", "(exitcode: ", "exits with return", "terminate called",
+                 "died, exit code", "died unexpectedly", "Rendezvous complete", "Root Cause (first")
 ROOT_CAUSE = "Root Cause (first observed failure)"
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
             11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
