@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, NodeInfo
-from forensics.analysis.samples import GPU_SAMPLE_ORIGINS, GpuSample
+from forensics.analysis.samples import GPU_SAMPLE_ORIGINS, GpuSample, samples_from
 from forensics.thresholds import AnalysisConfig
 
 __all__ = [
@@ -179,7 +179,7 @@ class FindingKind:
         """(node, GPU UUID) -> the GPU's device samples this kind's claim can rest on (their
         ``origin`` in its ``gpu_samples``). A GPU whose samples all come from other origins is not
         judged, and the analysis says so (a limitation naming the kind, the GPUs and why)."""
-        kept = model.samples_by_gpu(self.sample_origins)
+        kept = samples_from(model, self.sample_origins)
         every = model.samples_by_gpu()
         if kept is every:
             return kept
@@ -198,7 +198,7 @@ class FindingKind:
     def judged_on(self, model: Model, node: str) -> int:
         """How many of ``node``'s device samples this kind's claim can rest on (a ruled-out
         statement needs some)."""
-        return sum(len(v) for (n, _), v in model.samples_by_gpu(self.sample_origins).items() if n == node)
+        return sum(len(v) for (n, _), v in samples_from(model, self.sample_origins).items() if n == node)
 
     def confidence(self, model: Model, node: str, base: float, cfg: AnalysisConfig) -> float:
         """``base`` lowered by ``missing_source_confidence_factor`` for each of ``needs`` absent on ``node``."""

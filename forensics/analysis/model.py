@@ -398,8 +398,7 @@ class Model:
     event_names: dict[tuple[str, str], str] = field(default_factory=dict)
     # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins).
     joins: Joins = field(init=False, repr=False, compare=False)
-    _by_origin: dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+    by_origin: dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]] = field(default_factory=dict, repr=False, compare=False)  # samples_from
 
     # -- sources -------------------------------------------------------------------------------
     def node(self, host: str) -> NodeInfo:
@@ -453,16 +452,9 @@ class Model:
         return self.processes.get((node, pid))
 
     # -- views built on first use, after loading (within one analysis, never across analyses) --
-    def samples_by_gpu(self, origins: frozenset[str] | None = None) -> dict[tuple[str, str], list[GpuSample]]:
-        """(node, GPU UUID) -> its device samples in time order; only those read from ``origins``
-        (:data:`forensics.analysis.samples.GPU_SAMPLE_ORIGINS`) when given."""
-        if origins is None:
-            return self._samples_by_gpu
-        if origins not in self._by_origin:  # computed once per origins; every sample kept: the same dict
-            kept = {k: ok for k, v in self._samples_by_gpu.items() if (ok := [s for s in v if s.origin in origins])}
-            whole = sum(map(len, kept.values())) == sum(map(len, self._samples_by_gpu.values()))
-            self._by_origin[origins] = self._samples_by_gpu if whole else kept
-        return self._by_origin[origins]
+    def samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
+        """(node, GPU UUID) -> its device samples in time order (by origin: :func:`.samples.samples_from`)."""
+        return self._samples_by_gpu
 
     def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         """(node, GPU UUID) -> its process samples in (time, PID) order."""

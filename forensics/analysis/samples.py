@@ -8,9 +8,12 @@ evidence (``.evidence``) quoting the paths of that line that hold its values. Th
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from forensics.analysis.findings import Evidence, EvidenceRef
+
+if TYPE_CHECKING:  # the model holds the samples; this module only reads it
+    from forensics.analysis.model import Model
 
 __all__ = [
     "DCGM_EXPORTER",
@@ -26,6 +29,7 @@ __all__ = [
     "NetSample",
     "ProcessGpuSample",
     "PsiSample",
+    "samples_from",
 ]
 
 
@@ -200,3 +204,15 @@ def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evid
         return ref.evidence
     return EvidenceRef(ref.bundle, ref.member, ref.line, ref.payload, quote, ref.pointer, ref.source,
                        ref.offset).evidence
+
+
+def samples_from(model: Model, origins: frozenset[str]) -> dict[tuple[str, str], list[GpuSample]]:
+    """(node, GPU UUID) -> its device samples read from ``origins`` (:data:`GPU_SAMPLE_ORIGINS`), in
+    time order; computed once per origin set (``Model.by_origin``), and the model's own dict when
+    every sample is kept."""
+    every = model.samples_by_gpu()
+    if origins not in model.by_origin:
+        kept = {k: ok for k, v in every.items() if (ok := [s for s in v if s.origin in origins])}
+        whole = sum(map(len, kept.values())) == sum(map(len, every.values()))
+        model.by_origin[origins] = every if whole else kept
+    return model.by_origin[origins]

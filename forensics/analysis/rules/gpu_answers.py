@@ -10,7 +10,7 @@ explains nothing that happened after the GPU answered again.
 from __future__ import annotations
 
 from forensics.analysis.model import Model
-from forensics.analysis.samples import NVML_SAMPLED, GpuSample
+from forensics.analysis.samples import NVML_SAMPLED, GpuSample, samples_from
 from forensics.parsing.pci import pci_bus_key
 
 __all__ = ["ANSWER_SLACK_S", "answered_after", "gpu_uuid_of"]
@@ -42,7 +42,7 @@ def answered_after(model: Model, node: str, uuid: str | None, pci: str | None, t
     gpu = gpu_uuid_of(model, node, uuid, pci)
     if gpu is None:
         return None
-    for s in model.samples_by_gpu(_SAMPLED).get((node, gpu), ()):
+    for s in samples_from(model, _SAMPLED).get((node, gpu), ()):
         if s.t > t + ANSWER_SLACK_S and (s.util_gpu_pct is not None or s.memory_used_bytes is not None):
             return s
     return None

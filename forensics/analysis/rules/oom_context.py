@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from forensics.analysis.findings import Evidence, Subject
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, label, with_pod
-from forensics.analysis.samples import NVML_SAMPLED, NVML_SNAPSHOT
+from forensics.analysis.samples import NVML_SAMPLED, NVML_SNAPSHOT, samples_from
 from forensics.parsing.logsignals.cuda import CudaOom
 
 __all__ = ["NEAR_S", "OomContext", "oom_context"]
@@ -68,7 +68,7 @@ def oom_context(model: Model, node: str, uuid: str | None, sig: CudaOom, writer:
     sample = None
     at = sig.t
     if uuid is not None and at is not None:
-        near = [s for s in model.samples_by_gpu(_NVML).get((node, uuid), ())
+        near = [s for s in samples_from(model, _NVML).get((node, uuid), ())
                 if abs(s.t - at) <= NEAR_S and s.memory_used_bytes is not None]
         sample = min(near, key=lambda s: abs(s.t - at), default=None)
     if sample is None or uuid is None:

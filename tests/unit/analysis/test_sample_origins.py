@@ -14,7 +14,13 @@ from forensics.analysis.kinds import FindingKind
 from forensics.analysis.model import Gpu, Model
 from forensics.analysis.rules import SPECS
 from forensics.analysis.rules.gpu_memory import GPU_MEMORY_UNATTRIBUTED
-from forensics.analysis.samples import DCGM_EXPORTER, GPU_SAMPLE_ORIGINS, NVML_SAMPLED, GpuSample
+from forensics.analysis.samples import (
+    DCGM_EXPORTER,
+    GPU_SAMPLE_ORIGINS,
+    NVML_SAMPLED,
+    GpuSample,
+    samples_from,
+)
 from tests.support.analysis_bundles import GIB, T0
 
 RULES = Path(__file__).resolve().parents[3] / "forensics" / "analysis" / "rules"
@@ -69,3 +75,4 @@ def test_a_gpu_with_only_exporter_history_is_not_judged_and_said_so() -> None:
 def test_nvml_everywhere_is_judged_whole() -> None:
     m = _model(NVML_SAMPLED)
     assert GPU_MEMORY_UNATTRIBUTED.gpu_samples(m) is m.samples_by_gpu() and not m.limitations
+    assert samples_from(m, frozenset({NVML_SAMPLED})) is m.samples_by_gpu()
