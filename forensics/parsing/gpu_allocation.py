@@ -14,7 +14,14 @@ Grant mechanisms, each recorded with the JSON pointer it came from and its origi
   every GPU, ``Count`` N the GPUs with indices 0..N-1 (so two ``--gpus 2`` containers share the
   same two), ``DeviceIDs`` indices or UUIDs. Driver ``cdi`` carries CDI names instead.
 - ``cdi``: CDI device names such as ``nvidia.com/gpu=0`` or ``nvidia.com/gpu=all`` (in a ``cdi``
-  device request, or as ``PathOnHost`` of ``/HostConfig/Devices``).
+  device request: ``docker run --device nvidia.com/gpu=0`` on Engine 28.2+, or as ``PathOnHost``
+  of ``/HostConfig/Devices``). The GPU is what the node's CDI spec files say the name is
+  (:mod:`forensics.parsing.cdi_spec`: the device's own ``/dev/nvidia<N>`` nodes, GPU minor N;
+  cited as a second source, document ``cdi-spec:<member>``); a name of another kind is a GPU
+  grant only through its spec. Without the spec (the NVIDIA runtime's ``jit-cdi`` mode makes
+  ``runtime.nvidia.com/gpu`` specs in memory), an NVIDIA name is read as ``nvidia-ctk`` names
+  devices (``0``, ``GPU-<uuid>``, ``gpu0``, ``mig1:0``, ``all``). The spec's own
+  ``NVIDIA_VISIBLE_DEVICES=void`` never takes the grant back.
 - ``nvidia-runtime-env``: ``/HostConfig/Runtime`` is the nvidia runtime (given by the operator, or
   filled in by the engine from its default runtime) and ``NVIDIA_VISIBLE_DEVICES`` in
   ``/Config/Env`` (``all``, ``none``, ``void``, indices, ``GPU-`` UUIDs, ``MIG-`` ids, ``i:j``).
@@ -67,8 +74,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from forensics.errors import ParseError
+from forensics.parsing.cdi_spec import CdiRegistry, nvidia_cdi_token
 
 __all__ = [
+    "CDI_SPEC_DOCUMENT",
     "ContainerAllocation",
     "GpuGrant",
     "GpuRef",
@@ -93,7 +102,9 @@ _UUID_RE = re.compile(r"^GPU-[0-9A-Fa-f-]+$")
 _MIG_RE = re.compile(r"^MIG-[A-Za-z0-9/-]+$")
 _NODE_RE = re.compile(r"^/dev/nvidia([0-9]+)$")
 _CDI_RE = re.compile(r"^(?P<kind>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<name>.+)$")
-_NVIDIA_CDI_KINDS = frozenset({"nvidia.com/gpu", "nvidia.com/mig"})
+# runtime.nvidia.com/gpu: the NVIDIA runtime's jit-cdi mode, whose spec is made in memory (no file)
+_NVIDIA_CDI_KINDS = frozenset({"nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"})
+CDI_SPEC_DOCUMENT = "cdi-spec:"  # GrantSource.document prefix: the bundle member of a CDI spec file
 
 
 @dataclass(frozen=True)
@@ -307,17 +318,34 @@ def _env_map(env: Sequence[str]) -> dict[str, tuple[int, str]]:
 # the grant finders
 
 
-def _cdi_grant(kind: str, dev: str, source: GrantSource) -> GpuGrant | None:
+def _cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiRegistry | None = None) -> GpuGrant | None:
+    qualified = f"{kind}={dev}"
+    resolved = cdi.resolve(qualified) if cdi is not None else None
+    if resolved is not None:  # the spec says which GPU the name is: its own device nodes
+        spec_src = GrantSource(f"{CDI_SPEC_DOCUMENT}{resolved.member}", resolved.pointer,
+                               compact_json({"name": qualified, "gpu_minors": list(resolved.minors)}))
+        if not resolved.minors:
+            return None  # a device whose edits give no GPU node: not a GPU grant
+        nodes = ", ".join(f"/dev/nvidia{m}" for m in resolved.minors)
+        return GpuGrant("cdi", "devices", tuple(GpuRef(str(m), "minor") for m in resolved.minors),
+                        "operator", True, f"CDI device {qualified} ({nodes} per {resolved.member})",
+                        (source, spec_src))
     if kind not in _NVIDIA_CDI_KINDS:
         return None
-    if dev == "all":
+    unresolved = ""
+    if cdi is not None:
+        unresolved = (" (defined twice in one CDI spec directory: the runtime refuses it)"
+                      if cdi.conflicts(qualified) else
+                      " (not in the captured CDI specs: read by nvidia-ctk's device naming)")
+    token = nvidia_cdi_token(dev)
+    if token == "all":
         return GpuGrant("cdi", "all", (), "operator", True,
-                        f"CDI device {kind}={dev} names every GPU", (source,))
-    return GpuGrant("cdi", "devices", (_classify(dev),), "operator", True,
-                    f"CDI device {kind}={dev}", (source,))
+                        f"CDI device {qualified} names every GPU{unresolved}", (source,))
+    return GpuGrant("cdi", "devices", (_classify(token),), "operator", True,
+                    f"CDI device {qualified}{unresolved}", (source,))
 
 
-def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
+def _device_request_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = None) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
     for i, req_any in enumerate(json_array(host.get("DeviceRequests"), "/HostConfig/DeviceRequests")):
         where = f"/HostConfig/DeviceRequests/{i}"
@@ -338,7 +366,7 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
             for dev_id in ids:
                 parsed = parse_cdi_name(dev_id)
                 if parsed is not None:
-                    g = _cdi_grant(parsed[0], parsed[1], src)
+                    g = _cdi_grant(parsed[0], parsed[1], src, cdi)
                     if g is not None:
                         grants.append(g)
             continue
@@ -367,7 +395,7 @@ def _device_request_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
     return grants
 
 
-def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
+def _device_node_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = None) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
     for i, dev_any in enumerate(json_array(host.get("Devices"), "/HostConfig/Devices")):
         where = f"/HostConfig/Devices/{i}"
@@ -377,7 +405,7 @@ def _device_node_grants(host: Mapping[str, Any]) -> list[GpuGrant]:
                           compact_json(dev))
         parsed = parse_cdi_name(on_host) if not on_host.startswith("/") else None
         if parsed is not None:
-            g = _cdi_grant(parsed[0], parsed[1], src)
+            g = _cdi_grant(parsed[0], parsed[1], src, cdi)
             if g is not None:
                 grants.append(g)
             continue
@@ -456,8 +484,9 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
 
 
 def allocation_from_inspect(container: Any, image: Any = None,
-                            engine_info: Any = None) -> ContainerAllocation:
-    """Build a container's allocation model from its inspect JSON, its image's and ``/info``.
+                            engine_info: Any = None, cdi: CdiRegistry | None = None) -> ContainerAllocation:
+    """Build a container's allocation model from its inspect JSON, its image's and ``/info``
+    (``cdi``: the node's CDI spec files, which say which GPU a CDI device name is).
 
     Raises ParseError (only) when the documents do not have the Engine API's shape.
     """
@@ -477,14 +506,14 @@ def allocation_from_inspect(container: Any, image: Any = None,
             notes.append(f"HostConfig.Runtime empty: the engine default ({runtime}) applies")
 
     grants: list[GpuGrant] = []
-    grants.extend(_device_request_grants(host))
+    grants.extend(_device_request_grants(host, cdi))
     env_grant = _runtime_env_grant(c, img, runtime, default_runtime, info)
     if env_grant is not None:
         grants.append(env_grant)
         if env_grant.effective and any(s.document == "engine-info" for s in env_grant.sources):
             notes.append("the engine records its default runtime in HostConfig.Runtime at "
                          "creation: an explicit --runtime with the same name looks the same")
-    grants.extend(_device_node_grants(host))
+    grants.extend(_device_node_grants(host, cdi))
     privileged = host.get("Privileged")
     if privileged is not None and not isinstance(privileged, bool):
         raise ParseError("/HostConfig/Privileged: expected a boolean")

@@ -25,13 +25,14 @@ from forensics.analysis.loaders.common import (
     dig,
     parse_time,
 )
+from forensics.analysis.loaders.cdi import cdi_evidence, cdi_registry
 from forensics.analysis.loaders.logs import load_log_signals
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Process
 from forensics.analysis.samples import CpuSample, IoSample, MemorySample, NetSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.docker_stats import blkio_bytes, network_totals
-from forensics.parsing.gpu_allocation import allocation_from_inspect
+from forensics.parsing.gpu_allocation import CDI_SPEC_DOCUMENT, allocation_from_inspect
 from forensics.specs import docker as docker_spec
 from forensics.specs import net as net_spec
 
@@ -54,6 +55,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
     info = src.json(docker_spec.INFO)
     info_doc = info if isinstance(info, dict) else None
     gpus = model.node_gpus(node)
+    cdi = cdi_registry(src)
     for member in src.under(docker_spec.CONTAINERS_DIR):
         m = _INSPECT.match(member)
         if not m:
@@ -69,6 +71,8 @@ def load_docker(src: Source, model: Model, node: str) -> None:
 
         def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members,
                          _member: str = member) -> Evidence:
+            if document.startswith(CDI_SPEC_DOCUMENT):
+                return cdi_evidence(src, cdi, document[len(CDI_SPEC_DOCUMENT):], pointer, excerpt)
             mem = _members.get(document, _member)
             if src.has(mem):
                 return src.ev_pointer(mem, pointer)
@@ -76,7 +80,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
 
         try:
             alloc = classify_docker_allocation(
-                allocation_from_inspect(doc, image_doc if isinstance(image_doc, dict) else None, info_doc),
+                allocation_from_inspect(doc, image_doc if isinstance(image_doc, dict) else None, info_doc, cdi),
                 gpus, evidence_for)
         except ParseError as exc:
             src.problems.append(f"{src.name}: {member}: allocation not understood: {exc}")
