@@ -84,6 +84,7 @@ __all__ = [
     "GrantSource",
     "allocation_from_inspect",
     "allocations_document",
+    "cdi_grant",
     "compact_json",
     "is_nvidia_runtime",
     "json_array",
@@ -318,7 +319,8 @@ def _env_map(env: Sequence[str]) -> dict[str, tuple[int, str]]:
 # the grant finders
 
 
-def _cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiRegistry | None = None) -> GpuGrant | None:
+def cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiRegistry | None = None) -> GpuGrant | None:
+    """The grant of CDI device ``kind=dev`` requested where ``source`` says (None: not a GPU)."""
     qualified = f"{kind}={dev}"
     resolved = cdi.resolve(qualified) if cdi is not None else None
     if resolved is not None:  # the spec says which GPU the name is: its own device nodes
@@ -366,7 +368,7 @@ def _device_request_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = No
             for dev_id in ids:
                 parsed = parse_cdi_name(dev_id)
                 if parsed is not None:
-                    g = _cdi_grant(parsed[0], parsed[1], src, cdi)
+                    g = cdi_grant(parsed[0], parsed[1], src, cdi)
                     if g is not None:
                         grants.append(g)
             continue
@@ -405,7 +407,7 @@ def _device_node_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = None)
                           compact_json(dev))
         parsed = parse_cdi_name(on_host) if not on_host.startswith("/") else None
         if parsed is not None:
-            g = _cdi_grant(parsed[0], parsed[1], src, cdi)
+            g = cdi_grant(parsed[0], parsed[1], src, cdi)
             if g is not None:
                 grants.append(g)
             continue
@@ -484,9 +486,11 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
 
 
 def allocation_from_inspect(container: Any, image: Any = None,
-                            engine_info: Any = None, cdi: CdiRegistry | None = None) -> ContainerAllocation:
+                            engine_info: Any = None, cdi: CdiRegistry | None = None,
+                            extra_grants: Sequence[GpuGrant] = ()) -> ContainerAllocation:
     """Build a container's allocation model from its inspect JSON, its image's and ``/info``
-    (``cdi``: the node's CDI spec files, which say which GPU a CDI device name is).
+    (``cdi``: the node's CDI spec files, which say which GPU a CDI device name is; ``extra_grants``:
+    grants another record of the engine holds, podman's libpod inspect).
 
     Raises ParseError (only) when the documents do not have the Engine API's shape.
     """
@@ -514,6 +518,7 @@ def allocation_from_inspect(container: Any, image: Any = None,
             notes.append("the engine records its default runtime in HostConfig.Runtime at "
                          "creation: an explicit --runtime with the same name looks the same")
     grants.extend(_device_node_grants(host, cdi))
+    grants.extend(extra_grants)
     privileged = host.get("Privileged")
     if privileged is not None and not isinstance(privileged, bool):
         raise ParseError("/HostConfig/Privileged: expected a boolean")

@@ -9,7 +9,7 @@ from forensics.specs.hints import CGROUP_PATHS, PIDS
 from forensics.specs.logs import LOGS
 
 __all__ = [
-    "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "PREFIX", "SAMPLES", "SPEC",
+    "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "LIBPOD_INSPECT", "PREFIX", "SAMPLES", "SPEC",
     "VERSION", "WINDOW_EVENTS", "DockerSettings", "container_member", "exec_member", "image_inspect",
 ]
 
@@ -24,11 +24,12 @@ EVENTS = "docker/events.jsonl"
 WINDOW_EVENTS = "docker/window/events.jsonl"
 ALLOCATIONS = "docker/allocations.json"
 SAMPLES = "docker/samples.jsonl"
+LIBPOD_INSPECT = "libpod-inspect.json"  # podman's own inspect, beside the compatible one
 
 
 def container_member(container: str, name: str) -> str:
     """``docker/containers/<id>/<name>``: ``inspect.json``, ``top.json``, ``stats.json``,
-    ``processes.json``, ``inspect-end.json``, ``logs.txt``."""
+    ``processes.json``, ``inspect-end.json``, ``logs.txt``, and on podman ``libpod-inspect.json``."""
     return f"{CONTAINERS_DIR}{container}/{name}"
 
 

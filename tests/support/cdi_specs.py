@@ -87,10 +87,12 @@ containerEdits:
 
 def nvidia_ctk_spec_json(name: str = "0", minor: int = 0, kind: str = "nvidia.com/gpu") -> str:
     """The same spec in the CDI JSON form (``nvidia-ctk cdi generate --format json``), with the
-    device node given by type, major and minor (SPEC.md's optional fields)."""
+    device nodes given by type, major and minor (SPEC.md's optional fields: a runtime then makes
+    the node without looking for it on the host, which has no NVIDIA driver here)."""
     return ('{"cdiVersion":"0.5.0","kind":"%s","devices":[{"name":"%s","containerEdits":{"deviceNodes":'
             '[{"path":"/dev/nvidia%d","type":"c","major":195,"minor":%d}]}}],"containerEdits":{"env":'
-            '["NVIDIA_VISIBLE_DEVICES=void"],"deviceNodes":[{"path":"/dev/nvidiactl"}]}}\n'
+            '["NVIDIA_VISIBLE_DEVICES=void"],"deviceNodes":[{"path":"/dev/nvidiactl","type":"c","major":195,'
+            '"minor":255}]}}\n'
             % (kind, name, minor, minor))
 
 

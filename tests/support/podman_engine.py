@@ -6,7 +6,9 @@ temporary directory and starts ``podman system service --time=0 unix://<dir>/pod
 "cgroupfs"`` (containers land in ``/libpod_parent/libpod-<id>``), ``events_logger = "file"``,
 ``netns = "none"``, ``default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]`` (root here
 lacks ``CAP_SYS_RESOURCE`` and may not raise an rlimit above its hard limit), the ``vfs``
-storage driver with its graph root, run root and libpod tmp dir in the directory. The test
+storage driver with its graph root, run root and libpod tmp dir in the directory, and a runtime named
+``nvidia`` that is runc (``[engine.runtimes]``: what ``--runtime nvidia`` names on a GPU host, where it
+is NVIDIA's runc wrapper; podman's own inspect reports the name, ``OCIRuntime``). The test
 images (``tests/support/oci_images.py``) are loaded with ``podman load``.
 
 :class:`PodmanEngine` is a :class:`~tests.support.docker_engine.DockerEngine`: ``docker_host``
@@ -76,6 +78,9 @@ events_logfile_path = "{tmp}/events.log"
 tmp_dir = "{tmp}/libpod"
 volume_path = "{tmp}/volumes"
 
+[engine.runtimes]
+nvidia = ["{runc}"]
+
 [network]
 network_config_dir = "{tmp}/net"
 cni_plugin_dirs = ["{tmp}/cni"]
@@ -122,7 +127,7 @@ def start_podman(tmp_parent: str | None = None, timeout_s: float = _START_TIMEOU
     tmp = private_dir("gfpm-", tmp_parent)
     for sub in ("cni", "net", "libpod", "volumes", "images"):
         (tmp / sub).mkdir()
-    (tmp / "containers.conf").write_text(CONTAINERS_CONF.format(tmp=tmp))
+    (tmp / "containers.conf").write_text(CONTAINERS_CONF.format(tmp=tmp, runc=RUNC))
     (tmp / "storage.conf").write_text(STORAGE_CONF.format(tmp=tmp))
     sock = tmp / "podman.sock"
     engine = PodmanEngine(

@@ -1,4 +1,6 @@
-"""Docker containers: ``docker/containers/<id>/inspect.json`` (GET /containers/{id}/json),
+"""Docker containers: ``docker/containers/<id>/inspect.json`` (GET /containers/{id}/json; on podman
+its grant is read from ``libpod-inspect.json`` beside it, :mod:`forensics.parsing.libpod_allocation`,
+and CDI device names through the bundle's CDI specs, :mod:`forensics.analysis.loaders.cdi`),
 ``docker/images/<hex>/inspect.json``, ``docker/info.json`` (DefaultRuntime), ``docker/events.jsonl``
 (``oom`` events), ``docker/samples.jsonl`` and ``docker/containers/<id>/stats.json``
 (``cpu_stats.throttling_data``, ``memory_stats``; and, per tick, ``blkio_stats`` and ``networks``
@@ -33,6 +35,7 @@ from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.docker_stats import blkio_bytes, network_totals
 from forensics.parsing.gpu_allocation import CDI_SPEC_DOCUMENT, allocation_from_inspect
+from forensics.parsing.libpod_allocation import LIBPOD_INSPECT, allocation_from_libpod
 from forensics.specs import docker as docker_spec
 from forensics.specs import net as net_spec
 
@@ -67,7 +70,10 @@ def load_docker(src: Source, model: Model, node: str) -> None:
         image_id = as_str(doc.get("Image"))
         image_member = docker_spec.image_inspect(image_id.split(':', 1)[-1])
         image_doc = src.json(image_member)
-        members = {"container-inspect": member, "image-inspect": image_member, "engine-info": docker_spec.INFO}
+        libpod_member = docker_spec.container_member(cid, docker_spec.LIBPOD_INSPECT)
+        libpod_doc = src.json(libpod_member)
+        members = {"container-inspect": member, "image-inspect": image_member, "engine-info": docker_spec.INFO,
+                   LIBPOD_INSPECT: libpod_member}
 
         def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members,
                          _member: str = member) -> Evidence:
@@ -78,10 +84,15 @@ def load_docker(src: Source, model: Model, node: str) -> None:
                 return src.ev_pointer(mem, pointer)
             return Evidence(src.name, mem, pointer, excerpt, normalised=True)
 
+        image_arg = image_doc if isinstance(image_doc, dict) else None
         try:
-            alloc = classify_docker_allocation(
-                allocation_from_inspect(doc, image_doc if isinstance(image_doc, dict) else None, info_doc, cdi),
-                gpus, evidence_for)
+            if isinstance(libpod_doc, dict):  # podman: its own inspect has the runtime and CDI devices
+                alloc = classify_docker_allocation(
+                    allocation_from_libpod(libpod_doc, image_arg, info_doc, cdi), gpus, evidence_for,
+                    source="podman libpod inspect", none_at=(LIBPOD_INSPECT, "/OCIRuntime"))
+            else:
+                alloc = classify_docker_allocation(
+                    allocation_from_inspect(doc, image_arg, info_doc, cdi), gpus, evidence_for)
         except ParseError as exc:
             src.problems.append(f"{src.name}: {member}: allocation not understood: {exc}")
             alloc = UNKNOWN_ALLOCATION

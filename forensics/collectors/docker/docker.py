@@ -7,6 +7,8 @@ kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`
 - ``GET /version``, ``GET /info``                -> ``docker/version.json``, ``docker/info.json``
 - ``GET /containers/json?all=1``                 -> ``docker/containers.json``
 - ``GET /containers/{id}/json``                  -> ``docker/containers/<id>/inspect.json``
+- podman only: ``GET /libpod/containers/{id}/json`` -> ``docker/containers/<id>/libpod-inspect.json``
+  (its own inspect: the OCI runtime, annotations, the creating command line with its CDI devices)
 - ``GET /containers/{id}/top?ps_args=...``       -> ``docker/containers/<id>/top.json``
 - ``GET /containers/{id}/stats?stream=0&one-shot=1`` -> ``docker/containers/<id>/stats.json``
 - ``GET /containers/{id}/logs?timestamps=1&since=<window start>&tail=N`` -> ``docker/containers/<id>/logs.txt``
@@ -60,6 +62,8 @@ from forensics.collectors.docker.engine import (
     connect,
     engine_essentials,
     image_hex,
+    libpod_inspect,
+    libpod_version,
     logs,
     pool_call_timeout,
     read_events,
@@ -72,6 +76,7 @@ from forensics.collectors.docker.redact import (
     redact_events,
     redact_exec,
     redact_info,
+    redact_libpod,
     redact_listing,
     redact_top,
 )
@@ -177,6 +182,7 @@ class DockerCollector:
         ctx.sink.write_json(dspec.ENGINE, essentials)
         if essentials["engine"]:
             ctx.note(f"engine: {essentials['engine']} {essentials['server_version'] or ''}".rstrip())
+        podman = libpod_version(version) if essentials["engine"] == "podman" else None
         if not isinstance(listing, list):
             err = pool.calls[("list", "containers")].error or "no answer in time"
             if "time" in err.lower() or "budget" in err:
@@ -235,6 +241,8 @@ class DockerCollector:
                 doc = redact_container(result, ctx)
                 inspects[subject] = doc
                 ctx.sink.write_json(dspec.container_member(subject, "inspect.json"), doc)
+                if podman:  # the compatible inspect drops the runtime, CDI devices and annotations
+                    pool.submit("libpod", subject, functools.partial(libpod_inspect, client, subject, podman))
                 raw_state = doc.get("State")
                 state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
                 finished = parse_docker_time(state.get("FinishedAt"))
@@ -256,6 +264,10 @@ class DockerCollector:
                         if isinstance(exec_id, str) and exec_id.isalnum():
                             pool.submit("exec", exec_id,
                                         functools.partial(client.exec_inspect, exec_id))
+            elif kind == "libpod" and isinstance(result, dict):
+                libpod_doc = redact_libpod(result, ctx)
+                ctx.sink.write_json(dspec.container_member(subject, dspec.LIBPOD_INSPECT), libpod_doc)
+                scratch.setdefault(subject, {})["libpod"] = libpod_doc
             elif kind == "top":
                 ctx.sink.write_json(dspec.container_member(subject, "top.json"),
                                     redact_top(result, ctx))

@@ -107,6 +107,28 @@ def logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
     return data if isinstance(data, bytes) else b""
 
 
+def libpod_version(version: Any) -> str:
+    """The libpod API version of a podman ``/version`` answer (its ``Podman Engine`` component's
+    ``APIVersion``, else its ``Version``); ``4.0.0`` when it names none. Podman serves its own API
+    under ``/v<that version>/libpod/`` on the socket of the compatible one."""
+    for c in (version or {}).get("Components") or [] if isinstance(version, dict) else []:
+        if isinstance(c, dict) and "podman" in str(c.get("Name", "")).lower():
+            details = c.get("Details") if isinstance(c.get("Details"), dict) else {}
+            for v in (details.get("APIVersion"), c.get("Version")):
+                if isinstance(v, str) and v[:1].isdigit() and v.replace(".", "").replace("-", "").isalnum():
+                    return v
+    return "4.0.0"
+
+
+def libpod_inspect(client: Any, cid: str, api_version: str) -> Any:
+    """Podman's own ``GET /v<api>/libpod/containers/{id}/json`` on the same socket: the OCI runtime
+    really used (``OCIRuntime``; the compatible inspect says ``oci``), annotations and the command
+    line that created the container (``Config.CreateCommand``), where its CDI devices are named (no
+    field of either inspect holds them)."""
+    response = client._get(f"{client.base_url}/v{api_version}/libpod/containers/{cid}/json")
+    return client._result(response, True)
+
+
 def image_hex(image_id: str) -> str:
     return image_id.split(":", 1)[-1]
 

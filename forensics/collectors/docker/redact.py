@@ -17,8 +17,8 @@ from typing import Any
 from forensics.bundle.redact import Redactor
 from forensics.collect.context import CollectContext
 
-__all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_events", "redact_exec",
-           "redact_info", "redact_listing", "redact_top"]
+__all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_create_command", "redact_events",
+           "redact_exec", "redact_info", "redact_libpod", "redact_listing", "redact_top"]
 
 ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
 
@@ -55,6 +55,46 @@ def _redact_state_text(state: Any, r: Redactor) -> None:
     for entry in health.get("Log") or () if isinstance(health, dict) else ():
         if isinstance(entry, dict) and isinstance(entry.get("Output"), str):
             entry["Output"] = r.text(entry["Output"], "logs")
+
+
+_ENV_FLAGS = ("-e", "--env")
+
+
+def redact_create_command(argv: list[str], ctx: CollectContext) -> list[str]:
+    """Podman's ``Config.CreateCommand`` (the ``podman run``/``create`` command line): the value of
+    ``-e``/``--env NAME=value`` as a container environment's (allow-listed names kept), every other
+    argument as a command line's."""
+    r = ctx.redactor
+    out: list[str] = []
+    env_next = False
+    for arg in argv:
+        if env_next:
+            out.append((r.env_list([arg]) or [arg])[0])
+            env_next = False
+        elif arg in _ENV_FLAGS:
+            out.append(arg)
+            env_next = True
+        elif arg.startswith("--env="):
+            out.append("--env=" + (r.env_list([arg[len("--env="):]]) or [""])[0])
+        else:
+            out.extend(r.argv([arg]))
+    return out
+
+
+def redact_libpod(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    """Podman's own inspect (``GET /libpod/containers/{id}/json``) as a Docker inspect is redacted,
+    and its own fields: ``Config.CreateCommand``, ``Config.Annotations`` (as labels), a string
+    ``Config.Entrypoint``."""
+    redact_container(doc, ctx)
+    conf = doc.get("Config")
+    if isinstance(conf, dict):
+        if isinstance(conf.get("CreateCommand"), list):
+            conf["CreateCommand"] = redact_create_command(
+                [a for a in conf["CreateCommand"] if isinstance(a, str)], ctx)
+        ctx.redactor.label_map(conf.get("Annotations"))
+        if isinstance(conf.get("Entrypoint"), str):
+            conf["Entrypoint"] = ctx.redactor.text(conf["Entrypoint"], "argv")
+    return doc
 
 
 def redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from forensics.collect.context import CollectContext
 from forensics.collectors.docker.pids import merge_pids
 from forensics.errors import ParseError
 from forensics.parsing.gpu_allocation import allocation_from_inspect, allocations_document
+from forensics.parsing.libpod_allocation import allocation_from_libpod
 from forensics.parsing.timestamps import is_zero_time, parse_iso
 from forensics.specs import docker as dspec
 from forensics.specs.hints import CGROUP_PATHS, PIDS
@@ -74,14 +75,16 @@ def record_taken(ctx: CollectContext, chosen: list[dict[str, Any]],
         entry["taken"] = True
         entry["name"] = (c.get("Names") or [""])[0].lstrip("/")
         container_ids.append(cid)
+        seen = scratch.get(cid, {})
         if doc is not None:
             try:
-                alloc = allocation_from_inspect(doc, image_docs.get(str(doc.get("Image"))),
-                                                info if isinstance(info, dict) else None)
+                image, engine_info = image_docs.get(str(doc.get("Image"))), info if isinstance(info, dict) else None
+                libpod = seen.get("libpod")  # podman: its own inspect holds the runtime and CDI devices
+                alloc = (allocation_from_libpod(libpod, image, engine_info) if isinstance(libpod, dict)
+                         else allocation_from_inspect(doc, image, engine_info))
                 allocations.append(alloc)
             except ParseError as exc:
                 ctx.note(f"allocation model for {cid[:12]}: {exc}")
-        seen = scratch.get(cid, {})
         procs, top_doc, top_time = seen.get("cgroup"), seen.get("top"), seen.get("top_time")
         if procs is not None or top_doc is not None:
             processes = merge_pids(procs, top_doc, top_time, seen.get("execs") or [])
