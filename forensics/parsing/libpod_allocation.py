@@ -76,7 +76,8 @@ def create_command_cdi_devices(argv: Any) -> list[tuple[int, str, str]]:
 def _cdi_grants(doc: Mapping[str, Any], cdi: CdiRegistry | None) -> list[GpuGrant]:
     config = json_object(doc.get("Config"), "/Config")
     grants: list[GpuGrant] = []
-    argv = config.get("CreateCommand")
+    argv_any = config.get("CreateCommand")
+    argv: list[Any] = argv_any if isinstance(argv_any, list) else []
     for at, name, how in create_command_cdi_devices(argv):
         kind, dev = parse_cdi_name(name) or ("", "")
         src = GrantSource(LIBPOD_INSPECT, json_pointer("Config", "CreateCommand", at), compact_json(argv[at]))

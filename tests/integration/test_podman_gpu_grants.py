@@ -21,7 +21,6 @@ that already has a spec of kind ``nvidia.com/gpu`` there is not touched (the tes
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass

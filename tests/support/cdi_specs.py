@@ -25,6 +25,7 @@ Sources (read with the ``fetch`` tool; the texts below keep their byte shapes):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 __all__ = ["cdi_device_request", "nvidia_ctk_spec", "nvidia_ctk_spec_json"]
@@ -89,11 +90,12 @@ def nvidia_ctk_spec_json(name: str = "0", minor: int = 0, kind: str = "nvidia.co
     """The same spec in the CDI JSON form (``nvidia-ctk cdi generate --format json``), with the
     device nodes given by type, major and minor (SPEC.md's optional fields: a runtime then makes
     the node without looking for it on the host, which has no NVIDIA driver here)."""
-    return ('{"cdiVersion":"0.5.0","kind":"%s","devices":[{"name":"%s","containerEdits":{"deviceNodes":'
-            '[{"path":"/dev/nvidia%d","type":"c","major":195,"minor":%d}]}}],"containerEdits":{"env":'
-            '["NVIDIA_VISIBLE_DEVICES=void"],"deviceNodes":[{"path":"/dev/nvidiactl","type":"c","major":195,'
-            '"minor":255}]}}\n'
-            % (kind, name, minor, minor))
+    node = {"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": minor}
+    ctl = {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}
+    spec = {"cdiVersion": "0.5.0", "kind": kind,
+            "devices": [{"name": name, "containerEdits": {"deviceNodes": [node]}}],
+            "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"], "deviceNodes": [ctl]}}
+    return json.dumps(spec, separators=(",", ":")) + "\n"
 
 
 def cdi_device_request(*names: str) -> dict[str, Any]:

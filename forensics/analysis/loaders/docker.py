@@ -18,6 +18,7 @@ from typing import Any
 from forensics.analysis.allocation import classify_docker_allocation
 from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence
+from forensics.analysis.loaders.cdi import cdi_evidence, cdi_registry
 from forensics.analysis.loaders.common import (
     Loader,
     as_dict,
@@ -27,7 +28,6 @@ from forensics.analysis.loaders.common import (
     dig,
     parse_time,
 )
-from forensics.analysis.loaders.cdi import cdi_evidence, cdi_registry
 from forensics.analysis.loaders.logs import load_log_signals
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Process
 from forensics.analysis.samples import CpuSample, IoSample, MemorySample, NetSample

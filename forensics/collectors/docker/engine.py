@@ -111,10 +111,12 @@ def libpod_version(version: Any) -> str:
     """The libpod API version of a podman ``/version`` answer (its ``Podman Engine`` component's
     ``APIVersion``, else its ``Version``); ``4.0.0`` when it names none. Podman serves its own API
     under ``/v<that version>/libpod/`` on the socket of the compatible one."""
-    for c in (version or {}).get("Components") or [] if isinstance(version, dict) else []:
+    components = version.get("Components") if isinstance(version, dict) else None
+    for c in components if isinstance(components, list) else []:
         if isinstance(c, dict) and "podman" in str(c.get("Name", "")).lower():
-            details = c.get("Details") if isinstance(c.get("Details"), dict) else {}
-            for v in (details.get("APIVersion"), c.get("Version")):
+            details = c.get("Details")
+            api = details.get("APIVersion") if isinstance(details, dict) else None
+            for v in (api, c.get("Version")):
                 if isinstance(v, str) and v[:1].isdigit() and v.replace(".", "").replace("-", "").isalnum():
                     return v
     return "4.0.0"

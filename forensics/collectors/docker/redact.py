@@ -77,8 +77,8 @@ def redact_create_command(argv: list[str], ctx: CollectContext) -> list[str]:
         elif arg.startswith("--env="):
             out.append("--env=" + (r.env_list([arg[len("--env="):]]) or [""])[0])
         else:
-            out.extend(r.argv([arg]))
-    return out
+            out.append(arg)
+    return r.argv(out)  # the rest as a command line (a pseudonym is left as it is)
 
 
 def redact_libpod(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
