@@ -106,6 +106,7 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
     bl_reasons: list[str] = []
     ex_kinds: list[str] = []
     bl_kinds: list[str] = []
+    cdi_names: dict[str, None] = {}
     for grant in alloc.grants:
         if not grant.effective or grant.scope == "none":
             continue
@@ -117,6 +118,7 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
             ex_ev.extend(evs)
             ex_reasons.append(grant.reason)
             ex_kinds.append(grant.mechanism)
+            cdi_names.update(dict.fromkeys(grant.cdi_names))
         else:
             for u in uuids:
                 blanket.setdefault(u, None)
@@ -127,7 +129,8 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
     if explicit:
         kind = "env" if ex_kinds[0] == "nvidia-runtime-env" else ex_kinds[0]
         return GpuAllocation(kind, True, tuple(explicit), source, "; ".join(ex_reasons),
-                             tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))
+                             tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev),
+                             cdi_devices=tuple(cdi_names))
     if blanket:
         return GpuAllocation(bl_kinds[0], False, (), source, "no explicit GPU grant",
                              (), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))

@@ -125,6 +125,7 @@ class GpuAllocation:
     devices_known: bool = True
     time_sliced: bool = False  # a device plugin's time-slicing replicas (GPU-<uuid>::N): sharing by design
     claims: tuple[str, ...] = ()  # DRA: the ResourceClaims (namespace/name) that granted ``gpus``
+    cdi_devices: tuple[str, ...] = ()  # the CDI device names that granted ``gpus`` (nvidia.com/gpu=0)
 
     def grants(self, gpu_uuid: str, mig_uuid: str | None = None) -> bool:
         """True when this allocation explicitly grants the GPU (or the MIG device on it)."""

@@ -151,6 +151,7 @@ class GpuGrant:
     claim: str | None = None  # dra-claim, extended-resource-dra: the ResourceClaim, namespace/name
     devices_known: bool = True  # false: a grant of GPUs the evidence does not name (never judged)
     shared: bool = False  # shared on purpose (time-slicing replicas, a claim's sharing strategy)
+    cdi_names: tuple[str, ...] = ()  # the CDI device names of a cdi grant (nvidia.com/gpu=0)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -169,6 +170,8 @@ class GpuGrant:
             out["devices_known"] = False
         if self.shared:
             out["shared"] = True
+        if self.cdi_names:
+            out["cdi_names"] = list(self.cdi_names)
         return out
 
 
@@ -331,7 +334,7 @@ def cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiRegistry | None 
         nodes = ", ".join(f"/dev/nvidia{m}" for m in resolved.minors)
         return GpuGrant("cdi", "devices", tuple(GpuRef(str(m), "minor") for m in resolved.minors),
                         "operator", True, f"CDI device {qualified} ({nodes} per {resolved.member})",
-                        (source, spec_src))
+                        (source, spec_src), cdi_names=(qualified,))
     if kind not in _NVIDIA_CDI_KINDS:
         return None
     unresolved = ""
@@ -342,9 +345,10 @@ def cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiRegistry | None 
     token = nvidia_cdi_token(dev)
     if token == "all":
         return GpuGrant("cdi", "all", (), "operator", True,
-                        f"CDI device {qualified} names every GPU{unresolved}", (source,))
+                        f"CDI device {qualified} names every GPU{unresolved}", (source,),
+                        cdi_names=(qualified,))
     return GpuGrant("cdi", "devices", (_classify(token),), "operator", True,
-                    f"CDI device {qualified}{unresolved}", (source,))
+                    f"CDI device {qualified}{unresolved}", (source,), cdi_names=(qualified,))
 
 
 def _device_request_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = None) -> list[GpuGrant]:

@@ -215,6 +215,7 @@ def _container(
         allocation_gpus=gpus,
         allocation_source=get_str(alloc, "source"),
         allocation_detail=get_str(alloc, "detail"),
+        allocation_cdi_devices=get_strs(alloc, "cdi_devices"),
         cpu_quota_cores=get_num(d, "cpu_quota_cores"),
         memory_limit_bytes=limit,
         throttled_avg_ratio=thr_avg,
