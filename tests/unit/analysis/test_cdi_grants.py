@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from forensics.report.markdown import render_markdown
 from tests.support.analysis_bundles import GIB, BundleSpec
 from tests.support.cdi_specs import cdi_device_request, nvidia_ctk_spec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
@@ -47,6 +48,10 @@ def test_type_index_name_on_its_gpu_is_granted(analyze: Analyze) -> None:
     assert alloc["kind"] == "cdi" and alloc["explicit"] is True
     assert len(alloc["gpus"]) == 1 and alloc["gpus"][0].startswith("GPU-")
     assert "nvidia.com/gpu=gpu1" in alloc["detail"] and SPEC_MEMBER in alloc["detail"]
+    assert alloc["cdi_devices"] == ["nvidia.com/gpu=gpu1"]
+    # the report's grant column names the CDI device after the kind
+    row = next(line for line in render_markdown(doc).splitlines() if line.startswith("| **job**"))
+    assert "| cdi `nvidia.com/gpu=gpu1`: " in row, row
 
 
 def test_claim_style_kind_resolved_only_by_its_spec(analyze: Analyze) -> None:
