@@ -67,6 +67,7 @@ default is nvidia cannot be told from the default; it is attributed to the engin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -485,6 +486,36 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
                     f"{runtime_why} without NVIDIA_VISIBLE_DEVICES: no GPU", tuple(sources))
 
 
+_ENGINE_VERSION_RE = re.compile(r"^v?([0-9]+)\.([0-9]+)")
+
+
+def _gpus_as_cdi(grant: GpuGrant, cdi: CdiRegistry | None, info: Mapping[str, Any] | None) -> GpuGrant:
+    """A ``--gpus`` request on Engine 29.2+: with ``nvidia-cdi-hook`` installed the engine injects
+    it as CDI devices ``nvidia.com/gpu=<id>`` (``all`` for Count -1), so when the node's specs
+    define every one of them the grant is those devices' GPUs, the specs cited beside the request.
+    Otherwise (an older engine, no spec, a name the spec lacks) the request is read as before."""
+    if grant.mechanism != "device-request" or grant.scope == "none" or cdi is None or info is None:
+        return grant
+    m = _ENGINE_VERSION_RE.match(str(info.get("ServerVersion") or ""))
+    if m is None or (int(m.group(1)), int(m.group(2))) < (29, 2):
+        return grant
+    names = [f"nvidia.com/gpu={d.id}" for d in grant.devices] if grant.scope == "devices" else ["nvidia.com/gpu=all"]
+    resolved = [cdi.resolve(n) for n in names]
+    if any(r is None or not r.minors for r in resolved):
+        return grant
+    found = [r for r in resolved if r is not None]
+    minors = tuple(dict.fromkeys(mi for r in found for mi in r.minors))
+    nodes = ", ".join(f"/dev/nvidia{mi}" for mi in minors)
+    spec_sources = tuple(GrantSource(f"{CDI_SPEC_DOCUMENT}{r.member}", r.pointer,
+                                     compact_json({"name": r.qualified, "gpu_minors": list(r.minors)}))
+                         for r in found)
+    return dataclasses.replace(
+        grant, scope="devices", devices=tuple(GpuRef(str(mi), "minor") for mi in minors),
+        reason=f"{grant.reason}; Engine {m.group(1)}.{m.group(2)} injects it as CDI device "
+               f"{', '.join(names)} when nvidia-cdi-hook is installed ({nodes} per the CDI spec)",
+        sources=grant.sources + spec_sources, cdi_names=tuple(names))
+
+
 # --------------------------------------------------------------------------------------------
 # the model
 
@@ -514,7 +545,7 @@ def allocation_from_inspect(container: Any, image: Any = None,
             notes.append(f"HostConfig.Runtime empty: the engine default ({runtime}) applies")
 
     grants: list[GpuGrant] = []
-    grants.extend(_device_request_grants(host, cdi))
+    grants.extend(_gpus_as_cdi(g, cdi, info) for g in _device_request_grants(host, cdi))
     env_grant = _runtime_env_grant(c, img, runtime, default_runtime, info)
     if env_grant is not None:
         grants.append(env_grant)

@@ -107,3 +107,31 @@ class TestCdiGrants:
         devs = [{"PathOnHost": "nvidia.com/gpu=1", "PathInContainer": "", "CgroupPermissions": ""}]
         alloc = allocation_from_inspect(_container(Devices=devs), cdi=_registry((STATIC, nvidia_ctk_spec(minors=(0, 7)), 0)))
         assert [(d.id, d.kind) for d in alloc.devices] == [("7", "minor")]
+
+
+class TestGpusAsCdi:
+    """Engine 29.2+ with nvidia-cdi-hook injects ``--gpus`` as ``nvidia.com/gpu=<id>`` CDI devices
+    (moby ``daemon/devices_nvidia_linux.go``, ``cdiDeviceInjector``); the inspect keeps the request."""
+
+    REQ = {"Driver": "", "Count": 0, "DeviceIDs": ["1"], "Capabilities": [["gpu"]], "Options": {}}
+    ALL = {"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}
+
+    def test_resolved_through_the_spec_on_29_2(self) -> None:
+        reg = _registry((STATIC, nvidia_ctk_spec(minors=(0, 4)), 0))
+        alloc = allocation_from_inspect(_container(DeviceRequests=[self.REQ]), None, {"ServerVersion": "29.2.0"}, reg)
+        (grant,) = alloc.grants
+        assert grant.mechanism == "device-request" and [(d.id, d.kind) for d in grant.devices] == [("4", "minor")]
+        assert grant.cdi_names == ("nvidia.com/gpu=1",) and "nvidia-cdi-hook" in grant.reason
+        assert [s.document for s in grant.sources] == ["container-inspect", CDI_SPEC_DOCUMENT + STATIC]
+        everything = allocation_from_inspect(_container(DeviceRequests=[self.ALL]), None,
+                                             {"ServerVersion": "29.3.1"}, reg)
+        assert everything.scope == "devices" and [d.id for d in everything.devices] == ["0", "4"]
+
+    def test_older_engine_or_missing_name_read_as_before(self) -> None:
+        reg = _registry((STATIC, nvidia_ctk_spec(minors=(0, 4)), 0))
+        old = allocation_from_inspect(_container(DeviceRequests=[self.REQ]), None, {"ServerVersion": "28.5.2"}, reg)
+        assert [(d.id, d.kind) for d in old.devices] == [("1", "index")] and old.grants[0].cdi_names == ()
+        uuid_named = _registry((STATIC, nvidia_ctk_spec(("GPU-a", "GPU-b")), 0))
+        new = allocation_from_inspect(_container(DeviceRequests=[self.REQ]), None, {"ServerVersion": "29.2.0"},
+                                      uuid_named)
+        assert [(d.id, d.kind) for d in new.devices] == [("1", "index")]
