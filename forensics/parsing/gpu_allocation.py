@@ -13,15 +13,9 @@ Grant mechanisms, each recorded with the JSON pointer it came from and its origi
 - ``device-request``: ``/HostConfig/DeviceRequests/N`` (``docker run --gpus``). ``Count`` -1 means
   every GPU, ``Count`` N the GPUs with indices 0..N-1 (so two ``--gpus 2`` containers share the
   same two), ``DeviceIDs`` indices or UUIDs. Driver ``cdi`` carries CDI names instead.
-- ``cdi``: CDI device names such as ``nvidia.com/gpu=0`` or ``nvidia.com/gpu=all`` (in a ``cdi``
-  device request: ``docker run --device nvidia.com/gpu=0`` on Engine 28.2+, or as ``PathOnHost``
-  of ``/HostConfig/Devices``). The GPU is what the node's CDI spec files say the name is
-  (:mod:`forensics.parsing.cdi_spec`: the device's own ``/dev/nvidia<N>`` nodes, GPU minor N;
-  cited as a second source, document ``cdi-spec:<member>``); a name of another kind is a GPU
-  grant only through its spec. Without the spec (the NVIDIA runtime's ``jit-cdi`` mode makes
-  ``runtime.nvidia.com/gpu`` specs in memory), an NVIDIA name is read as ``nvidia-ctk`` names
-  devices (``0``, ``GPU-<uuid>``, ``gpu0``, ``mig1:0``, ``all``). The spec's own
-  ``NVIDIA_VISIBLE_DEVICES=void`` never takes the grant back.
+- ``cdi``: CDI device names such as ``nvidia.com/gpu=0`` (a ``cdi`` device request: ``docker run
+  --device`` on Engine 28.2+, or ``PathOnHost`` of ``/HostConfig/Devices``): the GPU the node's CDI
+  specs say the name is (:mod:`forensics.parsing.cdi_grants`), else NVIDIA's naming.
 - ``nvidia-runtime-env``: ``/HostConfig/Runtime`` is the nvidia runtime (given by the operator, or
   filled in by the engine from its default runtime) and ``NVIDIA_VISIBLE_DEVICES`` in
   ``/Config/Env`` (``all``, ``none``, ``void``, indices, ``GPU-`` UUIDs, ``MIG-`` ids, ``i:j``).
@@ -58,7 +52,9 @@ Every grant is ``origin`` operator; a Kubernetes grant is explicit. New forms ar
 ``mechanism`` values with the same fields: a grant always cites where it was read.
 
 Why this module is long: it is the one grant model every runtime's forms share (the types, and
-Docker's finders that first defined them); the Kubernetes forms are built elsewhere from these types.
+Docker's finders that first defined them); the Kubernetes forms are built elsewhere from these
+types, as are podman's (:mod:`~forensics.parsing.libpod_allocation`), CRI's
+(:mod:`~forensics.parsing.oci_allocation`) and the CDI specs' (:mod:`~forensics.parsing.cdi_grants`).
 
 Caveat recorded in every nvidia-runtime grant: the engine writes its default runtime into
 ``HostConfig.Runtime`` at creation, so ``--runtime nvidia`` given explicitly on a host whose
@@ -67,18 +63,17 @@ default is nvidia cannot be told from the default; it is attributed to the engin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from forensics.errors import ParseError
-from forensics.parsing.cdi_spec import CdiRegistry, nvidia_cdi_token
+from forensics.parsing.cdi_spec import nvidia_cdi_token
 
 __all__ = [
-    "CDI_SPEC_DOCUMENT",
+    "CdiGrants",
     "ContainerAllocation",
     "GpuGrant",
     "GpuRef",
@@ -86,6 +81,7 @@ __all__ = [
     "allocation_from_inspect",
     "allocations_document",
     "cdi_grant",
+    "nvidia_cdi_grant",
     "compact_json",
     "is_nvidia_runtime",
     "json_array",
@@ -106,7 +102,6 @@ _NODE_RE = re.compile(r"^/dev/nvidia([0-9]+)$")
 _CDI_RE = re.compile(r"^(?P<kind>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<name>.+)$")
 # runtime.nvidia.com/gpu: the NVIDIA runtime's jit-cdi mode, whose spec is made in memory (no file)
 _NVIDIA_CDI_KINDS = frozenset({"nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"})
-CDI_SPEC_DOCUMENT = "cdi-spec:"  # GrantSource.document prefix: the bundle member of a CDI spec file
 
 
 @dataclass(frozen=True)
@@ -323,36 +318,34 @@ def _env_map(env: Sequence[str]) -> dict[str, tuple[int, str]]:
 # the grant finders
 
 
-def cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiRegistry | None = None) -> GpuGrant | None:
-    """The grant of CDI device ``kind=dev`` requested where ``source`` says (None: not a GPU)."""
-    qualified = f"{kind}={dev}"
-    resolved = cdi.resolve(qualified) if cdi is not None else None
-    if resolved is not None:  # the spec says which GPU the name is: its own device nodes
-        spec_src = GrantSource(f"{CDI_SPEC_DOCUMENT}{resolved.member}", resolved.pointer,
-                               compact_json({"name": qualified, "gpu_minors": list(resolved.minors)}))
-        if not resolved.minors:
-            return None  # a device whose edits give no GPU node: not a GPU grant
-        nodes = ", ".join(f"/dev/nvidia{m}" for m in resolved.minors)
-        return GpuGrant("cdi", "devices", tuple(GpuRef(str(m), "minor") for m in resolved.minors),
-                        "operator", True, f"CDI device {qualified} ({nodes} per {resolved.member})",
-                        (source, spec_src), cdi_names=(qualified,))
+class CdiGrants(Protocol):
+    """Reads CDI device names through the node's CDI spec files (:mod:`forensics.parsing.cdi_grants`)."""
+
+    def device(self, kind: str, name: str, source: GrantSource) -> GpuGrant | None: ...
+
+    def gpus_request(self, grant: GpuGrant, engine_info: Mapping[str, Any] | None) -> GpuGrant: ...
+
+
+def cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiGrants | None = None) -> GpuGrant | None:
+    """The grant of CDI device ``kind=dev`` requested where ``source`` says (None: not a GPU):
+    through the node's specs when given, else by NVIDIA's naming."""
+    return cdi.device(kind, dev, source) if cdi is not None else nvidia_cdi_grant(kind, dev, source)
+
+
+def nvidia_cdi_grant(kind: str, dev: str, source: GrantSource, why: str = "") -> GpuGrant | None:
+    """An NVIDIA CDI name read as ``nvidia-ctk`` names devices (``0``, ``GPU-<uuid>``, ``gpu0``,
+    ``mig1:0``, ``all``); None for another kind. ``why`` is added to the reason."""
     if kind not in _NVIDIA_CDI_KINDS:
         return None
-    unresolved = ""
-    if cdi is not None:
-        unresolved = (" (defined twice in one CDI spec directory: the runtime refuses it)"
-                      if cdi.conflicts(qualified) else
-                      " (not in the captured CDI specs: read by nvidia-ctk's device naming)")
-    token = nvidia_cdi_token(dev)
+    qualified, token = f"{kind}={dev}", nvidia_cdi_token(dev)
     if token == "all":
-        return GpuGrant("cdi", "all", (), "operator", True,
-                        f"CDI device {qualified} names every GPU{unresolved}", (source,),
-                        cdi_names=(qualified,))
-    return GpuGrant("cdi", "devices", (_classify(token),), "operator", True,
-                    f"CDI device {qualified}{unresolved}", (source,), cdi_names=(qualified,))
+        return GpuGrant("cdi", "all", (), "operator", True, f"CDI device {qualified} names every GPU{why}",
+                        (source,), cdi_names=(qualified,))
+    return GpuGrant("cdi", "devices", (_classify(token),), "operator", True, f"CDI device {qualified}{why}",
+                    (source,), cdi_names=(qualified,))
 
 
-def _device_request_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = None) -> list[GpuGrant]:
+def _device_request_grants(host: Mapping[str, Any], cdi: CdiGrants | None = None) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
     for i, req_any in enumerate(json_array(host.get("DeviceRequests"), "/HostConfig/DeviceRequests")):
         where = f"/HostConfig/DeviceRequests/{i}"
@@ -402,7 +395,7 @@ def _device_request_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = No
     return grants
 
 
-def _device_node_grants(host: Mapping[str, Any], cdi: CdiRegistry | None = None) -> list[GpuGrant]:
+def _device_node_grants(host: Mapping[str, Any], cdi: CdiGrants | None = None) -> list[GpuGrant]:
     grants: list[GpuGrant] = []
     for i, dev_any in enumerate(json_array(host.get("Devices"), "/HostConfig/Devices")):
         where = f"/HostConfig/Devices/{i}"
@@ -486,42 +479,12 @@ def _runtime_env_grant(container: Mapping[str, Any], image: Mapping[str, Any] | 
                     f"{runtime_why} without NVIDIA_VISIBLE_DEVICES: no GPU", tuple(sources))
 
 
-_ENGINE_VERSION_RE = re.compile(r"^v?([0-9]+)\.([0-9]+)")
-
-
-def _gpus_as_cdi(grant: GpuGrant, cdi: CdiRegistry | None, info: Mapping[str, Any] | None) -> GpuGrant:
-    """A ``--gpus`` request on Engine 29.2+: with ``nvidia-cdi-hook`` installed the engine injects
-    it as CDI devices ``nvidia.com/gpu=<id>`` (``all`` for Count -1), so when the node's specs
-    define every one of them the grant is those devices' GPUs, the specs cited beside the request.
-    Otherwise (an older engine, no spec, a name the spec lacks) the request is read as before."""
-    if grant.mechanism != "device-request" or grant.scope == "none" or cdi is None or info is None:
-        return grant
-    m = _ENGINE_VERSION_RE.match(str(info.get("ServerVersion") or ""))
-    if m is None or (int(m.group(1)), int(m.group(2))) < (29, 2):
-        return grant
-    names = [f"nvidia.com/gpu={d.id}" for d in grant.devices] if grant.scope == "devices" else ["nvidia.com/gpu=all"]
-    resolved = [cdi.resolve(n) for n in names]
-    if any(r is None or not r.minors for r in resolved):
-        return grant
-    found = [r for r in resolved if r is not None]
-    minors = tuple(dict.fromkeys(mi for r in found for mi in r.minors))
-    nodes = ", ".join(f"/dev/nvidia{mi}" for mi in minors)
-    spec_sources = tuple(GrantSource(f"{CDI_SPEC_DOCUMENT}{r.member}", r.pointer,
-                                     compact_json({"name": r.qualified, "gpu_minors": list(r.minors)}))
-                         for r in found)
-    return dataclasses.replace(
-        grant, scope="devices", devices=tuple(GpuRef(str(mi), "minor") for mi in minors),
-        reason=f"{grant.reason}; Engine {m.group(1)}.{m.group(2)} injects it as CDI device "
-               f"{', '.join(names)} when nvidia-cdi-hook is installed ({nodes} per the CDI spec)",
-        sources=grant.sources + spec_sources, cdi_names=tuple(names))
-
-
 # --------------------------------------------------------------------------------------------
 # the model
 
 
 def allocation_from_inspect(container: Any, image: Any = None,
-                            engine_info: Any = None, cdi: CdiRegistry | None = None,
+                            engine_info: Any = None, cdi: CdiGrants | None = None,
                             extra_grants: Sequence[GpuGrant] = ()) -> ContainerAllocation:
     """Build a container's allocation model from its inspect JSON, its image's and ``/info``
     (``cdi``: the node's CDI spec files, which say which GPU a CDI device name is; ``extra_grants``:
@@ -545,7 +508,7 @@ def allocation_from_inspect(container: Any, image: Any = None,
             notes.append(f"HostConfig.Runtime empty: the engine default ({runtime}) applies")
 
     grants: list[GpuGrant] = []
-    grants.extend(_gpus_as_cdi(g, cdi, info) for g in _device_request_grants(host, cdi))
+    grants.extend(cdi.gpus_request(g, info) if cdi else g for g in _device_request_grants(host, cdi))
     env_grant = _runtime_env_grant(c, img, runtime, default_runtime, info)
     if env_grant is not None:
         grants.append(env_grant)

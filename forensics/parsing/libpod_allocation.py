@@ -30,8 +30,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from forensics.parsing.cdi_spec import CdiRegistry
 from forensics.parsing.gpu_allocation import (
+    CdiGrants,
     ContainerAllocation,
     GpuGrant,
     GrantSource,
@@ -73,7 +73,7 @@ def create_command_cdi_devices(argv: Any) -> list[tuple[int, str, str]]:
     return out
 
 
-def _cdi_grants(doc: Mapping[str, Any], cdi: CdiRegistry | None) -> list[GpuGrant]:
+def _cdi_grants(doc: Mapping[str, Any], cdi: CdiGrants | None) -> list[GpuGrant]:
     config = json_object(doc.get("Config"), "/Config")
     grants: list[GpuGrant] = []
     argv_any = config.get("CreateCommand")
@@ -107,7 +107,7 @@ def _own(source: GrantSource) -> GrantSource:
 
 
 def allocation_from_libpod(libpod: Any, image: Any = None, engine_info: Any = None,
-                           cdi: CdiRegistry | None = None) -> ContainerAllocation:
+                           cdi: CdiGrants | None = None) -> ContainerAllocation:
     """A podman container's allocation from its libpod inspect (and its image's, ``/info``).
 
     Raises ParseError (only) when the document does not have podman's shape."""

@@ -1,7 +1,7 @@
 """CDI spec files: ``cdi/index.json`` and the spec files it lists (``cdi/<directory>/<file>``).
 
 The specs are not entities of their own: the engines' loaders (docker, and podman's libpod
-inspect) resolve a CDI device name through them (:func:`cdi_registry`), and cite the device's
+inspect) resolve a CDI device name through them (:func:`cdi_grants`), and cite the device's
 entry in its file (:func:`cdi_evidence`: the YAML line of the ``devices[]`` entry, or the JSON
 pointer ``/devices/N``). This loader reports what could not be read: a file that is not a CDI
 spec, and a name two files of one directory define (the runtime refuses such a name).
@@ -13,10 +13,11 @@ from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_int, as_str
 from forensics.analysis.model import Model
 from forensics.analysis.source import Source
+from forensics.parsing.cdi_grants import SpecGrants
 from forensics.parsing.cdi_spec import CdiRegistry
 from forensics.specs import cdi as cdi_spec
 
-__all__ = ["LOADER", "cdi_evidence", "cdi_registry", "load_cdi"]
+__all__ = ["LOADER", "cdi_evidence", "cdi_grants", "cdi_registry", "load_cdi"]
 
 
 def _spec_files(src: Source) -> list[tuple[str, int]]:
@@ -37,6 +38,12 @@ def _spec_files(src: Source) -> list[tuple[str, int]]:
     return [(m, 0) for m in src.under(cdi_spec.PREFIX) if m.endswith(cdi_spec.SUFFIXES)]
 
 
+def cdi_grants(src: Source) -> SpecGrants | None:
+    """The grant reader of the bundle's CDI specs (None when it holds none)."""
+    registry = cdi_registry(src)
+    return SpecGrants(registry) if registry is not None else None
+
+
 def cdi_registry(src: Source) -> CdiRegistry | None:
     """The bundle's CDI specs, or None when it holds none (no ``cdi`` source, or no spec on the node)."""
     files = _spec_files(src)
@@ -51,12 +58,12 @@ def cdi_registry(src: Source) -> CdiRegistry | None:
     return CdiRegistry.from_files(read)
 
 
-def cdi_evidence(src: Source, registry: CdiRegistry | None, member: str, pointer: str,
+def cdi_evidence(src: Source, grants: SpecGrants | None, member: str, pointer: str,
                  excerpt: str) -> Evidence:
     """Evidence quoting a spec's ``devices[]`` entry: its first line (YAML) or its JSON value."""
     if member.endswith(".json") and src.has(member):
         return src.ev_pointer(member, pointer)
-    device = registry.device_at(member, pointer) if registry is not None else None
+    device = grants.registry.device_at(member, pointer) if grants is not None else None
     if device is not None and device.line is not None:
         return src.ev_line(member, device.line)
     return Evidence(src.name, member, pointer, excerpt, normalised=True)

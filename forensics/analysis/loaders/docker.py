@@ -18,7 +18,7 @@ from typing import Any
 from forensics.analysis.allocation import classify_docker_allocation
 from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence
-from forensics.analysis.loaders.cdi import cdi_evidence, cdi_registry
+from forensics.analysis.loaders.cdi import cdi_evidence, cdi_grants
 from forensics.analysis.loaders.common import (
     Loader,
     as_dict,
@@ -34,7 +34,8 @@ from forensics.analysis.samples import CpuSample, IoSample, MemorySample, NetSam
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.docker_stats import blkio_bytes, network_totals
-from forensics.parsing.gpu_allocation import CDI_SPEC_DOCUMENT, allocation_from_inspect
+from forensics.parsing.cdi_grants import CDI_SPEC_DOCUMENT
+from forensics.parsing.gpu_allocation import allocation_from_inspect
 from forensics.parsing.libpod_allocation import LIBPOD_INSPECT, allocation_from_libpod
 from forensics.specs import docker as docker_spec
 from forensics.specs import net as net_spec
@@ -58,7 +59,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
     info = src.json(docker_spec.INFO)
     info_doc = info if isinstance(info, dict) else None
     gpus = model.node_gpus(node)
-    cdi = cdi_registry(src)
+    cdi = cdi_grants(src)
     for member in src.under(docker_spec.CONTAINERS_DIR):
         m = _INSPECT.match(member)
         if not m:

@@ -17,6 +17,7 @@ from typing import Any
 from forensics.bundle.redact import Redactor
 from forensics.capture.context import CaptureOptions, CollectContext
 from forensics.collectors.docker.redact import redact_libpod
+from forensics.parsing.cdi_grants import SpecGrants
 from forensics.parsing.cdi_spec import CdiRegistry
 from forensics.parsing.libpod_allocation import (
     LIBPOD_INSPECT,
@@ -53,7 +54,7 @@ def test_command_line_cdi_devices() -> None:
 
 def test_cdi_device_of_the_command_line_resolved_through_the_spec() -> None:
     reg = CdiRegistry.from_files([("cdi/var/run/cdi/nvidia.yaml", nvidia_ctk_spec(minors=(2, 3)).encode(), 1)])
-    alloc = allocation_from_libpod(libpod(), cdi=reg)
+    alloc = allocation_from_libpod(libpod(), cdi=SpecGrants(reg))
     (grant,) = [g for g in alloc.grants if g.effective and g.scope != "none"]
     assert grant.mechanism == "cdi" and [(d.id, d.kind) for d in grant.devices] == [("2", "minor")]
     assert (grant.sources[0].document, grant.sources[0].pointer) == (LIBPOD_INSPECT, "/Config/CreateCommand/6")
