@@ -53,7 +53,7 @@ def redact_spec_text(name: str, text: str, ctx: CollectContext) -> str | None:
     in the text as written (it cannot be replaced without rewriting the file)."""
     import json
 
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     try:
         doc = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)

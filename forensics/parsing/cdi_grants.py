@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.parsing.cdi_spec import CdiDevice, CdiRegistry
-from forensics.parsing.gpu_allocation import GpuGrant, GpuRef, GrantSource, compact_json, nvidia_cdi_grant
+from forensics.parsing.gpu_allocation import (
+    GpuGrant,
+    GpuRef,
+    GrantSource,
+    compact_json,
+    nvidia_cdi_grant,
+)
 
 __all__ = ["CDI_SPEC_DOCUMENT", "SpecGrants"]
 

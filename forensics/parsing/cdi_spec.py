@@ -84,7 +84,7 @@ def _load(member: str, data: bytes) -> tuple[Any, Any]:
             return json.loads(text), None
         except ValueError as exc:
             raise ParseError(f"{member}: not JSON: {exc}") from exc
-    import yaml  # PyYAML (a dependency of the kubernetes client)
+    import yaml  # type: ignore[import-untyped]  # PyYAML, a declared dependency
 
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -33,8 +33,8 @@ from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Proce
 from forensics.analysis.samples import CpuSample, IoSample, MemorySample, NetSample
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
-from forensics.parsing.docker_stats import blkio_bytes, network_totals
 from forensics.parsing.cdi_grants import CDI_SPEC_DOCUMENT
+from forensics.parsing.docker_stats import blkio_bytes, network_totals
 from forensics.parsing.gpu_allocation import allocation_from_inspect
 from forensics.parsing.libpod_allocation import LIBPOD_INSPECT, allocation_from_libpod
 from forensics.specs import docker as docker_spec
