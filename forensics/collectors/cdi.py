@@ -89,7 +89,8 @@ class CdiCollector:
         ctx.sink.write_json(INDEX, index)
         present = [d["path"] for d in index["directories"] if d["exists"]]
         if not present:
-            ctx.note(f"no CDI spec directory ({', '.join(dirs)}): CDI is not set up on this node")
+            ctx.note(f"no CDI spec directory at {', '.join(dirs)}: CDI is not set up where the capture looks "
+                     "(a capture pod sees the host's directories only where they are mounted: --set cdi.*)")
         else:
             ctx.note(f"{kept} CDI spec files kept from {', '.join(present)}")
 
