@@ -21,12 +21,23 @@ looks ungranted there. Its own inspect, ``GET /libpod/containers/{id}/json``
 - ``/Config/Annotations``: ``cdi.k8s.io/*`` annotations, CDI device requests the NVIDIA runtime
   reads in its ``cdi`` mode.
 
+And from the OCI runtime spec the container was started with (the file the libpod inspect names,
+``OCIConfigPath``, kept as ``docker/containers/<id>/oci-config.json``, document ``oci-config``),
+when the capture could read it:
+
+- ``/hooks/<stage>/N``: NVIDIA's OCI hook (``nvidia-container-runtime-hook``, which podman runs
+  from a ``hooks.d`` file under any runtime): ``NVIDIA_VISIBLE_DEVICES`` is then effective under
+  runc or crun, cited with the hook;
+- ``/linux/devices/N``: GPU device nodes (character, major 195, minor N < 254) the container got,
+  whoever put them there (``--device /dev/nvidia0``, a CDI spec's edits): GPU minor N.
+
 Pure: it reads the captured documents, never podman.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +45,7 @@ from forensics.parsing.gpu_allocation import (
     CdiGrants,
     ContainerAllocation,
     GpuGrant,
+    GpuRef,
     GrantSource,
     allocation_from_inspect,
     cdi_grant,
@@ -43,9 +55,12 @@ from forensics.parsing.gpu_allocation import (
     parse_cdi_name,
 )
 
-__all__ = ["LIBPOD_INSPECT", "allocation_from_libpod", "create_command_cdi_devices"]
+__all__ = ["LIBPOD_INSPECT", "OCI_CONFIG", "allocation_from_libpod", "create_command_cdi_devices"]
 
 LIBPOD_INSPECT = "libpod-inspect"  # GrantSource.document: docker/containers/<id>/libpod-inspect.json
+OCI_CONFIG = "oci-config"  # GrantSource.document: docker/containers/<id>/oci-config.json
+_NVIDIA_HOOKS = frozenset({"nvidia-container-runtime-hook", "nvidia-container-toolkit"})
+_NVIDIA_MAJOR = 195
 _CDI_ANNOTATION = "cdi.k8s.io/"
 _DEVICE_FLAGS = ("--device",)
 _GPUS_FLAG = "--gpus"
@@ -98,6 +113,43 @@ def _cdi_grants(doc: Mapping[str, Any], cdi: CdiGrants | None) -> list[GpuGrant]
     return grants
 
 
+def _nvidia_hook(oci: Mapping[str, Any]) -> GrantSource | None:
+    """Where the OCI spec runs NVIDIA's hook, if it does."""
+    hooks = oci.get("hooks")
+    for stage, entries in sorted(hooks.items()) if isinstance(hooks, Mapping) else ():
+        for i, hook in enumerate(entries if isinstance(entries, list) else ()):
+            path = hook.get("path") if isinstance(hook, Mapping) else None
+            if isinstance(path, str) and path.rsplit("/", 1)[-1] in _NVIDIA_HOOKS:
+                return GrantSource(OCI_CONFIG, json_pointer("hooks", stage, i), compact_json(path))
+    return None
+
+
+def _oci_device_grants(oci: Mapping[str, Any]) -> list[GpuGrant]:
+    linux = oci.get("linux")
+    devices = linux.get("devices") if isinstance(linux, Mapping) else None
+    grants: list[GpuGrant] = []
+    for i, dev in enumerate(devices if isinstance(devices, list) else ()):
+        if not isinstance(dev, Mapping) or dev.get("type") != "c" or dev.get("major") != _NVIDIA_MAJOR:
+            continue
+        minor = dev.get("minor")
+        if isinstance(minor, int) and not isinstance(minor, bool) and 0 <= minor < 254:
+            grants.append(GpuGrant("device-node", "devices", (GpuRef(str(minor), "minor"),), "operator", True,
+                                   f"device node {dev.get('path')} (c 195:{minor}) in the OCI spec it was "
+                                   "started with", (GrantSource(OCI_CONFIG, json_pointer("linux", "devices", i),
+                                                                compact_json(dev)),)))
+    return grants
+
+
+def _hooked(grants: tuple[GpuGrant, ...], hook: GrantSource) -> GpuGrant | None:
+    """The environment's grant podman's runtime alone would not honour, made effective by NVIDIA's hook."""
+    env = next((g for g in grants if g.mechanism == "nvidia-runtime-env" and not g.effective), None)
+    if env is None:
+        return None
+    return dataclasses.replace(env, effective=True, sources=(*env.sources, hook),
+                               reason=f"{env.reason.split(', but runtime')[0]} under NVIDIA's OCI hook "
+                                      f"({json.loads(hook.excerpt)}, in the OCI spec it was started with)")
+
+
 def _own(source: GrantSource) -> GrantSource:
     """A source read from the libpod document: named so, its runtime at ``/OCIRuntime``."""
     if source.document != "container-inspect":
@@ -107,8 +159,9 @@ def _own(source: GrantSource) -> GrantSource:
 
 
 def allocation_from_libpod(libpod: Any, image: Any = None, engine_info: Any = None,
-                           cdi: CdiGrants | None = None) -> ContainerAllocation:
-    """A podman container's allocation from its libpod inspect (and its image's, ``/info``).
+                           cdi: CdiGrants | None = None, oci_config: Any = None) -> ContainerAllocation:
+    """A podman container's allocation from its libpod inspect (and its image's, ``/info``, and the
+    OCI runtime spec it was started with when the bundle has it).
 
     Raises ParseError (only) when the document does not have podman's shape."""
     doc = dict(json_object(libpod, "libpod inspect", optional=False))
@@ -117,7 +170,15 @@ def allocation_from_libpod(libpod: Any, image: Any = None, engine_info: Any = No
     if isinstance(runtime, str) and runtime:
         host["Runtime"] = runtime  # the runtime podman ran it with, not the "oci" it reports there
     doc["HostConfig"] = host
-    alloc = allocation_from_inspect(doc, image, engine_info, cdi, extra_grants=_cdi_grants(doc, cdi))
+    oci = oci_config if isinstance(oci_config, Mapping) else {}
+    extra = [*_cdi_grants(doc, cdi), *_oci_device_grants(oci)]
+    alloc = allocation_from_inspect(doc, image, engine_info, cdi, extra_grants=extra)
+    hook = _nvidia_hook(oci)
+    hooked = _hooked(alloc.grants, hook) if hook is not None else None
+    if hooked is not None:  # again, with the hook's grant instead of the one without effect
+        alloc = allocation_from_inspect(doc, image, engine_info, cdi, extra_grants=[*extra, hooked])
+        alloc = dataclasses.replace(alloc, grants=tuple(
+            g for g in alloc.grants if g.effective or g.mechanism != "nvidia-runtime-env"))
     grants = tuple(dataclasses.replace(g, sources=tuple(_own(s) for s in g.sources)) for g in alloc.grants)
     notes = tuple(n.replace("HostConfig.Runtime", "OCIRuntime") for n in alloc.notes)
     return dataclasses.replace(alloc, grants=grants, notes=notes)

@@ -9,7 +9,7 @@ from forensics.specs.hints import CGROUP_PATHS, PIDS
 from forensics.specs.logs import LOGS
 
 __all__ = [
-    "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "LIBPOD_INSPECT", "PREFIX", "SAMPLES", "SPEC",
+    "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "LIBPOD_INSPECT", "OCI_CONFIG", "PREFIX", "SAMPLES", "SPEC",
     "VERSION", "WINDOW_EVENTS", "DockerSettings", "container_member", "exec_member", "image_inspect",
 ]
 
@@ -25,11 +25,13 @@ WINDOW_EVENTS = "docker/window/events.jsonl"
 ALLOCATIONS = "docker/allocations.json"
 SAMPLES = "docker/samples.jsonl"
 LIBPOD_INSPECT = "libpod-inspect.json"  # podman's own inspect, beside the compatible one
+OCI_CONFIG = "oci-config.json"  # podman: the OCI runtime spec it started the container with
 
 
 def container_member(container: str, name: str) -> str:
     """``docker/containers/<id>/<name>``: ``inspect.json``, ``top.json``, ``stats.json``,
-    ``processes.json``, ``inspect-end.json``, ``logs.txt``, and on podman ``libpod-inspect.json``."""
+    ``processes.json``, ``inspect-end.json``, ``logs.txt``, and on podman ``libpod-inspect.json`` and
+    ``oci-config.json``."""
     return f"{CONTAINERS_DIR}{container}/{name}"
 
 

@@ -9,8 +9,11 @@ analysis reads the grant from it. Containers:
   ``/dev/nvidia1``, c 195:1), busy on GPU 1: granted, evidence in the libpod member and the spec;
 - ``nvrt``: ``--runtime nvidia -e NVIDIA_VISIBLE_DEVICES=0`` (the private service's ``nvidia``
   runtime is runc), busy on GPU 0: granted;
+- ``hooked``: ``-e NVIDIA_VISIBLE_DEVICES=1`` under runc with NVIDIA's OCI hook (the private
+  service's ``hooks.d`` file, for containers annotated ``gpuforensics.test/nvidia-hook=yes``), busy
+  on GPU 1: granted, the hook cited in the OCI spec podman started it with (``oci-config.json``);
 - ``plain``: ``-e NVIDIA_VISIBLE_DEVICES=0`` under runc, busy on GPU 0: not granted (the variable
-  means nothing without NVIDIA's runtime), and accused.
+  means nothing without NVIDIA's runtime or hook), and accused.
 
 Podman 4.3 reads CDI specs from ``/etc/cdi`` and ``/var/run/cdi`` only (its registry is built with
 the CDI library's default directories; ``containers.conf`` has no ``cdi_spec_dirs`` before podman
@@ -37,7 +40,12 @@ from tests.support.cdi_specs import nvidia_ctk_spec_json
 from tests.support.nvmlsim import Scenario as NvmlScenario
 from tests.support.nvmlsim import activate
 from tests.support.nvmlsim import fixtures as nvf
-from tests.support.podman_engine import BUSYBOX_REF, PodmanEngine, podman_engine
+from tests.support.podman_engine import (
+    BUSYBOX_REF,
+    NVIDIA_HOOK_ANNOTATION,
+    PodmanEngine,
+    podman_engine,
+)
 from tests.support.podresources_server import gpu_uuid
 from tests.support.polling import host_pids_with_cmdline, wait_for
 
@@ -89,6 +97,7 @@ def node(podman_engine: PodmanEngine, sim_lib: Path, tmp_path_factory: pytest.Te
         spec_file.write_text(nvidia_ctk_spec_json("gpu1", 1))
         run("cdi", "--device", "nvidia.com/gpu=gpu1")
         run("nvrt", "--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0")
+        run("hooked", "--annotation", f"{NVIDIA_HOOK_ANNOTATION}=yes", "-e", "NVIDIA_VISIBLE_DEVICES=1")
         run("plain", "-e", "NVIDIA_VISIBLE_DEVICES=0")
         pids = {n: wait_for(lambda n=n: host_pids_with_cmdline(["sleep", "600"], ids[n]))[0] for n in ids}
         sc = NvmlScenario()
@@ -96,6 +105,7 @@ def node(podman_engine: PodmanEngine, sim_lib: Path, tmp_path_factory: pytest.Te
         sc.add_gpu(uuid=gpu_uuid(1), gpu_util=90, memory_total_bytes=80 * GIB, minor_number=1)
         sc.add_process(pid=pids["cdi"], gpu=1, used_memory_bytes=10 * GIB, sm_util=80, mem_util=20)
         sc.add_process(pid=pids["nvrt"], gpu=0, used_memory_bytes=10 * GIB, sm_util=80, mem_util=20)
+        sc.add_process(pid=pids["hooked"], gpu=1, used_memory_bytes=4 * GIB, sm_util=30, mem_util=5)
         sc.add_process(pid=pids["plain"], gpu=0, used_memory_bytes=5 * GIB, sm_util=60, mem_util=10)
         activate(sc.write(tmp / "nvml.tsv"))
         from forensics.collectors.cdi import COLLECTOR as CDI
@@ -149,6 +159,29 @@ def test_runtime_nvidia_container_is_granted_its_gpu(node: Node) -> None:
     alloc = _container(node, "nvrt")["gpu_allocation"]
     assert alloc["kind"] == "env" and alloc["explicit"] is True and alloc["gpus"] == [gpu_uuid(0)], alloc
     assert "runtime nvidia" in alloc["detail"]
+
+
+def test_nvidia_hook_makes_the_variable_a_grant(node: Node) -> None:
+    alloc = _container(node, "hooked")["gpu_allocation"]
+    assert alloc["kind"] == "env" and alloc["explicit"] is True and alloc["gpus"] == [gpu_uuid(1)], alloc
+    assert "NVIDIA's OCI hook" in alloc["detail"]
+    oci = node.bundle.read_json(f"docker/containers/{node.ids['hooked']}/oci-config.json")
+    assert oci["hooks"]["prestart"][0]["path"].endswith("/nvidia-container-runtime-hook")
+    doc = node.bundle.read_json("docker/allocations.json")
+    (grant,) = [g for c in doc["containers"] if c["container_id"] == node.ids["hooked"] for g in c["grants"]]
+    assert grant["effective"] and {"document": "oci-config", "pointer": "/hooks/prestart/0"} in [
+        {k: s[k] for k in ("document", "pointer")} for s in grant["sources"]]
+
+
+def test_cdi_device_node_is_in_the_oci_spec(node: Node) -> None:
+    """The device the CDI spec gave (c 195:1) is in the OCI spec podman started the container with."""
+    oci = node.bundle.read_json(f"docker/containers/{node.ids['cdi']}/oci-config.json")
+    assert {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1} in [
+        {k: d.get(k) for k in ("path", "type", "major", "minor")} for d in oci["linux"]["devices"]]
+    doc = node.bundle.read_json("docker/allocations.json")
+    (entry,) = [c for c in doc["containers"] if c["container_id"] == node.ids["cdi"]]
+    assert {(g["mechanism"], g["devices"][0]["id"]) for g in entry["grants"] if g["effective"]} >= {
+        ("device-node", "1")}
 
 
 def test_plain_runc_container_is_accused_with_the_libpod_runtime_cited(node: Node) -> None:

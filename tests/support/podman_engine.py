@@ -8,7 +8,9 @@ temporary directory and starts ``podman system service --time=0 unix://<dir>/pod
 lacks ``CAP_SYS_RESOURCE`` and may not raise an rlimit above its hard limit), the ``vfs``
 storage driver with its graph root, run root and libpod tmp dir in the directory, and a runtime named
 ``nvidia`` that is runc (``[engine.runtimes]``: what ``--runtime nvidia`` names on a GPU host, where it
-is NVIDIA's runc wrapper; podman's own inspect reports the name, ``OCIRuntime``). The test
+is NVIDIA's runc wrapper; podman's own inspect reports the name, ``OCIRuntime``), and a ``hooks_dir``
+holding NVIDIA's OCI hook file for containers annotated ``gpuforensics.test/nvidia-hook=yes`` (its
+binary a stand-in that exits 0). The test
 images (``tests/support/oci_images.py``) are loaded with ``podman load``.
 
 :class:`PodmanEngine` is a :class:`~tests.support.docker_engine.DockerEngine`: ``docker_host``
@@ -77,6 +79,7 @@ events_logger = "file"
 events_logfile_path = "{tmp}/events.log"
 tmp_dir = "{tmp}/libpod"
 volume_path = "{tmp}/volumes"
+hooks_dir = ["{tmp}/hooks.d"]
 
 [engine.runtimes]
 nvidia = ["{runc}"]
@@ -118,6 +121,42 @@ class PodmanEngine(DockerEngine):
         return proc
 
 
+NVIDIA_HOOK_ANNOTATION = "gpuforensics.test/nvidia-hook"
+
+# NVIDIA's hooks.d file as nvidia-ctk installs it for CRI-O and podman
+# (nvidia-container-toolkit, cmd/nvidia-ctk-installer/container/runtime/crio/config_test.go at
+# v1.20.0-27-gd34b3046), but for its path (a stand-in that reads the container state and exits 0:
+# there is no driver here) and its condition: NVIDIA's runs "always"; this one only for containers
+# with the annotation, so the other tests' containers stay hook-free.
+NVIDIA_HOOK_JSON = """{{
+  "version": "1.0.0",
+  "hook": {{
+    "path": "{path}",
+    "args": [
+      "nvidia-container-runtime-hook",
+      "prestart"
+    ],
+    "env": [
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    ]
+  }},
+  "when": {{
+    "annotations": {{"^gpuforensics\\\\.test/nvidia-hook$": "^yes$"}}
+  }},
+  "stages": [
+    "prestart"
+  ]
+}}
+"""
+
+
+def _write_nvidia_hook(tmp: Path) -> None:
+    hook = tmp / "bin" / "nvidia-container-runtime-hook"
+    hook.write_text("#!/bin/sh\ncat >/dev/null\nexit 0\n")
+    hook.chmod(0o755)
+    (tmp / "hooks.d" / "oci-nvidia-hook.json").write_text(NVIDIA_HOOK_JSON.format(path=hook))
+
+
 def start_podman(tmp_parent: str | None = None, timeout_s: float = _START_TIMEOUT_S,
                  load_images: bool = True) -> PodmanEngine:
     """Start a private podman API service and load the test images; EngineUnavailable if not."""
@@ -125,8 +164,9 @@ def start_podman(tmp_parent: str | None = None, timeout_s: float = _START_TIMEOU
         raise EngineUnavailable("a rootful podman service needs root")
     ensure_packages({"podman": PODMAN, "runc": RUNC})
     tmp = private_dir("gfpm-", tmp_parent)
-    for sub in ("cni", "net", "libpod", "volumes", "images"):
+    for sub in ("cni", "net", "libpod", "volumes", "images", "hooks.d", "bin"):
         (tmp / sub).mkdir()
+    _write_nvidia_hook(tmp)
     (tmp / "containers.conf").write_text(CONTAINERS_CONF.format(tmp=tmp, runc=RUNC))
     (tmp / "storage.conf").write_text(STORAGE_CONF.format(tmp=tmp))
     sock = tmp / "podman.sock"

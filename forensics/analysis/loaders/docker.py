@@ -36,7 +36,7 @@ from forensics.errors import ParseError
 from forensics.parsing.cdi_grants import CDI_SPEC_DOCUMENT
 from forensics.parsing.docker_stats import blkio_bytes, network_totals
 from forensics.parsing.gpu_allocation import allocation_from_inspect
-from forensics.parsing.libpod_allocation import LIBPOD_INSPECT, allocation_from_libpod
+from forensics.parsing.libpod_allocation import LIBPOD_INSPECT, OCI_CONFIG, allocation_from_libpod
 from forensics.specs import docker as docker_spec
 from forensics.specs import net as net_spec
 
@@ -73,8 +73,9 @@ def load_docker(src: Source, model: Model, node: str) -> None:
         image_doc = src.json(image_member)
         libpod_member = docker_spec.container_member(cid, docker_spec.LIBPOD_INSPECT)
         libpod_doc = src.json(libpod_member)
+        oci_member = docker_spec.container_member(cid, docker_spec.OCI_CONFIG)
         members = {"container-inspect": member, "image-inspect": image_member, "engine-info": docker_spec.INFO,
-                   LIBPOD_INSPECT: libpod_member}
+                   LIBPOD_INSPECT: libpod_member, OCI_CONFIG: oci_member}
 
         def evidence_for(document: str, pointer: str, excerpt: str, _members: dict[str, str] = members,
                          _member: str = member) -> Evidence:
@@ -89,7 +90,8 @@ def load_docker(src: Source, model: Model, node: str) -> None:
         try:
             if isinstance(libpod_doc, dict):  # podman: its own inspect has the runtime and CDI devices
                 alloc = classify_docker_allocation(
-                    allocation_from_libpod(libpod_doc, image_arg, info_doc, cdi), gpus, evidence_for,
+                    allocation_from_libpod(libpod_doc, image_arg, info_doc, cdi, src.json(oci_member)),
+                    gpus, evidence_for,
                     source="podman libpod inspect", none_at=(LIBPOD_INSPECT, "/OCIRuntime"))
             else:
                 alloc = classify_docker_allocation(

@@ -9,6 +9,8 @@ kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`
 - ``GET /containers/{id}/json``                  -> ``docker/containers/<id>/inspect.json``
 - podman only: ``GET /libpod/containers/{id}/json`` -> ``docker/containers/<id>/libpod-inspect.json``
   (its own inspect: the OCI runtime, annotations, the creating command line with its CDI devices)
+  and the file it names, ``OCIConfigPath`` -> ``docker/containers/<id>/oci-config.json`` (the OCI
+  runtime spec the container was started with: hooks, device nodes, environment; redacted)
 - ``GET /containers/{id}/top?ps_args=...``       -> ``docker/containers/<id>/top.json``
 - ``GET /containers/{id}/stats?stream=0&one-shot=1`` -> ``docker/containers/<id>/stats.json``
 - ``GET /containers/{id}/logs?timestamps=1&since=<window start>&tail=N`` -> ``docker/containers/<id>/logs.txt``
@@ -67,6 +69,7 @@ from forensics.collectors.docker.engine import (
     logs,
     pool_call_timeout,
     read_events,
+    read_oci_config,
     stats,
     top,
 )
@@ -78,6 +81,7 @@ from forensics.collectors.docker.redact import (
     redact_info,
     redact_libpod,
     redact_listing,
+    redact_oci_config,
     redact_top,
 )
 from forensics.collectors.docker.taken import (
@@ -265,9 +269,16 @@ class DockerCollector:
                             pool.submit("exec", exec_id,
                                         functools.partial(client.exec_inspect, exec_id))
             elif kind == "libpod" and isinstance(result, dict):
+                oci = read_oci_config(result)  # before redaction: the path is podman's own
                 libpod_doc = redact_libpod(result, ctx)
                 ctx.sink.write_json(dspec.container_member(subject, dspec.LIBPOD_INSPECT), libpod_doc)
                 scratch.setdefault(subject, {})["libpod"] = libpod_doc
+                if isinstance(oci, dict):
+                    oci = redact_oci_config(oci, ctx)
+                    ctx.sink.write_json(dspec.container_member(subject, dspec.OCI_CONFIG), oci)
+                    scratch[subject]["oci_config"] = oci
+                else:
+                    index["containers"].setdefault(subject, {})["oci_config"] = oci
             elif kind == "top":
                 ctx.sink.write_json(dspec.container_member(subject, "top.json"),
                                     redact_top(result, ctx))

@@ -6,6 +6,7 @@ Each call takes the low-level ``APIClient``; the collector schedules them on its
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -19,6 +20,7 @@ from forensics.collectors.docker.calls import (
     describe_error,
     first_line,
 )
+from forensics.collectors.hostfs.files import describe_os_error, read_small
 from forensics.errors import (
     SourcePermissionDenied,
     SourceTimeout,
@@ -129,6 +131,30 @@ def libpod_inspect(client: Any, cid: str, api_version: str) -> Any:
     field of either inspect holds them)."""
     response = client._get(f"{client.base_url}/v{api_version}/libpod/containers/{cid}/json")
     return client._result(response, True)
+
+
+OCI_CONFIG_MAX_BYTES = 4 << 20
+
+
+def read_oci_config(libpod: Any) -> dict[str, Any] | str:
+    """The OCI runtime spec podman started a container with, from the file its libpod inspect names
+    (``OCIConfigPath``, ``.../userdata/config.json`` in podman's storage): the runtime, hooks,
+    device nodes and environment the container really got. A reason string when it cannot be read
+    (a capture in a pod does not see podman's storage, a stopped container's file may be gone)."""
+    path = libpod.get("OCIConfigPath") if isinstance(libpod, dict) else None
+    if not isinstance(path, str) or not path.startswith("/") or not path.endswith("/config.json"):
+        return "no OCIConfigPath"
+    try:
+        data = read_small(path, OCI_CONFIG_MAX_BYTES + 1)
+    except OSError as exc:
+        return f"{path}: {describe_os_error(exc)}"
+    if len(data) > OCI_CONFIG_MAX_BYTES:
+        return f"{path}: larger than {OCI_CONFIG_MAX_BYTES} bytes"
+    try:
+        spec = json.loads(data)
+    except ValueError:
+        return f"{path}: not JSON"
+    return spec if isinstance(spec, dict) else f"{path}: not a JSON object"
 
 
 def image_hex(image_id: str) -> str:

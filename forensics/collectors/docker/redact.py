@@ -18,7 +18,7 @@ from forensics.bundle.redact import Redactor
 from forensics.collect.context import CollectContext
 
 __all__ = ["ENV_PATHS", "redact_command", "redact_container", "redact_create_command", "redact_events",
-           "redact_exec", "redact_info", "redact_libpod", "redact_listing", "redact_top"]
+           "redact_exec", "redact_info", "redact_libpod", "redact_listing", "redact_oci_config", "redact_top"]
 
 ENV_PATHS = (("Config", "Env"), ("ContainerConfig", "Env"))
 
@@ -95,6 +95,26 @@ def redact_libpod(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
         if isinstance(conf.get("Entrypoint"), str):
             conf["Entrypoint"] = ctx.redactor.text(conf["Entrypoint"], "argv")
     return doc
+
+
+def redact_oci_config(spec: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:
+    """An OCI runtime spec (``config.json``): the process's and hooks' env as environments, their
+    args as command lines, annotations as labels."""
+    r = ctx.redactor
+    process = spec.get("process")
+    if isinstance(process, dict):
+        r.json_env_lists(process, ("env",))
+        if isinstance(process.get("args"), list):
+            process["args"] = r.argv([a for a in process["args"] if isinstance(a, str)])
+    hooks = spec.get("hooks")
+    for stage in hooks.values() if isinstance(hooks, dict) else ():
+        for hook in stage if isinstance(stage, list) else ():
+            if isinstance(hook, dict):
+                r.json_env_lists(hook, ("env",))
+                if isinstance(hook.get("args"), list):
+                    hook["args"] = r.argv([a for a in hook["args"] if isinstance(a, str)])
+    r.label_map(spec.get("annotations"))
+    return spec
 
 
 def redact_top(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]:

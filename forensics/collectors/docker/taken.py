@@ -80,7 +80,8 @@ def record_taken(ctx: CollectContext, chosen: list[dict[str, Any]],
             try:
                 image, engine_info = image_docs.get(str(doc.get("Image"))), info if isinstance(info, dict) else None
                 libpod = seen.get("libpod")  # podman: its own inspect holds the runtime and CDI devices
-                alloc = (allocation_from_libpod(libpod, image, engine_info) if isinstance(libpod, dict)
+                alloc = (allocation_from_libpod(libpod, image, engine_info, None, seen.get("oci_config"))
+                         if isinstance(libpod, dict)
                          else allocation_from_inspect(doc, image, engine_info))
                 allocations.append(alloc)
             except ParseError as exc:

@@ -88,3 +88,31 @@ def test_create_command_env_values_redacted_as_env() -> None:
     assert argv[3].startswith("API_URL=<redacted:") and argv[4].startswith("--env=FOO=<redacted:")
     assert argv[6] == "NVIDIA_VISIBLE_DEVICES=0" and argv[8] == "nvidia.com/gpu=0"
     assert argv[10] == "--token" and argv[11].startswith("<redacted:")
+
+
+def _oci(hook: str | None = "/usr/bin/nvidia-container-runtime-hook",
+         devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An OCI runtime spec as podman writes ``userdata/config.json`` (runtime-spec ``config.md``)."""
+    hooks = {"prestart": [{"path": hook, "args": ["nvidia-container-runtime-hook", "prestart"]}]} if hook else {}
+    return {"ociVersion": "1.0.2-dev", "process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"], "args": ["sleep", "600"]},
+            "hooks": hooks, "linux": {"devices": devices or []}}
+
+
+def test_nvidia_oci_hook_makes_the_variable_effective_under_runc() -> None:
+    alloc = allocation_from_libpod(libpod("runc", argv=[], env=["NVIDIA_VISIBLE_DEVICES=1"]), oci_config=_oci())
+    (grant,) = alloc.grants
+    assert grant.effective and "NVIDIA's OCI hook" in grant.reason
+    assert ("oci-config", "/hooks/prestart/0") in [(s.document, s.pointer) for s in grant.sources]
+    assert [(d.id, d.kind) for d in alloc.devices] == [("1", "index")]
+    other = allocation_from_libpod(libpod("runc", argv=[], env=["NVIDIA_VISIBLE_DEVICES=1"]),
+                                   oci_config=_oci(hook="/usr/libexec/some-other-hook"))
+    assert other.scope == "none"
+
+
+def test_gpu_device_nodes_of_the_oci_spec() -> None:
+    devices = [{"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3},
+               {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+               {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]
+    alloc = allocation_from_libpod(libpod(argv=[], env=["PATH=/bin"]), oci_config=_oci(hook=None, devices=devices))
+    assert [(d.id, d.kind) for d in alloc.devices] == [("3", "minor")]
+    assert alloc.grants[0].sources[0].pointer == "/linux/devices/0"
