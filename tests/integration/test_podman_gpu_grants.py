@@ -206,3 +206,32 @@ def test_grant_evidence_cites_the_libpod_member_and_the_spec(node: Node) -> None
         {k: s[k] for k in ("document", "pointer")} for s in nvrt[0]["sources"]]
     spec = node.bundle.read_json("cdi/index.json")
     assert any(f.get("member", "").endswith(node.spec_file.name) for d in spec["directories"] for f in d["files"])
+
+
+def test_the_flight_recorder_keeps_podmans_records_at_first_sight(node: Node, podman_engine: PodmanEngine) -> None:
+    """The recorder's Docker follower, on the same service: with each container's inspect it keeps
+    podman's own and the OCI spec (a container gone before any capture keeps its real grant)."""
+    import json
+    import time
+
+    from forensics.bundle.redact import Redactor
+    from forensics.capture.context import CollectContext
+    from forensics.collectors.docker.follow import DockerFollower
+    from forensics.record.child import RecordSink
+
+    follower, sink = DockerFollower(), RecordSink()
+    ctx = CollectContext(CaptureOptions(interval_s=1.0, timeout_s=10.0, extra={"docker.host": podman_engine.docker_host}),
+                         sink, Redactor(enabled=True), {}, None, "docker")
+    members: dict[str, bytes] = {}
+    follower.start(ctx)
+    try:
+        want = f"docker/containers/{node.ids['hooked']}/oci-config.json"
+        deadline = time.monotonic() + 30
+        while want not in members and time.monotonic() < deadline:
+            time.sleep(0.2)
+            members.update({r[2]: r[4] for r in sink.take_bytes()})
+    finally:
+        follower.stop()
+    own = json.loads(members[f"docker/containers/{node.ids['nvrt']}/libpod-inspect.json"])
+    assert own["OCIRuntime"] == "nvidia"
+    assert json.loads(members[want])["hooks"]["prestart"][0]["path"].endswith("nvidia-container-runtime-hook")

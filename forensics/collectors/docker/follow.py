@@ -7,7 +7,9 @@ Sources: ``GET /info`` and ``GET /version`` on every (re)connection (``docker/in
 (``docker/containers/<id>/inspect.json``, redacted as capture redacts it) and ``GET /images/{id}/json``
 (``docker/images/<hex>/inspect.json``) for each container when first seen and again when an event
 says it started, died, was OOM-killed or was renamed; ``GET /events`` followed (``docker/events.jsonl``,
-one event a line, as the engine sent it). The members are capture's own (docs/bundle-format/docker.md).
+one event a line, as the engine sent it). On podman, with each inspect, its own inspect and the OCI
+runtime spec it names (``libpod-inspect.json``, ``oci-config.json``: where a podman container's grant
+is read). The members are capture's own (docs/bundle-format/docker.md).
 
 When the engine goes away (dockerd restart) the stream ends: the follower reconnects with a
 backoff and writes one ``recorder/events.jsonl`` line of kind ``gap`` (source ``docker``, from the
@@ -28,9 +30,29 @@ from forensics.bundle.sink import dumps_json
 from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.docker.calls import describe_error
 from forensics.collectors.docker.docker import docker_settings
-from forensics.collectors.docker.engine import connect, image_hex
-from forensics.collectors.docker.redact import redact_container, redact_info
-from forensics.specs.docker import EVENTS, INFO, VERSION, container_member, image_inspect
+from forensics.collectors.docker.engine import (
+    connect,
+    engine_product,
+    image_hex,
+    libpod_inspect,
+    libpod_version,
+    read_oci_config,
+)
+from forensics.collectors.docker.redact import (
+    redact_container,
+    redact_info,
+    redact_libpod,
+    redact_oci_config,
+)
+from forensics.specs.docker import (
+    EVENTS,
+    INFO,
+    LIBPOD_INSPECT,
+    OCI_CONFIG,
+    VERSION,
+    container_member,
+    image_inspect,
+)
 from forensics.specs.ring import RECORDER_EVENTS
 
 __all__ = ["DockerFollower", "REINSPECT_ACTIONS"]
@@ -54,6 +76,7 @@ class DockerFollower:
         # though a reconnect replays those since the last one's second; kept for REPLAY_S only
         self._events: dict[str, float] = {}
         self._images: set[str] = set()
+        self._libpod: str | None = None  # podman's libpod API version, when the engine is podman
         self.connected = False
         self.connections = 0
 
@@ -120,7 +143,8 @@ class DockerFollower:
                         self._inspect(ctx, client, cid)
                     elif ev.get("Type") == "container" and isinstance(cid, str) and action == "destroy":
                         # gone for good: its inspect is on record, its digest need not be kept
-                        self._written.pop(container_member(cid, "inspect.json"), None)
+                        for name in ("inspect.json", LIBPOD_INSPECT, OCI_CONFIG):
+                            self._written.pop(container_member(cid, name), None)
                 lost_why = "event stream ended"
             except Exception as exc:  # noqa: BLE001 - the engine went away mid-stream
                 lost_why = describe_error(exc)
@@ -156,6 +180,20 @@ class DockerFollower:
         version = client.version()
         if isinstance(version, dict):
             self._write_if_changed(ctx, VERSION, version)
+        self._libpod = libpod_version(version) if engine_product(version) == "podman" else None
+
+    def _podman_records(self, ctx: CollectContext, client: Any, cid: str, api: str) -> None:
+        """Podman's own inspect and the OCI spec it names, as capture keeps them."""
+        try:
+            own = libpod_inspect(client, cid, api)
+        except Exception:  # noqa: BLE001 - removed meanwhile
+            return
+        if not isinstance(own, dict):
+            return
+        oci = read_oci_config(own)
+        self._write_if_changed(ctx, container_member(cid, LIBPOD_INSPECT), redact_libpod(own, ctx))
+        if isinstance(oci, dict):
+            self._write_if_changed(ctx, container_member(cid, OCI_CONFIG), redact_oci_config(oci, ctx))
 
     def _containers(self, ctx: CollectContext, client: Any) -> None:
         for c in client.containers():
@@ -171,6 +209,8 @@ class DockerFollower:
         if not isinstance(doc, dict):
             return
         self._write_if_changed(ctx, container_member(cid, "inspect.json"), redact_container(doc, ctx))
+        if self._libpod is not None:
+            self._podman_records(ctx, client, cid, self._libpod)
         image = doc.get("Image")
         if isinstance(image, str) and image not in self._images:
             try:
