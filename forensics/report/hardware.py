@@ -209,13 +209,12 @@ def _container(
         exit_code=get_str(d, "exit_code"),
         oom_killed=oom_killed,
         oom_kills=get_int(d, "oom_kills"),
-        allocation_kind=get_str(alloc, "kind", "unknown") + _claims_text(alloc),
+        allocation_kind=get_str(alloc, "kind", "unknown") + _claims_text(alloc) + _cdi_text(alloc),
         allocation_explicit=get_bool(alloc, "explicit"),
         allocation_blanket=bool(alloc.get("blanket_gpus") or alloc.get("blanket_detail")),
         allocation_gpus=gpus,
         allocation_source=get_str(alloc, "source"),
         allocation_detail=get_str(alloc, "detail"),
-        allocation_cdi_devices=get_strs(alloc, "cdi_devices"),
         cpu_quota_cores=get_num(d, "cpu_quota_cores"),
         memory_limit_bytes=limit,
         throttled_avg_ratio=thr_avg,
@@ -324,3 +323,9 @@ def _claims_text(alloc: dict[str, Any]) -> str:
     """`` (claim ml/train-0-gpu-x7k2p)`` after the grant kind ``dra``: the claim a user looks up."""
     claims = [c for c in alloc.get("claims") or () if isinstance(c, str)]
     return f" (claim {', '.join(claims)})" if claims else ""
+
+
+def _cdi_text(alloc: dict[str, Any]) -> str:
+    """`` nvidia.com/gpu=0`` after the grant kind: the CDI device names that granted the GPUs."""
+    names = [n for n in alloc.get("cdi_devices") or () if isinstance(n, str)]
+    return f" {', '.join(names)}" if names else ""

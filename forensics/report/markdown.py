@@ -355,7 +355,6 @@ def _containers(v: ReportView, section: Section) -> list[str]:
                 f"**{md_text(c.label)}** {md_code(short_id(c.id))}",
                 md_text(c.image),
                 md_text(c.allocation_kind)
-                + "".join(f" {md_code(n)}" for n in c.allocation_cdi_devices)
                 + (" (blanket)" if c.allocation_blanket else "")
                 + (
                     f": {md_text(', '.join(c.allocation_gpus))}"

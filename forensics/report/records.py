@@ -361,7 +361,6 @@ class ContainerView:
     allocation_gpus: tuple[str, ...]
     allocation_source: str
     allocation_detail: str
-    allocation_cdi_devices: tuple[str, ...]  # the CDI device names that granted the GPUs
     cpu_quota_cores: float | None
     memory_limit_bytes: float | None
     throttled_avg_ratio: float | None
