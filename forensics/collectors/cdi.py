@@ -22,8 +22,8 @@ import stat
 from typing import Any
 
 from forensics.bundle.format import iso_from_unix
-from forensics.capture.context import CollectContext
-from forensics.collectors.hostfs.files import describe_os_error, read_small
+from forensics.collect.context import CollectContext
+from forensics.hostfs.files import describe_os_error, read_small
 from forensics.specs.cdi import INDEX, SPEC, SUFFIXES, spec_member
 
 __all__ = ["COLLECTOR", "CdiCollector", "redact_spec_text"]

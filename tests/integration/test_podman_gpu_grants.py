@@ -34,8 +34,8 @@ import pytest
 
 from forensics.analysis import analyze_bundles
 from forensics.bundle.reader import Bundle, open_bundle
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
+from forensics.collect.context import CaptureOptions
 from tests.support.cdi_specs import nvidia_ctk_spec_json
 from tests.support.nvmlsim import Scenario as NvmlScenario
 from tests.support.nvmlsim import activate
@@ -215,7 +215,7 @@ def test_the_flight_recorder_keeps_podmans_records_at_first_sight(node: Node, po
     import time
 
     from forensics.bundle.redact import Redactor
-    from forensics.capture.context import CollectContext
+    from forensics.collect.context import CollectContext
     from forensics.collectors.docker.follow import DockerFollower
     from forensics.record.child import RecordSink
 

@@ -20,12 +20,12 @@ from forensics.collectors.docker.calls import (
     describe_error,
     first_line,
 )
-from forensics.collectors.hostfs.files import describe_os_error, read_small
 from forensics.errors import (
     SourcePermissionDenied,
     SourceTimeout,
     SourceUnavailable,
 )
+from forensics.hostfs.files import describe_os_error, read_small
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.specs.docker import DockerSettings
 

@@ -10,9 +10,9 @@ import pytest
 
 from forensics.analysis import analyze_bundles
 from forensics.bundle.reader import open_bundle
-from forensics.capture.context import CaptureOptions
 from forensics.capture.runner import run_capture
 from forensics.capture.settings import validate_settings
+from forensics.collect.context import CaptureOptions
 from forensics.collectors.cdi import COLLECTOR
 from forensics.errors import UsageError
 from forensics.specs.cdi import spec_member

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.bundle.redact import Redactor
-from forensics.capture.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions, CollectContext
 from forensics.collectors.docker.redact import redact_libpod
 from forensics.parsing.cdi_grants import SpecGrants
 from forensics.parsing.cdi_spec import CdiRegistry
