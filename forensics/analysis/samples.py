@@ -8,12 +8,9 @@ evidence (``.evidence``) quoting the paths of that line that hold its values. Th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from forensics.analysis.findings import Evidence, EvidenceRef
-
-if TYPE_CHECKING:  # the model holds the samples; this module only reads it
-    from forensics.analysis.model import Model
 
 __all__ = [
     "DCGM_EXPORTER",
@@ -24,6 +21,7 @@ __all__ = [
     "CpuSample",
     "ExporterAttribution",
     "GpuSample",
+    "HoldsGpuSamples",
     "IoSample",
     "MemorySample",
     "NetSample",
@@ -206,7 +204,16 @@ def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evid
                        ref.offset).evidence
 
 
-def samples_from(model: Model, origins: frozenset[str]) -> dict[tuple[str, str], list[GpuSample]]:
+class HoldsGpuSamples(Protocol):
+    """What :func:`samples_from` reads of the model (:class:`forensics.analysis.model.Model`), named
+    here so this module, which the model imports, never imports it back."""
+
+    by_origin: dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]]
+
+    def samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]: ...
+
+
+def samples_from(model: HoldsGpuSamples, origins: frozenset[str]) -> dict[tuple[str, str], list[GpuSample]]:
     """(node, GPU UUID) -> its device samples read from ``origins`` (:data:`GPU_SAMPLE_ORIGINS`), in
     time order; computed once per origin set (``Model.by_origin``), and the model's own dict when
     every sample is kept."""
