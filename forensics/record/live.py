@@ -315,8 +315,12 @@ class LiveState:
         except ValueError:
             return
         for d in doc.get("devices", []) if isinstance(doc, dict) else []:
-            if isinstance(d, dict) and isinstance(d.get("uuid"), str):
-                self._names[d["uuid"]] = str(_value(d.get("nvml") or {}, "nvmlDeviceGetName") or d.get("name") or "")
+            if not isinstance(d, dict):
+                continue
+            nv: dict[str, Any] = d["nvml"] if isinstance(d.get("nvml"), dict) else {}
+            uuid = d.get("uuid") or _value(nv, "nvmlDeviceGetUUID")  # devices.json: under nvml
+            if isinstance(uuid, str) and uuid:
+                self._names[uuid] = str(_value(nv, "nvmlDeviceGetName") or d.get("name") or "")
 
     def _nvml_samples(self, t: float, data: str | bytes, summary: list[Any] | None = None) -> None:
         """Keep each GPU's figures and its processes as the summary lists them (no object per

@@ -66,6 +66,8 @@ def test_gpu_figures_and_grants_match_the_analysis() -> None:
     assert state.refresh() and not state.refresh()  # once on change, then nothing to do
     gpus = state.gpus()
     assert [g.index for g in gpus] == [0, 1] and gpus[0].util_pct == 99 and gpus[0].memory_used_pct > 90
+    # each GPU named as nvml/devices.json names it (its UUID is under nvml.nvmlDeviceGetUUID)
+    assert [g.name for g in gpus] == ["NVIDIA H100 80GB HBM3"] * 2
     by_name = {p.owner.container_name: p for p in state.processes()}
     assert set(by_name) == {"trainer", "notebook"}, by_name
     assert (by_name["trainer"].grant.allocated, by_name["trainer"].grant.grant) == (True, "explicit")
