@@ -283,6 +283,11 @@ def _gpu_text(uuid: str, gpus: Sequence[Gpu]) -> str:
     return short
 
 
+def _minor_read(ref: GpuRef, gpus: Sequence[Gpu]) -> bool:
+    """Whether a ``minor`` ref names a GPU whose device minor NVML read (other refs: True)."""
+    return ref.kind != "minor" or any(g.minor_number == int(ref.id) for g in gpus)
+
+
 def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu],
                                  evidence_for: EvidenceFor,
                                  none_evidence: tuple[Evidence, ...] = ()) -> GpuAllocation:
@@ -293,8 +298,13 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
     uuids: dict[str, None] = {}
     reasons: list[str] = []
     evidence: list[Evidence] = []
+    known = True
     for g in grants:
-        mine = resolve_refs(g.devices, g.scope, gpus) if g.devices_known else ()
+        # a driver's gpu-N is the device minor N: with no GPU whose minor NVML read as N, which GPU
+        # it is goes unjudged (the NVML index is no stand-in: the driver's probe order can differ)
+        resolvable = g.devices_known and all(_minor_read(r, gpus) for r in g.devices)
+        known = known and resolvable
+        mine = resolve_refs(g.devices, g.scope, gpus) if resolvable else ()
         for u in mine:
             uuids.setdefault(u, None)
         reason = g.reason
@@ -308,8 +318,7 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
     source = ("resource claim" if CLAIMS in docs else "pod-resources" if PODRESOURCES in docs else "pod spec")
     return GpuAllocation(kind, True, tuple(uuids), source, "; ".join(dict.fromkeys(reasons)),
                          tuple(dict.fromkeys(evidence)),
-                         devices_known=all(g.devices_known for g in grants),
-                         time_sliced=any(g.shared for g in grants), claims=claims)
+                         devices_known=known, time_sliced=any(g.shared for g in grants), claims=claims)
 
 
 def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], Claim],

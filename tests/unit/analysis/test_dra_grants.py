@@ -102,6 +102,15 @@ def test_the_drivers_gpu_n_is_the_minor_number_not_the_index(analyze: Analyze) -
     assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0 (GPU 1, GPU-" in f["summary"], f["summary"]
 
 
+def test_gpu_n_with_no_minor_read_is_not_guessed_from_the_index(analyze: Analyze) -> None:
+    """No slice names gpu-0's UUID and NVML read no minor numbers: gpu-0 could be either GPU (the
+    index is not the minor), so the pod's use of GPU 1 is not judged, in either grant source."""
+    for dynamic in (False, True):
+        doc = analyze(_dra_node(used_gpu=1, claim_device="gpu-0", with_slices=False, dynamic=dynamic,
+                                with_claims=not dynamic))
+        assert "unallocated-gpu-use" not in kinds(doc), doc["findings"]
+
+
 def test_v1beta1_slices_with_basic_attributes_resolve_the_same(analyze: Analyze) -> None:
     assert "unallocated-gpu-use" not in kinds(analyze(_dra_node(version="v1beta1")))
     (f,) = of_kind(analyze(_dra_node(version="v1beta1", used_gpu=1)), "unallocated-gpu-use")
@@ -111,10 +120,10 @@ def test_v1beta1_slices_with_basic_attributes_resolve_the_same(analyze: Analyze)
 def test_pod_resources_dynamic_resources_grant_without_the_claim(analyze: Analyze) -> None:
     """No resource.k8s.io in the bundle (an API server that refused it): the kubelet's
     pod-resources ``dynamic_resources`` name the claim and device."""
-    doc = analyze(_dra_node(with_claims=False, with_slices=False, dynamic=True))
+    doc = analyze(_dra_node(with_claims=False, with_slices=False, dynamic=True, minors=(0, 1)))
     assert "unallocated-gpu-use" not in kinds(doc), doc["findings"]
-    (f,) = of_kind(analyze(_dra_node(with_claims=False, with_slices=False, dynamic=True, used_gpu=1)),
-                   "unallocated-gpu-use")
+    (f,) = of_kind(analyze(_dra_node(with_claims=False, with_slices=False, dynamic=True, used_gpu=1,
+                                     minors=(0, 1))), "unallocated-gpu-use")
     assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0" in f["summary"]
     assert "kubernetes/podresources/list.json" in {e["member"] for e in f["evidence"]}
 
