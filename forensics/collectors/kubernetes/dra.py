@@ -19,13 +19,20 @@ the client's typed models know only some):
   -> ``kubernetes/deviceclasses.json``.
 
 Each member is a List of the items as sent (``apiVersion`` the version read), their metadata
-(labels, annotations, last-applied configuration) redacted as every object's.
+(labels, annotations, last-applied configuration) redacted as every object's. What a driver or an
+administrator may put anything in is redacted too (``k8s.io/api`` ``resource/v1/types.go``): the
+opaque configuration's ``parameters`` of a claim (``spec.devices.config[]``,
+``status.allocation.devices.config[]``) and of a DeviceClass (``spec.config[]``), and a device's
+driver ``data`` in ``status.devices[]``: every string under a secret-looking key becomes a
+pseudonym, every other string goes through the free-text redaction; keys, numbers and NVIDIA's
+``GpuConfig`` ``sharing`` settings (no secret-looking key) stay as sent.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from forensics.bundle.redact import looks_secret_label_key
 from forensics.bundle.redact_kubernetes import redact_object_metadata
 from forensics.specs import kubernetes as kspec
 
@@ -73,11 +80,46 @@ def device_class_names(claims: list[Any]) -> list[str]:
     return sorted(out)
 
 
+def _redact_free_json(value: Any, redactor: Any, secret: bool = False) -> Any:
+    """Arbitrary JSON a driver or an administrator wrote, redacted (see the module docstring)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            value[k] = _redact_free_json(v, redactor, secret or looks_secret_label_key(str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            value[i] = _redact_free_json(v, redactor, secret)
+    elif isinstance(value, str) and value:
+        return redactor.pseudonym(value, "dra") if secret else redactor.text(value, "dra")
+    return value
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+# what each kind holds that its writer may fill with anything: (a list's path, each entry's field's path)
+_FREE_JSON: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {
+    "ResourceClaimList": ((("spec", "devices", "config"), ("opaque", "parameters")),
+                          (("status", "allocation", "devices", "config"), ("opaque", "parameters")),
+                          (("status", "devices"), ("data",))),
+    "DeviceClassList": ((("spec", "config"), ("opaque", "parameters")),),
+}
+
+
 def _list_doc(version: str, kind: str, items: list[Any], redactor: Any) -> dict[str, Any]:
     if redactor.enabled:
         for item in items:
-            if isinstance(item, dict):
-                redact_object_metadata(item.get("metadata"), redactor)
+            if not isinstance(item, dict):
+                continue
+            redact_object_metadata(item.get("metadata"), redactor)
+            for list_path, field in _FREE_JSON.get(kind, ()):
+                entries = _at(item, list_path)
+                for entry in entries if isinstance(entries, list) else []:
+                    holder = _at(entry, field[:-1])
+                    if isinstance(holder, dict) and field[-1] in holder:
+                        holder[field[-1]] = _redact_free_json(holder[field[-1]], redactor)
     return {"apiVersion": f"{GROUP}/{version}", "kind": kind, "metadata": {}, "items": items}
 
 

@@ -141,3 +141,35 @@ def test_a_container_whose_process_is_on_a_gpu_is_a_holder() -> None:
     index = {"container_ids": {"ab" * 32: {"pod": "ml/p", "container": "c", "pod_uid": "u", "instance": "current"}}}
     assert gpu_holders(pods, index, set()) == {}
     assert gpu_holders(pods, index, {"ab" * 32}) == {("ml", "p", "c"): "process on a GPU"}
+
+
+def test_drivers_free_json_is_redacted_and_sharing_kept(tmp_path: Path, clean_kube_env: None) -> None:
+    """What a driver or an administrator may fill with anything (a claim's and a DeviceClass's
+    opaque ``parameters``, a device's status ``data``) reaches the bundle redacted; NVIDIA's
+    GpuConfig sharing settings, which the grant model reads, stay as sent."""
+    state = _state()
+    claim = state.dra.claims[0]
+    secret_params = {"apiVersion": "example.com/v1", "kind": "NicConfig", "auth": {"user": "svc", "psk": "hunter2-psk"},
+                     "endpoint": "https://admin:s3cr3t-url-pw@fabric.example.com/api"}
+    claim["spec"]["devices"]["config"] = [{"requests": ["gpu"], "opaque": {"driver": "nic.example.com",
+                                                                           "parameters": secret_params}}]
+    gpu_config = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                  "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50,
+                                                               "defaultPinnedDeviceMemoryLimit": "8Gi"}}}
+    claim["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": "nic.example.com", "parameters": secret_params}},
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": gpu_config}}]
+    claim["status"]["devices"] = [{"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-0",
+                                   "data": {"sessionToken": "tok-claim-status-0123456789"}}]
+    state.dra.device_classes[0]["spec"]["config"] = [{"opaque": {"driver": "gpu.nvidia.com", "parameters": {
+        "registryPassword": "class-pw-0123456789"}}}]
+    staged, _ = _run(tmp_path, state)
+    raw = (staged.root / "kubernetes/resourceclaims.json").read_bytes()
+    for secret in (b"hunter2-psk", b"s3cr3t-url-pw", b"tok-claim-status-0123456789"):
+        assert secret not in raw, secret
+    assert b"class-pw-0123456789" not in (staged.root / "kubernetes/deviceclasses.json").read_bytes()
+    (kept,) = [c for c in staged.json("kubernetes/resourceclaims.json")["items"]
+               if c["metadata"]["name"] == "train-0-gpu-x7k2p"]
+    assert kept["status"]["allocation"]["devices"]["config"][1]["opaque"]["parameters"] == gpu_config
+    assert kept["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["auth"]["user"].startswith(
+        "<redacted:")
