@@ -92,6 +92,9 @@ class Recorder:
         # tick (attribute_pids: made by the loop); held, for each new child of a driver that resumes
         self.queued: dict[str, list[Any]] = {}
         self.held: dict[str, Any] = {}
+        # the keys some recorded source reads: a hint no child takes is not queued (it would grow
+        # all day, e.g. cgroup paths under --sources nvml,procfs)
+        self.read_keys = {h.key for d in self.drivers.values() for h in d.reads}
         self.records_written = 0
         self.ticks = 0
         self.writer: RingWriter | None = None
@@ -288,8 +291,9 @@ class Recorder:
     def _receive(self, hint: Hint[Any], values: list[Any]) -> None:
         """A published hint: GPU PIDs become ``attribute_pids`` (first sightings); others are queued."""
         if hint.key == GPU_PIDS.key:
-            self._gpu_pids(values)
-        else:
+            if ATTRIBUTE_PIDS.key in self.read_keys:
+                self._gpu_pids(values)
+        elif hint.key in self.read_keys:
             self.queued.setdefault(hint.key, []).extend(v for v in values if isinstance(v, hint.item))
 
     def _gpu_pids(self, pids: list[Any]) -> None:

@@ -365,3 +365,27 @@ def test_the_rings_change_only_encoder_forgets_the_lines_of_gone_cgroups(tmp_pat
     assert len(reader.segments()) == 1  # all of it in one segment: the encoder was never reset
     assert [r.data for r in reader.records()] == [d for *_, d in recs]
     assert not reader.report.problems
+
+
+def test_hints_no_recorded_source_reads_are_not_queued(tmp_path: Any) -> None:
+    """``record --sources nvml,procfs``: the procfs child's cgroup paths have no cgroups child to
+    take them, and with ``--sources nvml`` the GPU PIDs no procfs child to attribute them: a day of
+    them would be kept for nobody. With every source, both are queued for their reader."""
+    from forensics.record.options import RecordOptions
+    from forensics.record.recorder import Recorder
+
+    def feed(rec: Recorder) -> None:
+        for tick in range(100):
+            rec._handle(rec.sources["procfs"] if "procfs" in rec.sources else rec.sources["nvml"],
+                        {"kind": "hello", "hints": {"cgroup_paths": [f"/kubepods/pod{tick}/c"]}})
+            rec._handle(rec.sources["nvml"], {"kind": "hello", "hints": {"gpu_pids": [1000 + tick]}})
+
+    lonely = Recorder(RecordOptions(ring=tmp_path / "a", sources=("nvml", "procfs")), log=lambda _: None)
+    feed(lonely)
+    assert "cgroup_paths" not in lonely.queued and len(lonely.queued["attribute_pids"]) == 100
+    alone = Recorder(RecordOptions(ring=tmp_path / "b", sources=("nvml",)), log=lambda _: None)
+    feed(alone)
+    assert not any(alone.queued.values()), alone.queued
+    every = Recorder(RecordOptions(ring=tmp_path / "c", sources=("nvml", "procfs", "cgroups")), log=lambda _: None)
+    feed(every)
+    assert len(every.queued["cgroup_paths"]) == 100 and len(every.queued["attribute_pids"]) == 100
