@@ -54,7 +54,7 @@ from forensics.specs import kubernetes as kubernetes_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 from forensics.specs.base import Hint, SourceSpec
-from forensics.specs.hints import CGROUP_PATHS, KMSG_LAST_SEQ
+from forensics.specs.hints import CGROUP_PATHS, GPU_PIDS, KMSG_LAST_SEQ
 
 __all__ = ["ATTRIBUTE_PIDS", "DELTA_MEMBERS", "DRIVERS", "GPU_PIDS", "SOURCE_NAMES", "Driver", "Resume", "make_driver",
            "preload"]
@@ -71,7 +71,6 @@ KUBE_FOLLOWER = "forensics.collectors.kubernetes.follow"
 NVML_LAZY = ("pynvml", "importlib.metadata")
 
 #: recorder-only hints, between the parent loop and its sampler children
-GPU_PIDS = Hint("gpu_pids", int, "the PIDs NVML saw on a GPU this tick (nvml child -> recorder)")
 ATTRIBUTE_PIDS = Hint("attribute_pids", int, "GPU PIDs seen for the first time (recorder -> procfs child)")
 
 
