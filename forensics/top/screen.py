@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import curses
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from forensics.collect.lifeline import die_with_parent
 from forensics.top.snapshot import Snapshot
 from forensics.top.view import SORTS, Line, ViewOptions, filtered, render
 
@@ -44,12 +46,17 @@ class Feed(Protocol):
 
 
 class CaptureChild:
-    """``gpuforensics capture --since 15m -o DIR`` in a child process; its path when written."""
+    """``gpuforensics capture --since 15m -o DIR`` in a child process; its path when written.
+    In its own session (a Ctrl-C typed at the view is not its), and sent SIGTERM when top dies
+    (``PR_SET_PDEATHSIG``: killed, its terminal closed), so it never outlives top: a capture ended
+    so writes what it has, marked interrupted."""
 
     def __init__(self, argv: Sequence[str]) -> None:
         self.log = tempfile.TemporaryFile()
+        parent = os.getpid()
         self.proc = subprocess.Popen([*argv], stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=lambda: die_with_parent(parent, signal.SIGTERM))
         self.started = time.monotonic()
         self.result = ""
 
@@ -262,6 +269,10 @@ def run_screen(feed: Feed, snapshot: Callable[[], Snapshot], options: ViewOption
             loops[0].run()
 
         curses.wrapper(main)
+    except BaseException:  # Ctrl-C at the view, or a failure: a capture started is ended, not left behind
+        if loops and loops[0].capture is not None:
+            loops[0].capture.stop()
+        raise
     finally:
         os.dup2(saved, 2)
         os.close(saved)
