@@ -12,7 +12,13 @@ Also recorded (member ``recorder/events.jsonl``): the start and the clean stop; 
 both clocks and stay in monotonic order); a source's gap (from, to, why); a full disk (writing
 stops, one line is logged, records are counted as dropped; every ``retry_s`` a write is tried
 again, and when it works the gap is recorded). SIGTERM/SIGINT: children are told to quit, then
-killed; the active segment is sealed.
+killed; the active segment is sealed. ``gpuforensics top`` drives the same loop one step at a
+time with no ring (:meth:`Recorder.step`, :meth:`Recorder.settled`, :meth:`Recorder.close`).
+
+Why this module is long: it is one loop over one state (the sources' children and their states,
+the records pending for the ring, the hints queued between the children); its parts (ticking,
+reading answers, routing hints, writing the ring, stopping) each change that state, and split
+they would reach into one another's.
 """
 
 from __future__ import annotations
@@ -136,7 +142,11 @@ class Recorder:
                              (dumps_json(rec) + "\n").encode("utf-8", "surrogateescape")))
 
     def _flush(self) -> None:
-        if not self.pending or self.writer is None:
+        if not self.pending:
+            return
+        if self.writer is None:  # driven by step() with no ring (gpuforensics top): the live state had them
+            self.records_written += len(self.pending)
+            self.pending.clear()
             return
         now = time.monotonic()
         if self.disk_full_since is not None and now - self.last_retry < self.options.retry_s:
@@ -491,6 +501,25 @@ class Recorder:
         self._flush()
         if self.writer is not None:
             self.writer.close()
+
+    # -- driven one step at a time, with no ring (gpuforensics top's own samplers) ------------
+    def step(self, index: int | None, until: float) -> None:
+        """Send tick ``index`` to the sources (starting those due; None: no tick now), then read
+        their answers until the monotonic time ``until``. Without :meth:`run` there is no ring:
+        the records reach :attr:`live` only."""
+        if index is not None:
+            self._tick(index)
+        self._poll(until)
+
+    def settled(self) -> bool:
+        """Every source started and answered its last tick, and no hint waits for its reader
+        (GPU PIDs to attribute, cgroup paths to sample)."""
+        return not any(st.proc is not None and (st.proc.busy_tick is not None or not st.proc.hello)
+                       for st in self.sources.values()) and not any(self.queued.values())
+
+    def close(self) -> None:
+        """Stop the sources' children (what :meth:`run` does at its end)."""
+        self._shutdown()
 
     def status(self) -> dict[str, Any]:
         return {"ticks": self.ticks, "records_written": self.records_written,

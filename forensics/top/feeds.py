@@ -129,14 +129,6 @@ class RingFeed:
         pass
 
 
-class _RinglessRecorder(Recorder):
-    """The recorder's loop with no ring under it: records go to the live state only."""
-
-    def _flush(self) -> None:
-        self.records_written += len(self.pending)
-        self.pending.clear()
-
-
 class SelfFeed:
     """top's own samplers (see the module docstring). :meth:`poll` sends a tick when one is due
     and reads the answers that arrived within ``wait_s``."""
@@ -154,7 +146,7 @@ class SelfFeed:
                                 nvml_library=nvml_library, extra=dict(extra or {}), nice=10,
                                 kubeconfig=kubeconfig, kube_context=kube_context, node_name=node_name,
                                 argv=("top",))
-        self.recorder = _RinglessRecorder(options, log or self._log)
+        self.recorder = Recorder(options, log or self._log)  # never run(): no ring, step() by step()
         self.recorder.live = state
         self.index = 0
         self.next_due = time.monotonic()
@@ -165,11 +157,12 @@ class SelfFeed:
     def poll(self, wait_s: float = 0.05) -> int:
         now = time.monotonic()
         before = self.state.records_seen
+        index = None
         if now >= self.next_due:
-            self.recorder._tick(self.index)
+            index = self.index
             self.index += 1
             self.next_due = max(self.next_due + self.interval_s, now)
-        self.recorder._poll(time.monotonic() + wait_s)
+        self.recorder.step(index, time.monotonic() + wait_s)
         return self.state.records_seen - before
 
     def settle(self, ticks: int = 5, tick_s: float = 0.5, deadline_s: float = 20.0) -> None:
@@ -179,18 +172,14 @@ class SelfFeed:
         self.interval_s = tick_s
         self.next_due = time.monotonic()
         end = time.monotonic() + deadline_s
-        rec = self.recorder
         while time.monotonic() < end:
             self.poll(0.05)
             self.state.refresh()  # the attribution, when identities changed
-            busy = any(st.proc is not None and st.proc.busy_tick is not None for st in rec.sources.values())
-            starting = any(st.proc is not None and not st.proc.hello for st in rec.sources.values())
-            handing = any(rec.queued.values())  # hints between the samplers (GPU PIDs, cgroup paths)
-            if self.index >= ticks and not busy and not starting and not handing and not self.state.dirty:
+            if self.index >= ticks and self.recorder.settled() and not self.state.dirty:
                 break
 
     def status(self) -> dict[str, Any]:
         return self.recorder.status()
 
     def close(self) -> None:
-        self.recorder._shutdown()
+        self.recorder.close()

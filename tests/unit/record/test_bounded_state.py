@@ -389,3 +389,26 @@ def test_hints_no_recorded_source_reads_are_not_queued(tmp_path: Any) -> None:
     every = Recorder(RecordOptions(ring=tmp_path / "c", sources=("nvml", "procfs", "cgroups")), log=lambda _: None)
     feed(every)
     assert len(every.queued["cgroup_paths"]) == 100 and len(every.queued["attribute_pids"]) == 100
+
+
+def test_a_recorder_stepped_with_no_ring_keeps_no_record_and_writes_nothing(tmp_path: Any) -> None:
+    """``gpuforensics top``'s own samplers: the recorder driven by ``step`` (never ``run``) hands
+    its records to the live state and keeps none (there is no ring to write them to)."""
+    from forensics.record.options import RecordOptions
+    from forensics.record.recorder import Recorder
+
+    ring = tmp_path / "ring"
+    rec = Recorder(RecordOptions(ring=ring, sources=("procfs", "cgroups"), interval_s=0.2), log=lambda _: None)
+    seen: list[str] = []
+    rec.live = types.SimpleNamespace(feed=lambda t, mono, member, op, data, summary=None: seen.append(member))  # type: ignore[assignment]
+    try:
+        index = 0
+        end = time.monotonic() + 20
+        while time.monotonic() < end and (index < 3 or not rec.settled()):
+            rec.step(index, time.monotonic() + 0.2)
+            index += 1
+    finally:
+        rec.close()
+    assert rec.settled() and rec.status()["sources"]["procfs"]["ticks"] >= 1
+    assert seen and rec.records_written >= len(seen) and not rec.pending
+    assert not ring.exists()
