@@ -363,23 +363,28 @@ def dynamic_resources(doc: Any) -> dict[tuple[str, str, str], list[DynamicResour
                     return obj[n]
         return None
 
+    def items(obj: Any, name: str) -> list[Any]:  # a list, or nothing (one broken entry hides no other)
+        value = get(obj, name)
+        return value if isinstance(value, list) else []
+
     out: dict[tuple[str, str, str], list[DynamicResource]] = {}
     top = "pod_resources" if isinstance(get(doc, "pod_resources"), list) else "podResources"
-    for i, p in enumerate(get(doc, top) or []):
-        for j, c in enumerate(get(p, "containers") or []):
+    for i, p in enumerate(items(doc, top)):
+        for j, c in enumerate(items(p, "containers")):
             dyn_key = "dynamic_resources" if isinstance(get(c, "dynamic_resources"), list) else "dynamicResources"
-            for k, d in enumerate(get(c, dyn_key) or []):
+            for k, d in enumerate(items(c, dyn_key)):
                 ns, claim = get(d, "claim_namespace", "claimNamespace"), get(d, "claim_name", "claimName")
                 if not isinstance(ns, str) or not isinstance(claim, str):
                     continue
                 cr_key = "claim_resources" if isinstance(get(d, "claim_resources"), list) else "claimResources"
-                for m, r in enumerate(get(d, cr_key) or []):
+                for m, r in enumerate(items(d, cr_key)):
                     driver = get(r, "driver_name", "driverName")
                     pool = get(r, "pool_name", "poolName")
                     device = get(r, "device_name", "deviceName")
                     if not all(isinstance(v, str) and v for v in (driver, pool, device)):
                         continue
-                    cdi = tuple(str(get(x, "name")) for x in (get(r, "cdi_devices", "cdiDevices") or [])
+                    cdi_list = get(r, "cdi_devices", "cdiDevices")
+                    cdi = tuple(str(get(x, "name")) for x in (cdi_list if isinstance(cdi_list, list) else [])
                                 if isinstance(get(x, "name"), str))
                     out.setdefault((str(get(p, "namespace")), str(get(p, "name")), str(get(c, "name"))), []).append(
                         DynamicResource(ns, claim, str(driver), str(pool), str(device), cdi,
@@ -394,13 +399,16 @@ def plugin_devices(doc: Any) -> dict[tuple[str, str, str], list[PluginDevices]]:
     if not isinstance(doc, Mapping):
         return out
     top = "pod_resources" if isinstance(doc.get("pod_resources"), list) else "podResources"
-    for i, p in enumerate(doc.get(top) or []):
+    pods = doc.get(top)
+    for i, p in enumerate(pods if isinstance(pods, list) else []):
         if not isinstance(p, Mapping):
             continue
-        for j, c in enumerate(p.get("containers") or []):
+        containers = p.get("containers")
+        for j, c in enumerate(containers if isinstance(containers, list) else []):
             if not isinstance(c, Mapping):
                 continue
-            for k, d in enumerate(c.get("devices") or []):
+            devices = c.get("devices")
+            for k, d in enumerate(devices if isinstance(devices, list) else []):
                 if not isinstance(d, Mapping):
                     continue
                 res = d.get("resource_name", d.get("resourceName"))

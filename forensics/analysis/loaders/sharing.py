@@ -39,6 +39,10 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _MEM = re.compile(r"^\s*(?:\d+\s*=\s*)?(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def parse_memory_limit(text: str) -> int | None:
     """``4g``, ``4096m``, ``0=2G`` (MPS per-device form; the first device's) -> bytes; None if unreadable."""
     first = text.split(",", 1)[0]
@@ -87,11 +91,11 @@ def load_sharing(src: Source, model: Model, node: str) -> None:
     grants: dict[tuple[str, str, str], list[tuple[str, list[str], Evidence]]] = {}
     lst = src.json(_LIST)
     key = "pod_resources" if isinstance(dig(lst, "pod_resources"), list) else "podResources"
-    for i, p in enumerate(dig(lst, key) or []):
-        for j, c in enumerate(dig(p, "containers") or []):
-            for k, d in enumerate(dig(c, "devices") or []):
+    for i, p in enumerate(_list(dig(lst, key))):  # one broken entry hides no other
+        for j, c in enumerate(_list(dig(p, "containers"))):
+            for k, d in enumerate(_list(dig(c, "devices"))):
                 res = dig(d, "resource_name") or dig(d, "resourceName")
-                ids = [str(x) for x in (dig(d, "device_ids") or dig(d, "deviceIds") or []) if isinstance(x, str)]
+                ids = [str(x) for x in _list(dig(d, "device_ids") or dig(d, "deviceIds")) if isinstance(x, str)]
                 if not isinstance(res, str) or not ids:
                     continue
                 if not (res in advertised or _gpu_like(ids)):

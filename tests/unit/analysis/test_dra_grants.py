@@ -111,6 +111,18 @@ def test_gpu_n_with_no_minor_read_is_not_guessed_from_the_index(analyze: Analyze
         assert "unallocated-gpu-use" not in kinds(doc), doc["findings"]
 
 
+def test_a_broken_pod_resources_entry_hides_no_other(analyze: Analyze) -> None:
+    """A pod-resources entry whose containers (or a container's devices) are no list is skipped;
+    the pods listed beside it keep their grants, and the Kubernetes loader still runs."""
+    spec = _dra_node(with_claims=False, with_slices=False, dynamic=True, minors=(0, 1), used_gpu=1)
+    spec.podresources[:0] = [{"name": "odd-0", "namespace": "ml", "containers": 1.5},
+                             {"name": "odd-1", "namespace": "ml", "containers": [{"name": "c", "devices": 7,
+                                                                                  "dynamic_resources": True}]}]
+    (f,) = of_kind(analyze(spec), "unallocated-gpu-use")
+    assert "ml/train-0" in names(f, "culprit", "pod")
+    assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0" in f["summary"], f["summary"]
+
+
 def test_v1beta1_slices_with_basic_attributes_resolve_the_same(analyze: Analyze) -> None:
     assert "unallocated-gpu-use" not in kinds(analyze(_dra_node(version="v1beta1")))
     (f,) = of_kind(analyze(_dra_node(version="v1beta1", used_gpu=1)), "unallocated-gpu-use")
