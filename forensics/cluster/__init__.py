@@ -5,8 +5,8 @@
     run.py      choose nodes, find capture pods (or create Jobs), run them concurrently, the
                 summary (stderr table and DIR/cluster.json)
     stream.py   one exec stream: channel protocol, stdout to disk, exit status
-    kube.py     the client seam: kubeconfig as kubectl finds it, JSON requests, the exec
-                WebSocket; client errors mapped to APIError here only
+    kube.py     the client, over the shared seam forensics.kube: kubeconfig as kubectl finds
+                it, JSON requests, the exec WebSocket; client errors worded here only (APIError)
     jobspec.py  the Job of ``--job`` (deploy/job.yaml's pod spec)
     options.py  what to capture where (ClusterCaptureOptions), read by run.py and selection.py
     selection.py  the nodes and each node's capture pod

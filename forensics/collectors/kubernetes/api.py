@@ -1,6 +1,7 @@
-"""The kubernetes client seam: configuration, one call under a deadline, errors mapped once.
+"""The kubernetes collector's client: configuration in capture's order, one call under a deadline,
+errors mapped once; over the shared seam :mod:`forensics.kube` (configuration, ``ApiClient``).
 
-Every API call goes through :meth:`KubeAPI.call`: raw JSON (``_preload_content=False``: the
+Every API call goes through :meth:`KubeAPI.get` (or :meth:`KubeAPI.watch`): raw JSON (``_preload_content=False``: the
 client's v37 models are strict and reject real objects), a ``(connect, read)`` timeout capped by
 the collector's total budget, no urllib3 retries, and each call logged (path, query, HTTP
 status, duration, bytes) for ``kubernetes/requests.json``. Client and urllib3 errors become
@@ -11,26 +12,26 @@ status, duration, bytes) for ``kubernetes/requests.json``. Client and urllib3 er
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import SourceUnavailable
+from forensics.kube import (
+    CAPTURE_ORDER,
+    ClientRefused,
+    ConfigError,
+    KubeError,
+    LoadedConfig,
+    find_config,
+)
+from forensics.kube import load_config as load_config_at
+from forensics.kube.client import ApiConnection
 
 __all__ = ["CallFailed", "CallRecord", "KubeAPI", "LoadedConfig", "load_config"]
 
-SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-
-
-@dataclass(frozen=True)
-class LoadedConfig:
-    """A client configuration and where it came from (``in-cluster``, ``kubeconfig:<path>``)."""
-
-    configuration: Any
-    source: str
-    context: str | None
+CallFailed = KubeError  # the collector's name for the seam's error
 
 
 @dataclass(frozen=True)
@@ -51,61 +52,27 @@ class CallRecord:
     received_unix: float | None = None
 
 
-class CallFailed(Exception):
-    """An API call that gave no usable answer; ``kind`` says why."""
-
-    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-
-
 def load_config(kubeconfig: str | None, context: str | None) -> LoadedConfig:
-    """In order: ``--kubeconfig``; the in-cluster service account; ``KUBECONFIG``; ``~/.kube/config``.
+    """In order: ``--kubeconfig``; the in-cluster service account; ``KUBECONFIG``; ``~/.kube/config``
+    (:data:`forensics.kube.CAPTURE_ORDER`).
 
     Raises ``SourceUnavailable`` when there is none, or when the one found cannot be loaded.
     """
-    from kubernetes import client
-    from kubernetes import config as _config
-    from kubernetes.config.config_exception import ConfigException
-    from yaml import YAMLError  # type: ignore[import-untyped]
-
-    config: Any = _config  # untyped library functions
-    cfg = client.Configuration()
-    env_kubeconfig = os.environ.get("KUBECONFIG", "")
-    home_kubeconfig = os.path.expanduser("~/.kube/config")
-    where = ""  # which file was tried, for the error
+    origin = find_config(kubeconfig, CAPTURE_ORDER)
+    if origin is None:
+        raise SourceUnavailable(
+            "no Kubernetes configuration (not in a cluster; no --kubeconfig, KUBECONFIG "
+            "or ~/.kube/config)"
+        )
+    where = {"kubeconfig-option": f" ({origin.path}, --kubeconfig)", "KUBECONFIG": f" ({origin.path}, from KUBECONFIG)",
+             "home": f" ({origin.path})", "in-cluster": ""}[origin.place]  # which was tried, for the error
     try:
-        if kubeconfig:
-            where = f" ({kubeconfig}, --kubeconfig)"
-            config.load_kube_config(config_file=kubeconfig, context=context,
-                                    client_configuration=cfg, persist_config=False)
-            source = f"kubeconfig:{kubeconfig}"
-        elif os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(SA_TOKEN):
-            config.load_incluster_config(client_configuration=cfg)
-            source = "in-cluster"
-        elif env_kubeconfig:
-            where = f" ({env_kubeconfig}, from KUBECONFIG)"
-            config.load_kube_config(config_file=env_kubeconfig, context=context,
-                                    client_configuration=cfg, persist_config=False)
-            source = f"kubeconfig:{env_kubeconfig}"
-        elif os.path.exists(home_kubeconfig):
-            where = f" ({home_kubeconfig})"
-            config.load_kube_config(config_file=home_kubeconfig, context=context,
-                                    client_configuration=cfg, persist_config=False)
-            source = f"kubeconfig:{home_kubeconfig}"
-        else:
-            raise SourceUnavailable(
-                "no Kubernetes configuration (not in a cluster; no --kubeconfig, KUBECONFIG "
-                "or ~/.kube/config)"
-            )
-    except YAMLError as exc:  # a kubeconfig that is not YAML at all
-        first = " ".join(str(exc).split())[:200]
-        raise SourceUnavailable(f"Kubernetes configuration not usable{where}: not valid YAML: {first}") from None
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise SourceUnavailable(f"Kubernetes configuration not usable{where}: {exc}") from None
-    cfg.retries = False  # one attempt per call: the budget is ours, not urllib3's
-    return LoadedConfig(cfg, source, context)
+        return load_config_at(origin, context)
+    except ConfigError as exc:
+        if exc.kind == "not-yaml":  # a kubeconfig that is not YAML at all
+            first = " ".join(exc.detail.split())[:200]
+            raise SourceUnavailable(f"Kubernetes configuration not usable{where}: not valid YAML: {first}") from None
+        raise SourceUnavailable(f"Kubernetes configuration not usable{where}: {exc.detail}") from None
 
 
 class KubeAPI:
@@ -118,20 +85,15 @@ class KubeAPI:
 
     def __init__(self, loaded: LoadedConfig, deadline: float, call_timeout_s: float = 10.0,
                  connect_timeout_s: float = 3.0) -> None:
-        from kubernetes.client.api_client import ApiClient
-
         self.server = str(loaded.configuration.host)
         self.deadline = deadline
         self.call_timeout_s = call_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.log: list[CallRecord] = []
-        self._api_client: Any = ApiClient(loaded.configuration)
+        self._api = ApiConnection(loaded)
 
     def close(self) -> None:
-        try:
-            self._api_client.close()
-        except Exception:  # noqa: BLE001 - closing must never mask the result
-            pass
+        self._api.close()
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -139,7 +101,6 @@ class KubeAPI:
     def get(self, path: str, query: dict[str, str] | None = None) -> bytes:
         """``GET path?query``; the response body, or :class:`CallFailed`."""
         import urllib3
-        from kubernetes.client.exceptions import ApiException
 
         query = dict(query or {})
         remaining = self.remaining()
@@ -156,7 +117,7 @@ class KubeAPI:
             status = int(response.status)
             received = time.time()
             date = response.getheader("Date")
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        except (ClientRefused, urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._failed(exc, path, query, time.monotonic() - t0) from None
         took = time.monotonic() - t0
         if not 200 <= status <= 299:
@@ -166,11 +127,7 @@ class KubeAPI:
 
     def _call(self, path: str, query: dict[str, str], timeout: tuple[float, float]) -> Any:
         """One GET through the client's machinery; the unread response."""
-        method, url, headers, body, post = self._api_client.param_serialize(
-            method="GET", resource_path=path, query_params=list(query.items()),
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        return self._api_client.call_api(method, url, header_params=headers, body=body,
-                                         post_params=post, _request_timeout=timeout)
+        return self._api.send("GET", path, list(query.items()), timeout)
 
     def _refused(self, path: str, query: dict[str, str], status: int, data: bytes, took: float,
                  date: str | None = None, sent: float | None = None, received: float | None = None) -> CallFailed:
@@ -186,7 +143,6 @@ class KubeAPI:
         or sends nothing for ``idle_timeout_s``; failures as :class:`CallFailed` (a ``410 Gone``
         answer or ``ERROR`` event is yielded as it came: the caller lists again)."""
         import urllib3
-        from kubernetes.client.exceptions import ApiException
 
         query = dict(query, watch="true")
         t0 = time.monotonic()
@@ -208,7 +164,7 @@ class KubeAPI:
                         continue
                     if isinstance(obj, dict):
                         yield obj
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        except (ClientRefused, urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._failed(exc, path, query, time.monotonic() - t0) from None
         finally:
             if response is not None:  # a stream is not reused: the server may end it any time
@@ -221,10 +177,9 @@ class KubeAPI:
     def _failed(self, exc: BaseException, path: str, query: dict[str, str], took: float) -> CallFailed:
         """The one mapping of a client or urllib3 error to :class:`CallFailed` (logged)."""
         import urllib3
-        from kubernetes.client.exceptions import ApiException
 
-        if isinstance(exc, ApiException):  # TLS errors and unpreparable requests
-            kind, text = "unreachable", str(exc.reason)[:300]
+        if isinstance(exc, ClientRefused):  # TLS errors and unpreparable requests
+            kind, text = "unreachable", str(exc)
         # NewConnectionError subclasses ConnectTimeoutError: test it first
         elif isinstance(exc, urllib3.exceptions.NewConnectionError):
             kind, text = "unreachable", f"unreachable: {_short(exc)}"

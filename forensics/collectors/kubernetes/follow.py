@@ -31,7 +31,6 @@ retried with a backoff and one ``recorder/events.jsonl`` line of kind ``gap`` (s
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -39,11 +38,12 @@ from typing import Any
 
 from forensics.bundle.format import iso_from_unix
 from forensics.collect.context import CollectContext, Tick
-from forensics.collectors.kubernetes.api import SA_TOKEN, CallFailed, KubeAPI, load_config
+from forensics.collectors.kubernetes.api import CallFailed, KubeAPI, load_config
 from forensics.collectors.kubernetes.events import event_time, select_events
 from forensics.collectors.kubernetes.kubernetes import MAX_EVENT_NAMESPACES, KubernetesCollector
 from forensics.collectors.kubernetes.redaction import redact_events
 from forensics.errors import ParseError, RingError, SourceUnavailable
+from forensics.kube import CAPTURE_ORDER, find_config
 from forensics.ring import RingReader, resolve_ring_dir
 from forensics.specs import kubernetes as kspec
 from forensics.specs import ring as ring_spec
@@ -62,11 +62,7 @@ def configured(kubeconfig: str | None) -> bool:
     """Whether there is a Kubernetes configuration to load (``load_config``'s order), without
     importing the client: on a host outside any cluster the recorder's kubernetes source costs
     one stat per restart, not an import."""
-    if kubeconfig or os.environ.get("KUBECONFIG"):
-        return True
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(SA_TOKEN):
-        return True
-    return os.path.exists(os.path.expanduser("~/.kube/config"))
+    return find_config(kubeconfig, CAPTURE_ORDER) is not None
 
 
 def ring_cursor(ring_dir: str | None, now: float) -> tuple[set[tuple[str, str]], float | None]:

@@ -62,7 +62,7 @@ def test_a_client_offering_only_v4_gets_v4(served) -> None:
     api, _, kube, pods = served
     from kubernetes.stream import ws_client
 
-    _, url, headers, _, _ = kube._api.param_serialize(
+    _, url, headers, _, _ = kube._api.api_client.param_serialize(
         method="GET", resource_path=f"/api/v1/namespaces/{NS}/pods/{pods[0]['metadata']['name']}/exec",
         header_params={}, auth_settings=["BearerToken"])
     headers["sec-websocket-protocol"] = V4

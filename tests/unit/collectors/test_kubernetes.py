@@ -294,14 +294,14 @@ class TestInCluster:
     def in_cluster(self, tmp_path, clean_kube_env, monkeypatch):
         import kubernetes.config.incluster_config as incluster
 
-        import forensics.collectors.kubernetes.api as kube_api_module
+        import forensics.kube.config as kube_config_module
 
         token, cert = tmp_path / "token", tmp_path / "ca.crt"
         token.write_text("sa-token-abc")
         cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
         monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
         monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(cert))
-        monkeypatch.setattr(kube_api_module, "SA_TOKEN", str(token))
+        monkeypatch.setattr(kube_config_module, "SA_TOKEN", str(token))
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
 
