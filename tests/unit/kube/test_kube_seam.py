@@ -5,6 +5,10 @@ call is one error type to both."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,3 +106,56 @@ def test_a_failed_call_is_one_error_type() -> None:
     assert APIError is CallFailed
     failed = CallFailed("forbidden", "no", 403)
     assert (failed.kind, failed.status, str(failed)) == ("forbidden", 403, "no")
+
+
+@pytest.fixture
+def not_tls(clean_kube_env: None) -> Iterator[str]:
+    """A loopback listener that answers a TLS handshake with plain text: the client refuses the
+    request itself (its ``ApiException``), which the seam hands on as ``ClientRefused``."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+
+    def answer() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 not tls\r\n\r\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def test_a_request_the_client_will_not_send_is_unreachable_in_both(not_tls: str, tmp_path: Path) -> None:
+    from forensics.cluster.kube import Kube
+    from forensics.collectors.kubernetes.api import KubeAPI
+
+    kc = str(write_kubeconfig(tmp_path / "kc", not_tls))
+    kube = Kube(load_client_config(kc, None), call_timeout_s=5, connect_timeout_s=5)
+    try:
+        with pytest.raises(APIError) as cluster:
+            kube.request("GET", "/api/v1/nodes")
+    finally:
+        kube.close()
+    api = KubeAPI(load_config(kc, None), time.monotonic() + 10, call_timeout_s=5, connect_timeout_s=5)
+    try:
+        with pytest.raises(CallFailed) as collector:
+            api.get("/api/v1/nodes")
+    finally:
+        api.close()
+    assert cluster.value.kind == collector.value.kind == "unreachable"
+    reason = str(cluster.value).removeprefix("GET /api/v1/nodes: ")
+    assert "SSL" in reason and len(reason) <= 300
+    assert str(collector.value) == f"/api/v1/nodes: {reason}"  # the client's reason, worded by each caller
+    assert [(r.outcome, r.error) for r in api.log] == [("unreachable", reason)]
