@@ -1,7 +1,7 @@
 """The kubernetes collector's client: configuration in capture's order, one call under a deadline,
 errors mapped once; over the shared seam :mod:`forensics.kube` (configuration, ``ApiClient``).
 
-Every API call goes through :meth:`KubeAPI.get` (or :meth:`KubeAPI.watch`): raw JSON (``_preload_content=False``: the
+Every API call goes through :meth:`KubeAPI.get` (or :meth:`KubeAPI.watch`): raw JSON (the
 client's v37 models are strict and reject real objects), a ``(connect, read)`` timeout capped by
 the collector's total budget, no urllib3 retries, and each call logged (path, query, HTTP
 status, duration, bytes) for ``kubernetes/requests.json``. Client and urllib3 errors become
@@ -27,7 +27,7 @@ from forensics.kube import (
     find_config,
 )
 from forensics.kube import load_config as load_config_at
-from forensics.kube.client import ApiConnection
+from forensics.kube.client import ApiConnection, kind_of_status
 
 __all__ = ["CallFailed", "CallRecord", "KubeAPI", "LoadedConfig", "load_config"]
 
@@ -133,7 +133,7 @@ class KubeAPI:
                  date: str | None = None, sent: float | None = None, received: float | None = None) -> CallFailed:
         """A non-2xx answer as :class:`CallFailed` (logged), its kind from the status."""
         message = _status_message(data) or f"HTTP {status}"
-        kind = {403: "forbidden", 401: "unauthorized", 404: "not-found", 410: "gone"}.get(status, "http-error")
+        kind = "gone" if status == 410 else kind_of_status(status)  # a watch's expired resourceVersion
         self.log.append(CallRecord(path, query, status, kind, took, len(data), message, date, sent, received))
         return CallFailed(kind, f"{path}: HTTP {status}: {message}", status)
 
