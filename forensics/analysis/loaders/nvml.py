@@ -10,7 +10,6 @@ per-process ``smUtil``), ``nvml/events.jsonl`` (``XidCriticalError`` events with
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from forensics.analysis.events import XidEvent
@@ -56,24 +55,38 @@ def _power_w(nvml: Any) -> float | None:
     return mw / 1000 if mw is not None else None
 
 
-def _util_items(nvml: Any) -> dict[int, int]:
-    """PID -> index of its last nvmlDeviceGetProcessUtilization sample (for quoting)."""
-    util = _val(nvml, "nvmlDeviceGetProcessUtilization")
-    return {p: k for k, item in enumerate(util if isinstance(util, list) else [])
-            if isinstance(item, dict) and type(p := item.get("pid")) is int}
+def _process_util(nvml: Any) -> tuple[dict[int, float], dict[int, int]]:
+    """From one reading's nvmlDeviceGetProcessUtilization samples, in one pass: per PID the mean
+    smUtil, and per PID the index of its last sample (for quoting; empty when no PID has smUtil)."""
+    entry = nvml.get("nvmlDeviceGetProcessUtilization") if nvml.__class__ is dict else None
+    util = entry.get("value") if entry.__class__ is dict else None
+    if util.__class__ is not list:
+        return {}, {}
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    items: dict[int, int] = {}
+    for k, item in enumerate(util):
+        if item.__class__ is not dict:
+            continue
+        pid = item.get("pid")
+        if pid.__class__ is not int:
+            continue
+        items[pid] = k
+        sm = item.get("smUtil")
+        if sm.__class__ is int or sm.__class__ is float:  # (bool's class is bool: not a reading)
+            if pid in sums:
+                sums[pid] += sm
+                counts[pid] = counts.get(pid, 1) + 1
+            else:
+                sums[pid] = float(sm)
+    for pid, n in counts.items():
+        sums[pid] /= n
+    return sums, (items if sums else {})
 
 
 def _sm_by_pid(nvml: Any) -> dict[int, float]:
     """Per-PID mean smUtil of the nvmlDeviceGetProcessUtilization samples in this reading."""
-    acc: dict[int, list[float]] = defaultdict(list)
-    util = _val(nvml, "nvmlDeviceGetProcessUtilization")
-    for item in util if isinstance(util, list) else []:
-        if not isinstance(item, dict):
-            continue
-        pid, sm = item.get("pid"), item.get("smUtil")
-        if type(pid) is int and isinstance(sm, int | float) and not isinstance(sm, bool):
-            acc[pid].append(float(sm))
-    return {pid: sum(v) / len(v) for pid, v in acc.items()}
+    return _process_util(nvml)[0]
 
 
 def _mig_mode(value: Any, entry: Any) -> str | None:
@@ -128,6 +141,8 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
     by_index = {g.index: g.uuid for (n, _), g in model.gpus.items() if n == node}
     sampled = False
     member = nvml_spec.SAMPLES
+    proc_samples = model.proc_samples
+    new_sample = tuple.__new__
     for no, line, _raw in src.jsonl(member):
         if line.get("kind", "device") != "device":
             continue
@@ -144,31 +159,29 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
             node, uuid, t, util, used, total, _reasons(nvml), temp, _power_w(nvml),
             src.ref(member, no, _raw, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml))))
         line_ref = src.ref(member, no, _raw)
-        sm = _sm_by_pid(nvml)
-        items = _util_items(nvml) if sm else {}
+        sm, items = _process_util(nvml)
         # NotFound means "no process was active since lastSeenTimeStamp": SM 0 for the listed ones.
         has_util = _val(nvml, "nvmlDeviceGetProcessUtilization") is not None or \
             dig(nvml, "nvmlDeviceGetProcessUtilization", "missing") == "not_found"
+        no_sm = 0.0 if has_util else None
         seen: set[int] = set()
         procs = line.get("processes")
-        for j, p in enumerate(procs if isinstance(procs, list) else []):
-            pid = p.get("pid") if isinstance(p, dict) else None
-            if type(pid) is not int:
-                continue
-            if pid is None or pid in _INVALID_PIDS or pid in seen:
+        # tuple.__new__ straight: a NamedTuple's own __new__ is a Python call, per process per tick
+        for j, p in enumerate(procs if procs.__class__ is list else ()):
+            pid = p.get("pid") if p.__class__ is dict else None
+            if pid.__class__ is not int or pid in _INVALID_PIDS or pid in seen:
                 continue
             seen.add(pid)
             used_mem = p.get("usedGpuMemory")
             mig = p.get("mig_uuid")
             gi = p.get("gpuInstanceId")
-            model.proc_samples.append(ProcessGpuSample(
-                node, uuid, pid, t, used_mem if type(used_mem) is int else None,
-                sm.get(pid, 0.0 if has_util else None), line_ref, j, items.get(pid, -1),
-                mig if isinstance(mig, str) else None,
-                gi if type(gi) is int and 0 <= gi < _NO_INSTANCE else None))
+            proc_samples.append(new_sample(ProcessGpuSample, (
+                node, uuid, pid, t, used_mem if used_mem.__class__ is int else None,
+                sm.get(pid, no_sm), line_ref, j, items.get(pid, -1), mig if mig.__class__ is str else None,
+                gi if gi.__class__ is int and 0 <= gi < _NO_INSTANCE else None)))
         for pid, value in sm.items():  # active in the period but no longer listed
             if pid not in seen and pid not in _INVALID_PIDS:
-                model.proc_samples.append(ProcessGpuSample(
+                proc_samples.append(ProcessGpuSample(
                     node, uuid, pid, t, None, value, line_ref, -1, items.get(pid, -1)))
     if sampled:
         model.node(node).members_used.setdefault("nvml", src.ref(member, 0, None).member)  # its bundle path
