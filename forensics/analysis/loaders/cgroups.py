@@ -30,6 +30,7 @@ _UNCHANGED_QUOTE: tuple[tuple[str | int, ...], ...] = (("unchanged_until",), *_C
 _IO_QUOTE: tuple[tuple[str | int, ...], ...] = (("values", "io"),)
 _IO_QUOTE_SNAPSHOT: tuple[tuple[str | int, ...], ...] = (("io",),)
 _PSI_QUOTES: dict[tuple[str, ...], tuple[tuple[str | int, ...], ...]] = {}
+_new = tuple.__new__
 
 
 def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
@@ -52,14 +53,16 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
             periods, throttled = cpu.get("nr_periods"), cpu.get("nr_throttled")
             if periods.__class__ is int and throttled.__class__ is int:
                 t_ns = cpu.get("throttled_ns")
-                model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
-                                                   t_ns // 1000 if t_ns.__class__ is int else None, ev, cpu_quote))
+                # tuple.__new__ straight: a NamedTuple's own __new__ is a Python call, per cgroup per tick
+                model.cpu_samples.append(_new(CpuSample, (node, cid, t, periods, throttled,
+                                                          t_ns // 1000 if t_ns.__class__ is int else None, ev,
+                                                          cpu_quote)))
         mem = values.get("memory")
         if mem.__class__ is dict:
             cur = mem.get("current_bytes")
             if cur.__class__ is int:
                 lim = mem.get("limit_bytes")
-                model.memory_samples.append(MemorySample(node, cid, t, cur, lim if lim.__class__ is int else None))
+                model.memory_samples.append(_new(MemorySample, (node, cid, t, cur, lim if lim.__class__ is int else None)))
         psi = values.get("pressure")
         if psi.__class__ is dict:
             _add_psi(model, node, cid, "pressure", psi, t, ev)
@@ -78,11 +81,35 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
              ev: EvidenceRef) -> None:
     info = model.nodes[node]
     some_floor, full_floor = model.psi_some_floor, model.psi_full_floor
+    prev_all = model.psi_counters
     for resource, lines in psi.items():
         if lines.__class__ is not dict:
             continue
         if "some_total_usec" in lines:
-            _add_psi_counters(model, node, scope, section, resource, lines, t, ev)
+            # A ``cgroup/samples.jsonl`` reading: cumulative ``some_total_usec``/``full_total_usec``
+            # (``<cgroup>/<resource>.pressure``, ``/proc/pressure/<resource>``). The stall share of the
+            # interval since the previous tick, ``Δtotal_usec / (1e6 * Δt)``, is kept as a percentage
+            # in the ``*_avg10_pct`` fields (the snapshot's avg10 is the kernel's 10 s average of the
+            # same share). Inline: it runs for every resource of every cgroup at every tick.
+            some, full = lines.get("some_total_usec"), lines.get("full_total_usec")
+            if some.__class__ is not int:
+                continue
+            full_total = full if full.__class__ is int else None
+            key = (node, scope, resource)
+            prev = prev_all.get(key)
+            prev_all[key] = (t, some, full_total)
+            if prev is None or t <= prev[0] or some < prev[1]:
+                continue  # the first tick (or a counter reset): no interval yet
+            dt_us = (t - prev[0]) * 1e6
+            some_pct = min(100.0, (some - prev[1]) * 100.0 / dt_us)
+            prev_full = prev[2]
+            full_pct = (min(100.0, (full_total - prev_full) * 100.0 / dt_us)
+                        if full_total is not None and prev_full is not None and full_total >= prev_full else None)
+            info.psi_readings += 1
+            if some_pct >= some_floor or (full_pct is not None and full_pct >= full_floor):
+                quote = _PSI_QUOTES.setdefault((section, resource, "counters"), (
+                    ("values", section, resource, "some_total_usec"), ("values", section, resource, "full_total_usec")))
+                model.psi_samples.append(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
             continue
         some_line = lines.get("some")
         some = some_line.get("avg10_pct") if some_line.__class__ is dict else None
@@ -99,33 +126,6 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
                                                                       ("values", section, resource, "full")))
             model.psi_samples.append(PsiSample(node, scope, resource, t, float(some),
                                                float(full) if full is not None else None, ev, quote))
-
-
-def _add_psi_counters(model: Model, node: str, scope: str, section: str, resource: str,
-                      counters: dict[str, Any], t: float, ev: EvidenceRef) -> None:
-    """A ``cgroup/samples.jsonl`` PSI reading: cumulative ``some_total_usec``/``full_total_usec``
-    (``<cgroup>/<resource>.pressure``, ``/proc/pressure/<resource>``). The stall share of the
-    interval since the previous tick, ``Δtotal_usec / (1e6 * Δt)``, is kept as a percentage in the
-    ``*_avg10_pct`` fields (the snapshot's avg10 is the kernel's 10 s average of the same share)."""
-    some, full = counters.get("some_total_usec"), counters.get("full_total_usec")
-    if some.__class__ is not int:
-        return
-    full_total = full if full.__class__ is int else None
-    prev_all = model.psi_counters
-    key = (node, scope, resource)
-    prev = prev_all.get(key)
-    prev_all[key] = (t, some, full_total)
-    if prev is None or t <= prev[0] or some < prev[1]:
-        return  # the first tick (or a counter reset): no interval yet
-    dt_us = (t - prev[0]) * 1e6
-    some_pct = min(100.0, (some - prev[1]) * 100.0 / dt_us)
-    full_pct = (min(100.0, (full_total - prev[2]) * 100.0 / dt_us)
-                if full_total is not None and prev[2] is not None and full_total >= prev[2] else None)
-    model.nodes[node].psi_readings += 1
-    if some_pct >= model.psi_some_floor or (full_pct is not None and full_pct >= model.psi_full_floor):
-        quote = _PSI_QUOTES.setdefault((section, resource, "counters"), (
-            ("values", section, resource, "some_total_usec"), ("values", section, resource, "full_total_usec")))
-        model.psi_samples.append(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
 
 
 def io_bytes(io: dict[str, Any]) -> dict[str, tuple[int, int]]:
