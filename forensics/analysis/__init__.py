@@ -23,6 +23,7 @@ from forensics.analysis.joins import resolve_joins
 from forensics.analysis.loaders import finalize, load_manifest, load_source, note_missing_sources
 from forensics.analysis.loaders.clocks import align_clocks
 from forensics.analysis.model import Model
+from forensics.analysis.occurrences import merge_repeats
 from forensics.analysis.rules import RULES
 from forensics.analysis.source import Source
 from forensics.bundle.reader import ReadLimits, open_bundle
@@ -173,7 +174,7 @@ def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None =
     was_enabled = gc.isenabled()
     gc.disable()  # rules and the document also make many acyclic records (see build_model)
     try:
-        findings = mark_before_capture(model, mark_history(model, run_rules(model, cfg)))
+        findings = mark_before_capture(model, mark_history(model, merge_repeats(run_rules(model, cfg))))
         result = build_chain(findings, cfg, model)
         win = window_for(model, spec)
         incidents = build_incidents(result.findings, model, cfg, win)

@@ -57,6 +57,8 @@ def _finding_json(f: Finding, model: Model | None = None) -> dict[str, Any]:
         "next_step": f.next_step,
         "before_capture_s": f.before_capture_s,
     }
+    if f.occurrences is not None:
+        out["occurrences"] = f.occurrences.to_json()
     history = _history(model, f) if model is not None else None
     if history is not None:
         out["history"] = history

@@ -18,6 +18,7 @@ __all__ = [
     "Evidence",
     "EvidenceRef",
     "Finding",
+    "Occurrences",
     "Role",
     "Severity",
     "Subject",
@@ -199,6 +200,30 @@ class EvidenceRef:
 
 
 @dataclass(frozen=True)
+class Occurrences:
+    """A finding found again and again (:mod:`forensics.analysis.occurrences`): how many times, and
+    the first, the last and the worst occurrence's span (unix seconds; None when unknown)."""
+
+    count: int
+    first_start: float | None
+    first_end: float | None
+    last_start: float | None
+    last_end: float | None
+    worst_start: float | None
+    worst_end: float | None
+    worst_summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        def iso(t: float | None) -> str | None:
+            return format_iso(t, precision="milli")
+
+        return {"count": self.count,
+                "first": {"start": iso(self.first_start), "end": iso(self.first_end)},
+                "last": {"start": iso(self.last_start), "end": iso(self.last_end)},
+                "worst": {"start": iso(self.worst_start), "end": iso(self.worst_end), "summary": self.worst_summary}}
+
+
+@dataclass(frozen=True)
 class Finding:
     """One claim: a kind, a severity, a confidence, subjects with roles, a time span, evidence.
 
@@ -230,6 +255,7 @@ class Finding:
     # when its subject's own later state contradicts the claim (a GPU NVML read after a record said
     # it was lost): from then on it is no cause of anything (the chain links no later effect to it)
     contradicted_at: float | None = None
+    occurrences: Occurrences | None = None  # repeats merged into this one (None: found once)
 
     def subjects_with(self, role: Role) -> tuple[Subject, ...]:
         return tuple(s for s in self.subjects if s.role == role)

@@ -23,7 +23,7 @@ from forensics.report.access import (
     get_strs,
     unix,
 )
-from forensics.report.formatting import fmt_bytes, fmt_duration, fmt_pct, fmt_ratio
+from forensics.report.formatting import fmt_bytes, fmt_duration, fmt_pct, fmt_ratio, fmt_time_short
 from forensics.report.records import (
     EVIDENCE_CAP,
     EXCERPT_CHARS,
@@ -145,6 +145,20 @@ def derived_view(item: Mapping[str, Any], bundle: str, members: Members) -> Deri
     return DerivedView(segment, line, members.sha(bundle, segment), origin.get("verified", True) is True)
 
 
+def occurrences_text(d: Mapping[str, Any]) -> str:
+    """``findings[].occurrences`` as the analysis words it (``6 occurrences, first 14:01:00Z, last
+    14:51:00Z, worst 14:01:00Z``); "" for a finding found once."""
+    occ = get_dict(d, "occurrences")
+    count = get_int(occ, "count")
+    if not count:
+        return ""
+
+    def at(which: str) -> str:
+        return fmt_time_short(get_str(get_dict(occ, which), "start")) + "Z"
+
+    return f"{count} occurrences, first {at('first')}, last {at('last')}, worst {at('worst')}"
+
+
 def finding_view(d: Mapping[str, Any], members: Members) -> FindingView:
     evidence = evidence_views(get_dicts(d, "evidence"), members)
     metrics = tuple(
@@ -168,6 +182,7 @@ def finding_view(d: Mapping[str, Any], members: Members) -> FindingView:
         causes=get_strs(d, "causes"),
         next_step=get_str(d, "next_step"),
         before_capture_s=get_num(d, "before_capture_s"),
+        occurrences=occurrences_text(d),
         raw_metrics=tuple(
             (str(k), float(v))
             for k, v in sorted(get_dict(d, "metrics").items())

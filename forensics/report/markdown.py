@@ -140,7 +140,9 @@ def _finding_head(f: FindingView) -> str:
     if f.end and f.end != f.start:
         span += f"–{fmt_time_short(f.end)}"
     before = f", {f.before_capture}" if f.before_capture else ""
-    return f"**[{f.severity.upper()}] {md_text(f.id)}** {md_code(f.kind, False)}, confidence {fmt_confidence(f.confidence)}, {span}{before}"
+    repeats = f", {f.occurrences}" if f.occurrences else ""
+    return (f"**[{f.severity.upper()}] {md_text(f.id)}** {md_code(f.kind, False)}, confidence "
+            f"{fmt_confidence(f.confidence)}, {span}{before}{repeats}")
 
 
 def _verdict(v: ReportView, section: Section) -> list[str]:

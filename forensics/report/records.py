@@ -171,6 +171,7 @@ class FindingView:
     next_step: str = ""  # the rule's one-line next step (findings[].next_step), when the document has it
     before_capture_s: float | None = None  # how long before the capture it began, when it did
     raw_metrics: tuple[tuple[str, float], ...] = ()  # the numeric metrics by their document key
+    occurrences: str = ""  # "6 occurrences, first ..., last ..., worst ..." for repeats merged into one
 
     @property
     def before_capture(self) -> str:

@@ -66,6 +66,8 @@ def render_text_view(v: ReportView) -> str:
             shown = f.before_capture and f.before_capture.lower() not in f.summary.lower()
             before = f" ({f.before_capture})" if shown else ""
             lines.append(f"  {f.id:<4} {f.severity:<8} {f.kind:<28} {f.summary}{before}")
+            if f.occurrences and f.occurrences not in f.summary:
+                lines.append(f"         {f.occurrences}")
             if f.next_step:
                 lines.append(f"         next step: {f.next_step}")
             for ev in f.evidence[:3]:
