@@ -139,14 +139,17 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         procs: dict[int, dict[str, Any]] = {}
         sm_acc: dict[int, list[float]] = defaultdict(list)
         used_by: dict[tuple[str, str, str], dict[str, Any]] = {}
+        rows: dict[int, tuple[list[float | None], list[int | None]]] = {}  # per PID its two series
         for ps in psamples:
-            key = str(ps.pid)
             i = pos[ps.t]
-            if key not in per_pid_sm:
-                per_pid_sm[key] = [None] * n
-                per_pid_mem[key] = [None] * n
-            per_pid_sm[key][i] = ps.sm_util_pct
-            per_pid_mem[key][i] = ps.used_memory_bytes
+            row = rows.get(ps.pid)
+            if row is None:
+                sm_row: list[float | None] = [None] * n
+                mem_row: list[int | None] = [None] * n
+                per_pid_sm[str(ps.pid)], per_pid_mem[str(ps.pid)] = sm_row, mem_row
+                row = rows[ps.pid] = (sm_row, mem_row)
+            row[0][i] = ps.sm_util_pct
+            row[1][i] = ps.used_memory_bytes
             if ps.sm_util_pct is not None:
                 sm_acc[ps.pid].append(ps.sm_util_pct)
             entry = procs.get(ps.pid)

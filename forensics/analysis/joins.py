@@ -85,8 +85,9 @@ class ResolvedJoins:
             | {(m.node, m.container_id) for m in model.memory_samples})
         self._active: dict[float, ActiveOwners] = {}
         self._gpus_used: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-        for ps in model.proc_samples:
-            self._gpus_used[self.owner(ps.node, ps.pid).subject.key()].add(ps.gpu_uuid)
+        for (node, uuid), samples in model.proc_samples_by_gpu().items():  # owners per PID, not per sample
+            for pid in {s.pid for s in samples}:
+                self._gpus_used[self.owner(node, pid).subject.key()].add(uuid)
 
     def _resolve_owner(self, node: str, pid: int) -> Owner | None:
         model = self._model
