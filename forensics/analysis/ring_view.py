@@ -350,7 +350,7 @@ class RingSource(Source):
     def ref(self, member: str, line: int, payload: Any, *paths: tuple[str | int, ...],
             pointer: str = "") -> EvidenceRef:
         r = super().ref(member, line, payload, *paths, pointer=pointer)
-        return replace(r, member=self.prefix + r.member)  # quoted, it asks derived() where it came from
+        return r._replace(member=self.prefix + r.member)  # quoted, it asks derived() where it came from
 
     def line_at(self, member: str, offset: int) -> bytes:
         return super().line_at(member.removeprefix(self.prefix), offset)

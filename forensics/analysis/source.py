@@ -15,6 +15,8 @@ from forensics.analysis.excerpt import JsonText, cut, quote
 from forensics.analysis.findings import Evidence, EvidenceRef, shorten
 from forensics.bundle.verify import Integrity
 
+_new_ref = tuple.__new__
+
 __all__ = ["BundleLike", "Source", "json_pointer", "loads", "resolve_pointer"]
 
 loads: Callable[[bytes | str], Any]
@@ -224,8 +226,10 @@ class Source:
         A raw line (bytes) of the JSON-lines member being read is not kept: the reference holds its
         byte offset and reads it again from the bundle if it is ever quoted.
         """
-        if isinstance(payload, bytes | bytearray) and self._cur[0] == member:
-            return EvidenceRef(self.name, member, line, None, paths, pointer, self, self._cur[1])
+        cur = self._cur
+        if cur[0] == member and isinstance(payload, bytes | bytearray):
+            # tuple.__new__ straight (EvidenceRef is a NamedTuple): one per line read, or two
+            return _new_ref(EvidenceRef, (self.name, member, line, None, paths, pointer, self, cur[1]))
         return EvidenceRef(self.name, member, line, payload, paths, pointer, self)
 
     def line_at(self, member: str, offset: int) -> bytes:
