@@ -138,8 +138,12 @@ class Source:
         self._json_cache[member] = value
         return value
 
-    def jsonl(self, member: str) -> Iterator[tuple[int, dict[str, Any], bytes]]:
-        """(1-based line number, object, raw line bytes) for every JSON object line; bad lines are noted."""
+    def jsonl(self, member: str, containing: bytes | None = None) -> Iterator[tuple[int, dict[str, Any], bytes]]:
+        """(1-based line number, object, raw line bytes) for every JSON object line; bad lines are noted.
+
+        ``containing``: only the lines holding these bytes are parsed and given (a second pass over
+        a big member looking for a rare value, as the collector writes it: a key or string value
+        without escapes); the others are skipped unparsed (line numbers still count them)."""
         if member not in self.members:
             return
         try:
@@ -159,7 +163,7 @@ class Source:
             no += 1
             self._cur = (member, pos)
             pos = nl + 1
-            if not line or line.isspace():
+            if not line or line.isspace() or (containing is not None and containing not in line):
                 continue
             try:
                 obj = loads(line)

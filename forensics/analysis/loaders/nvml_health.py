@@ -136,7 +136,8 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
     first: dict[int, tuple[float, GpuLostWitness]] = {}
     last: dict[int, tuple[float, GpuLostWitness]] = {}
     member = nvml_spec.SAMPLES
-    for no, line, raw in src.jsonl(member):
+    # the samples again, for GpuIsLost answers only: lines without the reason's name are not parsed
+    for no, line, raw in src.jsonl(member, containing=b'"gpu_is_lost"'):
         if line.get("kind", "device") != "device":
             continue
         lost = _is_lost(line.get("nvml"))
