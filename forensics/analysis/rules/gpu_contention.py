@@ -37,20 +37,25 @@ def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float,
     for s in samples:
         by_pid[s.pid].append(s)
     per_owner: dict[Subject, list[ProcessGpuSample]] = defaultdict(list)
-    ticks: dict[float, dict[Subject, float]] = defaultdict(dict)
+    # rows keyed by the owner's number while summing (a Subject's hash is a Python call, and this
+    # runs per process sample), by the owner itself once per tick and owner at the end
+    owners: dict[Subject, int] = {}
+    ticks: dict[float, dict[int, float]] = defaultdict(dict)
     has_sm: set[float] = set()
     for pid, ss in by_pid.items():
         subj = model.joins.owner(ss[0].node, pid).subject
         per_owner[subj].extend(ss)
+        o = owners.setdefault(subj, len(owners))
         for s in ss:
             row = ticks[s.t]
             sm = s.sm_util_pct
             if sm is not None:
                 has_sm.add(s.t)
-                row[subj] = row.get(subj, 0.0) + sm
-            elif subj not in row:
-                row[subj] = 0.0
-    return {t: row for t, row in ticks.items() if t in has_sm}, per_owner
+                row[o] = row.get(o, 0.0) + sm
+            elif o not in row:
+                row[o] = 0.0
+    subject_of = list(owners)
+    return {t: {subject_of[o]: v for o, v in row.items()} for t, row in ticks.items() if t in has_sm}, per_owner
 
 
 @GPU_COMPUTE_HOG.rule
