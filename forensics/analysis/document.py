@@ -14,6 +14,7 @@ from forensics.analysis.incidents import Incident, Window
 from forensics.analysis.joins import owner_of
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
+from forensics.analysis.samples import ProcessGpuSample
 from forensics.document_format import FORMAT, FORMAT_VERSION
 from forensics.parsing.logsignals.line import split_context
 from forensics.parsing.timestamps import format_iso
@@ -354,11 +355,15 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
     chain = [dict(c, time=iso(c["time"])) for c in result.chain]  # type: ignore[arg-type]
     ruled_json = [dict(r, evidence=[e.to_json() for e in r.get("evidence", [])]) for r in ruled]
     unattributed: list[dict[str, Any]] = []
-    seen_pids: set[tuple[str, int]] = set()
-    for s in sorted(model.proc_samples, key=lambda s: (s.node, s.pid, s.t)):
-        if (s.node, s.pid) in seen_pids:
-            continue
-        seen_pids.add((s.node, s.pid))
+    # each PID's first sample (the earliest; of equal times the first read), in (node, PID) order:
+    # one pass, not a sort of every process sample
+    first: dict[tuple[str, int], ProcessGpuSample] = {}
+    for s in model.proc_samples:
+        seen = first.get((s.node, s.pid))
+        if seen is None or s.t < seen.t:
+            first[(s.node, s.pid)] = s
+    for key in sorted(first):
+        s = first[key]
         owner = owner_of(model, s.node, s.pid)
         if owner.attributed:
             continue
