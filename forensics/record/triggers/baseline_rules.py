@@ -1,0 +1,88 @@
+"""Evaluating the baseline rules (``container.gpu.sm<baseline:5m``) once per recorder tick.
+
+The figures are the tracker's (forensics.record.baselines: every fresh figure of a metric a
+baseline rule names, per subject, added to that subject's own series first). A rule holds for a
+subject while each fresh figure lies outside the subject's band (``<``: below the median minus
+max(K x robust spread, min delta); ``>``: above the median plus as much), the baseline being the
+one of the bucket the figure falls in (the current bucket left out, so the incident's own figures
+do not move it at once); it fires when it has held for its duration without a break, as a
+threshold rule does (forensics.record.triggers.evaluate): a figure inside the band, or a silence
+longer than ``max_gap_s``, starts it again. A subject with too little history never holds;
+:attr:`BaselineRules.insufficient` counts its figures, and the recorder's status says how much
+history each has (:meth:`forensics.record.baselines.BaselineTracker.status`).
+
+Cooldown and concurrency are the engine's, as for every rule; the firing carries the baseline
+(window, median, MAD and spread, the band, the normal range) for the manifest's ``trigger`` entry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from forensics.analysis.baseline import Baseline
+from forensics.record.baselines import BaselineTracker, seed_from_ring
+from forensics.record.live import LiveState
+from forensics.record.triggers.evaluate import Firing
+from forensics.record.triggers.grammar import Rule
+from forensics.specs import cgroups as cgroups_spec
+from forensics.specs import nvml as nvml_spec
+
+__all__ = ["BaselineRules"]
+
+
+class BaselineRules:
+    """The baseline rules' tracker and per-subject holds (see the module docstring)."""
+
+    def __init__(self, rules: tuple[Rule, ...], max_gap_s: float = 10.0) -> None:
+        self.rules = tuple(r for r in rules if r.kind == "baseline")
+        settings = next(r.baseline for r in self.rules if r.baseline is not None)
+        self.tracker = BaselineTracker(settings, frozenset(r.name for r in self.rules))
+        self.max_gap_s = max_gap_s
+        self._holds: dict[str, dict[str, tuple[float, float]]] = {r.text: {} for r in self.rules}
+        self.insufficient: Counter[str] = Counter()
+
+    def seed(self, ring: Path, now: float, log: Any = None) -> int:
+        return seed_from_ring(self.tracker, ring, now, log=log)
+
+    def evaluate(self, live: LiveState) -> list[Firing]:
+        values = self.tracker.observe(live)
+        out: list[Firing] = []
+        for rule in self.rules:
+            holds = self._holds[rule.text]
+            below = rule.op.startswith("<")
+            k, delta = rule.baseline_k or 0.0, rule.baseline_min_delta
+            for subject, key, t, value in values.get(rule.name, ()):
+                b = self.tracker.baseline(rule.name, key, t)
+                if not isinstance(b, Baseline):
+                    self.insufficient[rule.text] += 1
+                    holds.pop(subject, None)
+                    continue
+                lo, hi = b.band(k, delta)
+                met = (value < lo if rule.op == "<" else value <= lo) if below else \
+                    (value > hi if rule.op == ">" else value >= hi)
+                if not met:
+                    holds.pop(subject, None)
+                    continue
+                since, last = holds.get(subject, (t, t))
+                if t - last > self.max_gap_s:
+                    since = t
+                holds[subject] = (since, t)
+                if t - since >= rule.duration_s:
+                    out.append(self._firing(rule, subject, key, value, since, t, b, lo if below else hi))
+            if len(holds) > 50_000:
+                holds.clear()
+        return out
+
+    def _firing(self, rule: Rule, subject: str, key: str, value: float, since: float, t: float,
+                b: Baseline, limit: float) -> Firing:
+        held = f" for {t - since:.0f} s" if rule.duration_s else ""
+        summary = (f"{subject}: {rule.name} {value:.1f}% {rule.op} {limit:.1f}% "
+                   f"({b.deviation(value):+.1f} robust units from its {b.describe()}){held}")
+        member = cgroups_spec.SAMPLES if rule.name.startswith(("container.throttled", "psi.")) else nvml_spec.SAMPLES
+        doc: dict[str, Any] = {**b.as_dict(), "key": key, "k": rule.baseline_k, "min_delta_pct": rule.baseline_min_delta,
+                               "limit": round(limit, 3), "deviation": round(b.deviation(value), 2)
+                               if abs(b.deviation(value)) != float("inf") else None,
+                               "describe": b.describe()}
+        return Firing(rule, subject, round(value, 3), since, t, summary, member, baseline=doc)
