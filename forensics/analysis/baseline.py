@@ -21,7 +21,10 @@ and the analysis builds the same series from a bundle's ring history; both ask
 
 The band a rule compares with (:meth:`Baseline.band`) is ``median -/+ max(k x spread, min_delta)``:
 ``k`` robust units (3 by default), never closer than ``min_delta`` percentage points (10), so a
-flat series (MAD 0) does not make every wobble a deviation.
+flat series (MAD 0) does not make every wobble a deviation; and widened to the buckets' 1st and
+99th percentiles -/+ ``min_delta``: what the series did for more than 1 % of its window (a nightly
+job's two hours are 8 % of a day, a job's warm-up minutes recur each run) is its normal, even in
+a plain window without time-of-day history.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class BaselineSettings:
     tod_lookback_days: int = 7
     k: float = 3.0
     min_delta_pct: float = 10.0
+    refresh_s: float = 600.0  # a baseline is taken again after this long (sooner: see BucketSeries)
 
     @property
     def lookback_s(self) -> float:
@@ -80,6 +84,8 @@ class Baseline:
     days: int = 0
     low: float = 0.0  # the 5th and 95th percentiles of the buckets (the "normal range" quoted)
     high: float = 0.0
+    p1: float = 0.0  # the 1st and 99th: the band reaches them (module docstring)
+    p99: float = 0.0
 
     @property
     def spread(self) -> float:
@@ -91,7 +97,7 @@ class Baseline:
 
     def band(self, k: float, min_delta: float) -> tuple[float, float]:
         half = max(k * self.spread, min_delta)
-        return self.median - half, self.median + half
+        return min(self.median - half, self.p1 - min_delta), max(self.median + half, self.p99 + min_delta)
 
     def deviation(self, value: float) -> float:
         """``value`` in robust units from the median (inf when the spread is 0 and it differs)."""
@@ -106,7 +112,8 @@ class Baseline:
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return {"median": round(self.median, 3), "mad": round(self.mad, 3), "spread": round(self.spread, 3),
-                "p5": round(self.low, 3), "p95": round(self.high, 3), "buckets": self.buckets,
+                "p1": round(self.p1, 3), "p5": round(self.low, 3), "p95": round(self.high, 3),
+                "p99": round(self.p99, 3), "buckets": self.buckets,
                 "window_s": self.window_s, "history_s": round(self.history_s, 1),
                 "by_time_of_day": self.by_time_of_day, "days": self.days}
 
@@ -193,13 +200,16 @@ def compute_baseline(points: Iterable[tuple[float, float]], now: float,
 def _baseline(values: list[float], window_s: float, history_s: float, days: int) -> Baseline:
     m, mad = median_mad(values)
     ordered = sorted(values)
-    return Baseline(m, mad, len(values), window_s, history_s, days,
-                    _percentile(ordered, 0.05), _percentile(ordered, 0.95))
+    return Baseline(m, mad, len(values), window_s, history_s, days, _percentile(ordered, 0.05),
+                    _percentile(ordered, 0.95), _percentile(ordered, 0.01), _percentile(ordered, 0.99))
 
 
 class BucketSeries:
-    """One series as per-bucket means, bounded to ``settings.lookback_s``; :meth:`baseline` is
-    recomputed once per bucket (cached in between)."""
+    """One series as per-bucket means, bounded to ``settings.lookback_s``. :meth:`baseline` is
+    taken again when the cached one is older than ``max_age_s`` (``settings.refresh_s`` unless
+    given; at most once per bucket; an insufficient history once per bucket): a day's normal moves
+    little in ten minutes, and a caller that sees a figure outside a cached band asks again with
+    ``max_age_s=0`` before it acts on it (forensics.record.triggers.baseline_rules)."""
 
     __slots__ = ("_buckets", "_cache", "_cur", "_n", "_sum", "last_t", "settings")
 
@@ -235,8 +245,19 @@ class BucketSeries:
             out.append((self._cur, self._sum / self._n))
         return out
 
-    def baseline(self, now: float) -> Baseline | InsufficientHistory:
-        key = now - now % self.settings.bucket_s
-        if self._cache is None or self._cache[0] != key:
-            self._cache = (key, compute_baseline(self.points(), now, self.settings))
-        return self._cache[1]
+    def baseline(self, now: float, max_age_s: float | None = None) -> Baseline | InsufficientHistory:
+        s = self.settings
+        key = now - now % s.bucket_s
+        cached = self._cache
+        if cached is not None:
+            age = key - cached[0]
+            limit = s.refresh_s if max_age_s is None else max_age_s
+            if age == 0 or (0 < age <= limit and isinstance(cached[1], Baseline)):
+                return cached[1]
+        got = compute_baseline(self.points(), now, s)
+        self._cache = (key, got)
+        return got
+
+    def fresh(self, now: float) -> bool:
+        """Whether the cached baseline is of the bucket ``now`` falls in."""
+        return self._cache is not None and self._cache[0] == now - now % self.settings.bucket_s

@@ -159,11 +159,12 @@ class BaselineTracker:
             s = self.series[(metric, key)] = BucketSeries(self.settings)
         return s
 
-    def baseline(self, metric: str, key: str, now: float) -> Baseline | InsufficientHistory:
+    def baseline(self, metric: str, key: str, now: float, max_age_s: float | None = None) -> Baseline | InsufficientHistory:
+        """The series' baseline (cached up to ``max_age_s``: forensics.analysis.baseline.BucketSeries)."""
         s = self.series.get((metric, key))
         if s is None:
             return InsufficientHistory(0.0, self.settings.min_history_s, 0, self.settings.min_buckets)
-        return s.baseline(now)
+        return s.baseline(now, max_age_s)
 
     def status(self, now: float) -> dict[str, dict[str, object]]:
         """Per metric and key, the baseline now (or why there is none): the recorder's status."""

@@ -4,8 +4,11 @@ The figures are the tracker's (forensics.record.baselines: every fresh figure of
 baseline rule names, per subject, added to that subject's own series first). A rule holds for a
 subject while each fresh figure lies outside the subject's band (``<``: below the median minus
 max(K x robust spread, min delta); ``>``: above the median plus as much), the baseline being the
-one of the bucket the figure falls in (the current bucket left out, so the incident's own figures
-do not move it at once); it fires when it has held for its duration without a break, as a
+one of the bucket the figure falls in (the current bucket left out), and, once the subject holds,
+the one it had when the hold began (the incident's own figures never widen its normal). A
+baseline is taken again every ``refresh_s`` (10 min) per series, and at once for a figure
+outside the cached band before it counts (the cost stays per series per refresh, not per tick);
+it fires when it has held for its duration without a break, as a
 threshold rule does (forensics.record.triggers.evaluate): a figure inside the band, or a silence
 longer than ``max_gap_s``, starts it again. A subject with too little history never holds;
 :attr:`BaselineRules.insufficient` counts its figures, and the recorder's status says how much
@@ -40,7 +43,7 @@ class BaselineRules:
         settings = next(r.baseline for r in self.rules if r.baseline is not None)
         self.tracker = BaselineTracker(settings, frozenset(r.name for r in self.rules))
         self.max_gap_s = max_gap_s
-        self._holds: dict[str, dict[str, tuple[float, float]]] = {r.text: {} for r in self.rules}
+        self._holds: dict[str, dict[str, tuple[float, float, Baseline]]] = {r.text: {} for r in self.rules}
         self.insufficient: Counter[str] = Counter()
 
     def seed(self, ring: Path, now: float, log: Any = None) -> int:
@@ -54,7 +57,11 @@ class BaselineRules:
             below = rule.op.startswith("<")
             k, delta = rule.baseline_k or 0.0, rule.baseline_min_delta
             for subject, key, t, value in values.get(rule.name, ()):
-                b = self.tracker.baseline(rule.name, key, t)
+                held = holds.get(subject)
+                if held is not None and t - held[1] > self.max_gap_s:
+                    held = None  # a silence: the condition was not seen to hold
+                # while a subject holds, it is judged against its baseline from before it began
+                b = held[2] if held is not None else self.tracker.baseline(rule.name, key, t)
                 if not isinstance(b, Baseline):
                     self.insufficient[rule.text] += 1
                     holds.pop(subject, None)
@@ -62,13 +69,18 @@ class BaselineRules:
                 lo, hi = b.band(k, delta)
                 met = (value < lo if rule.op == "<" else value <= lo) if below else \
                     (value > hi if rule.op == ">" else value >= hi)
+                if met and held is None:  # outside a cached band: against the baseline of now
+                    b = self.tracker.baseline(rule.name, key, t, max_age_s=0.0)
+                    if not isinstance(b, Baseline):
+                        continue
+                    lo, hi = b.band(k, delta)
+                    met = (value < lo if rule.op == "<" else value <= lo) if below else \
+                        (value > hi if rule.op == ">" else value >= hi)
                 if not met:
                     holds.pop(subject, None)
                     continue
-                since, last = holds.get(subject, (t, t))
-                if t - last > self.max_gap_s:
-                    since = t
-                holds[subject] = (since, t)
+                since = held[0] if held is not None else t
+                holds[subject] = (since, t, b)
                 if t - since >= rule.duration_s:
                     out.append(self._firing(rule, subject, key, value, since, t, b, lo if below else hi))
             if len(holds) > 50_000:

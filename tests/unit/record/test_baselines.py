@@ -45,7 +45,9 @@ def test_baseline_over_the_window_resists_outliers() -> None:
     assert isinstance(b, Baseline) and not b.by_time_of_day
     assert 94 < b.median < 96 and b.mad < 1.0 and b.buckets == 120
     lo, hi = b.band(3.0, 10.0)
-    assert lo == pytest.approx(b.median - 10.0) and 40 < lo  # the floor: never closer than 10 points
+    # never closer than 10 points, and reaching the 1st percentile (the bad minute is under 1 %)
+    assert lo == pytest.approx(min(b.median - 10.0, b.p1 - 10.0)) and 80 < lo < 85 and 40 < lo
+    assert hi == pytest.approx(max(b.median + 10.0, b.p99 + 10.0))
     assert b.deviation(40.0) < -20
 
 
@@ -72,7 +74,11 @@ def test_by_time_of_day_with_three_earlier_days() -> None:
     # two earlier days are not enough: the plain 24 h window, where 90 % is far from normal
     b2 = compute_baseline(_nightly(2, 2 * 3600), now - DAY_S, s)
     assert isinstance(b2, Baseline) and not b2.by_time_of_day and b2.median == 5.0
-    assert 90.0 > b2.band(s.k, s.min_delta_pct)[1]
+    # ... and yet the peak is its normal: yesterday's two hours are 8 % of the window, above its 99th percentile
+    assert b2.band(s.k, s.min_delta_pct)[1] == 100.0
+    # a first-ever peak is not
+    b1 = compute_baseline([(t, v) for t, v in _nightly(1, 12 * 3600) if t < T0 + 12 * 3600], T0 + 14 * 3600, s)
+    assert isinstance(b1, Baseline) and b1.band(s.k, s.min_delta_pct)[1] == 15.0
 
 
 def test_bucket_series_is_bounded_and_cached() -> None:
