@@ -12,7 +12,7 @@ and the analysis builds the same series from a bundle's ring history; both ask
   ``window_s`` (24 h by default), the current bucket left out (a change is measured against what
   came before it).
 - **By time of day** when there is enough history: at least ``tod_min_days`` (3) earlier days
-  each with buckets within ``tod_halfwidth_s`` (1 h) of the same UTC time of day, in the last
+  each with buckets within ``tod_halfwidth_s`` (20 min) of the same UTC time of day, in the last
   ``tod_lookback_days`` (7). Then the baseline is of those buckets only: a nightly job's 02:00
   peak is compared with earlier 02:00s, not with the idle afternoon.
 - **Insufficient history**: less than ``min_history_s`` (1 h) between the first bucket and now, or
@@ -30,14 +30,14 @@ a plain window without time-of-day history.
 from __future__ import annotations
 
 import math
-from collections import deque
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["MAD_TO_SIGMA", "Baseline", "BaselineSettings", "BucketSeries", "InsufficientHistory",
-           "baseline_settings", "compute_baseline", "median", "median_mad"]
+           "baseline_of", "baseline_settings", "compute_baseline", "median", "median_mad"]
 
 MAD_TO_SIGMA = 1.4826
 DAY_S = 86400.0
@@ -52,7 +52,7 @@ class BaselineSettings:
     min_buckets: int = 30
     bucket_s: float = 60.0
     tod_min_days: int = 3
-    tod_halfwidth_s: float = 3600.0
+    tod_halfwidth_s: float = 1200.0
     tod_lookback_days: int = 7
     k: float = 3.0
     min_delta_pct: float = 10.0
@@ -175,23 +175,32 @@ def _tod_distance(a: float, b: float) -> float:
 
 def compute_baseline(points: Iterable[tuple[float, float]], now: float,
                      settings: BaselineSettings | None = None) -> Baseline | InsufficientHistory:
-    """The baseline at ``now`` of bucket means ``(bucket start, mean)`` (see the module docstring);
-    buckets at or after the one ``now`` falls in are left out."""
-    s = settings or BaselineSettings()
+    """The baseline at ``now`` of bucket means ``(bucket start, mean)`` in time order (see the
+    module docstring); buckets at or after the one ``now`` falls in are left out."""
+    pts = [(t, v) for t, v in points if math.isfinite(v)]
+    return baseline_of([t for t, _ in pts], [v for _, v in pts], now, settings or BaselineSettings())
+
+
+def baseline_of(ts: Sequence[float], vs: Sequence[float], now: float,
+                s: BaselineSettings) -> Baseline | InsufficientHistory:
+    """:func:`compute_baseline` over parallel sequences (``ts`` ascending): the slices it needs are
+    found by bisection, so the cost is the window's buckets, not the lookback's."""
     current = math.floor(now / s.bucket_s) * s.bucket_s
-    past = [(t, v) for t, v in points if t < current and t >= now - s.lookback_s and math.isfinite(v)]
-    history_s = now - past[0][0] if past else 0.0
-    if s.tod_min_days > 0:
+    first = bisect_left(ts, now - s.lookback_s)
+    stop = bisect_left(ts, current)
+    history_s = now - ts[first] if stop > first else 0.0
+    if s.tod_min_days > 0 and history_s > DAY_S - s.tod_halfwidth_s:
         tod: list[float] = []
-        days: set[int] = set()
-        for t, v in past:
-            if now - t > s.tod_halfwidth_s and _tod_distance(t, now) <= s.tod_halfwidth_s:
-                tod.append(v)
-                days.add(round((now - t) / DAY_S))
-        days.discard(0)
-        if len(days) >= s.tod_min_days and len(tod) >= s.min_buckets:
-            return _baseline(tod, s.window_s, history_s, len(days))
-    window = [v for t, v in past if t >= now - s.window_s]
+        days = 0
+        for d in range(1, s.tod_lookback_days + 1):
+            lo = bisect_left(ts, now - d * DAY_S - s.tod_halfwidth_s, first, stop)
+            hi = bisect_right(ts, now - d * DAY_S + s.tod_halfwidth_s, lo, stop)
+            if hi > lo:
+                tod.extend(vs[lo:hi])
+                days += 1
+        if days >= s.tod_min_days and len(tod) >= s.min_buckets:
+            return _baseline(tod, s.window_s, history_s, days)
+    window = list(vs[bisect_left(ts, now - s.window_s, first, stop):stop])
     if history_s < s.min_history_s or len(window) < s.min_buckets:
         return InsufficientHistory(history_s, s.min_history_s, len(window), s.min_buckets)
     return _baseline(window, s.window_s, history_s, 0)
@@ -211,11 +220,12 @@ class BucketSeries:
     little in ten minutes, and a caller that sees a figure outside a cached band asks again with
     ``max_age_s=0`` before it acts on it (forensics.record.triggers.baseline_rules)."""
 
-    __slots__ = ("_buckets", "_cache", "_cur", "_n", "_sum", "last_t", "settings")
+    __slots__ = ("_cache", "_cur", "_n", "_sum", "_ts", "_vs", "last_t", "settings")
 
     def __init__(self, settings: BaselineSettings) -> None:
         self.settings = settings
-        self._buckets: deque[tuple[float, float]] = deque()
+        self._ts: list[float] = []  # the closed buckets' starts and means, in time order
+        self._vs: list[float] = []
         self._cur = -math.inf  # the open bucket's start, its sum and count
         self._sum = 0.0
         self._n = 0
@@ -230,17 +240,18 @@ class BucketSeries:
         start = t - t % self.settings.bucket_s
         if start != self._cur:
             if self._n:
-                self._buckets.append((self._cur, self._sum / self._n))
-                oldest = start - self.settings.lookback_s
-                while self._buckets and self._buckets[0][0] < oldest:
-                    self._buckets.popleft()
+                self._ts.append(self._cur)
+                self._vs.append(self._sum / self._n)
+                cap = int(self.settings.lookback_s / self.settings.bucket_s) + 1
+                if len(self._ts) > cap + cap // 8:  # trimmed in batches: amortised O(1) per bucket
+                    del self._ts[:-cap], self._vs[:-cap]
             self._cur, self._sum, self._n = start, 0.0, 0
         self._sum += value
         self._n += 1
 
     def points(self) -> list[tuple[float, float]]:
         """The closed buckets ``(start, mean)`` and the open one."""
-        out = list(self._buckets)
+        out = list(zip(self._ts, self._vs, strict=True))
         if self._n:
             out.append((self._cur, self._sum / self._n))
         return out
@@ -254,10 +265,6 @@ class BucketSeries:
             limit = s.refresh_s if max_age_s is None else max_age_s
             if age == 0 or (0 < age <= limit and isinstance(cached[1], Baseline)):
                 return cached[1]
-        got = compute_baseline(self.points(), now, s)
+        got = baseline_of(self._ts, self._vs, now, s)
         self._cache = (key, got)
         return got
-
-    def fresh(self, now: float) -> bool:
-        """Whether the cached baseline is of the bucket ``now`` falls in."""
-        return self._cache is not None and self._cache[0] == now - now % self.settings.bucket_s

@@ -20,6 +20,7 @@ Cooldown and concurrency are the engine's, as for every rule; the firing carries
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,11 @@ class BaselineRules:
     def _firing(self, rule: Rule, subject: str, key: str, value: float, since: float, t: float,
                 b: Baseline, limit: float) -> Firing:
         held = f" for {t - since:.0f} s" if rule.duration_s else ""
-        summary = (f"{subject}: {rule.name} {value:.1f}% {rule.op} {limit:.1f}% "
-                   f"({b.deviation(value):+.1f} robust units from its {b.describe()}){held}")
+        dev = b.deviation(value)
+        how = f"{dev:+.1f} robust units from its" if math.isfinite(dev) else "outside its flat"
+        summary = f"{subject}: {rule.name} {value:.1f}% {rule.op} {limit:.1f}% ({how} {b.describe()}){held}"
         member = cgroups_spec.SAMPLES if rule.name.startswith(("container.throttled", "psi.")) else nvml_spec.SAMPLES
         doc: dict[str, Any] = {**b.as_dict(), "key": key, "k": rule.baseline_k, "min_delta_pct": rule.baseline_min_delta,
-                               "limit": round(limit, 3), "deviation": round(b.deviation(value), 2)
-                               if abs(b.deviation(value)) != float("inf") else None,
+                               "limit": round(limit, 3), "deviation": round(dev, 2) if math.isfinite(dev) else None,
                                "describe": b.describe()}
         return Firing(rule, subject, round(value, 3), since, t, summary, member, baseline=doc)
