@@ -265,6 +265,15 @@ class BucketSeries:
             limit = s.refresh_s if max_age_s is None else max_age_s
             if age == 0 or (0 < age <= limit and isinstance(cached[1], Baseline)):
                 return cached[1]
-        got = baseline_of(self._ts, self._vs, now, s)
+        closing = bool(self._n) and self._cur < key  # the open bucket is a past one by now
+        if closing:
+            self._ts.append(self._cur)
+            self._vs.append(self._sum / self._n)
+        try:
+            got = baseline_of(self._ts, self._vs, now, s)
+        finally:
+            if closing:
+                self._ts.pop()
+                self._vs.pop()
         self._cache = (key, got)
         return got
