@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["MAD_TO_SIGMA", "Baseline", "BaselineSettings", "BucketSeries", "InsufficientHistory",
-           "baseline_of", "baseline_settings", "compute_baseline", "median", "median_mad"]
+           "baseline_of", "baseline_settings", "bucket_means", "compute_baseline", "median", "median_mad"]
 
 MAD_TO_SIGMA = 1.4826
 DAY_S = 86400.0
@@ -204,6 +204,23 @@ def baseline_of(ts: Sequence[float], vs: Sequence[float], now: float,
     if history_s < s.min_history_s or len(window) < s.min_buckets:
         return InsufficientHistory(history_s, s.min_history_s, len(window), s.min_buckets)
     return _baseline(window, s.window_s, history_s, 0)
+
+
+def bucket_means(points: Iterable[tuple[float, float]], bucket_s: float) -> list[tuple[float, float]]:
+    """``(t, value)`` points in time order as ``(bucket start, mean)``, as :class:`BucketSeries` keeps them."""
+    out: list[tuple[float, float]] = []
+    cur, total, n = -math.inf, 0.0, 0
+    for t, v in points:
+        start = t - t % bucket_s
+        if start != cur:
+            if n:
+                out.append((cur, total / n))
+            cur, total, n = start, 0.0, 0
+        total += v
+        n += 1
+    if n:
+        out.append((cur, total / n))
+    return out
 
 
 def _baseline(values: list[float], window_s: float, history_s: float, days: int) -> Baseline:
