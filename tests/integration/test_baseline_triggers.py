@@ -15,12 +15,14 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from forensics.analysis import analyze_bundles
 from forensics.ring.writer import RingWriter
 from tests.support import docker_engine as de
 from tests.support.nvmlsim import Scenario, subprocess_env
@@ -96,6 +98,22 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
         assert base["limit"] == 85.0 and not base["by_time_of_day"] and base["history_s"] >= 90
         assert "normal 95-95%" in trig["summary"]
         status, _err = _stop(rec)
+        # the bundle carries the history the baseline was taken from; the analysis measures the
+        # trainer's fall against its own normal, though no fixed threshold fired
+        doc = analyze_bundles([found[0]])
+        (drop,) = [f for f in doc["findings"] if f["kind"] == "below-baseline"]
+        assert [s["name"] for s in drop["subjects"] if s["role"] == "victim"] == [trainer], drop["subjects"]
+        assert not [s for s in drop["subjects"] if s["role"] == "culprit"]
+        assert drop["metrics"]["sm_pct"] == 40.0 and drop["metrics"]["baseline_median_pct"] == 95.0
+        assert f"{trainer}'s SM share on GPU 0 40%, its normal 95-95% over the last" in drop["summary"], drop["summary"]
+        assert any(e["member"].startswith("ring/") for e in drop["evidence"])
+        # the report draws the trainer's normal range on GPU 0's chart
+        out = tmp_path / "report"
+        subprocess.run([sys.executable, "-m", "forensics", "analyze", str(found[0]), "-f", "html,pdf", "-o", str(out)],
+                       check=True, capture_output=True, timeout=300)
+        html = next(out.glob("*.html")).read_text()
+        assert "baseline-0-0" in html and f"{trainer} normal 95-95%" in html
+        assert list(out.glob("*.pdf"))
         rules_status = status["triggers"]["rules"]
         assert rules_status["container.gpu.sm<baseline:10s"]["captured"] == 1
         assert not rules_status["gpu.util<10%"].get("fired"), rules_status  # 40 % never crossed "< 10 %"

@@ -2,8 +2,10 @@
 
 Source: NVML per-process SM utilization (nvmlDeviceGetProcessUtilization) over the flight
 recorder's history in the bundle (``ring/nvml/samples.jsonl``) and the capture's own samples, per
-owner (the analysis' joins) and GPU. The normal is the owner's SM share (its processes summed per
-tick) before the capture's lead-up (``--since``, else the look-back) as one-minute means, over the
+owner (the analysis' joins) and GPU. The incident is from when the trigger's condition began (the
+manifest's ``trigger.crossed_at``, a ``record --trigger`` capture; a baseline rule's capture folds
+in the ring over the baseline's history) or else from the capture's start. The normal is the
+owner's SM share (its processes summed per tick) before it, as one-minute means, over the
 trailing ``baseline_window_s`` (forensics.analysis.baseline: median and MAD, by time of day with
 three earlier days); the figure judged is the median of its SM share during the capture. It is a
 finding when that is below the median minus max(``baseline_k`` robust spreads,
@@ -55,9 +57,11 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     findings: list[Finding] = []
     for (node, uuid), samples in sorted(model.proc_samples_by_gpu().items()):
         info = model.node(node)
-        cut, start = info.lead_up_start(), info.start
-        if cut is None or start is None or not samples or min(s.t for s in samples) >= cut:
-            continue  # no history before the lead-up: nothing to call normal
+        # the incident from when a trigger's condition began (record --trigger), else the capture's start
+        start = info.trigger_crossed_at if info.trigger_crossed_at is not None else info.start
+        if start is None or not samples or min(s.t for s in samples) >= start:
+            continue  # no history before it: nothing to call normal
+        cut = start
         gl = gpu_label(model, node, uuid)
         for who, series in sorted(_series(model, node, samples).items(), key=lambda kv: kv[0].key()):
             history = [(t, v) for t, v, _ in series if t < cut]
@@ -78,7 +82,7 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             last_before = next(s for t, _, s in reversed(series) if t == before[0])
             ev: list[Evidence] = [lowest[2].evidence, last_before.evidence]
             when = (f"at this time of day on {b.days} earlier days" if b.by_time_of_day
-                    else f"over the {_span(b.history_s, b.window_s)} before the capture")
+                    else f"over the {_span(b.history_s, b.window_s)}")
             headline = (f"{name}'s SM share on {gl} {now:.0f}%, its normal {b.low:.0f}-{b.high:.0f}% {when}")
             summary = (f"{headline} (median {b.median:.1f}%, MAD {b.mad:.1f}, {b.buckets} one-minute means; "
                        f"below {lo:.1f}%, its median minus max({settings.k:g} robust spreads, "
@@ -103,7 +107,7 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
 
 def _span(history_s: float, window_s: float) -> str:
     s = min(history_s, window_s)
-    return f"{s / 3600:.0f} h" if s >= 3600 else f"{s / 60:.0f} min"
+    return f"last {s / 3600:.0f} h" if s >= 3600 else f"last {s / 60:.0f} min"
 
 
 @BELOW_BASELINE.harm

@@ -248,6 +248,8 @@ class TriggerEngine:
 
     def _spec(self, f: Firing) -> dict[str, Any]:
         since = min(f.crossed_at, f.t) - self.o.margin_s
+        if f.baseline is not None:  # the bundle carries the history the baseline was taken from
+            since -= min(float(f.baseline["history_s"]), float(f.baseline["window_s"]))
         return {"out": str(self.o.bundles), "trigger": self.trigger_doc(f, since), "options": {
             "duration_s": self.o.trigger_duration_s, "interval_s": min(self.interval_s, self.o.trigger_duration_s),
             "timeout_s": self.o.capture_timeout_s, "redact": self.redact, "since_unix": since,
