@@ -25,7 +25,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from forensics.analysis.baseline import Baseline, BaselineSettings, BucketSeries, InsufficientHistory
+from forensics.analysis.baseline import (
+    Baseline,
+    BaselineSettings,
+    BucketSeries,
+    InsufficientHistory,
+)
 from forensics.record.live import PSI_KEYS, LiveState
 from forensics.ring.reader import RingReader
 from forensics.specs import nvml as nvml_spec
@@ -133,7 +138,7 @@ class BaselineTracker:
 
     def _cgroups(self, live: LiveState, metrics: list[str]) -> dict[str, list[Value]]:
         out: dict[str, list[Value]] = {m: [] for m in metrics}
-        psi_at = {m: PSI_KEYS.index(tuple(m.split(".")[1:])) for m in metrics if m.startswith("psi.")}  # type: ignore[arg-type]
+        psi_at = {m: PSI_KEYS.index(tuple(m.split(".")[1:])) for m in metrics if m.startswith("psi.")}
         for path, cid, t, throttled, psi in live.cgroup_rows():
             if not cid or t <= self._cg_t.get(path, -math.inf):
                 continue

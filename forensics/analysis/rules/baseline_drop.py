@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from forensics.analysis.baseline import Baseline, baseline_settings, bucket_means, compute_baseline, median
+from forensics.analysis.baseline import (
+    Baseline,
+    baseline_settings,
+    bucket_means,
+    compute_baseline,
+    median,
+)
 from forensics.analysis.findings import Evidence, Finding, Subject
 from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model

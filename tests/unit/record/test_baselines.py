@@ -196,3 +196,16 @@ def test_history_is_rebuilt_from_the_ring(tmp_path: Path) -> None:
         state.feed(t, t, "nvml/samples.jsonl", "append", _gpu_line(t, 30.0))
         fired += br.evaluate(state)
     assert fired and fired[0].t - fired[0].crossed_at >= 10
+
+
+# -- the report draws the band ---------------------------------------------------------------------
+def test_the_chart_draws_a_baseline_band() -> None:
+    from forensics.report.charts import ChartSpec, Line, Panel, render_svg
+
+    t = tuple(T0 + i for i in range(60))
+    sm = tuple(95.0 if i < 30 else 40.0 for i in range(60))
+    panel = Panel("Utilization", "%", (Line("SM trainer", t, sm),), y_max=105.0,
+                  bands=((93.0, 96.0, "trainer normal 93-96%"),))
+    svg = render_svg(ChartSpec("gpu-0", "GPU 0", (panel,)))
+    assert 'id="gpu-0-baseline-0-0"' in svg and "trainer normal 93-96%" in svg
+    assert "baseline-0-0" not in render_svg(ChartSpec("gpu-0", "GPU 0", (Panel("U", "%", panel.lines),)))
