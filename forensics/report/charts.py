@@ -265,7 +265,8 @@ def _draw_panel(ax: Any, panel: Panel, spec: ChartSpec, dates: Any, index: int =
         ax.axvspan(start, end, color=WINDOW_COLOUR, zorder=0, lw=0)
     for k, (lo, hi, text) in enumerate(panel.bands):
         colour = PALETTE[(len(panel.lines) + k) % len(PALETTE)]
-        strip = ax.axhspan(lo, max(hi, lo + 0.5), facecolor=colour, edgecolor=colour, alpha=0.18, lw=0.8,
+        mid, half = (lo + hi) / 2, max((hi - lo) / 2, 1.5)  # a flat normal still shows as a strip
+        strip = ax.axhspan(mid - half, mid + half, facecolor=colour, edgecolor=colour, alpha=0.35, lw=1.0,
                            ls="--", zorder=1, label=_label(text))
         strip.set_gid(f"baseline-{index}-{k}")
     for i, line in enumerate(panel.lines):

@@ -24,6 +24,7 @@ import pytest
 
 from forensics.analysis import analyze_bundles
 from forensics.ring.writer import RingWriter
+from forensics.thresholds import config_from_mapping
 from tests.support import docker_engine as de
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
@@ -33,6 +34,8 @@ sim_lib = nvf.sim_lib
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 GIB = 1 << 30
 DAY_S = 86400.0
+#: the thresholds file (record --config, analyze --config) for a test minutes long: 5 s means, 90 s of history
+FAST = {"baseline_bucket_s": 5, "baseline_min_history_s": 90, "baseline_min_buckets": 10, "baseline_window_s": 600}
 
 
 def _manifest(bundle: Path) -> dict[str, Any]:
@@ -85,8 +88,7 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
                              sources=["nvml", "procfs", "cgroups", "docker"],
                              triggers={"rules": rules, "bundles": str(bundles), "trigger_duration_s": 3.0,
                                        "cooldown_s": 900.0,
-                                       "config": {"baseline_bucket_s": 5, "baseline_min_history_s": 90,
-                                                  "baseline_min_buckets": 10, "baseline_window_s": 600}})
+                                       "config": FAST})
         wait_for_writer(ring, rec)
         found = _wait_bundles(bundles, 1, fall_s + 90, rec)
         assert len(found) == 1, rec.poll()
@@ -100,7 +102,7 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
         status, _err = _stop(rec)
         # the bundle carries the history the baseline was taken from; the analysis measures the
         # trainer's fall against its own normal, though no fixed threshold fired
-        doc = analyze_bundles([found[0]])
+        doc = analyze_bundles([found[0]], config_from_mapping(FAST))
         (drop,) = [f for f in doc["findings"] if f["kind"] == "below-baseline"]
         assert [s["name"] for s in drop["subjects"] if s["role"] == "victim"] == [trainer], drop["subjects"]
         assert not [s for s in drop["subjects"] if s["role"] == "culprit"]
@@ -109,7 +111,10 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
         assert any(e["member"].startswith("ring/") for e in drop["evidence"])
         # the report draws the trainer's normal range on GPU 0's chart
         out = tmp_path / "report"
-        subprocess.run([sys.executable, "-m", "forensics", "analyze", str(found[0]), "-f", "html,pdf", "-o", str(out)],
+        config = tmp_path / "thresholds.json"
+        config.write_text(json.dumps(FAST))
+        subprocess.run([sys.executable, "-m", "forensics", "analyze", str(found[0]), "--config", str(config),
+                        "-f", "html,pdf", "-o", str(out)],
                        check=True, capture_output=True, timeout=300)
         html = next(out.glob("*.html")).read_text()
         assert "baseline-0-0" in html and f"{trainer} normal 95-95%" in html

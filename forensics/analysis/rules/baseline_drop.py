@@ -90,9 +90,10 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             when = (f"at this time of day on {b.days} earlier days" if b.by_time_of_day
                     else f"over the {_span(b.history_s, b.window_s)}")
             headline = (f"{name}'s SM share on {gl} {now:.0f}%, its normal {b.low:.0f}-{b.high:.0f}% {when}")
-            summary = (f"{headline} (median {b.median:.1f}%, MAD {b.mad:.1f}, {b.buckets} one-minute means; "
+            means = "one-minute means" if settings.bucket_s == 60 else f"{settings.bucket_s:g} s means"
+            summary = (f"{headline} (median {b.median:.1f}%, MAD {b.mad:.1f}, {b.buckets} {means}; "
                        f"below {lo:.1f}%, its median minus max({settings.k:g} robust spreads, "
-                       f"{settings.min_delta_pct:g} points)), over {len(recent)} samples of the capture")
+                       f"{settings.min_delta_pct:g} points)), over {len(recent)} samples since")
             findings.append(Finding(
                 kind=BELOW_BASELINE.id, severity=BELOW_BASELINE.severity,
                 confidence=BELOW_BASELINE.confidence(model, node, 0.7, cfg),
