@@ -109,6 +109,12 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
         assert drop["metrics"]["sm_pct"] == 40.0 and drop["metrics"]["baseline_median_pct"] == 95.0
         assert f"{trainer}'s SM share on GPU 0 40%, its normal 95-95% over the last" in drop["summary"], drop["summary"]
         assert any(e["member"].startswith("ring/") for e in drop["evidence"])
+        # with the default settings (an hour of history needed) the same bundle's trainer is too young:
+        # no finding, and the limitations say so
+        plain = analyze_bundles([found[0]])
+        assert not [f for f in plain["findings"] if f["kind"] == "below-baseline"]
+        assert any(f"below-baseline: {trainer}'s SM share on GPU 0 not compared with its normal: insufficient history: "
+                   in str(lim) for lim in plain["limitations"]), plain["limitations"]
         # the report draws the trainer's normal range on GPU 0's chart
         out = tmp_path / "report"
         config = tmp_path / "thresholds.json"
