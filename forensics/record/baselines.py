@@ -61,9 +61,13 @@ def _cname(cid: str, name: str) -> str:
 class BaselineTracker:
     """See the module docstring."""
 
-    def __init__(self, settings: BaselineSettings, metrics: frozenset[str]) -> None:
+    def __init__(self, settings: BaselineSettings, metrics: frozenset[str], cgroup_every_s: float = 0.0) -> None:
         self.settings = settings
         self.metrics = metrics
+        # the cgroup figures are read every this often (the cgroup lines are parsed when read:
+        # every tick would parse every busy cgroup's line every tick), by the cgroup sampler's clock
+        self.cgroup_every_s = cgroup_every_s
+        self._cg_looked = -math.inf
         self.series: dict[tuple[str, str], BucketSeries] = {}
         self.current: dict[str, list[Value]] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # container id -> (subject, key)
@@ -100,7 +104,9 @@ class BaselineTracker:
         if ("container.gpu.sm" in metrics or "container.gpu.memory" in metrics) and live.process_gen >= 0:
             out.update(self._workloads(live))
         cg = [m for m in metrics if m == "container.throttled" or m.startswith("psi.")]
-        if cg:
+        clock = live.cgroup_clock() if cg else 0.0
+        if cg and not 0 <= clock - self._cg_looked < self.cgroup_every_s:
+            self._cg_looked = clock
             out.update(self._cgroups(live, cg))
         for metric, values in out.items():
             for _, key, t, v in values:

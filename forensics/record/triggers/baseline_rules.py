@@ -8,6 +8,8 @@ one of the bucket the figure falls in (the current bucket left out), and, once t
 the one it had when the hold began (the incident's own figures never widen its normal). A
 baseline is taken again every ``refresh_s`` (10 min) per series, and at once for a figure
 outside the cached band before it counts (the cost stays per series per refresh, not per tick);
+The cgroup figures (``container.throttled``, ``psi.*``) are read every D / 6 of the shortest
+such rule's duration D (as the fixed rules look), each the share over its cgroup's last interval;
 it fires when it has held for its duration without a break, as a
 threshold rule does (forensics.record.triggers.evaluate): a figure inside the band, or a silence
 longer than ``max_gap_s``, starts it again. A subject with too little history never holds;
@@ -28,7 +30,7 @@ from typing import Any
 from forensics.analysis.baseline import Baseline
 from forensics.record.baselines import BaselineTracker, seed_from_ring
 from forensics.record.live import LiveState
-from forensics.record.triggers.evaluate import Firing
+from forensics.record.triggers.evaluate import EVALUATIONS_PER_DURATION, Firing
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
@@ -42,7 +44,10 @@ class BaselineRules:
     def __init__(self, rules: tuple[Rule, ...], max_gap_s: float = 10.0) -> None:
         self.rules = tuple(r for r in rules if r.kind == "baseline")
         settings = next(r.baseline for r in self.rules if r.baseline is not None)
-        self.tracker = BaselineTracker(settings, frozenset(r.name for r in self.rules))
+        # the cgroup rules look every D / 6 of the shortest one's duration (as the fixed ones do)
+        durations = [r.duration_s for r in self.rules if r.name == "container.throttled" or r.name.startswith("psi.")]
+        every = min(durations) / EVALUATIONS_PER_DURATION if durations else 0.0
+        self.tracker = BaselineTracker(settings, frozenset(r.name for r in self.rules), cgroup_every_s=every)
         self.max_gap_s = max_gap_s
         self._holds: dict[str, dict[str, tuple[float, float, Baseline]]] = {r.text: {} for r in self.rules}
         self.insufficient: Counter[str] = Counter()
@@ -57,9 +62,11 @@ class BaselineRules:
             holds = self._holds[rule.text]
             below = rule.op.startswith("<")
             k, delta = rule.baseline_k or 0.0, rule.baseline_min_delta
+            cgroup = rule.name == "container.throttled" or rule.name.startswith("psi.")
+            gap_s = self.max_gap_s + (self.tracker.cgroup_every_s if cgroup else 0.0)  # beyond two looks apart
             for subject, key, t, value in values.get(rule.name, ()):
                 held = holds.get(subject)
-                if held is not None and t - held[1] > self.max_gap_s:
+                if held is not None and t - held[1] > gap_s:
                     held = None  # a silence: the condition was not seen to hold
                 # while a subject holds, it is judged against its baseline from before it began
                 b = held[2] if held is not None else self.tracker.baseline(rule.name, key, t)

@@ -209,3 +209,9 @@ def test_the_chart_draws_a_baseline_band() -> None:
     svg = render_svg(ChartSpec("gpu-0", "GPU 0", (panel,)))
     assert 'id="gpu-0-baseline-0-0"' in svg and "trainer normal 93-96%" in svg
     assert "baseline-0-0" not in render_svg(ChartSpec("gpu-0", "GPU 0", (Panel("U", "%", panel.lines),)))
+
+
+def test_cgroup_baseline_rules_look_every_sixth_of_their_duration() -> None:
+    br = BaselineRules(parse_rules(["container.throttled>baseline:2m", "gpu.util<baseline:5m"]))
+    assert br.tracker.cgroup_every_s == 20.0
+    assert BaselineRules(parse_rules(["gpu.util<baseline:5m"])).tracker.cgroup_every_s == 0.0
