@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from forensics.analysis.baseline import (
     Baseline,
@@ -41,6 +42,7 @@ MAX_SERIES = 20_000  # series kept at most (the least recently fed are dropped b
 # a Deployment's pod: NAME-<pod-template-hash>-<5>; a Job's, a DaemonSet's: NAME-<5>
 _GENERATED = re.compile(r"^(.*?)(?:-[a-z0-9]{6,10})?-[a-z0-9]{5}$")
 
+_MISSING: Any = object()
 #: (subject as the triggers name it, series key, sample time, value)
 Value = tuple[str, str, float, float]
 
@@ -73,6 +75,8 @@ class BaselineTracker:
         self._keys: dict[str, tuple[str, str]] = {}  # container id -> (subject, key)
         self._keys_at = -1
         self._nvml_stamp: tuple[int, float] = (-1, 0.0)
+        self._who: dict[tuple[int, str, str | None], tuple[str, str] | None] = {}  # (pid, GPU, MIG) -> owner
+        self._who_at: tuple[int, int] = (-1, -1)
         self._gpu_t: dict[str, float] = {}
         self._cg_t: dict[str, float] = {}
 
@@ -120,27 +124,43 @@ class BaselineTracker:
         if stamp == self._nvml_stamp:
             return {}
         self._nvml_stamp = stamp
-        totals = {g.uuid: g.memory_total_bytes for g in live.gpus()}
+        if self._who_at != (live.refreshes, live.process_gen):  # owners change with these only
+            self._who, self._who_at = {}, (live.refreshes, live.process_gen)
+        who_of = self._who
+        want_sm, want_mem = "container.gpu.sm" in self.metrics, "container.gpu.memory" in self.metrics
+        totals = {g.uuid: g.memory_total_bytes for g in live.gpus()} if want_mem else {}
         sm: dict[tuple[str, str], list[float]] = {}
         mem: dict[tuple[str, str], list[float]] = {}
         for pid, _idx, uuid, mig, t, used, pct in rows:
-            owner, _ = live.owner_grant(pid, uuid, mig)
-            if owner.container_id:
-                who = self._container(live, owner.container_id)
-            elif owner.pod_name:
-                who = (f"pod {owner.pod_namespace}/{owner.pod_name}", workload_key("", "", owner.pod_namespace,
-                                                                                   owner.pod_name, ""))
-            else:
+            who = who_of.get((pid, uuid, mig), _MISSING)
+            if who is _MISSING:
+                who = who_of[(pid, uuid, mig)] = self._owner(live, pid, uuid, mig)
+            if who is None:
                 continue  # a process no container or pod owns has no workload to compare
-            if pct is not None:
-                acc = sm.setdefault(who, [t, 0.0])
-                acc[0], acc[1] = max(acc[0], t), acc[1] + pct
-            total = totals.get(uuid)
-            if used is not None and total:
+            if want_sm and pct is not None:
+                acc = sm.get(who)
+                if acc is None:
+                    sm[who] = [t, pct]
+                else:
+                    acc[0], acc[1] = max(acc[0], t), acc[1] + pct
+            if want_mem and used is not None and (total := totals.get(uuid)):
                 acc = mem.setdefault(who, [t, 0.0])
                 acc[0], acc[1] = max(acc[0], t), acc[1] + 100.0 * used / total
-        return {"container.gpu.sm": [(s, k, t, v) for (s, k), (t, v) in sm.items()],
-                "container.gpu.memory": [(s, k, t, v) for (s, k), (t, v) in mem.items()]}
+        out: dict[str, list[Value]] = {}
+        if want_sm:
+            out["container.gpu.sm"] = [(s, k, t, v) for (s, k), (t, v) in sm.items()]
+        if want_mem:
+            out["container.gpu.memory"] = [(s, k, t, v) for (s, k), (t, v) in mem.items()]
+        return out
+
+    def _owner(self, live: LiveState, pid: int, uuid: str, mig: str | None) -> tuple[str, str] | None:
+        owner, _ = live.owner_grant(pid, uuid, mig)
+        if owner.container_id:
+            return self._container(live, owner.container_id)
+        if owner.pod_name:
+            return (f"pod {owner.pod_namespace}/{owner.pod_name}",
+                    workload_key("", "", owner.pod_namespace, owner.pod_name, ""))
+        return None
 
     def _cgroups(self, live: LiveState, metrics: list[str]) -> dict[str, list[Value]]:
         out: dict[str, list[Value]] = {m: [] for m in metrics}
