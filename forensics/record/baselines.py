@@ -63,13 +63,17 @@ def _cname(cid: str, name: str) -> str:
 class BaselineTracker:
     """See the module docstring."""
 
-    def __init__(self, settings: BaselineSettings, metrics: frozenset[str], cgroup_every_s: float = 0.0) -> None:
+    def __init__(self, settings: BaselineSettings, metrics: frozenset[str], cgroup_every_s: float = 0.0,
+                 workload_every_s: float = 0.0) -> None:
         self.settings = settings
         self.metrics = metrics
         # the cgroup figures are read every this often (the cgroup lines are parsed when read:
         # every tick would parse every busy cgroup's line every tick), by the cgroup sampler's clock
         self.cgroup_every_s = cgroup_every_s
         self._cg_looked = -math.inf
+        # the workloads' GPU figures (every GPU process of the tick, summed per owner) as often
+        self.workload_every_s = workload_every_s
+        self._wl_looked = -math.inf
         self.series: dict[tuple[str, str], BucketSeries] = {}
         self.current: dict[str, list[Value]] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # container id -> (subject, key)
@@ -105,8 +109,11 @@ class BaselineTracker:
             if "gpu.memory" in metrics:
                 out["gpu.memory"] = [(f"GPU {g.index} ({g.uuid})", f"gpu {g.uuid}", g.t, pct)
                                      for g in gpus if (pct := g.memory_used_pct) is not None]
-        if ("container.gpu.sm" in metrics or "container.gpu.memory" in metrics) and live.process_gen >= 0:
-            out.update(self._workloads(live))
+        if "container.gpu.sm" in metrics or "container.gpu.memory" in metrics:
+            clock = max((g.t for g in live.gpus()), default=0.0)
+            if not 0 <= clock - self._wl_looked < self.workload_every_s:
+                self._wl_looked = clock
+                out.update(self._workloads(live))
         cg = [m for m in metrics if m == "container.throttled" or m.startswith("psi.")]
         clock = live.cgroup_clock() if cg else 0.0
         if cg and not 0 <= clock - self._cg_looked < self.cgroup_every_s:

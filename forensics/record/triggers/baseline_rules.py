@@ -10,6 +10,8 @@ baseline is taken again every ``refresh_s`` (10 min) per series, and at once for
 outside the cached band before it counts (the cost stays per series per refresh, not per tick);
 The cgroup figures (``container.throttled``, ``psi.*``) are read every D / 6 of the shortest
 such rule's duration D (as the fixed rules look), each the share over its cgroup's last interval;
+the workloads' GPU figures (``container.gpu.*``: every GPU process of the tick, summed per owner)
+every D / 6 of the shortest of theirs (the GPUs' own every tick);
 it fires when it has held for its duration without a break, as a
 threshold rule does (forensics.record.triggers.evaluate): a figure inside the band, or a silence
 longer than ``max_gap_s``, starts it again. A subject with too little history never holds;
@@ -45,9 +47,13 @@ class BaselineRules:
         self.rules = tuple(r for r in rules if r.kind == "baseline")
         settings = next(r.baseline for r in self.rules if r.baseline is not None)
         # the cgroup rules look every D / 6 of the shortest one's duration (as the fixed ones do)
-        durations = [r.duration_s for r in self.rules if r.name == "container.throttled" or r.name.startswith("psi.")]
-        every = min(durations) / EVALUATIONS_PER_DURATION if durations else 0.0
-        self.tracker = BaselineTracker(settings, frozenset(r.name for r in self.rules), cgroup_every_s=every)
+        # and so do the workloads' GPU figures (every GPU process of a tick, summed per owner)
+        def every(names: tuple[str, ...]) -> float:
+            durations = [r.duration_s for r in self.rules if r.name.startswith(names)]
+            return min(durations) / EVALUATIONS_PER_DURATION if durations else 0.0
+        self.tracker = BaselineTracker(settings, frozenset(r.name for r in self.rules),
+                                       cgroup_every_s=every(("container.throttled", "psi.")),
+                                       workload_every_s=every(("container.gpu.",)))
         self.max_gap_s = max_gap_s
         self._holds: dict[str, dict[str, tuple[float, float, Baseline]]] = {r.text: {} for r in self.rules}
         self.insufficient: Counter[str] = Counter()
@@ -62,8 +68,9 @@ class BaselineRules:
             holds = self._holds[rule.text]
             below = rule.op.startswith("<")
             k, delta = rule.baseline_k or 0.0, rule.baseline_min_delta
-            cgroup = rule.name == "container.throttled" or rule.name.startswith("psi.")
-            gap_s = self.max_gap_s + (self.tracker.cgroup_every_s if cgroup else 0.0)  # beyond two looks apart
+            sparse = (self.tracker.cgroup_every_s if rule.name == "container.throttled" or rule.name.startswith("psi.")
+                      else self.tracker.workload_every_s if rule.name.startswith("container.gpu.") else 0.0)
+            gap_s = self.max_gap_s + sparse  # a silence counted beyond two looks apart
             for subject, key, t, value in values.get(rule.name, ()):
                 held = holds.get(subject)
                 if held is not None and t - held[1] > gap_s:

@@ -213,5 +213,6 @@ def test_the_chart_draws_a_baseline_band() -> None:
 
 def test_cgroup_baseline_rules_look_every_sixth_of_their_duration() -> None:
     br = BaselineRules(parse_rules(["container.throttled>baseline:2m", "gpu.util<baseline:5m"]))
-    assert br.tracker.cgroup_every_s == 20.0
+    assert br.tracker.cgroup_every_s == 20.0 and br.tracker.workload_every_s == 0.0
+    assert BaselineRules(parse_rules(["container.gpu.sm<baseline:5m"])).tracker.workload_every_s == 50.0
     assert BaselineRules(parse_rules(["gpu.util<baseline:5m"])).tracker.cgroup_every_s == 0.0
