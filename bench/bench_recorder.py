@@ -6,6 +6,12 @@ Debian's prometheus-node-exporter is installed, the same figures for it answerin
     sudo python bench/bench_recorder.py --seconds 60 --cgroups 200 [--active 25]
     sudo python bench/bench_recorder.py --gpus 8 --processes 2 --cgroups 32   # a typical training node
 Targets (issue 14, at the default load): < 0.5 % of one core, < 60 MB RSS, < 300 MB per 24 h.
+
+    sudo python bench/bench_recorder.py --compare-baselines --seconds 60
+runs three recorders side by side over the same window instead (the same GPUs and cgroups): none
+with triggers, one with fixed rules (the live state on), one with the same rules and baseline rules
+on every baseline metric; prints each's CPU and the baseline one's ratio to the other two
+(issue 34's target: at most 1.10 against the same recorder without baselines).
 """
 
 from __future__ import annotations
@@ -243,6 +249,47 @@ def flatness_of(name: str, points: list[tuple[float, int, int]]) -> None:
           f"(PSS {steady[0][2] / 1e6:.1f} -> {steady[-1][2] / 1e6:.1f} MB)")
 
 
+FIXED_RULES = ["gpu.util>90%:5m", "gpu.memory:1m", "container.throttled:2m", "psi.memory.some:1m"]
+BASELINE_RULES = ["gpu.util<baseline:5m", "gpu.memory>baseline:5m", "container.gpu.sm<baseline:5m",
+                  "container.gpu.memory>baseline:5m", "container.throttled>baseline:2m", "psi.cpu.some>baseline:2m"]
+
+
+def compare_baselines(args: argparse.Namespace, env: dict[str, str], lib: Path, tmp: Path) -> None:
+    """Three recorders over the same window (see the module docstring); CPU of each process tree."""
+    variants = {"no triggers": None, "fixed rules": FIXED_RULES, "fixed + baseline rules": FIXED_RULES + BASELINE_RULES}
+    recs = {}
+    for n, (name, rules) in enumerate(variants.items()):
+        trig = {"triggers": {"rules": rules, "bundles": str(tmp / f"bundles{n}")}} if rules else {}
+        recs[name] = start_recorder(tmp / f"ring{n}", env=env, interval_s=1.0, nvml_library=str(lib),
+                                    sources=["nvml", "procfs", "cgroups", "kernel"],
+                                    stderr=(tmp / f"recorder{n}.log").open("w"), **trig)
+    try:
+        time.sleep(10)
+        c0 = {name: cpu_rss(tree(r.pid))[0] for name, r in recs.items()}
+        t0 = time.monotonic()
+        time.sleep(args.seconds)
+        el = time.monotonic() - t0
+        cpu = {name: 100 * (cpu_rss(tree(r.pid))[0] - c0[name]) / el for name, r in recs.items()}
+    finally:
+        for r in recs.values():
+            r.send_signal(signal.SIGTERM)
+        outs = {name: r.communicate(timeout=30)[0] for name, r in recs.items()}
+    print(f"recorders side by side, {el:.0f} s at 1 Hz, {args.gpus} GPUs x {args.processes} processes, "
+          f"{args.cgroups} cgroups; load average {os.getloadavg()[0]:.2f}")
+    for name, pct in cpu.items():
+        print(f"  {name}: CPU {pct:.2f} % of one core")
+    base, fixed, both = cpu["no triggers"], cpu["fixed rules"], cpu["fixed + baseline rules"]
+    print(f"  baselines' cost: fixed + baseline / fixed rules = {both / max(fixed, 1e-9):.3f} (target <= 1.10); "
+          f"/ no triggers = {both / max(base, 1e-9):.3f}")
+    try:
+        status = json.loads(outs["fixed + baseline rules"].strip().splitlines()[-1])["triggers"]
+        series = sum(len(v) for v in status.get("baselines", {}).values())
+        print(f"  baseline series kept: {series} (status lists at most 200); evaluation "
+              f"{status['evaluation_s']:.3f} s over {status['evaluations']} ticks")
+    except (ValueError, KeyError, IndexError):
+        print("  recorder status unreadable")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -262,6 +309,8 @@ def main() -> int:
     ap.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                     help="also serve the metrics endpoint (the live state) on 127.0.0.1:PORT, scraped "
                          "every 5 s (default: off, the recorder as it runs by default)")
+    ap.add_argument("--compare-baselines", action="store_true",
+                    help="three recorders side by side: no triggers, fixed rules, fixed and baseline rules")
     args = ap.parse_args()
     active = round(args.cgroups * args.active / 100)
     tmp = Path(tempfile.mkdtemp(prefix="gfbench-"))
@@ -294,6 +343,9 @@ def main() -> int:
         extra_opts = {"metrics": {"host": "127.0.0.1", "port": args.metrics_port}} if args.metrics_port else {}
         rec = start_recorder(ring, env=env, interval_s=1.0, nvml_library=str(lib),
                              sources=["nvml", "procfs", "cgroups", "kernel"], stderr=log, **extra_opts)
+        if args.compare_baselines:
+            compare_baselines(args, env, lib, tmp)
+            return 0
         churn = Churn(args.churn, args.cgroups, made)
         if args.churn:
             churn.adopt(sleepers)

@@ -39,6 +39,15 @@ class AnalysisConfig:
     # cpu-throttling: throttled periods / periods over the window (or any interval).
     cpu_throttled_ratio: float = 0.2
     cpu_throttled_ratio_high: float = 0.5
+    # baselines (forensics.analysis.baseline): a workload's normal over this trailing window, once
+    # it has this much history and this many one-minute buckets; a deviation is K robust spreads
+    # (MAD x 1.4826) from the median, and at least this many percentage points.
+    baseline_window_s: float = 86400.0
+    baseline_min_history_s: float = 3600.0
+    baseline_min_buckets: int = 30
+    baseline_bucket_s: float = 60.0
+    baseline_k: float = 3.0
+    baseline_min_delta_pct: float = 10.0
     # GPU counted idle when its utilization is at or below this.
     gpu_idle_util_pct: float = 10.0
     # pressure-stall: PSI "some" avg10 (%) at or above this.

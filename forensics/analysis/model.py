@@ -283,6 +283,7 @@ class NodeInfo:
     kernel_window: tuple[float, float] | None = None
     lookback_s: float | None = None  # capture --lookback: older evidence is history, not the incident
     since: float | None = None  # capture --since: the lead-up the capture folded in
+    trigger_crossed_at: float | None = None  # a triggered capture's: when its rule's condition began to hold
     # What the node is (page one of a report): driver_version, cuda_version, nvml_version (nvml
     # devices.json "system"), kernel, os (host/host.json uname and os_release).
     facts: dict[str, str] = field(default_factory=dict)

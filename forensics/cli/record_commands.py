@@ -35,7 +35,8 @@ __all__ = ["record", "ring"]
 @click.option("--status", is_flag=True, help="Show the ring's span, size, gaps and writer, and exit (as `gpuforensics ring`).")
 @click.option("--trigger", "triggers", multiple=True, metavar="RULE",
               help="Capture when RULE fires (repeatable): gpu.util>90%:5m, gpu.memory>95%:1m, container.throttled>50%:2m, "
-              "psi.memory.some>20%:1m, oom, xid, xid:79, gpu-lost, unallocated-gpu-use (docs/triggers.md).")
+              "psi.memory.some>20%:1m, oom, xid, xid:79, gpu-lost, unallocated-gpu-use; against each subject's own "
+              "normal: container.gpu.sm<baseline:5m, gpu.util>baseline+4mad:10m (docs/triggers.md).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Thresholds file as for `analyze --config` (defaults of rules without a threshold), "
               "with an optional `triggers` list of rules.")

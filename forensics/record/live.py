@@ -569,6 +569,22 @@ class LiveState:
         self._cnames[cid] = name = self._container_name(cid)
         return name
 
+    def container_identity(self, cid: str) -> tuple[str, str, str, str, str]:
+        """A container's name, image and kubelet labels (pod namespace, pod name, container name)
+        from its docker inspect (empty where not known): what survives its restarts
+        (forensics.record.baselines keys a workload's baseline by them)."""
+        raw = self._identity.get(f"docker/containers/{cid}/inspect.json")
+        try:
+            config = (json.loads(raw) or {}).get("Config") or {} if raw else {}
+            labels = config.get("Labels") or {}
+            image = config.get("Image") or ""
+        except (ValueError, AttributeError):
+            labels, image = {}, ""
+        if not isinstance(labels, dict):
+            labels = {}
+        return (self.container_name(cid), str(image), str(labels.get("io.kubernetes.pod.namespace") or ""),
+                str(labels.get("io.kubernetes.pod.name") or ""), str(labels.get("io.kubernetes.container.name") or ""))
+
     def _container_name(self, cid: str) -> str:
         if self._attr is not None:
             c = self._attr.model.container("live", cid)

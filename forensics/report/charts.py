@@ -87,6 +87,9 @@ class Panel:
     reference_label: str = ""
     #: Single events on this panel's axes: (unix seconds, y value, label), drawn as a cross.
     points: tuple[tuple[float, float, str], ...] = ()
+    #: Horizontal bands across the time axis: (low, high, label), a workload's normal range (its
+    #: baseline, forensics.analysis.baseline), drawn as a shaded strip behind the lines.
+    bands: tuple[tuple[float, float, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,12 @@ def _draw_panel(ax: Any, panel: Panel, spec: ChartSpec, dates: Any, index: int =
     if spec.window is not None:
         start, end = (_num(dates, x) for x in spec.window)
         ax.axvspan(start, end, color=WINDOW_COLOUR, zorder=0, lw=0)
+    for k, (lo, hi, text) in enumerate(panel.bands):
+        colour = PALETTE[(len(panel.lines) + k) % len(PALETTE)]
+        mid, half = (lo + hi) / 2, max((hi - lo) / 2, 1.5)  # a flat normal still shows as a strip
+        strip = ax.axhspan(mid - half, mid + half, facecolor=colour, edgecolor=colour, alpha=0.35, lw=1.0,
+                           ls="--", zorder=1, label=_label(text))
+        strip.set_gid(f"baseline-{index}-{k}")
     for i, line in enumerate(panel.lines):
         xs, ys = downsample(line.t, line.values)
         # A known value with no known neighbour would draw nothing as a line: give it a dot.

@@ -143,7 +143,8 @@ def _gpu_chart(
         mem_lines.append((pid_label(str(pid)), series_values(values, len(t)), False))
     panels = []
     if any(_known(line.values) for line in util_lines):
-        panels.append(Panel("Utilization (GPU and per-process SM)", "%", tuple(util_lines), y_max=105.0))
+        panels.append(Panel("Utilization (GPU and per-process SM)", "%", tuple(util_lines), y_max=105.0,
+                            bands=baseline_bands(related)))
     if any(_known(values) for _, values, _ in mem_lines):
         panels.append(memory_panel("GPU memory", t, mem_lines, total, "total"))
     if not panels:
@@ -157,6 +158,21 @@ def _gpu_chart(
         finding_markers(related, t)[0],
         capture=capture_window(ctx),
     )
+
+
+def baseline_bands(related: Sequence[FindingView]) -> tuple[tuple[float, float, str], ...]:
+    """The normal range (5th-95th percentile of its baseline) of each workload a ``below-baseline``
+    finding on this GPU names, to draw behind its SM line."""
+    out = []
+    for f in related:
+        if f.kind != "below-baseline":
+            continue
+        raw = dict(f.raw_metrics)
+        lo, hi = raw.get("baseline_p5_pct"), raw.get("baseline_p95_pct")
+        victim = next((s.name for s in f.subjects if s.role == "victim"), "")
+        if lo is not None and hi is not None:
+            out.append((lo, hi, f"{victim} normal {lo:.0f}-{hi:.0f}%"))
+    return tuple(out)
 
 
 def _known(values: Sequence[float | None]) -> bool:

@@ -52,7 +52,8 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any
                    **options: Any) -> subprocess.Popen[str]:
     """``gpuforensics record`` through the library, in its own process (stderr captured unless
     ``stderr`` says where: a long run whose stderr nobody reads must not fill the pipe).
-    ``triggers``: a dict of TriggerOptions fields, ``rules`` as rule strings; ``metrics``: a dict of
+    ``triggers``: a dict of TriggerOptions fields, ``rules`` as rule strings (``config``: the
+    thresholds file's table they are parsed with); ``metrics``: a dict of
     MetricsOptions fields."""
     code = ("import json, sys\nfrom pathlib import Path\n"
             "from forensics.record.recorder import RecordOptions, run_recorder\n"
@@ -60,7 +61,9 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any
             "t = o.pop('triggers', None)\n"
             "if t:\n"
             "    from forensics.record.triggers import TriggerOptions, parse_rules\n"
-            "    t['rules'] = parse_rules(t['rules']); t['bundles'] = Path(t['bundles'])\n"
+            "    from forensics.thresholds import config_from_mapping\n"
+            "    c = t.pop('config', None)\n"
+            "    t['rules'] = parse_rules(t['rules'], config_from_mapping(c) if c else None); t['bundles'] = Path(t['bundles'])\n"
             "    t['on_capture'] = tuple(t.get('on_capture', ())); o['triggers'] = TriggerOptions(**t)\n"
             "m = o.pop('metrics', None)\n"
             "if m is not None:\n"

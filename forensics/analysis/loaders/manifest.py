@@ -35,6 +35,9 @@ def load_manifest(src: Source, model: Model, path: Path, file_sha256: str,
     since = parse_time(dig(manifest, "capture", "window", "since"))
     if since is not None:
         info.since = since if info.since is None else min(info.since, since)
+    crossed = parse_time(dig(manifest, "trigger", "crossed_at"))  # a record --trigger capture's condition began
+    if crossed is not None:
+        info.trigger_crossed_at = crossed if info.trigger_crossed_at is None else min(info.trigger_crossed_at, crossed)
     interrupted = bool(dig(manifest, "capture", "interrupted"))
     model.bundles.append({
         "path": str(path),

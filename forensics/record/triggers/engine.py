@@ -43,6 +43,7 @@ from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token, sweep_ab
 from forensics.collect.lifeline import die_with_parent
 from forensics.errors import UsageError
 from forensics.record.live import LiveState
+from forensics.record.triggers.baseline_rules import BaselineRules
 from forensics.record.triggers.evaluate import Evaluator, Firing
 from forensics.record.triggers.grammar import Rule
 from forensics.specs.cgroups import SPEC as CGROUPS_SPEC
@@ -173,6 +174,13 @@ class TriggerEngine:
         idle_full_s = CGROUPS_SPEC.read_settings(self.extra).idle_full_s
         self.evaluator = Evaluator(options.rules, max_gap_s=max(10.0, 5 * interval_s, idle_full_s),
                                    active_sm_pct=options.active_sm_pct, interval_s=interval_s)
+        # the baseline rules: each subject's own series, rebuilt from the ring's history at start
+        self.baselines: BaselineRules | None = None
+        if any(r.kind == "baseline" for r in options.rules):
+            self.baselines = BaselineRules(options.rules, max_gap_s=max(10.0, 5 * interval_s, idle_full_s))
+            t0 = time.perf_counter()
+            looks = self.baselines.seed(ring, time.time(), log=self.log)
+            self.log(f"baselines: {looks} looks at the ring's history in {time.perf_counter() - t0:.1f} s")
         self.last_start: dict[str, float] = {}
         self.pending: dict[str, Firing] = {}
         self.running: _Running | None = None
@@ -190,6 +198,8 @@ class TriggerEngine:
         t0 = time.perf_counter()
         self.live.refresh()
         firings = self.evaluator.evaluate(self.live)
+        if self.baselines is not None:
+            firings += self.baselines.evaluate(self.live)
         self.eval_s += time.perf_counter() - t0
         for f in firings:
             self.offer(f)
@@ -232,11 +242,14 @@ class TriggerEngine:
             "subject": f.subject, "value": f.value, "summary": f.summary, "member": f.member,
             "crossed_at": iso_from_unix(f.crossed_at), "fired_at": iso_from_unix(f.t),
             "also_matching_events": f.also, "since": iso_from_unix(since),
+            **({"baseline": f.baseline} if f.baseline is not None else {}),
             "cooldown_s": self.o.cooldown_s, "recorder_pid": os.getpid(),
         }
 
     def _spec(self, f: Firing) -> dict[str, Any]:
         since = min(f.crossed_at, f.t) - self.o.margin_s
+        if f.baseline is not None:  # the bundle carries the history the baseline was taken from
+            since -= min(float(f.baseline["history_s"]), float(f.baseline["window_s"]))
         return {"out": str(self.o.bundles), "trigger": self.trigger_doc(f, since), "options": {
             "duration_s": self.o.trigger_duration_s, "interval_s": min(self.interval_s, self.o.trigger_duration_s),
             "timeout_s": self.o.capture_timeout_s, "redact": self.redact, "since_unix": since,
@@ -375,7 +388,9 @@ class TriggerEngine:
         return {"rules": {k: dict(v) for k, v in self.per_rule.items()}, **dict(self.counters),
                 "bundles": list(self.bundles[-20:]), "evaluations": self.evaluator.evaluations,
                 "evaluation_s": round(self.eval_s, 6), "attributions": self.live.refreshes,
-                "capture_running": self.running is not None}
+                "capture_running": self.running is not None,
+                **({"baselines": self.baselines.tracker.status(time.time()),
+                    "baseline_insufficient": dict(self.baselines.insufficient)} if self.baselines is not None else {})}
 
 
 def _enter_capture_child(parent: int) -> None:

@@ -70,6 +70,7 @@ class Firing:
     summary: str
     member: str  # the member whose samples or events crossed it
     also: int = 0  # further matching events in the same tick
+    baseline: dict[str, Any] | None = None  # a baseline rule's: the baseline it was compared with
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Evaluator:
 
     def __init__(self, rules: tuple[Rule, ...], max_gap_s: float = 10.0, active_sm_pct: float = 1.0,
                  interval_s: float = 1.0) -> None:
+        rules = tuple(r for r in rules if r.kind != "baseline")  # forensics.record.triggers.baseline_rules
         self.rules = rules
         self.max_gap_s = max_gap_s
         self.active_sm_pct = active_sm_pct

@@ -2,8 +2,9 @@
 
 ::
 
-    RULE      := THRESHOLD | EVENT
+    RULE      := THRESHOLD | BASELINE | EVENT
     THRESHOLD := METRIC [OP NUMBER [%]] [":" DURATION]
+    BASELINE  := (METRIC | container.gpu.sm | container.gpu.memory) OP "baseline" [("-" | "+") NUMBER "mad"] [":" DURATION]
     METRIC    := gpu.util | gpu.memory | container.throttled | psi.(cpu|memory|io).(some|full)
     OP        := ">" | ">=" | "<" | "<="
     DURATION  := NUMBER ("s" | "m" | "h")          (how long the condition must hold; default: one sample)
@@ -16,7 +17,12 @@ interval (host and each container). A threshold omitted takes the analysis' own 
 ``--config`` file as ``analyze --config``): ``gpu.memory`` -> ``gpu_memory_pressure_ratio``,
 ``container.throttled`` -> ``cpu_throttled_ratio``, ``psi.*.some`` -> ``psi_some_avg10_pct``,
 ``psi.*.full`` -> ``psi_full_avg10_pct`` (``>=``, as the rules compare). ``gpu.util`` has no such
-threshold and needs one. A rule that does not parse is a :class:`~forensics.errors.UsageError`
+threshold and needs one. A BASELINE rule compares each subject with its own normal
+(forensics.analysis.baseline; the recorder's state in forensics.record.baselines): ``<baseline``
+holds below the median minus max(K robust spreads, ``baseline_min_delta_pct``), ``>baseline``
+above the median plus as much; K is ``baseline_k`` (3) unless written (``baseline-4mad``).
+``container.gpu.sm`` (the SM share of a workload's GPU processes, summed) and
+``container.gpu.memory`` (their GPU memory / the GPU's total) are baseline metrics only. A rule that does not parse is a :class:`~forensics.errors.UsageError`
 (exit 2) before anything runs.
 """
 
@@ -25,10 +31,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from forensics.analysis.baseline import BaselineSettings, baseline_settings
 from forensics.errors import UsageError
 from forensics.thresholds import AnalysisConfig
 
-__all__ = ["EVENTS", "METRICS", "Rule", "parse_duration", "parse_rule", "parse_rules"]
+__all__ = ["BASELINE_METRICS", "EVENTS", "METRICS", "Rule", "parse_duration", "parse_rule", "parse_rules"]
 
 #: metric -> (what it measures, the analysis threshold it defaults to, that threshold as a percentage)
 METRICS: dict[str, str] = {
@@ -38,6 +45,12 @@ METRICS: dict[str, str] = {
     **{f"psi.{r}.{k}": f"PSI {r} {k} stall share (%), host and per container, over the last interval"
        for r in ("cpu", "memory", "io") for k in ("some", "full")},
 }
+#: the metrics only a baseline rule takes (a workload's own series, summed over its GPU processes)
+BASELINE_ONLY: dict[str, str] = {
+    "container.gpu.sm": "SM share (%) of a workload's GPU processes, summed, per container or pod container",
+    "container.gpu.memory": "GPU memory of a workload's GPU processes / the GPU's total (%), summed",
+}
+BASELINE_METRICS: dict[str, str] = {**METRICS, **BASELINE_ONLY}
 EVENTS: dict[str, str] = {
     "oom": "a kernel OOM kill (any cgroup)",
     "xid": "an NVIDIA Xid (kernel log or NVML event); xid:N only Xid N",
@@ -70,6 +83,9 @@ class Rule:
     duration_s: float = 0.0
     xid: int | None = None
     threshold_from: str = ""  # the analysis threshold it came from, when not written in the rule
+    baseline_k: float | None = None  # a baseline rule: robust units from the median (None: not one)
+    baseline_min_delta: float = 0.0  # ... and never closer to it than this (percentage points)
+    baseline: BaselineSettings | None = None  # ... its window and history needed (from --config)
 
     @property
     def lead_up_s(self) -> float:
@@ -79,6 +95,11 @@ class Rule:
     def describe(self) -> str:
         if self.kind == "event":
             return self.text
+        if self.kind == "baseline":
+            side = "-" if self.op.startswith("<") else "+"
+            hold = f" for {self.duration_s:g} s" if self.duration_s else ""
+            return (f"{self.name} {self.op} its baseline {side} max({self.baseline_k:g} x robust spread, "
+                    f"{self.baseline_min_delta:g} points){hold}")
         src = f" ({self.threshold_from})" if self.threshold_from else ""
         hold = f" for {self.duration_s:g} s" if self.duration_s else ""
         return f"{self.name} {self.op} {self.threshold:g}%{src}{hold}"
@@ -86,6 +107,7 @@ class Rule:
 
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smh]?)$")
 _THRESHOLD = re.compile(r"^([a-z][a-z.]*[a-z])(?:(>=|<=|>|<)([0-9]+(?:\.[0-9]+)?)(%?))?(?::(.+))?$")
+_BASELINE = re.compile(r"^([a-z][a-z.]*[a-z])(>=|<=|>|<)baseline(?:([-+])([0-9]+(?:\.[0-9]+)?)mad)?(?::(.+))?$")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_DURATION_S = 7 * 86400.0
 
@@ -115,12 +137,17 @@ def parse_rule(text: str, cfg: AnalysisConfig | None = None) -> Rule:
         if not (number.isascii() and number.isdigit()) or not 0 < int(number) < 1000:
             raise UsageError(f"{where}: xid:N needs an Xid number (1-999), got {number!r}")
         return Rule(raw, "event", "xid", xid=int(number))
+    b = _BASELINE.match(rule)
+    if b:
+        return _baseline_rule(raw, where, b.groups(), cfg)
     m = _THRESHOLD.match(rule)
     if not m:
         raise UsageError(f"{where}: not a rule (METRIC>N%[:DURATION] or one of {', '.join(EVENTS)}, xid:N)")
     metric, op, number, _pct, duration = m.groups()
     if metric in EVENTS:
         raise UsageError(f"{where}: event {metric!r} takes no threshold or duration")
+    if metric in BASELINE_ONLY:
+        raise UsageError(f"{where}: {metric} is compared with its baseline only, e.g. {metric}<baseline:5m")
     if metric not in METRICS:
         raise UsageError(f"{where}: unknown metric {metric!r} (known: {', '.join(METRICS)}; "
                          f"events: {', '.join(EVENTS)}, xid:N)")
@@ -138,6 +165,24 @@ def parse_rule(text: str, cfg: AnalysisConfig | None = None) -> Rule:
             raise UsageError(f"{where}: a percentage is between 0 and 100, not {number}")
     seconds = parse_duration(duration, where) if duration is not None else 0.0
     return Rule(raw, "threshold", metric, op, threshold, seconds, threshold_from=threshold_from)
+
+
+def _baseline_rule(raw: str, where: str, groups: tuple[str | None, ...], cfg: AnalysisConfig) -> Rule:
+    metric, op, sign, number, duration = groups
+    assert metric is not None and op is not None
+    if metric not in BASELINE_METRICS:
+        raise UsageError(f"{where}: unknown metric {metric!r} for a baseline (known: {', '.join(BASELINE_METRICS)})")
+    k = cfg.baseline_k
+    if number is not None:
+        if (sign == "-") != op.startswith("<"):
+            raise UsageError(f"{where}: {op}baseline{sign}{number}mad points the wrong way "
+                             f"(below: <baseline-Kmad; above: >baseline+Kmad)")
+        k = float(number)
+        if not 0 < k <= 100:
+            raise UsageError(f"{where}: K robust units must be above 0 and at most 100, not {number}")
+    seconds = parse_duration(duration, where) if duration is not None else 0.0
+    return Rule(raw, "baseline", metric, op, None, seconds, threshold_from="" if number is not None else "baseline_k",
+                baseline_k=k, baseline_min_delta=cfg.baseline_min_delta_pct, baseline=baseline_settings(cfg))
 
 
 def parse_rules(texts: tuple[str, ...] | list[str], cfg: AnalysisConfig | None = None) -> tuple[Rule, ...]:
