@@ -5,7 +5,9 @@ record after the API server has dropped the Event (its TTL is an hour by default
 Sources (the kubernetes client through :class:`~forensics.collectors.kubernetes.api.KubeAPI`):
 
 - ``GET /api/v1/pods?fieldSelector=spec.nodeName={node}`` every ``replan_s``: this node's pod
-  UIDs and their namespaces;
+  UIDs and their namespaces; the pods themselves, with their ResourceClaims and the node's
+  ResourceSlices, kept in the ring at first sight and on change
+  (:mod:`forensics.collectors.kubernetes.follow_objects`: a claim is deleted with its pod);
 - per namespace of those pods, ``GET /api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.kind=Pod``
   listed once, then watched from the list's ``resourceVersion`` (``watch=true``,
   ``allowWatchBookmarks``, ``timeoutSeconds``); all namespaces at once (``/api/v1/events``) past
@@ -40,6 +42,7 @@ from forensics.bundle.format import iso_from_unix
 from forensics.collect.context import CollectContext, Tick
 from forensics.collectors.kubernetes.api import CallFailed, KubeAPI, load_config
 from forensics.collectors.kubernetes.events import event_time, select_events
+from forensics.collectors.kubernetes.follow_objects import KubeObjectKeeper
 from forensics.collectors.kubernetes.kubernetes import MAX_EVENT_NAMESPACES, KubernetesCollector
 from forensics.collectors.kubernetes.redaction import redact_events
 from forensics.errors import ParseError, RingError, SourceUnavailable
@@ -124,6 +127,8 @@ class KubeEventFollower:
         self.lost_at: float | None = None
         self.lost_why = ""
         self.api: KubeAPI | None = None
+        self.objects = KubeObjectKeeper()  # the pods and their claims, kept at first sight
+        self.objects_failed = ""
 
     # -- the driver's interface ------------------------------------------------------------
     def start(self, ctx: CollectContext) -> None:
@@ -152,6 +157,7 @@ class KubeEventFollower:
             api.close()
             raise
         self.api = api
+        self.objects.reconnected()
         self.seen, self.resume_t = ring_cursor(ring_spec.SPEC.read_settings(opts.extra).dir, time.time())
         self._plan(ctx)
         ctx.note(f"following Kubernetes events of node {self.node} on {api.server} ({loaded.source})"
@@ -179,6 +185,7 @@ class KubeEventFollower:
                 uids.add(meta["uid"])
                 if isinstance(meta.get("namespace"), str):
                     namespaces.add(meta["namespace"])
+        self._observe(ctx, items)
         with self._lock:
             self.pod_uids |= uids  # pods gone since keep their events' UIDs: their events are ours
             if len(self.pod_uids) > 50_000:
@@ -197,6 +204,19 @@ class KubeEventFollower:
         for scope in set(self._threads) - scopes:  # a namespace none of the node's pods is in any more
             self._scope_stops.pop(scope).set()
             del self._threads[scope]
+
+    def _observe(self, ctx: CollectContext, pods: list[Any]) -> None:
+        """The pods listed and their DRA objects into the ring (follow_objects); a DRA call that
+        fails (a 403 where the role lacks resource.k8s.io) is said once and does not stop the events."""
+        assert self.api is not None
+        try:
+            self.objects.observe(ctx, self.api, self.node, pods)
+        except CallFailed as exc:
+            if str(exc) != self.objects_failed:
+                self.objects_failed = str(exc)
+                ctx.note(f"Kubernetes claims and slices not recorded this time: {exc}")
+            return
+        self.objects_failed = ""
 
     def _supervise(self, ctx: CollectContext) -> None:
         wait, said = self.connect_backoff_s, ""
