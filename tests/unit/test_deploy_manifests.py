@@ -224,9 +224,10 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
     assert ("resource.k8s.io", "resourceclaims", "list") in used and ("resource.k8s.io", "deviceclasses", "get") in used
     assert ("", "pods/log", "get") in used
     # the DaemonSet's `record` follows the node's events (collectors/kubernetes/follow.py): a list
-    # then a watch per scope, with the same service account
+    # then a watch per scope, with the same service account; and keeps the pods, their claims and
+    # the node's slices (collectors/kubernetes/follow_objects.py) with the calls capture makes
     monkeypatch.setenv("GPUFORENSICS_RING", str(tmp_path / "no-ring"))
-    with KubeAPIServer(gpu_node_scenario(now)) as api:
+    with KubeAPIServer(dra_node_scenario(now)) as api:
         kubeconfig = write_kubeconfig(tmp_path / "follow-kubeconfig", api.url)
         follower = KubeEventFollower()
         (tmp_path / "follow").mkdir()
@@ -235,8 +236,10 @@ def test_rbac_covers_exactly_the_collector_calls(tmp_path, clean_kube_env, monke
         while api.watches < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         follower.stop()
-    watched = {rbac_of(p)[:2] + ("watch",) if q.get("watch") == "true" else rbac_of(p) for _, p, q in api.requests}
+    watched = {rbac_of(p)[:2] + ("watch",) if q.get("watch") == "true" else rbac_of(p)
+               for _, p, q in api.requests if not is_discovery(p)}
     assert ("", "events", "watch") in watched
+    assert ("resource.k8s.io", "resourceclaims", "list") in watched, watched
     used |= watched
     assert used == granted()
 
