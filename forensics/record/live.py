@@ -12,7 +12,7 @@ small typed API:
   (``used_memory_bytes`` from nvmlDeviceGetComputeRunningProcesses, ``sm_util_pct`` from
   nvmlDeviceGetProcessUtilization), each with its :class:`~forensics.analysis.attribution.OwnerInfo`
   (container id/name, pod namespace/name from ``proc/<pid>/cgroup``, docker inspect and its
-  kubelet labels) and :class:`~forensics.analysis.attribution.Grant` (``allocated``, ``grant`` =
+  kubelet labels, the pods the Kubernetes follower records) and :class:`~forensics.analysis.attribution.Grant` (``allocated``, ``grant`` =
   explicit|shared|blanket|none);
 - :meth:`LiveState.cgroups` -> :class:`CgroupLive` per sampled cgroup (container id and name,
   ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
@@ -67,6 +67,7 @@ from forensics.record.live_nvml import value as _value
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
+from forensics.specs import kubernetes as kube_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 
@@ -203,6 +204,13 @@ class Summarizer:
         return None
 
 
+#: whole members the attribution reads besides Docker's and procfs': NVML's devices and processes,
+#: and the Kubernetes follower's pods with their DRA claims and the node's slices
+#: (forensics.collectors.kubernetes.follow_objects), so a pod granted by a claim is ``grant="dra"``
+_IDENTITY_WRITES = frozenset({nvml_spec.DEVICES, nvml_spec.PROCESSES, kube_spec.PODS,
+                              kube_spec.RESOURCE_CLAIMS, kube_spec.RESOURCE_SLICES})
+
+
 class LiveState:
     """See the module docstring. ``max_identity_bytes`` bounds the member bytes kept for attribution."""
 
@@ -275,8 +283,7 @@ class LiveState:
             self._docker_events(t, data)
         elif member == procfs_spec.WINDOW:
             self._keep(member, data.encode("utf-8", "surrogateescape"), append=True)
-        elif op == "write" and (member in (nvml_spec.DEVICES, nvml_spec.PROCESSES)
-                                or member.startswith(("docker/", procfs_spec.PREFIX))):
+        elif op == "write" and (member in _IDENTITY_WRITES or member.startswith(("docker/", procfs_spec.PREFIX))):
             if member == nvml_spec.DEVICES:
                 self._device_names(data)
             self._keep(member, data.encode("utf-8", "surrogateescape"))

@@ -184,3 +184,31 @@ def test_the_nvml_summary_reads_every_device_line_as_the_generic_reading_does() 
     assert fast_ones >= 10  # the sample bundles' lines with processes take the fast reading
     assert live_mod._processes_fast(odd[:1], sm_of) == [[7], ["MIG-x"], [None], [12.5]]
     assert live_mod._processes(odd, sm_of) == [[7, 8, 9], ["MIG-x", None, ""], [None, None, None], [12.5, None, 0]]
+
+
+def test_a_pod_granted_by_a_dra_claim_is_dra_live() -> None:
+    """The DRA node's sample with the members the recorder's Kubernetes follower writes (its pods,
+    their ResourceClaims, the node's ResourceSlices: forensics.collectors.kubernetes.follow_objects):
+    the live grant of each claim's pod on its claim's GPU is ``dra`` naming the claim, and the pod on
+    another GPU is unallocated, as the analysis says."""
+    bundle = SAMPLES / "k8s-dra-node.tgz"
+    state = LiveState()
+    replay(bundle, state)
+    state.refresh()
+    assert not [p for p in state.processes() if p.grant.grant == "dra"]  # without the pods: no claim known
+    with tarfile.open(bundle) as tar:
+        for name in ("kubernetes/pods.json", "kubernetes/resourceclaims.json", "kubernetes/resourceslices.json"):
+            member = next(m for m in tar.getmembers() if m.name.endswith("/" + name))
+            state.feed(0.0, 0.0, name, "write", tar.extractfile(member).read().decode())  # type: ignore[union-attr]
+    assert state.dirty and state.refresh()
+    live = {p.owner.container_id: p.grant for p in state.processes()}
+    doc = analyze_bundles([bundle])
+    claims = {c["id"]: c["gpu_allocation"].get("claims") for c in doc["containers"]
+              if c["gpu_allocation"]["kind"] == "dra"}
+    accused = {s["id"] for f in doc["findings"] if f["kind"] == "unallocated-gpu-use"
+               for s in f["subjects"] if s["role"] == "culprit" and s["type"] == "container"}
+    assert accused and accused <= set(claims)  # the sample's ml/train-1 runs on another GPU than its claim's
+    assert {cid for cid, g in live.items() if g.unallocated} == accused
+    dra = {cid: g.claim for cid, g in live.items() if g.grant == "dra" and g.allocated}
+    assert len(dra) >= 3 and dra == {cid: ", ".join(c or []) for cid, c in claims.items()
+                                     if cid in live and cid not in accused}, (live, claims)
