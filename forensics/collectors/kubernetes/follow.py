@@ -158,7 +158,10 @@ class KubeEventFollower:
             raise
         self.api = api
         self.objects.reconnected()
-        self.seen, self.resume_t = ring_cursor(ring_spec.SPEC.read_settings(opts.extra).dir, time.time())
+        ring_dir = ring_spec.SPEC.read_settings(opts.extra).dir
+        self.seen, self.resume_t = ring_cursor(ring_dir, time.time())
+        if not self.objects.pods.items():  # the first connection of this run
+            self.objects.resume(ring_dir, time.time())
         self._plan(ctx)
         ctx.note(f"following Kubernetes events of node {self.node} on {api.server} ({loaded.source})"
                  + (f"; resuming after {iso_from_unix(self.resume_t)}" if self.resume_t else ""))

@@ -18,10 +18,14 @@ Written (write members, the ring's state: the latest copy is in every segment, a
 ``kubernetes/pods.json`` (a PodList), ``kubernetes/resourceclaims.json`` and
 ``kubernetes/resourceslices.json`` (Lists, ``apiVersion`` the version read). Each holds the objects
 listed now and, after them, those seen before and gone since (their last version), so the analysis'
-loaders read a deleted pod and its claim as if captured. A member is written again only when an
+loaders read a deleted pod and its claim as if captured; each without ``metadata.managedFields``
+(as ``kubectl get -o json`` shows it; no loader reads it). A member is written again only when an
 object appears, changes (``resourceVersion``) or goes; the objects gone are bounded
-(:data:`MAX_GONE` of each kind, the oldest gone dropped first). Memory only: a restarted recorder
-starts from what it lists (the ring keeps the earlier copies in its older segments).
+(:data:`MAX_GONE` of each kind and :data:`MAX_GONE_BYTES` of their JSON, the oldest gone dropped
+first), as the ring bounds its state (half a segment: a write member is copied at the top of every
+segment). A restarted recorder starts from the ring's latest copies (:meth:`KubeObjectKeeper.resume`:
+the state at the top of its newest segment), so the pods gone before the restart stay in the
+members it writes.
 """
 
 from __future__ import annotations
@@ -31,15 +35,17 @@ from collections import OrderedDict
 from typing import Any
 
 from forensics.bundle.redact_kubernetes import redact_object_metadata
+from forensics.bundle.sink import dumps_json
 from forensics.collect.context import CollectContext
 from forensics.collectors.kubernetes.api import CallFailed, KubeAPI
 from forensics.collectors.kubernetes.dra import GROUP, VERSIONS, claim_names
 from forensics.collectors.kubernetes.redaction import redact_pod
 from forensics.specs import kubernetes as kspec
 
-__all__ = ["MAX_GONE", "KeptObjects", "KubeObjectKeeper"]
+__all__ = ["MAX_GONE", "MAX_GONE_BYTES", "KeptObjects", "KubeObjectKeeper"]
 
-MAX_GONE = 500  # objects of one kind kept after they are gone
+MAX_GONE = 200  # objects of one kind kept after they are gone, at most
+MAX_GONE_BYTES = 512 << 10  # and their JSON at most this (the ring's state is half a segment in all)
 
 
 def _key(obj: Any) -> tuple[str, str] | None:
@@ -49,12 +55,23 @@ def _key(obj: Any) -> tuple[str, str] | None:
     return meta["uid"], str(meta.get("resourceVersion") or "")
 
 
+def _kept(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields`` (the server-side apply bookkeeping, as
+    ``kubectl get -o json`` leaves it out: often half a pod's bytes, read by no loader)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
 class KeptObjects:
-    """One kind's objects by UID: those listed last, then those gone (their last version seen)."""
+    """One kind's objects by UID: those listed last, then those gone (their last version seen),
+    the oldest gone dropped past :data:`MAX_GONE` objects or :data:`MAX_GONE_BYTES`."""
 
     def __init__(self) -> None:
         self.live: dict[str, dict[str, Any]] = {}
-        self.gone: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.gone: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        self.gone_bytes = 0
         self.versions: dict[str, str] = {}
 
     def update(self, listed: list[Any]) -> bool:
@@ -66,22 +83,43 @@ class KeptObjects:
             if key is None:
                 continue
             uid, version = key
-            now[uid] = obj
-            if self.versions.get(uid) != version or uid in self.gone:
+            now[uid] = _kept(obj)
+            if self.versions.get(uid) != version:
                 changed = True
-            self.gone.pop(uid, None)
+            if uid in self.gone:  # back (a claim listed again after a failed list)
+                self.gone_bytes -= self.gone.pop(uid)[1]
+                changed = True
             self.versions[uid] = version
-        for uid in set(self.live) - set(now):
-            self.gone[uid] = self.live[uid]
+        for uid in self.live.keys() - now.keys():
+            obj = self.live[uid]
+            size = len(dumps_json(obj, indent=None))
+            self.gone[uid] = (obj, size)
+            self.gone_bytes += size
             changed = True
-        while len(self.gone) > MAX_GONE:
-            uid, _ = self.gone.popitem(last=False)
+        while self.gone and (len(self.gone) > MAX_GONE or self.gone_bytes > MAX_GONE_BYTES):
+            uid, (_, size) = self.gone.popitem(last=False)
+            self.gone_bytes -= size
             self.versions.pop(uid, None)
         self.live = now
         return changed
 
     def items(self) -> list[dict[str, Any]]:
-        return [*self.live.values(), *self.gone.values()]
+        return [*self.live.values(), *(obj for obj, _ in self.gone.values())]
+
+    def resume(self, items: list[Any]) -> None:
+        """Take what an earlier run wrote as gone (an object listed again becomes live again)."""
+        for obj in items:
+            key = _key(obj)
+            if key is None or key[0] in self.live or key[0] in self.gone:
+                continue
+            size = len(dumps_json(obj, indent=None))
+            self.gone[key[0]] = (obj, size)
+            self.gone_bytes += size
+        while self.gone and (len(self.gone) > MAX_GONE or self.gone_bytes > MAX_GONE_BYTES):
+            self.gone_bytes -= self.gone.popitem(last=False)[1][1]
+
+
+_MEMBERS = (kspec.PODS, kspec.RESOURCE_CLAIMS, kspec.RESOURCE_SLICES)
 
 
 class KubeObjectKeeper:
@@ -93,6 +131,41 @@ class KubeObjectKeeper:
         self.slices = KeptObjects()
         self.version: str | None = None  # the resource.k8s.io version read; "" none offered
         self.claim_uids_wanted: set[str] = set()
+
+    def resume(self, ring_dir: str | None, now: float) -> int:
+        """On start: the objects of the ring's latest copies of the three members (the state at the
+        top of its newest segment), as gone until listed again; how many. A ring that cannot be
+        read is no error: the recorder then starts from what it lists."""
+        import json
+
+        from forensics.errors import RingError
+        from forensics.ring import RingReader, resolve_ring_dir
+
+        root = resolve_ring_dir(ring_dir)
+        if not root.is_dir():
+            return 0
+        latest: dict[str, bytes] = {}
+        try:
+            reader = RingReader(root)
+            # the newest sealed segment (a stopped run's last) and the active one: the state at their top
+            since = max((s.max_t for s in reader.segments() if s.sealed and s.max_t is not None), default=now)
+            for rec in reader.records(since=min(since, now), members=_MEMBERS, keep_writes=True):
+                if rec.op == "write" and rec.member in _MEMBERS:
+                    latest[rec.member] = rec.data
+        except (RingError, OSError):
+            return 0
+        found = 0
+        for member, kept in ((kspec.PODS, self.pods), (kspec.RESOURCE_CLAIMS, self.claims),
+                             (kspec.RESOURCE_SLICES, self.slices)):
+            try:
+                doc = json.loads(latest[member]) if member in latest else {}
+            except ValueError:
+                continue
+            items = doc.get("items") if isinstance(doc, dict) else None
+            if isinstance(items, list):
+                kept.resume(items)
+                found += len(items)
+        return found
 
     def reconnected(self) -> None:
         """A new connection: the group's versions are asked again."""
