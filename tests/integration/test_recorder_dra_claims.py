@@ -29,6 +29,7 @@ __all__ = ["recorders"]
 
 pytestmark = [pytest.mark.slow]
 POD_UID = "0d7f7a0e-2a1d-4c53-9a5e-7d1c2f3a4c01"
+SECRET = "hf_q3V9xT2mLp8RzK4wYb7NcD1sFgHj6uEa"
 CLAIM, CLAIM_UID = "train-0-gpu-x7k2p", "c1a1c1a1-0000-4000-8000-0000000000c1"
 
 
@@ -46,7 +47,8 @@ def test_a_deleted_dra_pods_claim_stays_in_the_ring_and_grants_its_gpu(tmp_path:
     trainer = cid_of("train")
     state = gpu_node_scenario()
     now = datetime.now(UTC).replace(microsecond=0)
-    pod = claim_pod(make_pod("train-0", "ml", NODE, now, [ContainerSpec("train", container_id=trainer)],
+    pod = claim_pod(make_pod("train-0", "ml", NODE, now, [ContainerSpec("train", container_id=trainer,
+                                                                     env=[("HF_TOKEN", SECRET)])],
                              uid=POD_UID, started_ago_s=60), {"gpu": CLAIM}, {"train": ["gpu"]}, template=True)
     state.pods.append(pod)
     state.dra = DraState(slices=[resource_slice(NODE, [DraDevice(0, gpu0)])],
@@ -68,11 +70,15 @@ def test_a_deleted_dra_pods_claim_stays_in_the_ring_and_grants_its_gpu(tmp_path:
         cap = _cli("capture", "--since", "10m", "--ring", str(ring), "--only", "kubernetes,ring",
                    "--kubeconfig", str(kubeconfig), "--node", NODE, "-o", str(out), "--quiet", home=home)
         assert cap.returncode == 0, cap.stderr
-        _stop(proc)
+        status = _stop(proc)
+    assert status["sources"]["kubernetes"]["status"] == "running", status
     bundle = Path(cap.stdout.strip())
     rebuilt = {m: ring_member(bundle, f"ring/{m}") for m in
                ("kubernetes/pods.json", "kubernetes/resourceclaims.json", "kubernetes/resourceslices.json")}
     ring_pods = json.loads(rebuilt["kubernetes/pods.json"])
+    assert SECRET.encode() not in rebuilt["kubernetes/pods.json"]  # env values redacted as capture redacts them
+    (kept,) = [p for p in ring_pods["items"] if p["metadata"]["uid"] == POD_UID]
+    assert kept["spec"]["containers"][0]["env"][0]["value"].startswith("<redacted:")
     assert ring_pods["kind"] == "PodList" and POD_UID in {p["metadata"]["uid"] for p in ring_pods["items"]}
     claims = json.loads(rebuilt["kubernetes/resourceclaims.json"])
     assert claims["apiVersion"] == "resource.k8s.io/v1" and [c["metadata"]["name"] for c in claims["items"]] == [CLAIM]
