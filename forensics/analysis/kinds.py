@@ -3,7 +3,7 @@
 A rule module under ``forensics/analysis/rules/`` declares a kind with :class:`FindingKind` and
 attaches its pieces with decorators::
 
-    OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), causes=(), rank=70)
+    OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), rank=70)
 
     @OOM_KILL.rule
     def oom_kill(model, cfg): ...          # (Model, AnalysisConfig) -> list[Finding]
@@ -22,6 +22,10 @@ attaches its pieces with decorators::
 Declaring registers the kind here; :mod:`forensics.analysis.rules` imports every module of its
 package (no hand-kept list) and derives ``KINDS``, ``RULES`` and ``CAUSES`` from the registry; the
 chain (:mod:`forensics.analysis.chain`) takes harm phrases and ruled-out statements from it.
+
+A cause -> effect edge is declared once, by the kind that brought it: an effect names the kinds
+that can cause it (``caused_by=``), a cause the kinds it can cause (``causes=``); :func:`edges`
+joins both into one table, so a new kind, cause or effect, is one module.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
     "RuledOut",
     "RuledOutCheck",
     "StepWording",
+    "edges",
     "registered",
 ]
 
@@ -105,8 +110,9 @@ class FindingKind:
 
     ``id``: the stable kind id of ``findings[].kind``; ``severity``: the severity its findings get
     unless the rule raises or lowers it; ``needs``: the collectors whose absence on a node lowers a
-    finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause
-    (the chain links only those); ``rank``: its place in ``KINDS`` and in the order rules run;
+    finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause,
+    ``caused_by``: the kinds that can cause a finding of this kind (the chain links only the pairs
+    either side names, :func:`edges`; each pair is named by one side only); ``rank``: its place in ``KINDS`` and in the order rules run;
     ``gpu_samples``: the origins of GPU device samples (:data:`forensics.analysis.samples.GPU_SAMPLE_ORIGINS`)
     its claim can rest on, read through :meth:`gpu_samples` (every origin unless declared; a kind that
     leaves some out says why in ``unjudged``, the words of the limitation it writes when a GPU has
@@ -116,11 +122,11 @@ class FindingKind:
     The rule, the harm wording and the ruled-out check are attached with the decorators.
     """
 
-    __slots__ = ("causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "sample_origins",
+    __slots__ = ("caused_by", "causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "sample_origins",
                  "severity", "step_wording", "unjudged")
 
     def __init__(self, id: str, *, severity: Severity, needs: Iterable[str] = (),  # noqa: A002 - the kind's id
-                 causes: Iterable[str] = (), rank: int, next_step: str | None = None,
+                 causes: Iterable[str] = (), caused_by: Iterable[str] = (), rank: int, next_step: str | None = None,
                  hardware: bool = False, gpu_samples: Iterable[str] = GPU_SAMPLE_ORIGINS,
                  unjudged: str = "") -> None:
         if id in _REGISTRY:
@@ -129,6 +135,7 @@ class FindingKind:
         self.severity: Severity = severity
         self.needs = tuple(needs)
         self.causes = frozenset(causes)
+        self.caused_by = frozenset(caused_by)
         self.rank = rank
         self.run: Rule | None = None
         self.harm_wording: HarmWording | None = None
@@ -210,8 +217,8 @@ class FindingKind:
 
 
 def registered() -> tuple[FindingKind, ...]:
-    """Every declared kind, by rank; a kind without a rule or a next step, or causing an undeclared
-    kind, is an error."""
+    """Every declared kind, by rank; a kind without a rule or a next step, naming an undeclared
+    kind as its cause or effect, or naming an edge its other end names too, is an error."""
     kinds = sorted(_REGISTRY.values(), key=lambda k: (k.rank, k.id))
     for k in kinds:
         if k.run is None:
@@ -221,4 +228,16 @@ def registered() -> tuple[FindingKind, ...]:
         unknown = sorted(k.causes - _REGISTRY.keys())
         if unknown:
             raise ValueError(f"finding kind {k.id!r} causes undeclared kinds {unknown}")
+        unknown = sorted(k.caused_by - _REGISTRY.keys())
+        if unknown:
+            raise ValueError(f"finding kind {k.id!r} is caused by undeclared kinds {unknown}")
+        twice = sorted(c for c in k.caused_by if k.id in _REGISTRY[c].causes)
+        if twice:
+            raise ValueError(f"finding kind {k.id!r} names its causes {twice}, which name it too (declare an edge once)")
     return tuple(kinds)
+
+
+def edges(kinds: Iterable[FindingKind]) -> dict[str, frozenset[str]]:
+    """Kind -> the kinds it can cause: its own ``causes`` and every kind naming it in ``caused_by``."""
+    kinds = tuple(kinds)
+    return {k.id: k.causes | {e.id for e in kinds if k.id in e.caused_by} for k in kinds}

@@ -40,7 +40,8 @@ from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_ALLOCATABLE_REDUCED", "gpu_allocatable_reduced"]
 
-GPU_ALLOCATABLE_REDUCED = FindingKind("gpu-allocatable-reduced", severity="high", needs=("kubernetes",), rank=79)
+GPU_ALLOCATABLE_REDUCED = FindingKind("gpu-allocatable-reduced", severity="high", needs=("kubernetes",), rank=79,
+                                      caused_by=("gpu-xid-fault", "gpu-lost"))
 
 
 def _left_out(model: Model, node: str, ids: tuple[str, ...] | None) -> list[Gpu] | None:

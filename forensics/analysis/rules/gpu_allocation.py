@@ -36,13 +36,13 @@ __all__ = [
 
 UNALLOCATED_GPU_USE = FindingKind(
     "unallocated-gpu-use", severity="medium", needs=("nvml", "procfs", "docker"), rank=10,
-    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault", "workload-cuda-error"))
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault"))
 OVERLAPPING_GPU_ALLOCATION = FindingKind(
     "overlapping-gpu-allocation", severity="medium", needs=("nvml", "procfs", "docker"), rank=20,
-    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "workload-cuda-error"))
+    causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill"))
 UNATTRIBUTED_GPU_PROCESS = FindingKind(
     "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
-    causes=("gpu-compute-hog", "gpu-memory-pressure", "workload-cuda-error"))
+    causes=("gpu-compute-hog", "gpu-memory-pressure"))
 
 
 def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:

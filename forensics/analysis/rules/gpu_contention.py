@@ -22,7 +22,7 @@ __all__ = ["GPU_COMPUTE_HOG", "GPU_MEMORY_PRESSURE", "gpu_compute_hog", "gpu_mem
 GPU_COMPUTE_HOG = FindingKind("gpu-compute-hog", severity="medium", needs=("nvml", "procfs"), rank=40,
                               causes=("oom-kill",))
 GPU_MEMORY_PRESSURE = FindingKind("gpu-memory-pressure", severity="low", needs=("nvml",), rank=50,
-                                  causes=("oom-kill", "gpu-xid-fault", "workload-cuda-error"))
+                                  causes=("oom-kill", "gpu-xid-fault"))
 
 # (victim, its SM share while contested, its mean SM before the hog came, during, contested ticks)
 _Victim = tuple[Subject, float, float | None, float | None, list[float]]

@@ -37,8 +37,7 @@ from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_LOST", "gpu_lost"]
 
-GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78, hardware=True,
-                       causes=("gpu-allocatable-reduced", "workload-cuda-error", "stalled-rank"))
+GPU_LOST = FindingKind("gpu-lost", severity="critical", needs=(), rank=78, hardware=True)
 
 
 @GPU_LOST.rule

@@ -35,8 +35,7 @@ from forensics.thresholds import AnalysisConfig
 __all__ = ["GPU_XID_FAULT", "gpu_xid_fault", "xid_meaning"]
 
 # A critical Xid is a hardware fault when its class is ``device`` (incidents read ``xid_class``).
-GPU_XID_FAULT = FindingKind("gpu-xid-fault", severity="medium", needs=(), rank=80,
-                            causes=("gpu-allocatable-reduced", "workload-cuda-error", "stalled-rank"))
+GPU_XID_FAULT = FindingKind("gpu-xid-fault", severity="medium", needs=(), rank=80)
 
 # Investigatory buckets that point at the application: its process is a witness, not a victim.
 _APP_BUCKETS = frozenset({"CHECK_APP/CUDA", "WORKFLOW_XID_13", "WORKFLOW_XID_31", "XID_137_FLOW"})

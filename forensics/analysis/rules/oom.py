@@ -20,7 +20,7 @@ from forensics.thresholds import AnalysisConfig
 
 __all__ = ["OOM_KILL", "oom_kill"]
 
-OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), rank=70, causes=("stalled-rank",))
+OOM_KILL = FindingKind("oom-kill", severity="high", needs=(), rank=70)
 
 _MERGE_S = 120.0
 _SOURCE_ORDER = {"kernel": 0, "docker": 1, "cri": 2, "kubernetes": 3, "prometheus": 4}

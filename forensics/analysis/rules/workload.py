@@ -39,8 +39,12 @@ from forensics.thresholds import AnalysisConfig
 
 __all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stalled_rank", "workload_cuda_error"]
 
-WORKLOAD_CUDA_ERROR = FindingKind("workload-cuda-error", severity="high", needs=("nvml",), rank=85)
-STALLED_RANK = FindingKind("stalled-rank", severity="high", needs=(), rank=110)
+WORKLOAD_CUDA_ERROR = FindingKind(
+    "workload-cuda-error", severity="high", needs=("nvml",), rank=85,
+    caused_by=("gpu-xid-fault", "gpu-lost", "gpu-memory-pressure",
+               "unallocated-gpu-use", "overlapping-gpu-allocation", "unattributed-gpu-process"))
+STALLED_RANK = FindingKind("stalled-rank", severity="high", needs=(), rank=110,
+                           caused_by=("gpu-xid-fault", "gpu-lost", "oom-kill"))
 
 _EXPLAIN_BEFORE_S = 180.0  # node evidence this long before the stalled rank's last line explains it
 _EXPLAIN_AFTER_S = 30.0

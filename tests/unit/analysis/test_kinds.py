@@ -16,14 +16,20 @@ DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 def test_every_table_is_derived_from_the_declarations() -> None:
-    """KINDS, RULES and CAUSES hold exactly the declared kinds, in rank order."""
+    """KINDS, RULES and CAUSES hold exactly the declared kinds, in rank order; each cause -> effect
+    edge in CAUSES is declared by exactly one of its ends (the cause's causes=, the effect's caused_by=)."""
     assert KINDS == tuple(k.id for k in sorted(SPECS, key=lambda k: k.rank))
     assert list(RULES) == list(KINDS)
     assert set(CAUSES) == set(KINDS)
+    by_id = {k.id: k for k in SPECS}
     for k in SPECS:
         assert RULES[k.id] is k.run
-        assert CAUSES[k.id] == k.causes <= set(KINDS)
+        assert k.causes <= CAUSES[k.id] <= set(KINDS)
+        assert all(k.id in CAUSES[c] for c in k.caused_by)
         assert k.severity in SEVERITIES
+    for cause, effects in CAUSES.items():
+        for effect in effects:
+            assert (effect in by_id[cause].causes) != (cause in by_id[effect].caused_by), (cause, effect)
 
 
 def test_each_rule_module_declares_its_kinds_and_is_discovered() -> None:
@@ -62,6 +68,38 @@ def test_a_kind_without_a_rule_or_next_step_or_causing_an_unknown_kind_is_an_err
     FindingKind("test-cause", severity="low", rank=998, causes=("no-such-kind",),
                 next_step="x").rule(lambda model, cfg: [])
     with pytest.raises(ValueError, match="undeclared kinds"):
+        kinds.registered()
+    monkeypatch.setattr(kinds, "_REGISTRY", dict(kinds._REGISTRY))
+    FindingKind("test-effect", severity="low", rank=997, caused_by=("no-such-kind",),
+                next_step="x").rule(lambda model, cfg: [])
+    with pytest.raises(ValueError, match="caused by undeclared kinds"):
+        kinds.registered()
+
+
+def test_an_effect_declares_its_causes_in_its_own_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new effect kind names what causes it (caused_by=) and the edge table gains it, no cause's
+    declaration edited; an edge named by both of its ends is an error (one place per edge)."""
+    monkeypatch.setattr(kinds, "_REGISTRY", dict(kinds._REGISTRY))
+    FindingKind("test-effect", severity="low", rank=997, caused_by=("oom-kill", "gpu-xid-fault"),
+                next_step="x").rule(lambda model, cfg: [])
+    table = kinds.edges(kinds.registered())
+    assert "test-effect" in table["oom-kill"] and "test-effect" in table["gpu-xid-fault"]
+    assert table["oom-kill"] - {"test-effect"} == CAUSES["oom-kill"]
+    assert table["test-effect"] == frozenset()
+    monkeypatch.setattr(kinds, "_REGISTRY", dict(kinds._REGISTRY))
+    FindingKind("test-twice", severity="low", rank=996, caused_by=("gpu-memory-pressure",),
+                next_step="x").rule(lambda model, cfg: [])
+    FindingKind("test-cause", severity="low", rank=995, causes=("test-twice",),
+                next_step="x").rule(lambda model, cfg: [])
+    FindingKind("test-loop", severity="low", rank=994, caused_by=("test-cause",),
+                next_step="x").rule(lambda model, cfg: [])
+    assert kinds.edges(kinds.registered())["test-cause"] == {"test-twice", "test-loop"}
+    monkeypatch.setattr(kinds, "_REGISTRY", dict(kinds._REGISTRY))
+    FindingKind("test-both-cause", severity="low", rank=993, causes=("test-both-effect",),
+                next_step="x").rule(lambda model, cfg: [])
+    FindingKind("test-both-effect", severity="low", rank=992, caused_by=("test-both-cause",),
+                next_step="x").rule(lambda model, cfg: [])
+    with pytest.raises(ValueError, match="declare an edge once"):
         kinds.registered()
 
 
