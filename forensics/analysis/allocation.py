@@ -20,7 +20,7 @@ from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation
 from forensics.parsing.gpu_allocation import ContainerAllocation, GpuGrant, GpuRef
 
-__all__ = ["classify_docker_allocation", "kubernetes_allocation", "resolve_device_ids", "resolve_refs"]
+__all__ = ["classify_docker_allocation", "kubernetes_allocation", "minor_read", "resolve_device_ids", "resolve_refs"]
 
 # GrantSource.document -> Evidence (the loader knows the member paths)
 EvidenceFor = Callable[[str, str, str], Evidence]
@@ -67,7 +67,8 @@ def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tup
     out: dict[str, None] = {}
     for ref in refs:
         if ref.kind == "minor":
-            match = [g.uuid for g in gpus if (g.minor_number if g.minor_number is not None else g.index) == int(ref.id)]
+            # only a minor number NVML read names the GPU: /dev/nvidiaN's N is not the NVML index
+            match = [g.uuid for g in gpus if g.minor_number == int(ref.id)]
             out.setdefault(match[0] if match else f"minor {ref.id}", None)
         elif ref.kind == "mig-index":
             gpu_index = ref.id.split(":", 1)[0]
@@ -77,6 +78,11 @@ def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tup
             for u in resolve_device_ids([ref.id], gpus):
                 out.setdefault(u, None)
     return tuple(out)
+
+
+def minor_read(ref: GpuRef, gpus: Sequence[Gpu]) -> bool:
+    """False for a device-node ref (``/dev/nvidiaN``) that no GPU's read minor number matches."""
+    return ref.kind != "minor" or any(g.minor_number == int(ref.id) for g in gpus)
 
 
 def _is_explicit(grant: GpuGrant) -> bool:
@@ -107,10 +113,13 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
     ex_kinds: list[str] = []
     bl_kinds: list[str] = []
     cdi_names: dict[str, None] = {}
+    devices_known = True
     for grant in alloc.grants:
         if not grant.effective or grant.scope == "none":
             continue
         uuids = resolve_refs(grant.devices, grant.scope, gpus)
+        if grant.scope != "all" and not all(minor_read(r, gpus) for r in grant.devices):
+            devices_known = False  # a device node whose GPU no read minor number names: never judged
         evs = [evidence_for(s.document, s.pointer, s.excerpt) for s in grant.sources]
         if _is_explicit(grant):
             for u in uuids:
@@ -130,7 +139,7 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
         kind = "env" if ex_kinds[0] == "nvidia-runtime-env" else ex_kinds[0]
         return GpuAllocation(kind, True, tuple(explicit), source, "; ".join(ex_reasons),
                              tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev),
-                             cdi_devices=tuple(cdi_names))
+                             cdi_devices=tuple(cdi_names), devices_known=devices_known)
     if blanket:
         return GpuAllocation(bl_kinds[0], False, (), source, "no explicit GPU grant",
                              (), blanket_only, "; ".join(bl_reasons), tuple(bl_ev))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.analysis.allocation import resolve_refs
+from forensics.analysis.allocation import minor_read, resolve_refs
 from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation, ShareContract
 from forensics.errors import ParseError
@@ -283,11 +283,6 @@ def _gpu_text(uuid: str, gpus: Sequence[Gpu]) -> str:
     return short
 
 
-def _minor_read(ref: GpuRef, gpus: Sequence[Gpu]) -> bool:
-    """Whether a ``minor`` ref names a GPU whose device minor NVML read (other refs: True)."""
-    return ref.kind != "minor" or any(g.minor_number == int(ref.id) for g in gpus)
-
-
 def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu],
                                  evidence_for: EvidenceFor,
                                  none_evidence: tuple[Evidence, ...] = ()) -> GpuAllocation:
@@ -302,7 +297,7 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
     for g in grants:
         # a driver's gpu-N is the device minor N: with no GPU whose minor NVML read as N, which GPU
         # it is goes unjudged (the NVML index is no stand-in: the driver's probe order can differ)
-        resolvable = g.devices_known and all(_minor_read(r, gpus) for r in g.devices)
+        resolvable = g.devices_known and all(minor_read(r, gpus) for r in g.devices)
         known = known and resolvable
         mine = resolve_refs(g.devices, g.scope, gpus) if resolvable else ()
         for u in mine:

@@ -15,13 +15,15 @@ SPEC_MEMBER = "cdi/etc/cdi/nvidia.yaml"
 
 
 def _node(spec_text: str | None, names_: tuple[str, ...], on_gpu: int, *, env: list[str] | None = None,
-          runtime: str = "runc") -> BundleSpec:
+          runtime: str = "runc", minors_read: bool = True) -> BundleSpec:
     """Two GPUs (minor = index); container ``job`` given ``names_`` through a cdi device request,
-    its process busy on GPU ``on_gpu``; ``spec_text`` in /etc/cdi (None: no spec on the node)."""
+    its process busy on GPU ``on_gpu``; ``spec_text`` in /etc/cdi (None: no spec on the node);
+    ``minors_read`` false: NVML's minor numbers are not in the bundle."""
     b = BundleSpec(default_runtime="runc")
     for i in (0, 1):
         b.gpu(i)
-        b.gpus[i]["nvml"]["nvmlDeviceGetMinorNumber"] = {"value": i}
+        if minors_read:
+            b.gpus[i]["nvml"]["nvmlDeviceGetMinorNumber"] = {"value": i}
     c = b.container("job", image_env=["PATH=/bin"], env=env, runtime=runtime,
                     device_requests=[cdi_device_request(*names_)])
     b.process(10, "python", container=c, environ=["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"])
@@ -52,6 +54,17 @@ def test_type_index_name_on_its_gpu_is_granted(analyze: Analyze) -> None:
     # the report's grant column names the CDI device after the kind
     row = next(line for line in render_markdown(doc).splitlines() if line.startswith("| **job**"))
     assert "| cdi nvidia.com/gpu=gpu1: " in row, row
+
+
+def test_a_device_node_no_read_minor_names_is_never_judged(analyze: Analyze) -> None:
+    """The spec grants /dev/nvidia1, and the bundle has no minor numbers: which GPU that is is unknown
+    (the driver's minors need not follow NVML's order), so the container on GPU 0 is not accused
+    (before: /dev/nvidia1 was taken as NVML index 1, and the container on GPU 0 was a culprit)."""
+    doc = analyze(_node(nvidia_ctk_spec(("gpu0", "gpu1")), ("nvidia.com/gpu=gpu1",), on_gpu=0,
+                        minors_read=False))
+    assert "unallocated-gpu-use" not in kinds(doc)
+    alloc = _container(doc, "job")["gpu_allocation"]
+    assert alloc["explicit"] is True and not any(g.startswith("GPU-") for g in alloc["gpus"])
 
 
 def test_claim_style_kind_resolved_only_by_its_spec(analyze: Analyze) -> None:
