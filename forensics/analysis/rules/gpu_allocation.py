@@ -1,13 +1,14 @@
 """Rules comparing what containers and pods were given with what they used.
 
-``unallocated-gpu-use``, ``overlapping-gpu-allocation`` and ``unattributed-gpu-process``, over
+``unallocated-gpu-use`` and ``overlapping-gpu-allocation`` (``unattributed-gpu-process``, its sibling
+for processes in no container, is in gpu_unattributed), over
 NVML process samples (nvmlDeviceGetComputeRunningProcesses), the PID -> cgroup -> container join
 (/proc/<pid>/cgroup) and the allocations (docker inspect, pod spec, pod-resources).
 """
 
 from __future__ import annotations
 
-from forensics.analysis.findings import Evidence, Finding, Role, Subject
+from forensics.analysis.findings import Evidence, Finding, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import GpuAllocation, Model, Owner, Pod
 from forensics.analysis.naming import (
@@ -16,22 +17,20 @@ from forensics.analysis.naming import (
     gpu_subject,
     label,
     name_of,
-    process_label,
     with_pod,
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.rules.gpu_sharing import contract_for
+from forensics.analysis.rules.gpu_unattributed import UNATTRIBUTED_GPU_PROCESS
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.thresholds import AnalysisConfig
 
 __all__ = [
     "OVERLAPPING_GPU_ALLOCATION",
     "UNALLOCATED_GPU_USE",
-    "UNATTRIBUTED_GPU_PROCESS",
     "overlapping_gpu_allocation",
     "owner_counts_unallocated",
     "unallocated_gpu_use",
-    "unattributed_gpu_process",
 ]
 
 UNALLOCATED_GPU_USE = FindingKind(
@@ -40,9 +39,6 @@ UNALLOCATED_GPU_USE = FindingKind(
 OVERLAPPING_GPU_ALLOCATION = FindingKind(
     "overlapping-gpu-allocation", severity="medium", needs=("nvml", "procfs", "docker"), rank=20,
     causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill"))
-UNATTRIBUTED_GPU_PROCESS = FindingKind(
-    "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
-    causes=("gpu-compute-hog", "gpu-memory-pressure"))
 
 
 def _pids_text(samples: list[ProcessGpuSample], model: Model) -> str:
@@ -338,59 +334,3 @@ def _overlapping_harm(f: Finding, h: Harm) -> str:
 def _overlapping_step(f: Finding, h: Harm) -> str:
     return (f"give {h.culprits} different GPUs: fix the --gpus / NVIDIA_VISIBLE_DEVICES or device-plugin "
             f"assignment that handed {h.gpu} to both, or share it deliberately (MIG, MPS)")
-
-
-@UNATTRIBUTED_GPU_PROCESS.next_step
-def _unattributed_step(f: Finding, h: Harm) -> str:
-    pid = f.metric("pid")
-    who = f"PID {pid}" if pid is not None else "the process"
-    return (f"find who runs {who} on {h.gpu} (ps, nvidia-smi on the node; capture in the host PID namespace "
-            "if NVML's PIDs were not found) and run it in a container with an explicit GPU grant, or stop it")
-
-
-@UNATTRIBUTED_GPU_PROCESS.rule
-def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]:
-    """A GPU process in no container (a host process) or whose PID cannot be resolved."""
-    findings: list[Finding] = []
-    for (node, uuid), owners in sorted(model.joins.active_owners(cfg.process_active_sm_pct).items()):
-        for subject, (owner, samples) in owners.items():
-            if owner.attributed:
-                continue
-            pid = int(subject.id)
-            proc = model.gpu_process(node, pid)
-            holders = model.joins.explicit_holders(node, uuid)
-            gl = gpu_label(model, node, uuid)
-            peak_mem = max((s.used_memory_bytes or 0 for s in samples), default=0)
-            start, end = span(s.t for s in samples)
-            if proc is not None:
-                where = f"in cgroup {proc.cgroup_path}" if proc.cgroup_path else "in no container"
-                what = f"host process {pid} ({proc.comm or '?'}) ran on {gl} {where}, outside any container"
-                if proc.unresolved_reason:
-                    what += f" ({proc.unresolved_reason})"
-            else:
-                what = (f"GPU process {pid} on {gl} cannot be resolved to a container: "
-                        + ("the capture's /proc is not the host's PID namespace" if node in model.pid_mismatch_nodes
-                           else f"no trustworthy /proc/{pid} in the bundle (exited before capture, "
-                                "appeared after procfs read /proc, or another PID namespace)"))
-            role: Role = "culprit" if holders and proc is not None else "witness"
-            subjects = [subject.with_role(role)]
-            subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
-            subjects.append(gpu_subject(model, node, uuid))
-            if holders and proc is not None:
-                what += "; the GPU is allocated to " + ", ".join(name_of(h[0]) for h in holders)
-            summary = f"{what}; peak {fmt_bytes(peak_mem)} of GPU memory"
-            first = min(samples, key=lambda s: s.t)
-            findings.append(Finding(
-                kind=UNATTRIBUTED_GPU_PROCESS.id,
-                severity="medium" if role == "culprit" else UNATTRIBUTED_GPU_PROCESS.severity,
-                confidence=UNATTRIBUTED_GPU_PROCESS.confidence(model, node, 0.9 if proc is not None else 0.6, cfg),
-                summary=summary, start=start, end=end, node=node,
-                subjects=dedupe_subjects(subjects),
-                evidence=dedupe_evidence([first.evidence, *owner.evidence[:2]]),
-                metrics=(("gpu", gl), ("pid", pid), ("peak_gpu_memory_bytes", peak_mem)),
-                key=f"unattributed:{node}:{uuid}:{pid}",
-                headline=(f"host process {pid} ({proc.comm or '?'}) used {gl} outside any container"
-                          if proc is not None else f"{process_label(model, node, pid)}, used {gl}")
-                         + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else ""),
-            ))
-    return findings

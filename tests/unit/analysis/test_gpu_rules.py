@@ -97,6 +97,19 @@ class TestOverlappingAllocation:
         assert "overlapping-gpu-allocation" not in kinds(analyze(self._two(True, sequential=True)))
 
 
+class TestUnallocatedManyProcesses:
+    def test_many_processes_of_one_container_on_one_gpu_are_one_finding(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        nb = b.container("notebook", image_env=["NVIDIA_VISIBLE_DEVICES=all"])
+        for pid in range(200, 212):
+            b.process(pid, "python", container=nb)
+        b.gpu_series(0, range(5), lambda s: (60, 6 * GIB, {p: (GIB // 2, 5.0) for p in range(200, 212)}))
+        (f,) = of_kind(analyze(b), "unallocated-gpu-use")
+        assert names(f, "culprit") == ["notebook"]
+        assert "pid 200, python; pid 201, python; pid 202, python and 9 more" in f["summary"]
+
+
 class TestUnattributedProcess:
     def test_host_process_on_allocated_gpu(self, analyze: Analyze) -> None:
         b = BundleSpec()
@@ -119,6 +132,75 @@ class TestUnattributedProcess:
 
     def test_container_processes_do_not_fire(self, analyze: Analyze) -> None:
         assert "unattributed-gpu-process" not in kinds(analyze(secretly_taken()))
+
+    def test_host_processes_of_one_cgroup_are_one_finding_per_gpu(self, analyze: Analyze) -> None:
+        """20 workers of one job step on GPU 0 and 3 on GPU 1: one finding per GPU, every PID kept."""
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu(1)
+        step = "/process_api/da2c8e55aaeeecc5aff294ee337230e0"
+        for pid in range(100, 123):
+            b.process(pid, "sleep", cgroup=step)
+        b.gpu_series(0, range(5), lambda s: (50, 5 * GIB, {p: (GIB // 4, 2.0) for p in range(100, 120)}))
+        b.gpu_series(1, range(5), lambda s: (50, 1 * GIB, {p: (GIB // 4, 3.0) for p in range(120, 123)}))
+        found = sorted(of_kind(analyze(b), "unattributed-gpu-process"), key=lambda f: f["metrics"]["gpu"])
+        assert [f["metrics"]["gpu"] for f in found] == ["GPU 0", "GPU 1"]
+        f0, f1 = found
+        assert f0["metrics"]["processes"] == 20 and f0["metrics"]["cgroup"] == step
+        assert f0["metrics"]["pids"] == ", ".join(str(p) for p in range(100, 120))
+        assert "pid" not in f0["metrics"]  # only a single process's finding has one
+        assert f0["metrics"]["peak_gpu_memory_bytes"] == 5 * GIB  # 20 x 256 MiB held together
+        assert f0["metrics"]["sm_util_avg_pct"] == 40.0
+        assert {s["id"] for s in f0["subjects"] if s["type"] == "process"} == {str(p) for p in range(100, 120)}
+        assert "20 host processes (sleep; PIDs 100, 101, 102, 103, 104, 105, 106, 107 and 12 more)" in f0["summary"]
+        assert step in f0["summary"] and f0["severity"] == "low" and not names(f0, "culprit")
+        cited = {e["member"] for e in f0["evidence"]}
+        assert {"proc/100/cgroup", "proc/101/cgroup", "proc/102/cgroup"} <= cited
+        assert "proc/103/cgroup" not in cited  # the first few processes cited, not 20 excerpts
+        assert f1["metrics"]["processes"] == 3 and f1["metrics"]["pids"] == "120, 121, 122"
+
+    def test_two_cgroups_are_never_merged(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        c = b.container("trainer", env=["NVIDIA_VISIBLE_DEVICES=0"])
+        b.process(10, "python", container=c)
+        for pid in (20, 21):
+            b.process(pid, "stress", cgroup="/user.slice/user-1000.slice/session-3.scope")
+        for pid in (30, 31):
+            b.process(pid, "burn", cgroup="/system.slice/gpu-burn.service")
+        b.gpu_series(0, range(5), lambda s: (95, 20 * GIB, {10: (10 * GIB, 50.0), 20: (GIB, 10.0), 21: (GIB, 10.0),
+                                                          30: (GIB, 10.0), 31: (GIB, 10.0)}))
+        found = of_kind(analyze(b), "unattributed-gpu-process")
+        by_cgroup = {f["metrics"]["cgroup"]: f for f in found}
+        assert set(by_cgroup) == {"/user.slice/user-1000.slice/session-3.scope", "/system.slice/gpu-burn.service"}
+        burn = by_cgroup["/system.slice/gpu-burn.service"]
+        # the GPU is allocated to trainer: each of the group's processes is a culprit, as alone
+        assert burn["severity"] == "medium" and names(burn, "victim") == ["trainer"]
+        assert sorted(s["id"] for s in burn["subjects"] if s["role"] == "culprit") == ["30", "31"]
+        assert burn["metrics"]["pids"] == "30, 31" and "stress" not in burn["summary"]
+
+    def test_namespace_relative_cgroups_stay_apart(self, analyze: Analyze) -> None:
+        """Two processes reading the same path relative to their own cgroup namespaces may be in
+        two different cgroups: nothing says they share an owner."""
+        b = BundleSpec()
+        b.gpu(0)
+        for pid in (40, 41):
+            b.process(pid, "python", cgroup="/../job")
+        b.gpu_series(0, range(5), lambda s: (50, 2 * GIB, {40: (GIB, 10.0), 41: (GIB, 10.0)}))
+        found = of_kind(analyze(b), "unattributed-gpu-process")
+        assert sorted(f["metrics"]["pids"] for f in found) == ["40", "41"]
+        assert all(f["metrics"]["pid"] == int(f["metrics"]["pids"]) for f in found)
+
+    def test_unresolvable_pids_of_a_gpu_are_one_witness_finding(self, analyze: Analyze) -> None:
+        b = BundleSpec()
+        b.gpu(0)
+        b.gpu_series(0, range(5), lambda s: (50, 5 * GIB, {p: (GIB, 10.0) for p in (9001, 9002, 9003)}))
+        doc = analyze(b)
+        (f,) = of_kind(doc, "unattributed-gpu-process")
+        assert f["severity"] == "low" and not names(f, "culprit")
+        assert f["metrics"]["processes"] == 3 and f["metrics"]["pids"] == "9001, 9002, 9003"
+        assert "3 GPU processes on GPU 0 (PIDs 9001, 9002, 9003) cannot be resolved" in f["summary"]
+        assert {u["id"] for u in doc["unattributed"]} == {"9001", "9002", "9003"}
 
 
 class TestComputeHog:

@@ -1,0 +1,200 @@
+"""``unattributed-gpu-process``: GPU processes in no container (host processes) or whose PIDs the
+capture could not resolve, over NVML process samples and the PID -> cgroup join (/proc/<pid>/cgroup).
+
+One finding per GPU and owner, not per process: the host processes of one cgroup together (64
+``sleep`` workers of one job step are one cause, one finding), the unresolved PIDs of a GPU
+together; the finding names every process it covers in its ``pids`` metric and its subjects, and
+cites the first few processes' evidence (docs/analysis-format.md).
+"""
+
+from __future__ import annotations
+
+from forensics.analysis.findings import Evidence, Finding, Role
+from forensics.analysis.kinds import FindingKind, Harm
+from forensics.analysis.model import Model, Owner
+from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, name_of, process_label
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
+from forensics.analysis.samples import ProcessGpuSample
+from forensics.thresholds import AnalysisConfig
+
+__all__ = ["PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROCESS", "unattributed_gpu_process"]
+
+UNATTRIBUTED_GPU_PROCESS = FindingKind(
+    "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
+    causes=("gpu-compute-hog", "gpu-memory-pressure"))
+
+
+@UNATTRIBUTED_GPU_PROCESS.next_step
+def _unattributed_step(f: Finding, h: Harm) -> str:
+    pid, n = f.metric("pid"), f.metric("processes")
+    if isinstance(n, int) and n > 1:
+        where = f" in cgroup {f.metric('cgroup')}" if f.metric("cgroup") is not None else ""
+        who = f"the {n} processes{where} ({_pid_list(str(f.metric('pids')).split(', '))})"
+    else:
+        who = f"PID {pid}" if pid is not None else "the process"
+    return (f"find who runs {who} on {h.gpu} (ps, nvidia-smi on the node; capture in the host PID namespace "
+            "if NVML's PIDs were not found) and run it in a container with an explicit GPU grant, or stop it")
+
+
+#: PIDs a grouped finding names in its text (all of them stay in its ``pids`` metric)
+PIDS_NAMED = 8
+#: processes whose first sample and /proc lines a grouped finding cites
+PIDS_CITED = 3
+
+
+def _pid_list(pids: list[str] | list[int]) -> str:
+    shown = ", ".join(str(p) for p in pids[:PIDS_NAMED])
+    return shown + (f" and {len(pids) - PIDS_NAMED} more" if len(pids) > PIDS_NAMED else "")
+
+
+def _unattributed_group(model: Model, node: str, pid: int) -> tuple[str, ...]:
+    """Which unattributed processes of one GPU are reported together: host processes of one cgroup
+    (one owner: a service, a session, a job step), and PIDs the capture could not resolve (no owner
+    is claimed for them, only that none was found). A process with no cgroup recorded or whose
+    /proc cannot be trusted (a reused PID) stands alone: nothing says whose it is."""
+    proc = model.gpu_process(node, pid)
+    if proc is None:
+        return ("unresolved",)
+    # one path is one cgroup, unless it is relative to a private cgroup namespace (two containers'
+    # processes can both read "/"), unparsable or from a reused PID (no path then)
+    if proc.cgroup_path and proc.unresolved_reason in (None, _no_runtime(proc.cgroup_path)):
+        return ("cgroup", proc.cgroup_path)
+    return ("pid", str(pid))
+
+
+def _no_runtime(path: str) -> str:
+    """The procfs loader's reason for a host cgroup no runtime's layout names."""
+    return f"cgroup path {path} names no known runtime"
+
+
+def _per_tick_totals(samples: list[ProcessGpuSample]) -> tuple[int, float | None]:
+    """The group's peak GPU memory (summed over its processes at each sampling time) and its SM
+    use summed the same way, averaged over the times that report SM."""
+    mem: dict[float, int] = {}
+    sm: dict[float, float] = {}
+    for s in samples:
+        mem[s.t] = mem.get(s.t, 0) + (s.used_memory_bytes or 0)
+        if s.sm_util_pct is not None:
+            sm[s.t] = sm.get(s.t, 0.0) + s.sm_util_pct
+    return max(mem.values(), default=0), (sum(sm.values()) / len(sm) if sm else None)
+
+
+@UNATTRIBUTED_GPU_PROCESS.rule
+def unattributed_gpu_process(model: Model, cfg: AnalysisConfig) -> list[Finding]:
+    """GPU processes in no container (host processes) or whose PIDs cannot be resolved: one finding
+    per GPU and owner (a cgroup's host processes together, the unresolved PIDs together), naming
+    every process it covers (``pids``) and citing the first few."""
+    findings: list[Finding] = []
+    for (node, uuid), owners in sorted(model.joins.active_owners(cfg.process_active_sm_pct).items()):
+        groups: dict[tuple[str, ...], list[tuple[int, Owner, list[ProcessGpuSample]]]] = {}
+        for subject, (owner, samples) in owners.items():
+            if owner.attributed:
+                continue
+            pid = int(subject.id)
+            groups.setdefault(_unattributed_group(model, node, pid), []).append((pid, owner, samples))
+        for group, members in sorted(groups.items()):
+            members.sort(key=lambda m: m[0])
+            if len(members) == 1:
+                findings.append(_unattributed_one(model, cfg, node, uuid, *members[0]))
+            else:
+                findings.append(_unattributed_many(model, cfg, node, uuid, group, members))
+    return findings
+
+
+def _unattributed_one(model: Model, cfg: AnalysisConfig, node: str, uuid: str, pid: int, owner: Owner,
+                      samples: list[ProcessGpuSample]) -> Finding:
+    proc = model.gpu_process(node, pid)
+    holders = model.joins.explicit_holders(node, uuid)
+    gl = gpu_label(model, node, uuid)
+    peak_mem, sm_avg = _per_tick_totals(samples)
+    start, end = span(s.t for s in samples)
+    if proc is not None:
+        where = f"in cgroup {proc.cgroup_path}" if proc.cgroup_path else "in no container"
+        what = f"host process {pid} ({proc.comm or '?'}) ran on {gl} {where}, outside any container"
+        if proc.unresolved_reason:
+            what += f" ({proc.unresolved_reason})"
+    else:
+        what = (f"GPU process {pid} on {gl} cannot be resolved to a container: "
+                + ("the capture's /proc is not the host's PID namespace" if node in model.pid_mismatch_nodes
+                   else f"no trustworthy /proc/{pid} in the bundle (exited before capture, "
+                        "appeared after procfs read /proc, or another PID namespace)"))
+    role: Role = "culprit" if holders and proc is not None else "witness"
+    subjects = [owner.subject.with_role(role)]
+    subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
+    subjects.append(gpu_subject(model, node, uuid))
+    if holders and proc is not None:
+        what += "; the GPU is allocated to " + ", ".join(name_of(h[0]) for h in holders)
+    summary = f"{what}; peak {fmt_bytes(peak_mem)} of GPU memory"
+    first = min(samples, key=lambda s: s.t)
+    return Finding(
+        kind=UNATTRIBUTED_GPU_PROCESS.id,
+        severity="medium" if role == "culprit" else UNATTRIBUTED_GPU_PROCESS.severity,
+        confidence=UNATTRIBUTED_GPU_PROCESS.confidence(model, node, 0.9 if proc is not None else 0.6, cfg),
+        summary=summary, start=start, end=end, node=node,
+        subjects=dedupe_subjects(subjects),
+        evidence=dedupe_evidence([first.evidence, *owner.evidence[:2]]),
+        metrics=(("gpu", gl), ("pid", pid), ("processes", 1), ("pids", str(pid)),
+                 *((("cgroup", proc.cgroup_path),) if proc is not None and proc.cgroup_path else ()),
+                 ("peak_gpu_memory_bytes", peak_mem),
+                 ("sm_util_avg_pct", round(sm_avg, 1) if sm_avg is not None else None)),
+        key=f"unattributed:{node}:{uuid}:{pid}",
+        headline=(f"host process {pid} ({proc.comm or '?'}) used {gl} outside any container"
+                  if proc is not None else f"{process_label(model, node, pid)}, used {gl}")
+                 + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else ""),
+    )
+
+
+def _unattributed_many(model: Model, cfg: AnalysisConfig, node: str, uuid: str, group: tuple[str, ...],
+                       members: list[tuple[int, Owner, list[ProcessGpuSample]]]) -> Finding:
+    """Several processes of one owner on one GPU (host processes of one cgroup), or several PIDs
+    the capture could not resolve, as one finding."""
+    holders = model.joins.explicit_holders(node, uuid)
+    gl = gpu_label(model, node, uuid)
+    pids = [m[0] for m in members]
+    samples = [s for m in members for s in m[2]]
+    peak_mem, sm_avg = _per_tick_totals(samples)
+    start, end = span(s.t for s in samples)
+    n = len(members)
+    named = _pid_list(pids)
+    resolved = group[0] == "cgroup"
+    if resolved:
+        comms = sorted({p.comm or "?" for pid in pids if (p := model.gpu_process(node, pid)) is not None})
+        comm_text = ", ".join(comms[:3]) + (f" and {len(comms) - 3} other names" if len(comms) > 3 else "")
+        what = (f"{n} host processes ({comm_text}; PIDs {named}) ran on {gl} in cgroup {group[1]}, "
+                "outside any container")
+        first_proc = model.gpu_process(node, pids[0])
+        if first_proc is not None and first_proc.unresolved_reason:  # the same for every process of the path
+            what += f" ({first_proc.unresolved_reason})"
+        brief = f"{n} host processes ({comm_text}) in cgroup {group[1]} used {gl} outside any container"
+    else:
+        what = (f"{n} GPU processes on {gl} (PIDs {named}) cannot be resolved to a container: "
+                + ("the capture's /proc is not the host's PID namespace" if node in model.pid_mismatch_nodes
+                   else "no trustworthy /proc/<pid> in the bundle (exited before capture, "
+                        "appeared after procfs read /proc, or another PID namespace)"))
+        brief = f"{n} GPU processes not found in this capture's /proc used {gl}"
+    role: Role = "culprit" if holders and resolved else "witness"
+    subjects = [owner.subject.with_role(role) for _, owner, _ in members]
+    subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
+    subjects.append(gpu_subject(model, node, uuid))
+    if role == "culprit":
+        what += "; the GPU is allocated to " + ", ".join(name_of(h[0]) for h in holders)
+    sm_text = f", SM {sm_avg:.0f}% on average" if sm_avg is not None else ""
+    summary = f"{what}; together peak {fmt_bytes(peak_mem)} of GPU memory{sm_text}"
+    evidence: list[Evidence] = []
+    for _, owner, ss in members[:PIDS_CITED]:
+        evidence.append(min(ss, key=lambda s: s.t).evidence)
+        evidence.extend(owner.evidence[:2])
+    return Finding(
+        kind=UNATTRIBUTED_GPU_PROCESS.id,
+        severity="medium" if role == "culprit" else UNATTRIBUTED_GPU_PROCESS.severity,
+        confidence=UNATTRIBUTED_GPU_PROCESS.confidence(model, node, 0.9 if resolved else 0.6, cfg),
+        summary=summary, start=start, end=end, node=node,
+        subjects=dedupe_subjects(subjects),
+        evidence=dedupe_evidence(evidence),
+        metrics=(("gpu", gl), ("processes", n), ("pids", ", ".join(str(p) for p in pids)),
+                 *((("cgroup", group[1]),) if resolved else ()),
+                 ("peak_gpu_memory_bytes", peak_mem),
+                 ("sm_util_avg_pct", round(sm_avg, 1) if sm_avg is not None else None)),
+        key=f"unattributed:{node}:{uuid}:" + (f"cgroup:{group[1]}" if resolved else "unresolved"),
+        headline=brief + (f", holding {fmt_bytes(peak_mem)}" if peak_mem else ""),
+    )
