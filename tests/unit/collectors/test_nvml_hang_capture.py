@@ -67,7 +67,10 @@ def test_a_hung_call_under_a_tight_timeout_keeps_the_devices(sim_lib: Path, tmp_
 
     # the figures are true: the wait it names is no longer than the collector ran
     waited = float(re.search(r"did not return within ([0-9.]+) s", rec["error"])[1])  # type: ignore[index]
-    assert 0.5 <= waited <= rec["duration_s"] + 0.05, rec
+    budget = float(re.search(r"of a ([0-9.]+) s budget", rec["error"])[1])  # type: ignore[index]
+    # the wait ends at the call's 0.5 s timeout, or earlier when the reads' whole budget ran out
+    # first (a loaded machine); both printed to 0.1 s
+    assert min(0.5, budget) - 0.1 <= waited <= rec["duration_s"] + 0.05, rec
     assert rec["duration_s"] < 20, rec
     # and it did not take the later collectors' time: they ran
     # (a source that is not configured, like a Prometheus without its URL, is skipped by design)
