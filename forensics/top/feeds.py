@@ -8,8 +8,10 @@ the view is the same whichever runs:
   latest copy of each identity member: device lists, container inspects, ``proc/<pid>/`` files),
   then only the bytes appended since the last look, change-only lines rebuilt by the ring's own
   reader (:func:`forensics.ring.reader.window_records`). No NVML call, no /proc read: the cost of
-  following is a read of what the recorder wrote since. A segment sealed meanwhile is left for the
-  new active one, which starts with the state again.
+  following is a read of what the recorder wrote since. A segment sealed meanwhile is read to its
+  end first (its sealed copy, from where the last look stopped: the writer seals right after the
+  append that ages or fills it, so that tick's records, events included, are in no other segment),
+  then the new active one, which starts with the state again.
 - :class:`SelfFeed`, otherwise: the recorder's own loop and sampler children
   (:class:`forensics.record.recorder.Recorder`: capture's collectors, one child per source at
   nice 10, a hung NVML call killed and the source restarted) with no ring under it: its records go
@@ -31,8 +33,9 @@ from forensics.record.options import RecordOptions
 from forensics.record.recorder import Recorder
 from forensics.ring import RingReader
 from forensics.ring.delta import DeltaDecoder
+from forensics.ring.files import ACTIVE_RE
 from forensics.ring.reader import window_records
-from forensics.ring.segment import valid_prefix
+from forensics.ring.segment import SegmentInfo, valid_prefix
 from forensics.specs import nvml as nvml_spec
 from forensics.top.state import TopState
 
@@ -53,6 +56,11 @@ def recorder_running(ring: Path) -> bool:
     return bool(info and info.get("alive"))
 
 
+def _seq(name: str) -> int:
+    m = ACTIVE_RE.match(name)
+    return int(m.group(1)) if m else -1
+
+
 class RingFeed:
     """Follows the active segment of the ring at ``root`` (see the module docstring).
     ``on_tick(t)`` is called after each NVML record that changed the GPU process set, or came
@@ -64,7 +72,8 @@ class RingFeed:
         self.root = Path(root)
         self.reader = RingReader(self.root)
         self.on_tick = on_tick
-        self.segment = ""
+        self.segment = ""  # the active segment followed ("": none, until the writer opens the next)
+        self.last_seq = -1  # the sequence number of the last one followed
         self.offset = 0
         self.header = b""
         self.run = ""
@@ -86,21 +95,72 @@ class RingFeed:
         if now - self.looked < self.look_s:
             return 0
         self.looked = now
-        active = [s for s in self.reader.segments() if not s.sealed]
+        segments = self.reader.segments()
+        fed = 0
+        if self.segment:
+            fed += self._finish_sealed(segments)
+        active = [s for s in segments if not s.sealed]
         if not active:
-            return 0
+            return fed
         newest = active[-1].name
         if newest != self.segment:
-            self.segment, self.offset, self.header, self.decoders = newest, 0, b"", {}
+            skipped = [s.name for s in segments if s.sealed and self.last_seq < s.seq < active[-1].seq]
+            if skipped and self.last_seq >= 0:
+                self.problems.append(f"{len(skipped)} segments ({skipped[0]} to {skipped[-1]}) were written and "
+                                     "sealed between two looks: their records are not in the view")
+            self._follow(newest)
         try:
             with open(self.root / newest, "rb") as f:
                 f.seek(self.offset)
                 data = f.read(MAX_READ)
-        except FileNotFoundError:  # sealed meanwhile: the next look follows the new one
+        except FileNotFoundError:  # sealed meanwhile: the next look reads its end, then the new one
+            return fed
+        return fed + max(self._feed(newest, data), 0)
+
+    def _follow(self, name: str) -> None:
+        """Read the segment ``name`` from its start (its own header, decoders of its own)."""
+        self.segment, self.offset, self.header, self.decoders = name, 0, b"", {}
+        if name:
+            self.last_seq = _seq(name)
+
+    def _finish_sealed(self, segments: list[SegmentInfo]) -> int:
+        """The followed segment, if sealed since the last look: the records after :attr:`offset`,
+        from its sealed copy (the same bytes, checked against the index's SHA-256); then none is
+        followed until the next active segment is. How many records were fed."""
+        stem = self.segment
+        sealed = next((s for s in segments if s.sealed and s.name.removesuffix(".gz") == stem), None)
+        if sealed is None:
+            if any(s.name == stem for s in segments):
+                return 0  # still active
+            if any(s.seq > _seq(stem) for s in segments):
+                self.problems.append(f"{stem}: sealed and dropped before its last records were read: "
+                                     "they are not in the view")
+                self._follow("")
             return 0
+        try:
+            data = self.reader.read_text(sealed)
+        except OSError:
+            data = b""
+        if not data:
+            self.problems.append(f"{sealed.name}: sealed and unreadable before its last records were read: "
+                                 "they are not in the view")
+            self._follow("")
+            return 0
+        fed = 0
+        while self.offset < len(data):  # MAX_READ at a time, as the active segment is read
+            got = self._feed(sealed.name, data[self.offset:self.offset + MAX_READ])
+            if got < 0:
+                break
+            fed += got
+        self._follow("")
+        return fed
+
+    def _feed(self, name: str, data: bytes) -> int:
+        """Feed the whole lines of ``data`` (the segment's bytes from :attr:`offset`); the records
+        fed (-1: not one whole line)."""
         cut = data.rfind(b"\n")
         if cut < 0:
-            return 0
+            return -1
         chunk = data[:cut + 1]
         self.offset += cut + 1
         if not self.header:
@@ -113,7 +173,7 @@ class RingFeed:
         self.run = self.run or str(parsed.lines[0][1].get("run", ""))
         fed = 0
         gen = self.state.process_gen
-        for rec in window_records(newest, parsed.lines, self.run, None, None, (), False, self.decoders, [],
+        for rec in window_records(name, parsed.lines, self.run, None, None, (), False, self.decoders, [],
                                   self.problems, skipped=parsed.skipped):
             self.state.feed(rec.t, rec.mono, rec.member, rec.op, rec.data)
             fed += 1

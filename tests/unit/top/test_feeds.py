@@ -22,6 +22,61 @@ def _members(bundle: Path) -> dict[str, bytes]:
                 for m in tar.getmembers() if m.isfile() and "/" in m.name}
 
 
+def _tick(line: str, tick: int, t: float) -> bytes:
+    """A sample's NVML line as the sampler would write it at tick ``tick``, time ``t``."""
+    obj = json.loads(line)
+    obj["tick"], obj["t"] = tick, t
+    return (json.dumps(obj) + "\n").encode()
+
+
+def test_the_records_written_just_before_a_seal_are_read(tmp_path: Path) -> None:
+    """The writer seals right after the append that ages (or fills) the active segment, and opens
+    the next one at the next append: what that last append wrote is in the sealed segment only.
+    top reads it there, from where it stopped: a process that left the GPU in that tick is gone
+    from the view, and a container that died then is shown dead (no later tick brings it back)."""
+    members = _members(SAMPLES / "unallocated-gpu-use.tgz")
+    writes = [(n, d) for n, d in sorted(members.items())
+              if n.startswith(("nvml/", "proc/", "docker/")) and not n.endswith(".jsonl")]
+    lines = [ln for ln in members["nvml/samples.jsonl"].decode().splitlines() if ln.strip()]
+    assert '"pid": 6768' in lines[24] and '"pid": 6768' not in lines[0]  # GPU 0: trainer and notebook; trainer
+    ring = tmp_path / "ring"
+    writer = RingWriter(ring, max_bytes=64 << 20, segment_bytes=1 << 20, segment_age_s=600.0,
+                        delta_members=DELTA_MEMBERS).open()
+    try:
+        now = time.time()
+        writer.append([(now, time.monotonic(), n, "write", d) for n, d in writes])
+        writer.append([(now + 1, time.monotonic(), "nvml/samples.jsonl", "append",
+                        _tick(lines[24], 1, now + 1) + _tick(lines[25], 1, now + 1))])
+        state = TopState()
+        feed = RingFeed(state, ring)
+        feed.look_s = 0.0
+        assert feed.poll() > 0
+        first = feed.segment
+        procs = build_snapshot(state, Tracker(), feed.label).processes
+        owners = {p.owner: p.container_id for p in procs}
+        assert set(owners) == {"trainer", "notebook"}
+        died = {"Type": "container", "Action": "die", "time": int(now + 2),
+                "Actor": {"ID": owners["notebook"], "Attributes": {"name": "notebook"}}}
+        writer.append([(now + 2, time.monotonic(), "nvml/samples.jsonl", "append",
+                        _tick(lines[0], 2, now + 2) + _tick(lines[1], 2, now + 2)),
+                       (now + 2, time.monotonic(), "docker/events.jsonl", "append",
+                        (json.dumps(died) + "\n").encode())])
+        writer.rotate()  # as append() does when the segment is old enough: no active segment now
+        assert feed.poll() == 2  # the sealed segment's last records
+        snap = build_snapshot(state, Tracker(), feed.label)
+        assert {p.owner for p in snap.processes} == {"trainer"}
+        assert owners["notebook"] in state.ended
+        assert feed.poll() == 0  # read once
+        writer.append([(now + 3, time.monotonic(), "nvml/samples.jsonl", "append",
+                        _tick(lines[2], 3, now + 3) + _tick(lines[3], 3, now + 3))])
+        assert feed.poll() > 1  # the new segment: the state again, then the tick
+        assert feed.segment not in ("", first)
+        assert {p.owner for p in build_snapshot(state, Tracker(), feed.label).processes} == {"trainer"}
+        assert not feed.problems, feed.problems
+    finally:
+        writer.close()
+
+
 def test_the_ring_is_followed_across_a_sealed_segment(tmp_path: Path) -> None:
     members = _members(SAMPLES / "unallocated-gpu-use.tgz")
     writes = [(n, d) for n, d in sorted(members.items())
@@ -50,7 +105,8 @@ def test_the_ring_is_followed_across_a_sealed_segment(tmp_path: Path) -> None:
             writer.append(batch)
             time.sleep(0.05)
             feed.poll()
-            segments.add(feed.segment)
+            if feed.segment:  # none between the seal of one and the first write to the next
+                segments.add(feed.segment)
             if state.gpus():
                 utils.append(state.gpus()[0].util_pct)
         feed.poll()
@@ -63,3 +119,35 @@ def test_the_ring_is_followed_across_a_sealed_segment(tmp_path: Path) -> None:
     finally:
         writer.close()
     assert not recorder_running(ring)
+
+
+def test_a_segment_sealed_whole_between_two_looks_is_named(tmp_path: Path) -> None:
+    """A segment top never saw active (written and sealed between two of its looks: top stopped,
+    or tiny segments) is not replayed into the live view: the problems name it."""
+    lines = [ln for ln in _members(SAMPLES / "unallocated-gpu-use.tgz")["nvml/samples.jsonl"].decode().splitlines()
+             if ln.strip()]
+    ring = tmp_path / "ring"
+    writer = RingWriter(ring, max_bytes=64 << 20, segment_age_s=600.0, delta_members=DELTA_MEMBERS).open()
+    try:
+        now = time.time()
+        state = TopState()
+        feed = RingFeed(state, ring)
+        feed.look_s = 0.0
+
+        def tick(n: int) -> None:
+            writer.append([(now + n, time.monotonic(), "nvml/samples.jsonl", "append",
+                            _tick(lines[0], n, now + n) + _tick(lines[1], n, now + n))])
+
+        tick(0)
+        assert feed.poll() == 1
+        tick(1)  # the followed segment's last tick, after top's last look at it
+        for n in (2, 3):  # the second and third segments: never seen active
+            writer.rotate()
+            tick(n)
+        writer.rotate()
+        writer.append([(now + 4, time.monotonic(), "nvml/samples.jsonl", "append", _tick(lines[2], 4, now + 4))])
+        assert feed.poll() == 2  # the first segment's last tick, then the active one's
+        assert feed.problems == ["2 segments (seg-0000000002.jsonl.gz to seg-0000000003.jsonl.gz) were written "
+                                 "and sealed between two looks: their records are not in the view"]
+    finally:
+        writer.close()
