@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,12 @@ from forensics.thresholds import config_from_mapping
 from tests.support import docker_engine as de
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
-from tests.support.record_support import start_recorder, wait_for_writer
+from tests.support.record_support import (
+    start_recorder,
+    stop_recorder,
+    wait_bundles,
+    wait_for_writer,
+)
 
 sim_lib = nvf.sim_lib
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -41,23 +45,6 @@ FAST = {"baseline_bucket_s": 5, "baseline_min_history_s": 90, "baseline_min_buck
 def _manifest(bundle: Path) -> dict[str, Any]:
     return json.loads(subprocess.run(["tar", "-xOzf", str(bundle), "--wildcards", "*/manifest.json"],
                                      capture_output=True, check=True).stdout)
-
-
-def _wait_bundles(d: Path, n: int, timeout: float, proc: subprocess.Popen[str]) -> list[Path]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = sorted(d.glob("gpuforensics-*.tgz"))
-        if len(found) >= n:
-            return found
-        time.sleep(0.2)
-    return sorted(d.glob("gpuforensics-*.tgz"))
-
-
-def _stop(proc: subprocess.Popen[str]) -> tuple[dict[str, Any], str]:
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1]), err
 
 
 def _pid(engine: de.DockerEngine, cid: str) -> int:
@@ -90,7 +77,7 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
                                        "cooldown_s": 900.0,
                                        "config": FAST})
         wait_for_writer(ring, rec)
-        found = _wait_bundles(bundles, 1, fall_s + 90, rec)
+        found = wait_bundles(bundles, 1, fall_s + 90, rec)
         assert len(found) == 1, rec.poll()
         trig = _manifest(found[0])["trigger"]
         assert trig["name"] == "container.gpu.sm<baseline:10s" and trig["kind"] == "baseline"
@@ -99,7 +86,7 @@ def test_a_fall_from_95_to_40_is_caught_by_the_baseline_and_missed_by_a_fixed_th
         assert base["median"] == 95.0 and base["window_s"] == 600 and base["key"] == f"container {trainer} image {de.CUDA_LIKE_IMAGE}"
         assert base["limit"] == 85.0 and not base["by_time_of_day"] and base["history_s"] >= 90
         assert "normal 95-95%" in trig["summary"]
-        status, _err = _stop(rec)
+        status, _err = stop_recorder(rec)
         # the bundle carries the history the baseline was taken from; the analysis measures the
         # trainer's fall against its own normal, though no fixed threshold fired
         doc = analyze_bundles([found[0]], config_from_mapping(FAST))
@@ -182,8 +169,8 @@ def test_a_nightly_jobs_routine_peak_is_not_fired_on(docker_engine: de.DockerEng
                              triggers={"rules": ["gpu.util>baseline:10s"], "bundles": str(bundles),
                                        "trigger_duration_s": 3.0, "cooldown_s": 900.0})
         wait_for_writer(ring, rec)
-        found = _wait_bundles(bundles, 1, 90 if fires else 40, rec)
-        status, err = _stop(rec)
+        found = wait_bundles(bundles, 1, 90 if fires else 40, rec)
+        status, err = stop_recorder(rec)
         base = next(iter(status["triggers"]["baselines"]["gpu.util"].values()))
         assert base["by_time_of_day"] and base["days"] == 3, base
         if fires:  # the peak twelve hours from its usual time: news

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from datetime import datetime
@@ -19,7 +18,12 @@ from tests.support import docker_engine as de
 from tests.support.env import is_root, need
 from tests.support.nvmlsim import Scenario, subprocess_env
 from tests.support.nvmlsim import fixtures as nvf
-from tests.support.record_support import start_recorder, wait_for_writer
+from tests.support.record_support import (
+    start_recorder,
+    stop_recorder,
+    wait_bundles,
+    wait_for_writer,
+)
 from tests.support.ring_bundle import ring_member
 
 sim_lib = nvf.sim_lib
@@ -34,23 +38,6 @@ def _manifest(bundle: Path) -> dict[str, Any]:
 
 def _iso(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _wait_bundles(d: Path, n: int, timeout: float, proc: subprocess.Popen[str]) -> list[Path]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = sorted(d.glob("gpuforensics-*.tgz"))
-        if len(found) >= n:
-            return found
-        time.sleep(0.2)
-    return sorted(d.glob("gpuforensics-*.tgz"))
-
-
-def _stop(proc: subprocess.Popen[str]) -> tuple[dict[str, Any], str]:
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1]), err
 
 
 def test_gpu_util_trigger_captures_once_with_the_lead_up(docker_engine: de.DockerEngine, sim_lib: Path,
@@ -72,7 +59,7 @@ def test_gpu_util_trigger_captures_once_with_the_lead_up(docker_engine: de.Docke
                                        "trigger_duration_s": 5.0, "cooldown_s": 900.0})
         wait_for_writer(ring, rec)
         started = time.time()
-        found = _wait_bundles(bundles, 1, 90, rec)
+        found = wait_bundles(bundles, 1, 90, rec)
         assert len(found) == 1, rec.poll()
         (bundle,) = found
         trig = _manifest(bundle)["trigger"]
@@ -88,7 +75,7 @@ def test_gpu_util_trigger_captures_once_with_the_lead_up(docker_engine: de.Docke
         # the condition stays true: no second bundle inside the cooldown
         time.sleep(20)
         assert len(list(bundles.glob("gpuforensics-*.tgz"))) == 1
-        status, err = _stop(rec)
+        status, err = stop_recorder(rec)
         rule = status["triggers"]["rules"]["gpu.util>90%:10s"]
         assert rule["captured"] == 1 and rule["suppressed"] >= 10, status
         lines = [ln for ln in err.splitlines() if "trigger gpu.util>90%:10s fired" in ln]
@@ -122,7 +109,7 @@ def test_oom_trigger_bundle_names_the_killed_container(docker_engine: de.DockerE
         deadline = time.monotonic() + 90
         found: list[Path] = []
         while not found and time.monotonic() < deadline and rec.poll() is None:
-            found = [b for b in _wait_bundles(bundles, 1, 1, rec)
+            found = [b for b in wait_bundles(bundles, 1, 1, rec)
                      if cid[:12] in _manifest(b)["trigger"].get("subject", "")]
         assert len(found) == 1, (rec.poll(), sorted(bundles.glob("gpuforensics-*.tgz")))
         trig = _manifest(found[0])["trigger"]
@@ -131,7 +118,7 @@ def test_oom_trigger_bundle_names_the_killed_container(docker_engine: de.DockerE
         ooms = [f for f in doc["findings"] if f["kind"] == "oom-kill"]
         assert any(any(s["type"] == "container" and (s.get("name") == name or s["id"] == cid) for s in f["subjects"])
                    for f in ooms), [(f["kind"], f["summary"]) for f in doc["findings"]]
-        _stop(rec)
+        stop_recorder(rec)
     finally:
         if rec.poll() is None:
             rec.kill()

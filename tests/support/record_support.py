@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,3 +102,24 @@ def record_lines(record: Any) -> list[Any]:
 def ring_events(ring: Path) -> list[dict[str, Any]]:
     """The recorder's own events (``recorder/events.jsonl``), parsed."""
     return [ev for r in members(ring, "recorder/events.jsonl") for ev in record_lines(r)]
+
+
+def wait_bundles(d: Path, n: int, timeout: float, proc: subprocess.Popen[str]) -> list[Path]:
+    """The bundles a triggered recorder wrote into ``d``: at least ``n``, or what is there when
+    ``timeout`` passed or the recorder ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = sorted(d.glob("gpuforensics-*.tgz"))
+        if len(found) >= n:
+            return found
+        time.sleep(0.2)
+    return sorted(d.glob("gpuforensics-*.tgz"))
+
+
+def stop_recorder(proc: subprocess.Popen[str]) -> tuple[dict[str, Any], str]:
+    """SIGTERM a recorder started by ``start_recorder``-style Popen; its final status (the last
+    stdout line, JSON) and its stderr."""
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]), err
