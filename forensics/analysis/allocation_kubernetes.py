@@ -13,6 +13,11 @@ read from. :func:`kubernetes_grants_allocation` turns the list into the containe
 :class:`~forensics.analysis.model.GpuAllocation`; a grant whose devices the evidence does not name
 makes the allocation ``devices_known`` false (granted; which GPU is not judged).
 
+A claim is found by the pod's namespace and claim name; one whose ``status.reservedFor`` names
+consumers and not this pod (deleted and recreated under the name, or another pod's) is not the
+pod's evidence: its allocation and sharing are never read as the pod's, and the pod's grant through
+it is of unknown devices, saying for whom the claim is reserved.
+
 ``NVIDIA_VISIBLE_DEVICES=void`` (what a CDI spec puts in a DRA container's environment) is never
 read as "no grant": a claim's grant stands on the claim.
 """
@@ -158,13 +163,22 @@ def _dra_reason(claim: str, driver: str, device: str, sd: SliceDevice | None) ->
     return f"claim {claim}: {driver} {device}{extra}"
 
 
+def _own_claim(inputs: KubeGrantInputs, namespace: str, name: str, pod_uid: str) -> Claim | None:
+    """The claim of that name, when it is this pod's evidence (not reserved for other consumers)."""
+    claim = inputs.claims.get((namespace, name))
+    return None if claim is None or claim.reserved_for_another(pod_uid) else claim
+
+
 def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicResource],
-                  used_dynamic: set[int]) -> list[GpuGrant]:
-    """The grants of one claim reference: from the claim's allocation, else pod-resources."""
+                  used_dynamic: set[int], pod_uid: str) -> list[GpuGrant]:
+    """The grants of one claim reference: from the claim's allocation, else pod-resources (the
+    kubelet's own record of this pod's devices). A claim reserved for other consumers grants
+    devices unknown: its allocation is someone else's."""
     mech = "extended-resource-dra" if ref.form == "extended-resource" else "dra-claim"
     ref_src = GrantSource(PODS, ref.pointer, compact_json(ref.resource or ref.pod_claim))
     key = f"{ref.namespace}/{ref.claim}" if ref.claim else f"{ref.namespace}/(claim {ref.pod_claim} not generated)"
-    claim = inputs.claims.get((ref.namespace, ref.claim)) if ref.claim else None
+    named = inputs.claims.get((ref.namespace, ref.claim)) if ref.claim else None
+    claim = _own_claim(inputs, ref.namespace, ref.claim, pod_uid) if ref.claim else None
     grants: list[GpuGrant] = []
     if claim is not None and claim.devices:
         sharing = [s for s in claim.sharing if not s.requests or ref.request is None or ref.request in s.requests]
@@ -191,23 +205,29 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
             used_dynamic.add(i)
             listed = True
             if _is_gpu_device(dr.driver, inputs.slices.get((dr.driver, dr.pool, dr.device))):
-                grants.append(_dynamic_grant(dr, inputs, mech, ref_src))
+                grants.append(_dynamic_grant(dr, inputs, pod_uid, mech, ref_src))
     if listed or (claim is not None and claim.allocated):
         return grants
-    why = ("its claim is not in the bundle" if not inputs.claims_present or claim is None
-           else "its claim has no allocation")
+    cited: tuple[GrantSource, ...] = (ref_src,)
+    if named is not None and claim is None:  # reserved for other consumers
+        why = (f"the claim of that name is reserved for {', '.join(str(c) for c in named.consumers)}, "
+               "not this pod")
+        cited = (ref_src, GrantSource(CLAIMS, named.reserved_pointer, named.reserved_excerpt))
+    else:
+        why = ("its claim is not in the bundle" if not inputs.claims_present or claim is None
+               else "its claim has no allocation")
     return [GpuGrant(mech, "devices", (), "operator", True, f"claim {key} (devices unknown: {why})",
-                     (ref_src,), claim=key, devices_known=False)]
+                     cited, claim=key, devices_known=False)]
 
 
-def _dynamic_grant(dr: DynamicResource, inputs: KubeGrantInputs, mech: str = "dra-claim",
+def _dynamic_grant(dr: DynamicResource, inputs: KubeGrantInputs, pod_uid: str, mech: str = "dra-claim",
                    extra: GrantSource | None = None) -> GpuGrant:
     key = f"{dr.claim_namespace}/{dr.claim_name}"
     gref, sd = _dra_ref(dr.driver, dr.pool, dr.device, inputs.slices)
     sources = [*((extra,) if extra else ()), GrantSource(PODRESOURCES, dr.pointer, dr.excerpt)]
     if sd is not None:
         sources.append(GrantSource(SLICES, sd.pointer, sd.excerpt))
-    claim = inputs.claims.get((dr.claim_namespace, dr.claim_name))
+    claim = _own_claim(inputs, dr.claim_namespace, dr.claim_name, pod_uid)
     shared = bool(claim and claim.sharing)
     return GpuGrant(mech, "devices", (gref,) if gref else (), "operator", True,
                     _dra_reason(key, dr.driver, dr.device, sd) + " (the kubelet's pod-resources)",
@@ -216,8 +236,9 @@ def _dynamic_grant(dr: DynamicResource, inputs: KubeGrantInputs, mech: str = "dr
 
 def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, container: Mapping[str, Any],
                      spec_pointer: str, claim_refs: Sequence[ClaimRef],
-                     container_ids: Sequence[str] = ()) -> list[GpuGrant]:
-    """Every GPU grant of one pod container (``container``: its pod spec entry at ``spec_pointer``)."""
+                     container_ids: Sequence[str] = (), *, pod_uid: str) -> list[GpuGrant]:
+    """Every GPU grant of one pod container (``container``: its pod spec entry at ``spec_pointer``;
+    ``pod_uid`` the pod's, matched against a claim's ``status.reservedFor``)."""
     name = str(container.get("name"))
     limits = _limits(container)
     plugin = inputs.plugin.get((namespace, pod, name), [])
@@ -266,11 +287,11 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
                                shared=any("::" in x for x in p.ids)))
     used_dynamic: set[int] = set()
     for ref in claim_refs:
-        grants.extend(_claim_grants(ref, inputs, dynamic, used_dynamic))
+        grants.extend(_claim_grants(ref, inputs, dynamic, used_dynamic, pod_uid))
     for i, dr in enumerate(dynamic):
         if i not in used_dynamic and not any(g.claim == f"{dr.claim_namespace}/{dr.claim_name}" for g in grants) \
                 and _is_gpu_device(dr.driver, inputs.slices.get((dr.driver, dr.pool, dr.device))):
-            grants.append(_dynamic_grant(dr, inputs))
+            grants.append(_dynamic_grant(dr, inputs, pod_uid))
     return grants
 
 
@@ -317,14 +338,15 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
 
 
 def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], Claim],
-                         evidence_for: EvidenceFor) -> ShareContract | None:
+                         evidence_for: EvidenceFor, pod_uid: str) -> ShareContract | None:
     """The sharing contract of a container whose claim shares its GPU on purpose (NVIDIA's
     ``GpuConfig`` ``TimeSlicing`` or ``MPS`` in the claim's allocation config): MPS limits are
-    its share (``gpu-share-exceeded`` judges them); ``container_id`` is left for the caller."""
+    its share (``gpu-share-exceeded`` judges them); ``container_id`` is left for the caller. A
+    claim reserved for other consumers than the pod ``pod_uid`` is not its contract."""
     for key in alloc.claims:
         ns, _, name = key.partition("/")
         claim = claims.get((ns, name))
-        if claim is None or not claim.sharing:
+        if claim is None or not claim.sharing or claim.reserved_for_another(pod_uid):
             continue
         sh = claim.sharing[0]
         return ShareContract(node, "", "mps" if sh.strategy == "MPS" else "time-slicing", f"claim {key}",

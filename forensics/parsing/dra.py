@@ -17,7 +17,9 @@ the pod (``kubernetes/pods.json``), and never talks to the API server. Shapes, a
   ``device``), its configuration ``status.allocation.devices.config[]`` (``requests``; ``opaque``:
   ``driver`` and the driver's ``parameters``, for NVIDIA's driver a ``GpuConfig`` whose
   ``sharing.strategy`` is ``TimeSlicing`` or ``MPS`` with ``mpsConfig``), and the pods it is
-  reserved for, ``status.reservedFor[]`` (``resource: pods``, ``name``, ``uid``);
+  reserved for, ``status.reservedFor[]`` (``resource: pods``, ``name``, ``uid``; any other
+  consumer its own ``resource``): a claim reserved for consumers that are not a pod is not that
+  pod's evidence, whatever its name (:meth:`Claim.reserved_for_another`);
 - the device itself: the driver's ResourceSlice ``spec.devices[]`` (``name``, ``attributes``: each
   a one-key object such as ``{"string": "GPU-..."}``; v1beta1 puts them under ``basic``). NVIDIA's
   ``gpu.nvidia.com`` names a GPU ``gpu-<minor>`` (the device minor number, not the NVML index) and
@@ -42,6 +44,7 @@ from forensics.parsing.quantity import quantity_bytes
 
 __all__ = [
     "Claim",
+    "ClaimConsumer",
     "ClaimDevice",
     "ClaimRef",
     "ClaimSharing",
@@ -96,8 +99,21 @@ class ClaimSharing:
 
 
 @dataclass(frozen=True)
+class ClaimConsumer:
+    """One entry of a claim's ``status.reservedFor`` (``resource`` is ``pods`` for a pod)."""
+
+    resource: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.resource}/{self.name} (uid {self.uid})"
+
+
+@dataclass(frozen=True)
 class Claim:
-    """A ResourceClaim as its status allocates it."""
+    """A ResourceClaim as its status allocates it; ``consumers`` its ``status.reservedFor``
+    (``reserved_pointer``/``reserved_excerpt`` cite it; empty: the claim names no consumer)."""
 
     namespace: str
     name: str
@@ -106,11 +122,24 @@ class Claim:
     allocated: bool
     devices: tuple[ClaimDevice, ...]
     sharing: tuple[ClaimSharing, ...]
-    reserved_for: tuple[str, ...]  # pod UIDs
+    consumers: tuple[ClaimConsumer, ...] = ()
+    reserved_pointer: str = ""
+    reserved_excerpt: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def reserved_for(self) -> tuple[str, ...]:
+        """The UIDs of the pods the claim is reserved for."""
+        return tuple(c.uid for c in self.consumers if c.resource == "pods")
+
+    def reserved_for_another(self, pod_uid: str | None) -> bool:
+        """Whether the claim names its consumers and the pod ``pod_uid`` is not one of them: then
+        the claim found under the pod's claim name (one deleted and recreated, another's) is not
+        the pod's evidence. An empty ``reservedFor`` (a bundle read mid-allocation) says nothing."""
+        return bool(self.consumers) and (not pod_uid or pod_uid not in self.reserved_for)
 
 
 @dataclass(frozen=True)
@@ -235,10 +264,14 @@ def claims_by_name(doc: Any) -> dict[tuple[str, str], Claim]:
             sh = _sharing(config, json_pointer("items", i, "status", "allocation", "devices", "config", k))
             if sh is not None:
                 sharing.append(sh)
-        reserved = tuple(str(_d(r).get("uid")) for r in _l(status.get("reservedFor"))
-                         if _d(r).get("resource") == "pods" and isinstance(_d(r).get("uid"), str))
+        reserved = status.get("reservedFor")
+        consumers = tuple(ClaimConsumer(_s(_d(r).get("resource")) or "", _s(_d(r).get("name")) or "",
+                                        _s(_d(r).get("uid")) or "")
+                          for r in _l(reserved) if _s(_d(r).get("uid")))
         out[(ns, name)] = Claim(ns, name, _s(meta.get("uid")) or "", json_pointer("items", i), bool(allocation),
-                                tuple(results), tuple(sharing), reserved)
+                                tuple(results), tuple(sharing), consumers,
+                                json_pointer("items", i, "status", "reservedFor") if consumers else "",
+                                compact_json(reserved) if consumers else "")
     return out
 
 

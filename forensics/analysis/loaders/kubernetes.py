@@ -93,11 +93,12 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
             spec_c = spec_containers[j] if j is not None and isinstance(spec_containers, list) else {}
             grants = container_grants(inputs, entry.namespace, entry.name, spec_c if isinstance(spec_c, dict) else {},
                                       f"{pod_ptr}/spec/containers/{j}", claim_refs.get(ce.name, ()),
-                                      [c for c in (ce.container_id, ce.last_container_id) if c])
+                                      [c for c in (ce.container_id, ce.last_container_id) if c],
+                                      pod_uid=entry.uid)
             alloc = kubernetes_grants_allocation(grants, gpus, evidence_for,
                                                  (ev_spec,) if ev_spec is not None else ())
             allocations.append((ce.name, alloc))
-            contract = claim_share_contract(node, alloc, inputs.claims, evidence_for)
+            contract = claim_share_contract(node, alloc, inputs.claims, evidence_for, entry.uid)
             plugin_ids = [x for p in inputs.plugin.get((entry.namespace, entry.name, ce.name), [])
                           if p.resource == "nvidia.com/gpu" or p.resource.startswith("nvidia.com/mig-") for x in p.ids]
             if plugin_ids:

@@ -34,10 +34,11 @@ def _items(kind: str, objs: list[dict[str, Any]]) -> dict[str, Any]:
 def _dra_node(*, used_gpu: int = 0, claim_device: str = "gpu-0", second_pod: bool = False,
               sharing: dict[str, Any] | None = None, with_claims: bool = True, with_slices: bool = True,
               dynamic: bool = False, version: str = "v1", minors: tuple[int, int] | None = None,
-              notebook_mem: int = 20 * GIB) -> BundleSpec:
+              notebook_mem: int = 20 * GIB, reserved_for: list[tuple[str, str]] | None = None) -> BundleSpec:
     """Two GPUs; pod ml/train-0 uses claim ``CLAIM`` (device ``claim_device``) and its process runs on
     GPU ``used_gpu`` with the CDI spec's ``NVIDIA_VISIBLE_DEVICES=void``; ``second_pod``: pod
-    research/notebook-alice uses the same claim and runs on GPU 0 too."""
+    research/notebook-alice uses the same claim and runs on GPU 0 too. ``reserved_for``: the claim's
+    ``status.reservedFor`` (pod name, uid) instead of the pods using it."""
     b = BundleSpec()
     u0, u1 = b.gpu(0), b.gpu(1)
     if minors is not None:  # the driver's gpu-N is the device minor N, not the NVML index
@@ -58,7 +59,7 @@ def _dra_node(*, used_gpu: int = 0, claim_device: str = "gpu-0", second_pod: boo
                    _items("ResourceSliceList", [to_version(resource_slice(b.host, devices), version)]))
     if with_claims:
         claim = resource_claim("ml", CLAIM, "5b6c7d8e-0000-4000-8000-00000000c1a1", b.host, [("gpu", claim_device)],
-                               reserved_for=reserved, sharing=sharing)
+                               reserved_for=reserved if reserved_for is None else reserved_for, sharing=sharing)
         b.add_json("kubernetes/resourceclaims.json", _items("ResourceClaimList", [to_version(claim, version)]))
     if dynamic:
         b.podresources.append({"name": "train-0", "namespace": "ml", "containers": [{"name": "train", "devices": [],
@@ -144,6 +145,25 @@ def test_a_claim_not_in_the_bundle_is_a_grant_of_unknown_devices(analyze: Analyz
     """The pod uses a claim the capture could not read: granted, which GPU not judged."""
     doc = analyze(_dra_node(with_claims=False, with_slices=False, used_gpu=1))
     assert "unallocated-gpu-use" not in kinds(doc), doc["findings"]
+
+
+def test_a_claim_reserved_for_another_pod_is_not_this_pods_evidence(analyze: Analyze) -> None:
+    """The claim the bundle holds under the pod's claim name is reserved for another pod (deleted
+    and recreated under the same name, for someone else): its gpu-1 is not the grant of train-0,
+    which runs on GPU 0. The pod stays granted, devices unknown, saying for whom the claim is."""
+    other = ("train-0-old", "0c1d2e3f-4a5b-4c6d-8e7f-0000000000ff")
+    doc = analyze(_dra_node(used_gpu=0, claim_device="gpu-1", reserved_for=[other]))
+    assert "unallocated-gpu-use" not in kinds(doc), doc["findings"]
+    (c,) = [c for c in doc["containers"] if c["name"] == "ml/train-0/train"]
+    alloc = c["gpu_allocation"]
+    assert (alloc["kind"], alloc["explicit"], alloc["gpus"], alloc["claims"]) == ("dra", True, [], [f"ml/{CLAIM}"])
+    assert f"claim ml/{CLAIM} (devices unknown: the claim of that name is reserved for pods/train-0-old" \
+        in alloc["detail"], alloc["detail"]
+    # reserved for this pod (too), or for no one yet (read mid-allocation): the claim is its grant
+    for reserved in ([other, ("train-0", T_UID)], []):
+        (f,) = of_kind(analyze(_dra_node(used_gpu=0, claim_device="gpu-1", reserved_for=reserved)),
+                       "unallocated-gpu-use")
+        assert "ml/train-0" in names(f, "culprit", "pod")
 
 
 def test_two_pods_time_slicing_one_claim_are_not_overlapping(analyze: Analyze) -> None:
