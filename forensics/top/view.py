@@ -14,6 +14,7 @@ owner column takes what is left. Wide terminals widen the owner column and show 
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -264,7 +265,9 @@ def _render(snap: Snapshot, o: ViewOptions, width: int, height: int | None) -> l
     notes = [[(_fit("note: " + n, width), "dim")] for n in snap.notes if n not in o.hidden_notes]
     legend: list[Line] = [[(_fit("! none: no grant covers this GPU  ! overlap: another owner's exclusive grant too", width), "dim")]] \
         if any(p.mark for p in rows) else []
-    if height is None:
+    if height is None:  # text (--once): a note is wrapped, never cut (it says how to fix what is missing)
+        notes = [[(_fit(part, width), "dim")] for n in snap.notes if n not in o.hidden_notes
+                 for part in textwrap.wrap("note: " + n, width, subsequent_indent="  ", break_on_hyphens=False)]
         return (top + gpu + [[("", "")]] + _process_lines(rows, width, None, 0, len(rows)) + legend + [[("", "")]]
                 + _exited_lines(snap.exited, snap.t, width, len(snap.exited)) + notes)
     # a terminal: GPUs first (up to half the screen), then processes, then what exited, notes, keys

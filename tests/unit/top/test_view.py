@@ -100,3 +100,16 @@ def test_a_long_bundle_path_is_wrapped_whole_above_the_keys(snap: Snapshot) -> N
     at = next(i for i, t in enumerate(text) if t.startswith("bundle written: "))
     assert "".join(t.rstrip() for t in text[at:-1]) == f"bundle written: {path}"
     assert text[-1].startswith("m/s/u sort") and len(text) == 24
+
+
+def test_once_text_wraps_a_long_note_whole(snap: Snapshot) -> None:
+    """``top --once`` with no NVML: the note saying how to fix it is read whole at any width (it was
+    cut at the width with ``~``, losing the option to pass)."""
+    note = ("GPU columns: NVML cannot be read (unavailable: NVML library not found (libnvidia-ml.so.1 is "
+            "not on the loader's path: no NVIDIA driver here, or pass --nvml-library PATH))")
+    out = render_text(replace(snap, notes=(note,)), 80)
+    lines = out.splitlines()
+    assert all(len(ln) <= 80 for ln in lines)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("note: "))
+    text = " ".join(ln.strip() for ln in lines[start:])
+    assert "note: " + note in text and "~" not in text
