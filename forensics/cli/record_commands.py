@@ -29,7 +29,7 @@ __all__ = ["record", "ring"]
               help="Kubeconfig for the Kubernetes events (default: in-cluster, then $KUBECONFIG, ~/.kube/config; none: not recorded).")
 @click.option("--context", "kube_context", help="Kubeconfig context to use.")
 @click.option("--node", "node_name", help="Kubernetes node name of this host (default: $NODE_NAME, then the host name).")
-@click.option("--no-redact", is_flag=True, help="Keep secrets verbatim in the ring (not recommended).")
+@click.option("--no-redact", is_flag=True, help="Keep secrets verbatim in the ring (not recommended; a redacted capture leaves those records out).")
 @click.option("--nvml-library", type=click.Path(dir_okay=False), help="Path of libnvidia-ml.so.1 when it is not on the loader's path.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="Collector setting, as for capture.")
 @click.option("--status", is_flag=True, help="Show the ring's span, size, gaps and writer, and exit (as `gpuforensics ring`).")

@@ -25,6 +25,13 @@ a window starting inside a segment includes all of it, and the view clips record
 Every segment starts with a copy of the state (the latest write records), so the first segment
 of the window holds the state as of then.
 
+Redaction: a redacted capture (the default) carries only segments whose header says their records
+were redacted. Segments a ``record --no-redact`` wrote (or a recorder of a version whose segments did
+not say) are refused, never copied: they are named in ``provenance.json``'s ``not_redacted`` and in
+one line of the collector's status (``partial``), which says that ``capture --no-redact`` carries
+them. They are not redacted here: the recorder's redaction is each collector's own, per member, and
+a segment rewritten at capture would no longer be the ring's bytes that its SHA-256 vouches for.
+
 No ring: ``unavailable`` with one note ("no flight recorder ring at DIR").
 """
 
@@ -61,6 +68,18 @@ def _entry(seg: SegmentInfo, member: str, data: bytes, sha: str) -> dict[str, An
             "first": _iso(seg.min_t), "last": _iso(seg.max_t), "t_first": seg.min_t, "t_last": seg.max_t}
 
 
+def _refused_line(refused: list[dict[str, Any]]) -> str:
+    """The one line that says which segments a redacted capture refused, why, and how to carry them."""
+    names = refused[0]["segment"] + (f" .. {refused[-1]['segment']}" if len(refused) > 1 else "")
+    firsts = [r["first"] for r in refused if r["first"]]
+    lasts = [r["last"] for r in refused if r["last"]]
+    span = f", {min(firsts)} .. {max(lasts)}" if firsts and lasts else ""
+    why = ("recorded with `record --no-redact`" if all(r["redacted"] is False for r in refused)
+           else "recorded with `record --no-redact` or by a recorder that did not say whether it redacted")
+    return (f"ring: {len(refused)} segment{'s' if len(refused) != 1 else ''} ({names}{span}) {why} left out: "
+            "a redacted capture carries no unredacted records (`capture --no-redact` carries them as they are)")
+
+
 class RingFold:
     """``ring``: the flight recorder's segments for the capture window, from the ring directory
     (``index.jsonl`` and ``seg-*.jsonl[.gz]``, see forensics.ring)."""
@@ -83,9 +102,10 @@ class RingFold:
             raise SourceUnavailable(str(exc)) from None
         copied: list[dict[str, Any]] = []
         problems: list[str] = []
+        refused: list[dict[str, Any]] = []
         cut: dict[str, Any] | None = None
         try:
-            cut = self._copy(ctx, reader, since, until, copied, problems)
+            cut = self._copy(ctx, reader, since, until, copied, problems, refused)
         except RingError as exc:
             if not copied:
                 raise SourceUnavailable(str(exc)) from None
@@ -99,10 +119,13 @@ class RingFold:
                            "t_until": until, "selected_by": _SELECTED_BY},
                 "segments": copied,
                 "problems": problems,
+                **({"not_redacted": refused} if refused else {}),
                 **({"left_out_from": cut} if cut else {}),
             })
         for problem in problems:
             ctx.partial(f"ring: {problem}")
+        if refused:
+            ctx.partial(_refused_line(refused))
         records = sum(int(s["records"] or 0) for s in copied)
         if not copied:
             ctx.note(f"ring at {root}: no records between {iso_from_unix(since)} and {iso_from_unix(until)}")
@@ -113,7 +136,8 @@ class RingFold:
 
     @staticmethod
     def _copy(ctx: CollectContext, reader: RingReader, since: float, until: float,
-              copied: list[dict[str, Any]], problems: list[str]) -> dict[str, Any] | None:
+              copied: list[dict[str, Any]], problems: list[str],
+              refused: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Copy the window's segments, oldest first; the cut (cap) when the sink's cap stopped it."""
         # the sink's cap (a collector's members in all): segments stop short of it, keeping room
         # for provenance.json, and the fold says from when records are left out
@@ -132,6 +156,10 @@ class RingFold:
                     continue  # a header alone: no records
                 seg = info_from_lines(seg.name, seg.seq, lines)
                 sha = hashlib.sha256(data).hexdigest()
+            if ctx.redactor.enabled and seg.redacted is not True:
+                refused.append({"segment": seg.name, "run": seg.run, "redacted": seg.redacted,
+                                "records": seg.records, "first": _iso(seg.min_t), "last": _iso(seg.max_t)})
+                continue  # secrets never reach a redacted bundle; the segment is named, not copied
             if len(data) > room:
                 t = seg.min_t if seg.min_t is not None else since
                 ctx.partial(f"the evidence size cap ({format_bytes(ctx.sink.max_bytes, '?')}) is reached: ring "

@@ -411,7 +411,8 @@ class Recorder:
         writer = RingWriter(self.options.ring, self.options.max_bytes, self.options.retention_s,
                             segment_bytes=self.options.segment_bytes, segment_age_s=self.options.segment_age_s,
                             writer_info={"interval_s": self.options.interval_s, "sources": list(self.options.sources),
-                                         "argv": list(self.options.argv)}, delta_members=DELTA_MEMBERS)
+                                         "argv": list(self.options.argv)}, delta_members=DELTA_MEMBERS,
+                            redacted=self.options.redact)
         writer.open()
         self.writer = writer
         self.key = writer.key

@@ -1,6 +1,7 @@
 """The ring's on-disk format: segment lines (a header, then records) and index lines.
 
-A segment's first line is a header (format, version, run id, boot id, host); every other line is
+A segment's first line is a header (format, version, run id, boot id, host, and ``redacted``:
+whether its writer redacted the records, False under ``record --no-redact``); every other line is
 one record::
 
     {"t": <wall unix s>, "mono": <CLOCK_MONOTONIC s>, "member": "nvml/samples.jsonl",
@@ -66,6 +67,9 @@ class SegmentInfo:
     sealed: bool
     run: str = ""
     boot_id: str | None = None
+    # whether the writer's records are redacted (the header's ``redacted``; False under
+    # ``record --no-redact``; None: written before segments said so, not known)
+    redacted: bool | None = None
     sha256: str | None = None  # of the file as stored (compressed, for a sealed segment)
     bytes: int = 0  # on disk
     raw_bytes: int = 0  # uncompressed text
@@ -213,6 +217,7 @@ def info_from_lines(name: str, seq: int, lines: list[tuple[int, dict[str, Any]]]
         head = lines[0][1]
         info.run = str(head.get("run", ""))
         info.boot_id = head.get("boot_id") if isinstance(head.get("boot_id"), str) else None
+        info.redacted = head.get("redacted") if isinstance(head.get("redacted"), bool) else None
     for _, rec in lines[1:]:
         info.count(float(rec["t"]), float(rec["mono"]))
     return info

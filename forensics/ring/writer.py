@@ -74,7 +74,8 @@ class RingWriter:
     def __init__(self, root: Path | str, max_bytes: int = DEFAULT_MAX_BYTES,
                  retention_s: float = DEFAULT_RETENTION_S, segment_bytes: int | None = None,
                  segment_age_s: float = 600.0, fsync_s: float = 2.0,
-                 writer_info: dict[str, Any] | None = None, delta_members: Iterable[str] = ()) -> None:
+                 writer_info: dict[str, Any] | None = None, delta_members: Iterable[str] = (),
+                 redacted: bool = True) -> None:
         if max_bytes < 64 << 10:
             raise RingError(f"--max-bytes {max_bytes} is too small for a ring (at least 64 KiB)")
         if retention_s <= 0:
@@ -86,6 +87,11 @@ class RingWriter:
         self.segment_age_s = segment_age_s
         self.fsync_s = fsync_s
         self.writer_info = dict(writer_info or {})
+        # whether the records appended are redacted (the recorder's ``--no-redact``: False): said in
+        # every segment's header, so a redacted capture carries only redacted segments
+        # (forensics.collectors.ring), and never carried from an unredacted segment's state into a
+        # redacted one (:meth:`_load_state`)
+        self.redacted = redacted
         self.run = uuid.uuid4().hex
         self.recovered: list[dict[str, Any]] = []  # what opening the ring found and repaired
         self.dropped_segments = 0
@@ -184,6 +190,8 @@ class RingWriter:
         if not self._sealed:
             return
         last = self._sealed[-1]
+        if self.redacted and last.redacted is not True:
+            return  # its state may hold secrets (record --no-redact): this run's records say it again
         try:
             data = gzip.decompress((self.root / last.name).read_bytes())
         except (OSError, EOFError, zlib.error):
@@ -224,7 +232,7 @@ class RingWriter:
         name = f"seg-{seq:010d}.jsonl"
         header = {"ring": RING_FORMAT, "version": RING_VERSION, "run": self.run, "boot_id": boot_id(),
                   "host": socket.gethostname(), "pid": os.getpid(), "created": round(time.time(), 6),
-                  "mono": round(time.monotonic(), 6)}
+                  "mono": round(time.monotonic(), 6), "redacted": self.redacted}
         data = (json.dumps(header, sort_keys=True, separators=(",", ":")) + "\n").encode()
         fd = os.open(self.root / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
@@ -235,7 +243,8 @@ class RingWriter:
             raise
         self._fd = fd
         self._size = len(data)
-        self._active = SegmentInfo(name=name, seq=seq, sealed=False, run=self.run, boot_id=boot_id())
+        self._active = SegmentInfo(name=name, seq=seq, sealed=False, run=self.run, boot_id=boot_id(),
+                                   redacted=self.redacted)
         self._opened_mono = time.monotonic()
         self._last_sync = self._opened_mono
         self._encoders = {}  # every segment decodes alone: its first line of each key is whole

@@ -392,7 +392,9 @@ def test_segment_files_is_the_one_segment_loop_of_the_reader_and_the_fold(tmp_pa
     copied: list[dict[str, object]] = []
     problems: list[str] = []
     ctx = _fold_ctx(ring, tmp_path / "staging", t0 - 1)
-    assert RingFold._copy(ctx, Racing(ring), t0 - 1, time.time(), copied, problems) is None  # type: ignore[arg-type]
+    refused: list[dict[str, object]] = []
+    assert RingFold._copy(ctx, Racing(ring), t0 - 1, time.time(), copied, problems, refused) is None  # type: ignore[arg-type]
+    assert refused == []  # every segment a writer marked redacted
     assert [c["segment"] for c in copied] == [g.info.name for g in got if g.problem is None]
     assert problems == [f"{bad.problem}: segment left out",
                         "seg-0000009999.jsonl.gz: listed but gone each time it was read (removed meanwhile): left out"]
