@@ -17,12 +17,15 @@ What is redacted by default:
   (:mod:`forensics.bundle.secrets.contexts`: assignments whose name says secret in any syntax,
   Kubernetes env entries, ``Authorization`` of any scheme, URL and netrc credentials, PEM bodies,
   JWTs), every expression RE2 (linear time on any input); see docs/redaction.md;
-- label, annotation and event-attribute values (:meth:`Redactor.label_value`) whose key looks
-  secret (:data:`LABEL_SECRET_WORDS`, case-insensitive, any separator: ``db.password``,
-  ``API_KEY``, ``vault.io/agent-token``), whole; the values of other keys go through the free-text
-  rules above, so a JWT under ``note`` is caught too. Keys are always kept. A few well-known keys
-  that contain one of those words but never hold a secret stay readable
-  (:data:`LABEL_KEYS_NOT_SECRET`).
+- label, annotation and event-attribute values (:meth:`Redactor.label_value`) whose key names a
+  secret (:func:`looks_secret_label_key`: the key's name, after any ``prefix/``, judged by its last
+  words as every secret name is, :func:`forensics.bundle.secrets.names.secret_name`:
+  ``db.password``, ``API_KEY``, ``vault.io/agent-token``, ``session-id``), whole, unless the value is
+  a placeholder (``true``, ``enabled``, ``$TOKEN``); the values of other keys go through the
+  free-text rules above (credential shapes), so a JWT under ``note`` is caught too. A key is never
+  judged by a word inside it: ``tokenizer``, ``max_tokens``, ``cert-manager.io/issuer``,
+  ``private-registry`` and ``monkey`` keep their values. Keys are always kept. A few well-known
+  keys whose name says secret but that never hold one stay readable (:data:`LABEL_KEYS_NOT_SECRET`).
 
 The manifest records how many values were redacted per category, never the values.
 """
@@ -39,11 +42,16 @@ from typing import Any
 
 from forensics.bundle.secrets.contexts import context_spans
 from forensics.bundle.secrets.gitleaks import default_rules
-from forensics.bundle.secrets.names import secret_name
+from forensics.bundle.secrets.names import (
+    looks_secret_value,
+    name_words,
+    secret_name,
+    weak_secret_name,
+)
 from forensics.bundle.secrets.spans import merge_spans
 from forensics.bundle.secrets.view import finder_view
 
-__all__ = ["ENV_ALLOW_NAMES", "ENV_ALLOW_PREFIXES", "LABEL_KEYS_NOT_SECRET", "LABEL_SECRET_WORDS",
+__all__ = ["ENV_ALLOW_NAMES", "ENV_ALLOW_PREFIXES", "LABEL_KEYS_NOT_SECRET", "LABEL_SECRET_TAILS",
            "Redactor", "looks_secret_label_key", "looks_secret_name"]
 
 ENV_ALLOW_PREFIXES = ("NVIDIA_", "CUDA_", "NCCL_", "LC_", "OMP_", "MKL_", "KUBERNETES_SERVICE_")
@@ -62,12 +70,10 @@ ENV_ALLOW_NAMES = frozenset(
 _PSEUDONYM_RE = re.compile(r"^<redacted:[0-9a-f]{16}>$")
 _PSEUDONYM_BYTES_RE = re.compile(rb"<redacted:[0-9a-f]{16}>")
 
-#: Words that make a label, annotation or event-attribute key secret (lower case, matched as a
-#: substring of the lower-cased key, so any separator or none: ``db.password``, ``apiKey``).
-LABEL_SECRET_WORDS = ("token", "secret", "password", "passwd", "key", "credential", "auth", "cookie",
-                      "session", "private", "cert")
-_LABEL_SECRET_RE = re.compile("|".join(re.escape(w) for w in LABEL_SECRET_WORDS))
-#: Well-known keys that contain one of those words and never hold a secret, with the reason.
+#: Last words of a label, annotation or attribute key that name a secret beside those every secret
+#: name has (:func:`~forensics.bundle.secrets.names.secret_name`): a session's id is its credential.
+LABEL_SECRET_TAILS = frozenset({("session", "id"), ("sessionid",)})
+#: Well-known keys whose name says secret and that never hold one, with the reason.
 LABEL_KEYS_NOT_SECRET: dict[str, str] = {
     # OCI image-spec pre-defined annotation (also set as a Docker image label by buildx and
     # most Dockerfiles): "contact details of the people or organization responsible for the image"
@@ -84,12 +90,16 @@ def looks_secret_name(name: str) -> bool:
 
 
 def looks_secret_label_key(key: str) -> bool:
-    """True for label/annotation/attribute keys such as ``token``, ``db.password``, ``API_KEY``,
-    ``vault.hashicorp.com/agent-inject-token`` (see :data:`LABEL_SECRET_WORDS`); False for
-    ``io.kubernetes.pod.name`` and the well-known keys in :data:`LABEL_KEYS_NOT_SECRET`."""
+    """True for label/annotation/attribute keys whose name (after any ``prefix/``) ends in a secret's
+    name: ``token``, ``db.password``, ``API_KEY``, ``vault.hashicorp.com/agent-inject-token``,
+    ``session-id``; False for a key that only holds such a word (``tokenizer``, ``max_tokens``,
+    ``cert-manager.io/issuer``, ``private-registry``, ``key``), for ``io.kubernetes.pod.name`` and the
+    well-known keys in :data:`LABEL_KEYS_NOT_SECRET`."""
     if key in LABEL_KEYS_NOT_SECRET:
         return False
-    return bool(_LABEL_SECRET_RE.search(key.lower()))
+    name = key.rpartition("/")[2]
+    words = tuple(name_words(name))
+    return secret_name(name) or words[-2:] in LABEL_SECRET_TAILS or words[-1:] in LABEL_SECRET_TAILS
 
 
 def env_name_allowed(name: str) -> bool:
@@ -236,11 +246,15 @@ class Redactor:
 
     # -- labels, annotations, event attributes ----------------------------------------------
     def label_value(self, key: str, value: Any, category: str = "labels") -> Any:
-        """A secret-looking key's value becomes a pseudonym, whole; any other value goes through
+        """The value of a key that names a secret (:func:`looks_secret_label_key`) becomes a
+        pseudonym, whole, unless it is a placeholder (``true``, ``enabled``, ``$TOKEN``) or, under a
+        name of other meanings (``auth``, ``pass``), a number or a path; any other value goes through
         :meth:`text` (credential shapes, URL credentials, bearer tokens). Non-strings are kept."""
         if not self.enabled or not isinstance(value, str) or value == "":
             return value
-        if looks_secret_label_key(str(key)):
+        name = str(key)
+        if looks_secret_label_key(name) and looks_secret_value(value) and not (
+                weak_secret_name(name.rpartition("/")[2]) and (value.isdigit() or value.startswith(("/", "~")))):
             return self.pseudonym(value, category)
         return self.text(value, category)
 

@@ -214,7 +214,8 @@ class TestLabels:
     @pytest.mark.parametrize("key", [
         "token", "TOKEN", "db.password", "db-passwd", "DB_PASSWORD", "dbPassword", "api_key", "apiKey",
         "com.example.secret", "aws.credentials", "x-auth", "Authorization", "session-id", "cookie",
-        "private.repo", "tls.cert", "vault.hashicorp.com/agent-inject-token", "SSH_KEY",
+        "vault.hashicorp.com/agent-inject-token", "SSH_KEY", "private-key", "example.com/client-secret",
+        "SessionID",
     ])
     def test_a_secret_looking_key_loses_its_value_and_keeps_the_key(self, key: str) -> None:
         r = Redactor(key=KEY)
@@ -235,6 +236,32 @@ class TestLabels:
         r = Redactor(key=KEY)
         assert r.label_map({key: "Jane Doe <jane@example.com>"}) == {key: "Jane Doe <jane@example.com>"}
         assert r.counts == {}
+
+    @pytest.mark.parametrize("key", [
+        "tokenizer", "max_tokens", "pad_token", "cert-manager.io/issuer-name", "cert-manager.io/cluster-issuer",
+        "private-registry", "private.repo", "tls.cert", "monkey", "keyboard-layout", "sort_key", "key",
+        "session", "authors", "auth.enabled", "secret_name", "password_file", "example.com/token-ttl",
+        "vault.hashicorp.com/agent-inject-secret-db",
+    ])
+    def test_a_key_that_only_holds_a_secret_word_keeps_its_value(self, key: str) -> None:
+        """Keys are judged by the name they end in, not by a word somewhere inside them: these hold
+        evidence (a model's tokenizer, a certificate issuer, a registry, a Vault secret's path)."""
+        r = Redactor(key=KEY)
+        assert r.label_map({key: "llama-3-bpe.v2"}) == {key: "llama-3-bpe.v2"}
+        assert r.counts == {}
+
+    @pytest.mark.parametrize(("key", "value"), [
+        ("auth", "enabled"), ("token", "true"), ("api-key", "$API_KEY"), ("x-auth", "3"),
+        ("example.com/password", "<redacted:0123456789abcdef>"),
+    ])
+    def test_a_placeholder_under_a_secret_key_is_kept(self, key: str, value: str) -> None:
+        r = Redactor(key=KEY)
+        assert r.label_map({key: value}) == {key: value}
+
+    def test_a_credential_under_a_harmless_key_is_still_caught_by_its_shape(self) -> None:
+        r = Redactor(key=KEY)
+        out = r.label_map({"tokenizer": JWT, "cert-manager.io/issuer": "Bearer abcdefgh12345678"})
+        assert JWT not in out["tokenizer"] and "abcdefgh12345678" not in out["cert-manager.io/issuer"]
 
     def test_the_allow_list_is_exact_not_a_prefix(self) -> None:
         r = Redactor(key=KEY)
