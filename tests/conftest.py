@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from typing import Any
 
 import pytest
 
 # Tests never use the host's real Kubernetes or NVML by accident.
 os.environ.setdefault("GPUFORENSICS_TESTING", "1")
+
+
+def _sigterm_interrupts(signum: int, _frame: Any) -> None:
+    """SIGTERM to pytest is an interrupt (as Ctrl-C is): pytest then runs the teardown of every
+    fixture set up, so the private daemons tests/support started are stopped and their temporary
+    directories removed, instead of being left running. Once: a second SIGTERM during that teardown
+    is ignored (SIGKILL still ends the run at once; the daemons then get SIGTERM through
+    PR_SET_PDEATHSIG, tests/support/private_daemon.py)."""
+    signal.signal(signum, signal.SIG_IGN)
+    raise KeyboardInterrupt("pytest got SIGTERM: tearing down")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_interrupts)
 
 
 @pytest.fixture

@@ -196,11 +196,15 @@ def start_engine(default_runtime: str = "nvidia", tmp_parent: str | None = None,
         proc = spawn_logged(args, tmp / "dockerd.log")
         engine = DockerEngine(docker_host=f"unix://{sock}", private=True, pid=proc.pid, tmpdir=tmp,
                               proc=proc)
-        reason = wait_ready(proc, lambda: _ping(f"unix://{sock}", timeout=2.0) if sock.exists() else "not started",
-                            timeout_s, "dockerd", poll_s=0.2)
-        if reason is None:
-            engine.default_runtime = str(_engine_info(engine.docker_host).get("DefaultRuntime", ""))
-            return engine
+        try:
+            reason = wait_ready(proc, lambda: _ping(f"unix://{sock}", timeout=2.0) if sock.exists() else "not started",
+                                timeout_s, "dockerd", poll_s=0.2)
+            if reason is None:
+                engine.default_runtime = str(_engine_info(engine.docker_host).get("DefaultRuntime", ""))
+                return engine
+        except BaseException:  # interrupted (pytest SIGTERMed): nothing is left behind
+            stop_engine(engine, remove_images=False)
+            raise
         log_tail = tail(tmp / "dockerd.log")
         errors.append(f"{' '.join(storage) or 'default storage'}: {reason}; log: {log_tail}")
         terminate(proc.pid, proc, _STOP_TIMEOUT_S)
@@ -364,7 +368,7 @@ def acquire_engine(default_runtime: str = "nvidia", images: bool = True) -> Dock
     if images:
         try:
             build_images(engine)
-        except Exception:
+        except BaseException:  # an interrupt too (pytest SIGTERMed): nothing is left behind
             release_engine(engine)
             raise
     return engine

@@ -9,6 +9,11 @@ cgroup names one of its containers) and removes the directory, unmounting what i
 first (:func:`cleanup_dir`). Nothing is found by name (no ``pkill``): only what this test run
 started is stopped. :func:`engine_fixture` is the body of each session fixture: skip with the
 reason when the engine cannot be had, fail instead under ``CI=true``.
+
+A daemon never outlives the test run: it is started with ``PR_SET_PDEATHSIG`` (:func:`die_with_us`:
+SIGTERM when the pytest process that started it ends, even by SIGKILL), and a SIGTERM to pytest runs
+the normal teardown (tests/conftest.py turns it into an interrupt), which stops each daemon and
+removes its directory.
 """
 
 from __future__ import annotations
@@ -19,16 +24,20 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
+
+from forensics.collect.lifeline import die_with_parent
 
 __all__ = [
     "EngineUnavailable",
     "alive",
     "cgroup_hierarchies",
     "cleanup_dir",
+    "die_with_us",
     "engine_fixture",
     "in_ci",
     "kill_pids",
@@ -56,16 +65,31 @@ def private_dir(prefix: str, tmp_parent: str | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_parent or "/tmp"))
 
 
+def die_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child sent SIGTERM when this process ends (``PR_SET_PDEATHSIG``,
+    as capture's own children: forensics.collect.lifeline; a daemon's handler then stops it cleanly),
+    or exit at once when this process is already gone. None off the main thread: the signal follows
+    the *thread* that forked, and a worker thread that ends would stop a daemon the run still uses."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:
+        die_with_parent(parent, signal.SIGTERM)
+
+    return in_child
+
+
 def spawn_logged(argv: Sequence[str], log_path: Path,
                  env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session, stdout and stderr appended to ``log_path``, in the log's
-    directory (the daemon's own: what it or its helpers write to their working directory, such as
+    """Start ``argv`` in its own session, ended when this process ends (:func:`die_with_us`), stdout
+    and stderr appended to ``log_path``, in the log's directory (the daemon's own: what it or its helpers write to their working directory, such as
     conmon's ``oom`` file when a container is OOM-killed, stays there, not in the checkout)."""
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=log_path.parent)
+                                start_new_session=True, cwd=log_path.parent, preexec_fn=die_with_us())
     finally:
         log.close()
 

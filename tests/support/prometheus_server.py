@@ -56,6 +56,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.private_daemon import die_with_us
+
 __all__ = [
     "Family",
     "NodeScenario",
@@ -578,17 +580,22 @@ def start_prometheus(scenario: NodeScenario | None = None, families: Sequence[Fa
                 [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
                  f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d",
                  "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_us())
         finally:
             log.close()
         server = PrometheusServer(f"http://127.0.0.1:{port}", proc.pid, tmp, proc, scenario)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and proc.poll() is None:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:  # noqa: S310
-                    if resp.status == 200:
-                        return server
-            time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:  # noqa: S310
+                        if resp.status == 200:
+                            return server
+                time.sleep(0.05)
+        except BaseException:  # interrupted (pytest SIGTERMed): nothing is left behind
+            stop_prometheus(server)
+            raise
         errors.append(f"port {port}: {'exited ' + str(proc.returncode) if proc.poll() is not None else 'not ready'}; "
                       f"log: {(tmp / 'prometheus.log').read_text(errors='replace')[-400:]}")
         _terminate(proc)
