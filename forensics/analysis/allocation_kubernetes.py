@@ -3,8 +3,10 @@
 The forms (mechanisms of :class:`forensics.parsing.gpu_allocation.GpuGrant`, documented there):
 ``device-plugin`` (a ``nvidia.com/gpu`` / ``nvidia.com/mig-*`` limit, its devices from the
 kubelet's pod-resources ``devices``), ``renamed-resource`` (a limit on another GPU resource the node
-advertises, e.g. ``nvidia.com/gpu.shared``; its devices from pod-resources or from the device
-plugin's ``NVIDIA_VISIBLE_DEVICES`` in the container's process environment), ``dra-claim`` (a
+advertises, e.g. ``nvidia.com/gpu.shared``, or on any ``nvidia.com/`` resource when the node's
+capacity was not read, as in a ring's history, which holds no node object; its devices from
+pod-resources or from the device plugin's ``NVIDIA_VISIBLE_DEVICES`` in the container's process
+environment), ``dra-claim`` (a
 ResourceClaim the container uses, resolved through its allocation results and the driver's
 ResourceSlice, or through the kubelet's pod-resources ``dynamic_resources``) and
 ``extended-resource-dra`` (a ``nvidia.com/gpu`` limit the scheduler served from a DRA claim,
@@ -107,6 +109,9 @@ class KubeGrantInputs:
     slices: Mapping[tuple[str, str, str], SliceDevice]
     # container id -> (NVIDIA_VISIBLE_DEVICES of one of its processes, its evidence)
     process_env: Mapping[str, tuple[str, Evidence]] = field(default_factory=dict)
+    # whether the node's status.capacity was read: without it (a ring's history holds no node object)
+    # a limit on another nvidia.com/ resource may be a renamed GPU resource, and is taken for one
+    capacity_read: bool = True
 
 
 def _is_gpu_resource(name: str, advertised: Mapping[str, int]) -> bool:
@@ -248,8 +253,14 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
     used_plugin: set[int] = set()
     limits_src = GrantSource(PODS, f"{spec_pointer}/resources/limits", compact_json(limits))
     for resource, count in sorted(limits.items()):
-        if resource in ext_resources or not _is_gpu_resource(resource, inputs.advertised):
+        if resource in ext_resources:
             continue
+        # not advertised by the node, or the node's capacity not read: then it may be a renamed GPU
+        # resource, and a pod that holds one is never judged ungranted for want of the node object
+        unsure = not _is_gpu_resource(resource, inputs.advertised)
+        if unsure and inputs.capacity_read:
+            continue
+        note = " (the node's capacity was not read: taken for a GPU resource)" if unsure else ""
         default = resource == DEFAULT_GPU or resource.startswith(MIG_PREFIX)
         mech = "device-plugin" if default else "renamed-resource"
         held = [(i, p) for i, p in enumerate(plugin) if p.resource == resource]
@@ -258,7 +269,7 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
             used_plugin.update(i for i, _ in held)
             sources = (limits_src, *(GrantSource(PODRESOURCES, p.pointer, p.excerpt) for _, p in held))
             grants.append(GpuGrant(mech, "devices", _plugin_refs(ids), "operator", True,
-                                   f"{resource} devices {','.join(ids)}", sources,
+                                   f"{resource} devices {','.join(ids)}{note}", sources,
                                    shared=any("::" in x for x in ids)))
             continue
         env = next((inputs.process_env[c] for c in container_ids if c in inputs.process_env), None)
@@ -267,12 +278,12 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
             if scope == "devices" and refs:
                 grants.append(GpuGrant(
                     mech, "devices", refs, "operator", True,
-                    f"{resource}: {count}, NVIDIA_VISIBLE_DEVICES={env[0]} set by the device plugin",
+                    f"{resource}: {count}, NVIDIA_VISIBLE_DEVICES={env[0]} set by the device plugin{note}",
                     (limits_src, GrantSource(env[1].member, env[1].locator, env[1].excerpt))))
                 continue
         why = "no pod-resources entry" if inputs.podresources_present else "no pod-resources data"
         grants.append(GpuGrant(mech, "devices", (), "operator", True,
-                               f"{resource}: {count} (devices unknown: {why})", (limits_src,),
+                               f"{resource}: {count} (devices unknown: {why}){note}", (limits_src,),
                                devices_known=False))
     # a GPU-like device the kubelet assigned for a resource with no limit read above
     for i, p in enumerate(plugin):

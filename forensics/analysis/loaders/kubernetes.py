@@ -153,15 +153,16 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
 def _grant_inputs(src: Source, model: Model, node: str) -> KubeGrantInputs:
     """The node's grant documents: capacity, pod-resources, DRA claims and slices, and the device
     plugin's ``NVIDIA_VISIBLE_DEVICES`` of each container's processes (procfs is loaded first)."""
-    from forensics.analysis.loaders.sharing import gpu_resource_names
+    from forensics.analysis.loaders.sharing import gpu_resource_names, node_capacity_read
 
     listing = src.json(_LIST)
+    node_doc = src.json(kube_spec.NODE)
     env: dict[str, tuple[str, Evidence]] = {}
     for (pnode, _), proc in sorted(model.processes.items()):
         if pnode == node and proc.container_id and proc.visible_devices and proc.visible_devices_evidence:
             env.setdefault(proc.container_id, (proc.visible_devices, proc.visible_devices_evidence))
     return KubeGrantInputs(
-        advertised=gpu_resource_names(src.json(kube_spec.NODE)),
+        advertised=gpu_resource_names(node_doc), capacity_read=node_capacity_read(node_doc),
         plugin=plugin_devices(listing), dynamic=dynamic_resources(listing),
         podresources_present=src.has(_LIST),
         claims=claims_by_name(src.json(kube_spec.RESOURCE_CLAIMS)),

@@ -56,11 +56,20 @@ def _gpu_like(ids: list[str]) -> bool:
     return bool(ids) and all(i.split("::", 1)[0].upper().startswith(("GPU-", "MIG-")) for i in ids)
 
 
+def _capacity(node_doc: Any) -> Any:
+    capacity = dig(node_doc, "status", "capacity")
+    return capacity if isinstance(capacity, dict) else dig(node_doc, "items", 0, "status", "capacity")
+
+
+def node_capacity_read(node_doc: Any) -> bool:
+    """Whether the node's ``status.capacity`` was read (a ring's history has no node object: which
+    ``nvidia.com/`` resources are GPUs is then not known)."""
+    return isinstance(_capacity(node_doc), dict)
+
+
 def gpu_resource_names(node_doc: Any) -> dict[str, int]:
     """GPU resources the node advertises (``status.capacity``, nvidia.com domain) -> count."""
-    capacity = dig(node_doc, "status", "capacity")
-    if not isinstance(capacity, dict):
-        capacity = dig(node_doc, "items", 0, "status", "capacity")
+    capacity = _capacity(node_doc)
     out: dict[str, int] = {}
     for name, value in (capacity or {}).items() if isinstance(capacity, dict) else ():
         if isinstance(name, str) and name.startswith("nvidia.com/") and as_int(value) is not None:
