@@ -27,7 +27,7 @@ read as "no grant": a claim's grant stands on the claim.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forensics.analysis.allocation import minor_read, resolve_refs
@@ -60,6 +60,7 @@ __all__ = [
     "kubernetes_grants_allocation",
     "merge_allocations",
     "plugin_devices",
+    "with_gpu_indexes",
 ]
 
 DEFAULT_GPU = "nvidia.com/gpu"
@@ -306,13 +307,28 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
     return grants
 
 
+def _short(uuid: str) -> str:
+    return uuid[:8] + "..." if len(uuid) > 11 else uuid
+
+
 def _gpu_text(uuid: str, gpus: Sequence[Gpu]) -> str:
     """``GPU 0, GPU-8a74...`` (a MIG device: its own UUID after its GPU's index)."""
-    short = uuid[:8] + "..." if len(uuid) > 11 else uuid
     for g in gpus:
         if g.uuid == uuid:
-            return f"GPU {g.index}, {short}"
-    return short
+            return f"GPU {g.index}, {_short(uuid)}"
+    return _short(uuid)
+
+
+def with_gpu_indexes(alloc: GpuAllocation, gpus: Sequence[Gpu]) -> GpuAllocation:
+    """The allocation with its GPUs named by index in its detail (``(GPU-8550...)`` becomes
+    ``(GPU 0, GPU-8550...)``) where they were written before the node's GPUs were read: the ring's
+    history is loaded first, and a ring without NVML devices names a claim's GPU by UUID alone."""
+    detail = alloc.detail
+    for uuid in alloc.gpus:
+        short, text = _short(uuid), _gpu_text(uuid, gpus)
+        if text != short:
+            detail = detail.replace(f"({short}", f"({text}").replace(f"; {short}", f"; {text}")
+    return alloc if detail == alloc.detail else replace(alloc, detail=detail)
 
 
 def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu],

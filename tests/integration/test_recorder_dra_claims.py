@@ -93,7 +93,9 @@ def test_a_deleted_dra_pods_claim_stays_in_the_ring_and_grants_its_gpu(tmp_path:
     # the same pod on the other GPU: accused, the grant it had cited from the ring's claim and slice
     wrong = _analyze(tmp_path / "on-another-gpu", rebuilt, used_gpu=1)
     (f,) = [f for f in wrong["findings"] if f["kind"] == "unallocated-gpu-use"]
-    assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0 ({gpu0[:8]}" in f["summary"], f["summary"]
+    # its GPU named as the rest of the report names GPUs (index and short UUID), though the ring,
+    # read first, holds no GPU list
+    assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0 (GPU 0, {gpu0[:8]}...)" in f["summary"], f["summary"]
     cited = {e["member"] for e in f["evidence"]}
     assert {"ring/kubernetes/resourceclaims.json", "ring/kubernetes/resourceslices.json"} <= cited, cited
 

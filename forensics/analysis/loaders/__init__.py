@@ -11,8 +11,10 @@ goes on; :func:`load_source` never raises for bundle content.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
+from forensics.analysis.allocation_kubernetes import with_gpu_indexes
 from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.kernel import load_kernel_history
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
@@ -86,6 +88,19 @@ def _prefer_kernel_files(samples: list[_Sample]) -> list[_Sample]:
     return [s for s in samples if not (s.ref.member.startswith(docker_spec.PREFIX) and (s.node, s.container_id) in own)]
 
 
+def _name_gpus_by_index(model: Model) -> None:
+    """Allocations read in the ring's pass, before the capture's GPUs were: their GPUs named by
+    index as everywhere else (``GPU 0, GPU-8550...``), now that the GPUs are known."""
+    for key, c in list(model.containers.items()):
+        named = with_gpu_indexes(c.allocation, model.node_gpus(c.node))
+        if named is not c.allocation:
+            model.containers[key] = replace(c, allocation=named)
+    for uid, pod in list(model.pods.items()):
+        allocs = tuple((name, with_gpu_indexes(a, model.node_gpus(pod.node))) for name, a in pod.allocations)
+        if any(new is not old for (_, new), (_, old) in zip(allocs, pod.allocations, strict=True)):
+            model.pods[uid] = replace(pod, allocations=allocs)
+
+
 def finalize(model: Model) -> None:
     """Merge what several bundles of one host said twice, and prefer cgroup and /proc counters to Docker's."""
     def dedupe(items: list, key: Callable) -> list:  # type: ignore[type-arg]
@@ -98,6 +113,7 @@ def finalize(model: Model) -> None:
                 out.append(item)
         return out
 
+    _name_gpus_by_index(model)
     model.cpu_samples = _prefer_kernel_files(model.cpu_samples)
     model.io_samples = _prefer_kernel_files(model.io_samples)  # blkio_stats beside io.stat/blkio files
     netns = [s for s in model.net_samples if s.kind == "netns"]
