@@ -19,6 +19,7 @@ from forensics.collectors.kubernetes.follow import KubeEventFollower
 from forensics.collectors.kubernetes.kubernetes import KubernetesCollector
 from forensics.collectors.podresources.client import DEFAULT_SOCKET
 from forensics.hostfs.cgroupns import ENV_CGROUP_ROOT
+from forensics.specs.cdi import CdiSettings
 from tests.support.kube_apiserver import KubeAPIServer, write_kubeconfig
 from tests.support.kube_objects import ClusterState, ContainerSpec, gpu_node_scenario, make_pod
 from tests.support.kube_testing import clean_kube_env, make_ctx
@@ -118,13 +119,20 @@ class TestPodSpecs:
         assert len(ring) == (1 if kind == "DaemonSet" else 0)  # the recorder's ring: the one writable host path
         host_paths = {n: p for n, p in host_paths.items() if n not in ring}
         assert set(host_paths.values()) == {"/sys/fs/cgroup", "/proc", "/run/containerd",
-                                            "/var/lib/kubelet/pod-resources", "/dev/kmsg"}
+                                            "/var/lib/kubelet/pod-resources", "/dev/kmsg", "/etc/cdi", "/var/run/cdi"}
         mounts = {m["name"]: m for m in container["volumeMounts"]}
         for name in host_paths:
             assert mounts[name].get("readOnly") is True, name
         pod_resources = mounts[next(n for n, p in host_paths.items() if p.endswith("pod-resources"))]
         assert os.path.dirname(DEFAULT_SOCKET) == pod_resources["mountPath"], \
             "the collector's default socket path works in the pod without --set"
+        # the CDI spec directories, where the cdi collector looks by default: CDI grants resolve in-cluster
+        cdi = CdiSettings()
+        for d in (cdi.static_dir, cdi.dynamic_dir):
+            (name,) = [n for n, p in host_paths.items() if p == d]
+            assert mounts[name]["mountPath"] == d and mounts[name]["readOnly"] is True, d
+            # a node without CDI has no such directory: the pod must start there too
+            assert next(v for v in spec["volumes"] if v["name"] == name)["hostPath"]["type"] == "DirectoryOrCreate"
         env = {e["name"]: e for e in container["env"]}
         assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
         cgroup_mount = mounts[next(n for n, p in host_paths.items() if p == "/sys/fs/cgroup")]
