@@ -11,7 +11,9 @@ the view is the same whichever runs:
   following is a read of what the recorder wrote since. A segment sealed meanwhile is read to its
   end first (its sealed copy, from where the last look stopped: the writer seals right after the
   append that ages or fills it, so that tick's records, events included, are in no other segment),
-  then the new active one, which starts with the state again.
+  then the new active one, which starts with the state again. Started between a seal and the
+  writer's next append (no active segment: the writer opens the next one with that append), top
+  reads the segment just sealed, whole, so the view shows the last sealed data meanwhile.
 - :class:`SelfFeed`, otherwise: the recorder's own loop and sampler children
   (:class:`forensics.record.recorder.Recorder`: capture's collectors, one child per source at
   nice 10, a hung NVML call killed and the source restarted) with no ring under it: its records go
@@ -101,6 +103,8 @@ class RingFeed:
             fed += self._finish_sealed(segments)
         active = [s for s in segments if not s.sealed]
         if not active:
+            if self.last_seq < 0:  # top started between a seal and the writer's next append
+                fed += self._read_last_sealed(segments)
             return fed
         newest = active[-1].name
         if newest != self.segment:
@@ -122,6 +126,21 @@ class RingFeed:
         self.segment, self.offset, self.header, self.decoders = name, 0, b"", {}
         if name:
             self.last_seq = _seq(name)
+
+    def _read_last_sealed(self, segments: list[SegmentInfo]) -> int:
+        """The newest sealed segment, whole (as an active one is read from its start): what top shows
+        when it starts right after a seal, the writer opening the next segment only at its next append
+        (a tick later). The next active segment is then followed as usual. How many records were fed."""
+        sealed = [s for s in segments if s.sealed]
+        if not sealed:
+            return 0
+        last = sealed[-1]
+        try:
+            data = self.reader.read_text(last)
+        except OSError:
+            data = b""
+        self._follow(last.name.removesuffix(".gz"))
+        return self._feed_rest(last.name, data)
 
     def _finish_sealed(self, segments: list[SegmentInfo]) -> int:
         """The followed segment, if sealed since the last look: the records after :attr:`offset`,
@@ -146,9 +165,14 @@ class RingFeed:
                                  "they are not in the view")
             self._follow("")
             return 0
+        return self._feed_rest(sealed.name, data)
+
+    def _feed_rest(self, name: str, data: bytes) -> int:
+        """A sealed segment's text from :attr:`offset` to its end, MAX_READ at a time as the active
+        segment is read; then none is followed until the next active one is. The records fed."""
         fed = 0
-        while self.offset < len(data):  # MAX_READ at a time, as the active segment is read
-            got = self._feed(sealed.name, data[self.offset:self.offset + MAX_READ])
+        while self.offset < len(data):
+            got = self._feed(name, data[self.offset:self.offset + MAX_READ])
             if got < 0:
                 break
             fed += got

@@ -151,3 +151,45 @@ def test_a_segment_sealed_whole_between_two_looks_is_named(tmp_path: Path) -> No
                                  "and sealed between two looks: their records are not in the view"]
     finally:
         writer.close()
+
+
+def test_top_started_right_after_a_seal_shows_the_sealed_data(tmp_path: Path) -> None:
+    """The recorder seals the active segment right after the append that ages it, and opens the next
+    one only at its next append (a tick later, or a minute at ``--interval 60``). ``top --once``
+    started in between shows the GPUs and processes of the segment just sealed, not an empty view."""
+    import os
+    import subprocess
+    import sys
+
+    members = _members(SAMPLES / "unallocated-gpu-use.tgz")
+    writes = [(n, d) for n, d in sorted(members.items())
+              if n.startswith(("nvml/", "proc/", "docker/")) and not n.endswith(".jsonl")]
+    lines = [ln for ln in members["nvml/samples.jsonl"].decode().splitlines() if ln.strip()]
+    ring = tmp_path / "ring"
+    writer = RingWriter(ring, max_bytes=64 << 20, segment_bytes=1 << 20, segment_age_s=600.0,
+                        delta_members=DELTA_MEMBERS).open()
+    try:
+        now = time.time()
+        writer.append([(now, time.monotonic(), n, "write", d) for n, d in writes])
+        writer.append([(now + 1, time.monotonic(), "nvml/samples.jsonl", "append",
+                        _tick(lines[24], 1, now + 1) + _tick(lines[25], 1, now + 1))])
+        writer.rotate()  # sealed; no active segment until the next append
+        root = Path(__file__).resolve().parents[3]
+        top = subprocess.run([sys.executable, "-m", "forensics", "top", "--once", "--json", "--ring", str(ring)],
+                             capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+        assert top.returncode == 0, top.stderr[-3000:]
+        doc = json.loads(top.stdout)
+        assert doc["source"] == f"recorder ring {ring}"
+        assert doc["gpus"] and {p["owner"] for p in doc["processes"]} == {"trainer", "notebook"}, doc
+        # the feed then follows the next segment as usual, the sealed one read once
+        state = TopState()
+        feed = RingFeed(state, ring)
+        feed.look_s = 0.0
+        assert feed.poll() > 0 and feed.poll() == 0 and not feed.problems, feed.problems
+        writer.append([(now + 2, time.monotonic(), "nvml/samples.jsonl", "append",
+                        _tick(lines[0], 2, now + 2) + _tick(lines[1], 2, now + 2))])
+        assert feed.poll() > 0 and feed.segment and not feed.problems, feed.problems
+        assert {p.owner for p in build_snapshot(state, Tracker(), feed.label).processes} == {"trainer"}
+    finally:
+        writer.close()
