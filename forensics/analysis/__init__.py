@@ -19,8 +19,14 @@ from forensics.analysis.chain import build_chain, ruled_out
 from forensics.analysis.document import build_document
 from forensics.analysis.findings import Finding, severity_rank
 from forensics.analysis.incidents import WindowSpec, build_incidents, parse_window, window_for
-from forensics.analysis.joins import resolve_joins
-from forensics.analysis.loaders import finalize, load_manifest, load_source, note_missing_sources
+from forensics.analysis.loaders import (
+    LoadState,
+    finalize,
+    load_manifest,
+    load_model,
+    load_source,
+    note_missing_sources,
+)
 from forensics.analysis.loaders.clocks import align_clocks
 from forensics.analysis.model import Model
 from forensics.analysis.occurrences import merge_repeats
@@ -39,21 +45,19 @@ def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
     """Open each bundle and load every source into one model (several bundles of a host: one timeline),
     then resolve its joins (process -> container -> pod -> allocation) once."""
     cfg = config or AnalysisConfig()
-    model = Model(psi_some_floor=cfg.psi_some_avg10_pct, psi_full_floor=cfg.psi_full_avg10_pct)
+    loading = LoadState(psi_some_floor=cfg.psi_some_avg10_pct, psi_full_floor=cfg.psi_full_avg10_pct)
     # Loading creates hundreds of thousands of small, acyclic records: the cyclic collector would
     # rescan them again and again (quadratic time), so it is paused while they are made.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _load_all(model, paths, limits)
-        resolve_joins(model)
+        return load_model(lambda model, loading: _load_all(model, loading, paths, limits), loading)
     finally:
         if was_enabled:
             gc.enable()
-    return model
 
 
-def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | None) -> None:
+def _load_all(model: Model, loading: LoadState, paths: Sequence[Path | str], limits: ReadLimits | None) -> None:
     seen_files: dict[str, str] = {}
     for raw in paths:
         path = Path(raw)
@@ -80,7 +84,7 @@ def _load_all(model: Model, paths: Sequence[Path | str], limits: ReadLimits | No
         hashes = {m: bundle.sha256(m) for m in sorted(bundle.members)}
         node = load_manifest(src, model, path, bundle.file_sha256, hashes)
         model.bundles[-1]["integrity"] = {"ok": not problems, "problems": problems[:20]}
-        load_source(src, model, node)
+        load_source(src, model, node, loading)
         del bundle, src
     finalize(model)
     note_missing_sources(model)

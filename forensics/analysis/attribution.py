@@ -31,8 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.analysis.joins import resolve_joins
-from forensics.analysis.loaders import finalize, load_source
+from forensics.analysis.loaders import LoadState, finalize, load_model, load_source
 from forensics.analysis.model import Model, Owner
 from forensics.analysis.rules.gpu_allocation import owner_counts_unallocated
 from forensics.analysis.rules.gpu_sharing import contract_for
@@ -120,9 +119,9 @@ class Attribution:
 def attribute(members: Mapping[str, bytes], psi_some_floor: float = 20.0, psi_full_floor: float = 10.0) -> Attribution:
     """Load ``members`` (collector member names -> bytes) through the analysis' loaders and resolve
     its joins; a member that cannot be read becomes a limitation of that model, never an exception."""
-    model = Model(psi_some_floor=psi_some_floor, psi_full_floor=psi_full_floor)
-    model.node(LIVE_NODE)
-    load_source(Source(_Members(members), LIVE_NODE, members.keys()), model, LIVE_NODE)
-    finalize(model)
-    resolve_joins(model)
-    return Attribution(model)
+    def fill(model: Model, loading: LoadState) -> None:
+        model.node(LIVE_NODE)
+        load_source(Source(_Members(members), LIVE_NODE, members.keys()), model, LIVE_NODE, loading)
+        finalize(model)
+
+    return Attribution(load_model(fill, LoadState(psi_some_floor=psi_some_floor, psi_full_floor=psi_full_floor)))

@@ -9,12 +9,13 @@ from typing import Any
 
 from forensics._version import __version__
 from forensics.analysis.chain import ChainResult
+from forensics.analysis.events import CudaOom, LogSignal, OomKill, XidEvent
 from forensics.analysis.findings import Finding, Subject
 from forensics.analysis.incidents import Incident, Window
 from forensics.analysis.joins import owner_of
 from forensics.analysis.model import Model
 from forensics.analysis.naming import cap, label
-from forensics.analysis.samples import ProcessGpuSample
+from forensics.analysis.samples import CpuSample, MemorySample, ProcessGpuSample
 from forensics.document_format import FORMAT, FORMAT_VERSION
 from forensics.parsing.logsignals.line import split_context
 from forensics.parsing.timestamps import format_iso
@@ -201,13 +202,13 @@ def _ticks(paced: list[float], others: list[float]) -> tuple[list[float], dict[f
 
 def _containers(model: Model) -> list[dict[str, Any]]:
     cpu: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for s in model.cpu_samples:
+    for s in model.series(CpuSample):
         cpu[(s.node, s.container_id)].append(s)
     mem: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for m in model.memory_samples:
+    for m in model.series(MemorySample):
         mem[(m.node, m.container_id)].append(m)
     oom_count: dict[tuple[str, str], int] = defaultdict(int)
-    for o in model.ooms:
+    for o in model.series(OomKill):
         if o.container_id and o.source == "kernel":
             oom_count[(o.node, o.container_id)] += 1
     out: list[dict[str, Any]] = []
@@ -227,7 +228,7 @@ def _containers(model: Model) -> list[dict[str, Any]]:
             i = pos[m.t]
             mem_bytes[i] = max(m.memory_bytes, mem_bytes[i] or 0)
         peaks = [v for v in mem_bytes if v is not None]
-        peaks += [o.usage_bytes for o in model.ooms if o.node == node and o.container_id == cid
+        peaks += [o.usage_bytes for o in model.series(OomKill) if o.node == node and o.container_id == cid
                   and o.usage_bytes is not None and o.source in ("kernel", "docker")]
         if (node, cid) in model.memory_peaks:
             peaks.append(model.memory_peaks[(node, cid)])
@@ -251,7 +252,7 @@ def _containers(model: Model) -> list[dict[str, Any]]:
 def _pods(model: Model) -> list[dict[str, Any]]:
     out = []
     for uid, p in sorted(model.pods.items(), key=lambda kv: (kv[1].node, kv[1].namespace, kv[1].name)):
-        oomed = sorted({o.k8s_container_name for o in model.ooms
+        oomed = sorted({o.k8s_container_name for o in model.series(OomKill)
                         if o.pod_uid == uid and o.source in ("kubernetes", "cri") and o.k8s_container_name})
         out.append({"uid": uid, "namespace": p.namespace, "name": p.name, "node": p.node,
                     "phase": p.phase, "containers": [cid for _, cid in p.container_ids if cid],
@@ -281,7 +282,7 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
             items.append((c.finished_at, {"node": node, "kind": "container-exit",
                                           "text": f"{cap(name)} exited{code}" + (" (OOM-killed)" if c.oom_killed else ""),
                                           "subject": subj, "finding": None}))
-    for o in model.ooms:
+    for o in model.series(OomKill):
         if o.t is not None:
             who = model.container(o.node, o.container_id)
             where = (label(model, who.subject()) if who else
@@ -291,17 +292,17 @@ def _timeline(model: Model, findings: tuple[Finding, ...]) -> list[dict[str, Any
                 (f" in {where}" if where else "") + f" [{o.source}]"
             items.append((o.t, {"node": o.node, "kind": "oom-kill", "text": text,
                                 "subject": who.subject().to_json() if who else None, "finding": None}))
-    for x in model.xids:
+    for x in model.series(XidEvent):
         if x.t is not None:
             gpu = model.gpus.get((x.node, x.gpu_uuid)) if x.gpu_uuid else None
             items.append((x.t, {"node": x.node, "kind": "xid", "text": f"Xid {x.code}: {x.text[:120]}",
                                 "subject": gpu.subject().to_json() if gpu else None, "finding": None}))
-    for co in model.cuda_ooms:
+    for co in model.series(CudaOom):
         if co.t is not None:
             who = model.container(co.node, co.container_id)
             items.append((co.t, {"node": co.node, "kind": "cuda-oom", "text": co.text[:160],
                                  "subject": who.subject().to_json() if who else None, "finding": None}))
-    for s in model.log_signals:
+    for s in model.series(LogSignal):
         # the workload's own words (CUDA OOMs are above): faults, NCCL timeouts and errors, process ends
         if s.signal.t is not None and s.signal.kind in _TIMELINE_SIGNALS:
             writer = model.container(s.node, s.container_id)
@@ -327,9 +328,9 @@ def _unknown_containers(model: Model) -> list[dict[str, Any]]:
     for p in model.processes.values():
         if p.container_id:
             seen.setdefault((p.node, p.container_id), f"named by /proc/{p.pid}/cgroup only")
-    for s in model.cpu_samples:
+    for s in model.series(CpuSample):
         seen.setdefault((s.node, s.container_id), "named by its cgroup path only")
-    for o in model.ooms:
+    for o in model.series(OomKill):
         if o.container_id:
             seen.setdefault((o.node, o.container_id), "named by an OOM record's memory cgroup only")
     out = []
@@ -358,7 +359,7 @@ def build_document(model: Model, result: ChainResult, ruled: list[dict[str, Any]
     # each PID's first sample (the earliest; of equal times the first read), in (node, PID) order:
     # one pass, not a sort of every process sample
     first: dict[tuple[str, int], ProcessGpuSample] = {}
-    for s in model.proc_samples:
+    for s in model.series(ProcessGpuSample):
         seen = first.get((s.node, s.pid))
         if seen is None or s.t < seen.t:
             first[(s.node, s.pid)] = s

@@ -28,7 +28,7 @@ from forensics.analysis.model import (
     Owner,
     Pod,
 )
-from forensics.analysis.samples import ProcessGpuSample
+from forensics.analysis.samples import CpuSample, MemorySample, ProcessGpuSample
 
 __all__ = ["ResolvedJoins", "owner_of", "pod_allocation", "resolve_joins"]
 
@@ -81,8 +81,8 @@ class ResolvedJoins:
         # containers whose processes or cgroups the bundle saw (though no runtime may describe them)
         self.seen_running: frozenset[tuple[str, str]] = frozenset(
             {(p.node, p.container_id) for p in model.processes.values() if p.container_id}
-            | {(c.node, c.container_id) for c in model.cpu_samples}
-            | {(m.node, m.container_id) for m in model.memory_samples})
+            | {(c.node, c.container_id) for c in model.series(CpuSample)}
+            | {(m.node, m.container_id) for m in model.series(MemorySample)})
         self._active: dict[float, ActiveOwners] = {}
         self._gpus_used: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         for (node, uuid), samples in model.proc_samples_by_gpu().items():  # owners per PID, not per sample

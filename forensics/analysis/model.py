@@ -2,11 +2,14 @@
 
 Entities (GPU, process, container, pod, node) are frozen records; samples
 (forensics/analysis/samples.py) and events (forensics/analysis/events.py) carry unix seconds
-(``t``) and the evidence they were read from. :class:`Model` holds them, keyed by node,
-plus what is known about which sources were present (collector status) and the limitations met.
-Loaders (forensics/analysis/loaders/) fill it; then :func:`forensics.analysis.joins.resolve_joins`
-links PID -> cgroup -> container -> pod -> GPU allocation once, into ``Model.joins``, which rules,
-the chain and the document read (they never build joins themselves). What they may ask of the
+(``t``) and the evidence they were read from. :class:`Model` holds them, keyed by node, samples and
+events as series keyed by their record type (``model.series(GpuSample)``), plus what is known about
+which sources were present (collector status) and the limitations met. Only
+:func:`forensics.analysis.loaders.load_model` makes one: the loaders fill it (their scratch state
+is a :class:`forensics.analysis.loaders.state.LoadState`, not here), then
+:func:`forensics.analysis.joins.resolve_joins` links PID -> cgroup -> container -> pod -> GPU
+allocation once, into ``Model.joins``, which rules, the chain and the document read (they never
+build joins themselves). What they may ask of the
 joins is declared here (:class:`Joins`, with its answers :class:`Owner` and :data:`ActiveOwners`);
 forensics.analysis.joins implements it over this module, which imports neither it nor the
 allocation models, so the model, the joins and the allocations form no import cycle.
@@ -15,31 +18,13 @@ allocation models, so the model, the joins and the allocations form no import cy
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
-from forensics.analysis.events import (
-    CudaOom,
-    GpuHealthReading,
-    GpuLostWitness,
-    LogSignal,
-    LogTail,
-    OomKill,
-    XidEvent,
-)
 from forensics.analysis.findings import Evidence, Subject
-from forensics.analysis.samples import (
-    CpuSample,
-    ExporterAttribution,
-    GpuSample,
-    IoSample,
-    MemorySample,
-    NetSample,
-    ProcessGpuSample,
-    PsiSample,
-)
+from forensics.analysis.samples import GpuSample, ProcessGpuSample
 from forensics.parsing.pci import pci_bus_key
 
 __all__ = [
@@ -55,6 +40,8 @@ __all__ = [
     "Process",
     "ShareContract",
 ]
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -273,11 +260,6 @@ class NodeInfo:
     # the member folders (``ring/nvml/``) whose flight recorder history the analysis read for this node,
     # with the wall times of their first and last record in the window (None: not known)
     history_held: dict[str, tuple[float, float] | None] = field(default_factory=dict)
-    # (microseconds since boot, message) of every kernel record a rule reads that the capture's own log
-    # held: the flight recorder's kernel history adds only those not among them (a reboot, a wrapped buffer)
-    kernel_keys: set[tuple[int, str]] | None = None  # (None: no ring history in its bundles to compare)
-    # the other lines of the capture's own /dev/kmsg members (no rule reads them; they are counted once)
-    kernel_lines: set[str] | None = None
     psi_readings: int = 0
     members_used: dict[str, str] = field(default_factory=dict)  # family (nvml, kernel, cgroups, psi) -> member
     kernel_window: tuple[float, float] | None = None
@@ -348,59 +330,61 @@ class Joins(Protocol):
 
 @dataclass
 class Model:
-    """Every entity and sample of the analysed bundles, keyed by node."""
+    """Every entity and sample of the analysed bundles, keyed by node.
+
+    Samples and events are kept as series keyed by their record type (:meth:`series`,
+    :meth:`add`): a new source's sample type is a new key, not a new field. Loaders fill a model
+    (their scratch state is :class:`forensics.analysis.loaders.state.LoadState`, never here); the
+    loading code (:func:`forensics.analysis.loaders.load_model`) resolves its :attr:`joins` before
+    anyone else sees it."""
 
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     gpus: dict[tuple[str, str], Gpu] = field(default_factory=dict)  # (node, uuid)
-    gpu_samples: list[GpuSample] = field(default_factory=list)
-    proc_samples: list[ProcessGpuSample] = field(default_factory=list)
     processes: dict[tuple[str, int], Process] = field(default_factory=dict)
     containers: dict[tuple[str, str], Container] = field(default_factory=dict)
     pods: dict[str, Pod] = field(default_factory=dict)  # uid
-    cpu_samples: list[CpuSample] = field(default_factory=list)
-    memory_samples: list[MemorySample] = field(default_factory=list)
     # (node, container id) -> the highest memory use its cgroup recorded (memory.peak v2,
     # memory.max_usage_in_bytes v1): samples miss the moment before an OOM kill.
     memory_peaks: dict[tuple[str, str], int] = field(default_factory=dict)
-    psi_samples: list[PsiSample] = field(default_factory=list)
-    io_samples: list[IoSample] = field(default_factory=list)
     # (node, container id) -> device (MAJ:MIN) -> {"rbps", "wbps", "riops", "wiops"} (None: unlimited),
     # from io.max / blkio.throttle.*_device in cgroup/index.json, with the evidence of the file
     io_limits: dict[tuple[str, str], tuple[dict[str, dict[str, int | None]], Evidence]] = field(default_factory=dict)
-    net_samples: list[NetSample] = field(default_factory=list)
-    ooms: list[OomKill] = field(default_factory=list)
-    xids: list[XidEvent] = field(default_factory=list)
-    lost_witnesses: list[GpuLostWitness] = field(default_factory=list)
-    gpu_health: list[GpuHealthReading] = field(default_factory=list)
-    node_gpu_resources: list[NodeGpuResource] = field(default_factory=list)
-    dstate_holders: list[DStateHolder] = field(default_factory=list)
     dstate_scanned: set[str] = field(default_factory=set)  # nodes whose bundle has proc/dstate.json
     shares: dict[tuple[str, str], ShareContract] = field(default_factory=dict)  # (node, container id)
-    cuda_ooms: list[CudaOom] = field(default_factory=list)
-    log_signals: list[LogSignal] = field(default_factory=list)
-    log_tails: list[LogTail] = field(default_factory=list)
-    exporter_attribution: list[ExporterAttribution] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     collectors: list[dict[str, object]] = field(default_factory=list)
     bundles: list[dict[str, object]] = field(default_factory=list)
-    # PSI readings below both floors are counted but not kept (set from the thresholds).
-    psi_some_floor: float = 0.0
-    psi_full_floor: float = 0.0
     # Nodes whose NVML PIDs are not this capture's /proc PIDs (capture outside the host PID namespace),
     # and (node, pid) NVML listed while /proc had no such PID: neither may be joined to /proc.
     pid_mismatch_nodes: set[str] = field(default_factory=set)
     pids_absent_at_nvml: set[tuple[str, int]] = field(default_factory=set)
-    # (node, pid) -> (comm, start ticks) NVML's collector saw: detects a PID reused before procfs read it.
-    nvml_identity: dict[tuple[str, int], tuple[str | None, int | None]] = field(default_factory=dict)
-    # (node, scope, resource) -> (t, some_total_usec, full_total_usec) of the previous PSI counter
-    # reading: the cgroups loader turns cumulative counters into per-interval stall shares.
-    psi_counters: dict[tuple[str, str, str], tuple[float, int, int | None]] = field(default_factory=dict)
     # (node, container id) -> the name Docker events give it (Actor.Attributes.name): names a
     # container that existed only between two snapshots (created, OOM-killed, removed).
     event_names: dict[tuple[str, str], str] = field(default_factory=dict)
-    # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins).
+    # The joins, resolved once after loading (forensics.analysis.joins.resolve_joins, called by
+    # forensics.analysis.loaders.load_model before the model leaves the loading code).
     joins: Joins = field(init=False, repr=False, compare=False)
+    # record type (GpuSample, OomKill, ...) -> its records in load order (:meth:`series`)
+    _series: dict[type, list[Any]] = field(default_factory=dict, init=False, repr=False)
     by_origin: dict[frozenset[str], dict[tuple[str, str], list[GpuSample]]] = field(default_factory=dict, repr=False, compare=False)  # samples_from
+
+    # -- series --------------------------------------------------------------------------------
+    def series(self, kind: type[_R]) -> list[_R]:
+        """The records of type ``kind`` (a sample or event type), in load order; an empty list,
+        held by the model, when there are none yet. Loaders append to it (a hot loop takes
+        ``append = model.series(GpuSample).append`` once); readers must not reorder it."""
+        found = self._series.get(kind)
+        if found is None:
+            found = self._series[kind] = []
+        return found
+
+    def add(self, record: object) -> None:
+        """Append one record to the series of its type."""
+        self.series(type(record)).append(record)
+
+    def extend(self, kind: type[_R], records: Iterable[_R]) -> None:
+        """Append records of type ``kind`` to its series."""
+        self.series(kind).extend(records)
 
     # -- sources -------------------------------------------------------------------------------
     def node(self, host: str) -> NodeInfo:
@@ -468,7 +452,7 @@ class Model:
 
     @cached_property
     def _nvml_pids(self) -> frozenset[tuple[str, int]]:
-        return frozenset((s.node, s.pid) for s in self.proc_samples)
+        return frozenset((s.node, s.pid) for s in self.series(ProcessGpuSample))
 
     def gpu_sample_count(self, node: str) -> int:
         """How many device samples the node's bundles hold."""
@@ -477,7 +461,7 @@ class Model:
     @cached_property
     def _samples_by_gpu(self) -> dict[tuple[str, str], list[GpuSample]]:
         out: dict[tuple[str, str], list[GpuSample]] = defaultdict(list)
-        for s in self.gpu_samples:
+        for s in self.series(GpuSample):
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=lambda s: s.t)
@@ -486,7 +470,7 @@ class Model:
     @cached_property
     def _proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         out: dict[tuple[str, str], list[ProcessGpuSample]] = defaultdict(list)
-        for s in self.proc_samples:
+        for s in self.series(ProcessGpuSample):
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=lambda s: (s.t, s.pid))
@@ -494,4 +478,4 @@ class Model:
 
     @cached_property
     def _gpu_sample_counts(self) -> Counter[str]:
-        return Counter(s.node for s in self.gpu_samples)
+        return Counter(s.node for s in self.series(GpuSample))

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from forensics.analysis.events import LogSignal, LogTail
 from forensics.bundle.reader import Bundle, open_bundle
 from forensics.capture.runner import run_capture
 from forensics.collect.context import CaptureOptions
@@ -613,14 +614,14 @@ class TestWorkloadLogs:
 
         cid = workload_logs.ids["ranklog"]
         model = build_model([workload_logs.bundle.path])
-        sigs = [s.signal for s in model.log_signals if s.container_id == cid]
+        sigs = [s.signal for s in model.series(LogSignal) if s.container_id == cid]
         comm = next(s for s in sigs if isinstance(s, NcclCommInit))
         fault = next(s for s in sigs if isinstance(s, CudaFault))
         assert comm.rank == 36 and comm.nranks == 64 and fault.fault == "illegal-memory-access"
         assert comm.t is not None and fault.t is not None
         start = workload_logs.printed["ranklog"]
         assert start - 1 <= comm.t < fault.t <= start + 30 and fault.t - comm.t >= 0.9  # the sleep 1 between
-        (tail,) = [t for t in model.log_tails if t.container_id == cid]
+        (tail,) = [t for t in model.series(LogTail) if t.container_id == cid]
         assert tail.t is not None and tail.t >= fault.t
 
     def test_newest_max_bytes_kept(self, workload_logs: WorkloadLogs) -> None:

@@ -6,6 +6,10 @@ walking this package and orders them from those declarations (NVML first: GPU UU
 resolve Docker grants and Xid lines; then processes, containers, pods, ...), ties broken by the
 sources' volatility order. A loader that meets something it cannot read records a problem and
 goes on; :func:`load_source` never raises for bundle content.
+
+A model is made by :func:`load_model` alone: the loaders fill it, with their scratch state in a
+:class:`~forensics.analysis.loaders.state.LoadState` they share, then its joins are resolved; only
+then does anyone else see it (never half-built, never with the loaders' scratch state).
 """
 
 from __future__ import annotations
@@ -15,19 +19,30 @@ from dataclasses import replace
 from typing import TypeVar
 
 from forensics.analysis.allocation_kubernetes import with_gpu_indexes
+from forensics.analysis.joins import resolve_joins
 from forensics.analysis.loaders.common import Loader
 from forensics.analysis.loaders.kernel import load_kernel_history
 from forensics.analysis.loaders.manifest import load_manifest, note_missing_sources
 from forensics.analysis.loaders.order import loader_order
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
 from forensics.analysis.ring_view import history_spans, ring_view
-from forensics.analysis.samples import CpuSample, IoSample, NetSample
+from forensics.analysis.samples import (
+    CpuSample,
+    GpuSample,
+    IoSample,
+    MemorySample,
+    NetSample,
+    ProcessGpuSample,
+    PsiSample,
+)
 from forensics.analysis.source import Source
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
 from forensics.specs.ring import folded
 
-__all__ = ["Loader", "finalize", "load_manifest", "load_source", "loader_order", "note_missing_sources"]
+__all__ = ["LoadState", "Loader", "finalize", "load_manifest", "load_model", "load_source", "loader_order",
+           "note_missing_sources"]
 
 _Sample = TypeVar("_Sample", CpuSample, IoSample, NetSample)
 
@@ -38,7 +53,17 @@ _Sample = TypeVar("_Sample", CpuSample, IoSample, NetSample)
 RING_SKIPS = frozenset({kernel_spec.SPEC.name})
 
 
-def load_source(src: Source, model: Model, node: str) -> None:
+def load_model(fill: Callable[[Model, LoadState], None], loading: LoadState) -> Model:
+    """A new model, filled by ``fill`` (which runs the loaders over its sources with ``loading``:
+    :func:`load_source`, then :func:`finalize`), with its joins (process -> container -> pod ->
+    allocation) resolved once: the only way a model is made."""
+    model = Model()
+    fill(model, loading)
+    resolve_joins(model)
+    return model
+
+
+def load_source(src: Source, model: Model, node: str, loading: LoadState) -> None:
     """Run every loader over one bundle; a loader's failure becomes a limitation, never an exception.
 
     A bundle with the flight recorder's history (members under ``ring/``) is loaded twice: the
@@ -56,8 +81,9 @@ def load_source(src: Source, model: Model, node: str) -> None:
     if view is not None:
         passes.insert(0, (view, RING_SKIPS))
         info = model.node(node)
-        if info.kernel_keys is None:  # the capture's kernel records are kept to compare the ring's with
-            info.kernel_keys, info.kernel_lines = set(), set()
+        # the capture's kernel records are kept to compare the ring's with
+        loading.kernel_keys.setdefault(node, set())
+        loading.kernel_lines.setdefault(node, set())
         skipped = {folded(name + "/") for name in RING_SKIPS}  # the kernel's: held where read (load_kernel_history)
         info.history_held.update(
             (folder, span) for folder, span in history_spans(view).items() if folder not in skipped)
@@ -67,13 +93,13 @@ def load_source(src: Source, model: Model, node: str) -> None:
             if name in skips:
                 continue
             try:
-                loader.load(source, model, node)
+                loader.load(source, model, node, loading)
             except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
                 model.limit(f"{src.name}: the {name} evidence could not be read "
                             f"({type(exc).__name__}: {str(exc)[:200]}); its findings are missing")
     if view is not None:
         try:
-            load_kernel_history(view, model, node)
+            load_kernel_history(view, model, node, loading)
         except Exception as exc:  # noqa: BLE001 - hostile content must not stop the analysis
             model.limit(f"{src.name}: the flight recorder's kernel history could not be read "
                         f"({type(exc).__name__}: {str(exc)[:200]}); only the capture's own kernel log is analysed")
@@ -114,16 +140,16 @@ def finalize(model: Model) -> None:
         return out
 
     _name_gpus_by_index(model)
-    model.cpu_samples = _prefer_kernel_files(model.cpu_samples)
-    model.io_samples = _prefer_kernel_files(model.io_samples)  # blkio_stats beside io.stat/blkio files
-    netns = [s for s in model.net_samples if s.kind == "netns"]
+    model.series(CpuSample)[:] = _prefer_kernel_files(model.series(CpuSample))
+    model.series(IoSample)[:] = _prefer_kernel_files(model.series(IoSample))  # blkio_stats beside io.stat/blkio files
+    netns = [s for s in model.series(NetSample) if s.kind == "netns"]
     if any(s.ref.member.startswith(docker_spec.PREFIX) for s in netns):  # networks beside /proc/<pid>/net/dev
         kept = set(map(id, _prefer_kernel_files(netns)))
-        model.net_samples = [s for s in model.net_samples if s.kind != "netns" or id(s) in kept]
+        model.series(NetSample)[:] = [s for s in model.series(NetSample) if s.kind != "netns" or id(s) in kept]
     if all(len(info.bundles) <= 1 for info in model.nodes.values()):
         return  # one bundle per host: nothing can be there twice
-    model.gpu_samples = dedupe(model.gpu_samples, lambda s: (s.node, s.gpu_uuid, round(s.t, 3)))
-    model.proc_samples = dedupe(model.proc_samples, lambda s: (s.node, s.gpu_uuid, s.pid, round(s.t, 3)))
-    model.cpu_samples = dedupe(model.cpu_samples, lambda s: (s.node, s.container_id, round(s.t, 3)))
-    model.memory_samples = dedupe(model.memory_samples, lambda s: (s.node, s.container_id, round(s.t, 3)))
-    model.psi_samples = dedupe(model.psi_samples, lambda s: (s.node, s.scope, s.resource, round(s.t, 3)))
+    model.series(GpuSample)[:] = dedupe(model.series(GpuSample), lambda s: (s.node, s.gpu_uuid, round(s.t, 3)))
+    model.series(ProcessGpuSample)[:] = dedupe(model.series(ProcessGpuSample), lambda s: (s.node, s.gpu_uuid, s.pid, round(s.t, 3)))
+    model.series(CpuSample)[:] = dedupe(model.series(CpuSample), lambda s: (s.node, s.container_id, round(s.t, 3)))
+    model.series(MemorySample)[:] = dedupe(model.series(MemorySample), lambda s: (s.node, s.container_id, round(s.t, 3)))
+    model.series(PsiSample)[:] = dedupe(model.series(PsiSample), lambda s: (s.node, s.scope, s.resource, round(s.t, 3)))

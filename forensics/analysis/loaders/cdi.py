@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_int, as_str
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.parsing.cdi_grants import SpecGrants
@@ -69,7 +70,7 @@ def cdi_evidence(src: Source, grants: SpecGrants | None, member: str, pointer: s
     return Evidence(src.name, member, pointer, excerpt, normalised=True)
 
 
-def load_cdi(src: Source, model: Model, node: str) -> None:
+def load_cdi(src: Source, model: Model, node: str, loading: LoadState) -> None:
     registry = cdi_registry(src)
     if registry is None:
         return

@@ -15,6 +15,7 @@ from typing import Any
 from forensics.analysis.events import OomKill
 from forensics.analysis.findings import EvidenceRef
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig, parse_time
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
 from forensics.analysis.samples import CpuSample, IoSample, MemorySample, PsiSample
 from forensics.analysis.source import Source
@@ -43,7 +44,23 @@ def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
     return cache[path]
 
 
-def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, Any], ev: EvidenceRef,
+class _Sink:
+    """Where one cgroups pass puts its samples: the series' appends taken once (this loader runs once
+    per cgroup per tick), the node's PSI reading count, the PSI floors and previous counters."""
+
+    __slots__ = ("cpu", "full_floor", "info", "io", "memory", "psi", "psi_counters", "some_floor")
+
+    def __init__(self, model: Model, node: str, loading: LoadState) -> None:
+        self.cpu = model.series(CpuSample).append
+        self.memory = model.series(MemorySample).append
+        self.io = model.series(IoSample).append
+        self.psi = model.series(PsiSample).append
+        self.info = model.node(node)
+        self.some_floor, self.full_floor = loading.psi_some_floor, loading.psi_full_floor
+        self.psi_counters = loading.psi_counters
+
+
+def _add_values(out: _Sink, node: str, path: str, t: float, values: dict[str, Any], ev: EvidenceRef,
                 cache: dict[str, str | None], cpu_quote: tuple[tuple[str | int, ...], ...] = _CPU_QUOTE) -> None:
     """One cgroup's values at time t: CFS counters, memory, PSI (this runs once per cgroup per tick)."""
     cid = cache[path] if path in cache else _container_of(path, cache)
@@ -54,7 +71,7 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
             if periods.__class__ is int and throttled.__class__ is int:
                 t_ns = cpu.get("throttled_ns")
                 # tuple.__new__ straight: a NamedTuple's own __new__ is a Python call, per cgroup per tick
-                model.cpu_samples.append(_new(CpuSample, (node, cid, t, periods, throttled,
+                out.cpu(_new(CpuSample, (node, cid, t, periods, throttled,
                                                           t_ns // 1000 if t_ns.__class__ is int else None, ev,
                                                           cpu_quote)))
         mem = values.get("memory")
@@ -62,26 +79,26 @@ def _add_values(model: Model, node: str, path: str, t: float, values: dict[str, 
             cur = mem.get("current_bytes")
             if cur.__class__ is int:
                 lim = mem.get("limit_bytes")
-                model.memory_samples.append(_new(MemorySample, (node, cid, t, cur, lim if lim.__class__ is int else None)))
+                out.memory(_new(MemorySample, (node, cid, t, cur, lim if lim.__class__ is int else None)))
         psi = values.get("pressure")
         if psi.__class__ is dict:
-            _add_psi(model, node, cid, "pressure", psi, t, ev)
+            _add_psi(out, node, cid, "pressure", psi, t, ev)
         io = values.get("io")
         if io.__class__ is dict:
             devices = io_bytes(io)
             if devices:
-                model.io_samples.append(IoSample(node, cid, t, devices, ev, _IO_QUOTE if ev.line else _IO_QUOTE_SNAPSHOT))
+                out.io(IoSample(node, cid, t, devices, ev, _IO_QUOTE if ev.line else _IO_QUOTE_SNAPSHOT))
     if path == "/":
         psi = values.get("host_pressure")
         if psi.__class__ is dict:
-            _add_psi(model, node, "host", "host_pressure", psi, t, ev)
+            _add_psi(out, node, "host", "host_pressure", psi, t, ev)
 
 
-def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, Any], t: float,
+def _add_psi(out: _Sink, node: str, scope: str, section: str, psi: dict[str, Any], t: float,
              ev: EvidenceRef) -> None:
-    info = model.nodes[node]
-    some_floor, full_floor = model.psi_some_floor, model.psi_full_floor
-    prev_all = model.psi_counters
+    info = out.info
+    some_floor, full_floor = out.some_floor, out.full_floor
+    prev_all = out.psi_counters
     for resource, lines in psi.items():
         if lines.__class__ is not dict:
             continue
@@ -109,7 +126,7 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
             if some_pct >= some_floor or (full_pct is not None and full_pct >= full_floor):
                 quote = _PSI_QUOTES.setdefault((section, resource, "counters"), (
                     ("values", section, resource, "some_total_usec"), ("values", section, resource, "full_total_usec")))
-                model.psi_samples.append(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
+                out.psi(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
             continue
         some_line = lines.get("some")
         some = some_line.get("avg10_pct") if some_line.__class__ is dict else None
@@ -124,7 +141,7 @@ def _add_psi(model: Model, node: str, scope: str, section: str, psi: dict[str, A
         if some >= some_floor or (full is not None and full >= full_floor):
             quote = _PSI_QUOTES.setdefault((section, resource), (("values", section, resource, "some"),
                                                                       ("values", section, resource, "full")))
-            model.psi_samples.append(PsiSample(node, scope, resource, t, float(some),
+            out.psi(PsiSample(node, scope, resource, t, float(some),
                                                float(full) if full is not None else None, ev, quote))
 
 
@@ -162,7 +179,7 @@ def io_limits(io: dict[str, Any]) -> dict[str, dict[str, int | None]]:
     return out
 
 
-def _add_unchanged_cpu(model: Model, node: str, path: str, t: float, cpu: Any, ev: EvidenceRef,
+def _add_unchanged_cpu(out: _Sink, node: str, path: str, t: float, cpu: Any, ev: EvidenceRef,
                        cache: dict[str, str | None]) -> None:
     """A recorder line's ``unchanged_until``: its cgroup's CPU counters were read then and were
     still the previous line's (docs/bundle-format/cgroups.md), so the previous line's CFS counters
@@ -173,11 +190,12 @@ def _add_unchanged_cpu(model: Model, node: str, path: str, t: float, cpu: Any, e
     if cid and cpu.__class__ is dict:
         periods, throttled, t_ns = cpu.get("nr_periods"), cpu.get("nr_throttled"), cpu.get("throttled_ns")
         if periods.__class__ is int and throttled.__class__ is int:
-            model.cpu_samples.append(CpuSample(node, cid, t, periods, throttled,
+            out.cpu(CpuSample(node, cid, t, periods, throttled,
                                                t_ns // 1000 if t_ns.__class__ is int else None, ev, _CPU_QUOTE))
 
 
-def load_cgroups(src: Source, model: Model, node: str) -> None:
+def load_cgroups(src: Source, model: Model, node: str, loading: LoadState) -> None:
+    out = _Sink(model, node, loading)
     cache: dict[str, str | None] = {}
     times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
     last_cpu: dict[str, tuple[float, Any, EvidenceRef]] = {}  # path -> (t, cpu values, ref) of its previous line
@@ -195,10 +213,10 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             before = last_cpu.get(path)
             quiet = as_float(quiet)
             if before is not None and quiet is not None and before[0] < quiet < t and before[1] != cpu:
-                _add_unchanged_cpu(model, node, path, quiet, before[1], before[2], cache)
+                _add_unchanged_cpu(out, node, path, quiet, before[1], before[2], cache)
         last_cpu[path] = (t, cpu, ref)
         # a line after quiet ticks quotes its unchanged_until too: where the interval it closes began
-        _add_values(model, node, path, t, values, ref, cache, _CPU_QUOTE if quiet is None else _UNCHANGED_QUOTE)
+        _add_values(out, node, path, t, values, ref, cache, _CPU_QUOTE if quiet is None else _UNCHANGED_QUOTE)
     if sampled:  # the member's path in the bundle (``ring/...`` over the ring view), as its evidence names it
         used = src.ref(cgroup_spec.SAMPLES, 0, None).member
         model.node(node).members_used.setdefault("cgroups", used)
@@ -217,7 +235,7 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
             key = (node, cid)
             model.memory_peaks[key] = max(peak, model.memory_peaks.get(key, 0))
         if not sampled:
-            _add_values(model, node, path, t_snap, values, ev, cache)
+            _add_values(out, node, path, t_snap, values, ev, cache)
             model.node(node).members_used.setdefault("cgroups", ev.member)
             model.node(node).members_used.setdefault("psi", ev.member)
         io = values.get("io")
@@ -229,7 +247,7 @@ def load_cgroups(src: Source, model: Model, node: str) -> None:
         oom_kills = as_int(dig(values, "memory", "events", "oom_kill")) or as_int(dig(values, "memory", "oom_kill"))
         if cid and oom_kills:
             for _ in range(min(oom_kills, 5)):
-                model.ooms.append(OomKill(node, None, None, None, cid, None, False,
+                model.add(OomKill(node, None, None, None, cid, None, False,
                                           as_int(dig(values, "memory", "peak_bytes")),
                                           as_int(dig(values, "memory", "limit_bytes")), path, "cgroup",
                                           (src.ev_pointer(cgroup_spec.INDEX, f"/cgroups/{i}/values/memory", index),)))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from forensics.parsing.timestamps import parse_iso_unix
 
 if TYPE_CHECKING:
+    from forensics.analysis.loaders.state import LoadState
     from forensics.analysis.model import Model
     from forensics.analysis.source import Source
 
@@ -18,7 +19,9 @@ __all__ = ["Loader", "as_dict", "as_float", "as_int", "as_str", "dig", "parse_ti
 
 @dataclass(frozen=True)
 class Loader:
-    """A source's loader: ``load(src, model, node)`` reads that source's members into the model.
+    """A source's loader: ``load(src, model, node, loading)`` reads that source's members into the model;
+    ``loading`` (:class:`~forensics.analysis.loaders.state.LoadState`) is what loaders keep between
+    themselves while the model loads, which rules never see.
 
     ``needs`` names the sources whose model entities it reads (the docker loader resolves grants
     against NVML's GPUs): it runs after their loaders. The order of all loaders is derived from
@@ -27,7 +30,7 @@ class Loader:
     """
 
     source: str
-    load: Callable[[Source, Model, str], None]
+    load: Callable[[Source, Model, str, LoadState], None]
     needs: tuple[str, ...] = ()
 
 

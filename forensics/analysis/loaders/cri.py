@@ -26,6 +26,7 @@ from forensics.analysis.events import OomKill
 from forensics.analysis.excerpt import JsonText, cut
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_dict, as_int, as_opt_str, as_str, dig
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
@@ -94,7 +95,7 @@ def _sandboxes(src: Source) -> dict[str, _Sandbox]:
     return out
 
 
-def load_cri(src: Source, model: Model, node: str) -> None:
+def load_cri(src: Source, model: Model, node: str, loading: LoadState) -> None:
     sandboxes = _sandboxes(src)
     listing = src.json(cri_spec.CONTAINERS)
     listed_sandbox = {as_str(dig(c, "id")): as_str(dig(c, "pod_sandbox_id")) for c in dig(listing, "containers") or []}
@@ -150,7 +151,7 @@ def load_cri(src: Source, model: Model, node: str) -> None:
         if sandbox is not None and k8s_name:
             sandbox.containers.append((k8s_name, cid))
         if oom:
-            model.ooms.append(OomKill(node, finished, None, None, cid, pod_uid, False, None, memory_limit, None,
+            model.add(OomKill(node, finished, None, None, cid, pod_uid, False, None, memory_limit, None,
                                       "cri", (src.ev_pointer(member, "/status/reason", doc),),
                                       k8s_container_name=k8s_name))
     for sandbox in sandboxes.values():

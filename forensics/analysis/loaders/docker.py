@@ -29,6 +29,7 @@ from forensics.analysis.loaders.common import (
     parse_time,
 )
 from forensics.analysis.loaders.logs import load_log_signals
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Process
 from forensics.analysis.samples import CpuSample, IoSample, MemorySample, NetSample
 from forensics.analysis.source import Source
@@ -55,7 +56,7 @@ def _cpu_quota_cores(host: dict[str, Any]) -> float | None:
     return None
 
 
-def load_docker(src: Source, model: Model, node: str) -> None:
+def load_docker(src: Source, model: Model, node: str, loading: LoadState) -> None:
     info = src.json(docker_spec.INFO)
     info_doc = info if isinstance(info, dict) else None
     gpus = model.node_gpus(node)
@@ -126,7 +127,7 @@ def load_docker(src: Source, model: Model, node: str) -> None:
         )
         model.containers[(node, cid)] = c
         if c.oom_killed:
-            model.ooms.append(OomKill(node, finished, None, None, cid, c.pod_uid, False, None,
+            model.add(OomKill(node, finished, None, None, cid, c.pod_uid, False, None,
                                       c.memory_limit_bytes, None, "docker",
                                       (src.ev_pointer(state_member, "/State/OOMKilled"),)))
         _load_processes(src, model, node, cid)
@@ -197,7 +198,7 @@ def _load_stats(src: Source, model: Model, node: str, cid: str) -> None:
     t = parse_time(stats.get("read"))
     th = _throttling(stats)
     if th is not None and t is not None:
-        model.cpu_samples.append(CpuSample(node, cid, t, th[0], th[1], th[2] // 1000,
+        model.add(CpuSample(node, cid, t, th[0], th[1], th[2] // 1000,
                                            src.ref(member, 0, stats, ("cpu_stats", "throttling_data"),
                                                    pointer="/cpu_stats/throttling_data")))
 
@@ -235,7 +236,7 @@ def _load_events_from(src: Source, model: Model, node: str, member: str,
         t = t_nano / 1e9 if t_nano else parse_time(ev.get("time"))
         if isinstance(cid, str):
             c = model.container(node, cid)
-            model.ooms.append(OomKill(node, t, None, None, cid, c.pod_uid if c else None, False, None,
+            model.add(OomKill(node, t, None, None, cid, c.pod_uid if c else None, False, None,
                                       None, None, "docker", (src.ev_line(member, no, raw),)))
 
 
@@ -243,6 +244,9 @@ _BLKIO_QUOTE = (("container_id",), ("stats", "blkio_stats", "io_service_bytes_re
 
 
 def _load_samples(src: Source, model: Model, node: str) -> None:
+    # the series' appends taken once: this loop runs per container per tick
+    add_cpu, add_memory = model.series(CpuSample).append, model.series(MemorySample).append
+    add_io, add_net = model.series(IoSample).append, model.series(NetSample).append
     for no, rec, raw in src.jsonl(docker_spec.SAMPLES):
         cid = rec.get("container_id")
         t = rec.get("t")
@@ -252,20 +256,20 @@ def _load_samples(src: Source, model: Model, node: str) -> None:
         th = _throttling(stats)
         ev = src.ref(docker_spec.SAMPLES, no, raw)
         if th is not None:
-            model.cpu_samples.append(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev,
+            add_cpu(CpuSample(node, cid, float(t), th[0], th[1], th[2] // 1000, ev,
                                                (("container_id",), ("stats", "cpu_stats", "throttling_data"))))
         usage = as_int(dig(stats, "memory_stats", "usage"))
         if usage is not None:
-            model.memory_samples.append(MemorySample(node, cid, float(t), usage,
+            add_memory(MemorySample(node, cid, float(t), usage,
                                                      as_int(dig(stats, "memory_stats", "limit"))))
         # the same kernel counters the cgroups and net collectors read: finalize() keeps these only
         # for a container those left without a series
         devices = blkio_bytes(stats)
         if devices:
-            model.io_samples.append(IoSample(node, cid, float(t), devices, ev, _BLKIO_QUOTE))
+            add_io(IoSample(node, cid, float(t), devices, ev, _BLKIO_QUOTE))
         counters = network_totals(stats)
         if counters:
-            model.net_samples.append(NetSample(node, "netns", f"docker:{cid[:12]}", float(t), counters, None, None,
+            add_net(NetSample(node, "netns", f"docker:{cid[:12]}", float(t), counters, None, None,
                                                cid, src.ref(docker_spec.SAMPLES, no, raw,
                                                             ("container_id",), ("stats", "networks"))))
 

@@ -10,6 +10,7 @@ Nodes sharing a reference are put on one clock by :func:`forensics.analysis.load
 from __future__ import annotations
 
 from forensics.analysis.loaders.common import Loader, dig
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
 from forensics.analysis.source import Source
 from forensics.specs import host as host_spec
@@ -19,7 +20,7 @@ __all__ = ["LOADER", "load_host"]
 _MAX_TRUSTED_ERROR_S = 60.0  # a larger maxerror says nothing useful about the clock
 
 
-def load_host(src: Source, model: Model, node: str) -> None:
+def load_host(src: Source, model: Model, node: str, loading: LoadState) -> None:
     doc = src.json(host_spec.FACTS)
     facts = model.node(node).facts
     release = dig(doc, "uname", "release")

@@ -17,6 +17,7 @@ from dataclasses import replace
 from forensics.analysis.events import GpuLostWitness, OomKill, XidEvent
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_float, dig
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
 from forensics.analysis.ring_view import RING_PREFIX, RingSource, history_spans
 from forensics.analysis.source import Source
@@ -76,12 +77,12 @@ def _boot_time(src: Source) -> float | None:
     return None
 
 
-def load_kernel(src: Source, model: Model, node: str) -> None:
+def load_kernel(src: Source, model: Model, node: str, loading: LoadState) -> None:
     """The capture's own kernel log (its boot's records; each one's key remembered on the node)."""
-    _load(src, model, node, history=False)
+    _load(src, model, node, loading, history=False)
 
 
-def load_kernel_history(view: RingSource, model: Model, node: str) -> None:
+def load_kernel_history(view: RingSource, model: Model, node: str, loading: LoadState) -> None:
     """The kernel records the flight recorder followed (``ring/kernel/kmsg-window.txt``, rebuilt from
     the ring's segments) that the capture's own kernel log does not hold: the ones from before a
     reboot, or those a busy kernel buffer overwrote before the capture read it; all of them when the
@@ -91,12 +92,12 @@ def load_kernel_history(view: RingSource, model: Model, node: str) -> None:
     the capture's boot: after a reboot they differ."""
     if view.rebuilt is None:  # whole ring members of an older capture: no run to take a boot from
         return
-    if _load(view, model, node, history=True):
+    if _load(view, model, node, loading, history=True):
         folder = view.prefix + "kernel/"
         model.node(node).history_held[folder] = history_spans(view).get(folder)
 
 
-def _load(src: Source, model: Model, node: str, history: bool) -> bool:
+def _load(src: Source, model: Model, node: str, loading: LoadState, history: bool) -> bool:
     """Read the kernel log members ``src`` holds; False when it holds none."""
     boot = None if history else _boot_time(src)
     present = [m for m, _ in _SOURCES if src.has(m)]
@@ -108,9 +109,9 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
     info.members_used.setdefault("kernel", src.ref(present[0], 0, None).member)  # its bundle path
     boot_at = src.boot_time_at if history and isinstance(src, RingSource) else None
     # the capture's own records, kept to compare the ring's with: only where a ring follows (load_source)
-    captured = info.kernel_keys if info.kernel_keys is not None else set()
-    captured_lines = info.kernel_lines if info.kernel_lines is not None else set()
-    keep = not history and info.kernel_keys is not None
+    keep = not history and node in loading.kernel_keys
+    captured = loading.kernel_keys.get(node, set())
+    captured_lines = loading.kernel_lines.get(node, set())
     raw_kmsg = {member: parse is kmsg.parse_kmsg_record for member, parse in _SOURCES}  # the same text in the ring
     seen_seq: set[int] = set()
     seen_keys: set[tuple[int, str]] = set()
@@ -180,7 +181,7 @@ def _load(src: Source, model: Model, node: str, history: bool) -> bool:
             xid = nvrm.parse_xid(record)
             if xid is not None:
                 gpu = model.gpu_by_pci(node, xid.pci_bus_id) if xid.pci_bus_id else None
-                model.xids.append(XidEvent(node, t, xid.xid, xid.pci_bus_id, gpu.uuid if gpu else None,
+                model.add(XidEvent(node, t, xid.xid, xid.pci_bus_id, gpu.uuid if gpu else None,
                                            xid.pid, xid.process_name, msg, src.ev_line(member, no, line),
                                            xid.gpu_instance_id))
     info.kernel_records += count
@@ -195,7 +196,7 @@ def _add_bus_loss(src: Source, model: Model, node: str, member: str, lost: tuple
     records = [k for k in keys if isinstance(k, tuple)]
     gpu = model.gpu_by_pci(node, pci)
     t = next((r[2] for r in records if isinstance(r[2], float)), None)
-    model.lost_witnesses.append(GpuLostWitness(
+    model.add(GpuLostWitness(
         node, t, pci, gpu.uuid if gpu else None, "kernel-nvrm",
         " ".join(str(r[3]).replace("\\x0a", " ") for r in records),
         tuple(src.ev_line(member, r[0], r[1]) for r in records)))
@@ -225,11 +226,11 @@ def _complete_oom(src: Source, model: Model, node: str, member: str, kill: oomki
     overwrote the memory cgroup lines before the capture read it) gets them from the ring's."""
     if not (kill.task_memcg or kill.oom_memcg):
         return
-    for i, o in enumerate(model.ooms):
+    for i, o in enumerate(model.series(OomKill)):
         if (o.node == node and o.source == "kernel" and o.pid == kill.pid and o.task_memcg is None
                 and o.container_id is None and not any(e.member.startswith(RING_PREFIX) for e in o.evidence)):
             cid, pod = _attribution(kill)
-            model.ooms[i] = replace(
+            model.series(OomKill)[i] = replace(
                 o, container_id=cid, pod_uid=pod, global_oom=kill.scope == "global",
                 usage_bytes=kill.memcg_usage_bytes if o.usage_bytes is None else o.usage_bytes,
                 limit_bytes=kill.memcg_limit_bytes if o.limit_bytes is None else o.limit_bytes,
@@ -241,7 +242,7 @@ def _add_oom(src: Source, model: Model, node: str, member: str, kill: oomkill.Oo
              lines: list[tuple[int, str]]) -> None:
     cid, pod = _attribution(kill)
     evidence = _oom_evidence(src, member, lines)
-    model.ooms.append(OomKill(
+    model.add(OomKill(
         node=node, t=t, pid=kill.pid, comm=kill.comm, container_id=cid, pod_uid=pod,
         global_oom=kill.scope == "global", usage_bytes=kill.memcg_usage_bytes,
         limit_bytes=kill.memcg_limit_bytes, task_memcg=kill.task_memcg, source="kernel",

@@ -29,6 +29,7 @@ from forensics.analysis.events import OomKill
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, dig, parse_time
 from forensics.analysis.loaders.logs import load_log_signals
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Container, GpuAllocation, Model, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
@@ -141,7 +142,7 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                 ptr = f"{pod_ptr}/status/containerStatuses/{j2}/{where}" if j2 is not None else f"{pod_ptr}/status"
                 cid = ce.last_container_id if ce.last_terminated_reason == "OOMKilled" else ce.container_id
                 t = parse_time(ce.last_terminated_finished_at) if ce.last_terminated_reason == "OOMKilled" else None
-                model.ooms.append(OomKill(node, t, None, None, cid, entry.uid, False, None, ce.memory_limit_bytes,
+                model.add(OomKill(node, t, None, None, cid, entry.uid, False, None, ce.memory_limit_bytes,
                                           None, "kubernetes", (src.ev_pointer(kube_spec.PODS, ptr, doc),),
                                           k8s_container_name=ce.name))
         model.pods[entry.uid] = Pod(node, entry.uid, entry.namespace, entry.name, entry.phase or "unknown",
@@ -182,11 +183,11 @@ def load_kubernetes_events(src: Source, model: Model, node: str) -> None:
     items = dig(doc, "items")
     for i, ev in enumerate(items if isinstance(items, list) else []):
         if dig(ev, "reason") in _OOM_REASONS:
-            model.ooms.append(_oom_kill(node, ev, src.ev_pointer(kube_spec.EVENTS, f"/items/{i}/message", doc)))
+            model.add(_oom_kill(node, ev, src.ev_pointer(kube_spec.EVENTS, f"/items/{i}/message", doc)))
     for no, ev, raw in src.jsonl(kube_spec.EVENTS_FOLLOWED):
         if dig(ev, "reason") in _OOM_REASONS:
             ref = src.ref(kube_spec.EVENTS_FOLLOWED, no, raw, ("reason",), ("message",))
-            model.ooms.append(_oom_kill(node, ev, ref.evidence))
+            model.add(_oom_kill(node, ev, ref.evidence))
 
 
 def _oom_kill(node: str, ev: Any, evidence: Evidence) -> OomKill:
@@ -206,7 +207,7 @@ def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
 
 
 # needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's and the CRI runtime's containers
-def _load_with_sharing(src: Source, model: Model, node: str) -> None:
+def _load_with_sharing(src: Source, model: Model, node: str, loading: LoadState) -> None:
     """Pods, then their GPU sharing contracts (:mod:`forensics.analysis.loaders.sharing`), which read the pods."""
     from forensics.analysis.loaders.node_resources import load_node_resources
     from forensics.analysis.loaders.sharing import load_sharing

@@ -1,8 +1,8 @@
 """Workload logs, whichever source took them: the Docker engine (``docker/containers/<id>/logs.txt``)
 or the Kubernetes API server (``kubernetes/logs/<ns>/<pod>/<container>[.previous].log``), both
 ``timestamps=true`` text. Each becomes typed log signals (:mod:`forensics.parsing.logsignals`) in
-``model.log_signals``, CUDA out-of-memory lines also in ``model.cuda_ooms``, and where it ends in
-``model.log_tails``. Not a loader of its own (no ``LOADER``): the docker and kubernetes loaders call it.
+``model.series(LogSignal)``, CUDA out-of-memory lines also in ``model.series(CudaOom)``, and where it ends in
+``model.series(LogTail)``. Not a loader of its own (no ``LOADER``): the docker and kubernetes loaders call it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def load_log_signals(src: Source, model: Model, node: str, member: str, containe
     for no, sig in scan_log(text, max_signals=_MAX_SIGNALS_PER_LOG):
         line = lines[no - 1] if 0 < no <= len(lines) else ""
         ev = src.ev_line(member, no, line)
-        model.log_signals.append(LogSignal(node, container_id, pod_key, sig, ev))
+        model.add(LogSignal(node, container_id, pod_key, sig, ev))
         if isinstance(sig, LogCudaOom) and container_id is not None:
-            model.cuda_ooms.append(CudaOom(node, sig.t, container_id, line, ev))
+            model.add(CudaOom(node, sig.t, container_id, line, ev))
     tail = last_timestamp(text)
-    model.log_tails.append(LogTail(node, container_id, pod_key, member, tail[1] if tail else None,
+    model.add(LogTail(node, container_id, pod_key, member, tail[1] if tail else None,
                                    src.ev_line(member, tail[0], lines[tail[0] - 1]) if tail else None))

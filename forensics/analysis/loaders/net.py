@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.analysis.loaders.common import Loader, as_float, as_int
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
 from forensics.analysis.samples import NetSample
 from forensics.analysis.source import Source
@@ -118,24 +119,25 @@ def _nic_lines(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
         where = written  # an interface whose line read the same: the line that last wrote it
         if iface in links:
             where = ref(("net_dev", iface), ("links", iface)) if iface in lines else ref(("links", iface))
-        model.net_samples.append(NetSample(node, "nic", iface, t, counters, speed, state, None, where))
+        model.add(NetSample(node, "nic", iface, t, counters, speed, state, None, where))
 
 
 def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
               last: dict[str, tuple[dict[str, int], str | None]], nics: _Nics) -> None:
+    add = model.series(NetSample).append  # once per line, not per interface
     if "net_dev" in rec or "links" in rec:
         _nic_lines(model, node, t, rec, ref, nics)
     for iface, values in _table(rec.get("interfaces")).items():
         if isinstance(values, dict):
             state = values.get("operstate")
-            model.net_samples.append(NetSample(node, "nic", iface, t, _ints(values, NIC_COUNTERS),
+            add(NetSample(node, "nic", iface, t, _ints(values, NIC_COUNTERS),
                                                _speed(values.get("speed_mbps")),
                                                state if isinstance(state, str) else None, None,
                                                ref(("interfaces", iface))))
     for port, values in _table(rec.get("ib")).items():
         if isinstance(values, dict):
             state = values.get("state")
-            model.net_samples.append(NetSample(node, "ib", port, t, _ib(values), as_float(values.get("rate_bytes_per_s")),
+            add(NetSample(node, "ib", port, t, _ib(values), as_float(values.get("rate_bytes_per_s")),
                                                state if isinstance(state, str) else None, None, ref(("ib", port))))
     for inode, values in _table(rec.get("netns")).items():
         if isinstance(values, dict):
@@ -147,21 +149,21 @@ def _add_line(model: Model, node: str, t: float, rec: dict[str, Any], ref: Any,
             if quiet is not None and known is not None and quiet < t:
                 # its host veth's line read then as at its previous reading: its veth's bytes (each
                 # end's received is the other's sent) still held the previous values then
-                model.net_samples.append(NetSample(node, "netns", inode, quiet,
+                add(NetSample(node, "netns", inode, quiet,
                                                    {k: v for k, v in known[0].items() if k in _MIRRORED},
                                                    None, None, known[1], ref(("netns", inode, "unchanged_until"))))
             last[inode] = (counters, owner)
-            model.net_samples.append(NetSample(node, "netns", inode, t, counters, None, None, owner,
+            add(NetSample(node, "netns", inode, t, counters, None, None, owner,
                                                ref(("netns", inode))))
     unchanged = rec.get("netns_unchanged")
     for inode in unchanged if isinstance(unchanged, list) else []:
         known = last.get(str(inode))
         if known is not None:  # read the same as when last written: the same counters at this tick
-            model.net_samples.append(NetSample(node, "netns", str(inode), t, known[0], None, None, known[1],
+            add(NetSample(node, "netns", str(inode), t, known[0], None, None, known[1],
                                                ref(("netns_unchanged",))))
 
 
-def load_net(src: Source, model: Model, node: str) -> None:
+def load_net(src: Source, model: Model, node: str, loading: LoadState) -> None:
     sampled = False
     last: dict[str, tuple[dict[str, int], str | None]] = {}
     nics = _Nics()

@@ -89,7 +89,7 @@ def load_node_resources(src: Source, model: Model, node: str) -> None:
         listed = ids.get(name) if ids is not None else None
         end_alloc = end_allocatable.get(name)
         end_listed = end_ids.get(name) if end_ids is not None else None
-        model.node_gpu_resources.append(NodeGpuResource(
+        model.add(NodeGpuResource(
             node, name, count, alloc, t, src.ev_pointer(kube_spec.NODE, pointer, doc),
             tuple(listed[0]) if listed else (() if ids is not None else None), listed[1] if listed else None,
             end_capacity.get(name, count) if end_alloc is not None else None, end_alloc,

@@ -14,6 +14,7 @@ from typing import Any
 
 from forensics.analysis.events import XidEvent
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Gpu, Model
 from forensics.analysis.samples import NVML_SNAPSHOT, GpuSample, ProcessGpuSample
 from forensics.analysis.source import Source
@@ -110,7 +111,7 @@ def _system_facts(model: Model, node: str, system: Any) -> None:
         facts.setdefault("nvml_version", version)
 
 
-def load_nvml(src: Source, model: Model, node: str) -> None:
+def load_nvml(src: Source, model: Model, node: str, loading: LoadState) -> None:
     _pid_namespace(src, model, node)
     devices_doc = src.json(nvml_spec.DEVICES)
     devices = dig(devices_doc, "devices")
@@ -141,7 +142,8 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
     by_index = {g.index: g.uuid for (n, _), g in model.gpus.items() if n == node}
     sampled = False
     member = nvml_spec.SAMPLES
-    proc_samples = model.proc_samples
+    add_gpu_sample = model.series(GpuSample).append  # once: this loop runs per device per tick
+    proc_samples = model.series(ProcessGpuSample)
     new_sample = tuple.__new__
     for no, line, _raw in src.jsonl(member):
         if line.get("kind", "device") != "device":
@@ -155,7 +157,7 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         used, total = _memory(nvml)
         util = as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu"))
         temp = as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)"))
-        model.gpu_samples.append(GpuSample(
+        add_gpu_sample(GpuSample(
             node, uuid, t, util, used, total, _reasons(nvml), temp, _power_w(nvml),
             src.ref(member, no, _raw, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml))))
         line_ref = src.ref(member, no, _raw)
@@ -190,16 +192,17 @@ def load_nvml(src: Source, model: Model, node: str) -> None:
         for p in procs_doc if isinstance(procs_doc, list) else []:
             pid = as_int(dig(p, "pid"))
             if pid is not None:
-                _note_identity(model, node, pid, p)
+                _note_identity(loading, node, pid, p)
     else:
-        _snapshot(src, model, node, devices_doc, by_index)
+        _snapshot(src, model, node, devices_doc, by_index, loading)
     _events(src, model, node, by_index)
     from forensics.analysis.loaders.nvml_health import load_nvml_health
 
     load_nvml_health(src, model, node)  # memory-error counters (start, end) and GPUs that answered GpuIsLost
 
 
-def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: dict[int, str]) -> None:
+def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: dict[int, str],
+              loading: LoadState) -> None:
     """No sampling: one reading per GPU from devices.json and processes.json."""
     t = as_float(dig(devices_doc, "t"))
     devices = dig(devices_doc, "devices")
@@ -211,7 +214,7 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
         if not isinstance(uuid, str):
             continue
         used, total = _memory(nvml)
-        model.gpu_samples.append(GpuSample(
+        model.add(GpuSample(
             node, uuid, t, as_float(dig(_val(nvml, "nvmlDeviceGetUtilizationRates"), "gpu")), used, total,
             _reasons(nvml), as_float(_val(nvml, "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")),
             _power_w(nvml), src.ref(nvml_spec.DEVICES, 0, dev, *(("nvml", k) for k in _QUOTED if isinstance(nvml, dict) and k in nvml),
@@ -233,11 +236,11 @@ def _snapshot(src: Source, model: Model, node: str, devices_doc: Any, by_index: 
             continue
         sm = sm_by_gpu.get(uuid, {})
         mig = dig(p, "mig_uuid")
-        model.proc_samples.append(ProcessGpuSample(
+        model.add(ProcessGpuSample(
             node, uuid, pid, pt, as_int(dig(p, "used_memory_bytes")), sm.get(pid),
             src.ref(nvml_spec.PROCESSES, 0, p, pointer=f"/processes/{j}"),  # (snapshot: few)
             mig_uuid=mig if isinstance(mig, str) else None))
-        _note_identity(model, node, pid, p)
+        _note_identity(loading, node, pid, p)
 
 
 def _pid_namespace(src: Source, model: Model, node: str) -> None:
@@ -254,11 +257,11 @@ def _pid_namespace(src: Source, model: Model, node: str) -> None:
             model.pids_absent_at_nvml.add((node, pid))
 
 
-def _note_identity(model: Model, node: str, pid: int, p: Any) -> None:
+def _note_identity(loading: LoadState, node: str, pid: int, p: Any) -> None:
     """What NVML's collector saw of a GPU PID in /proc at that moment (comm, start time in ticks)."""
     comm, start = dig(p, "comm"), as_int(dig(p, "proc_start_ticks"))
     if isinstance(comm, str) or start is not None:
-        model.nvml_identity[(node, pid)] = (comm if isinstance(comm, str) else None, start)
+        loading.nvml_identity[(node, pid)] = (comm if isinstance(comm, str) else None, start)
 
 
 def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> None:
@@ -276,7 +279,7 @@ def _events(src: Source, model: Model, node: str, by_index: dict[int, str]) -> N
             continue
         uuid = ev.get("uuid") if isinstance(ev.get("uuid"), str) else by_index.get(as_int(ev.get("gpu_index")) or -1)
         gpu = model.gpus.get((node, uuid)) if uuid else None
-        model.xids.append(XidEvent(node, as_float(ev.get("t")), xid, gpu.pci_bus_id if gpu else None, uuid,
+        model.add(XidEvent(node, as_float(ev.get("t")), xid, gpu.pci_bus_id if gpu else None, uuid,
                                    None, None, f"NVML XidCriticalError {xid}", src.ev_line(member, no, raw)))
 
 

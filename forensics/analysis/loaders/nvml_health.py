@@ -125,14 +125,14 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
             uuid = gpu.uuid if gpu else dig(dev, "nvml", "nvmlDeviceGetUUID", "value")
             lost = _is_lost(dig(dev, "nvml"))
             if lost is not None:
-                model.lost_witnesses.append(GpuLostWitness(
+                model.add(GpuLostWitness(
                     node, t, gpu.pci_bus_id if gpu else None, uuid if isinstance(uuid, str) else None, "nvml",
                     f"{lost} answered GpuIsLost for GPU {index} ({phase} of the capture)",
                     (src.ev_pointer(member, f"/devices/{i}/nvml/{lost}", doc),), index))
             if isinstance(uuid, str):
                 reading = _reading(src, member, doc, i, dev, uuid, phase, node, t)
                 if reading is not None:
-                    model.gpu_health.append(reading)
+                    model.add(reading)
     first: dict[int, tuple[float, GpuLostWitness]] = {}
     last: dict[int, tuple[float, GpuLostWitness]] = {}
     member = nvml_spec.SAMPLES
@@ -154,6 +154,6 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
             first[index] = (t, w)
         last[index] = (t, w)
     for index, (_, w) in first.items():
-        model.lost_witnesses.append(w)
+        model.add(w)
         if last[index][1] is not w:
-            model.lost_witnesses.append(last[index][1])
+            model.add(last[index][1])

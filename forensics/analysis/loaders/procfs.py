@@ -13,6 +13,7 @@ from typing import Any
 
 from forensics.analysis.findings import Evidence
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import DStateHolder, Model, Process
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
@@ -33,10 +34,10 @@ def _start_ticks(src: Source, pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 and fields[19].isascii() and fields[19].isdigit() else None
 
 
-def check_pid_reuse(model: Model, node: str) -> None:
+def check_pid_reuse(model: Model, node: str, loading: LoadState) -> None:
     """A PID whose /proc start time differs from the one NVML's collector saw was reused: the
     process procfs read is not the GPU process, so it must not be joined to a container."""
-    for (n, pid), (comm, start) in model.nvml_identity.items():
+    for (n, pid), (comm, start) in loading.nvml_identity.items():
         proc = model.processes.get((n, pid))
         if n != node or proc is None or start is None or proc.start_ticks is None:
             continue
@@ -105,7 +106,7 @@ def _index_env(src: Source, index: Any, i: int, entry: Any) -> tuple[str | None,
     return value, src.ev_pointer(procfs_spec.INDEX, f"/processes/{i}/gpu_env/NVIDIA_VISIBLE_DEVICES", index)
 
 
-def load_procfs(src: Source, model: Model, node: str) -> None:
+def load_procfs(src: Source, model: Model, node: str, loading: LoadState) -> None:
     """Fill ``model.processes`` for every PID with a stored cgroup file or an index entry."""
     index = src.json(procfs_spec.INDEX)
     entries = dig(index, "processes")
@@ -160,7 +161,7 @@ def load_procfs(src: Source, model: Model, node: str) -> None:
         model.processes[(node, pid)] = Process(
             node, pid, comm if isinstance(comm, str) else "", path, cid, uid, (ev,), reason,
             as_int(dig(entry, "start_time_ticks")), visible, visible_ev, _rank_env([], entry))
-    check_pid_reuse(model, node)
+    check_pid_reuse(model, node, loading)
     load_dstate(src, model, node)
 
 
@@ -180,7 +181,7 @@ def load_dstate(src: Source, model: Model, node: str) -> None:
         if pid is None or not targets:
             continue
         comm, wchan = dig(entry, "comm"), dig(entry, "wchan")
-        model.dstate_holders.append(DStateHolder(
+        model.add(DStateHolder(
             node, pid, comm if isinstance(comm, str) else None, wchan if isinstance(wchan, str) else None,
             tuple(targets), t, src.ev_pointer(procfs_spec.DSTATE, f"/processes/{i}", doc)))
 

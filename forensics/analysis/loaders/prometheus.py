@@ -36,6 +36,7 @@ from typing import Any
 from forensics.analysis.events import OomKill, XidEvent
 from forensics.analysis.findings import Evidence, EvidenceRef
 from forensics.analysis.loaders.common import Loader, as_dict, as_str
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Container, Gpu, GpuAllocation, Model, Pod
 from forensics.analysis.samples import (
     DCGM_EXPORTER,
@@ -126,7 +127,7 @@ def _exported(dcgm: list[_Series]) -> bool:
     return any("exported_pod" in s.labels for s in dcgm)
 
 
-def load_prometheus(src: Source, model: Model, node: str) -> None:
+def load_prometheus(src: Source, model: Model, node: str, loading: LoadState) -> None:
     """Map the bundle's Prometheus answers onto ``model`` for ``node`` (see the module docstring)."""
     index = src.json(QUERIES)
     if not isinstance(index, dict):
@@ -198,7 +199,7 @@ def _load_pods(src: Source, model: Model, node: str, series: dict[str, list[_Ser
         uid = s.labels.get("uid") or uids.get((s.labels.get("namespace", ""), s.labels.get("pod", "")), "")
         t = s.points[0][0]
         oom_cid = next((c for n, c in cids.get(uid, []) if n == s.labels.get("container")), None)
-        model.ooms.append(OomKill(node=node, t=t, pid=None, comm=None, container_id=oom_cid, pod_uid=uid or None,
+        model.add(OomKill(node=node, t=t, pid=None, comm=None, container_id=oom_cid, pod_uid=uid or None,
                                   global_oom=False, usage_bytes=None, limit_bytes=None, task_memcg=None,
                                   source="prometheus", evidence=(s.label_evidence(src),),
                                   k8s_container_name=s.labels.get("container")))
@@ -219,7 +220,7 @@ _GPU_FIELDS = {
 
 def _nvml_spans(model: Model, node: str) -> dict[str, tuple[float, float]]:
     spans: dict[str, tuple[float, float]] = {}
-    for s in model.gpu_samples:
+    for s in model.series(GpuSample):
         if s.node == node and not s.ref.member.startswith(f"{PREFIX}/"):
             lo, hi = spans.get(s.gpu_uuid, (s.t, s.t))
             spans[s.gpu_uuid] = (min(lo, s.t), max(hi, s.t))
@@ -253,6 +254,7 @@ def _load_gpus(src: Source, model: Model, node: str, series: dict[str, list[_Ser
                                        name=s.labels.get("modelName", ""), pci_bus_id=s.labels.get("pci_bus_id"),
                                        memory_total_bytes=total, evidence=s.label_evidence(src))
     spans = _nvml_spans(model, node)
+    add_gpu_sample = model.series(GpuSample).append  # once: per GPU per point
     for (uuid, t), f in sorted(values.items()):
         span = spans.get(uuid)
         if span is not None and span[0] <= t <= span[1]:
@@ -261,11 +263,12 @@ def _load_gpus(src: Source, model: Model, node: str, series: dict[str, list[_Ser
         used = int(f["used"] * _MIB) if "used" in f else None
         total = int((f["used"] + f["free"]) * _MIB) if "used" in f and "free" in f else (
             gpu.memory_total_bytes if gpu else None)
-        model.gpu_samples.append(GpuSample(
+        add_gpu_sample(GpuSample(
             node=node, gpu_uuid=uuid, t=t, util_gpu_pct=f.get("util"), memory_used_bytes=used,
             memory_total_bytes=total, clocks_event_reasons=int(f["reasons"]) if "reasons" in f else None,
             temperature_c=f.get("temp"), power_w=f.get("power"), ref=refs[(uuid, t)], origin=DCGM_EXPORTER))
     dcgm = series.get("DCGM_FI_DEV_GPU_UTIL", [])
+    add_attribution = model.series(ExporterAttribution).append
     for s in dcgm:
         uuid = s.labels.get("UUID")
         if not uuid:
@@ -273,7 +276,7 @@ def _load_gpus(src: Source, model: Model, node: str, series: dict[str, list[_Ser
         named = _pod_of(s.labels, _exported(dcgm))
         uid = pods.get((named[0], named[1])) if named else None
         for t, v, j in s.points:
-            model.exporter_attribution.append(ExporterAttribution(
+            add_attribution(ExporterAttribution(
                 node=node, gpu_uuid=uuid, t=t, util_pct=v, namespace=named[0] if named else None,
                 pod=named[1] if named else None, container=named[2] if named else None, pod_uid=uid,
                 ref=s.ref(src, j, [_num(t), _text(v)]), step_s=step_s))
@@ -284,7 +287,7 @@ def _load_gpus(src: Source, model: Model, node: str, series: dict[str, list[_Ser
         for t, v, j in s.points:
             gap = prev_t is not None and t - prev_t > _GAP_STEPS * step_s
             if v and prev is not None and v != prev and not gap:
-                model.xids.append(XidEvent(
+                model.add(XidEvent(
                     node=node, t=t, code=int(v), pci_bus_id=s.labels.get("pci_bus_id"), gpu_uuid=uuid, pid=None,
                     proc_name=None,
                     text=f"DCGM_FI_DEV_XID_ERRORS of GPU {s.labels.get('gpu', '?')} went from "
@@ -353,16 +356,17 @@ def _load_containers(src: Source, model: Model, node: str, series: dict[str, lis
         if key:
             for t, v, _ in s.points:
                 throttled[key[0]][t] = v
+    add_cpu, add_memory = model.series(CpuSample).append, model.series(MemorySample).append  # per point
     for cid, by_t in periods.items():
         th = throttled.get(cid, {})
         for t, (v, ref) in sorted(by_t.items()):
             if t in th:
-                model.cpu_samples.append(CpuSample(node, cid, t, int(v), int(th[t]), None, ref))
+                add_cpu(CpuSample(node, cid, t, int(v), int(th[t]), None, ref))
     for s in series.get("container_memory_working_set_bytes", []):
         key = _container_key(s.labels)
         if key:
             for t, v, _ in s.points:
-                model.memory_samples.append(MemorySample(node, key[0], t, int(v), int(limits[key[0]]) if key[0] in limits else None))
+                add_memory(MemorySample(node, key[0], t, int(v), int(limits[key[0]]) if key[0] in limits else None))
     for s in series.get("container_oom_events_total", []):
         key = _container_key(s.labels)
         if not key:
@@ -372,7 +376,7 @@ def _load_containers(src: Source, model: Model, node: str, series: dict[str, lis
         for t, v, j in s.points:
             if prev is not None and prev_t is not None and v > prev and t - prev_t <= _GAP_STEPS * step_s:
                 pod = by_uid.get(key[1] or "") if key[1] else None
-                model.ooms.append(OomKill(
+                model.add(OomKill(
                     node=node, t=t, pid=None, comm=None, container_id=key[0],
                     pod_uid=key[1] or (pod.uid if pod else None), global_oom=False,
                     usage_bytes=None, limit_bytes=int(limits[key[0]]) if key[0] in limits else None, task_memcg=s.labels.get("id"),
@@ -401,6 +405,7 @@ _PRESSURE = (("cpu", "node_pressure_cpu_waiting_seconds_total", None),
 
 
 def _load_pressure(src: Source, model: Model, node: str, series: dict[str, list[_Series]], step_s: float) -> None:
+    add_psi = model.series(PsiSample).append  # per point
     for resource, some_metric, full_metric in _PRESSURE:
         some = series.get(some_metric, [])
         if not some:
@@ -415,7 +420,7 @@ def _load_pressure(src: Source, model: Model, node: str, series: dict[str, list[
             full_pct = None
             if t0 in full and t1 in full and full[t1] >= full[t0]:
                 full_pct = min(100.0, (full[t1] - full[t0]) / dt * 100.0)
-            model.psi_samples.append(PsiSample(node, "host", resource, t1, round(some_pct, 3),
+            add_psi(PsiSample(node, "host", resource, t1, round(some_pct, 3),
                                                None if full_pct is None else round(full_pct, 3),
                                                s.ref(src, j1, [_num(t1), _text(v1)]), from_counters=True))
 

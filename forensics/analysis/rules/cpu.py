@@ -29,7 +29,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A container whose CFS quota throttled it in a large share of periods (it is the victim)."""
     findings: list[Finding] = []
     series: dict[tuple[str, str], list[CpuSample]] = defaultdict(list)
-    for s in model.cpu_samples:
+    for s in model.series(CpuSample):
         series[(s.node, s.container_id)].append(s)
     gpu_samples = CPU_THROTTLING.gpu_samples(model)
     for (node, cid), samples in sorted(series.items()):
@@ -107,7 +107,7 @@ def _throttling_harm(f: Finding, h: Harm) -> str:
 
 @CPU_THROTTLING.ruled_out(rank=50)
 def _no_throttling(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    n_cpu = sum(1 for s in c.model.cpu_samples if s.node == c.node)
+    n_cpu = sum(1 for s in c.model.series(CpuSample) if s.node == c.node)
     if CPU_THROTTLING.id in c.found or not n_cpu:
         return None
     return (f"no container CPU-throttled in {c.cfg.cpu_throttled_ratio * 100:.0f}% or more of its periods "
@@ -119,7 +119,7 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """PSI ``some``/``full`` avg10 at or above the thresholds on the host or a container."""
     findings: list[Finding] = []
     series: dict[tuple[str, str, str], list[PsiSample]] = defaultdict(list)
-    for s in model.psi_samples:
+    for s in model.series(PsiSample):
         series[(s.node, s.scope, s.resource)].append(s)
     for (node, scope, resource), samples in sorted(series.items()):
         samples.sort(key=lambda s: s.t)

@@ -26,7 +26,7 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model, Pod
 from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
-from forensics.analysis.samples import ExporterAttribution
+from forensics.analysis.samples import ExporterAttribution, ProcessGpuSample
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_EXPORTER_BLIND_SPOT", "gpu_exporter_blind_spot"]
@@ -85,7 +85,7 @@ def gpu_exporter_blind_spot(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A GPU busy while dcgm-exporter names no pod for it, or names another pod than the bundle's own attribution."""
     findings: list[Finding] = []
     by_gpu: dict[tuple[str, str], list[ExporterAttribution]] = defaultdict(list)
-    for a in model.exporter_attribution:
+    for a in model.series(ExporterAttribution):
         by_gpu[(a.node, a.gpu_uuid)].append(a)
     for (node, uuid), steps in sorted(by_gpu.items()):
         steps.sort(key=lambda a: a.t)
@@ -118,7 +118,7 @@ def gpu_exporter_blind_spot(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             ))
         # another pod named than the bundle's own attribution
         named_steps = [a for a in steps if a.pod is not None]
-        if not named_steps or not model.proc_samples:
+        if not named_steps or not model.series(ProcessGpuSample):
             continue
         lo, hi = named_steps[0].t - named_steps[0].step_s, named_steps[-1].t
         owners = _own_owners(model, node, uuid, lo, hi, cfg)
@@ -177,12 +177,12 @@ def _blind_spot_step(f: Finding, h: Harm) -> str:
 def _exporter_labels_agree(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     if GPU_EXPORTER_BLIND_SPOT.id in c.found:
         return None
-    steps = [a for a in c.model.exporter_attribution if a.node == c.node]
+    steps = [a for a in c.model.series(ExporterAttribution) if a.node == c.node]
     if not steps:
         return None  # no Prometheus history: nothing was looked at
     busy = sum(1 for a in steps if a.util_pct >= c.cfg.exporter_busy_util_pct)
     agreed = " and the pods it named agree with the bundle's own attribution" if any(
-        s.node == c.node for s in c.model.proc_samples) else ""
+        s.node == c.node for s in c.model.series(ProcessGpuSample)) else ""
     return (f"dcgm-exporter named a pod whenever a GPU on {c.node} was busy for "
             f"{c.cfg.exporter_blind_min_steps} steps or more{agreed}",
             c.evidence("prometheus", f"{len(steps)} GPU utilization steps, {busy} of them busy"))

@@ -28,6 +28,7 @@ device plugin pod so it registers the GPU as healthy again.
 
 from __future__ import annotations
 
+from forensics.analysis.events import GpuLostWitness, XidEvent
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Gpu, Model, NodeGpuResource
@@ -75,12 +76,12 @@ def _witnesses(model: Model, r: NodeGpuResource, gpus: list[Gpu] | None,
     on the left-out GPUs (any GPU of the node when those are unknown), before ``until`` (the read
     of the node that showed the reduction)."""
     out: list[tuple[float | None, str, Evidence]] = []
-    for x in model.xids:
+    for x in model.series(XidEvent):
         if x.node == r.node and (gpus is None or any(_on(g, x.gpu_uuid, x.pci_bus_id) for g in gpus)):
             if x.code == FELL_OFF_BUS and answered_after(model, x.node, x.gpu_uuid, x.pci_bus_id, x.t) is not None:
                 continue  # the GPU answered NVML after it: an earlier episode
             out.append((x.t, f"Xid {x.code}", x.evidence))
-    for w in model.lost_witnesses:
+    for w in model.series(GpuLostWitness):
         if w.node == r.node and w.evidence and (gpus is None or any(_on(g, w.gpu_uuid, w.pci_bus_id) for g in gpus)):
             if answered_after(model, w.node, w.gpu_uuid, w.pci_bus_id, w.t) is not None:
                 continue
@@ -119,7 +120,7 @@ def _at_end(r: NodeGpuResource) -> tuple[str, int | None]:
 @GPU_ALLOCATABLE_REDUCED.rule
 def gpu_allocatable_reduced(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     findings: list[Finding] = []
-    for r in model.node_gpu_resources:
+    for r in model.series(NodeGpuResource):
         if r.allocatable is None:
             continue
         end_cap = r.end_capacity if r.end_capacity is not None else r.capacity
@@ -188,7 +189,7 @@ def _allocatable_harm(f: Finding, h: Harm) -> str:
 
 @GPU_ALLOCATABLE_REDUCED.ruled_out(rank=72)
 def _allocatable_full(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    full = [r for r in c.model.node_gpu_resources if r.node == c.node and r.allocatable is not None]
+    full = [r for r in c.model.series(NodeGpuResource) if r.node == c.node and r.allocatable is not None]
     if GPU_ALLOCATABLE_REDUCED.id in c.found or not full:
         return None
     again = [r.end_evidence for r in full if r.end_evidence is not None]

@@ -246,7 +246,7 @@ def _every_gpu_process_allocated(c: RuledOutCheck) -> tuple[str, list[Evidence]]
     model, node = c.model, c.node
     if c.found & {UNALLOCATED_GPU_USE.id, UNATTRIBUTED_GPU_PROCESS.id}:
         return None
-    n_proc = sum(1 for s in model.proc_samples if s.node == node)
+    n_proc = sum(1 for s in model.series(ProcessGpuSample) if s.node == node)
     if (n_proc and model.has_source(node, "procfs")
             and (model.has_source(node, "docker") or model.has_source(node, "kubernetes"))):
         return (f"every GPU process on {node} ran in a container allocated that GPU",

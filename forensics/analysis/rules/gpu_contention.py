@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from forensics.analysis.events import CudaOom
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
@@ -213,7 +214,7 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         # Victims: CUDA OOM messages of owners on this GPU, or their containers dying non-zero then.
         owners_on = {owner(node, ps.pid).subject for ps in proc_by_gpu.get((node, uuid), [])}
         victims: list[tuple[Subject, Evidence, str, float | None]] = []
-        for oom in model.cuda_ooms:
+        for oom in model.series(CudaOom):
             c = model.container(node, oom.container_id)
             if oom.node == node and c is not None and c.subject() in owners_on:
                 if oom.t is None or start - 60 <= oom.t <= end + cfg.chain_link_window_s:

@@ -35,7 +35,7 @@ RECOVERY_ACTIONS: dict[int, str] = {0: "none", 1: "GPU reset", 2: "node reboot",
 
 def health_pairs(model: Model) -> dict[tuple[str, str], tuple[GpuHealthReading | None, GpuHealthReading | None]]:
     out: dict[tuple[str, str], list[GpuHealthReading | None]] = defaultdict(lambda: [None, None])
-    for r in model.gpu_health:
+    for r in model.series(GpuHealthReading):
         slot = out[(r.node, r.gpu_uuid)]
         i = 0 if r.phase == "start" else 1
         if slot[i] is None:

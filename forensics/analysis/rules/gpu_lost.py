@@ -55,7 +55,7 @@ def gpu_lost(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     source = "nvml-event" if e.evidence.member.startswith("nvml/") else "kernel-xid"
                     witnesses[(c.node, c.gpu)].append(GpuLostWitness(
                         e.node, e.t, e.pci_bus_id, e.gpu_uuid, source, e.text, (e.evidence,)))
-    for w in model.lost_witnesses:
+    for w in model.series(GpuLostWitness):
         key = w.gpu_uuid or (f"pci:{pci_bus_key(w.pci_bus_id)}" if w.pci_bus_id else
                              f"index:{w.gpu_index}" if w.gpu_index is not None else "unknown")
         witnesses[(w.node, key)].append(w)

@@ -53,7 +53,7 @@ def _gpu_minors(h: DStateHolder) -> set[int]:
 def _holders_on(model: Model, node: str, gpu: Gpu | None) -> tuple[list[tuple[DStateHolder, str]], str]:
     """The D-state holders to name on this GPU's finding, each with what ties it to the GPU, and a
     sentence on how they were matched ("" when by the GPU's own device file)."""
-    holders = [h for h in model.dstate_holders if h.node == node]
+    holders = [h for h in model.series(DStateHolder) if h.node == node]
     if gpu is None or gpu.minor_number is None:
         return ([(h, f"on {', '.join(h.devices)}") for h in holders],
                 " (this GPU's minor number was not read, so which /dev/nvidiaN is its own is not known: "

@@ -92,10 +92,10 @@ def io_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     GPU is left to ``pressure-stall``."""
     findings: list[Finding] = []
     series: dict[tuple[str, str], list[IoSample]] = defaultdict(list)
-    for s in model.io_samples:
+    for s in model.series(IoSample):
         series[(s.node, s.container_id)].append(s)
     psi: dict[tuple[str, str], list[PsiSample]] = defaultdict(list)
-    for p in model.psi_samples:
+    for p in model.series(PsiSample):
         if p.resource == "io" and p.scope != "host" and p.some_avg10_pct >= cfg.psi_some_avg10_pct:
             psi[(p.node, p.scope)].append(p)
     for node, cid in sorted(set(series) | set(psi)):
@@ -162,7 +162,7 @@ def _io_step(f: Finding, h: Harm) -> str:
 
 @IO_STALL.ruled_out(rank=55)
 def _no_io_stall(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    n = sum(1 for s in c.model.io_samples if s.node == c.node)
+    n = sum(1 for s in c.model.series(IoSample) if s.node == c.node)
     if IO_STALL.id in c.found or n < 2:
         return None
     return (f"no container's block IO pinned at its io.max/blkio limit, nor stalled on IO with its GPU idling, "
@@ -174,7 +174,7 @@ def _no_io_stall(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
 def _series(model: Model, kinds: Iterable[str]) -> dict[tuple[str, str, str], list[NetSample]]:
     wanted = set(kinds)
     out: dict[tuple[str, str, str], list[NetSample]] = defaultdict(list)
-    for s in model.net_samples:
+    for s in model.series(NetSample):
         if s.kind in wanted:
             out[(s.node, s.kind, s.name)].append(s)
     for samples in out.values():
@@ -287,9 +287,9 @@ def _saturation_step(f: Finding, h: Harm) -> str:
 
 @NETWORK_SATURATION.ruled_out(rank=62)
 def _no_saturation(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    links = {(s.kind, s.name) for s in c.model.net_samples
+    links = {(s.kind, s.name) for s in c.model.series(NetSample)
              if s.node == c.node and s.kind in ("nic", "ib") and s.link_bytes_per_s}
-    n = sum(1 for s in c.model.net_samples if s.node == c.node and s.kind in ("nic", "ib"))
+    n = sum(1 for s in c.model.series(NetSample) if s.node == c.node and s.kind in ("nic", "ib"))
     if NETWORK_SATURATION.id in c.found or not links or n < 2 * len(links):
         return None
     return (f"no NIC or InfiniBand port ran at {c.cfg.net_saturation_ratio * 100:.0f}% of its link rate, and no "
@@ -360,8 +360,8 @@ def _errors_step(f: Finding, h: Harm) -> str:
 
 @NETWORK_ERRORS.ruled_out(rank=64)
 def _no_errors(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
-    links = {(s.kind, s.name) for s in c.model.net_samples if s.node == c.node and s.kind in ("nic", "ib")}
-    n = sum(1 for s in c.model.net_samples if s.node == c.node and s.kind in ("nic", "ib"))
+    links = {(s.kind, s.name) for s in c.model.series(NetSample) if s.node == c.node and s.kind in ("nic", "ib")}
+    n = sum(1 for s in c.model.series(NetSample) if s.node == c.node and s.kind in ("nic", "ib"))
     if NETWORK_ERRORS.id in c.found or not links or n < 2 * len(links):
         return None
     return (f"no error, drop, symbol-error or link-down counter rose and no link went down on {c.node}",

@@ -54,7 +54,7 @@ def _same(model: Model, a: OomKill, b: OomKill) -> bool:
 def oom_kill(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One finding per OOM kill (merged across sources), the killed container/pod/process as victim."""
     groups: list[list[OomKill]] = []
-    for o in sorted(model.ooms, key=lambda o: (o.t is None, o.t or 0.0, _SOURCE_ORDER.get(o.source, 9))):
+    for o in sorted(model.series(OomKill), key=lambda o: (o.t is None, o.t or 0.0, _SOURCE_ORDER.get(o.source, 9))):
         for g in groups:
             if any(_same(model, o, x) for x in g):
                 g.append(o)

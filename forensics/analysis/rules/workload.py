@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable
 
-from forensics.analysis.events import LogSignal, LogTail
+from forensics.analysis.events import LogSignal, LogTail, OomKill, XidEvent
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model
@@ -31,7 +31,7 @@ from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.rules.gpu_xid import xid_meaning
 from forensics.analysis.rules.log_errors import APPLICATION, FAULT_WORDS, error_before, error_of
 from forensics.analysis.rules.oom_context import oom_context
-from forensics.analysis.samples import CpuSample
+from forensics.analysis.samples import CpuSample, ProcessGpuSample, PsiSample
 from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
 from forensics.parsing.logsignals.nccl import NcclAsyncError, NcclCommInit
 from forensics.parsing.logsignals.process import ProcessEnd
@@ -75,7 +75,7 @@ def gpus_used(model: Model) -> dict[tuple[str, str, str], set[str]]:
     """Owner subject key -> the GPUs its processes used (NVML samples), from each distinct
     (node, pid, GPU) once."""
     out: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    for node, pid, uuid in {(ps.node, ps.pid, ps.gpu_uuid) for ps in model.proc_samples}:
+    for node, pid, uuid in {(ps.node, ps.pid, ps.gpu_uuid) for ps in model.series(ProcessGpuSample)}:
         out[model.joins.owner(node, pid).subject.key()].add(uuid)
     return out
 
@@ -114,11 +114,11 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     logged, the writer as victim, the GPU when the log or the bundle names it. An Xid on that GPU,
     or someone else's use of it, links to it in the chain."""
     comm_buses: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
-    for s in model.log_signals:
+    for s in model.series(LogSignal):
         if isinstance(s.signal, NcclCommInit) and s.signal.cuda_device is not None and s.signal.bus_id:
             comm_buses[(s.node, s.evidence.member)][s.signal.cuda_device] = s.signal.bus_id
     groups: dict[tuple[str, tuple[str, str, str], str], list[LogSignal]] = defaultdict(list)
-    for s in model.log_signals:
+    for s in model.series(LogSignal):
         error = error_of(s.signal)
         if error is not None:
             groups[(s.node, _writer(model, s).key(), error)].append(s)
@@ -210,7 +210,7 @@ def _explain(model: Model, cfg: AnalysisConfig, st: RankState, uuid: str | None,
     why: list[str] = []
     ev: list[Evidence] = []
     subjects: list[Subject] = []
-    xids = [x for x in model.xids if x.node == st.node and x.t is not None and lo <= x.t <= hi
+    xids = [x for x in model.series(XidEvent) if x.node == st.node and x.t is not None and lo <= x.t <= hi
             and (uuid is None or x.gpu_uuid in (None, uuid))]
     if xids:
         x = min(xids, key=lambda x: (x.gpu_uuid != uuid, x.t))
@@ -219,7 +219,7 @@ def _explain(model: Model, cfg: AnalysisConfig, st: RankState, uuid: str | None,
         why.append(_relative(f"Xid {x.code} on {on}", x.t, stopped_local) + f" ({meaning})")
         ev.append(x.evidence)
     writer_keys = {k for k in _keys(model, st.subject)}
-    ooms = [o for o in model.ooms if o.node == st.node and o.t is not None and lo <= o.t <= hi
+    ooms = [o for o in model.series(OomKill) if o.node == st.node and o.t is not None and lo <= o.t <= hi
             and (o.global_oom or _oom_keys(model, o) & writer_keys)]
     if ooms:
         o = ooms[0]
@@ -256,7 +256,7 @@ def _throttled_then(model: Model, cfg: AnalysisConfig, node: str, cids: set[str]
     """The rank's container CPU-throttled (CFS) in ``cpu_throttled_ratio`` of its periods between
     ``lo`` and ``hi``, as the ``cpu-throttling`` rule counts it."""
     series: dict[str, list[CpuSample]] = defaultdict(list)
-    for s in model.cpu_samples:
+    for s in model.series(CpuSample):
         if s.node == node and s.container_id in cids and lo <= s.t <= hi:
             series[s.container_id].append(s)
     periods = throttled = 0
@@ -280,7 +280,7 @@ def _pressure_then(model: Model, cfg: AnalysisConfig, node: str, cids: set[str],
     out: list[str] = []
     ev: list[Evidence] = []
     for scope in (*sorted(cids), "host"):
-        hot = [s for s in model.psi_samples if s.node == node and s.scope == scope and lo <= s.t <= hi
+        hot = [s for s in model.series(PsiSample) if s.node == node and s.scope == scope and lo <= s.t <= hi
                and (s.some_avg10_pct >= cfg.psi_some_avg10_pct
                     or (s.full_avg10_pct is not None and s.full_avg10_pct >= cfg.psi_full_avg10_pct))]
         if not hot:
@@ -326,9 +326,9 @@ def stalled_rank(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """The rank of a distributed job the other ranks waited for (:func:`forensics.analysis.ranks.find_stalled`),
     across every analysed node, explained with its own node's evidence when it stopped."""
     by_log: dict[tuple[str, str], list[LogSignal]] = defaultdict(list)
-    for s in model.log_signals:
+    for s in model.series(LogSignal):
         by_log[(s.node, s.evidence.member)].append(s)
-    tails = {(t.node, t.member): t for t in model.log_tails}
+    tails = {(t.node, t.member): t for t in model.series(LogTail)}
     logs = []
     for key in sorted(set(by_log) | set(tails)):
         sigs = by_log.get(key, [])

@@ -73,7 +73,7 @@ class Cause:
 
 def xid_causes(model: Model, cfg: AnalysisConfig) -> list[Cause]:
     by_gpu: dict[tuple[str, str], list[list[XidEvent]]] = defaultdict(list)
-    for g in _merge_xids(model.xids):
+    for g in _merge_xids(model.series(XidEvent)):
         by_gpu[(g[0].node, _gpu_key(g[0]))].append(g)
     out: list[Cause] = []
     for (node, gpu), groups in sorted(by_gpu.items()):

@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 from forensics.analysis.loaders.cgroups import load_cgroups
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
+from forensics.analysis.samples import CpuSample
 from forensics.analysis.source import Source
 
 PATH = "/docker/" + "a" * 64
@@ -35,8 +37,8 @@ class _Bundle:
 def test_the_reading_at_unchanged_until_cites_the_line_whose_counters_it_holds() -> None:
     data = (_line(100.0, 10, 0) + "\n" + _line(110.0, 60, 40, unchanged_until=109.0) + "\n").encode()
     model = Model()
-    load_cgroups(Source(_Bundle(data), "b", ["cgroup/samples.jsonl"]), model, "n")
-    by_t = {s.t: s for s in model.cpu_samples}
+    load_cgroups(Source(_Bundle(data), "b", ["cgroup/samples.jsonl"]), model, "n", LoadState())
+    by_t = {s.t: s for s in model.series(CpuSample)}
     assert sorted(by_t) == [100.0, 109.0, 110.0]
     added = by_t[109.0]
     assert (added.nr_periods, added.nr_throttled) == (10, 0)
@@ -44,5 +46,5 @@ def test_the_reading_at_unchanged_until_cites_the_line_whose_counters_it_holds()
     assert '"nr_periods": 10' in added.evidence.excerpt and '"nr_throttled": 0' in added.evidence.excerpt
     closing = by_t[110.0].evidence  # the line that ends the quiet stretch shows where it began
     assert closing.locator == "line 2" and '"unchanged_until": 109.0' in closing.excerpt
-    for sample in model.cpu_samples:  # every excerpt is the member's own bytes
+    for sample in model.series(CpuSample):  # every excerpt is the member's own bytes
         assert sample.evidence.excerpt.encode() in data

@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from forensics.analysis.events import OomKill
 from forensics.analysis.loaders.cri import load_cri
+from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Gpu, Model
 from forensics.analysis.source import Source, resolve_pointer
 from forensics.specs import cri as cri_spec
@@ -45,7 +47,7 @@ def _load(members: dict[str, Any], gpus: int = 2) -> tuple[Model, Source]:
     for i in range(gpus):
         model.gpus[(NODE, f"GPU-{i}")] = Gpu(NODE, i, f"GPU-{i}", "H100", None, None, minor_number=i)
     src = Source(_Bundle(members), "b1", members)
-    load_cri(src, model, NODE)
+    load_cri(src, model, NODE, LoadState())
     return model, src
 
 
@@ -87,7 +89,7 @@ def test_oom_killed_container_and_pod_from_the_listing_when_info_is_missing() ->
     [c] = model.containers.values()
     assert (c.state, c.exit_code, c.oom_killed, c.finished_at) == ("exited", 137, True, 1796155600.0)
     assert c.name == "ml/trainer-0/main" and not c.allocation.known
-    [o] = model.ooms
+    [o] = model.series(OomKill)
     assert (o.source, o.container_id, o.pod_uid, o.k8s_container_name) == ("cri", c.id, c.pod_uid, "main")
     assert o.evidence[0].locator == "/status/reason" and o.evidence[0].excerpt == "OOMKilled"
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from forensics.analysis import build_model
+from forensics.analysis.samples import NetSample
 from forensics.parsing.netstat import NET_DEV_FIELDS
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
@@ -234,7 +235,7 @@ def test_a_namespace_the_collector_named_unchanged_keeps_its_counters(tmp_path: 
         b.add_jsonl("net/samples.jsonl", {"t": T0 + s, "tick": s, "interfaces": {}, "ib": {}, "disks": {},
                                           "netns": {}, "netns_unchanged": [4026532577, 99], "rates": {}})
     model = build_model([b.write(tmp_path)])
-    got = [(s.t - T0, s.name, s.counters, s.container_id) for s in model.net_samples if s.kind == "netns"]
+    got = [(s.t - T0, s.name, s.counters, s.container_id) for s in model.series(NetSample) if s.kind == "netns"]
     assert got == [(float(s), "4026532577", {"rx_bytes": 7, "tx_bytes": 9}, c) for s in range(3)]  # 99: never written
 
 
@@ -250,7 +251,7 @@ def test_a_namespace_written_as_the_kernels_text_is_parsed_by_the_loader(tmp_pat
     b.net_tick(T0 + 2, netns={"4026532578": {"pid": 11, "container_id": c, "dev": head + "eth0: 1 2\n"}})
     model = build_model([b.write(tmp_path)])
     got = [(s.t - T0, s.counters["rx_bytes"], s.counters["tx_bytes"], s.counters["rx_errors"])
-           for s in model.net_samples if s.kind == "netns"]
+           for s in model.series(NetSample) if s.kind == "netns"]
     assert got == [(0.0, 100, 200, 2), (1.0, 5100, 200, 2)]  # lo left out; the text that does not parse: no sample
 
 
@@ -273,7 +274,7 @@ def test_a_quiet_namespace_has_no_reading_while_unread_and_its_veth_bytes_at_unc
     b.net_tick(T0 + 4, netns={"4026532577": {"pid": 10, "container_id": c, "dev": dev(5100, 9),
                                              "unchanged_until": T0 + 3}})
     model = build_model([b.write(tmp_path)])
-    got = sorted((s.t - T0, s.counters) for s in model.net_samples if s.kind == "netns")
+    got = sorted((s.t - T0, s.counters) for s in model.series(NetSample) if s.kind == "netns")
     full = {"rx_bytes": 100, "tx_bytes": 200, "rx_errors": 2, "tx_errors": 0, "rx_dropped": 0, "tx_dropped": 0,
             "rx_fifo_errors": 0, "rx_frame_errors": 0, "tx_carrier_errors": 0}
     assert got == [(0.0, full), (3.0, {"rx_bytes": 100, "tx_bytes": 200}), (4.0, {**full, "rx_bytes": 5100})]

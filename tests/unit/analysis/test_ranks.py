@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from forensics.analysis.events import CudaOom, LogSignal, LogTail
 from forensics.analysis.ranks import NodeClock, collect_ranks, find_stalled, rank_ranges
 from forensics.parsing.logsignals.line import last_timestamp
 from forensics.parsing.logsignals.nccl import NcclTimeout
@@ -112,10 +113,10 @@ def test_container_logs_in_a_bundle_become_log_signals(tmp_path) -> None:  # noq
                       f"{iso(T0 + 3)} " + L.TORCH_OOM_OLD.text, f"{iso(T0 + 4)} [rank5]: still writi"])
     b.members[f"docker/containers/{cid}/logs.txt"] = text.encode()
     model = build_model([b.write(tmp_path)])
-    kinds = [(s.signal.kind, s.evidence.locator) for s in model.log_signals]
+    kinds = [(s.signal.kind, s.evidence.locator) for s in model.series(LogSignal)]
     assert kinds == [("cuda-fault", "line 2"), ("cuda-oom", "line 3")]
-    assert [(o.t, o.container_id) for o in model.cuda_ooms] == [(T0 + 3, cid)]
-    (tail,) = model.log_tails
+    assert [(o.t, o.container_id) for o in model.series(CudaOom)] == [(T0 + 3, cid)]
+    (tail,) = model.series(LogTail)
     assert tail.t == T0 + 4 and tail.evidence is not None and tail.evidence.locator == "line 4"
 
 
@@ -131,9 +132,9 @@ def test_pod_logs_in_a_bundle_become_log_signals_of_that_container(tmp_path) -> 
         f"{iso(T0 + 2)} " + L.TORCH_OOM_NEW.text + "\n").encode()
     b.members[pod_log_member("ml", "train-5", "trainer")] = f"{iso(T0 + 9)} [rank5]: restarted\n".encode()
     model = build_model([b.write(tmp_path)])
-    assert [(s.signal.kind, s.pod_key, s.container_id) for s in model.log_signals] == [
+    assert [(s.signal.kind, s.pod_key, s.container_id) for s in model.series(LogSignal)] == [
         ("cuda-oom", "uid-5", cid_of("train-5"))]
-    assert sorted((t.member.rsplit("/", 1)[-1], t.t) for t in model.log_tails) == [
+    assert sorted((t.member.rsplit("/", 1)[-1], t.t) for t in model.series(LogTail)) == [
         ("trainer.log", T0 + 9), ("trainer.previous.log", T0 + 2)]
 
 

@@ -24,12 +24,12 @@ from forensics.analysis.samples import (
 from tests.support.analysis_bundles import GIB, T0
 
 RULES = Path(__file__).resolve().parents[3] / "forensics" / "analysis" / "rules"
-_DIRECT = {"samples_by_gpu", "gpu_samples", "gpu_sample_count"}
+_DIRECT = {"samples_by_gpu", "gpu_sample_count"}
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in RULES.glob("*.py")))
 def test_no_rule_reads_gpu_samples_around_its_kind(module: str) -> None:
-    """``model.gpu_samples``, ``model.gpu_sample_count`` and ``model.samples_by_gpu()`` without the
+    """``model.series(GpuSample)``, ``model.gpu_sample_count`` and ``model.samples_by_gpu()`` without the
     origins to keep are every sample whatever it came from: a rule goes through its kind."""
     tree = ast.parse((RULES / module).read_text())
     with_origins = {id(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call) and (c.args or c.keywords)}
@@ -37,6 +37,9 @@ def test_no_rule_reads_gpu_samples_around_its_kind(module: str) -> None:
               if isinstance(n, ast.Attribute) and n.attr in _DIRECT and id(n) not in with_origins
               and isinstance(n.value, ast.Name | ast.Attribute)
               and (getattr(n.value, "id", None) == "model" or getattr(n.value, "attr", None) == "model")]
+    direct += [f"line {c.lineno}: model.series(GpuSample)" for c in ast.walk(tree)
+               if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "series"
+               and any(isinstance(a, ast.Name) and a.id == "GpuSample" for a in c.args)]
     assert not direct, f"{module} reads GPU samples without its kind's origins: {direct}"
 
 
@@ -54,8 +57,8 @@ def _model(origin_of_gpu1: str) -> Model:
     for i, origin in enumerate((NVML_SAMPLED, origin_of_gpu1)):
         uuid = f"GPU-{i}"
         m.gpus[("n1", uuid)] = Gpu("n1", i, uuid, "H100", None, 80 * GIB)
-        m.gpu_samples += [GpuSample("n1", uuid, T0 + s, 50.0, 40 * GIB, 80 * GIB, 0, 60.0, 300.0, None,  # type: ignore[arg-type]
-                                    origin) for s in range(3)]
+        m.extend(GpuSample, [GpuSample("n1", uuid, T0 + s, 50.0, 40 * GIB, 80 * GIB, 0, 60.0, 300.0, None,  # type: ignore[arg-type]
+                                       origin) for s in range(3)])
     return m
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.analysis import build_model
+from forensics.analysis.samples import CpuSample, MemorySample, ProcessGpuSample, PsiSample
 from tests.support.analysis_bundles import GIB, T0, BundleSpec
 
 
@@ -20,13 +21,13 @@ def test_every_sample_record_has_every_field_of_its_type(tmp_path: Path) -> None
         b.cgroup_tick(T0 + s, f"/system.slice/docker-{cid}.scope", nr_periods=10 * s, nr_throttled=s,
                       throttled_usec=100 * s, memory=GIB, psi={"cpu": (30.0, 10.0), "memory": (0.0, 0.0), "io": (0.0, 0.0)})
     model = build_model([b.write(tmp_path)])
-    series = {"proc": model.proc_samples, "cpu": model.cpu_samples, "memory": model.memory_samples,
-              "psi": model.psi_samples}
+    series = {"proc": model.series(ProcessGpuSample), "cpu": model.series(CpuSample), "memory": model.series(MemorySample),
+              "psi": model.series(PsiSample)}
     assert all(series.values()), {k: len(v) for k, v in series.items()}
     for name, records in series.items():
         for r in records:
             assert len(r) == len(type(r)._fields), (name, r)
-    p = model.proc_samples[-1]
+    p = model.series(ProcessGpuSample)[-1]
     assert (p.pid, p.used_memory_bytes, p.sm_util_pct, p.gpu_instance_id) == (4242, 2 * GIB, 50.0, None)
-    c = model.cpu_samples[-1]
+    c = model.series(CpuSample)[-1]
     assert (c.container_id, c.nr_periods, c.nr_throttled, c.throttled_usec) == (cid, 40, 4, 400)
