@@ -1,7 +1,8 @@
 """The joins, resolved once after loading: process -> owner container -> pod -> GPU allocation.
 
-:func:`resolve_joins` runs when every bundle is loaded and sets ``Model.joins``; rules, the chain,
-naming and the document read the resolved entities from it and never build joins themselves.
+:func:`resolve_joins` runs when every bundle is loaded (:func:`forensics.analysis.loaders.load_model`)
+and sets ``Model.joins``; rules, the chain, naming and the document read the resolved entities from
+it and never build joins themselves.
 
 - owner of a host PID: ``/proc/<pid>/cgroup`` names a container (docker inspect / pod status) or
   only a pod UID (containerd/CRI-O before its status lists the container), else it is a host process;

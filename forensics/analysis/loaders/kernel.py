@@ -78,7 +78,8 @@ def _boot_time(src: Source) -> float | None:
 
 
 def load_kernel(src: Source, model: Model, node: str, loading: LoadState) -> None:
-    """The capture's own kernel log (its boot's records; each one's key remembered on the node)."""
+    """The capture's own kernel log (its boot's records; where a ring follows, each one's key is kept
+    in ``loading`` to compare the ring's with)."""
     _load(src, model, node, loading, history=False)
 
 
