@@ -16,6 +16,13 @@ import pytest
 
 from forensics.analysis import build_model
 from forensics.analysis.findings import EvidenceRef
+from forensics.analysis.samples import (
+    CpuSample,
+    GpuSample,
+    MemorySample,
+    ProcessGpuSample,
+    PsiSample,
+)
 from forensics.ring import RingReader
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec
@@ -85,8 +92,10 @@ def _plain(sample: tuple[object, ...]) -> tuple[object, ...]:
 def _series(bundle: Path) -> dict[str, list[tuple[object, ...]]]:
     """The model's sampled series, field by field."""
     model = build_model([bundle])
-    return {name: sorted(_plain(s) for s in getattr(model, name))
-            for name in ("gpu_samples", "proc_samples", "cpu_samples", "memory_samples", "psi_samples")}
+    kinds: dict[str, type[tuple[object, ...]]] = {
+        "gpu_samples": GpuSample, "proc_samples": ProcessGpuSample, "cpu_samples": CpuSample,
+        "memory_samples": MemorySample, "psi_samples": PsiSample}
+    return {name: sorted(_plain(s) for s in model.series(kind)) for name, kind in kinds.items()}
 
 
 def test_change_only_ring_folds_the_same_series_as_the_whole_lines(sim_lib: Path, tmp_path: Path) -> None:
