@@ -40,7 +40,6 @@ from forensics.capture.registry import load_collectors, not_selected
 from forensics.collect.context import CaptureOptions, CollectContext, Tick, merge_hints
 from forensics.errors import SourcePermissionDenied, SourceUnavailable, UsageError
 from forensics.humanize import format_bytes
-from forensics.ring import load_key, resolve_ring_dir
 from forensics.specs import ring as ring_spec
 
 __all__ = ["CaptureResult", "CollectorRecord", "run_capture", "stderr_notice"]
@@ -205,6 +204,8 @@ class _Runner:
                 self.roots[rec.name] = {m.split(os.sep, 1)[0] for m in _staged_files(sink.root) - before}
 
             self.pool.spawn(collector.name, kill_at, body)
+            if position == 0:  # while the first child runs: not on the path to the bundle
+                self.redactor.prepare()
             self.pool.wait_all(done)
 
     def _sampling_phase(self, chosen: list[Any], sink: EvidenceSink) -> None:
@@ -436,6 +437,9 @@ def _ring_key(options: CaptureOptions) -> bytes | None:
     or ``--only``/``--skip`` leave the ``ring`` source out."""
     if not_selected(ring_spec.SPEC.name, options.only, options.skip):
         return None
+    # imported here: 0.1 s that a capture without the ring does not pay
+    from forensics.ring import load_key, resolve_ring_dir
+
     try:
         return load_key(resolve_ring_dir(ring_spec.SPEC.read_settings(options.extra).dir))
     except Exception:  # noqa: BLE001 - an unreadable key: the ring collector reports the ring

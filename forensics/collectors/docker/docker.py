@@ -1,7 +1,8 @@
 """``docker``: containers as the Docker Engine API reports them, and what GPUs each was given.
 
-Sources (Engine API, through the docker SDK's low-level ``APIClient`` so the engine's own JSON is
-kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` honoured through
+Sources (Engine API: at a unix socket over plain HTTP, forensics.collectors.docker.unix_client, with
+no SDK import on the snapshot's path; elsewhere through the docker SDK's low-level ``APIClient``;
+the engine's own JSON is kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` honoured through
 ``docker.from_env``, ``--set docker.host=URL`` overriding; podman's compatible socket too):
 
 - ``GET /version``, ``GET /info``                -> ``docker/version.json``, ``docker/info.json``
@@ -62,6 +63,7 @@ from forensics.collectors.docker.engine import (
     STATS_REQUEST,
     StatsStream,
     connect,
+    connect_snapshot,
     engine_essentials,
     image_hex,
     libpod_inspect,
@@ -134,10 +136,11 @@ class DockerCollector:
         settings = docker_settings(ctx)
         # leave a margin before the runner's hard deadline so the index is always written
         budget_end = ctx.deadline - min(2.0, max(0.2, ctx.remaining() * 0.1))
-        client = connect(settings)
+        client = connect_snapshot(settings)
         pool = CallPool(settings.workers)
         index: dict[str, Any] = {
-            "docker_host": ctx.redactor.text(settings.host or "(docker.from_env default)"),
+            # set once the stats calls are out (the first redaction compiles the secret rules)
+            "docker_host": None,
             "call_timeout_s": settings.call_timeout_s,
             "top_ps_args": TOP_PS_ARGS,
             "stats": settings.stats,
@@ -160,6 +163,7 @@ class DockerCollector:
                 first = failed[0]
                 ctx.partial(f"{len(failed)} of {len(pool.calls)} engine calls failed "
                             f"(first: {first.key[0]} {first.key[1][:12]}: {first.error})")
+            self._redact_host(ctx, index, settings)
             ctx.sink.write_json(dspec.INDEX, index)
             client.close()
 
@@ -178,6 +182,31 @@ class DockerCollector:
         info = wave1.get(("info", "engine"))
         version = wave1.get(("version", "engine"))
         listing = wave1.get(("list", "containers"))
+        stats_fallbacks: dict[str, str] = {}
+        chosen = self._choose(listing, start) if isinstance(listing, list) else []
+        if settings.stats:
+            index["stats_request"] = STATS_REQUEST
+            index["stats_not_one_shot"] = stats_fallbacks
+            # first, before anything is written: a one-shot stats call returns only at the
+            # engine's next stats tick (its collector loop sleeps 1 s between ticks), so the
+            # wait overlaps every other call and write
+            for c in chosen:
+                if c.get("State") in RUNNING_STATES:
+                    pool.submit("stats", c["Id"],
+                                functools.partial(stats, client, c["Id"], stats_fallbacks), wide=True)
+        images: set[str] = set()
+        # inspects first (quick; each one's answer starts that container's logs call), then the
+        # tops, which make the engine run ps each: the heaviest calls queue behind the light ones
+        for c in chosen:
+            pool.submit("inspect", c["Id"], functools.partial(client.inspect_container, c["Id"]))
+            img = c.get("ImageID")
+            if isinstance(img, str) and img and img not in images:
+                images.add(img)
+                pool.submit("image", img, functools.partial(client.inspect_image, img))
+        for c in chosen:
+            if c.get("State") in RUNNING_STATES:
+                pool.submit("top", c["Id"], functools.partial(top, client, c["Id"]))
+        self._redact_host(ctx, index, settings)
         if isinstance(info, dict):
             ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
         if isinstance(version, dict):
@@ -193,30 +222,6 @@ class DockerCollector:
                 raise SourceTimeout(f"container list: {err}")
             raise SourceUnavailable(f"container list failed: {err}")
         ctx.sink.write_json(dspec.CONTAINERS, redact_listing(listing, ctx))
-        stats_fallbacks: dict[str, str] = {}
-        if settings.stats:
-            index["stats_request"] = STATS_REQUEST
-            index["stats_not_one_shot"] = stats_fallbacks
-
-        chosen = self._choose(listing, start)
-        if settings.stats:
-            # first: a one-shot stats call returns only at the engine's next stats tick (its
-            # collector loop sleeps 1 s between ticks), so the wait overlaps every other call
-            for c in chosen:
-                if c.get("State") in RUNNING_STATES:
-                    pool.submit("stats", c["Id"],
-                                functools.partial(stats, client, c["Id"], stats_fallbacks), wide=True)
-        images: set[str] = set()
-        for c in chosen:
-            cid = c["Id"]
-            running = c.get("State") in RUNNING_STATES
-            pool.submit("inspect", cid, functools.partial(client.inspect_container, cid))
-            if running:
-                pool.submit("top", cid, functools.partial(top, client, cid))
-            img = c.get("ImageID")
-            if isinstance(img, str) and img and img not in images:
-                images.add(img)
-                pool.submit("image", img, functools.partial(client.inspect_image, img))
         chosen_ids = {x["Id"] for x in chosen}
         running_ids = {x["Id"] for x in chosen if x.get("State") in RUNNING_STATES}
         for c in listing:
@@ -309,6 +314,11 @@ class DockerCollector:
             index["events"] = {"complete": False, "error": call.error}
 
         record_taken(ctx, chosen, inspects, image_docs, info, index, scratch)
+
+    @staticmethod
+    def _redact_host(ctx: CollectContext, index: dict[str, Any], settings: DockerSettings) -> None:
+        if index["docker_host"] is None:
+            index["docker_host"] = ctx.redactor.text(settings.host or "(docker.from_env default)")
 
     def _write_events(self, ctx: CollectContext, events: Any, call: Call,
                       index: dict[str, Any]) -> None:

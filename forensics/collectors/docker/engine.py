@@ -6,6 +6,7 @@ Each call takes the low-level ``APIClient``; the collector schedules them on its
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import socket
@@ -20,6 +21,8 @@ from forensics.collectors.docker.calls import (
     describe_error,
     first_line,
 )
+from forensics.collectors.docker.unix_client import APIError as UnixAPIError
+from forensics.collectors.docker.unix_client import UnixEngineClient, unix_socket_path
 from forensics.errors import (
     SourcePermissionDenied,
     SourceTimeout,
@@ -29,7 +32,7 @@ from forensics.hostfs.files import describe_os_error, read_small
 from forensics.parsing.docker_top import TOP_PS_ARGS
 from forensics.specs.docker import DockerSettings
 
-__all__ = ["MAX_EVENTS", "STATS_REQUEST", "StatsStream", "connect", "engine_essentials", "engine_product",
+__all__ = ["MAX_EVENTS", "STATS_REQUEST", "StatsStream", "connect", "connect_snapshot", "engine_essentials", "engine_product",
            "image_hex", "logs", "pool_call_timeout", "read_events", "stats", "top"]
 
 MAX_EVENTS = 100_000
@@ -68,6 +71,27 @@ def connect(settings: DockerSettings) -> Any:
     return client
 
 
+def connect_snapshot(settings: DockerSettings) -> Any:
+    """The snapshot's client: :class:`UnixEngineClient` (no SDK) for an engine at a unix socket,
+    after it has answered ``/_ping``; else :func:`connect`'s SDK client. Raises as
+    :func:`connect` does."""
+    path = unix_socket_path(settings.host)
+    if path is None:
+        return connect(settings)
+    where = settings.host or "unix:///var/run/docker.sock (default)"
+    client = UnixEngineClient(path, settings.call_timeout_s)
+    try:
+        client.ping()
+    except TimeoutError as exc:
+        raise SourceTimeout(f"Docker engine at {where} did not answer within "
+                            f"{settings.call_timeout_s:g} s") from exc
+    except PermissionError as exc:
+        raise SourcePermissionDenied(f"Docker engine at {where}: {describe_os_error(exc)}") from exc
+    except (OSError, http.client.HTTPException, UnixAPIError) as exc:
+        raise SourceUnavailable(f"no Docker engine at {where}: {describe_error(exc)}") from exc
+    return client
+
+
 # ---------------------------------------------------------------------------------------------
 # the collector
 
@@ -78,7 +102,9 @@ def top(client: Any, cid: str) -> Any:
     try:
         return client.top(cid, ps_args=TOP_PS_ARGS)
     except Exception as exc:  # noqa: BLE001 - narrowed below
-        status = getattr(getattr(exc, "response", None), "status_code", None)
+        # ours carries the status; the SDK's APIError, on its response too
+        status = getattr(exc, "status_code", None) or getattr(
+            getattr(exc, "response", None), "status_code", None)
         if status not in (400, 500):
             raise
         return client.top(cid)
@@ -99,6 +125,8 @@ def logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
     if since_s > 0:
         params["since"] = since_s
     try:
+        if isinstance(client, UnixEngineClient):
+            return client.logs(cid, params, tty)
         response = client._get(client._url("/containers/{0}/logs", cid), params=params,
                                stream=False)
         data = client._get_result_tty(False, response, tty)
@@ -129,6 +157,8 @@ def libpod_inspect(client: Any, cid: str, api_version: str) -> Any:
     really used (``OCIRuntime``; the compatible inspect says ``oci``), annotations and the command
     line that created the container (``Config.CreateCommand``), where its CDI devices are named (no
     field of either inspect holds them)."""
+    if isinstance(client, UnixEngineClient):
+        return client.libpod_inspect(cid, api_version)
     response = client._get(f"{client.base_url}/v{api_version}/libpod/containers/{cid}/json")
     return client._result(response, True)
 
@@ -268,6 +298,8 @@ def read_events(client: Any, since: datetime, until: datetime, budget_end: float
     out: list[Any] = []
     # seconds.nanoseconds: a whole-second "until" in the future would hold the stream open
     params = {"since": f"{since.timestamp():.9f}", "until": f"{until.timestamp():.9f}"}
+    if isinstance(client, UnixEngineClient):
+        return client.events(params, MAX_EVENTS, budget_end)
     response = client._get(client._url("/events"), params=params, stream=True,
                            timeout=pool_call_timeout(client))
     try:
