@@ -10,7 +10,7 @@ from forensics.specs.logs import LOGS
 
 __all__ = [
     "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "LIBPOD_INSPECT", "OCI_CONFIG", "PREFIX", "SAMPLES", "SPEC",
-    "VERSION", "WINDOW_EVENTS", "DockerSettings", "container_member", "exec_member", "image_inspect",
+    "VERSION", "WINDOW_EVENTS", "WINDOW_LOGS", "DockerSettings", "container_member", "exec_member", "image_inspect",
 ]
 
 PREFIX = "docker/"
@@ -22,6 +22,7 @@ CONTAINERS = "docker/containers.json"
 CONTAINERS_DIR = "docker/containers/"
 EVENTS = "docker/events.jsonl"
 WINDOW_EVENTS = "docker/window/events.jsonl"
+WINDOW_LOGS = "docker/window/logs.json"  # the log lines of the window appended to logs.txt: per container
 ALLOCATIONS = "docker/allocations.json"
 SAMPLES = "docker/samples.jsonl"
 LIBPOD_INSPECT = "libpod-inspect.json"  # podman's own inspect, beside the compatible one

@@ -92,6 +92,7 @@ from forensics.collectors.docker.taken import (
     record_taken,
     window_start,
 )
+from forensics.collectors.docker.window_logs import append_window_logs
 from forensics.errors import (
     SourceTimeout,
     SourceUnavailable,
@@ -130,6 +131,7 @@ class DockerCollector:
     def __init__(self) -> None:
         self._sample_client: Any = None
         self._streams: dict[str, StatsStream] = {}
+        self._seen_running: dict[str, None] = {}  # containers seen running by a tick, in order
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self, ctx: CollectContext) -> None:
@@ -357,6 +359,7 @@ class DockerCollector:
         client = self._sample_client
         running = client.containers(filters={"status": "running"})
         ids = [c["Id"] for c in running if isinstance(c, dict) and isinstance(c.get("Id"), str)]
+        self._seen_running.update(dict.fromkeys(ids))
         for cid in ids:
             if cid not in self._streams:
                 self._streams[cid] = StatsStream.start(client, cid)
@@ -373,7 +376,9 @@ class DockerCollector:
         """After the window: the engine's events since capture start (``docker/window/events.jsonl``)
         and a fresh inspect of every container they name (``docker/containers/<id>/inspect-end.json``),
         so a container that died, was OOM-killed or started during the window is on record
-        (``State.OOMKilled`` is only set once the container has exited)."""
+        (``State.OOMKilled`` is only set once the container has exited); then the lines each
+        container seen running, or named by an event, printed during the window, appended to its
+        ``logs.txt`` (forensics.collectors.docker.window_logs)."""
         client = self._sample_client
         if client is None:
             return
@@ -401,7 +406,10 @@ class DockerCollector:
                     continue
                 ctx.sink.write_json(dspec.container_member(cid, "inspect-end.json"),
                                     redact_container(doc, ctx))
+            # what they printed during the window: the snapshot read their logs only once
+            append_window_logs(ctx, client, docker_settings(ctx), [*self._seen_running, *ids])
         finally:
+            self._seen_running.clear()
             for stream in self._streams.values():
                 stream.close()
             self._streams.clear()

@@ -110,7 +110,7 @@ def top(client: Any, cid: str) -> Any:
         return client.top(cid)
 
 
-def logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
+def logs(client: Any, cid: str, since: datetime | str, tail: int, tty: bool) -> bytes:
     """``GET /containers/{id}/logs?stdout=1&stderr=1&timestamps=1&tail=N&since=...``: the last
     lines of both streams, each prefixed by the engine's RFC 3339 nanosecond timestamp. A log
     driver that cannot be read back (syslog, fluentd...) gives empty bytes, not an error.
@@ -121,9 +121,10 @@ def logs(client: Any, cid: str, since: datetime, tail: int, tty: bool) -> bytes:
     """
     params: dict[str, Any] = {"stderr": 1, "stdout": 1, "timestamps": 1, "follow": 0,
                               "tail": tail}
-    since_s = int(since.timestamp())
-    if since_s > 0:
-        params["since"] = since_s
+    if isinstance(since, str):  # seconds.nanoseconds, as the engine's timestamps have it
+        params["since"] = since
+    elif int(since.timestamp()) > 0:
+        params["since"] = int(since.timestamp())
     try:
         if isinstance(client, UnixEngineClient):
             return client.logs(cid, params, tty)
