@@ -32,10 +32,14 @@ _PR_GET_PDEATHSIG = 2
 
 
 def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
+    """glibc's ``libc.so.6`` by name; else what ``find_library`` finds (musl's ``libc.so``): it
+    runs ``ldconfig -p`` in a subprocess, a fork and exec every command paid before it started."""
+    for name in ("libc.so.6", None):
+        try:
+            return ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so", use_errno=True)
+        except OSError:
+            continue
+    return None
 
 
 _LIBC = _libc()  # loaded in the parent: the child must not search the file system after fork
