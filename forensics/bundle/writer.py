@@ -14,9 +14,11 @@ import gzip
 import hashlib
 import io
 import os
+import queue
 import shutil
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +72,33 @@ def _hash_file(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+_HOLD_MEMBER = 1 << 20  # a staged member up to this size is read once, for its hash and the archive
+_HOLD_TOTAL = 64 << 20  # and at most this much of them held at once
+
+
+class _Unlinker:
+    """Removes files handed to it, in a thread of its own, until stopped (then waits for it)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="bundle-unlink", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (path := self._queue.get()) is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def remove(self, path: Path) -> None:
+        self._queue.put(path)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
 class BundleWriter:
     """Collects members in a private staging directory, then writes the bundle atomically.
 
@@ -104,14 +133,29 @@ class BundleWriter:
         os.chmod(self.staging, 0o700)
         self.sink = EvidenceSink(self.staging, max_bytes=max_bytes)
 
-    def member_table(self) -> list[dict[str, Any]]:
-        """SHA-256 and size of every staged member, sorted by path."""
-        return [
-            {"path": rel, "sha256": digest, "size": size}
-            for rel, full in _walk_members(self.staging)
-            for digest, size in [_hash_file(full)]
-            if check_member_name(rel)
-        ]
+    def member_table(self, contents: dict[str, bytes] | None = None) -> list[dict[str, Any]]:
+        """SHA-256 and size of every staged member, sorted by path. With ``contents``, the bytes
+        of the small members read for their hash are kept there (up to ``_HOLD_TOTAL`` bytes),
+        so the archive is written without reading them a second time."""
+        table = []
+        held = 0
+        for rel, full in _walk_members(self.staging):
+            if not check_member_name(rel):
+                continue
+            data = None
+            if contents is not None and held < _HOLD_TOTAL:
+                with open(full, "rb") as f:
+                    data = f.read(_HOLD_MEMBER + 1)
+                    if len(data) > _HOLD_MEMBER:
+                        data = None
+            if data is None or contents is None:
+                digest, size = _hash_file(full)
+            else:
+                digest, size = hashlib.sha256(data).hexdigest(), len(data)
+                contents[rel] = data
+                held += size
+            table.append({"path": rel, "sha256": digest, "size": size})
+        return table
 
     def finish(self, manifest_fields: dict[str, Any], held: Mapping[str, bytes] | None = None) -> Path:
         """Write the manifest and archive atomically; remove the staging directory. ``held``:
@@ -122,7 +166,8 @@ class BundleWriter:
             "tool": {"name": "gpuforensics", "version": __version__},
             **manifest_fields,
         }
-        members: list[dict[str, Any]] = self.member_table() if held is None else [
+        contents: dict[str, bytes] = {}
+        members: list[dict[str, Any]] = self.member_table(contents) if held is None else [
             {"path": check_member_name(name), "sha256": hashlib.sha256(held[name]).hexdigest(), "size": len(held[name])}
             for name in sorted(held)]
         manifest["members"] = members
@@ -134,6 +179,10 @@ class BundleWriter:
         except OSError as exc:
             raise write_failure(f"cannot write bundle {self.final_path}", exc, BundleNotWritten, CaptureError) from exc
         tmp = Path(tmp_name)
+        # each staged file is removed once archived, by a thread, while the next ones are
+        # compressed (a capture's hundreds of small members cost 0.1-0.2 s to unlink afterwards);
+        # the staging directory goes in any case once finish returns or fails (the runner's cleanup)
+        unlinker = _Unlinker()
         try:
             os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as raw:
@@ -144,8 +193,14 @@ class BundleWriter:
                             if held is not None:
                                 self._add(tar, m["path"], io.BytesIO(held[m["path"]]), m["size"], mtime)
                                 continue
-                            with open(self.staging / m["path"], "rb") as f:
-                                self._add(tar, m["path"], f, m["size"], mtime)
+                            path = self.staging / m["path"]
+                            data = contents.pop(m["path"], None)
+                            if data is not None:
+                                self._add(tar, m["path"], io.BytesIO(data), m["size"], mtime)
+                            else:
+                                with open(path, "rb") as f:
+                                    self._add(tar, m["path"], f, m["size"], mtime)
+                            unlinker.remove(path)
                 raw.flush()
                 os.fsync(raw.fileno())
             self._publish(tmp)
@@ -155,6 +210,8 @@ class BundleWriter:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        finally:
+            unlinker.stop()
         self.cleanup()
         return self.final_path
 
