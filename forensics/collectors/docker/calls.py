@@ -106,6 +106,10 @@ class CallPool:
                 call.error = "did not finish within the collector's budget"
                 fut.cancel()
 
+    def waiting_only_for(self, kinds: set[str]) -> bool:
+        """Whether every call not yet taken from the pool is of one of ``kinds``."""
+        return all(c.key[0] in kinds for c in self.futures.values())
+
     def close(self) -> None:
         # a wedged call keeps its thread until its own socket timeout; never wait for it
         self.executor.shutdown(wait=False, cancel_futures=True)

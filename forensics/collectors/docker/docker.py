@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -177,12 +178,10 @@ class DockerCollector:
         pool.submit("version", "engine", client.version)
         pool.submit("list", "containers", lambda: client.containers(all=True))
         pool.submit("events", "engine", lambda: read_events(client, start, until, budget_end))
-        first = {("info", "engine"), ("version", "engine"), ("list", "containers")}
-        wave1 = {c.key: r for c, r in pool.wait(
-            min(budget_end, time.monotonic() + 3 * pool_call_timeout(client)), only=first)}
-        # events may still be streaming: they are taken with the second wave
-        info = wave1.get(("info", "engine"))
-        version = wave1.get(("version", "engine"))
+        first_end = min(budget_end, time.monotonic() + 3 * pool_call_timeout(client))
+        # the list first: the calls on its containers go out with it in hand, while the engine
+        # still answers /version (it runs its runtimes' binaries to learn their versions)
+        wave1 = {c.key: r for c, r in pool.wait(first_end, only={("list", "containers")})}
         listing = wave1.get(("list", "containers"))
         stats_fallbacks: dict[str, str] = {}
         chosen = self._choose(listing, start) if isinstance(listing, list) else []
@@ -208,6 +207,10 @@ class DockerCollector:
         for c in chosen:
             if c.get("State") in RUNNING_STATES:
                 pool.submit("top", c["Id"], functools.partial(top, client, c["Id"]))
+        # events may still be streaming: they are taken with the second wave
+        wave1.update((c.key, r) for c, r in pool.wait(first_end, only={("info", "engine"), ("version", "engine")}))
+        info = wave1.get(("info", "engine"))
+        version = wave1.get(("version", "engine"))
         self._redact_host(ctx, index, settings)
         if isinstance(info, dict):
             ctx.sink.write_json(dspec.INFO, redact_info(info, ctx))
@@ -240,7 +243,14 @@ class DockerCollector:
         inspects: dict[str, dict[str, Any]] = {}
         image_docs: dict[str, dict[str, Any]] = {}
         events_done = False
-        for call, result in pool.as_completed(budget_end):
+        recorded: list[bool] = []
+
+        def record() -> None:
+            if not recorded:
+                recorded.append(True)
+                record_taken(ctx, chosen, inspects, image_docs, info, index, scratch)
+
+        for call, result in _until_only_stats_left(pool, budget_end, record):
             kind, subject = call.key
             if kind == "events":
                 events_done = True
@@ -314,8 +324,7 @@ class DockerCollector:
         if not events_done:
             call = pool.calls[("events", "engine")]
             index["events"] = {"complete": False, "error": call.error}
-
-        record_taken(ctx, chosen, inspects, image_docs, info, index, scratch)
+        record()
 
     @staticmethod
     def _redact_host(ctx: CollectContext, index: dict[str, Any], settings: DockerSettings) -> None:
@@ -415,6 +424,17 @@ class DockerCollector:
             self._streams.clear()
             client.close()
             self._sample_client = None
+
+
+def _until_only_stats_left(pool: CallPool, budget_end: float,
+                           then: Callable[[], None]) -> Iterator[tuple[Call, Any]]:
+    """The pool's results as they complete; ``then()`` runs once the caller has handled every
+    result but the stats calls', which return only at the engine's next stats tick: what the
+    other calls gave (processes, allocations) is written while the stats are still awaited."""
+    for item in pool.as_completed(budget_end):
+        yield item
+        if pool.waiting_only_for({"stats"}):
+            then()
 
 
 COLLECTOR = DockerCollector()
