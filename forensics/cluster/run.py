@@ -55,11 +55,14 @@ __all__ = [
     "NodeResult",
     "STATUSES",
     "format_table",
+    "incomplete_collectors",
     "run_cluster_capture",
 ]
 
-#: ``ok``: verified bundle kept; ``partial``: kept, but the capture was interrupted (exit 3);
-#: the rest keep no bundle.
+#: ``ok``: verified bundle kept, every collector in its manifest ``ok`` (or its source absent:
+#: ``unavailable``, ``skipped``); ``partial``: kept, but the capture was interrupted (exit 3) or a
+#: collector's evidence is ``partial`` or ``failed`` (``incomplete`` names them); the rest keep no
+#: bundle.
 STATUSES = ("ok", "partial", "no-capture-pod", "forbidden", "timed-out", "failed")
 _JOB_POLL_S = 0.5
 _EXIT_INTERRUPTED = 3
@@ -85,6 +88,8 @@ class NodeResult:
     stderr_tail: str = ""
     #: the local storage refused the received bundle (disk full, quota, I/O error, read-only)
     not_written: bool = False
+    #: the collectors whose evidence in the kept bundle is partial or failed: "name: status (error)"
+    incomplete: list[str] = field(default_factory=list)
 
     @property
     def kept(self) -> bool:
@@ -119,6 +124,19 @@ class ClusterResult:
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for n in self.nodes if n.status == s) for s in STATUSES if any(n.status == s for n in self.nodes)}
+
+
+def incomplete_collectors(manifest: dict[str, Any] | None) -> list[str]:
+    """The collectors a capture's manifest records as ``partial`` or ``failed``, each as
+    ``"name: status (error)"``: a bundle that verifies can still hold incomplete evidence (a
+    collector timed out, an engine stopped answering), and that node is not ``ok``. A source
+    that is absent on the node (``unavailable``) or left out (``skipped``) is not incomplete."""
+    out = []
+    for c in (manifest or {}).get("collectors") or []:
+        if isinstance(c, dict) and c.get("status") in ("partial", "failed"):
+            error = f" ({c['error']})" if c.get("error") else ""
+            out.append(f"{c.get('name')}: {c.get('status')}{error}")
+    return out
 
 
 def _now() -> str:
@@ -213,9 +231,12 @@ class _NodeRun:
             return
         res.bundle, res.bundle_name = final.name, f"{verified.top}.tgz"
         res.sha256, res.members = verified.file_sha256, verified.members_checked
-        res.status = "ok" if out.exit_code == 0 else "partial"
+        res.incomplete = incomplete_collectors(verified.manifest)
+        res.status = "ok" if out.exit_code == 0 and not res.incomplete else "partial"
         if out.exit_code == _EXIT_INTERRUPTED:
             res.error = "the capture was interrupted: the bundle holds what it collected"
+        elif res.incomplete:
+            res.error = _one_line(f"evidence incomplete: {'; '.join(res.incomplete)}", limit=500)
 
     # -- --job ---------------------------------------------------------------------------------
     def capture_with_job(self, res: NodeResult, t0: float) -> None:

@@ -105,6 +105,33 @@ def test_failed_nodes_are_listed_with_why_and_only_verified_bundles_are_kept(tmp
     assert summary["counts"] == {"ok": 1, "no-capture-pod": 1, "forbidden": 1, "timed-out": 1, "failed": 2}
 
 
+def test_a_node_whose_evidence_is_incomplete_is_partial_not_ok(tmp_path: Path, sim_lib: Path) -> None:
+    """A bundle that verifies can still hold a collector that timed out: that node is ``partial``,
+    its bundle kept, the collector named, and the command does not say every node was ok (it did:
+    a 16-node run whose every Kubernetes collector had timed out reported ``ok: 16``)."""
+    specs = [NodeSpec("gpu-ok"), NodeSpec("gpu-nvml-hung", nvml_hang_s=600)]
+    out = tmp_path / "incident"
+    with SimCluster(tmp_path, sim_lib, specs) as sim:
+        res = run_cluster_capture(ClusterCaptureOptions(out_dir=out, kubeconfig=str(sim.kubeconfig),
+                                                        node_timeout_s=120, capture_timeout_s=40))
+        _no_process_left(sim)
+    by = {n.node: n for n in res.nodes}
+    assert by["gpu-ok"].status == "ok" and by["gpu-ok"].incomplete == [] and by["gpu-ok"].error is None, by["gpu-ok"]
+    hung = by["gpu-nvml-hung"]
+    assert hung.exit_code == 0, hung  # the capture itself succeeded: the bundle was written
+    assert hung.status == "partial" and hung.bundle == "gpu-nvml-hung.tgz", hung
+    nvml = next(c for c in open_bundle(out / hung.bundle).collectors() if c["name"] == "nvml")
+    assert nvml["status"] in ("partial", "failed")
+    assert hung.incomplete == [f"nvml: {nvml['status']} ({nvml['error']})"]
+    assert hung.error is not None and hung.error.startswith("evidence incomplete: nvml: ")
+    assert not res.all_ok
+    summary = json.loads((out / "cluster.json").read_text())
+    assert summary["all_ok"] is False and summary["counts"] == {"ok": 1, "partial": 1}
+    row = next(n for n in summary["nodes"] if n["node"] == "gpu-nvml-hung")
+    assert row["incomplete"] == hung.incomplete
+    assert any(line.split()[:3] == ["gpu-nvml-hung", hung.pod, "partial"] for line in format_table(res).splitlines())
+
+
 def test_job_mode_creates_a_job_per_node_streams_and_deletes_it(tmp_path: Path, sim_lib: Path) -> None:
     specs = [NodeSpec("gpu-a", capture_pod=False), NodeSpec("gpu-b", capture_pod=False)]
     out = tmp_path / "incident"
