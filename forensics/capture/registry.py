@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,18 @@ class BrokenCollector:
         raise RuntimeError(self.error)
 
 
+def _module_exists(name: str) -> bool:
+    """Whether module ``name`` is there, without importing its own package: ``find_spec`` of
+    ``a.b.c`` imports ``a.b``, and a collector package's ``__init__`` imports its collector (the
+    net collector's cost a ``--only docker`` capture 0.04 s for a module it never runs)."""
+    parent, _, leaf = name.rpartition(".")
+    spec = importlib.util.find_spec(parent) if parent else None
+    if spec is None or spec.submodule_search_locations is None:
+        return importlib.util.find_spec(name) is not None
+    return any(os.path.isfile(os.path.join(loc, f"{leaf}.py")) or os.path.isdir(os.path.join(loc, leaf))
+               for loc in spec.submodule_search_locations)
+
+
 def load_collectors(
     modules: tuple[str, ...] = COLLECTOR_MODULES,
     only: tuple[str, ...] = (),
@@ -82,11 +95,12 @@ def load_collectors(
     """
     found: list[Any] = []
     for pos, mod_name in enumerate(modules):
-        if importlib.util.find_spec(mod_name) is None:
-            continue
         short = collector_name(mod_name)
         if not_selected(short, only, skip, extra):
-            found.append((pos, NotSelected(short, order=pos * 10)))
+            if _module_exists(mod_name):
+                found.append((pos, NotSelected(short, order=pos * 10)))
+            continue
+        if importlib.util.find_spec(mod_name) is None:
             continue
         try:
             module = importlib.import_module(mod_name)
