@@ -9,6 +9,7 @@ next capture into that directory removes it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import hashlib
@@ -80,19 +81,30 @@ class _Unlinker:
     """Removes files handed to it, in a thread of its own, until stopped (then waits for it)."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Path, bool] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="bundle-unlink", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while (path := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
+            path, is_dir = item
             try:
-                os.unlink(path)
+                if is_dir:  # its directories, deepest first (those not empty stay, for rmtree)
+                    for dirpath, _dirs, _files in os.walk(path, topdown=False):
+                        if dirpath != str(path):
+                            with contextlib.suppress(OSError):
+                                os.rmdir(dirpath)
+                else:
+                    os.unlink(path)
             except OSError:
                 pass
 
     def remove(self, path: Path) -> None:
-        self._queue.put(path)
+        self._queue.put((path, False))
+
+    def remove_directories(self, root: Path) -> None:
+        """The directories under ``root`` (its files handed over before)."""
+        self._queue.put((root, True))
 
     def stop(self) -> None:
         self._queue.put(None)
@@ -201,6 +213,8 @@ class BundleWriter:
                                 with open(path, "rb") as f:
                                     self._add(tar, m["path"], f, m["size"], mtime)
                             unlinker.remove(path)
+                if held is None:  # emptied while the archive is flushed and fsynced
+                    unlinker.remove_directories(self.staging)
                 raw.flush()
                 os.fsync(raw.fileno())
             self._publish(tmp)
