@@ -70,7 +70,8 @@ def test_lines_printed_during_the_window_are_appended_redacted(docker_engine: Do
         assert SECRET not in data.decode() and "<redacted:" in retry
 
         report = bundle.read_json("docker/window/logs.json")[cid]
-        assert report["error"] is None and report["repeated_lines_skipped"] == 1, report
+        assert report["error"] is None and report["already_kept_lines"] == 1, report
+        assert report["boundary_lines_repeated"] == 0, report
         assert report["kept_bytes"] == report["received_bytes"] > len(L.TORCH_OOM_NEW.text), report
         assert report["dropped_oldest_bytes"] == 0, report
 

@@ -93,7 +93,7 @@ from forensics.collectors.docker.taken import (
     record_taken,
     window_start,
 )
-from forensics.collectors.docker.window_logs import append_window_logs
+from forensics.collectors.docker.window_logs import append_window_logs, last_line_record
 from forensics.errors import (
     SourceTimeout,
     SourceUnavailable,
@@ -311,7 +311,9 @@ class DockerCollector:
                 data = result if isinstance(result, bytes) else b""
                 kept, dropped = newest_lines(data, max_log_bytes)
                 index["containers"].setdefault(subject, {})["logs"] = {
-                    "received_bytes": len(data), "kept_bytes": len(kept), "dropped_oldest_bytes": dropped}
+                    "received_bytes": len(data), "kept_bytes": len(kept), "dropped_oldest_bytes": dropped,
+                    # where a --duration window's read of this log resumes (window_logs)
+                    "last_line": last_line_record(kept)}
                 # the whole text at once: a PEM block spans lines
                 ctx.sink.write_text(dspec.container_member(subject, "logs.txt"),
                                     ctx.redactor.text(kept.decode("utf-8", "replace"), "logs"))

@@ -3,23 +3,36 @@
 The snapshot reads each container's log once (``docker/containers/<id>/logs.txt``); a container
 that prints an error, or a CUDA out-of-memory, while the capture window runs would otherwise leave
 those lines out of the bundle. After the window, for every container running then or named by an
-event of the window (one that exited during it), the sampling child reads ``GET
-/containers/{id}/logs?timestamps=1&since=<last line's time>&tail=N`` and appends the lines after
-those the snapshot kept, redacted as the snapshot's are (the whole new text at once).
+event of the window (one that exited during it), the sampling child reads the log again as the
+snapshot did (``GET /containers/{id}/logs?timestamps=1&since=<window start>&tail=N``) and appends
+the lines after those the snapshot kept.
 
-Where the snapshot kept lines, ``since`` is the engine timestamp of its last line (to the
-nanosecond), and the lines the engine sends again with that same timestamp (those already kept)
-are skipped; a container with no lines kept yet is read from the look-back window's start, as the
-snapshot read it. The new text is cut to ``logs.max_bytes`` (the newest whole lines).
-``docker/window/logs.json`` records, per container, ``since``, ``received_bytes``, ``kept_bytes``,
-``dropped_oldest_bytes``, ``repeated_lines_skipped`` and any ``error``.
+Which lines are new: the snapshot records, in ``index.json`` ``containers.<id>.logs.last_line``,
+the engine timestamp of the last raw line it kept and how many kept lines carry it (the kept
+member itself cannot say: redaction joins the lines of a PEM block into one); a line is new when
+its timestamp is later, or equal and past that many. Without such a record (the snapshot kept no
+line) every line is new.
+
+Redaction: the new lines are redacted together with up to 64 KiB of the old lines before them,
+and only what follows the old lines' redacted text is appended, so a secret that spans the
+boundary (a PEM block whose first lines were printed before the snapshot read the log) is
+redacted whole; where such a secret's redaction starts in the old lines, the lines from its start
+are appended again, redacted whole, rather than a remainder that would carry its body. Redaction
+counts are those of the appended text alone.
+
+``docker/window/logs.json`` records, per container, ``since``, ``last_kept_line``,
+``already_kept_lines``, ``received_bytes``, ``kept_bytes``, ``dropped_oldest_bytes``,
+``boundary_lines_repeated`` and any ``error``. The new text is cut to ``logs.max_bytes`` (the
+newest whole lines).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -33,102 +46,126 @@ from forensics.specs import docker as dspec
 from forensics.specs.docker import DockerSettings
 from forensics.specs.logs import LOGS
 
-__all__ = ["append_window_logs", "last_kept_lines"]
+__all__ = ["append_window_logs", "last_line_record", "split_new_lines"]
 
-_TAIL_READ_BYTES = 1 << 16  # the end of a kept log read back to find its last timestamp
-
-
-def _timestamp(line: bytes) -> bytes:
-    """The engine's RFC 3339 nanosecond timestamp that starts a line (``timestamps=1``)."""
-    return line.split(b" ", 1)[0]
+_CONTEXT_BYTES = 64 << 10  # old lines redacted with the new ones: a PEM block, a multi-line token
 
 
-def last_kept_lines(path: str) -> tuple[bytes, int]:
-    """The timestamp of the last line of a kept log and how many of its last lines carry it
-    (``b"", 0`` when there is no such file or line)."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - _TAIL_READ_BYTES))
-            tail = f.read()
-    except OSError:
-        return b"", 0
-    lines = [ln for ln in tail.split(b"\n")[1 if size > _TAIL_READ_BYTES else 0:] if ln]
-    if not lines:
-        return b"", 0
-    last = _timestamp(lines[-1])
-    same = 0
-    for ln in reversed(lines):
-        if _timestamp(ln) != last:
-            break
-        same += 1
-    return last, same
-
-
-def _epoch_text(stamp: bytes) -> str | None:
-    """``2026-12-06T10:59:33.123456789Z`` -> ``"1796554773.123456789"``: the engine's ``since`` to
-    the nanosecond (a datetime keeps only microseconds)."""
+def stamp_key(stamp: bytes) -> tuple[int, int] | None:
+    """``2026-12-06T10:59:33.1234Z`` -> (epoch seconds, nanoseconds); the engine trims trailing
+    zeros of the fraction, so the text does not sort."""
     text = stamp.decode("ascii", "replace")
     whole, dot, frac = text.partition(".")
     digits = "".join(itertools.takewhile(str.isdigit, frac))
     when = parse_docker_time(whole + "Z" if dot else text)
     if when is None:
         return None
-    return f"{int(when.timestamp())}.{digits or '0'}"
+    return int(when.timestamp()), int((digits or "0")[:9].ljust(9, "0"))
 
 
-def _read(client: Any, cid: str, since: datetime | str, tail: int) -> bytes:
+def _stamp(line: bytes) -> bytes:
+    return line.split(b" ", 1)[0]
+
+
+def last_line_record(kept: bytes) -> dict[str, Any] | None:
+    """What the snapshot records of the raw log it kept: its last line's engine timestamp and
+    how many of its last lines carry it (None for no line)."""
+    lines = kept.splitlines()
+    if not lines:
+        return None
+    last = _stamp(lines[-1])
+    same = sum(1 for _ in itertools.takewhile(lambda ln: _stamp(ln) == last, reversed(lines)))
+    return {"time": last.decode("ascii", "replace"), "lines_at_time": same}
+
+
+def split_new_lines(data: bytes, record: dict[str, Any] | None) -> tuple[bytes, bytes, int]:
+    """(old text, new text, old line count) of a log read again: a line is old when its timestamp
+    is before the recorded last line's, or equal and within the recorded count."""
+    last = stamp_key(str(record.get("time", "")).encode()) if isinstance(record, dict) else None
+    if last is None or record is None:
+        return b"", data, 0
+    limit = int(record.get("lines_at_time") or 0)
+    pos = equal = old = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        key = stamp_key(_stamp(data[pos:end]))
+        if key is None or key > last or (key == last and equal >= limit):
+            break
+        equal += key == last
+        old += 1
+        pos = end
+    return data[:pos], data[pos:], old
+
+
+def redact_after(ctx: CollectContext, old: bytes, new: bytes) -> tuple[str, int]:
+    """The redacted text of ``new`` as it stands after ``old`` (module doc), and how many old
+    lines it repeats (those a boundary-crossing secret starts in)."""
+    context = old[-_CONTEXT_BYTES:]
+    if len(context) < len(old):  # from a line start
+        context = context[context.find(b"\n") + 1:]
+    before = Counter(ctx.redactor.counts)
+    old_text = ctx.redactor.text(context.decode("utf-8", "replace"), "logs")
+    old_counts = ctx.redactor.counts - before
+    both = ctx.redactor.text((context + new).decode("utf-8", "replace"), "logs")
+    # counted: what the appended text holds, not the context (counted when it was kept), twice read
+    ctx.redactor.counts.subtract(old_counts + old_counts)
+    ctx.redactor.counts += Counter()  # drop zero and negative entries
+    if both.startswith(old_text):
+        return both[len(old_text):], 0
+    common = len(os.path.commonprefix([old_text, both]))
+    start = old_text.rfind("\n", 0, common) + 1
+    return both[start:], old_text[start:].count("\n")
+
+
+def _read(client: Any, cid: str, since: datetime, tail: int) -> bytes:
     doc = client.inspect_container(cid)
     config = doc.get("Config") if isinstance(doc, dict) else None
     tty = bool(config.get("Tty")) if isinstance(config, dict) else False
     return logs(client, cid, since, tail, tty)
 
 
-def _skip_repeated(data: bytes, stamp: bytes, count: int) -> tuple[bytes, int]:
-    """``data`` less its first lines stamped ``stamp`` (at most ``count``: those already kept)."""
-    skipped = 0
-    pos = 0
-    while skipped < count and stamp and data.startswith(stamp + b" ", pos):
-        nl = data.find(b"\n", pos)
-        pos = len(data) if nl < 0 else nl + 1
-        skipped += 1
-    return data[pos:], skipped
+def _snapshot_records(ctx: CollectContext) -> dict[str, Any]:
+    """``index.json`` ``containers.<id>.logs.last_line`` of the snapshot, from the staging directory."""
+    root = getattr(ctx.sink, "root", None)
+    if root is None:
+        return {}
+    try:
+        with open(os.path.join(root, dspec.INDEX), "rb") as f:
+            containers = json.load(f).get("containers") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {cid: ((c.get("logs") or {}).get("last_line")) for cid, c in containers.items()
+            if isinstance(c, dict)}
 
 
 def append_window_logs(ctx: CollectContext, client: Any, settings: DockerSettings,
                        containers: Iterable[str]) -> None:
-    """Append the lines each of ``containers`` printed since its kept log ends (module doc)."""
+    """Append the lines each of ``containers`` printed after those the snapshot kept (module doc)."""
     if settings.logs_tail <= 0:
         return
-    root = getattr(ctx.sink, "root", None)
     max_bytes = LOGS.read_settings(ctx.options.extra).max_bytes
     start = window_start(ctx)
+    records = _snapshot_records(ctx)
     report: dict[str, dict[str, Any]] = {}
-    kept: dict[str, tuple[bytes, int]] = {}
     pool = CallPool(settings.workers)
     try:
         for cid in dict.fromkeys(containers):
-            member = dspec.container_member(cid, "logs.txt")
-            stamp, count = last_kept_lines(os.path.join(root, member)) if root is not None else (b"", 0)
-            since: datetime | str = (_epoch_text(stamp) or start) if stamp else start
-            kept[cid] = (stamp, count)
-            report[cid] = {"since": since if isinstance(since, str) else since.isoformat(),
+            report[cid] = {"since": start.isoformat(), "last_kept_line": records.get(cid),
                            "error": "no answer before the sampling deadline"}
-            pool.submit("window-logs", cid, functools.partial(_read, client, cid, since,
-                                                              settings.logs_tail))
+            pool.submit("window-logs", cid, functools.partial(_read, client, cid, start, settings.logs_tail))
         for call, result in pool.as_completed(ctx.deadline - 1.0):
             cid = call.key[1]
             if result is None:
                 report[cid]["error"] = call.error
                 continue
-            data, skipped = _skip_repeated(result if isinstance(result, bytes) else b"", *kept[cid])
-            new, dropped = newest_lines(data, max_bytes)
-            report[cid].update(received_bytes=len(data), kept_bytes=len(new),
-                               dropped_oldest_bytes=dropped, repeated_lines_skipped=skipped,
-                               error=None)
-            if new:
-                # as the snapshot writes its lines; the whole new text at once: a PEM block spans lines
-                text = ctx.redactor.text(new.decode("utf-8", "replace"), "logs")
+            data = result if isinstance(result, bytes) else b""
+            old, fresh, old_lines = split_new_lines(data, records.get(cid))
+            new, dropped = newest_lines(fresh, max_bytes)
+            text, repeated = redact_after(ctx, old, new) if new else ("", 0)
+            report[cid].update(already_kept_lines=old_lines, received_bytes=len(fresh), kept_bytes=len(new),
+                               dropped_oldest_bytes=dropped, boundary_lines_repeated=repeated, error=None)
+            if text:
                 ctx.sink.append_bytes(dspec.container_member(cid, "logs.txt"),
                                       text.encode("utf-8", "surrogateescape"))
     finally:
