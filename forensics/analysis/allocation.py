@@ -118,8 +118,10 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
         if not grant.effective or grant.scope == "none":
             continue
         uuids = resolve_refs(grant.devices, grant.scope, gpus)
-        if grant.scope != "all" and not all(minor_read(r, gpus) for r in grant.devices):
-            devices_known = False  # a device node whose GPU no read minor number names: never judged
+        if grant.scope != "all" and (not grant.devices_known or not all(minor_read(r, gpus) for r in grant.devices)):
+            # a grant that does not name its GPUs, or a device node whose GPU no read minor number
+            # names: never judged
+            devices_known = False
         evs = [evidence_for(s.document, s.pointer, s.excerpt) for s in grant.sources]
         if _is_explicit(grant):
             for u in uuids:
@@ -135,7 +137,7 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
             bl_reasons.append(grant.reason)
             bl_kinds.append("privileged" if grant.mechanism == "privileged" else "env")
     blanket_only = tuple(u for u in blanket if u not in explicit)
-    if explicit:
+    if ex_kinds:  # (an explicit grant of GPUs it does not name has no UUIDs: devices_known false)
         kind = "env" if ex_kinds[0] == "nvidia-runtime-env" else ex_kinds[0]
         return GpuAllocation(kind, True, tuple(explicit), source, "; ".join(ex_reasons),
                              tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev),
