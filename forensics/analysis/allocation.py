@@ -20,7 +20,8 @@ from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation
 from forensics.parsing.gpu_allocation import ContainerAllocation, GpuGrant, GpuRef
 
-__all__ = ["classify_docker_allocation", "kubernetes_allocation", "minor_read", "resolve_device_ids", "resolve_refs"]
+__all__ = ["classify_docker_allocation", "kubernetes_allocation", "minor_read", "names_node_gpus", "resolve_device_ids",
+           "resolve_refs"]
 
 # GrantSource.document -> Evidence (the loader knows the member paths)
 EvidenceFor = Callable[[str, str, str], Evidence]
@@ -45,7 +46,7 @@ def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ..
                 continue
             if "::" in tok:  # time-slicing replica GPU-<uuid>::N
                 tok = tok.split("::", 1)[0]
-            if "/" in tok:  # GKE nvidia0/vgpu1
+            if "/" in tok and not tok.upper().startswith("MIG-"):  # GKE nvidia0/vgpu1 (not MIG-GPU-<uuid>/1/0)
                 tok = tok.split("/", 1)[0]
             if tok.isascii() and tok.isdigit():
                 match = [g.uuid for g in gpus if g.index == int(tok)]
@@ -78,6 +79,14 @@ def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tup
             for u in resolve_device_ids([ref.id], gpus):
                 out.setdefault(u, None)
     return tuple(out)
+
+
+def names_node_gpus(uuids: Sequence[str], gpus: Sequence[Gpu]) -> bool:
+    """Whether every device a grant resolved to is a GPU of the node (or a MIG device, which the
+    process samples name): an id that matched none (an index NVML does not list, a form not
+    understood, kept verbatim by :func:`resolve_device_ids`) says the grant's GPUs are unknown."""
+    known = {g.uuid for g in gpus}
+    return all(u in known or u.upper().startswith("MIG-") for u in uuids)
 
 
 def minor_read(ref: GpuRef, gpus: Sequence[Gpu]) -> bool:
@@ -118,9 +127,11 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
         if not grant.effective or grant.scope == "none":
             continue
         uuids = resolve_refs(grant.devices, grant.scope, gpus)
-        if grant.scope != "all" and (not grant.devices_known or not all(minor_read(r, gpus) for r in grant.devices)):
-            # a grant that does not name its GPUs, or a device node whose GPU no read minor number
-            # names: never judged
+        if _is_explicit(grant) and grant.scope != "all" and (
+                not grant.devices_known or not all(minor_read(r, gpus) for r in grant.devices)
+                or not names_node_gpus(uuids, gpus)):
+            # a grant that does not name its GPUs, a device node whose GPU no read minor number
+            # names, a device id no GPU of the node matches: never judged
             devices_known = False
         evs = [evidence_for(s.document, s.pointer, s.excerpt) for s in grant.sources]
         if _is_explicit(grant):
@@ -155,8 +166,10 @@ def kubernetes_allocation(limit: int, device_ids: Sequence[str] | None, gpus: Se
     if limit <= 0 and not device_ids:
         return GpuAllocation("none", False, (), "pod spec", "pod with no nvidia.com/gpu limit", evidence)
     if device_ids:
-        return GpuAllocation("kubernetes", True, resolve_device_ids(device_ids, gpus), "pod-resources",
+        uuids = resolve_device_ids(device_ids, gpus)
+        return GpuAllocation("kubernetes", True, uuids, "pod-resources",
                              f"nvidia.com/gpu devices {','.join(device_ids)}", evidence,
+                             devices_known=names_node_gpus(uuids, gpus),
                              time_sliced=any("::" in d for d in device_ids))
     why = "no pod-resources entry" if podresources_present else "no pod-resources data"
     return GpuAllocation("kubernetes", True, (), "pod spec",

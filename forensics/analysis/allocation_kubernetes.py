@@ -26,11 +26,12 @@ read as "no grant": a claim's grant stands on the claim.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from forensics.analysis.allocation import minor_read, resolve_refs
+from forensics.analysis.allocation import minor_read, names_node_gpus, resolve_refs
 from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation, ShareContract
 from forensics.errors import ParseError
@@ -64,6 +65,7 @@ __all__ = [
 ]
 
 DEFAULT_GPU = "nvidia.com/gpu"
+_MIG_INDEX_RE = re.compile(r"^[0-9]+:[0-9]+$")
 MIG_PREFIX = "nvidia.com/mig-"
 PODS = "kubernetes/pods.json"
 PODRESOURCES = "kubernetes/podresources/list.json"
@@ -139,7 +141,8 @@ def _plugin_refs(ids: Sequence[str]) -> tuple[GpuRef, ...]:
     for raw in ids:
         tok = raw.split("::", 1)[0]
         kind = "mig-uuid" if tok.startswith("MIG-") else "uuid" if tok.startswith("GPU-") else (
-            "index" if tok.isascii() and tok.isdigit() else "unknown")
+            "index" if tok.isascii() and tok.isdigit() else
+            "mig-index" if _MIG_INDEX_RE.match(tok) else "unknown")  # deviceIDStrategy=index: 0:1
         out.append(GpuRef(tok, kind))
     return tuple(dict.fromkeys(out))
 
@@ -346,8 +349,10 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
         # a driver's gpu-N is the device minor N: with no GPU whose minor NVML read as N, which GPU
         # it is goes unjudged (the NVML index is no stand-in: the driver's probe order can differ)
         resolvable = g.devices_known and all(minor_read(r, gpus) for r in g.devices)
-        known = known and resolvable
         mine = resolve_refs(g.devices, g.scope, gpus) if resolvable else ()
+        if not names_node_gpus(mine, gpus):  # a device id no GPU of the node matches: unknown
+            resolvable = False
+        known = known and resolvable
         for u in mine:
             uuids.setdefault(u, None)
         reason = g.reason

@@ -1,0 +1,69 @@
+"""A grant whose device names no GPU of the node is a grant of GPUs the bundle does not name: never
+judged, and never read as "granted nothing" (its owner on the GPU it really got was accused). Forms
+that do name a GPU are resolved: the device plugin's MIG ids under ``deviceIDStrategy=index``
+(``0:1``, the MIG device 1 of GPU 0) and MIG UUIDs of the R450-R465 drivers
+(``MIG-GPU-<uuid>/<gi>/<ci>``, which hold slashes)."""
+
+from __future__ import annotations
+
+from tests.support.analysis_bundles import GIB, BundleSpec, cid_of
+from tests.unit.analysis.conftest import Analyze, kinds, names, of_kind
+
+UID = "0c1d2e3f-4a5b-4c6d-8e7f-0000000000d1"
+
+
+def _mig_plugin_pod(*, used_gpu: int, device_id: str = "0:1") -> BundleSpec:
+    """Pod ml/mig-0 with ``nvidia.com/mig-1g.10gb: 1``; the kubelet's pod-resources give it
+    ``device_id`` (the device plugin's index strategy); its process runs on GPU ``used_gpu``."""
+    b = BundleSpec()
+    b.gpu(0)
+    b.gpu(1)
+    cid = cid_of("mig-job")
+    b.pod("ml", "mig-0", UID, [("job", cid, 0)])
+    limits = b.pods[-1]["spec"]["containers"][0]["resources"]["limits"]
+    limits["nvidia.com/mig-1g.10gb"] = "1"
+    b.podresources.append({"name": "mig-0", "namespace": "ml", "containers": [
+        {"name": "job", "devices": [{"resource_name": "nvidia.com/mig-1g.10gb", "device_ids": [device_id]}]}]})
+    b.process(51, "python", container=cid, pod_uid=UID)
+    b.gpu_series(used_gpu, range(20), lambda s: (60, 8 * GIB, {51: (8 * GIB, 60.0)}))
+    b.status["docker"] = "unavailable"
+    return b
+
+
+def test_a_mig_index_device_id_is_its_gpus_mig_device(analyze: Analyze) -> None:
+    doc = analyze(_mig_plugin_pod(used_gpu=0))
+    assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
+    (f,) = of_kind(analyze(_mig_plugin_pod(used_gpu=1)), "unallocated-gpu-use")
+    assert "ml/mig-0" in names(f, "culprit", "pod")
+
+
+def test_a_device_id_no_gpu_of_the_node_matches_is_never_judged(analyze: Analyze) -> None:
+    """pod-resources name a device this node's NVML does not list (a GPU that fell off the bus,
+    an id form not understood): which GPU the pod got is unknown, so its use of GPU 1 is not judged."""
+    for device_id in ("7", "vgpu-3a"):
+        doc = analyze(_mig_plugin_pod(used_gpu=1, device_id=device_id))
+        assert "unallocated-gpu-use" not in kinds(doc), (device_id, [f["summary"] for f in doc["findings"]])
+
+
+def test_docker_gpus_device_index_the_node_lacks_is_never_judged(analyze: Analyze) -> None:
+    """``--gpus device=2`` on a node whose NVML lists GPUs 0 and 1 (GPU 2 lost since: the indices
+    after it move down): the container on GPU 1 is not accused of using it unallocated."""
+    b = BundleSpec(default_runtime="runc")
+    b.gpu(0)
+    b.gpu(1)
+    c = b.container("job", image_env=["PATH=/bin"], runtime="runc",
+                    device_requests=[{"Driver": "", "Count": 0, "DeviceIDs": ["2"], "Capabilities": [["gpu"]]}])
+    b.process(10, "python", container=c)
+    b.gpu_series(1, range(10), lambda s: (90, 20 * GIB, {10: (20 * GIB, 90.0)}))
+    doc = analyze(b)
+    assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
+
+
+def test_an_old_style_mig_uuid_with_slashes_is_granted(analyze: Analyze) -> None:
+    b = BundleSpec(default_runtime="runc")
+    mig = f"MIG-{b.gpu(0)}/1/0"
+    c = b.container("job", image_env=["PATH=/bin"], runtime="nvidia", env=[f"NVIDIA_VISIBLE_DEVICES={mig}"])
+    b.process(10, "python", container=c)
+    b.gpu_series(0, range(10), lambda s: (90, 5 * GIB, {10: (5 * GIB, 90.0)}), mig={10: mig})
+    doc = analyze(b)
+    assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
