@@ -28,6 +28,7 @@ from forensics.thresholds import AnalysisConfig
 __all__ = [
     "OVERLAPPING_GPU_ALLOCATION",
     "UNALLOCATED_GPU_USE",
+    "covered_by_grant",
     "overlapping_gpu_allocation",
     "owner_counts_unallocated",
     "unallocated_gpu_use",
@@ -111,6 +112,18 @@ def _assigned_text(model: Model, uuid: str, holders: list[tuple[Subject, Owner]]
     return "; ".join(parts)
 
 
+def covered_by_grant(model: Model, node: str, alloc: GpuAllocation, uuid: str, mig_uuid: str | None) -> bool:
+    """Whether ``alloc`` grants a process's use of GPU ``uuid`` (MIG device ``mig_uuid``), or may:
+    a sample on a GPU in MIG mode that names no MIG device (NVML's parent list, the MIG devices'
+    own lists not read) may be on the MIG device ``alloc`` grants, so it is not judged."""
+    if alloc.grants(uuid, mig_uuid):
+        return True
+    if mig_uuid is None and any(g.upper().startswith("MIG-") for g in alloc.gpus):
+        gpu = model.gpus.get((node, uuid))
+        return gpu is None or gpu.mig_enabled
+    return False
+
+
 def owner_counts_unallocated(model: Model, owner: Owner, uuid: str) -> bool:
     """Whether this rule judges ``owner``'s use of GPU ``uuid`` at all (its samples on a device
     not granted are then unallocated use); the flight recorder's live attribution
@@ -136,7 +149,7 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if not owner_counts_unallocated(model, owner, uuid):
                 continue
             alloc = owner.allocation
-            samples = [s for s in samples if not alloc.grants(uuid, s.mig_uuid)]
+            samples = [s for s in samples if not covered_by_grant(model, node, alloc, uuid, s.mig_uuid)]
             if not samples:
                 continue
             holders = [h for h in joins.explicit_holders(node, uuid) if h[0].key() != subject.key()]

@@ -67,3 +67,31 @@ def test_an_old_style_mig_uuid_with_slashes_is_granted(analyze: Analyze) -> None
     b.gpu_series(0, range(10), lambda s: (90, 5 * GIB, {10: (5 * GIB, 90.0)}), mig={10: mig})
     doc = analyze(b)
     assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
+
+
+def _mig_uuid_container(*, mig_mode: bool, sample_mig: bool) -> BundleSpec:
+    """Container job given ``--gpus device=MIG-...`` (a MIG device of GPU 0); its process is listed
+    on GPU 0, with its MIG device (``sample_mig``) or without it (the MIG devices' own process lists
+    were not read: NVML's parent list names no MIG device)."""
+    b = BundleSpec(default_runtime="runc")
+    b.gpu(0)
+    if mig_mode:
+        b.gpus[0]["nvml"]["nvmlDeviceGetMigMode"] = {"value": [1, 1]}
+    mig = "MIG-0a1b2c3d-0000-5000-8000-0000000000a1"
+    c = b.container("job", image_env=["PATH=/bin"], runtime="runc",
+                    device_requests=[{"Driver": "", "Count": 0, "DeviceIDs": [mig], "Capabilities": [["gpu"]]}])
+    b.process(10, "python", container=c)
+    b.gpu_series(0, range(10), lambda s: (90, 5 * GIB, {10: (5 * GIB, 90.0)}),
+                 mig={10: mig} if sample_mig else None)
+    return b
+
+
+def test_a_mig_grant_on_a_mig_gpu_whose_sample_names_no_mig_device_is_not_judged(analyze: Analyze) -> None:
+    """Which MIG device of GPU 0 the process ran on is unknown: its MIG grant may be it."""
+    doc = analyze(_mig_uuid_container(mig_mode=True, sample_mig=False))
+    assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
+    doc = analyze(_mig_uuid_container(mig_mode=True, sample_mig=True))
+    assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
+    # a GPU not in MIG mode holds no MIG device: the MIG grant is not this GPU
+    (f,) = of_kind(analyze(_mig_uuid_container(mig_mode=False, sample_mig=False)), "unallocated-gpu-use")
+    assert "job" in names(f, "culprit", "container")
