@@ -115,6 +115,15 @@ class KubeGrantInputs:
     # whether the node's status.capacity was read: without it (a ring's history holds no node object)
     # a limit on another nvidia.com/ resource may be a renamed GPU resource, and is taken for one
     capacity_read: bool = True
+    node_gpus: int = 0  # the GPUs NVML listed on the node (a resource advertised more often is replicas)
+
+    def replicated(self, resource: str) -> bool:
+        """Whether a renamed resource is shared by design: the node advertises more of it than it
+        has GPUs (time-slicing or MPS replicas, a memory-sharing plugin's units); without the
+        node's capacity, not known, so taken as shared (never judged an exclusive grant)."""
+        if not self.capacity_read:
+            return True
+        return self.advertised.get(resource, 0) > self.node_gpus > 0
 
 
 def _is_gpu_resource(name: str, advertised: Mapping[str, int]) -> bool:
@@ -126,7 +135,9 @@ def _limits(spec: Mapping[str, Any]) -> dict[str, int]:
     limits = res.get("limits") if isinstance(res, Mapping) else None
     out: dict[str, int] = {}
     for name, value in (limits.items() if isinstance(limits, Mapping) else ()):
-        if isinstance(name, str) and name.startswith("nvidia.com/"):
+        # NVIDIA's resources, and another vendor's that name a GPU (judged against the node's
+        # capacity by _is_gpu_resource)
+        if isinstance(name, str) and (name.startswith("nvidia.com/") or ("/" in name and "gpu" in name.lower())):
             try:
                 n = quantity_count(value)
             except ParseError:
@@ -274,7 +285,7 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
             sources = (limits_src, *(GrantSource(PODRESOURCES, p.pointer, p.excerpt) for _, p in held))
             grants.append(GpuGrant(mech, "devices", _plugin_refs(ids), "operator", True,
                                    f"{resource} devices {','.join(ids)}{note}", sources,
-                                   shared=any("::" in x for x in ids)))
+                                   shared=any("::" in x for x in ids) or (not default and inputs.replicated(resource))))
             continue
         env = next((inputs.process_env[c] for c in container_ids if c in inputs.process_env), None)
         if not default and env is not None:
@@ -283,7 +294,8 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
                 grants.append(GpuGrant(
                     mech, "devices", refs, "operator", True,
                     f"{resource}: {count}, NVIDIA_VISIBLE_DEVICES={env[0]} set by the device plugin{note}",
-                    (limits_src, GrantSource(env[1].member, env[1].locator, env[1].excerpt))))
+                    (limits_src, GrantSource(env[1].member, env[1].locator, env[1].excerpt)),
+                    shared=inputs.replicated(resource)))
                 continue
         why = "no pod-resources entry" if inputs.podresources_present else "no pod-resources data"
         grants.append(GpuGrant(mech, "devices", (), "operator", True,

@@ -37,7 +37,9 @@ pointer a JSON pointer into it):
   (``devices_known`` false: granted, but which GPU is not judged).
 - ``renamed-resource``: a limit on another GPU resource the node advertises in its
   ``status.capacity`` (``kubernetes/node.json``), such as ``nvidia.com/gpu.shared`` (the device
-  plugin's ``renameByDefault`` or its ``resources`` config); devices from pod-resources, else from
+  plugin's ``renameByDefault`` or its ``resources`` config), or another vendor's that names a GPU
+  (``aliyun.com/gpu-mem``); shared when the node advertises more of it than it has GPUs; devices
+  from pod-resources, else from
   the device plugin's ``NVIDIA_VISIBLE_DEVICES`` in the container's process environment
   (``proc/<pid>/environ``), else unknown. Replicas ``GPU-<uuid>::N`` share by design.
 - ``dra-claim``: a ResourceClaim the container uses (``resources.claims`` -> the pod's

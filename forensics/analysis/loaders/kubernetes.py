@@ -182,7 +182,8 @@ def _grant_inputs(src: Source, model: Model, node: str) -> KubeGrantInputs:
         if pnode == node and proc.container_id and proc.visible_devices and proc.visible_devices_evidence:
             env.setdefault(proc.container_id, (proc.visible_devices, proc.visible_devices_evidence))
     return KubeGrantInputs(
-        advertised=gpu_resource_names(node_doc), capacity_read=node_capacity_read(node_doc),
+        advertised=gpu_resource_names(node_doc, other_vendors=True), capacity_read=node_capacity_read(node_doc),
+        node_gpus=len(model.node_gpus(node)),
         plugin=plugin_devices(listing), dynamic=dynamic_resources(listing),
         podresources_present=src.has(_LIST),
         claims=claims_by_name(src.json(kube_spec.RESOURCE_CLAIMS)),
