@@ -21,7 +21,7 @@ from forensics.analysis.naming import (
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.rules.gpu_sharing import contract_for
-from forensics.analysis.rules.gpu_unattributed import UNATTRIBUTED_GPU_PROCESS
+from forensics.analysis.rules.gpu_unattributed import UNATTRIBUTED_GPU_PROCESS, is_mps_server
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.thresholds import AnalysisConfig
 
@@ -149,7 +149,8 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if not owner_counts_unallocated(model, owner, uuid):
                 continue
             alloc = owner.allocation
-            samples = [s for s in samples if not covered_by_grant(model, node, alloc, uuid, s.mig_uuid)]
+            samples = [s for s in samples if not covered_by_grant(model, node, alloc, uuid, s.mig_uuid)
+                       and not is_mps_server(model, node, s.pid)]  # (it serves the GPU's MPS clients)
             if not samples:
                 continue
             holders = [h for h in joins.explicit_holders(node, uuid) if h[0].key() != subject.key()]
