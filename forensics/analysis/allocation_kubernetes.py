@@ -171,10 +171,11 @@ def _dra_ref(driver: str, pool: str, device: str, slices: Mapping[tuple[str, str
 
 def _is_gpu_device(driver: str, sd: SliceDevice | None) -> bool:
     """Whether a claim's device is a GPU: its slice gives it a GPU or MIG UUID; without a slice,
-    its driver is a GPU driver (NVIDIA's ``gpu.nvidia.com``, or ``gpu`` in the name). A NIC's,
-    an IMEX channel's (``compute-domain.nvidia.com``) or any other device grants no GPU."""
-    if sd is not None:
-        return bool(sd.uuid and sd.uuid.startswith(("GPU-", "MIG-")))
+    or with a slice that gives no UUID, its driver is a GPU driver (NVIDIA's ``gpu.nvidia.com``,
+    or ``gpu`` in the name). A NIC's, an IMEX channel's (``compute-domain.nvidia.com``) or any
+    other device grants no GPU."""
+    if sd is not None and sd.uuid:
+        return sd.uuid.startswith(("GPU-", "MIG-"))
     return driver == "gpu.nvidia.com" or "gpu" in driver.split(".", 1)[0]
 
 

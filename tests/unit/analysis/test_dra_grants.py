@@ -8,6 +8,7 @@ it up (the claim, its driver and device, the GPU). Objects from tests/support/dr
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.support.analysis_bundles import GIB, BundleSpec, _v, cid_of
@@ -374,3 +375,19 @@ def test_pods_on_replicas_of_a_shared_resource_are_not_overlapping(analyze: Anal
         assert not {"overlapping-gpu-allocation", "unallocated-gpu-use"} & set(kinds(doc)), doc["findings"]
     (f,) = of_kind(analyze(_two_pods_on_gpu0("nvidia.com/a100", 2)), "overlapping-gpu-allocation")
     assert len(names(f, "culprit")) + len(names(f, "victim")) == 2
+
+
+def test_a_slice_device_without_a_uuid_is_judged_by_its_driver(analyze: Analyze) -> None:
+    """The driver's slice lists gpu-0 with no ``uuid`` attribute: it is still a GPU of NVIDIA's
+    driver (gpu-0: minor 0), never 'no GPU' (the pod on its claim's GPU was accused)."""
+    def stripped(used: int) -> BundleSpec:
+        b = _dra_node(used_gpu=used, minors=(0, 1))
+        doc = json.loads(b.members["kubernetes/resourceslices.json"])
+        for item in doc["items"]:
+            for dev in item["spec"]["devices"]:
+                dev.get("attributes", {}).pop("uuid", None)
+        b.add_json("kubernetes/resourceslices.json", doc)
+        return b
+    assert "unallocated-gpu-use" not in kinds(analyze(stripped(0)))
+    (f,) = of_kind(analyze(stripped(1)), "unallocated-gpu-use")
+    assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0 (GPU 0, GPU-" in f["summary"], f["summary"]
