@@ -205,7 +205,7 @@ def baseline_of(ts: Sequence[float], vs: Sequence[float], now: float,
     window = list(vs[start:stop])
     # the window's own history (an older run before a gap, outside the window, is not its history)
     window_history_s = now - ts[start] if stop > start else 0.0
-    if window_history_s < s.min_history_s or len(window) < s.min_buckets:
+    if not window or window_history_s < s.min_history_s or len(window) < s.min_buckets:
         return InsufficientHistory(window_history_s, s.min_history_s, len(window), s.min_buckets)
     return _baseline(window, s.window_s, window_history_s, 0)
 

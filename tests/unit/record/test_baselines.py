@@ -71,6 +71,13 @@ def test_history_is_the_windows_own_not_an_older_run_before_a_gap() -> None:
     assert b.describe() == "insufficient history: 35 min of the 1 h needed (35 of 30 samples)"
 
 
+def test_an_empty_window_is_insufficient_whatever_the_minimums() -> None:
+    """``baseline_min_buckets: 0`` and ``baseline_min_history_s: 0`` (a thresholds file may say
+    so): a window with no bucket is still no normal (it raised IndexError)."""
+    b = compute_baseline([(T0, 5.0)], T0 + 10 * DAY_S, BaselineSettings(min_buckets=0, min_history_s=0))
+    assert isinstance(b, InsufficientHistory) and b.buckets == 0
+
+
 def test_a_baseline_says_how_long_it_was_taken_over() -> None:
     """Two hours of history in a 24-hour window: "over the last 2 h", never "over the last 24 h"."""
     points = [(T0 + 60 * i, 50.0 + (i % 3)) for i in range(120)]
