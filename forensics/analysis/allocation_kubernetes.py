@@ -18,7 +18,9 @@ makes the allocation ``devices_known`` false (granted; which GPU is not judged).
 A claim is found by the pod's namespace and claim name; one whose ``status.reservedFor`` names
 consumers and not this pod (deleted and recreated under the name, or another pod's) is not the
 pod's evidence: its allocation and sharing are never read as the pod's, and the pod's grant through
-it is of unknown devices, saying for whom the claim is reserved.
+it is of unknown devices, saying for whom the claim is reserved. A name the bundle holds twice (the
+flight recorder keeps a deleted claim after the live one of the same name) is the pod's claim only
+through the one reserved for it; when none is, the grant is of unknown devices.
 
 ``NVIDIA_VISIBLE_DEVICES=void`` (what a CDI spec puts in a DRA container's environment) is never
 read as "no grant": a claim's grant stands on the claim.
@@ -39,6 +41,7 @@ from forensics.parsing.dra import (
     Claim,
     ClaimRef,
     SliceDevice,
+    claim_of_pod,
     minor_of_device_name,
 )
 from forensics.parsing.gpu_allocation import (
@@ -107,7 +110,7 @@ class KubeGrantInputs:
     plugin: Mapping[tuple[str, str, str], list[PluginDevices]]  # (ns, pod, container)
     dynamic: Mapping[tuple[str, str, str], list[DynamicResource]]
     podresources_present: bool
-    claims: Mapping[tuple[str, str], Claim]
+    claims: Mapping[tuple[str, str], tuple[Claim, ...]]  # every claim of each name (forensics.parsing.dra)
     claims_present: bool
     slices: Mapping[tuple[str, str, str], SliceDevice]
     # container id -> (NVIDIA_VISIBLE_DEVICES of one of its processes, its evidence)
@@ -185,9 +188,8 @@ def _dra_reason(claim: str, driver: str, device: str, sd: SliceDevice | None) ->
 
 
 def _own_claim(inputs: KubeGrantInputs, namespace: str, name: str, pod_uid: str) -> Claim | None:
-    """The claim of that name, when it is this pod's evidence (not reserved for other consumers)."""
-    claim = inputs.claims.get((namespace, name))
-    return None if claim is None or claim.reserved_for_another(pod_uid) else claim
+    """The claim of that name that is this pod's evidence (:func:`~forensics.parsing.dra.claim_of_pod`)."""
+    return claim_of_pod(inputs.claims.get((namespace, name), ()), pod_uid)
 
 
 def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicResource],
@@ -198,7 +200,8 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
     mech = "extended-resource-dra" if ref.form == "extended-resource" else "dra-claim"
     ref_src = GrantSource(PODS, ref.pointer, compact_json(ref.resource or ref.pod_claim))
     key = f"{ref.namespace}/{ref.claim}" if ref.claim else f"{ref.namespace}/(claim {ref.pod_claim} not generated)"
-    named = inputs.claims.get((ref.namespace, ref.claim)) if ref.claim else None
+    named_all = inputs.claims.get((ref.namespace, ref.claim), ()) if ref.claim else ()
+    named = named_all[0] if named_all else None
     claim = _own_claim(inputs, ref.namespace, ref.claim, pod_uid) if ref.claim else None
     grants: list[GpuGrant] = []
     if claim is not None and claim.devices:
@@ -230,7 +233,10 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
     if listed or (claim is not None and claim.allocated):
         return grants
     cited: tuple[GrantSource, ...] = (ref_src,)
-    if named is not None and claim is None:  # reserved for other consumers
+    if len(named_all) > 1 and claim is None:  # deleted and recreated: none names this pod
+        why = f"{len(named_all)} claims of that name in the bundle (one deleted and recreated), none reserved for this pod"
+        cited = (ref_src, *(GrantSource(CLAIMS, c.pointer, compact_json({"uid": c.uid})) for c in named_all))
+    elif named is not None and claim is None:  # reserved for other consumers
         why = (f"the claim of that name is reserved for {', '.join(str(c) for c in named.consumers)}, "
                "not this pod")
         cited = (ref_src, GrantSource(CLAIMS, named.reserved_pointer, named.reserved_excerpt))
@@ -382,7 +388,7 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
                          devices_known=known, time_sliced=any(g.shared for g in grants), claims=claims)
 
 
-def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], Claim],
+def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], tuple[Claim, ...]],
                          evidence_for: EvidenceFor, pod_uid: str) -> ShareContract | None:
     """The sharing contract of a container whose claim shares its GPU on purpose (NVIDIA's
     ``GpuConfig`` ``TimeSlicing`` or ``MPS`` in the claim's allocation config): MPS limits are
@@ -390,8 +396,8 @@ def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[
     claim reserved for other consumers than the pod ``pod_uid`` is not its contract."""
     for key in alloc.claims:
         ns, _, name = key.partition("/")
-        claim = claims.get((ns, name))
-        if claim is None or not claim.sharing or claim.reserved_for_another(pod_uid):
+        claim = claim_of_pod(claims.get((ns, name), ()), pod_uid)
+        if claim is None or not claim.sharing:
             continue
         sh = claim.sharing[0]
         return ShareContract(node, "", "mps" if sh.strategy == "MPS" else "time-slicing", f"claim {key}",

@@ -391,3 +391,23 @@ def test_a_slice_device_without_a_uuid_is_judged_by_its_driver(analyze: Analyze)
     assert "unallocated-gpu-use" not in kinds(analyze(stripped(0)))
     (f,) = of_kind(analyze(stripped(1)), "unallocated-gpu-use")
     assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0 (GPU 0, GPU-" in f["summary"], f["summary"]
+
+
+def test_a_claim_name_the_ring_holds_twice_is_the_pods_own(analyze: Analyze) -> None:
+    """The recorder keeps a deleted claim after the live ones (kubernetes/resourceclaims.json from
+    the ring): a claim of the same name deleted and recreated is there twice. The pod's is the one
+    reserved for it, wherever it stands in the list (the last one read won: the old claim, reserved
+    for no one by then, gave train-0 its gpu-1, and train-0 on its own gpu-0 was accused)."""
+    def node(order: tuple[int, int], reserved_old: list[tuple[str, str]]) -> BundleSpec:
+        b = _dra_node(used_gpu=0, claim_device="gpu-0")
+        current = resource_claim("ml", CLAIM, "5b6c7d8e-0000-4000-8000-00000000c1a1", b.host, [("gpu", "gpu-0")],
+                                 reserved_for=[("train-0", T_UID)])
+        old = resource_claim("ml", CLAIM, "5b6c7d8e-0000-4000-8000-0000000000d0", b.host, [("gpu", "gpu-1")],
+                             reserved_for=reserved_old)
+        claims = [current, old]
+        b.add_json("kubernetes/resourceclaims.json", _items("ResourceClaimList", [claims[i] for i in order]))
+        return b
+    for order in ((0, 1), (1, 0)):
+        for reserved_old in ([], [("train-0-old", "0c1d2e3f-4a5b-4c6d-8e7f-0000000000ff")]):
+            doc = analyze(node(order, reserved_old))
+            assert "unallocated-gpu-use" not in kinds(doc), (order, reserved_old, [f["summary"] for f in doc["findings"]])
