@@ -35,6 +35,7 @@ from forensics.analysis.loaders import LoadState, finalize, load_model, load_sou
 from forensics.analysis.model import Model, Owner
 from forensics.analysis.rules.gpu_allocation import covered_by_grant, owner_counts_unallocated
 from forensics.analysis.rules.gpu_sharing import contract_for
+from forensics.analysis.rules.gpu_unattributed import is_mps_server
 from forensics.analysis.source import Source
 
 __all__ = ["Attribution", "Grant", "OwnerInfo", "attribute"]
@@ -104,7 +105,8 @@ class Attribution:
         owner = self._owner(pid)
         alloc = owner.allocation
         unallocated = (owner_counts_unallocated(self.model, owner, gpu_uuid)
-                       and not covered_by_grant(self.model, LIVE_NODE, alloc, gpu_uuid, mig_uuid))
+                       and not covered_by_grant(self.model, LIVE_NODE, alloc, gpu_uuid, mig_uuid)
+                       and not is_mps_server(self.model, LIVE_NODE, pid))
         if alloc.claims and (alloc.grants(gpu_uuid, mig_uuid) or not alloc.devices_known):
             return Grant(True, "dra", alloc.kind, alloc.detail, unallocated, ", ".join(alloc.claims))
         if owner.attributed and contract_for(self.model, owner.subject, gpu_uuid) is not None:

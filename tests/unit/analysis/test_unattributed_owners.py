@@ -51,3 +51,15 @@ def test_another_host_process_beside_it_is_still_judged(analyze: Analyze) -> Non
     b.gpu_series(0, range(10, 20), lambda s: (90, 20 * GIB, {10: (18 * GIB, 85.0), 77: (GIB, 40.0)}))
     (f,) = [f for f in of_kind(analyze(b), "unattributed-gpu-process") if "stress" in names(f, "culprit")]
     assert names(f, "victim") == ["trainer"]
+
+
+def test_the_live_attribution_does_not_call_the_mps_server_unallocated() -> None:
+    """The recorder's metrics label asks the rule's question (forensics.analysis.attribution)."""
+    from forensics.analysis.attribution import attribute
+
+    b = _mps_host(in_container=True)
+    b.add_json("nvml/devices.json", {"t": b.start, "complete": True, "system": {}, "devices": b.gpus})
+    members = dict(b.members)
+    members.update({m: ("\n".join(lines) + "\n").encode() for m, lines in b.jsonl.items()})
+    uuid = b.gpus[0]["nvml"]["nvmlDeviceGetUUID"]["value"]
+    assert attribute(members).grant(88, uuid).unallocated is False
