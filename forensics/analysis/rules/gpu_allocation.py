@@ -76,8 +76,8 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         sees = f"it {sees}"
     if pod is not None and pod.gpu_limits_known:
         limit = pod.gpu_limit()
-        if alloc.explicit and (alloc.claims or limit == 0):
-            # a DRA claim, a renamed resource: the grant as the user looks it up
+        if alloc.explicit and (alloc.claims or limit == 0 or not _plain_gpu_limits(alloc)):
+            # a DRA claim, a renamed or MIG resource: the grant as the user looks it up
             short = f"was granted {alloc.detail}"
         elif limit == 0:
             short = "has no nvidia.com/gpu limit"
@@ -91,6 +91,12 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         return f"it requested no GPU, and its GPU access came only from a blanket grant ({alloc.blanket_detail})", \
             "had no GPU allocation"
     return "its configuration grants no GPU at all" + (f"; {sees}" if sees else ""), "had no GPU allocation"
+
+
+def _plain_gpu_limits(alloc: GpuAllocation) -> bool:
+    """Whether every grant of a pod's allocation is an ``nvidia.com/gpu`` limit (its detail's
+    parts, forensics.analysis.allocation_kubernetes): else its grant is not said as one."""
+    return all(part.startswith(("nvidia.com/gpu devices ", "nvidia.com/gpu: ")) for part in alloc.detail.split("; "))
 
 
 def _gpu_list(model: Model, node: str, uuids: tuple[str, ...]) -> str:

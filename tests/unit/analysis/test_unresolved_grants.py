@@ -35,6 +35,9 @@ def test_a_mig_index_device_id_is_its_gpus_mig_device(analyze: Analyze) -> None:
     assert "unallocated-gpu-use" not in kinds(doc), [f["summary"] for f in doc["findings"]]
     (f,) = of_kind(analyze(_mig_plugin_pod(used_gpu=1)), "unallocated-gpu-use")
     assert "ml/mig-0" in names(f, "culprit", "pod")
+    # its grant as the pod spec says it: a MIG resource, not an nvidia.com/gpu limit it does not have
+    assert "nvidia.com/mig-1g.10gb devices 0:1" in f["summary"] and "nvidia.com/gpu: 1" not in f["summary"], \
+        f["summary"]
 
 
 def test_a_device_id_no_gpu_of_the_node_matches_is_never_judged(analyze: Analyze) -> None:
