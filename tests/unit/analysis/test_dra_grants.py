@@ -411,3 +411,12 @@ def test_a_claim_name_the_ring_holds_twice_is_the_pods_own(analyze: Analyze) -> 
         for reserved_old in ([], [("train-0-old", "0c1d2e3f-4a5b-4c6d-8e7f-0000000000ff")]):
             doc = analyze(node(order, reserved_old))
             assert "unallocated-gpu-use" not in kinds(doc), (order, reserved_old, [f["summary"] for f in doc["findings"]])
+
+
+def test_pods_on_a_renamed_resource_without_the_node_object_are_not_overlapping(analyze: Analyze) -> None:
+    """A ring's history holds no node object: whether nvidia.com/gpu.shared is replicas is not
+    known, so two pods the plugin's NVIDIA_VISIBLE_DEVICES puts on GPU 0 are not judged exclusive."""
+    b = _two_pods_on_gpu0("nvidia.com/gpu.shared", 8)
+    del b.members["kubernetes/node.json"]
+    doc = analyze(b)
+    assert not {"overlapping-gpu-allocation", "unallocated-gpu-use"} & set(kinds(doc)), doc["findings"]
