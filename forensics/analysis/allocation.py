@@ -84,7 +84,11 @@ def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tup
 def names_node_gpus(uuids: Sequence[str], gpus: Sequence[Gpu]) -> bool:
     """Whether every device a grant resolved to is a GPU of the node (or a MIG device, which the
     process samples name): an id that matched none (an index NVML does not list, a form not
-    understood, kept verbatim by :func:`resolve_device_ids`) says the grant's GPUs are unknown."""
+    understood, kept verbatim by :func:`resolve_device_ids`) says the grant's GPUs are unknown.
+    Before any GPU of the node is read (the ring's pass, a ring without NVML devices) a UUID
+    names its GPU itself, and anything else names none."""
+    if not gpus:
+        return all(u.upper().startswith(("GPU-", "MIG-")) for u in uuids)
     known = {g.uuid for g in gpus}
     return all(u in known or u.upper().startswith("MIG-") for u in uuids)
 

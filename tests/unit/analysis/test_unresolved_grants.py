@@ -98,3 +98,22 @@ def test_a_mig_grant_on_a_mig_gpu_whose_sample_names_no_mig_device_is_not_judged
     # a GPU not in MIG mode holds no MIG device: the MIG grant is not this GPU
     (f,) = of_kind(analyze(_mig_uuid_container(mig_mode=False, sample_mig=False)), "unallocated-gpu-use")
     assert "job" in names(f, "culprit", "container")
+
+
+def test_without_the_nodes_gpu_list_a_uuid_names_itself_and_an_index_nothing() -> None:
+    """The ring's pass reads the pods before the capture's GPUs (a ring without NVML devices): a
+    grant by UUID is still known (its samples carry the UUID: the pod stays judged), one by index
+    is not (which GPU index 0 is, nothing read yet says)."""
+    from forensics.analysis.allocation_kubernetes import kubernetes_grants_allocation
+    from forensics.analysis.findings import Evidence
+    from forensics.parsing.gpu_allocation import GpuGrant, GpuRef
+
+    def ev(member: str, pointer: str, excerpt: str) -> Evidence:
+        return Evidence("b1", member, pointer, excerpt)
+
+    uuid = "GPU-8550bccd-99cf-7353-d6d9-f2c7c3992553"
+    by_uuid = GpuGrant("device-plugin", "devices", (GpuRef(uuid, "uuid"),), "operator", True, "x", ())
+    by_index = GpuGrant("device-plugin", "devices", (GpuRef("0", "index"),), "operator", True, "x", ())
+    a = kubernetes_grants_allocation([by_uuid], [], ev)
+    assert (a.gpus, a.devices_known) == ((uuid,), True)
+    assert kubernetes_grants_allocation([by_index], [], ev).devices_known is False
