@@ -28,7 +28,8 @@ EvidenceFor = Callable[[str, str, str], Evidence]
 
 
 def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ...]:
-    """Map device ids (``0``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``GPU-<uuid>::2``, ``nvidia0``, ``all``) to UUIDs.
+    """Map device ids (``0``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``GPU-<uuid>::2``, ``nvidia0`` (minor 0),
+    ``all``) to UUIDs.
 
     Unknown ids are kept verbatim so that they are never silently dropped.
     """
@@ -53,7 +54,9 @@ def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ..
                 out.setdefault(match[0] if match else f"index {tok}", None)
                 continue
             if tok.startswith("nvidia") and tok[6:].isascii() and tok[6:].isdigit():
-                match = [g.uuid for g in gpus if g.index == int(tok[6:])]
+                # GKE's device file name: /dev/nvidiaN is the GPU of minor number N, which only a
+                # minor number NVML read names (the NVML index is no stand-in)
+                match = [g.uuid for g in gpus if g.minor_number == int(tok[6:])]
                 out.setdefault(match[0] if match else tok, None)
                 continue
             match = [g.uuid for g in gpus if g.uuid.lower() == tok.lower()]

@@ -117,3 +117,30 @@ def test_without_the_nodes_gpu_list_a_uuid_names_itself_and_an_index_nothing() -
     a = kubernetes_grants_allocation([by_uuid], [], ev)
     assert (a.gpus, a.devices_known) == ((uuid,), True)
     assert kubernetes_grants_allocation([by_index], [], ev).devices_known is False
+
+
+def _gke_pod(used_gpu: int, *, minors: tuple[int, int] | None) -> BundleSpec:
+    """GKE's device plugin names a GPU by its device file: pod-resources id ``nvidia1`` is
+    /dev/nvidia1 (minor 1). ``minors``: NVML's minor number of GPU index 0 and 1 (None: not read)."""
+    b = BundleSpec()
+    b.gpu(0)
+    b.gpu(1)
+    if minors is not None:
+        for g, m in zip(b.gpus, minors, strict=True):
+            g["nvml"]["nvmlDeviceGetMinorNumber"] = {"value": m}
+    cid = cid_of("gke-job")
+    b.pod("ml", "gke-0", UID, [("job", cid, 1)])
+    b.pod_devices("ml", "gke-0", "job", ["nvidia1"])
+    b.process(61, "python", container=cid, pod_uid=UID)
+    b.gpu_series(used_gpu, range(20), lambda s: (60, 8 * GIB, {61: (8 * GIB, 60.0)}))
+    b.status["docker"] = "unavailable"
+    return b
+
+
+def test_a_gke_device_id_is_its_device_file_not_the_nvml_index(analyze: Analyze) -> None:
+    """Index 0 is /dev/nvidia1 here: the pod granted nvidia1 runs on GPU 0, its own (it was taken
+    for NVML index 1, and the pod was accused); with no minor number read, not judged."""
+    assert "unallocated-gpu-use" not in kinds(analyze(_gke_pod(0, minors=(1, 0))))
+    (f,) = of_kind(analyze(_gke_pod(1, minors=(1, 0))), "unallocated-gpu-use")
+    assert "ml/gke-0" in names(f, "culprit", "pod")
+    assert "unallocated-gpu-use" not in kinds(analyze(_gke_pod(0, minors=None)))
