@@ -111,7 +111,8 @@ class Attribution:
             return Grant(True, "dra", alloc.kind, alloc.detail, unallocated, ", ".join(alloc.claims))
         if owner.attributed and contract_for(self.model, owner.subject, gpu_uuid) is not None:
             return Grant(True, "shared", alloc.kind, "a sharing contract covers this GPU", unallocated)
-        if alloc.grants(gpu_uuid, mig_uuid) or (alloc.explicit and not alloc.devices_known):
+        if covered_by_grant(self.model, LIVE_NODE, alloc, gpu_uuid, mig_uuid) or (
+                alloc.explicit and not alloc.devices_known):
             return Grant(True, "shared" if alloc.time_sliced else "explicit", alloc.kind, alloc.detail, unallocated)
         if gpu_uuid in alloc.blanket_gpus:
             return Grant(False, "blanket", alloc.kind, alloc.blanket_detail, unallocated)

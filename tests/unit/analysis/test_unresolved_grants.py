@@ -144,3 +144,15 @@ def test_a_gke_device_id_is_its_device_file_not_the_nvml_index(analyze: Analyze)
     (f,) = of_kind(analyze(_gke_pod(1, minors=(1, 0))), "unallocated-gpu-use")
     assert "ml/gke-0" in names(f, "culprit", "pod")
     assert "unallocated-gpu-use" not in kinds(analyze(_gke_pod(0, minors=None)))
+
+
+def test_the_live_grant_of_a_mig_grant_whose_sample_names_no_mig_device_is_not_none() -> None:
+    """The recorder's label (forensics.analysis.attribution): granted, not 'none'."""
+    from forensics.analysis.attribution import attribute
+
+    b = _mig_uuid_container(mig_mode=True, sample_mig=False)
+    b.add_json("nvml/devices.json", {"t": b.start, "complete": True, "system": {}, "devices": b.gpus})
+    members = dict(b.members)
+    members.update({m: ("\n".join(lines) + "\n").encode() for m, lines in b.jsonl.items()})
+    grant = attribute(members).grant(10, b.gpus[0]["nvml"]["nvmlDeviceGetUUID"]["value"])
+    assert (grant.allocated, grant.unallocated, grant.grant) == (True, False, "explicit"), grant
