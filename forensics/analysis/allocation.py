@@ -20,14 +20,16 @@ from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation
 from forensics.parsing.gpu_allocation import ContainerAllocation, GpuGrant, GpuRef
 
-__all__ = ["classify_docker_allocation", "kubernetes_allocation", "minor_read", "resolve_device_ids", "resolve_refs"]
+__all__ = ["classify_docker_allocation", "kubernetes_allocation", "minor_read", "names_node_gpus", "resolve_device_ids",
+           "resolve_refs"]
 
 # GrantSource.document -> Evidence (the loader knows the member paths)
 EvidenceFor = Callable[[str, str, str], Evidence]
 
 
 def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ...]:
-    """Map device ids (``0``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``GPU-<uuid>::2``, ``nvidia0``, ``all``) to UUIDs.
+    """Map device ids (``0``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``GPU-<uuid>::2``, ``nvidia0`` (minor 0),
+    ``all``) to UUIDs.
 
     Unknown ids are kept verbatim so that they are never silently dropped.
     """
@@ -45,14 +47,16 @@ def resolve_device_ids(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[str, ..
                 continue
             if "::" in tok:  # time-slicing replica GPU-<uuid>::N
                 tok = tok.split("::", 1)[0]
-            if "/" in tok:  # GKE nvidia0/vgpu1
+            if "/" in tok and not tok.upper().startswith("MIG-"):  # GKE nvidia0/vgpu1 (not MIG-GPU-<uuid>/1/0)
                 tok = tok.split("/", 1)[0]
             if tok.isascii() and tok.isdigit():
                 match = [g.uuid for g in gpus if g.index == int(tok)]
                 out.setdefault(match[0] if match else f"index {tok}", None)
                 continue
             if tok.startswith("nvidia") and tok[6:].isascii() and tok[6:].isdigit():
-                match = [g.uuid for g in gpus if g.index == int(tok[6:])]
+                # GKE's device file name: /dev/nvidiaN is the GPU of minor number N, which only a
+                # minor number NVML read names (the NVML index is no stand-in)
+                match = [g.uuid for g in gpus if g.minor_number == int(tok[6:])]
                 out.setdefault(match[0] if match else tok, None)
                 continue
             match = [g.uuid for g in gpus if g.uuid.lower() == tok.lower()]
@@ -78,6 +82,18 @@ def resolve_refs(refs: Sequence[GpuRef], scope: str, gpus: Sequence[Gpu]) -> tup
             for u in resolve_device_ids([ref.id], gpus):
                 out.setdefault(u, None)
     return tuple(out)
+
+
+def names_node_gpus(uuids: Sequence[str], gpus: Sequence[Gpu]) -> bool:
+    """Whether every device a grant resolved to is a GPU of the node (or a MIG device, which the
+    process samples name): an id that matched none (an index NVML does not list, a form not
+    understood, kept verbatim by :func:`resolve_device_ids`) says the grant's GPUs are unknown.
+    Before any GPU of the node is read (the ring's pass, a ring without NVML devices) a UUID
+    names its GPU itself, and anything else names none."""
+    if not gpus:
+        return all(u.upper().startswith(("GPU-", "MIG-")) for u in uuids)
+    known = {g.uuid for g in gpus}
+    return all(u in known or u.upper().startswith("MIG-") for u in uuids)
 
 
 def minor_read(ref: GpuRef, gpus: Sequence[Gpu]) -> bool:
@@ -118,8 +134,12 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
         if not grant.effective or grant.scope == "none":
             continue
         uuids = resolve_refs(grant.devices, grant.scope, gpus)
-        if grant.scope != "all" and not all(minor_read(r, gpus) for r in grant.devices):
-            devices_known = False  # a device node whose GPU no read minor number names: never judged
+        if _is_explicit(grant) and grant.scope != "all" and (
+                not grant.devices_known or not all(minor_read(r, gpus) for r in grant.devices)
+                or not names_node_gpus(uuids, gpus)):
+            # a grant that does not name its GPUs, a device node whose GPU no read minor number
+            # names, a device id no GPU of the node matches: never judged
+            devices_known = False
         evs = [evidence_for(s.document, s.pointer, s.excerpt) for s in grant.sources]
         if _is_explicit(grant):
             for u in uuids:
@@ -135,7 +155,7 @@ def classify_docker_allocation(alloc: ContainerAllocation, gpus: Sequence[Gpu], 
             bl_reasons.append(grant.reason)
             bl_kinds.append("privileged" if grant.mechanism == "privileged" else "env")
     blanket_only = tuple(u for u in blanket if u not in explicit)
-    if explicit:
+    if ex_kinds:  # (an explicit grant of GPUs it does not name has no UUIDs: devices_known false)
         kind = "env" if ex_kinds[0] == "nvidia-runtime-env" else ex_kinds[0]
         return GpuAllocation(kind, True, tuple(explicit), source, "; ".join(ex_reasons),
                              tuple(ex_ev), blanket_only, "; ".join(bl_reasons), tuple(bl_ev),
@@ -153,8 +173,10 @@ def kubernetes_allocation(limit: int, device_ids: Sequence[str] | None, gpus: Se
     if limit <= 0 and not device_ids:
         return GpuAllocation("none", False, (), "pod spec", "pod with no nvidia.com/gpu limit", evidence)
     if device_ids:
-        return GpuAllocation("kubernetes", True, resolve_device_ids(device_ids, gpus), "pod-resources",
+        uuids = resolve_device_ids(device_ids, gpus)
+        return GpuAllocation("kubernetes", True, uuids, "pod-resources",
                              f"nvidia.com/gpu devices {','.join(device_ids)}", evidence,
+                             devices_known=names_node_gpus(uuids, gpus),
                              time_sliced=any("::" in d for d in device_ids))
     why = "no pod-resources entry" if podresources_present else "no pod-resources data"
     return GpuAllocation("kubernetes", True, (), "pod spec",

@@ -18,7 +18,9 @@ makes the allocation ``devices_known`` false (granted; which GPU is not judged).
 A claim is found by the pod's namespace and claim name; one whose ``status.reservedFor`` names
 consumers and not this pod (deleted and recreated under the name, or another pod's) is not the
 pod's evidence: its allocation and sharing are never read as the pod's, and the pod's grant through
-it is of unknown devices, saying for whom the claim is reserved.
+it is of unknown devices, saying for whom the claim is reserved. A name the bundle holds twice (the
+flight recorder keeps a deleted claim after the live one of the same name) is the pod's claim only
+through the one reserved for it; when none is, the grant is of unknown devices.
 
 ``NVIDIA_VISIBLE_DEVICES=void`` (what a CDI spec puts in a DRA container's environment) is never
 read as "no grant": a claim's grant stands on the claim.
@@ -26,11 +28,12 @@ read as "no grant": a claim's grant stands on the claim.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from forensics.analysis.allocation import minor_read, resolve_refs
+from forensics.analysis.allocation import minor_read, names_node_gpus, resolve_refs
 from forensics.analysis.findings import Evidence
 from forensics.analysis.model import Gpu, GpuAllocation, ShareContract
 from forensics.errors import ParseError
@@ -38,6 +41,7 @@ from forensics.parsing.dra import (
     Claim,
     ClaimRef,
     SliceDevice,
+    claim_of_pod,
     minor_of_device_name,
 )
 from forensics.parsing.gpu_allocation import (
@@ -64,6 +68,7 @@ __all__ = [
 ]
 
 DEFAULT_GPU = "nvidia.com/gpu"
+_MIG_INDEX_RE = re.compile(r"^[0-9]+:[0-9]+$")
 MIG_PREFIX = "nvidia.com/mig-"
 PODS = "kubernetes/pods.json"
 PODRESOURCES = "kubernetes/podresources/list.json"
@@ -105,7 +110,7 @@ class KubeGrantInputs:
     plugin: Mapping[tuple[str, str, str], list[PluginDevices]]  # (ns, pod, container)
     dynamic: Mapping[tuple[str, str, str], list[DynamicResource]]
     podresources_present: bool
-    claims: Mapping[tuple[str, str], Claim]
+    claims: Mapping[tuple[str, str], tuple[Claim, ...]]  # every claim of each name (forensics.parsing.dra)
     claims_present: bool
     slices: Mapping[tuple[str, str, str], SliceDevice]
     # container id -> (NVIDIA_VISIBLE_DEVICES of one of its processes, its evidence)
@@ -113,6 +118,15 @@ class KubeGrantInputs:
     # whether the node's status.capacity was read: without it (a ring's history holds no node object)
     # a limit on another nvidia.com/ resource may be a renamed GPU resource, and is taken for one
     capacity_read: bool = True
+    node_gpus: int = 0  # the GPUs NVML listed on the node (a resource advertised more often is replicas)
+
+    def replicated(self, resource: str) -> bool:
+        """Whether a renamed resource is shared by design: the node advertises more of it than it
+        has GPUs (time-slicing or MPS replicas, a memory-sharing plugin's units); without the
+        node's capacity, not known, so taken as shared (never judged an exclusive grant)."""
+        if not self.capacity_read:
+            return True
+        return self.advertised.get(resource, 0) > self.node_gpus > 0
 
 
 def _is_gpu_resource(name: str, advertised: Mapping[str, int]) -> bool:
@@ -124,7 +138,9 @@ def _limits(spec: Mapping[str, Any]) -> dict[str, int]:
     limits = res.get("limits") if isinstance(res, Mapping) else None
     out: dict[str, int] = {}
     for name, value in (limits.items() if isinstance(limits, Mapping) else ()):
-        if isinstance(name, str) and name.startswith("nvidia.com/"):
+        # NVIDIA's resources, and another vendor's that name a GPU (judged against the node's
+        # capacity by _is_gpu_resource)
+        if isinstance(name, str) and (name.startswith("nvidia.com/") or ("/" in name and "gpu" in name.lower())):
             try:
                 n = quantity_count(value)
             except ParseError:
@@ -139,7 +155,8 @@ def _plugin_refs(ids: Sequence[str]) -> tuple[GpuRef, ...]:
     for raw in ids:
         tok = raw.split("::", 1)[0]
         kind = "mig-uuid" if tok.startswith("MIG-") else "uuid" if tok.startswith("GPU-") else (
-            "index" if tok.isascii() and tok.isdigit() else "unknown")
+            "index" if tok.isascii() and tok.isdigit() else
+            "mig-index" if _MIG_INDEX_RE.match(tok) else "unknown")  # deviceIDStrategy=index: 0:1
         out.append(GpuRef(tok, kind))
     return tuple(dict.fromkeys(out))
 
@@ -157,10 +174,11 @@ def _dra_ref(driver: str, pool: str, device: str, slices: Mapping[tuple[str, str
 
 def _is_gpu_device(driver: str, sd: SliceDevice | None) -> bool:
     """Whether a claim's device is a GPU: its slice gives it a GPU or MIG UUID; without a slice,
-    its driver is a GPU driver (NVIDIA's ``gpu.nvidia.com``, or ``gpu`` in the name). A NIC's,
-    an IMEX channel's (``compute-domain.nvidia.com``) or any other device grants no GPU."""
-    if sd is not None:
-        return bool(sd.uuid and sd.uuid.startswith(("GPU-", "MIG-")))
+    or with a slice that gives no UUID, its driver is a GPU driver (NVIDIA's ``gpu.nvidia.com``,
+    or ``gpu`` in the name). A NIC's, an IMEX channel's (``compute-domain.nvidia.com``) or any
+    other device grants no GPU."""
+    if sd is not None and sd.uuid:
+        return sd.uuid.startswith(("GPU-", "MIG-"))
     return driver == "gpu.nvidia.com" or "gpu" in driver.split(".", 1)[0]
 
 
@@ -170,9 +188,8 @@ def _dra_reason(claim: str, driver: str, device: str, sd: SliceDevice | None) ->
 
 
 def _own_claim(inputs: KubeGrantInputs, namespace: str, name: str, pod_uid: str) -> Claim | None:
-    """The claim of that name, when it is this pod's evidence (not reserved for other consumers)."""
-    claim = inputs.claims.get((namespace, name))
-    return None if claim is None or claim.reserved_for_another(pod_uid) else claim
+    """The claim of that name that is this pod's evidence (:func:`~forensics.parsing.dra.claim_of_pod`)."""
+    return claim_of_pod(inputs.claims.get((namespace, name), ()), pod_uid)
 
 
 def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicResource],
@@ -183,7 +200,8 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
     mech = "extended-resource-dra" if ref.form == "extended-resource" else "dra-claim"
     ref_src = GrantSource(PODS, ref.pointer, compact_json(ref.resource or ref.pod_claim))
     key = f"{ref.namespace}/{ref.claim}" if ref.claim else f"{ref.namespace}/(claim {ref.pod_claim} not generated)"
-    named = inputs.claims.get((ref.namespace, ref.claim)) if ref.claim else None
+    named_all = inputs.claims.get((ref.namespace, ref.claim), ()) if ref.claim else ()
+    named = named_all[0] if named_all else None
     claim = _own_claim(inputs, ref.namespace, ref.claim, pod_uid) if ref.claim else None
     grants: list[GpuGrant] = []
     if claim is not None and claim.devices:
@@ -215,7 +233,10 @@ def _claim_grants(ref: ClaimRef, inputs: KubeGrantInputs, dynamic: list[DynamicR
     if listed or (claim is not None and claim.allocated):
         return grants
     cited: tuple[GrantSource, ...] = (ref_src,)
-    if named is not None and claim is None:  # reserved for other consumers
+    if len(named_all) > 1 and claim is None:  # deleted and recreated: none names this pod
+        why = f"{len(named_all)} claims of that name in the bundle (one deleted and recreated), none reserved for this pod"
+        cited = (ref_src, *(GrantSource(CLAIMS, c.pointer, compact_json({"uid": c.uid})) for c in named_all))
+    elif named is not None and claim is None:  # reserved for other consumers
         why = (f"the claim of that name is reserved for {', '.join(str(c) for c in named.consumers)}, "
                "not this pod")
         cited = (ref_src, GrantSource(CLAIMS, named.reserved_pointer, named.reserved_excerpt))
@@ -271,7 +292,7 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
             sources = (limits_src, *(GrantSource(PODRESOURCES, p.pointer, p.excerpt) for _, p in held))
             grants.append(GpuGrant(mech, "devices", _plugin_refs(ids), "operator", True,
                                    f"{resource} devices {','.join(ids)}{note}", sources,
-                                   shared=any("::" in x for x in ids)))
+                                   shared=any("::" in x for x in ids) or (not default and inputs.replicated(resource))))
             continue
         env = next((inputs.process_env[c] for c in container_ids if c in inputs.process_env), None)
         if not default and env is not None:
@@ -280,7 +301,8 @@ def container_grants(inputs: KubeGrantInputs, namespace: str, pod: str, containe
                 grants.append(GpuGrant(
                     mech, "devices", refs, "operator", True,
                     f"{resource}: {count}, NVIDIA_VISIBLE_DEVICES={env[0]} set by the device plugin{note}",
-                    (limits_src, GrantSource(env[1].member, env[1].locator, env[1].excerpt))))
+                    (limits_src, GrantSource(env[1].member, env[1].locator, env[1].excerpt)),
+                    shared=inputs.replicated(resource)))
                 continue
         why = "no pod-resources entry" if inputs.podresources_present else "no pod-resources data"
         grants.append(GpuGrant(mech, "devices", (), "operator", True,
@@ -346,8 +368,10 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
         # a driver's gpu-N is the device minor N: with no GPU whose minor NVML read as N, which GPU
         # it is goes unjudged (the NVML index is no stand-in: the driver's probe order can differ)
         resolvable = g.devices_known and all(minor_read(r, gpus) for r in g.devices)
-        known = known and resolvable
         mine = resolve_refs(g.devices, g.scope, gpus) if resolvable else ()
+        if not names_node_gpus(mine, gpus):  # a device id no GPU of the node matches: unknown
+            resolvable = False
+        known = known and resolvable
         for u in mine:
             uuids.setdefault(u, None)
         reason = g.reason
@@ -364,7 +388,7 @@ def kubernetes_grants_allocation(grants: Sequence[GpuGrant], gpus: Sequence[Gpu]
                          devices_known=known, time_sliced=any(g.shared for g in grants), claims=claims)
 
 
-def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], Claim],
+def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[str, str], tuple[Claim, ...]],
                          evidence_for: EvidenceFor, pod_uid: str) -> ShareContract | None:
     """The sharing contract of a container whose claim shares its GPU on purpose (NVIDIA's
     ``GpuConfig`` ``TimeSlicing`` or ``MPS`` in the claim's allocation config): MPS limits are
@@ -372,8 +396,8 @@ def claim_share_contract(node: str, alloc: GpuAllocation, claims: Mapping[tuple[
     claim reserved for other consumers than the pod ``pod_uid`` is not its contract."""
     for key in alloc.claims:
         ns, _, name = key.partition("/")
-        claim = claims.get((ns, name))
-        if claim is None or not claim.sharing or claim.reserved_for_another(pod_uid):
+        claim = claim_of_pod(claims.get((ns, name), ()), pod_uid)
+        if claim is None or not claim.sharing:
             continue
         sh = claim.sharing[0]
         return ShareContract(node, "", "mps" if sh.strategy == "MPS" else "time-slicing", f"claim {key}",

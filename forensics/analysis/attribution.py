@@ -33,8 +33,9 @@ from typing import Any
 
 from forensics.analysis.loaders import LoadState, finalize, load_model, load_source
 from forensics.analysis.model import Model, Owner
-from forensics.analysis.rules.gpu_allocation import owner_counts_unallocated
+from forensics.analysis.rules.gpu_allocation import covered_by_grant, owner_counts_unallocated
 from forensics.analysis.rules.gpu_sharing import contract_for
+from forensics.analysis.rules.gpu_unattributed import is_mps_server
 from forensics.analysis.source import Source
 
 __all__ = ["Attribution", "Grant", "OwnerInfo", "attribute"]
@@ -104,12 +105,14 @@ class Attribution:
         owner = self._owner(pid)
         alloc = owner.allocation
         unallocated = (owner_counts_unallocated(self.model, owner, gpu_uuid)
-                       and not alloc.grants(gpu_uuid, mig_uuid))
+                       and not covered_by_grant(self.model, LIVE_NODE, alloc, gpu_uuid, mig_uuid)
+                       and not is_mps_server(self.model, LIVE_NODE, pid))
         if alloc.claims and (alloc.grants(gpu_uuid, mig_uuid) or not alloc.devices_known):
             return Grant(True, "dra", alloc.kind, alloc.detail, unallocated, ", ".join(alloc.claims))
         if owner.attributed and contract_for(self.model, owner.subject, gpu_uuid) is not None:
             return Grant(True, "shared", alloc.kind, "a sharing contract covers this GPU", unallocated)
-        if alloc.grants(gpu_uuid, mig_uuid) or (alloc.explicit and not alloc.devices_known):
+        if covered_by_grant(self.model, LIVE_NODE, alloc, gpu_uuid, mig_uuid) or (
+                alloc.explicit and not alloc.devices_known):
             return Grant(True, "shared" if alloc.time_sliced else "explicit", alloc.kind, alloc.detail, unallocated)
         if gpu_uuid in alloc.blanket_gpus:
             return Grant(False, "blanket", alloc.kind, alloc.blanket_detail, unallocated)

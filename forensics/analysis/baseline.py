@@ -15,8 +15,9 @@ and the analysis builds the same series from a bundle's ring history; both ask
   each with buckets within ``tod_halfwidth_s`` (20 min) of the same UTC time of day, in the last
   ``tod_lookback_days`` (7). Then the baseline is of those buckets only: a nightly job's 02:00
   peak is compared with earlier 02:00s, not with the idle afternoon.
-- **Insufficient history**: less than ``min_history_s`` (1 h) between the first bucket and now, or
-  fewer than ``min_buckets`` (30) buckets in the window: :class:`InsufficientHistory` says how much
+- **Insufficient history**: less than ``min_history_s`` (1 h) between the window's first bucket and
+  now (an older run before a gap, outside the window, does not count), or fewer than
+  ``min_buckets`` (30) buckets in the window: :class:`InsufficientHistory` says how much
   there is and how much is needed; a baseline rule never judges such a workload.
 
 The band a rule compares with (:meth:`Baseline.band`) is ``median -/+ max(k x spread, min_delta)``:
@@ -107,7 +108,7 @@ class Baseline:
 
     def describe(self) -> str:
         when = (f"at this time of day on {self.days} earlier days" if self.days
-                else f"over the last {_span(self.window_s)}")
+                else f"over the last {_span(min(self.history_s, self.window_s))}")
         return f"normal {self.low:.0f}-{self.high:.0f}% (median {self.median:.1f}%, MAD {self.mad:.1f}) {when}"
 
     def as_dict(self) -> dict[str, float | int | bool]:
@@ -200,10 +201,13 @@ def baseline_of(ts: Sequence[float], vs: Sequence[float], now: float,
                 days += 1
         if days >= s.tod_min_days and len(tod) >= s.min_buckets:
             return _baseline(tod, s.window_s, history_s, days)
-    window = list(vs[bisect_left(ts, now - s.window_s, first, stop):stop])
-    if history_s < s.min_history_s or len(window) < s.min_buckets:
-        return InsufficientHistory(history_s, s.min_history_s, len(window), s.min_buckets)
-    return _baseline(window, s.window_s, history_s, 0)
+    start = bisect_left(ts, now - s.window_s, first, stop)
+    window = list(vs[start:stop])
+    # the window's own history (an older run before a gap, outside the window, is not its history)
+    window_history_s = now - ts[start] if stop > start else 0.0
+    if not window or window_history_s < s.min_history_s or len(window) < s.min_buckets:
+        return InsufficientHistory(window_history_s, s.min_history_s, len(window), s.min_buckets)
+    return _baseline(window, s.window_s, window_history_s, 0)
 
 
 def bucket_means(points: Iterable[tuple[float, float]], bucket_s: float) -> list[tuple[float, float]]:

@@ -10,7 +10,8 @@ What is redacted by default:
 - command-line arguments that carry a secret: ``--password=x``, ``--token x``, ``-pSECRET`` is *not*
   guessed at (too many false positives), ``KEY=value`` arguments whose key looks secret;
 - environment values, except names on an allow-list (``NVIDIA_*``, ``CUDA_*``, ``PATH``, ...): those
-  are evidence (GPU grants, library paths) and carry no secrets;
+  are evidence (GPU grants, library paths) and carry no secrets; a name under an allowed prefix
+  that says secret (``NVIDIA_API_KEY``, ``NCCL_IB_AUTH``) is redacted;
 - free text (:meth:`Redactor.text`, :meth:`Redactor.text_bytes`: logs, kernel records, messages,
   each command-line argument): the credential shapes of gitleaks' rule set
   (:mod:`forensics.bundle.secrets.gitleaks`) and the keyword contexts
@@ -103,7 +104,9 @@ def looks_secret_label_key(key: str) -> bool:
 
 
 def env_name_allowed(name: str) -> bool:
-    return name in ENV_ALLOW_NAMES or name.startswith(ENV_ALLOW_PREFIXES)
+    """Whether a variable's value is kept verbatim: an allow-listed name, or an allow-listed prefix
+    whose name does not say secret (``NVIDIA_VISIBLE_DEVICES`` is kept, ``NVIDIA_API_KEY`` not)."""
+    return name in ENV_ALLOW_NAMES or (name.startswith(ENV_ALLOW_PREFIXES) and not looks_secret_name(name))
 
 
 _CLEAN_TEXT_MAX_LEN = 512

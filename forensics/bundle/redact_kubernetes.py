@@ -6,7 +6,9 @@ runtime (a sandbox's annotations, a container's envs). Both carry the same secre
 - ``spec.{containers,initContainers,ephemeralContainers}[].env[].value``: literal environment
   values (``valueFrom`` references name a Secret or ConfigMap key, never its value: kept);
 - their ``command`` and ``args``: command lines, redacted as every command line is
-  (``Redactor.argv``: ``--api-key X``, ``--token=X``, credentials in URLs, known credential shapes);
+  (``Redactor.argv``: ``--api-key X``, ``--token=X``, credentials in URLs, known credential shapes),
+  as are their probes' and lifecycle hooks' ``exec.command``; those handlers' ``httpGet``
+  ``httpHeaders[].value`` as label values under the header's name (``Authorization``, ``X-Api-Key``);
 - ``metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"]``: the JSON that
   ``kubectl apply`` sent, env values included; its env values are redacted the same way, and an
   annotation that is not JSON is replaced as a whole;
@@ -44,18 +46,42 @@ def redact_pod_spec_env(spec: Any, redactor: Redactor) -> None:
                     var["value"] = redactor.env_value(str(var.get("name", "")), var["value"])
 
 
+def _redact_handler(handler: Any, redactor: Redactor) -> None:
+    """A probe's or lifecycle hook's handler in place: ``exec.command`` (a command line) and
+    ``httpGet.httpHeaders[].value`` (a header: ``X-Api-Key``, ``Authorization``)."""
+    if not isinstance(handler, dict):
+        return
+    exec_ = handler.get("exec")
+    if isinstance(exec_, dict):
+        argv = exec_.get("command")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            exec_["command"] = redactor.argv(argv)
+    http = handler.get("httpGet")
+    for header in (http.get("httpHeaders") or ()) if isinstance(http, dict) else ():
+        if isinstance(header, dict) and isinstance(header.get("value"), str):
+            header["value"] = redactor.label_value(str(header.get("name", "")), header["value"], "headers")
+
+
 def redact_pod_spec(spec: Any, redactor: Redactor) -> None:
-    """A pod spec in place: its containers' literal env values, commands and arguments."""
+    """A pod spec in place: its containers' literal env values, commands and arguments, and their
+    probes' and lifecycle hooks' commands and HTTP headers."""
     redact_pod_spec_env(spec, redactor)
     if not isinstance(spec, dict):
         return
     for key in _CONTAINER_LISTS:
         containers = spec.get(key)
         for container in containers if isinstance(containers, list) else ():
+            if not isinstance(container, dict):
+                continue
             for field in ("command", "args"):
-                argv = container.get(field) if isinstance(container, dict) else None
+                argv = container.get(field)
                 if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
                     container[field] = redactor.argv(argv)
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                _redact_handler(container.get(probe), redactor)
+            lifecycle = container.get("lifecycle")
+            for hook in ("postStart", "preStop"):
+                _redact_handler(lifecycle.get(hook) if isinstance(lifecycle, dict) else None, redactor)
 
 
 def _redact_last_applied(meta: Any, redactor: Redactor) -> None:

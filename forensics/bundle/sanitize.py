@@ -121,6 +121,16 @@ def _refuse_altered(bundle: Bundle) -> None:
                                    f"(a copy would hide it): {shown}", problems)
 
 
+def _refuse_unredacted(bundle: Bundle) -> None:
+    """A bundle captured with ``--no-redact`` holds its secrets verbatim; sanitising replaces
+    names, not secrets, so a copy for outside would carry them: refused."""
+    redaction = bundle.manifest.get("redaction")
+    if isinstance(redaction, dict) and redaction.get("enabled") is False:
+        raise UsageError(f"{bundle.path.name} was captured with --no-redact: its secrets are in it verbatim, "
+                         "and sanitize replaces names, not secrets; not sanitised (capture it again with "
+                         "redaction to hand it outside)")
+
+
 def _when(bundle: Bundle) -> datetime:
     m = _STEM.match(bundle.top)
     if m:
@@ -191,7 +201,7 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
 
     Raises the reader's errors for an unreadable bundle (exit 2), :class:`BundleIntegrityError`
     for one that fails its integrity check (exit 1), :class:`UsageError` for a map that cannot be
-    read (exit 2), :class:`CaptureError` when an output exists (exit 2), and the writer's errors."""
+    read or a bundle captured with ``--no-redact`` (exit 2), :class:`CaptureError` when an output exists (exit 2), and the writer's errors."""
     limits = limits or ReadLimits()
     pmap = load_map(map_path) if map_path is not None else PseudonymMap()
     names = Names()
@@ -209,6 +219,7 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
     for path in paths:
         bundle = open_bundle(path, limits)
         _refuse_altered(bundle)
+        _refuse_unredacted(bundle)
         _learn(bundle, names, addresses)
         size = sum(len(d) for d in bundle.members.values())
         if held_bytes + size <= _HOLD_BYTES:

@@ -31,8 +31,9 @@ def sanitize(bundles: tuple[Path, ...], out_dir: Path, map_path: Path | None, ma
     original, every excerpt at the same line. Its manifest counts what was replaced; the map
     never goes into it. A DIR stands for its bundles (a `cluster capture`'s directory: its
     cluster.json is copied too, sanitised, naming the copies). A bundle
-    that fails `verify` is refused (exit 1). Exit 2: a bundle that cannot be read, an output that
-    exists, a map that cannot be read; 4: the output could not be written.
+    that fails `verify` is refused (exit 1). Exit 2: a bundle that cannot be read, a bundle
+    captured with --no-redact (its secrets are verbatim: sanitize replaces names, not secrets), an
+    output that exists, a map that cannot be read; 4: the output could not be written.
 
     \b
     Example:

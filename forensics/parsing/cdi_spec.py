@@ -8,8 +8,10 @@ spec. A qualified device name is ``<kind>=<name>`` (``nvidia.com/gpu=0``).
 
 What a device grants is read from its own ``containerEdits.deviceNodes``: a node ``/dev/nvidia<N>``
 (or, with no such path, a character node of major 195 and minor N < 254) is GPU minor N, the
-device minor NVML reports (``nvmlDeviceGetMinorNumber``). The spec-wide edits (``/dev/nvidiactl``,
-``NVIDIA_VISIBLE_DEVICES=void``) are given with any device of the spec and grant no GPU. A MIG
+device minor NVML reports (``nvmlDeviceGetMinorNumber``). The spec-wide edits are given with any
+device of the spec: ``/dev/nvidiactl`` and ``NVIDIA_VISIBLE_DEVICES=void`` grant no GPU, but a
+``/dev/nvidia<N>`` there (a spec that lists every GPU node once, for its ``all`` device) is every
+device's GPU too. A MIG
 device's nodes are its parent's ``/dev/nvidia<N>`` and ``/dev/nvidia-caps/nvidia-cap<M>``: its GPU
 is the parent.
 
@@ -156,6 +158,8 @@ def parse_spec(member: str, data: bytes, priority: int = 0) -> CdiSpecFile:
     if common is not None and not isinstance(common, Mapping):
         raise ParseError(f"{member}: containerEdits: expected an object")
     env = _strings((common or {}).get("env"), f"{member}: /containerEdits/env")
+    # the spec-wide edits come with every device of the spec: GPU nodes there are each device's too
+    common_minors = _gpu_minors(common, f"{member}: /containerEdits")
     lines = _device_lines(node) if node is not None else []
     devices: list[CdiDevice] = []
     for i, dev in enumerate(devices_any):
@@ -164,8 +168,9 @@ def parse_spec(member: str, data: bytes, priority: int = 0) -> CdiSpecFile:
             raise ParseError(f"{where}: expected an object with a name")
         edits = dev.get("containerEdits")
         dev_env = _strings(edits.get("env") if isinstance(edits, Mapping) else None, f"{where}/containerEdits/env")
+        own = _gpu_minors(edits, f"{where}/containerEdits")
         devices.append(CdiDevice(qualified_name(kind, dev["name"]),
-                                 _gpu_minors(edits, f"{where}/containerEdits"),
+                                 (*own, *(m for m in common_minors if m not in own)),
                                  dev_env, member, f"/devices/{i}", lines[i] if i < len(lines) else None,
                                  priority))
     return CdiSpecFile(member, kind, tuple(devices), env, priority)

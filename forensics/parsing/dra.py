@@ -49,6 +49,7 @@ __all__ = [
     "ClaimRef",
     "ClaimSharing",
     "SliceDevice",
+    "claim_of_pod",
     "claims_by_name",
     "minor_of_device_name",
     "pod_claim_refs",
@@ -239,9 +240,11 @@ def _sharing(config: Any, pointer: str) -> ClaimSharing | None:
     return ClaimSharing(strategy, detail, requests, sm, mem, pointer, compact_json(c))
 
 
-def claims_by_name(doc: Any) -> dict[tuple[str, str], Claim]:
-    """(namespace, name) -> the claim, from a ResourceClaimList."""
-    out: dict[tuple[str, str], Claim] = {}
+def claims_by_name(doc: Any) -> dict[tuple[str, str], tuple[Claim, ...]]:
+    """(namespace, name) -> the claims of that name, in the ResourceClaimList's order (the flight
+    recorder's list holds a claim deleted and recreated under one name twice: the live one, then
+    the gone one; :func:`claim_of_pod` picks a pod's)."""
+    out: dict[tuple[str, str], tuple[Claim, ...]] = {}
     for i, item in enumerate(_l(_d(doc).get("items"))):
         meta = _d(_d(item).get("metadata"))
         ns, name = _s(meta.get("namespace")), _s(meta.get("name"))
@@ -268,11 +271,24 @@ def claims_by_name(doc: Any) -> dict[tuple[str, str], Claim]:
         consumers = tuple(ClaimConsumer(_s(_d(r).get("resource")) or "", _s(_d(r).get("name")) or "",
                                         _s(_d(r).get("uid")) or "")
                           for r in _l(reserved) if _s(_d(r).get("uid")))
-        out[(ns, name)] = Claim(ns, name, _s(meta.get("uid")) or "", json_pointer("items", i), bool(allocation),
-                                tuple(results), tuple(sharing), consumers,
-                                json_pointer("items", i, "status", "reservedFor") if consumers else "",
-                                compact_json(reserved) if consumers else "")
+        claim = Claim(ns, name, _s(meta.get("uid")) or "", json_pointer("items", i), bool(allocation),
+                      tuple(results), tuple(sharing), consumers,
+                      json_pointer("items", i, "status", "reservedFor") if consumers else "",
+                      compact_json(reserved) if consumers else "")
+        out[(ns, name)] = (*out.get((ns, name), ()), claim)
     return out
+
+
+def claim_of_pod(candidates: tuple[Claim, ...], pod_uid: str | None) -> Claim | None:
+    """The pod's claim among the claims of one name: the one reserved for it; else the only one,
+    when it is not reserved for another. None when none is the pod's evidence: reserved for
+    others only, or several (one deleted and recreated) of which none names the pod."""
+    mine = [c for c in candidates if pod_uid and pod_uid in c.reserved_for]
+    if mine:
+        return mine[0]
+    if len(candidates) == 1 and not candidates[0].reserved_for_another(pod_uid):
+        return candidates[0]
+    return None
 
 
 def pod_claim_refs(pod: Any, pod_pointer: str) -> dict[str, list[ClaimRef]]:

@@ -15,7 +15,8 @@ Grant mechanisms, each recorded with the JSON pointer it came from and its origi
   same two), ``DeviceIDs`` indices or UUIDs. Driver ``cdi`` carries CDI names instead.
 - ``cdi``: CDI device names such as ``nvidia.com/gpu=0`` (a ``cdi`` device request: ``docker run
   --device`` on Engine 28.2+, or ``PathOnHost`` of ``/HostConfig/Devices``): the GPU the node's CDI
-  specs say the name is (:mod:`forensics.parsing.cdi_grants`), else NVIDIA's naming.
+  specs say the name is (:mod:`forensics.parsing.cdi_grants`), else NVIDIA's naming; a name of
+  another NVIDIA GPU kind the specs lack is a grant of GPUs it does not name (never judged).
 - ``nvidia-runtime-env``: ``/HostConfig/Runtime`` is the nvidia runtime (given by the operator, or
   filled in by the engine from its default runtime) and ``NVIDIA_VISIBLE_DEVICES`` in
   ``/Config/Env`` (``all``, ``none``, ``void``, indices, ``GPU-`` UUIDs, ``MIG-`` ids, ``i:j``).
@@ -36,7 +37,9 @@ pointer a JSON pointer into it):
   (``devices_known`` false: granted, but which GPU is not judged).
 - ``renamed-resource``: a limit on another GPU resource the node advertises in its
   ``status.capacity`` (``kubernetes/node.json``), such as ``nvidia.com/gpu.shared`` (the device
-  plugin's ``renameByDefault`` or its ``resources`` config); devices from pod-resources, else from
+  plugin's ``renameByDefault`` or its ``resources`` config), or another vendor's that names a GPU
+  (``aliyun.com/gpu-mem``); shared when the node advertises more of it than it has GPUs; devices
+  from pod-resources, else from
   the device plugin's ``NVIDIA_VISIBLE_DEVICES`` in the container's process environment
   (``proc/<pid>/environ``), else unknown. Replicas ``GPU-<uuid>::N`` share by design.
 - ``dra-claim``: a ResourceClaim the container uses (``resources.claims`` -> the pod's
@@ -81,6 +84,7 @@ __all__ = [
     "allocation_from_inspect",
     "allocations_document",
     "cdi_grant",
+    "gpu_cdi_kind",
     "nvidia_cdi_grant",
     "compact_json",
     "is_nvidia_runtime",
@@ -332,11 +336,25 @@ def cdi_grant(kind: str, dev: str, source: GrantSource, cdi: CdiGrants | None = 
     return cdi.device(kind, dev, source) if cdi is not None else nvidia_cdi_grant(kind, dev, source)
 
 
+def gpu_cdi_kind(kind: str) -> bool:
+    """Whether a CDI kind (``vendor/class``) names NVIDIA GPUs: a class ``gpu`` or ``mig``, or a
+    vendor with a ``gpu`` label (a DRA driver's per-claim ``k8s.gpu.nvidia.com/claim``); an IMEX
+    channel's ``k8s.compute-domain.nvidia.com`` or a NIC's kind does not."""
+    vendor, _, cls = kind.partition("/")
+    return "nvidia" in vendor.split(".") and (cls in ("gpu", "mig") or "gpu" in vendor.split("."))
+
+
 def nvidia_cdi_grant(kind: str, dev: str, source: GrantSource, why: str = "") -> GpuGrant | None:
     """An NVIDIA CDI name read as ``nvidia-ctk`` names devices (``0``, ``GPU-<uuid>``, ``gpu0``,
-    ``mig1:0``, ``all``); None for another kind. ``why`` is added to the reason."""
+    ``mig1:0``, ``all``); another kind that names NVIDIA GPUs (:func:`gpu_cdi_kind`) is a grant
+    of GPUs the name does not say (``devices_known`` false: never judged); None for any other
+    kind. ``why`` is added to the reason."""
     if kind not in _NVIDIA_CDI_KINDS:
-        return None
+        if not gpu_cdi_kind(kind):
+            return None
+        return GpuGrant("cdi", "devices", (), "operator", True,
+                        f"CDI device {kind}={dev} (a GPU kind whose devices only its spec names){why}",
+                        (source,), cdi_names=(f"{kind}={dev}",), devices_known=False)
     qualified, token = f"{kind}={dev}", nvidia_cdi_token(dev)
     if token == "all":
         return GpuGrant("cdi", "all", (), "operator", True, f"CDI device {qualified} names every GPU{why}",

@@ -82,8 +82,10 @@ def create_command_cdi_devices(argv: Any) -> list[tuple[int, str, str]]:
                 name = gpu if parse_cdi_name(gpu) else f"nvidia.com/gpu={gpu}"
                 out.append((at, name, f"--gpus {value}"))
             continue
-        # --device HOST[:CONTAINER[:PERMS]]: a CDI name is the whole value (it holds no ':')
-        if parse_cdi_name(value) is not None and ":" not in value:
+        # --device HOST[:CONTAINER[:PERMS]], or a CDI name: podman takes a qualified name whole,
+        # ':' included (nvidia-ctk's MIG devices are nvidia.com/gpu=0:1); a host path starts with '/'
+        parsed = parse_cdi_name(value)
+        if parsed is not None and "/" not in parsed[1]:
             out.append((at, value, f"--device {value}"))
     return out
 

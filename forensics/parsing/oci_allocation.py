@@ -13,7 +13,8 @@ grant, each with a JSON pointer into that parsed JSON (document ``runtime-info``
   allow rule for ``c 195:M`` grants minor M; one for every minor of major 195, or for every
   device (``a``, or no type and no major), grants every GPU (the shape of a privileged container);
 - ``cdi``: ``/config/CDI_devices/N`` (``nvidia.com/gpu=0``) and ``cdi.k8s.io/*`` annotations of
-  ``/runtimeSpec/annotations``;
+  ``/runtimeSpec/annotations``, each name read as Docker's are (:func:`~forensics.parsing.
+  gpu_allocation.cdi_grant`: through the node's CDI specs, else NVIDIA's naming);
 - ``nvidia-runtime-env``: ``NVIDIA_VISIBLE_DEVICES`` in ``/runtimeSpec/process/env`` (the last
   entry wins). From the kubelet (``/config/envs``, the pod spec) it is the operator's; otherwise
   the image's. Effective only under NVIDIA's runtime (``runtimeType``, ``runtimeOptions``
@@ -32,12 +33,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from forensics.parsing.gpu_allocation import (
+    CdiGrants,
     ContainerAllocation,
     GpuGrant,
     GpuRef,
     GrantSource,
     Origin,
     Scope,
+    cdi_grant,
     compact_json,
     json_array,
     json_object,
@@ -139,7 +142,7 @@ def _cgroup_rule_grant(linux: Mapping[str, Any]) -> GpuGrant | None:
                     tuple(_source(rules[i], *pointer, i) for _, i in sorted(minors.items())))
 
 
-def _cdi_grants(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[GpuGrant]:
+def _cdi_grants(config: Mapping[str, Any], spec: Mapping[str, Any], cdi: CdiGrants | None) -> list[GpuGrant]:
     found: list[tuple[str, GrantSource]] = []
     for i, dev in enumerate(json_array(config.get("CDI_devices") or config.get("cdi_devices"), "/config/CDI_devices")):
         name = dev.get("name") if isinstance(dev, Mapping) else None
@@ -153,18 +156,12 @@ def _cdi_grants(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[GpuG
     grants = []
     for name, src in found:
         parsed = parse_cdi_name(name)
-        if parsed is None or parsed[0] not in ("nvidia.com/gpu", "nvidia.com/mig"):
+        if parsed is None:
             continue
-        kind, dev_name = parsed
-        scope: Scope = "all" if dev_name == "all" else "devices"
-        refs = () if scope == "all" else (_classify_cdi(dev_name),)
-        grants.append(GpuGrant("cdi", scope, refs, "operator", True, f"CDI device {name}", (src,)))
+        grant = cdi_grant(parsed[0], parsed[1], src, cdi)  # the node's specs, else NVIDIA's naming
+        if grant is not None:
+            grants.append(grant)
     return grants
-
-
-def _classify_cdi(name: str) -> GpuRef:
-    _, refs = parse_visible_devices(name)
-    return refs[0] if refs else GpuRef(name, "unknown")
 
 
 def _is_nvidia(info: Mapping[str, Any], spec: Mapping[str, Any], handler: str | None) -> str | None:
@@ -211,10 +208,12 @@ def _env_grant(info: Mapping[str, Any], config: Mapping[str, Any], spec: Mapping
 
 
 def allocation_from_runtime_info(container_id: str, name: str, image: str, info: Any,
-                                 runtime_handler: str | None = None) -> ContainerAllocation:
+                                 runtime_handler: str | None = None,
+                                 cdi: CdiGrants | None = None) -> ContainerAllocation:
     """A CRI container's allocation from its verbose ``ContainerStatus`` info (parsed JSON).
 
-    ``runtime_handler`` is the sandbox's (``RunPodSandbox``'s, from the pod's RuntimeClass).
+    ``runtime_handler`` is the sandbox's (``RunPodSandbox``'s, from the pod's RuntimeClass);
+    ``cdi`` the node's CDI spec files, which say which GPU a CDI device name is.
     Raises ParseError (only) when the info does not have the runtime's shape.
     """
     doc = json_object(info, "verbose info")
@@ -222,7 +221,7 @@ def allocation_from_runtime_info(container_id: str, name: str, image: str, info:
     config = json_object(doc.get("config"), "/config")
     linux = json_object(spec.get("linux"), "/runtimeSpec/linux")
     grants: list[GpuGrant] = []
-    grants.extend(_cdi_grants(config, spec))
+    grants.extend(_cdi_grants(config, spec, cdi))
     env_grant = _env_grant(doc, config, spec, runtime_handler)
     if env_grant is not None:
         grants.append(env_grant)

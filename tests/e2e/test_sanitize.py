@@ -222,6 +222,7 @@ def test_ring_segments_rewritten_and_re_hashed(tmp_path: Path) -> None:
     ("map inside the output", 2, "must never travel"),
     ("output is the input directory", 2, "beside the originals"),
     ("altered bundle", 1, "integrity check failed, not sanitised"),
+    ("unredacted bundle", 2, "captured with --no-redact"),
 ])
 def test_bad_input_one_line_and_exit_code(tmp_path: Path, case: str, code: int, message: str) -> None:
     sample = BUNDLES[0]
@@ -248,6 +249,18 @@ def test_bad_input_one_line_and_exit_code(tmp_path: Path, case: str, code: int, 
                               for n, d in members])
 
         args[0] = rewrite(sample, tmp_path / "altered.tgz", alter)
+    elif case == "unredacted bundle":  # its secrets are verbatim: a copy for outside would carry them
+        from tests.support.hostile_bundles import full, rewrite
+
+        def unredacted(top: str, members: list[tuple[str, bytes]]) -> list[Any]:
+            def manifest(data: bytes) -> bytes:
+                doc = json.loads(data)
+                doc["redaction"] = {"enabled": False, "counts": {}}
+                return json.dumps(doc).encode()
+            return full(top, [(n, manifest(d) if n == "manifest.json" else d) for n, d in members])
+
+        args[0] = rewrite(sample, tmp_path / "unredacted.tgz", unredacted)
+        assert gf("verify", args[0]).returncode == 0
     res = gf("sanitize", *args)
     assert res.returncode == code, res.stderr
     lines = res.stderr.strip().splitlines()

@@ -11,7 +11,8 @@ the pod spec's limits and the kubelet's device assignment.
 
 A container's GPU allocation is the OCI runtime spec it was started with
 (forensics.parsing.oci_allocation): ``linux.devices``, the device cgroup rules, CDI devices,
-``NVIDIA_VISIBLE_DEVICES``. The runtime spec is a JSON string inside the member (``/info/info``):
+``NVIDIA_VISIBLE_DEVICES``; a CDI device name is read through the bundle's CDI specs
+(:mod:`forensics.analysis.loaders.cdi`), its spec entry cited. The runtime spec is a JSON string inside the member (``/info/info``):
 evidence from it points at ``/info/info#<pointer into that JSON>`` and quotes the value's text as
 the member holds it (inside the string, its escapes as written).
 """
@@ -25,11 +26,13 @@ from forensics.analysis.allocation import classify_docker_allocation
 from forensics.analysis.events import OomKill
 from forensics.analysis.excerpt import JsonText, cut
 from forensics.analysis.findings import Evidence
+from forensics.analysis.loaders.cdi import cdi_evidence, cdi_grants
 from forensics.analysis.loaders.common import Loader, as_dict, as_int, as_opt_str, as_str, dig
 from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import UNKNOWN_ALLOCATION, Container, Model, Pod
 from forensics.analysis.source import Source
 from forensics.errors import ParseError
+from forensics.parsing.cdi_grants import CDI_SPEC_DOCUMENT
 from forensics.parsing.oci_allocation import (
     RUNTIME_INFO,
     allocation_from_runtime_info,
@@ -100,6 +103,7 @@ def load_cri(src: Source, model: Model, node: str, loading: LoadState) -> None:
     listing = src.json(cri_spec.CONTAINERS)
     listed_sandbox = {as_str(dig(c, "id")): as_str(dig(c, "pod_sandbox_id")) for c in dig(listing, "containers") or []}
     gpus = model.node_gpus(node)
+    cdi = cdi_grants(src)  # the node's CDI specs: which GPU a CDI device name is
     for member in src.under(cri_spec.CONTAINERS_DIR):
         doc = src.json(member)
         status = as_dict(dig(doc, "status"))
@@ -122,11 +126,13 @@ def load_cri(src: Source, model: Model, node: str, loading: LoadState) -> None:
                          _doc: Any = doc, _text: str = info_text) -> Evidence:
             if document == RUNTIME_INFO:
                 return _in_info(src, _member, _text, pointer, excerpt)
+            if document.startswith(CDI_SPEC_DOCUMENT):
+                return cdi_evidence(src, cdi, document[len(CDI_SPEC_DOCUMENT):], pointer, excerpt)
             return src.ev_pointer(_member, "/status", _doc)
 
         try:
             alloc = classify_docker_allocation(
-                allocation_from_runtime_info(cid, name, image, info, sandbox.handler if sandbox else None),
+                allocation_from_runtime_info(cid, name, image, info, sandbox.handler if sandbox else None, cdi),
                 gpus, evidence_for, "runtime spec", (RUNTIME_INFO, "/runtimeSpec/linux"))
         except ParseError as exc:
             src.problems.append(f"{src.name}: {member}: allocation not understood: {exc}")

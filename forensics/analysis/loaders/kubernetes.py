@@ -9,6 +9,8 @@ of ``kubernetes/logs/`` (:mod:`forensics.analysis.loaders.logs`).
 
 Pods join containers by the container id of their statuses (``containerd://<id>``); a pod
 container no other source describes becomes a Container here, with its Kubernetes allocation.
+Init containers are read as app containers are (a native sidecar, ``restartPolicy: Always``, runs
+beside them and may hold the pod's GPU grant); ephemeral containers have no resources.
 """
 
 from __future__ import annotations
@@ -75,10 +77,10 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
             src.problems.append(f"{src.name}: kubernetes/pods.json item {i}: {exc}")
             continue
         pod_ptr = f"/items/{i}"
-        statuses = dig(raw, "status", "containerStatuses")
-        status_index = {str(dig(s, "name")): j for j, s in enumerate(statuses if isinstance(statuses, list) else [])}
-        spec_containers = dig(raw, "spec", "containers")
-        spec_index = {str(dig(s, "name")): j for j, s in enumerate(spec_containers if isinstance(spec_containers, list) else [])}
+        # (kind, name) -> (index, entry) in the spec's and the status's list of that kind: init
+        # containers (a native sidecar, a warm-up) hold grants and run processes as app containers do
+        spec_of = _indexed(raw, ("spec", "containers"), ("spec", "initContainers"))
+        status_of = _indexed(raw, ("status", "containerStatuses"), ("status", "initContainerStatuses"))
         claim_refs = pod_claim_refs(raw, pod_ptr)
         allocations: list[tuple[str, GpuAllocation]] = []
         container_ids: list[tuple[str, str]] = []
@@ -86,14 +88,17 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
         devs: list[tuple[str, tuple[str, ...]]] = []
         grant_ev: list[Evidence] = []  # the pod's spec resources and pod-resources devices
         for ce in entry.containers:
-            if ce.kind != "container":
-                continue
-            limits.append((ce.name, ce.gpu_limit_count + sum(ce.mig_limits.values())))
-            j = spec_index.get(ce.name)
-            ev_spec = src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/spec/containers/{j}/resources", doc) if j is not None else None
-            spec_c = spec_containers[j] if j is not None and isinstance(spec_containers, list) else {}
+            if ce.kind not in _SPEC_LISTS:
+                continue  # an ephemeral (debug) container: no resources, no grant
+            field = _SPEC_LISTS[ce.kind]
+            j, spec_c = spec_of.get((ce.kind, ce.name), (None, {}))
+            if ce.kind == "container" or dig(spec_c, "restartPolicy") == "Always":
+                # the pod's running total: app containers and native sidecars (a plain init
+                # container has finished before they start)
+                limits.append((ce.name, ce.gpu_limit_count + sum(ce.mig_limits.values())))
+            ev_spec = src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/spec/{field}/{j}/resources", doc) if j is not None else None
             grants = container_grants(inputs, entry.namespace, entry.name, spec_c if isinstance(spec_c, dict) else {},
-                                      f"{pod_ptr}/spec/containers/{j}", claim_refs.get(ce.name, ()),
+                                      f"{pod_ptr}/spec/{field}/{j}", claim_refs.get(ce.name, ()),
                                       [c for c in (ce.container_id, ce.last_container_id) if c],
                                       pod_uid=entry.uid)
             alloc = kubernetes_grants_allocation(grants, gpus, evidence_for,
@@ -137,9 +142,10 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                 if src.has(member):
                     load_log_signals(src, model, node, member, log_cid, entry.uid)
             if ce.last_terminated_reason == "OOMKilled" or ce.oom_killed:
-                j2 = status_index.get(ce.name)
+                j2 = status_of.get((ce.kind, ce.name), (None, None))[0]
                 where = "lastState/terminated" if ce.last_terminated_reason == "OOMKilled" else "state/terminated"
-                ptr = f"{pod_ptr}/status/containerStatuses/{j2}/{where}" if j2 is not None else f"{pod_ptr}/status"
+                statuses = "containerStatuses" if ce.kind == "container" else "initContainerStatuses"
+                ptr = f"{pod_ptr}/status/{statuses}/{j2}/{where}" if j2 is not None else f"{pod_ptr}/status"
                 cid = ce.last_container_id if ce.last_terminated_reason == "OOMKilled" else ce.container_id
                 t = parse_time(ce.last_terminated_finished_at) if ce.last_terminated_reason == "OOMKilled" else None
                 model.add(OomKill(node, t, None, None, cid, entry.uid, False, None, ce.memory_limit_bytes,
@@ -149,6 +155,19 @@ def load_kubernetes(src: Source, model: Model, node: str) -> None:
                                     tuple(container_ids), tuple(limits), tuple(devs),
                                     (src.ev_pointer(kube_spec.PODS, f"{pod_ptr}/metadata/uid", doc),
                                      *dict.fromkeys(grant_ev)), allocations=tuple(allocations))
+
+
+_SPEC_LISTS = {"container": "containers", "init": "initContainers"}  # ContainerEntry.kind -> pod spec list
+
+
+def _indexed(raw: Any, app: tuple[str, str], init: tuple[str, str]) -> dict[tuple[str, str], tuple[int, Any]]:
+    """(kind, container name) -> (index, entry) of the pod's ``app`` and ``init`` lists."""
+    out: dict[tuple[str, str], tuple[int, Any]] = {}
+    for kind, path in (("container", app), ("init", init)):
+        items = dig(raw, *path)
+        for j, item in enumerate(items if isinstance(items, list) else []):
+            out.setdefault((kind, str(dig(item, "name"))), (j, item))
+    return out
 
 
 def _grant_inputs(src: Source, model: Model, node: str) -> KubeGrantInputs:
@@ -163,7 +182,8 @@ def _grant_inputs(src: Source, model: Model, node: str) -> KubeGrantInputs:
         if pnode == node and proc.container_id and proc.visible_devices and proc.visible_devices_evidence:
             env.setdefault(proc.container_id, (proc.visible_devices, proc.visible_devices_evidence))
     return KubeGrantInputs(
-        advertised=gpu_resource_names(node_doc), capacity_read=node_capacity_read(node_doc),
+        advertised=gpu_resource_names(node_doc, other_vendors=True), capacity_read=node_capacity_read(node_doc),
+        node_gpus=len(model.node_gpus(node)),
         plugin=plugin_devices(listing), dynamic=dynamic_resources(listing),
         podresources_present=src.has(_LIST),
         claims=claims_by_name(src.json(kube_spec.RESOURCE_CLAIMS)),

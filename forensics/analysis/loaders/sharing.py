@@ -67,12 +67,16 @@ def node_capacity_read(node_doc: Any) -> bool:
     return isinstance(_capacity(node_doc), dict)
 
 
-def gpu_resource_names(node_doc: Any) -> dict[str, int]:
-    """GPU resources the node advertises (``status.capacity``, nvidia.com domain) -> count."""
+def gpu_resource_names(node_doc: Any, *, other_vendors: bool = False) -> dict[str, int]:
+    """GPU resources the node advertises (``status.capacity``, nvidia.com domain) -> count;
+    ``other_vendors``: also another domain's extended resource that names a GPU (a GPU-sharing
+    device plugin's: Alibaba's ``aliyun.com/gpu-mem``, Volcano's ``volcano.sh/vgpu-number``)."""
     capacity = _capacity(node_doc)
     out: dict[str, int] = {}
     for name, value in (capacity or {}).items() if isinstance(capacity, dict) else ():
-        if isinstance(name, str) and name.startswith("nvidia.com/") and as_int(value) is not None:
+        if not isinstance(name, str) or as_int(value) is None:
+            continue
+        if name.startswith("nvidia.com/") or (other_vendors and "/" in name and "gpu" in name.lower()):
             out[name] = as_int(value) or 0
     return out
 

@@ -21,13 +21,14 @@ from forensics.analysis.naming import (
 )
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.rules.gpu_sharing import contract_for
-from forensics.analysis.rules.gpu_unattributed import UNATTRIBUTED_GPU_PROCESS
+from forensics.analysis.rules.gpu_unattributed import UNATTRIBUTED_GPU_PROCESS, is_mps_server
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.thresholds import AnalysisConfig
 
 __all__ = [
     "OVERLAPPING_GPU_ALLOCATION",
     "UNALLOCATED_GPU_USE",
+    "covered_by_grant",
     "overlapping_gpu_allocation",
     "owner_counts_unallocated",
     "unallocated_gpu_use",
@@ -75,8 +76,8 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         sees = f"it {sees}"
     if pod is not None and pod.gpu_limits_known:
         limit = pod.gpu_limit()
-        if alloc.explicit and (alloc.claims or limit == 0):
-            # a DRA claim, a renamed resource: the grant as the user looks it up
+        if alloc.explicit and (alloc.claims or limit == 0 or not _plain_gpu_limits(alloc)):
+            # a DRA claim, a renamed or MIG resource: the grant as the user looks it up
             short = f"was granted {alloc.detail}"
         elif limit == 0:
             short = "has no nvidia.com/gpu limit"
@@ -90,6 +91,12 @@ def _why_unallocated(model: Model, node: str, uuid: str, alloc: GpuAllocation, p
         return f"it requested no GPU, and its GPU access came only from a blanket grant ({alloc.blanket_detail})", \
             "had no GPU allocation"
     return "its configuration grants no GPU at all" + (f"; {sees}" if sees else ""), "had no GPU allocation"
+
+
+def _plain_gpu_limits(alloc: GpuAllocation) -> bool:
+    """Whether every grant of a pod's allocation is an ``nvidia.com/gpu`` limit (its detail's
+    parts, forensics.analysis.allocation_kubernetes): else its grant is not said as one."""
+    return all(part.startswith(("nvidia.com/gpu devices ", "nvidia.com/gpu: ")) for part in alloc.detail.split("; "))
 
 
 def _gpu_list(model: Model, node: str, uuids: tuple[str, ...]) -> str:
@@ -109,6 +116,18 @@ def _assigned_text(model: Model, uuid: str, holders: list[tuple[Subject, Owner]]
         else:
             parts.append(f"{gl} was allocated to {label(model, subj)} ({alloc.detail})")
     return "; ".join(parts)
+
+
+def covered_by_grant(model: Model, node: str, alloc: GpuAllocation, uuid: str, mig_uuid: str | None) -> bool:
+    """Whether ``alloc`` grants a process's use of GPU ``uuid`` (MIG device ``mig_uuid``), or may:
+    a sample on a GPU in MIG mode that names no MIG device (NVML's parent list, the MIG devices'
+    own lists not read) may be on the MIG device ``alloc`` grants, so it is not judged."""
+    if alloc.grants(uuid, mig_uuid):
+        return True
+    if mig_uuid is None and any(g.upper().startswith("MIG-") for g in alloc.gpus):
+        gpu = model.gpus.get((node, uuid))
+        return gpu is None or gpu.mig_enabled
+    return False
 
 
 def owner_counts_unallocated(model: Model, owner: Owner, uuid: str) -> bool:
@@ -136,7 +155,8 @@ def unallocated_gpu_use(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             if not owner_counts_unallocated(model, owner, uuid):
                 continue
             alloc = owner.allocation
-            samples = [s for s in samples if not alloc.grants(uuid, s.mig_uuid)]
+            samples = [s for s in samples if not covered_by_grant(model, node, alloc, uuid, s.mig_uuid)
+                       and not is_mps_server(model, node, s.pid)]  # (it serves the GPU's MPS clients)
             if not samples:
                 continue
             holders = [h for h in joins.explicit_holders(node, uuid) if h[0].key() != subject.key()]

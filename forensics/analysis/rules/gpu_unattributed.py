@@ -17,7 +17,13 @@ from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, sp
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.thresholds import AnalysisConfig
 
-__all__ = ["PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROCESS", "unattributed_gpu_process"]
+__all__ = ["MPS_SERVER_COMM", "PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROCESS", "is_mps_server",
+           "unattributed_gpu_process"]
+
+#: the comm of ``nvidia-cuda-mps-server`` (15 characters kept): it runs the kernels of the MPS
+#: clients of every container sharing the GPU, so NVML lists it on their GPUs; it is never a user
+#: of a GPU of its own
+MPS_SERVER_COMM = "nvidia-cuda-mps"
 
 UNATTRIBUTED_GPU_PROCESS = FindingKind(
     "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
@@ -47,6 +53,12 @@ def _pid_list(pids: list[str] | list[int]) -> str:
     return shown + (f" and {len(pids) - PIDS_NAMED} more" if len(pids) > PIDS_NAMED else "")
 
 
+def is_mps_server(model: Model, node: str, pid: int) -> bool:
+    """Whether GPU process ``pid`` is the MPS server (by its comm, /proc/<pid>/stat)."""
+    proc = model.gpu_process(node, pid)
+    return proc is not None and proc.comm == MPS_SERVER_COMM
+
+
 def _unattributed_group(model: Model, node: str, pid: int) -> tuple[str, ...]:
     """Which unattributed processes of one GPU are reported together: host processes of one cgroup
     (one owner: a service, a session, a job step), and PIDs the capture could not resolve (no owner
@@ -57,7 +69,8 @@ def _unattributed_group(model: Model, node: str, pid: int) -> tuple[str, ...]:
         return ("unresolved",)
     # one path is one cgroup, unless it is relative to a private cgroup namespace (two containers'
     # processes can both read "/"), unparsable or from a reused PID (no path then)
-    if proc.cgroup_path and proc.unresolved_reason in (None, _no_runtime(proc.cgroup_path)):
+    # (the root cgroup is no one's: every process of a host that puts them in no cgroup of their own)
+    if proc.cgroup_path and proc.cgroup_path != "/" and proc.unresolved_reason in (None, _no_runtime(proc.cgroup_path)):
         return ("cgroup", proc.cgroup_path)
     return ("pid", str(pid))
 
@@ -118,7 +131,10 @@ def _unattributed_one(model: Model, cfg: AnalysisConfig, node: str, uuid: str, p
                 + ("the capture's /proc is not the host's PID namespace" if node in model.pid_mismatch_nodes
                    else f"no trustworthy /proc/{pid} in the bundle (exited before capture, "
                         "appeared after procfs read /proc, or another PID namespace)"))
-    role: Role = "culprit" if holders and proc is not None else "witness"
+    mps = is_mps_server(model, node, pid)
+    role: Role = "culprit" if holders and proc is not None and not mps else "witness"
+    if mps:
+        what += " (the MPS server: it runs the kernels of the GPU's MPS clients, no use of its own)"
     subjects = [owner.subject.with_role(role)]
     subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
     subjects.append(gpu_subject(model, node, uuid))
@@ -172,7 +188,8 @@ def _unattributed_many(model: Model, cfg: AnalysisConfig, node: str, uuid: str, 
                    else "no trustworthy /proc/<pid> in the bundle (exited before capture, "
                         "appeared after procfs read /proc, or another PID namespace)"))
         brief = f"{n} GPU processes not found in this capture's /proc used {gl}"
-    role: Role = "culprit" if holders and resolved else "witness"
+    role: Role = "culprit" if holders and resolved and not all(is_mps_server(model, node, p) for p in pids) \
+        else "witness"
     subjects = [owner.subject.with_role(role) for _, owner, _ in members]
     subjects += [h[0].with_role("victim") for h in holders] if role == "culprit" else []
     subjects.append(gpu_subject(model, node, uuid))

@@ -16,8 +16,10 @@ only by what stands around it. The contexts:
   ``Basic X`` anywhere;
 - credentials in URLs (``scheme://user:password@host``), ``curl -u user:password``;
 - netrc lines (``machine H login U password P``, a line ``password P``);
-- PEM blocks (the body; BEGIN and END lines kept: they say what it was), JWTs and AWS access key ids
-  in any text.
+- PEM blocks (the body; BEGIN and END lines kept: they say what it was), also a block a log's
+  window cut (body lines after a BEGIN with no END, before an END with no BEGIN), and PEM blocks
+  printed base64-encoded (``LS0tLS1CRUdJTi...``: a kubeconfig's ``client-key-data``); JWTs and AWS
+  access key ids in any text.
 
 Every expression is RE2 (linear time on any input) and matched on UTF-8 bytes. Each finder yields
 the byte spans of secrets; the redactor joins overlapping spans.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -118,6 +121,12 @@ _CURL_USER_RE = _c(r"(?:^|\s)(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"
 _NETRC_RE = _c(r"(?i)\blogin[ \t]+\S+[ \t]+password[ \t]+(?P<cred>\S+)")
 _NETRC_LINE_RE = _c(r"(?im)^" + _LINE_TIME + r"[ \t]*password[ \t]+(?P<cred>\S+)[ \t]*\r?$")
 _PEM_RE = _c(r"-----BEGIN [A-Z0-9 ]{1,64}-----(?P<body>(?s:.*?))-----END [A-Z0-9 ]{1,64}-----")
+_PEM_HEAD_RE = _c(r"-----BEGIN [A-Z0-9 ]{1,64}-----")
+_PEM_TAIL_RE = _c(r"-----END [A-Z0-9 ]{1,64}-----")
+# a line of a PEM body (base64, blanks around it: a log line's blanked timestamp)
+_PEM_BODY_LINE_RE = _c(r"[ \t]*[A-Za-z0-9+/]+=*[ \t]*\r?")
+# a PEM block printed base64-encoded (kubeconfig client-key-data, a Secret's tls.key): "-----BEGIN"
+_B64_PEM_RE = _c(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{16,}={0,2}")
 _JWT_RE = _c(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")
 _AWS_KEY_ID_RE = _c(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 
@@ -236,16 +245,91 @@ def _shapes(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
                 continue  # host:port/path@...: a path with an '@' (npm scopes), no credential
             if looks_secret_value(_d(cred)):
                 yield _span(m, b"cred")
-    if b"-----BEGIN " in data:
-        for m in _PEM_RE.finditer(data):
-            body = _span(m, b"body")
-            if body[1] > body[0]:
-                yield body
+    if b"-----BEGIN " in data or b"-----END " in data:
+        yield from _pem_bodies(data)
+    if b"LS0tLS1CRUdJTi" in data:
+        for m in _B64_PEM_RE.finditer(data):
+            yield m.span()
     if b"eyJ" in data:
         for m in _JWT_RE.finditer(data):
             yield m.span()
     for m in _AWS_KEY_ID_RE.finditer(data):
         yield m.span()
+
+
+_PEM_BODY_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\\")
+# a body written on the armour's own line with JSON escapes ("-----BEGIN X-----\nMIIE...\n...)
+_ESCAPED_BODY_RE = _c(r"(?:\\[nr]|[A-Za-z0-9+/=])+")
+_B64_LINE_RE = _c(r"[A-Za-z0-9+/]{40}")  # a PEM body line is 64 characters (the last one fewer)
+
+
+def _cut_body(data: bytes, armour: Any, span: Span) -> Span | None:
+    """A cut block's body span, when it is one: its armour names a key, or it holds a line of
+    base64 as long as a PEM body's ('-----END OF REPORT-----' after a few words is no key)."""
+    if span[1] <= span[0]:
+        return None
+    if b"KEY" in armour.group(0) or _B64_LINE_RE.search(data, span[0], span[1]) is not None:
+        return span
+    return None
+
+
+def _pem_bodies(data: bytes) -> Iterator[Span]:
+    """The bodies of PEM blocks, whole or cut by a log's window: a body between its BEGIN and END
+    lines; after a BEGIN line with no END (a log that ends inside the block) the body lines that
+    follow it; before an END line with no BEGIN (a log whose kept lines start inside the block)
+    the body lines that precede it (a body JSON-escaped on the armour's line too). The armour
+    lines are kept: they say what was there."""
+    whole: list[Span] = []
+    for m in _PEM_RE.finditer(data):
+        whole.append(m.span())
+        body = _span(m, b"body")
+        if body[1] > body[0]:
+            yield body
+    starts = [w[0] for w in whole]
+
+    def inside(pos: int) -> bool:
+        i = bisect.bisect_right(starts, pos) - 1
+        return i >= 0 and pos < whole[i][1]
+
+    for m in _PEM_HEAD_RE.finditer(data):
+        if inside(m.start()):
+            continue
+        start = end = m.end()
+        line_end = data.find(b"\n", start)
+        escaped = _ESCAPED_BODY_RE.match(data, start, len(data) if line_end < 0 else line_end)
+        if escaped is not None:
+            end = escaped.end()
+        while line_end >= 0 and end >= line_end - 1:  # the following lines, while they are body lines
+            nxt = data.find(b"\n", line_end + 1)
+            stop = len(data) if nxt < 0 else nxt
+            if not _PEM_BODY_LINE_RE.fullmatch(data, line_end + 1, stop):
+                break
+            end, line_end = stop, nxt
+        found = _cut_body(data, m, (start, end))
+        if found is not None:
+            yield found
+    for m in _PEM_TAIL_RE.finditer(data):
+        if inside(m.start()):
+            continue
+        line_start = data.rfind(b"\n", 0, m.start()) + 1
+        escaped_start = m.start()  # a body JSON-escaped before it on its line
+        while escaped_start > line_start and data[escaped_start - 1] in _PEM_BODY_BYTES:
+            escaped_start -= 1
+        if data[line_start:escaped_start].strip():  # other text first: the lines above are not its body
+            found = _cut_body(data, m, (escaped_start, m.start()))
+        else:
+            start = line_start
+            while start > 0:  # the lines before it, while they are body lines
+                prev = data.rfind(b"\n", 0, start - 1) + 1
+                if not _PEM_BODY_LINE_RE.fullmatch(data, prev, start - 1):
+                    break
+                start = prev
+            if start < line_start:
+                found = _cut_body(data, m, (start, m.start() if escaped_start < m.start() else line_start - 1))
+            else:
+                found = _cut_body(data, m, (escaped_start, m.start()))
+        if found is not None:
+            yield found
 
 
 FINDERS: tuple[Callable[[bytes, EnvAllowed], Iterator[Span]], ...] = (_pairs, _env_entries, _auth_headers, _shapes)

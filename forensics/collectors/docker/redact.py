@@ -6,7 +6,8 @@
 column), in exec ``ProcessConfig``, in the command an ``exec_create``/``exec_start`` event's
 ``Action`` carries; label values (``Config.Labels``, the list's ``Labels``, events'
 ``Actor.Attributes``, which copy every label) under secret-looking keys or shaped like
-credentials (``Redactor.label_map``); proxy credentials in ``/info``. Values are replaced in place
+credentials (``Redactor.label_map``), as are the log driver's options (``HostConfig.LogConfig.Config``:
+``--log-opt splunk-token=...``); proxy credentials in ``/info``. Values are replaced in place
 by the capture's keyed pseudonyms; everything else is left as the engine returned it.
 """
 
@@ -40,6 +41,10 @@ def redact_container(doc: dict[str, Any], ctx: CollectContext) -> dict[str, Any]
             health = conf.get("Healthcheck")
             if isinstance(health, dict) and isinstance(health.get("Test"), list):
                 health["Test"] = r.argv([a for a in health["Test"] if isinstance(a, str)])
+    host = doc.get("HostConfig")
+    log = host.get("LogConfig") if isinstance(host, dict) else None
+    if isinstance(log, dict):  # --log-opt: splunk-token, a Loki URL with its key, ...
+        r.label_map(log.get("Config"), "log-opts")
     _redact_state_text(doc.get("State"), r)
     return doc
 

@@ -121,3 +121,48 @@ def test_hostile_members_do_not_raise() -> None:
         for c in model.containers.values():
             assert not c.allocation.explicit
     assert any("allocation not understood" in p for p in problems), problems
+
+
+def _cdi_only(names: str) -> Any:
+    """The container's GPU came only through CDI names in its ``cdi.k8s.io/`` annotation (the
+    runtime's CDI mode edits the spec after containerd wrote it: no device node in it)."""
+    def mutate(status: dict[str, Any]) -> None:
+        info = json.loads(status["info"]["info"])
+        linux = info["runtimeSpec"]["linux"]
+        del linux["devices"]
+        linux["resources"]["devices"] = [{"allow": False, "access": "rwm"}]
+        info["runtimeSpec"]["annotations"]["cdi.k8s.io/nvidia-device-plugin_trainer"] = names
+        status["info"]["info"] = json.dumps(info)
+    return mutate
+
+
+_SPEC = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+         "devices": [{"name": "trainer", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}}],
+         "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]}}
+
+
+def test_a_cdi_name_is_read_through_the_nodes_cdi_specs() -> None:
+    """``nvidia.com/gpu=trainer`` is what the node's spec says it is (/dev/nvidia1: GPU 1), cited."""
+    members = {**_members(_cdi_only("nvidia.com/gpu=trainer")), "cdi/etc/cdi/nvidia.json": _SPEC}
+    model, src = _load(members)
+    [c] = model.containers.values()
+    a = c.allocation
+    assert (a.kind, a.explicit, a.gpus, a.devices_known) == ("cdi", True, ("GPU-1",), True), a
+    assert "cdi/etc/cdi/nvidia.json" in {e.member for e in a.evidence}
+    assert a.cdi_devices == ("nvidia.com/gpu=trainer",)
+
+
+def test_a_cdi_name_read_by_nvidias_naming_without_a_spec() -> None:
+    """No spec in the bundle: ``gpu1`` (nvidia-ctk's type-index naming) is GPU 1, never a GPU named
+    'gpu1' that no GPU matches (the container on GPU 1 was accused of using it unallocated)."""
+    model, _ = _load(_members(_cdi_only("nvidia.com/gpu=gpu1")))
+    [c] = model.containers.values()
+    assert (c.allocation.explicit, c.allocation.gpus) == (True, ("GPU-1",)), c.allocation
+
+
+def test_a_cdi_name_of_an_unknown_gpu_kind_is_a_grant_of_unknown_gpus() -> None:
+    """A DRA driver's per-claim CDI name whose spec the bundle lacks: a GPU was granted, which one
+    is not known (never 'no GPU': the container on its claim's GPU was accused)."""
+    model, _ = _load(_members(_cdi_only("k8s.gpu.nvidia.com/claim=5b6c7d8e-gpu-0")))
+    [c] = model.containers.values()
+    assert (c.allocation.explicit, c.allocation.devices_known) == (True, False), c.allocation

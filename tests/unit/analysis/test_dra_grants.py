@@ -8,6 +8,7 @@ it up (the claim, its driver and device, the GPU). Objects from tests/support/dr
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.support.analysis_bundles import GIB, BundleSpec, _v, cid_of
@@ -236,18 +237,19 @@ def test_an_extended_resource_served_by_dra(analyze: Analyze) -> None:
     assert "claim ml/gpu-full-pod-extended-resources-x7k9m: gpu.nvidia.com gpu-1 (GPU 1, GPU-" in f["summary"]
 
 
-def _renamed(pod_resources: bool, env_gpu: int | None, used: int = 0) -> BundleSpec:
+def _renamed(pod_resources: bool, env_gpu: int | None, used: int = 0,
+             resource: str = "nvidia.com/gpu.shared") -> BundleSpec:
     b = BundleSpec()
     uuids = [b.gpu(0), b.gpu(1)]
     cid = cid_of("shared-nb")
     b.pod("research", "notebook-alice", N_UID, [("jupyter", cid, 0)])
     for res in (b.pods[-1]["spec"]["containers"][0]["resources"][k] for k in ("limits", "requests")):
-        res["nvidia.com/gpu.shared"] = "1"
+        res[resource] = "1"
     b.add_json("kubernetes/node.json", {"kind": "Node", "metadata": {"name": b.host},
-                                        "status": {"capacity": {"cpu": "64", "nvidia.com/gpu.shared": "8"}}})
+                                        "status": {"capacity": {"cpu": "64", resource: "8"}}})
     if pod_resources:
         b.podresources.append({"name": "notebook-alice", "namespace": "research", "containers": [
-            {"name": "jupyter", "devices": [{"resource_name": "nvidia.com/gpu.shared",
+            {"name": "jupyter", "devices": [{"resource_name": resource,
                                              "device_ids": [f"{uuids[0]}::3"]}]}]})
     environ = ["PATH=/usr/bin"] + ([f"NVIDIA_VISIBLE_DEVICES={uuids[env_gpu]}"] if env_gpu is not None else [])
     b.process(32, "python", container=cid, pod_uid=N_UID, environ=environ)
@@ -272,6 +274,23 @@ def test_a_renamed_shared_resource_with_pod_resources(analyze: Analyze) -> None:
     assert "unallocated-gpu-use" not in kinds(analyze(_renamed(pod_resources=True, env_gpu=None)))
     (f,) = of_kind(analyze(_renamed(pod_resources=True, env_gpu=None, used=1)), "unallocated-gpu-use")
     assert "nvidia.com/gpu.shared" in f["summary"]
+
+
+def test_a_gpu_resource_of_another_vendors_device_plugin_is_a_grant(analyze: Analyze) -> None:
+    """GPU-sharing device plugins outside NVIDIA's domain (Alibaba's gpushare ``aliyun.com/gpu-mem``,
+    Volcano's ``volcano.sh/vgpu-number``) hand out NVIDIA GPUs too: a limit on such a resource the
+    node advertises is a grant, as a renamed nvidia.com resource is (the pod on its GPU was accused:
+    'has no nvidia.com/gpu limit')."""
+    for resource in ("aliyun.com/gpu-mem", "volcano.sh/vgpu-number"):
+        assert "unallocated-gpu-use" not in kinds(analyze(_renamed(False, env_gpu=0, resource=resource)))
+        assert "unallocated-gpu-use" not in kinds(analyze(_renamed(False, env_gpu=None, resource=resource)))
+        (f,) = of_kind(analyze(_renamed(False, env_gpu=0, used=1, resource=resource)), "unallocated-gpu-use")
+        assert f"{resource}: 1" in f["summary"], f["summary"]
+
+
+def test_a_resource_that_names_no_gpu_is_no_grant(analyze: Analyze) -> None:
+    (f,) = of_kind(analyze(_renamed(False, env_gpu=0, resource="rdma/hca_shared_devices_a")), "unallocated-gpu-use")
+    assert "no nvidia.com/gpu limit" in f["summary"], f["summary"]
 
 
 def test_the_live_grant_of_a_dra_pod_is_dra_with_its_claim() -> None:
@@ -324,3 +343,80 @@ def test_on_a_dra_node_a_pod_without_a_grant_is_told_to_use_a_claim(analyze: Ana
     (f,) = of_kind(analyze(b), "unallocated-gpu-use")
     assert "research/notebook-bob" in names(f, "culprit", "pod")
     assert "ResourceClaim" in f["next_step"] and "nvidia.com/gpu" not in f["next_step"], f["next_step"]
+
+
+def _two_pods_on_gpu0(resource: str, capacity: int) -> BundleSpec:
+    """Two pods with ``resource: 1`` (the node advertises ``capacity`` of it over 2 GPUs); the
+    device plugin's NVIDIA_VISIBLE_DEVICES in both processes names GPU 0; no pod-resources."""
+    b = BundleSpec()
+    u0 = b.gpu(0)
+    b.gpu(1)
+    procs: dict[int, tuple[int, float | None]] = {}
+    for k, uid in enumerate((T_UID, N_UID)):
+        cid = cid_of(f"nb-{k}")
+        b.pod("research", f"nb-{k}", uid, [("c", cid, 0)])
+        for res in (b.pods[-1]["spec"]["containers"][0]["resources"][x] for x in ("limits", "requests")):
+            res[resource] = "1"
+        b.process(40 + k, "python", container=cid, pod_uid=uid, environ=[f"NVIDIA_VISIBLE_DEVICES={u0}"])
+        procs[40 + k] = (5 * GIB, 40.0)
+    b.add_json("kubernetes/node.json", {"kind": "Node", "metadata": {"name": b.host},
+                                        "status": {"capacity": {"cpu": "64", resource: str(capacity)}}})
+    b.gpu_series(0, range(20), lambda s: (99, 10 * GIB, dict(procs)))
+    b.status["docker"] = "unavailable"
+    return b
+
+
+def test_pods_on_replicas_of_a_shared_resource_are_not_overlapping(analyze: Analyze) -> None:
+    """Time-slicing replicas (8 nvidia.com/gpu.shared over 2 GPUs), read from the device plugin's
+    NVIDIA_VISIBLE_DEVICES without pod-resources: sharing by design (both pods were culprits of
+    overlapping-gpu-allocation); a renamed resource with one unit per GPU is exclusive and judged."""
+    for resource in ("nvidia.com/gpu.shared", "aliyun.com/gpu-mem"):
+        doc = analyze(_two_pods_on_gpu0(resource, 8))
+        assert not {"overlapping-gpu-allocation", "unallocated-gpu-use"} & set(kinds(doc)), doc["findings"]
+    (f,) = of_kind(analyze(_two_pods_on_gpu0("nvidia.com/a100", 2)), "overlapping-gpu-allocation")
+    assert len(names(f, "culprit")) + len(names(f, "victim")) == 2
+
+
+def test_a_slice_device_without_a_uuid_is_judged_by_its_driver(analyze: Analyze) -> None:
+    """The driver's slice lists gpu-0 with no ``uuid`` attribute: it is still a GPU of NVIDIA's
+    driver (gpu-0: minor 0), never 'no GPU' (the pod on its claim's GPU was accused)."""
+    def stripped(used: int) -> BundleSpec:
+        b = _dra_node(used_gpu=used, minors=(0, 1))
+        doc = json.loads(b.members["kubernetes/resourceslices.json"])
+        for item in doc["items"]:
+            for dev in item["spec"]["devices"]:
+                dev.get("attributes", {}).pop("uuid", None)
+        b.add_json("kubernetes/resourceslices.json", doc)
+        return b
+    assert "unallocated-gpu-use" not in kinds(analyze(stripped(0)))
+    (f,) = of_kind(analyze(stripped(1)), "unallocated-gpu-use")
+    assert f"claim ml/{CLAIM}: gpu.nvidia.com gpu-0 (GPU 0, GPU-" in f["summary"], f["summary"]
+
+
+def test_a_claim_name_the_ring_holds_twice_is_the_pods_own(analyze: Analyze) -> None:
+    """The recorder keeps a deleted claim after the live ones (kubernetes/resourceclaims.json from
+    the ring): a claim of the same name deleted and recreated is there twice. The pod's is the one
+    reserved for it, wherever it stands in the list (the last one read won: the old claim, reserved
+    for no one by then, gave train-0 its gpu-1, and train-0 on its own gpu-0 was accused)."""
+    def node(order: tuple[int, int], reserved_old: list[tuple[str, str]]) -> BundleSpec:
+        b = _dra_node(used_gpu=0, claim_device="gpu-0")
+        current = resource_claim("ml", CLAIM, "5b6c7d8e-0000-4000-8000-00000000c1a1", b.host, [("gpu", "gpu-0")],
+                                 reserved_for=[("train-0", T_UID)])
+        old = resource_claim("ml", CLAIM, "5b6c7d8e-0000-4000-8000-0000000000d0", b.host, [("gpu", "gpu-1")],
+                             reserved_for=reserved_old)
+        claims = [current, old]
+        b.add_json("kubernetes/resourceclaims.json", _items("ResourceClaimList", [claims[i] for i in order]))
+        return b
+    for order in ((0, 1), (1, 0)):
+        for reserved_old in ([], [("train-0-old", "0c1d2e3f-4a5b-4c6d-8e7f-0000000000ff")]):
+            doc = analyze(node(order, reserved_old))
+            assert "unallocated-gpu-use" not in kinds(doc), (order, reserved_old, [f["summary"] for f in doc["findings"]])
+
+
+def test_pods_on_a_renamed_resource_without_the_node_object_are_not_overlapping(analyze: Analyze) -> None:
+    """A ring's history holds no node object: whether nvidia.com/gpu.shared is replicas is not
+    known, so two pods the plugin's NVIDIA_VISIBLE_DEVICES puts on GPU 0 are not judged exclusive."""
+    b = _two_pods_on_gpu0("nvidia.com/gpu.shared", 8)
+    del b.members["kubernetes/node.json"]
+    doc = analyze(b)
+    assert not {"overlapping-gpu-allocation", "unallocated-gpu-use"} & set(kinds(doc)), doc["findings"]

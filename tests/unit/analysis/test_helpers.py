@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +44,11 @@ def test_resolve_device_ids_is_total(ids: list[str]) -> None:
 def test_resolve_device_ids_forms() -> None:
     assert resolve_device_ids(["0"], GPUS) == ("GPU-aaaa",)
     assert resolve_device_ids(["all"], GPUS) == ("GPU-aaaa", "GPU-bbbb")
-    assert resolve_device_ids(["GPU-BBBB::3", "nvidia0", "nvidia.com/gpu=1"], GPUS) == ("GPU-bbbb", "GPU-aaaa")
+    assert resolve_device_ids(["GPU-BBBB::3", "nvidia.com/gpu=0"], GPUS) == ("GPU-bbbb", "GPU-aaaa")
+    # GKE's nvidiaN is the GPU of minor N: kept verbatim while no minor number is read
+    assert resolve_device_ids(["nvidia0"], GPUS) == ("nvidia0",)
+    by_minor = [replace(GPUS[0], minor_number=1), replace(GPUS[1], minor_number=0)]
+    assert resolve_device_ids(["nvidia0", "nvidia1/vgpu2"], by_minor) == ("GPU-bbbb", "GPU-aaaa")
     assert resolve_device_ids(["none"], GPUS) == ()
     assert resolve_device_ids(["MIG-1234", "7"], GPUS) == ("MIG-1234", "index 7")  # kept, never dropped
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.bundle.redact import Redactor, looks_secret_name
+from forensics.bundle.redact_kubernetes import redact_pod_spec_env
 from forensics.bundle.secrets.names import looks_secret_value
 
 PSEUDO = re.compile(r"<redacted:[0-9a-f]{16}>")
@@ -63,6 +65,22 @@ class TestEnv:
         assert out[1].startswith("FOO=<redacted:")
         assert out[2:] == ["EMPTY=", "NOEQUALS"]
         assert r.counts["env"] == 2
+
+    def test_a_secret_name_under_an_allowed_prefix_is_redacted(self) -> None:
+        """``NVIDIA_API_KEY`` (NVIDIA's API catalog and NIM containers) and ``NCCL_IB_AUTH`` start
+        like the GPU variables kept as evidence, but their names say secret: their values are
+        redacted in every env form; the GPU grants and exact allow-listed names (``PWD``) stay."""
+        r = Redactor(key=KEY)
+        key = "nvapi-Xy7aB3kLmN0pQrStUvWxYz0123456789AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+        out = r.env_list([f"NVIDIA_API_KEY={key}", "NCCL_IB_AUTH=s3cr3tval", "LC_SESSION_TOKEN=abc123def",
+                          "NVIDIA_VISIBLE_DEVICES=GPU-0a1b", "CUDA_VISIBLE_DEVICES=1", "PWD=/workspace"])
+        assert out is not None
+        assert [e.split("=", 1)[1].startswith("<redacted:") for e in out] == [True] * 3 + [False] * 3, out
+        assert out[3:] == ["NVIDIA_VISIBLE_DEVICES=GPU-0a1b", "CUDA_VISIBLE_DEVICES=1", "PWD=/workspace"]
+        pod = {"spec": {"containers": [{"name": "nim", "env": [{"name": "NVIDIA_API_KEY", "value": key}]}]}}
+        redact_pod_spec_env(pod["spec"], r)
+        assert key not in json.dumps(pod)
+        assert key not in r.text(json.dumps({"env": [{"name": "NVIDIA_API_KEY", "value": key}]}))
 
     def test_none_and_non_strings(self) -> None:
         r = Redactor(key=KEY)

@@ -5,6 +5,7 @@ RE2 (linear time); adversarial strings neither raise nor leak."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -148,6 +149,28 @@ def test_pod_status_messages_and_container_args_are_redacted() -> None:
     for secret in ("sk-live-1234abcd", HF, "hunter2"):
         assert secret not in flat
     assert pod["spec"]["containers"][0]["args"][2:] == ["--lr", "0.1"]
+
+
+def test_probes_and_lifecycle_hooks_are_redacted() -> None:
+    """A probe's or lifecycle hook's exec command is a command line, an httpGet header a header:
+    a readiness probe that curls with a bearer token, or sends ``X-Api-Key``, reached the bundle
+    verbatim (in the pod and in its last-applied configuration)."""
+    key = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+    container = {"name": "t",
+                 "readinessProbe": {"exec": {"command": ["sh", "-c", f"curl -H 'Authorization: Bearer {HF}' x"]}},
+                 "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080,
+                                               "httpHeaders": [{"name": "X-Api-Key", "value": key},
+                                                               {"name": "Accept", "value": "text/plain"}]}},
+                 "lifecycle": {"preStop": {"exec": {"command": ["/bin/drain", "--token", "s3cr3t-t0ken"]}}}}
+    applied = {"spec": {"containers": [dict(container)]}}
+    pod = {"metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied)}},
+           "spec": {"containers": [container]}}
+    redact_pod(pod, Redactor(key=KEY))
+    flat = json.dumps(pod)
+    for secret in (HF, key, "s3cr3t-t0ken"):
+        assert secret not in flat, secret
+    headers = pod["spec"]["containers"][0]["livenessProbe"]["httpGet"]["httpHeaders"]
+    assert headers[1] == {"name": "Accept", "value": "text/plain"}
 
 
 # -- adversarial inputs ---------------------------------------------------------------------

@@ -99,6 +99,19 @@ def test_redaction_of_inspect_top_and_list() -> None:
     assert "abcdef" not in str(redact_listing(listing, ctx))
 
 
+def test_log_driver_options_are_redacted() -> None:
+    """``--log-opt splunk-token=...`` and a Loki URL with its API key are in the container's
+    ``HostConfig.LogConfig.Config`` (they reached the bundle verbatim); other options stay."""
+    ctx: Any = _Ctx()
+    token, key = "176FCEBF-4CF5-4EDF-91BC-703796522D20", "eyJrIjoiYWJjZGVmZ2hpamtsbW5vcCJ9"
+    doc = {"HostConfig": {"LogConfig": {"Type": "splunk", "Config": {
+        "splunk-token": token, "loki-url": f"https://123456:{key}@logs.example.net/loki/api/v1/push",
+        "max-size": "10m"}}}}
+    out = redact_container(doc, ctx)
+    assert token not in str(out) and key not in str(out)
+    assert out["HostConfig"]["LogConfig"]["Config"]["max-size"] == "10m"
+
+
 def test_docker_time() -> None:
     t = parse_docker_time("2026-11-30T05:31:14.123456789Z")
     assert t is not None and t.microsecond == 123456

@@ -140,3 +140,16 @@ class TestGpusAsCdi:
         new = allocation_from_inspect(_container(DeviceRequests=[self.REQ]), None, {"ServerVersion": "29.2.0"},
                                       SpecGrants(uuid_named))
         assert [(d.id, d.kind) for d in new.devices] == [("1", "index")]
+
+
+def test_gpu_nodes_of_the_spec_wide_edits_are_every_devices() -> None:
+    """A spec that puts /dev/nvidia<N> in its spec-wide edits (given with any of its devices, as the
+    CDI runtimes apply them) and gives its device only an env: the device grants those GPUs (it
+    granted nothing, and the container on its GPU was accused)."""
+    spec = ('{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{"name": "all", "containerEdits": '
+            '{"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}], "containerEdits": {"deviceNodes": '
+            '[{"path": "/dev/nvidia0"}, {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia1"}]}}')
+    reg = CdiRegistry.from_files([("cdi/etc/cdi/a.json", spec.encode(), 0)])
+    alloc = allocation_from_inspect({"Id": "c" * 64, "HostConfig": {"DeviceRequests": [
+        cdi_device_request("nvidia.com/gpu=all")]}}, cdi=SpecGrants(reg))
+    assert alloc.scope == "devices" and [(d.id, d.kind) for d in alloc.devices] == [("0", "minor"), ("1", "minor")]

@@ -52,6 +52,19 @@ def test_command_line_cdi_devices() -> None:
         (9, "vendor.com/fpga=x", "--device vendor.com/fpga=x")]
 
 
+def test_a_mig_cdi_name_holds_a_colon() -> None:
+    """nvidia-ctk names a MIG device ``nvidia.com/gpu=0:1`` (GPU 0's MIG device 1): CDI device names
+    may hold ':', and podman takes the whole qualified name as one (it was read as a host path
+    HOST:CONTAINER and dropped: the container on its MIG device looked ungranted)."""
+    argv = ["podman", "run", "--device", "nvidia.com/gpu=0:1", "--device=nvidia.com/gpu=mig1:0",
+            "--device", "/dev/nvidia0:/dev/nvidia0", "img"]
+    assert create_command_cdi_devices(argv) == [
+        (3, "nvidia.com/gpu=0:1", "--device nvidia.com/gpu=0:1"),
+        (4, "nvidia.com/gpu=mig1:0", "--device nvidia.com/gpu=mig1:0")]
+    alloc = allocation_from_libpod(libpod(argv=argv))
+    assert {(d.id, d.kind) for d in alloc.devices} >= {("0:1", "mig-index"), ("1:0", "mig-index")}, alloc.devices
+
+
 def test_cdi_device_of_the_command_line_resolved_through_the_spec() -> None:
     reg = CdiRegistry.from_files([("cdi/var/run/cdi/nvidia.yaml", nvidia_ctk_spec(minors=(2, 3)).encode(), 1)])
     alloc = allocation_from_libpod(libpod(), cdi=SpecGrants(reg))

@@ -59,6 +59,32 @@ def test_too_little_history_says_how_much() -> None:
     assert b.describe() == "insufficient history: 20 min of the 1 h needed (20 of 30 samples)"
 
 
+def test_history_is_the_windows_own_not_an_older_run_before_a_gap() -> None:
+    """Two hours of a job five days ago, then 35 minutes of it now: the window (24 h) holds 35
+    minutes, less than the hour needed (the old run, outside the window, made it look long enough,
+    and a 35-minute normal was judged as a day's)."""
+    now = T0 + 5 * DAY_S + 35 * 60
+    old = [(T0 + 60 * i, 20.0) for i in range(120)]
+    recent = [(T0 + 5 * DAY_S + 60 * i, 90.0) for i in range(35)]
+    b = compute_baseline(old + recent, now, BaselineSettings(min_history_s=3600, min_buckets=30))
+    assert isinstance(b, InsufficientHistory), b
+    assert b.describe() == "insufficient history: 35 min of the 1 h needed (35 of 30 samples)"
+
+
+def test_an_empty_window_is_insufficient_whatever_the_minimums() -> None:
+    """``baseline_min_buckets: 0`` and ``baseline_min_history_s: 0`` (a thresholds file may say
+    so): a window with no bucket is still no normal (it raised IndexError)."""
+    b = compute_baseline([(T0, 5.0)], T0 + 10 * DAY_S, BaselineSettings(min_buckets=0, min_history_s=0))
+    assert isinstance(b, InsufficientHistory) and b.buckets == 0
+
+
+def test_a_baseline_says_how_long_it_was_taken_over() -> None:
+    """Two hours of history in a 24-hour window: "over the last 2 h", never "over the last 24 h"."""
+    points = [(T0 + 60 * i, 50.0 + (i % 3)) for i in range(120)]
+    b = compute_baseline(points, T0 + 120 * 60, BaselineSettings(min_history_s=3600, min_buckets=30))
+    assert isinstance(b, Baseline) and b.describe().endswith("over the last 2 h"), b.describe()
+
+
 def _nightly(days: int, peak_at_s: float) -> list[tuple[float, float]]:
     """``days`` days of one-minute buckets: 5 % all day, 90 % for two hours from ``peak_at_s``."""
     return [(T0 + m * 60.0, 90.0 if 0 <= (m * 60.0) % DAY_S - peak_at_s < 7200 else 5.0)
