@@ -1,9 +1,11 @@
 """The roles a source plays for the analysis, typed: what a rule asks of a node ("was the kernel log
 read?", "did a container runtime describe the containers?") without naming the sources that answer.
 
-Each role is declared once here; a spec names the roles its source plays (``SourceSpec.roles``),
-and a rule asks :meth:`forensics.analysis.model.Model.has_role` or declares a kind's ``needs``
-with these constants, never a list of source names. A new source of an existing role (another
+Each role is declared once: here when several sources may play it or several rules ask it, or
+beside its spec when only that source plays it (``specs/<source>.py``); a spec names the roles its
+source plays (``SourceSpec.roles``), and a rule asks
+:meth:`forensics.analysis.model.Model.has_role` or declares a kind's ``needs`` with these
+constants, never a list of source names. A new source of an existing role (another
 container runtime) declares it in its spec and every rule that asks the role counts it; a role
 no spec declares is an error where it is asked (``tests/unit/specs/test_roles.py``).
 """
