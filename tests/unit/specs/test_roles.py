@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 import forensics.specs
-
 from forensics.analysis.kinds import FindingKind
 from forensics.analysis.loaders.order import loader_order
 from forensics.analysis.model import Model
