@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.model import Model, NodeInfo
 from forensics.analysis.samples import GPU_SAMPLE_ORIGINS, GpuSample, samples_from
+from forensics.specs import Role, playing
 from forensics.thresholds import AnalysisConfig
 
 __all__ = [
@@ -109,8 +110,9 @@ class FindingKind:
     """One finding kind, declared once in its rule module.
 
     ``id``: the stable kind id of ``findings[].kind``; ``severity``: the severity its findings get
-    unless the rule raises or lowers it; ``needs``: the collectors whose absence on a node lowers a
-    finding's confidence (:meth:`confidence`); ``causes``: the kinds a finding of this kind can cause,
+    unless the rule raises or lowers it; ``needs``: the source roles
+    (:mod:`forensics.specs.roles`) that no source answered on a node lowers a finding's confidence
+    for (:meth:`confidence`; a role no spec declares is an error here); ``causes``: the kinds a finding of this kind can cause,
     ``caused_by``: the kinds that can cause a finding of this kind (the chain links only the pairs
     either side names, :func:`edges`; each pair is named by one side only); ``rank``: its place in ``KINDS`` and in the order rules run;
     ``gpu_samples``: the origins of GPU device samples (:data:`forensics.analysis.samples.GPU_SAMPLE_ORIGINS`)
@@ -125,7 +127,7 @@ class FindingKind:
     __slots__ = ("caused_by", "causes", "hardware", "harm_wording", "id", "needs", "not_found", "rank", "run", "sample_origins",
                  "severity", "step_wording", "unjudged")
 
-    def __init__(self, id: str, *, severity: Severity, needs: Iterable[str] = (),  # noqa: A002 - the kind's id
+    def __init__(self, id: str, *, severity: Severity, needs: Iterable[Role] = (),  # noqa: A002 - the kind's id
                  causes: Iterable[str] = (), caused_by: Iterable[str] = (), rank: int, next_step: str | None = None,
                  hardware: bool = False, gpu_samples: Iterable[str] = GPU_SAMPLE_ORIGINS,
                  unjudged: str = "") -> None:
@@ -134,6 +136,8 @@ class FindingKind:
         self.id = id
         self.severity: Severity = severity
         self.needs = tuple(needs)
+        for role in self.needs:
+            playing(role)  # a role no spec declares: raises, naming it
         self.causes = frozenset(causes)
         self.caused_by = frozenset(caused_by)
         self.rank = rank
@@ -208,10 +212,11 @@ class FindingKind:
         return sum(len(v) for (n, _), v in samples_from(model, self.sample_origins).items() if n == node)
 
     def confidence(self, model: Model, node: str, base: float, cfg: AnalysisConfig) -> float:
-        """``base`` lowered by ``missing_source_confidence_factor`` for each of ``needs`` absent on ``node``."""
+        """``base`` lowered by ``missing_source_confidence_factor`` for each role of ``needs`` that no
+        source answered on ``node``."""
         c = base
-        for name in self.needs:
-            if not model.has_source(node, name):
+        for role in self.needs:
+            if not model.has_role(node, role):
                 c *= cfg.missing_source_confidence_factor
         return round(max(0.05, min(1.0, c)), 2)
 

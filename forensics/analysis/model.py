@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 from forensics.analysis.findings import Evidence, Subject
 from forensics.analysis.samples import GpuSample, ProcessGpuSample
 from forensics.parsing.pci import pci_bus_key
+from forensics.specs import Role, playing
 
 __all__ = [
     "ActiveOwners",
@@ -396,6 +397,12 @@ class Model:
         """True when the collector ran with status ok or partial on that node."""
         info = self.nodes.get(node)
         return info is not None and info.collector_status.get(collector) in ("ok", "partial")
+
+    def has_role(self, node: str, role: Role) -> bool:
+        """True when a source that plays ``role`` (its spec says so) ran with status ok or partial on
+        that node: "was the kernel log read?", "did a container runtime describe the containers?"
+        (Docker and podman, or a CRI runtime). Rules ask roles, never lists of source names."""
+        return any(self.has_source(node, name) for name in playing(role))
 
     def limit(self, text: str) -> None:
         if text not in self.limitations:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from forensics.analysis.findings import Subject
 from forensics.analysis.model import Model
 from forensics.humanize import format_bytes, format_clock
+from forensics.specs.roles import CONTAINER_RUNTIME, ORCHESTRATOR
 
 __all__ = [
     "absent_reason",
@@ -121,7 +122,7 @@ def absent_reason(model: Model, s: Subject) -> str:
     if (s.node, s.id) in model.joins.seen_running:  # its processes or cgroup were there: another runtime's, or unlisted
         return ("not described by Docker, the CRI runtime or Kubernetes in the bundle" if model.has_source(s.node, "cri")
                 else "not described by Docker or Kubernetes in the bundle")
-    if any(model.has_source(s.node, name) for name in ("docker", "cri", "kubernetes")):
+    if model.has_role(s.node, CONTAINER_RUNTIME) or model.has_role(s.node, ORCHESTRATOR):
         return "no longer present"
     return "no container runtime data in the bundle"
 

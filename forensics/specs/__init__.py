@@ -2,7 +2,7 @@
 
 Each module here other than :mod:`base` and :mod:`hints` declares one source: a ``SPEC``
 (:class:`~forensics.specs.base.SourceSpec`: name, volatility order, collector module, typed
-settings, what its absence costs, hints published and read) beside the bundle member paths the
+settings, what its absence costs, hints published and read, roles played) beside the bundle member paths the
 collector writes and the loader reads. :func:`all_specs` finds them by walking this package, so a
 new source needs no entry in a hand-kept list. Imports nothing from capture, analysis, collectors
 or report.
@@ -26,13 +26,14 @@ from forensics.specs.base import (
     check_value,
     setting,
 )
+from forensics.specs.roles import Role
 
 __all__ = [
     "Absence", "Excuse", "Hint", "NoSettings", "Setting", "SourceSpec", "StandIn", "all_specs", "check_value", "setting",
-    "spec_named",
+    "Role", "playing", "spec_named",
 ]
 
-_NOT_SOURCES = frozenset({"base", "hints"})
+_NOT_SOURCES = frozenset({"base", "hints", "roles"})
 
 
 @cache
@@ -53,3 +54,13 @@ def all_specs() -> tuple[SourceSpec[Any], ...]:
 
 def spec_named(name: str) -> SourceSpec[Any] | None:
     return next((s for s in all_specs() if s.name == name), None)
+
+
+@cache
+def playing(role: Role) -> frozenset[str]:
+    """The names of the sources whose spec declares ``role``. A role no spec declares is an error
+    (a rule asking it could never be answered: a typo, or a source that dropped the role)."""
+    names = frozenset(s.name for s in all_specs() if role in s.roles)
+    if not names:
+        raise ValueError(f"no source spec declares the role {role.name!r}")
+    return names

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from forensics.parsing.durations import parse_duration_s
+from forensics.specs.roles import Role
 
 __all__ = [
     "Absence", "Excuse", "Hint", "HintReader", "HintWriter", "NoSettings", "Setting", "SettingKind",
@@ -215,9 +216,10 @@ class SourceSpec(Generic[S]):
     ``configured_by``: a setting without which the source is not configured (a Prometheus needs its
     URL): it is then skipped, never imported or run, and recorded as "not configured". ``stands_in``
     and ``stand_in_label``: what the source gives back of other sources' absence, and what it is
-    called in that sentence. ``remote``: the source asks a service over the network about the node
-    named by ``--node`` (it runs as well from a laptop); a capture of remote sources alone is that
-    node's bundle."""
+    called in that sentence. ``roles``: the questions of the analysis the source answers when it was
+    read (:mod:`forensics.specs.roles`: a rule asks a role, never a list of sources). ``remote``: the
+    source asks a service over the network about the node named by ``--node`` (it runs as well from
+    a laptop); a capture of remote sources alone is that node's bundle."""
 
     name: str
     order: int
@@ -231,6 +233,7 @@ class SourceSpec(Generic[S]):
     stand_in_label: str = ""
     remote: bool = False
     shared: tuple[SettingsGroup[Any], ...] = ()
+    roles: tuple[Role, ...] = ()
 
     def unconfigured(self, extra: Mapping[str, str] | None) -> str | None:
         """Why the source is not configured (its ``configured_by`` setting not given), or None."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS
+from forensics.specs.roles import CGROUP_COUNTERS
 
 __all__ = ["INDEX", "SAMPLES", "SPEC", "CgroupsSettings", "cgroup_member", "host_member"]
 
@@ -37,5 +38,5 @@ class CgroupsSettings:
 SPEC = SourceSpec(
     name="cgroups", order=35, collector="forensics.collectors.cgroups", settings=CgroupsSettings,
     absence=Absence("no cgroup data: CPU throttling and pressure cannot be assessed"),
-    reads=(CGROUP_PATHS,),
+    reads=(CGROUP_PATHS,), roles=(CGROUP_COUNTERS,),
 )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS
+from forensics.specs.roles import CONTAINER_RUNTIME
 
 __all__ = ["CONTAINERS", "CONTAINERS_DIR", "DEFAULT_ENDPOINTS", "PODS", "PODS_DIR", "PREFIX", "SPEC", "STATS",
            "VERSION", "CriSettings", "container_member", "sandbox_member"]
@@ -53,5 +54,5 @@ SPEC = SourceSpec(
                         Excuse(frozenset({"unavailable", "skipped"}),
                                "no CRI runtime answered: a Docker node or not a Kubernetes node"),
                     )),
-    publishes=(PIDS, CGROUP_PATHS),
+    publishes=(PIDS, CGROUP_PATHS), roles=(CONTAINER_RUNTIME,),
 )

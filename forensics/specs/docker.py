@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS
 from forensics.specs.logs import LOGS
+from forensics.specs.roles import CONTAINER_RUNTIME
 
 __all__ = [
     "ALLOCATIONS", "CONTAINERS", "CONTAINERS_DIR", "ENGINE", "EVENTS", "INDEX", "INFO", "LIBPOD_INSPECT", "OCI_CONFIG", "PREFIX", "SAMPLES", "SPEC",
@@ -61,4 +62,5 @@ SPEC = SourceSpec(
         Excuse(frozenset({None, "unavailable", "skipped"}),
                "a containerd/CRI-O node: the runtime describes its containers (cri)", when_ok="cri"))),
     publishes=(PIDS, CGROUP_PATHS), shared=(LOGS,),
+    roles=(CONTAINER_RUNTIME,),  # podman too: the collector reads it through its Docker-compatible API
 )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import KMSG_LAST_SEQ
+from forensics.specs.roles import KERNEL_LOG
 
 __all__ = [
     "DMESG", "GPU_DRIVER", "INDEX", "JOURNAL", "KMSG", "KMSG_WINDOW", "OOM", "RECORDS", "SPEC", "WINDOW",
@@ -32,5 +33,5 @@ class KernelSettings:
 SPEC = SourceSpec(
     name="kernel", order=40, collector="forensics.collectors.kernel", settings=KernelSettings,
     absence=Absence("no kernel log: OOM kills and Xid errors cannot be ruled in or out"),
-    publishes=(KMSG_LAST_SEQ,), reads=(KMSG_LAST_SEQ,),
+    publishes=(KMSG_LAST_SEQ,), reads=(KMSG_LAST_SEQ,), roles=(KERNEL_LOG,),
 )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
 from forensics.specs.hints import GPU_PIDS, KUBE_NODE
 from forensics.specs.logs import LOGS
+from forensics.specs.roles import ORCHESTRATOR
 
 __all__ = [
     "CLOCK", "DEVICE_CLASSES", "EVENTS", "LOGS_DIR", "LOGS_INDEX", "METRICS", "NODE", "NODE_END", "PODS", "PODS_INDEX", "PREFIX",
@@ -56,6 +57,7 @@ SPEC = SourceSpec(
     absence=Absence("no Kubernetes data: pod allocations and OOMKilled statuses unknown", (
         Excuse(frozenset({None, "unavailable", "skipped"}), "not a Kubernetes node: nothing lost"),)),
     publishes=(KUBE_NODE,), reads=(KUBE_NODE, GPU_PIDS), shared=(LOGS,),
+    roles=(ORCHESTRATOR,),
 )
 
 #: the flight recorder's Kubernetes events (forensics.collectors.kubernetes.follow): one Event a

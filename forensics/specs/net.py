@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, Excuse, SourceSpec, setting
 from forensics.specs.hints import PIDS
+from forensics.specs.roles import NET_COUNTERS
 
 __all__ = ["INDEX", "PREFIX", "SAMPLES", "SPEC", "NetSettings", "ib_member", "iface_member",
            "netns_member", "proc_member"]
@@ -57,5 +58,5 @@ SPEC = SourceSpec(
     name="net", order=37, collector="forensics.collectors.net.net", settings=NetSettings,
     absence=Absence("no network or disk counters: link saturation and link errors cannot be assessed",
                     (Excuse(frozenset({None}), "the bundle predates the net source"),)),
-    reads=(PIDS,),
+    reads=(PIDS,), roles=(NET_COUNTERS,),
 )

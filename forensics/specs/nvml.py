@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import GPU_PIDS, PIDS
+from forensics.specs.roles import GPU_DEVICES
 
 __all__ = [
     "ACCOUNTING", "ACCOUNTING_END", "DEVICES", "EVENTS", "HEALTH_END", "PROCESSES", "SAMPLES", "SPEC", "NvmlSettings"]
@@ -28,5 +29,5 @@ class NvmlSettings:
 SPEC = SourceSpec(
     name="nvml", order=10, collector="forensics.collectors.nvml.nvml", settings=NvmlSettings,
     absence=Absence("no NVML data: GPU attribution not possible"),
-    publishes=(PIDS, GPU_PIDS),
+    publishes=(PIDS, GPU_PIDS), roles=(GPU_DEVICES,),
 )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from forensics.specs.base import Absence, SourceSpec, setting
 from forensics.specs.hints import CGROUP_PATHS, PIDS, PROCFS_RECORDED_PIDS
+from forensics.specs.roles import PROCESS_TABLE
 
 __all__ = ["DSTATE", "INDEX", "PREFIX", "RANK_ENV_NAMES", "SPEC", "WINDOW", "ProcfsSettings", "pid_member"]
 
@@ -34,4 +35,5 @@ SPEC = SourceSpec(
     name="procfs", order=30, collector="forensics.collectors.procfs", settings=ProcfsSettings,
     absence=Absence("no /proc data: GPU processes cannot be joined to containers"),
     publishes=(CGROUP_PATHS, PROCFS_RECORDED_PIDS), reads=(PIDS, PROCFS_RECORDED_PIDS),
+    roles=(PROCESS_TABLE,),
 )

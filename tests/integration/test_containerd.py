@@ -304,6 +304,9 @@ class TestRuntimeOnly:
     def test_notebook_pod_is_the_culprit_on_the_trainers_gpu(self, node: Node) -> None:
         [finding] = node.findings("unallocated-gpu-use", runtime_only=True)
         assert finding["severity"] == "high"
+        # the CRI runtime is the node's container runtime: Docker's absence lowers nothing (the kind
+        # needed "docker" by name and said 0.66 here before it asked the container-runtime role)
+        assert finding["confidence"] == 0.95
         [culprit] = [s for s in _subjects(finding, "culprit") if s["type"] == "container"]
         assert (culprit["id"], culprit["name"]) == (node.ids["jupyter"], "research/notebook-alice/jupyter")
         [pod] = [s for s in _subjects(finding, "culprit") if s["type"] == "pod"]

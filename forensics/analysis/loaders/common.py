@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forensics.parsing.timestamps import parse_iso_unix
+from forensics.specs.roles import Role
 
 if TYPE_CHECKING:
     from forensics.analysis.loaders.state import LoadState
@@ -23,15 +24,18 @@ class Loader:
     ``loading`` (:class:`~forensics.analysis.loaders.state.LoadState`) is what loaders keep between
     themselves while the model loads, which rules never see.
 
-    ``needs`` names the sources whose model entities it reads (the docker loader resolves grants
-    against NVML's GPUs): it runs after their loaders. The order of all loaders is derived from
-    these declarations (:func:`forensics.analysis.loaders.loader_order`), ties broken by the
-    sources' volatility order.
+    ``needs`` says which loaders run before it: a source's name where it reads that source's own
+    entities (the docker loader resolves grants against NVML's GPUs), a role
+    (:class:`~forensics.specs.roles.Role`) where it reads what every source of the role loaded (the
+    kubernetes loader puts its pods on the containers of every container runtime: a new runtime's
+    spec declares the role and its loader runs before, with no edit here). The order of all loaders
+    is derived from these declarations (:func:`forensics.analysis.loaders.loader_order`), ties
+    broken by the sources' volatility order.
     """
 
     source: str
     load: Callable[[Source, Model, str, LoadState], None]
-    needs: tuple[str, ...] = ()
+    needs: tuple[str | Role, ...] = ()
 
 
 def as_str(value: Any, default: str = "") -> str:

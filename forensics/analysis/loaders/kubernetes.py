@@ -39,6 +39,7 @@ from forensics.parsing.dra import claims_by_name, pod_claim_refs, slice_devices
 from forensics.parsing.podindex import index_pod
 from forensics.specs import kubernetes as kube_spec
 from forensics.specs import podresources as podresources_spec
+from forensics.specs.roles import CONTAINER_RUNTIME
 
 __all__ = ["LOADER", "load_kubernetes", "load_kubernetes_events"]
 
@@ -226,7 +227,7 @@ def _with(c: Container, alloc: Any, pod_uid: str, k8s_name: str) -> Container:
     return replace(c, allocation=alloc, pod_uid=pod_uid, k8s_container_name=k8s_name)
 
 
-# needs: GPU limits resolve against NVML's GPUs; pods enrich Docker's and the CRI runtime's containers
+# needs: GPU limits resolve against NVML's GPUs; pods enrich the containers of every container runtime
 def _load_with_sharing(src: Source, model: Model, node: str, loading: LoadState) -> None:
     """Pods, then their GPU sharing contracts (:mod:`forensics.analysis.loaders.sharing`), which read the pods."""
     from forensics.analysis.loaders.node_resources import load_node_resources
@@ -237,4 +238,4 @@ def _load_with_sharing(src: Source, model: Model, node: str, loading: LoadState)
     load_node_resources(src, model, node)
 
 
-LOADER = Loader("kubernetes", _load_with_sharing, needs=("nvml", "docker", "cri"))
+LOADER = Loader("kubernetes", _load_with_sharing, needs=("nvml", CONTAINER_RUNTIME))

@@ -50,6 +50,14 @@ from forensics.analysis.source import Source
 from forensics.errors import ParseError
 from forensics.parsing.attribution import attribute_path
 from forensics.specs.prometheus import PREFIX, QUERIES, TARGET, query_member
+from forensics.specs.roles import (
+    CGROUP_COUNTERS,
+    CONTAINER_RUNTIME,
+    GPU_DEVICES,
+    KERNEL_LOG,
+    ORCHESTRATOR,
+    PROCESS_TABLE,
+)
 
 __all__ = ["LOADER", "load_prometheus"]
 
@@ -433,5 +441,7 @@ def _text(v: float) -> str:
     return str(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)
 
 
-# Last: what the live collectors saw wins (their GPUs, pods, containers and NVML's sampled spans).
-LOADER = Loader("prometheus", load_prometheus, needs=("nvml", "procfs", "docker", "kubernetes", "cgroups", "kernel"))
+# Last: what the live collectors saw wins (their GPUs, pods, containers and NVML's sampled spans): after
+# every source of the roles it stands in for.
+LOADER = Loader("prometheus", load_prometheus, needs=(GPU_DEVICES, PROCESS_TABLE, CONTAINER_RUNTIME, ORCHESTRATOR,
+                                                     CGROUP_COUNTERS, KERNEL_LOG))

@@ -33,11 +33,12 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_subjects
 from forensics.analysis.samples import ProcessGpuSample
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["BELOW_BASELINE", "below_baseline"]
 
-BELOW_BASELINE = FindingKind("below-baseline", severity="medium", needs=("nvml",), rank=41,
+BELOW_BASELINE = FindingKind("below-baseline", severity="medium", needs=(GPU_DEVICES,), rank=41,
                              next_step="look at what else ran on that GPU then, and at the workload's own logs")
 
 

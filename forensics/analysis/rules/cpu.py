@@ -15,12 +15,13 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import CpuSample, PsiSample
+from forensics.specs.roles import CGROUP_COUNTERS
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["CPU_THROTTLING", "PRESSURE_STALL", "cpu_throttling", "pressure_stall"]
 
-CPU_THROTTLING = FindingKind("cpu-throttling", severity="medium", needs=("cgroups",), rank=60)
-PRESSURE_STALL = FindingKind("pressure-stall", severity="low", needs=("cgroups",), rank=100,
+CPU_THROTTLING = FindingKind("cpu-throttling", severity="medium", needs=(CGROUP_COUNTERS,), rank=60)
+PRESSURE_STALL = FindingKind("pressure-stall", severity="low", needs=(CGROUP_COUNTERS,), rank=100,
                              causes=("oom-kill",))
 
 

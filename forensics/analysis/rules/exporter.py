@@ -27,13 +27,14 @@ from forensics.analysis.model import Model, Pod
 from forensics.analysis.naming import fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import ExporterAttribution, ProcessGpuSample
+from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_EXPORTER_BLIND_SPOT", "gpu_exporter_blind_spot"]
 
 # needs: the "another pod named" shape compares with the bundle's own attribution (NVML processes
 # through /proc/<pid>/cgroup); the "no pod named" shape rests on the exporter's series alone.
-GPU_EXPORTER_BLIND_SPOT = FindingKind("gpu-exporter-blind-spot", severity="high", needs=("nvml", "procfs"),
+GPU_EXPORTER_BLIND_SPOT = FindingKind("gpu-exporter-blind-spot", severity="high", needs=(GPU_DEVICES, PROCESS_TABLE),
                                       rank=110)
 
 

@@ -37,11 +37,12 @@ from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.rules.gpu_answers import answered_after
 from forensics.analysis.rules.xid_bursts import FELL_OFF_BUS
 from forensics.parsing.pci import pci_bus_key
+from forensics.specs.roles import ORCHESTRATOR
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_ALLOCATABLE_REDUCED", "gpu_allocatable_reduced"]
 
-GPU_ALLOCATABLE_REDUCED = FindingKind("gpu-allocatable-reduced", severity="high", needs=("kubernetes",), rank=79,
+GPU_ALLOCATABLE_REDUCED = FindingKind("gpu-allocatable-reduced", severity="high", needs=(ORCHESTRATOR,), rank=79,
                                       caused_by=("gpu-xid-fault", "gpu-lost"))
 
 

@@ -23,6 +23,7 @@ from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, sp
 from forensics.analysis.rules.gpu_sharing import contract_for
 from forensics.analysis.rules.gpu_unattributed import UNATTRIBUTED_GPU_PROCESS, is_mps_server
 from forensics.analysis.samples import ProcessGpuSample
+from forensics.specs.roles import CONTAINER_RUNTIME, GPU_DEVICES, ORCHESTRATOR, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
 
 __all__ = [
@@ -35,10 +36,10 @@ __all__ = [
 ]
 
 UNALLOCATED_GPU_USE = FindingKind(
-    "unallocated-gpu-use", severity="medium", needs=("nvml", "procfs", "docker"), rank=10,
+    "unallocated-gpu-use", severity="medium", needs=(GPU_DEVICES, PROCESS_TABLE, CONTAINER_RUNTIME), rank=10,
     causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill", "gpu-xid-fault"))
 OVERLAPPING_GPU_ALLOCATION = FindingKind(
-    "overlapping-gpu-allocation", severity="medium", needs=("nvml", "procfs", "docker"), rank=20,
+    "overlapping-gpu-allocation", severity="medium", needs=(GPU_DEVICES, PROCESS_TABLE, CONTAINER_RUNTIME), rank=20,
     causes=("gpu-compute-hog", "gpu-memory-pressure", "oom-kill"))
 
 
@@ -267,8 +268,8 @@ def _every_gpu_process_allocated(c: RuledOutCheck) -> tuple[str, list[Evidence]]
     if c.found & {UNALLOCATED_GPU_USE.id, UNATTRIBUTED_GPU_PROCESS.id}:
         return None
     n_proc = sum(1 for s in model.series(ProcessGpuSample) if s.node == node)
-    if (n_proc and model.has_source(node, "procfs")
-            and (model.has_source(node, "docker") or model.has_source(node, "kubernetes"))):
+    if (n_proc and model.has_role(node, PROCESS_TABLE)
+            and (model.has_role(node, CONTAINER_RUNTIME) or model.has_role(node, ORCHESTRATOR))):
         return (f"every GPU process on {node} ran in a container allocated that GPU",
                 c.evidence("nvml", f"{n_proc} process samples"))
     return None

@@ -19,11 +19,12 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.samples import GpuSample
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["CLOCK_REASONS", "GPU_CLOCK_THROTTLE", "gpu_clock_throttle", "reason_durations", "throttled_seconds"]
 
-GPU_CLOCK_THROTTLE = FindingKind("gpu-clock-throttle", severity="low", needs=("nvml",), rank=90)
+GPU_CLOCK_THROTTLE = FindingKind("gpu-clock-throttle", severity="low", needs=(GPU_DEVICES,), rank=90)
 
 # nvmlClocksEventReason* bits that slow the GPU down (not GpuIdle 0x1, AppClocks 0x2, SyncBoost 0x10).
 CLOCK_REASONS: dict[int, str] = {

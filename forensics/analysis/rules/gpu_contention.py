@@ -16,13 +16,14 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import ProcessGpuSample
+from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_COMPUTE_HOG", "GPU_MEMORY_PRESSURE", "gpu_compute_hog", "gpu_memory_pressure"]
 
-GPU_COMPUTE_HOG = FindingKind("gpu-compute-hog", severity="medium", needs=("nvml", "procfs"), rank=40,
+GPU_COMPUTE_HOG = FindingKind("gpu-compute-hog", severity="medium", needs=(GPU_DEVICES, PROCESS_TABLE), rank=40,
                               causes=("oom-kill",))
-GPU_MEMORY_PRESSURE = FindingKind("gpu-memory-pressure", severity="low", needs=("nvml",), rank=50,
+GPU_MEMORY_PRESSURE = FindingKind("gpu-memory-pressure", severity="low", needs=(GPU_DEVICES,), rank=50,
                                   causes=("oom-kill", "gpu-xid-fault"))
 
 # (victim, its SM share while contested, its mean SM before the hog came, during, contested ticks)

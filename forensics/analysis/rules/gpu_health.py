@@ -19,13 +19,14 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_time, gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_MEMORY_HEALTH", "GPU_RECOVERY_ACTION", "RECOVERY_ACTIONS", "gpu_memory_health", "health_pairs",
            "gpu_recovery_action"]
 
-GPU_MEMORY_HEALTH = FindingKind("gpu-memory-health", severity="high", needs=("nvml",), rank=82, hardware=True)
-GPU_RECOVERY_ACTION = FindingKind("gpu-recovery-action", severity="high", needs=("nvml",), rank=84, hardware=True)
+GPU_MEMORY_HEALTH = FindingKind("gpu-memory-health", severity="high", needs=(GPU_DEVICES,), rank=82, hardware=True)
+GPU_RECOVERY_ACTION = FindingKind("gpu-recovery-action", severity="high", needs=(GPU_DEVICES,), rank=84, hardware=True)
 
 #: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION values (nvmlDeviceGpuRecoveryAction_t, NVML API reference).
 RECOVERY_ACTIONS: dict[int, str] = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P",

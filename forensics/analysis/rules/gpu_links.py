@@ -30,12 +30,13 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import gpu_label
 from forensics.analysis.rules.common import dedupe_evidence
 from forensics.analysis.rules.gpu_health import health_pairs
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_NVLINK_ERRORS", "GPU_PCIE_DEGRADED", "gpu_nvlink_errors", "gpu_pcie_degraded"]
 
-GPU_PCIE_DEGRADED = FindingKind("gpu-pcie-degraded", severity="medium", needs=("nvml",), rank=86, hardware=True)
-GPU_NVLINK_ERRORS = FindingKind("gpu-nvlink-errors", severity="medium", needs=("nvml",), rank=88, hardware=True)
+GPU_PCIE_DEGRADED = FindingKind("gpu-pcie-degraded", severity="medium", needs=(GPU_DEVICES,), rank=86, hardware=True)
+GPU_NVLINK_ERRORS = FindingKind("gpu-nvlink-errors", severity="medium", needs=(GPU_DEVICES,), rank=88, hardware=True)
 
 #: NVLink DL error counters, as the finding names them.
 NVLINK_COUNTERS = {"crc_flit": "CRC flit", "crc_data": "CRC data", "replay": "replay", "recovery": "recovery"}

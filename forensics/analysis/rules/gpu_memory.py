@@ -31,12 +31,13 @@ from forensics.analysis.model import DStateHolder, Gpu, Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import LISTS_PROCESSES
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_MEMORY_UNATTRIBUTED", "gpu_memory_unattributed"]
 
 GPU_MEMORY_UNATTRIBUTED = FindingKind(
-    "gpu-memory-unattributed", severity="medium", needs=("nvml",), rank=55, gpu_samples=LISTS_PROCESSES,
+    "gpu-memory-unattributed", severity="medium", needs=(GPU_DEVICES,), rank=55, gpu_samples=LISTS_PROCESSES,
     unjudged="exporter history lists no processes, so no memory gap can be told from it",
     next_step="find the process still holding the GPU's device files (fuser -v /dev/nvidia*) and end it; "
               "when none does, drain the GPU and reset it (nvidia-smi -r) to free the memory")

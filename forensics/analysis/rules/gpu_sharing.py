@@ -22,11 +22,12 @@ from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model, ShareContract
 from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, span
+from forensics.specs.roles import GPU_DEVICES, ORCHESTRATOR, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_SHARE_EXCEEDED", "contract_for", "gpu_share_exceeded"]
 
-GPU_SHARE_EXCEEDED = FindingKind("gpu-share-exceeded", severity="low", needs=("nvml", "procfs", "kubernetes"),
+GPU_SHARE_EXCEEDED = FindingKind("gpu-share-exceeded", severity="low", needs=(GPU_DEVICES, PROCESS_TABLE, ORCHESTRATOR),
                                  rank=15)
 
 

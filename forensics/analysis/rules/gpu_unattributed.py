@@ -15,6 +15,7 @@ from forensics.analysis.model import Model, Owner
 from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, name_of, process_label
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.samples import ProcessGpuSample
+from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["MPS_SERVER_COMM", "PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROCESS", "is_mps_server",
@@ -26,7 +27,7 @@ __all__ = ["MPS_SERVER_COMM", "PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROC
 MPS_SERVER_COMM = "nvidia-cuda-mps"
 
 UNATTRIBUTED_GPU_PROCESS = FindingKind(
-    "unattributed-gpu-process", severity="low", needs=("nvml", "procfs"), rank=30,
+    "unattributed-gpu-process", severity="low", needs=(GPU_DEVICES, PROCESS_TABLE), rank=30,
     causes=("gpu-compute-hog", "gpu-memory-pressure"))
 
 

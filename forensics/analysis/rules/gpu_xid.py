@@ -30,6 +30,7 @@ from forensics.analysis.rules.xid_bursts import (
     xid_causes,
 )
 from forensics.parsing.xid_catalog import BUCKETS, CATALOG_URL, XidInfo, xid_info
+from forensics.specs.roles import KERNEL_LOG
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["GPU_XID_FAULT", "gpu_xid_fault", "xid_meaning"]
@@ -137,7 +138,7 @@ def _no_xid(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     """No Xid in the kernel log, nor from NVML's XidCriticalError events, where either was read."""
     model, node, info = c.model, c.node, c.info
     watched = info.xid_watch_gpus
-    has_kernel = model.has_source(node, "kernel")
+    has_kernel = model.has_role(node, KERNEL_LOG)
     if GPU_XID_FAULT.id in c.found or GPU_LOST.id in c.found or not (has_kernel or watched):
         return None
     parts: list[str] = []

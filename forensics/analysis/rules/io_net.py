@@ -18,13 +18,14 @@ from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import IoSample, NetSample, PsiSample
+from forensics.specs.roles import CGROUP_COUNTERS, GPU_DEVICES, NET_COUNTERS
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["IO_STALL", "NETWORK_ERRORS", "NETWORK_SATURATION", "io_stall", "network_errors", "network_saturation"]
 
-IO_STALL = FindingKind("io-stall", severity="medium", needs=("cgroups", "nvml"), rank=65)
-NETWORK_SATURATION = FindingKind("network-saturation", severity="medium", needs=("net",), rank=102)
-NETWORK_ERRORS = FindingKind("network-errors", severity="medium", needs=("net",), rank=104)
+IO_STALL = FindingKind("io-stall", severity="medium", needs=(CGROUP_COUNTERS, GPU_DEVICES), rank=65)
+NETWORK_SATURATION = FindingKind("network-saturation", severity="medium", needs=(NET_COUNTERS,), rank=102)
+NETWORK_ERRORS = FindingKind("network-errors", severity="medium", needs=(NET_COUNTERS,), rank=104)
 
 _ERRORS = ("rx_errors", "tx_errors", "rx_fifo_errors", "rx_frame_errors", "tx_carrier_errors", "symbol_error",
            "port_rcv_errors", "link_error_recovery")

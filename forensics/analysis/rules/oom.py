@@ -16,6 +16,7 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.specs.roles import KERNEL_LOG
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["OOM_KILL", "oom_kill"]
@@ -128,7 +129,7 @@ def _oom_step(f: Finding, h: Harm) -> str:
 @OOM_KILL.ruled_out(rank=30)
 def _no_oom(c: RuledOutCheck) -> tuple[str, list[Evidence]] | None:
     """No OOM kill at all, or (with memcg kills) none host-wide."""
-    if not c.model.has_source(c.node, "kernel"):
+    if not c.model.has_role(c.node, KERNEL_LOG):
         return None
     if OOM_KILL.id not in c.found:
         return (f"no OOM kill (container or host) in the kernel log of {c.node}",

@@ -35,12 +35,13 @@ from forensics.analysis.samples import CpuSample, ProcessGpuSample, PsiSample
 from forensics.parsing.logsignals.cuda import CudaFault, CudaOom
 from forensics.parsing.logsignals.nccl import NcclAsyncError, NcclCommInit
 from forensics.parsing.logsignals.process import ProcessEnd
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["STALLED_RANK", "WORKLOAD_CUDA_ERROR", "gpus_used", "log_gpu", "stalled_rank", "workload_cuda_error"]
 
 WORKLOAD_CUDA_ERROR = FindingKind(
-    "workload-cuda-error", severity="high", needs=("nvml",), rank=85,
+    "workload-cuda-error", severity="high", needs=(GPU_DEVICES,), rank=85,
     caused_by=("gpu-xid-fault", "gpu-lost", "gpu-memory-pressure",
                "unallocated-gpu-use", "overlapping-gpu-allocation", "unattributed-gpu-process"))
 STALLED_RANK = FindingKind("stalled-rank", severity="high", needs=(), rank=110,

@@ -22,6 +22,7 @@ from forensics.analysis.naming import fmt_time, gpu_label, with_pod
 from forensics.parsing.pci import pci_bus_key
 from forensics.parsing.xid_catalog import caused_by
 from forensics.specs.ring import folded
+from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
 __all__ = ["FELL_OFF_BUS", "Cause", "consequence_text", "gpu_name", "gpu_where", "pid_phrase", "record_pids",
@@ -125,7 +126,7 @@ def gpu_where(model: Model, node: str, gpu: str, pci: str | None, text: str = ""
     written = next((m.group(0) for m in _ADDRESS.finditer(text)
                     if pci is None or pci_bus_key(m.group(0)).split(".")[0] == pci_bus_key(pci).split(".")[0]), address)
     subject = Subject("gpu", written if not gpu.startswith("GPU-") else gpu, f"GPU at PCI {address}", node)
-    if model.has_source(node, "nvml") and model.node_gpus(node):
+    if model.has_role(node, GPU_DEVICES) and model.node_gpus(node):
         return (f"the GPU at PCI {address}, which NVML did not enumerate in this capture "
                 "(it vanished, or is hidden from this capture)", subject, False)
     info = model.nodes.get(node)
