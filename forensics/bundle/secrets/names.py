@@ -96,5 +96,8 @@ def secret_name(name: str) -> bool:
 def looks_secret_value(value: str) -> bool:
     """False for what holds no secret: empty values, placeholders (``${TOKEN}``, ``$PASS``,
     ``<your key>``, ``***``, ``None``, ``true``)."""
-    v = value.strip().strip("\"'").rstrip(")]},.:")
-    return not (v.lower() in _PLACEHOLDERS or _PLACEHOLDER_RE.fullmatch(v))
+    whole = value.strip().strip("\"'")
+    v = whole.rstrip(")]},.:")  # punctuation that ends a sentence or a structure around it
+    # ``${TOKEN}`` and ``$(cat key)`` end in a bracket of their own: judged with it too
+    return not (v.lower() in _PLACEHOLDERS or _PLACEHOLDER_RE.fullmatch(v)
+                or _PLACEHOLDER_RE.fullmatch(whole.rstrip(",.:;")))

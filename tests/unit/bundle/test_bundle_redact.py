@@ -344,3 +344,11 @@ def test_command_line_options_that_only_contain_a_secret_word_are_kept() -> None
             "--hf-token", "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"]
     out = Redactor(key=KEY).argv(args)
     assert out[:7] == args[:7] and PSEUDO.fullmatch(out[7])
+
+
+@pytest.mark.parametrize("value", ["${API_KEY}", "$(cat /run/secrets/token)", "\"${HF_TOKEN}\"", "${API_KEY}.", "{{ .Values.token }}"])
+def test_a_placeholder_ending_in_its_own_bracket_holds_no_secret(value: str) -> None:
+    # the trailing '}' or ')' was cut before the placeholder check: '${API_KEY' matched no
+    # placeholder, and a config's or a log's '${API_KEY}' was redacted as a secret
+    assert not looks_secret_value(value)
+    assert looks_secret_value("s3cr3t-Pa55w0rd}")  # a real value ending in a bracket is still one
