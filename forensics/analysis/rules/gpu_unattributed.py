@@ -85,10 +85,13 @@ def _per_tick_totals(samples: list[ProcessGpuSample]) -> tuple[int, float | None
     use summed the same way, averaged over the times that report SM."""
     mem: dict[float, int] = {}
     sm: dict[float, float] = {}
+    mem_at, sm_at = mem.get, sm.get  # per process sample: bound once
     for s in samples:
-        mem[s.t] = mem.get(s.t, 0) + (s.used_memory_bytes or 0)
-        if s.sm_util_pct is not None:
-            sm[s.t] = sm.get(s.t, 0.0) + s.sm_util_pct
+        t = s.t
+        mem[t] = mem_at(t, 0) + (s.used_memory_bytes or 0)
+        v = s.sm_util_pct
+        if v is not None:
+            sm[t] = sm_at(t, 0.0) + v
     return max(mem.values(), default=0), (sum(sm.values()) / len(sm) if sm else None)
 
 
