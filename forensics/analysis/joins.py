@@ -34,6 +34,8 @@ from forensics.analysis.samples import CpuSample, MemorySample, ProcessGpuSample
 
 _PID = attrgetter("pid")
 
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
+
 __all__ = ["ResolvedJoins", "owner_of", "pod_allocation", "resolve_joins"]
 
 
@@ -176,7 +178,7 @@ class ResolvedJoins:
                     per_gpu[owner.subject] = (owner, ss)
                 else:
                     entry[1].extend(ss)
-                    entry[1].sort(key=lambda x: x.t)
+                    entry[1].sort(key=_BY_TIME)
         self._active[min_sm_pct] = out
         return out
 

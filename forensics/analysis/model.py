@@ -30,6 +30,8 @@ from forensics.parsing.pci import pci_bus_key
 
 _BY_TIME_PID = attrgetter("t", "pid")
 
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
+
 __all__ = [
     "ActiveOwners",
     "Container",
@@ -467,7 +469,7 @@ class Model:
         for s in self.series(GpuSample):
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
-            v.sort(key=lambda s: s.t)
+            v.sort(key=_BY_TIME)
         return out
 
     @cached_property

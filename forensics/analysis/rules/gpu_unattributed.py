@@ -9,6 +9,8 @@ cites the first few processes' evidence (docs/analysis-format.md).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from forensics.analysis.findings import Evidence, Finding, Role
 from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model, Owner
@@ -16,6 +18,8 @@ from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, name_of
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.thresholds import AnalysisConfig
+
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
 __all__ = ["MPS_SERVER_COMM", "PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROCESS", "is_mps_server",
            "unattributed_gpu_process"]
@@ -144,7 +148,7 @@ def _unattributed_one(model: Model, cfg: AnalysisConfig, node: str, uuid: str, p
     if holders and proc is not None:
         what += "; the GPU is allocated to " + ", ".join(name_of(h[0]) for h in holders)
     summary = f"{what}; peak {fmt_bytes(peak_mem)} of GPU memory"
-    first = min(samples, key=lambda s: s.t)
+    first = min(samples, key=_BY_TIME)
     return Finding(
         kind=UNATTRIBUTED_GPU_PROCESS.id,
         severity="medium" if role == "culprit" else UNATTRIBUTED_GPU_PROCESS.severity,
@@ -202,7 +206,7 @@ def _unattributed_many(model: Model, cfg: AnalysisConfig, node: str, uuid: str, 
     summary = f"{what}; together peak {fmt_bytes(peak_mem)} of GPU memory{sm_text}"
     evidence: list[Evidence] = []
     for _, owner, ss in members[:PIDS_CITED]:
-        evidence.append(min(ss, key=lambda s: s.t).evidence)
+        evidence.append(min(ss, key=_BY_TIME).evidence)
         evidence.extend(owner.evidence[:2])
     return Finding(
         kind=UNATTRIBUTED_GPU_PROCESS.id,
