@@ -16,11 +16,12 @@ its one-line errors.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 __all__ = ["SPACING", "Inflater", "Point", "Readable", "inflate_range"]
 
@@ -119,13 +120,21 @@ class Inflater:
         return joined[:cut]
 
 
-def inflate_range(raw: BinaryIO, points: list[Point], start: int, length: int,
+def inflate_range(fd: int, points: list[Point], start: int, length: int,
                   chunk: int = 1 << 20) -> Iterator[bytes]:
     """The ``length`` output bytes from offset ``start``, in pieces of at most ``max(chunk, 256 KiB)``,
-    inflated from the last point at or before ``start`` (``raw``: the same file, seekable)."""
+    inflated from the last point at or before ``start``; ``fd``: the file, read with ``os.pread`` (no
+    shared file offset: two ranges of one file may be read in turns)."""
     k = bisect_right([p.out for p in points], start) - 1
     point = points[max(k, 0)]
-    raw.seek(point.raw)
+    at = point.raw
+
+    def more() -> bytes:
+        nonlocal at
+        data = os.pread(fd, _RAW, at)
+        at += len(data)
+        return data
+
     d = point.state.copy()
     pos = point.out
     tail = b""
@@ -136,12 +145,12 @@ def inflate_range(raw: BinaryIO, points: list[Point], start: int, length: int,
         if d.eof:  # a gzip member ended inside the range: the next one (zero padding skipped)
             rest = d.unused_data.lstrip(b"\0")
             while not rest:
-                rest = raw.read(_RAW).lstrip(b"\0")
+                rest = more().lstrip(b"\0")
                 if not rest:
                     raise EOFError("the gzip stream ended before the range read again")
             d, tail = zlib.decompressobj(_GZIP), rest
         if not tail:
-            tail = raw.read(_RAW)
+            tail = more()
             if not tail:
                 raise EOFError("the gzip stream ended before the range read again")
         out = d.decompress(tail, min(end - pos, _OUT))

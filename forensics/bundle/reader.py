@@ -93,9 +93,9 @@ def _not_a_number(constant: str) -> None:
 class Members(Mapping[str, bytes]):
     """A bundle's members by path: the small ones' bytes held, a big one's read again from the
     bundle file when asked for (from the nearest resume point of its gzip stream,
-    :mod:`forensics.bundle.inflate`). The file is checked to be the one read (same device, inode,
-    size and modification time) before every such read: a bundle changed on disk since is an error,
-    never another file's bytes quoted as this one's."""
+    :mod:`forensics.bundle.inflate`), through the descriptor it was read by (the same file, though
+    another be put under its name). Its size and modification time are checked before every such
+    read: a bundle changed in place since is an error, never other bytes quoted as its own."""
 
     def __init__(self, path: Path, held: dict[str, bytes]) -> None:
         self.path = path
@@ -103,6 +103,9 @@ class Members(Mapping[str, bytes]):
         #: member -> (offset of its bytes in the tar stream, size), for those not held
         self.spans: dict[str, tuple[int, int]] = {}
         self.points: list[Point] = []
+        #: the bundle file, open since it was read (what is read again is that file, though it be
+        #: renamed, removed or replaced under its name), and its size and mtime then
+        self.file: BinaryIO | None = None
         self.identity: tuple[int, ...] = ()
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
 
@@ -139,15 +142,16 @@ class Members(Mapping[str, bytes]):
         yield from self._inflate(start, size, chunk)
 
     def _inflate(self, start: int, size: int, chunk: int) -> Iterator[bytes]:
+        if self.file is None:
+            raise BundleInvalid(f"{self.path.name}: the bundle file is not open to read again")
+        got = 0
         try:
-            with open(self.path, "rb") as raw:
-                st = os.fstat(raw.fileno())
-                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.identity:
-                    raise BundleInvalid(f"{self.path.name}: the bundle file changed on disk while it was read")
-                got = 0
-                for piece in inflate_range(raw, self.points, start, size, chunk):
-                    got += len(piece)
-                    yield piece
+            st = os.fstat(self.file.fileno())
+            if (st.st_size, st.st_mtime_ns) != self.identity:
+                raise BundleInvalid(f"{self.path.name}: the bundle file changed on disk while it was read")
+            for piece in inflate_range(self.file.fileno(), self.points, start, size, chunk):
+                got += len(piece)
+                yield piece
         except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
             raise BundleInvalid(f"{self.path.name}: cannot read the bundle again ({exc})") from None
         if got != size:
@@ -340,13 +344,14 @@ MemberSink = Callable[[str, tarfile.TarFile, tarfile.TarInfo], None]
 
 
 def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink,
-                points: list[Point] | None = None, identity: list[int] | None = None) -> tuple[str, str]:
+                points: list[Point] | None = None, keep: list[Any] | None = None) -> tuple[str, str]:
     """Read the bundle file once, front to back, with every safety check of :func:`open_bundle`,
     handing each file member to ``take(member, tar, info)`` (which reads it from the stream, or
     not at all); return ``(top directory, SHA-256 of the file)``. Memory: what ``take`` keeps.
 
     ``points``: filled with the gzip stream's resume points (a member's ``info.offset_data`` is
-    its offset in their output); ``identity``: with the file's device, inode, size and mtime."""
+    its offset in their output); ``keep``: with the file open again (a duplicate of the descriptor
+    read, so the same file) and its size and mtime as it was opened."""
     limits = limits or ReadLimits()
     path = Path(path)
     try:
@@ -361,9 +366,9 @@ def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink,
         if raw_file.read(2) != b"\x1f\x8b":
             raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (not gzip-compressed)")
         raw_file.seek(0)
-        if identity is not None:
+        if keep is not None:
             st = os.fstat(raw_file.fileno())
-            identity[:] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+            keep[:] = [open(os.dup(raw_file.fileno()), "rb"), (st.st_size, st.st_mtime_ns)]  # noqa: SIM115
         hashing = _HashingReader(raw_file)
         seen: set[str] = set()
         top: str | None = None
@@ -484,9 +489,14 @@ def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
         members.spans[member] = (info.offset_data, info.size)
         digests[member] = (h.hexdigest(), info.size)
 
-    identity: list[int] = []
-    top, file_sha256 = scan_bundle(path, limits, keep, members.points, identity)
-    members.identity = tuple(identity)
+    kept: list[Any] = []
+    try:
+        top, file_sha256 = scan_bundle(path, limits, keep, members.points, kept)
+    except BaseException:
+        if kept:
+            kept[0].close()
+        raise
+    members.file, members.identity = kept
     manifest = parse_manifest(path.name, members.held.pop(MANIFEST))
     return Bundle(path=path, manifest=manifest, members=members, file_sha256=file_sha256, top=top,
                   limits=limits, digests=digests)

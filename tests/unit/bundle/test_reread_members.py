@@ -94,15 +94,29 @@ def test_a_line_quoted_from_the_big_member_is_its_own(big: tuple[Path, bytes]) -
         assert ev.excerpt.removesuffix("...")[:200] == lines[no - 1].decode()[:200]
 
 
-def test_a_bundle_changed_on_disk_after_it_was_read_is_an_error_not_other_bytes(
+def test_a_bundle_replaced_under_its_name_is_still_read_from_the_file_that_was_read(
         big: tuple[Path, bytes], tmp_path: Path) -> None:
     path, data = big
     copy = tmp_path / path.name
     copy.write_bytes(path.read_bytes())
     bundle = open_bundle(copy)
+    os.replace(_resplit(path, tmp_path / "other.tgz", cuts=2), copy)  # another file under the same name
+    assert bundle.read_bytes(BIG) == data
+    copy.unlink()
+    assert bundle.read_at(BIG, 1000, 100) == data[1000:1100]
+
+
+def test_a_bundle_changed_in_place_after_it_was_read_is_an_error_not_other_bytes(
+        big: tuple[Path, bytes], tmp_path: Path) -> None:
+    path, _ = big
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    bundle = open_bundle(copy)
     src = Source(bundle, copy.name, bundle.members.keys())
-    other = _resplit(path, tmp_path / "other.tgz", cuts=2)
-    os.replace(other, copy)  # another file of the same content, under the same name
+    with open(copy, "r+b") as f:  # the same file, written over
+        f.seek(100)
+        f.write(b"\0" * 64)
+    os.utime(copy, ns=(1, 1))
     with pytest.raises(BundleInvalid, match="changed on disk"):
         bundle.read_bytes(BIG)
     assert list(src.jsonl(BIG)) == []
