@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from forensics._version import __version__
@@ -21,6 +22,8 @@ from forensics.parsing.logsignals.line import split_context
 from forensics.parsing.timestamps import format_iso
 from forensics.specs import prometheus as prometheus_spec
 from forensics.thresholds import AnalysisConfig
+
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "build_document", "iso"]
 
@@ -213,8 +216,8 @@ def _containers(model: Model) -> list[dict[str, Any]]:
             oom_count[(o.node, o.container_id)] += 1
     out: list[dict[str, Any]] = []
     for (node, cid), c in sorted(model.containers.items(), key=lambda kv: (kv[0][0], kv[1].name, kv[0][1])):
-        cs = sorted(cpu.get((node, cid), []), key=lambda s: s.t)
-        ms = sorted(mem.get((node, cid), []), key=lambda s: s.t)
+        cs = sorted(cpu.get((node, cid), []), key=_BY_TIME)
+        ms = sorted(mem.get((node, cid), []), key=_BY_TIME)
         t_axis, pos = _ticks([s.t for s in cs], [m.t for m in ms])
         ratio: list[float | None] = [None] * len(t_axis)
         for a, b in zip(cs, cs[1:], strict=False):

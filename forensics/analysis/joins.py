@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from operator import attrgetter
 
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.allocation_kubernetes import merge_allocations
@@ -30,6 +31,10 @@ from forensics.analysis.model import (
     Pod,
 )
 from forensics.analysis.samples import CpuSample, MemorySample, ProcessGpuSample
+
+_PID = attrgetter("pid")
+
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
 __all__ = ["ResolvedJoins", "owner_of", "pod_allocation", "resolve_joins"]
 
@@ -87,7 +92,7 @@ class ResolvedJoins:
         self._active: dict[float, ActiveOwners] = {}
         self._gpus_used: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         for (node, uuid), samples in model.proc_samples_by_gpu().items():  # owners per PID, not per sample
-            for pid in {s.pid for s in samples}:
+            for pid in set(map(_PID, samples)):
                 self._gpus_used[self.owner(node, pid).subject.key()].add(uuid)
 
     def _resolve_owner(self, node: str, pid: int) -> Owner | None:
@@ -173,7 +178,7 @@ class ResolvedJoins:
                     per_gpu[owner.subject] = (owner, ss)
                 else:
                     entry[1].extend(ss)
-                    entry[1].sort(key=lambda x: x.t)
+                    entry[1].sort(key=_BY_TIME)
         self._active[min_sm_pct] = out
         return out
 

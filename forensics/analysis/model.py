@@ -21,12 +21,17 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
 from forensics.analysis.findings import Evidence, Subject
 from forensics.analysis.samples import GpuSample, ProcessGpuSample
 from forensics.parsing.pci import pci_bus_key
 from forensics.specs import Role, playing
+
+_BY_TIME_PID = attrgetter("t", "pid")
+
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
 __all__ = [
     "ActiveOwners",
@@ -471,7 +476,7 @@ class Model:
         for s in self.series(GpuSample):
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
-            v.sort(key=lambda s: s.t)
+            v.sort(key=_BY_TIME)
         return out
 
     @cached_property
@@ -480,7 +485,7 @@ class Model:
         for s in self.series(ProcessGpuSample):
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
-            v.sort(key=lambda s: (s.t, s.pid))
+            v.sort(key=_BY_TIME_PID)  # (a C key: once per process sample, millions in an hour of ring)
         return out
 
     @cached_property

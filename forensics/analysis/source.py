@@ -146,36 +146,55 @@ class Source:
         without escapes); the others are skipped unparsed (line numbers still count them)."""
         if member not in self.members:
             return
+        chunked = getattr(self.bundle, "read_chunks", None)
         try:
-            data = self.bundle.read_bytes(member)
-        except Exception as exc:
+            pieces: Iterable[bytes] = chunked(member) if chunked is not None else (self.bundle.read_bytes(member),)
+            bad = [0]
+            yield from self._jsonl_lines(member, pieces, containing, bad)
+        except Exception as exc:  # the reader's BundleError or I/O: what was read stands, the rest is noted
             self.problems.append(f"{self.name}: cannot read {member}: {exc}")
             return
-        bad = 0
-        pos = 0
+        if bad[0]:
+            self.problems.append(f"{self.name}: {member}: {bad[0]} malformed line(s) skipped")
+
+    def _jsonl_lines(self, member: str, pieces: Iterable[bytes], containing: bytes | None,
+                     bad: list[int]) -> Iterator[tuple[int, dict[str, Any], bytes]]:
+        """The object lines of the member's bytes, given in pieces (a line may span two)."""
         no = 0
-        size = len(data)
-        while pos < size:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                nl = size
-            line = data[pos:nl]
-            no += 1
-            self._cur = (member, pos)
-            pos = nl + 1
-            if not line or line.isspace() or (containing is not None and containing not in line):
-                continue
-            try:
-                obj = loads(line)
-            except (ValueError, RecursionError):
-                bad += 1
-                continue
-            if isinstance(obj, dict):
-                yield no, obj, line
-            else:
-                bad += 1
-        if bad:
-            self.problems.append(f"{self.name}: {member}: {bad} malformed line(s) skipped")
+        base = 0  # the member offset of ``data[0]``
+        rest = b""
+        it = iter(pieces)
+        while True:
+            piece = next(it, None)
+            last = piece is None
+            data = rest + piece if rest and piece is not None else (rest if last else piece)
+            assert data is not None
+            size = len(data)
+            end = size if last else data.rfind(b"\n") + 1  # lines ending in this piece
+            pos = 0
+            while pos < end:
+                nl = data.find(b"\n", pos, end)
+                if nl < 0:
+                    nl = end
+                line = data[pos:nl]
+                no += 1
+                self._cur = (member, base + pos)
+                pos = nl + 1
+                if not line or line.isspace() or (containing is not None and containing not in line):
+                    continue
+                try:
+                    obj = loads(line)
+                except (ValueError, RecursionError):
+                    bad[0] += 1
+                    continue
+                if isinstance(obj, dict):
+                    yield no, obj, line
+                else:
+                    bad[0] += 1
+            if last:
+                return
+            rest = data[end:]
+            base += end
 
     # -- evidence ------------------------------------------------------------------------------
     def json_text(self, member: str) -> JsonText | None:
@@ -237,13 +256,29 @@ class Source:
         return EvidenceRef(self.name, member, line, payload, paths, pointer, self)
 
     def line_at(self, member: str, offset: int) -> bytes:
-        """The line of ``member`` starting at byte ``offset``."""
+        """The line of ``member`` starting at byte ``offset`` (of a big member, read again from
+        there: the bundle reader's ``read_at``, not the whole member)."""
+        read_at = getattr(self.bundle, "read_at", None)
         try:
-            data = self.bundle.read_bytes(member)
+            if read_at is None:
+                data = self.bundle.read_bytes(member)
+                end = data.find(b"\n", offset)
+                return bytes(data[offset: end if end >= 0 else len(data)])
+            parts: list[bytes] = []
+            want = 4096
+            while True:
+                got = read_at(member, offset, want)
+                end = got.find(b"\n")
+                if end >= 0:
+                    parts.append(got[:end])
+                    return b"".join(parts)
+                parts.append(got)
+                if len(got) < want:  # the member's end
+                    return b"".join(parts)
+                offset += len(got)
+                want = min(want * 4, 1 << 20)
         except Exception:
             return b""
-        end = data.find(b"\n", offset)
-        return data[offset: end if end >= 0 else len(data)]
 
     def ev_text(self, member: str, locator: str, excerpt: str) -> Evidence:
         """Evidence whose excerpt the caller located in ``member`` itself (an ``entry N`` of a

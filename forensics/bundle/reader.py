@@ -1,6 +1,10 @@
-"""Reads a bundle as hostile input, without extracting anything to disk: :func:`open_bundle` holds
-its members in memory, :func:`scan_bundle` hands them one at a time to a callback (``verify``
-and the cluster receiver hash them in chunks and keep nothing).
+"""Reads a bundle as hostile input, without extracting anything to disk: :func:`open_bundle` reads
+it once and holds its small members in memory and, of its big ones, only where they are: the
+gzip stream's inflate state every 2 MiB (:mod:`forensics.bundle.inflate`), so a big member is
+inflated again from the nearest such point when it is read, whole or in chunks, or when one of its
+lines is quoted (an hour of 1 Hz samples is hundreds of MiB: holding them is what a laptop
+notices); :func:`scan_bundle` hands members one at a time to a callback (``verify`` and the
+cluster receiver hash them in chunks and keep nothing).
 
 Guarantees: no member may escape (absolute paths, ``..``), link, device and FIFO members are
 refused, total uncompressed size, per-member size and member count are capped (a gzip bomb stops
@@ -13,17 +17,22 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import tarfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from forensics.bundle.format import FORMAT_NAME, MANIFEST, SUPPORTED_VERSIONS, check_member_name
+from forensics.bundle.inflate import SPACING, Inflater, Point, Readable
+from forensics.bundle.members import Members
 from forensics.errors import BundleInvalid, BundleTooLarge, BundleUnsafe
 
-__all__ = ["Bundle", "MemberSink", "ReadLimits", "open_bundle", "parse_manifest", "read_member_chunks", "scan_bundle"]
+__all__ = ["Bundle", "MemberSink", "Members", "ReadLimits", "open_bundle", "parse_manifest", "read_member_chunks",
+           "scan_bundle"]
+
 
 
 @dataclass(frozen=True)
@@ -33,12 +42,16 @@ class ReadLimits:
     max_total_bytes: int = 1 << 30  # uncompressed content
     max_member_bytes: int = 512 << 20
     max_members: int = 50_000
+    #: :func:`open_bundle` holds a member up to this size in memory (while all it holds stay under
+    #: ``held_total_bytes``); a bigger one is inflated again from the bundle file when it is read
+    held_member_bytes: int = 4 << 20
+    held_total_bytes: int = 64 << 20
 
 
 class _CountingReader:
     """Wraps the decompressed stream; stops the read as soon as the size cap is passed."""
 
-    def __init__(self, inner: BinaryIO, cap: int) -> None:
+    def __init__(self, inner: Readable, cap: int) -> None:
         self.inner = inner
         self.cap = cap
         self.count = 0
@@ -77,17 +90,20 @@ def _not_a_number(constant: str) -> None:
 
 @dataclass
 class Bundle:
-    """A bundle held in memory: the manifest, and every member's bytes by path."""
+    """An opened bundle: the manifest, every member by path (:class:`Members`: the small ones held,
+    the big ones read again when asked for), and each member's SHA-256 and size as read."""
 
     path: Path
     manifest: dict[str, Any]
-    members: dict[str, bytes]
+    members: Mapping[str, bytes]
     file_sha256: str
     top: str
     _manifest_index: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     #: the caps it was read under: a reader of what members hold (the flight recorder's segments,
     #: rebuilt at read time) applies the same
     limits: ReadLimits = field(default_factory=ReadLimits, repr=False)
+    #: member -> (SHA-256, size) of the bytes read (the integrity check's, without reading them again)
+    digests: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
     def names(self) -> list[str]:
         return sorted(self.members)
@@ -103,6 +119,32 @@ class Bundle:
 
     def read_text(self, member: str) -> str:
         return self.read_bytes(member).decode("utf-8", "replace")
+
+    def read_chunks(self, member: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """The member's bytes in pieces of at most ``chunk``: a big member is not held whole."""
+        if member not in self.members:
+            raise BundleInvalid(f"{self.path.name}: member {member!r} is missing")
+        if isinstance(self.members, Members):
+            yield from self.members.chunks(member, chunk)
+        else:
+            data = self.members[member]
+            for pos in range(0, len(data), chunk):
+                yield data[pos:pos + chunk]
+
+    def read_at(self, member: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of the member from byte ``offset`` (a big member's read again
+        from the nearest resume point, not whole)."""
+        if member not in self.members:
+            raise BundleInvalid(f"{self.path.name}: member {member!r} is missing")
+        if isinstance(self.members, Members):
+            return self.members.read_at(member, offset, length)
+        return bytes(self.members[member][offset:offset + length])
+
+    def size(self, member: str) -> int:
+        """The member's size in bytes."""
+        if member in self.digests:
+            return self.digests[member][1]
+        return len(self.read_bytes(member))
 
     def read_json(self, member: str) -> Any:
         try:
@@ -134,6 +176,8 @@ class Bundle:
         entry = self.manifest_entry(member)
         if entry and isinstance(entry.get("sha256"), str):
             return str(entry["sha256"])
+        if member in self.digests:
+            return self.digests[member][0]
         return hashlib.sha256(self.read_bytes(member)).hexdigest()
 
     def collectors(self) -> list[dict[str, Any]]:
@@ -201,10 +245,15 @@ def _split_top(name: str) -> tuple[str, str]:
 MemberSink = Callable[[str, tarfile.TarFile, tarfile.TarInfo], None]
 
 
-def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink) -> tuple[str, str]:
+def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink,
+                points: list[Point] | None = None, keep: list[Any] | None = None) -> tuple[str, str]:
     """Read the bundle file once, front to back, with every safety check of :func:`open_bundle`,
     handing each file member to ``take(member, tar, info)`` (which reads it from the stream, or
-    not at all); return ``(top directory, SHA-256 of the file)``. Memory: what ``take`` keeps."""
+    not at all); return ``(top directory, SHA-256 of the file)``. Memory: what ``take`` keeps.
+
+    ``points``: filled with the gzip stream's resume points (a member's ``info.offset_data`` is
+    its offset in their output); ``keep``: with the file open again (a duplicate of the descriptor
+    read, so the same file) and its size and mtime as it was opened."""
     limits = limits or ReadLimits()
     path = Path(path)
     try:
@@ -219,12 +268,15 @@ def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink) -
         if raw_file.read(2) != b"\x1f\x8b":
             raise BundleInvalid(f"{path.name}: not a gpuforensics bundle (not gzip-compressed)")
         raw_file.seek(0)
+        if keep is not None:
+            st = os.fstat(raw_file.fileno())
+            keep[:] = [open(os.dup(raw_file.fileno()), "rb"), (st.st_size, st.st_mtime_ns)]  # noqa: SIM115
         hashing = _HashingReader(raw_file)
         seen: set[str] = set()
         top: str | None = None
         total = 0
         try:
-            gz = gzip.GzipFile(fileobj=hashing, mode="rb")  # type: ignore[call-overload]
+            gz = Inflater(hashing, spacing=None if points is None else SPACING)
             counting = _CountingReader(gz, limits.max_total_bytes + (limits.max_members + 16) * 1024)
             with tarfile.open(fileobj=counting, mode="r|", tarinfo=_SafeTarInfo) as tar:  # type: ignore[call-overload]
                 for info in tar:
@@ -263,6 +315,8 @@ def scan_bundle(path: Path | str, limits: ReadLimits | None, take: MemberSink) -
                 if chunk.strip(b"\0"):
                     raise BundleInvalid(f"{path.name}: data after the end of the tar archive")
             hashing.drain()
+            if points is not None:
+                points[:] = gz.points
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise BundleInvalid(f"{path.name}: truncated or corrupt gzip stream ({exc})") from None
         except tarfile.TarError as exc:
@@ -311,14 +365,40 @@ def parse_manifest(bundle_name: str, data: bytes) -> dict[str, Any]:
 
 
 def open_bundle(path: Path | str, limits: ReadLimits | None = None) -> Bundle:
-    """Read and validate a bundle; raise a :class:`forensics.errors.BundleError` on any problem."""
+    """Read and validate a bundle; raise a :class:`forensics.errors.BundleError` on any problem.
+
+    Every member is read and hashed once; those up to ``limits.held_member_bytes`` are held (while
+    all held stay under ``limits.held_total_bytes``), the others read again from the file when
+    asked for."""
     path = Path(path)
-    members: dict[str, bytes] = {}
+    limits = limits or ReadLimits()
+    members = Members(path, {})
+    digests: dict[str, tuple[str, int]] = {}
+    held = [0]
 
     def keep(member: str, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
-        members[member] = _read_member(tar, info, path.name, member)
+        if member == MANIFEST or (info.size <= limits.held_member_bytes
+                                  and held[0] + info.size <= limits.held_total_bytes):
+            data = _read_member(tar, info, path.name, member)
+            members.held[member] = data
+            held[0] += len(data)
+            if member != MANIFEST:
+                digests[member] = (hashlib.sha256(data).hexdigest(), len(data))
+            return
+        h = hashlib.sha256()
+        for piece in read_member_chunks(tar, info, path.name, member, chunk=256 << 10):
+            h.update(piece)
+        members.spans[member] = (info.offset_data, info.size)
+        digests[member] = (h.hexdigest(), info.size)
 
-    top, file_sha256 = scan_bundle(path, limits, keep)
-    manifest = parse_manifest(path.name, members.pop(MANIFEST))
+    kept: list[Any] = []
+    try:
+        top, file_sha256 = scan_bundle(path, limits, keep, members.points, kept)
+    except BaseException:
+        if kept:
+            kept[0].close()
+        raise
+    members.file, members.identity = kept
+    manifest = parse_manifest(path.name, members.held.pop(MANIFEST))
     return Bundle(path=path, manifest=manifest, members=members, file_sha256=file_sha256, top=top,
-                  limits=limits or ReadLimits())
+                  limits=limits, digests=digests)

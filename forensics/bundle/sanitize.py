@@ -221,7 +221,7 @@ def sanitize_bundles(paths: Sequence[Path], out_dir: Path, map_path: Path | None
         _refuse_altered(bundle)
         _refuse_unredacted(bundle)
         _learn(bundle, names, addresses)
-        size = sum(len(d) for d in bundle.members.values())
+        size = sum(bundle.size(m) for m in bundle.members)
         if held_bytes + size <= _HOLD_BYTES:
             held[path] = bundle
             held_bytes += size

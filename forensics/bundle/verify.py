@@ -4,7 +4,8 @@ ring index's, written by the recorder when it sealed the segment).
 
 :func:`verify_bundle` streams the bundle (each member hashed in chunks, nothing held but the
 manifest), so verifying a 1 GiB bundle, or sixteen at once as ``cluster capture`` does, costs a
-few MiB; :func:`check_integrity` checks a bundle already read into memory (``analyze``). The ring
+few MiB; :func:`check_integrity` checks a bundle already opened (``analyze``), by the digests the
+reader took as it read each member. The ring
 segments' check against their provenance is one function, :func:`segment_faults`, whose facts the
 analysis states once (its integrity limitation), with what its ring view does about each.
 """
@@ -148,7 +149,9 @@ class Integrity:
 def check_bundle(bundle: Bundle) -> Integrity:
     """Hash or size mismatches, members missing or not in the manifest, and ring segments that are
     not what their provenance lists (:func:`segment_faults`)."""
-    found = {name: (hashlib.sha256(data).hexdigest(), len(data)) for name, data in bundle.members.items()}
+    # the digests taken as the bundle was read (a big member is not read again for them)
+    found = {name: bundle.digests.get(name) or (hashlib.sha256(bundle.members[name]).hexdigest(),
+                                               len(bundle.members[name])) for name in bundle.members}
     segments = segment_faults(bundle.members.get(RING_PROVENANCE), found)
     return Integrity(_problems(bundle.manifest, found) + [f.problem for f in segments], segments)
 

@@ -179,8 +179,10 @@ def record_line(record: kmsg.KmsgRecord, time_iso: str) -> str:
     keys), written out directly because a ring buffer can hold a million records."""
     message = _encode_string(record.message)
     seq = "null" if record.seq is None else str(record.seq)
-    fields = (f'"fields": {dumps_json(dict(record.fields), indent=None)}, '
-              if record.fields else "")
+    fields = ""
+    if record.fields:  # as dumps_json(dict(fields)) writes them (sorted keys, the last of a key twice)
+        fields = ", ".join(f"{_encode_string(k)}: {_encode_string(v)}" for k, v in sorted(dict(record.fields).items()))
+        fields = f'"fields": {{{fields}}}, '
     return (f'{{"facility": {record.facility}, {fields}"level": {record.level}, '
             f'"message": {message}, "seq": {seq}, "time": "{time_iso}", '
             f'"ts_usec": {record.ts_usec}}}')
@@ -203,9 +205,10 @@ class Derived:
     def feed(self, record: kmsg.KmsgRecord) -> str:
         """Consume one record; return its ``records.jsonl`` line (JSON, no newline)."""
         self.count += 1
+        ts = record.ts_usec
         if self.first_ts is None:
-            self.first_ts = record.ts_usec
-        self.last_ts = record.ts_usec
+            self.first_ts = ts
+        self.last_ts = ts
         if record.seq is not None:
             self.last_seq = record.seq
         kill = self.tracker.feed(record)
@@ -221,7 +224,7 @@ class Derived:
             item = asdict(driver)
             item["time"] = kmsg.wall_time_iso(driver.ts_usec, self.boot)
             self.driver.append(item)
-        return record_line(record, kmsg.wall_time_iso(record.ts_usec, self.boot))
+        return record_line(record, kmsg.wall_time_iso(ts, self.boot))
 
 
 def derive(records: Iterable[kmsg.KmsgRecord], boot: float,

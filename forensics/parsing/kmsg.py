@@ -57,14 +57,28 @@ class KmsgRecord(NamedTuple):
     fields: tuple[tuple[str, str], ...] = ()
 
 
+_new_record = tuple.__new__
+
+
 def _nonneg_int(token: str, what: str) -> int:
     if not token or len(token) > 20 or not token.isascii() or not token.isdigit():
         raise ParseError(f"{what}: not a non-negative integer: {token[:30]!r}")
     return int(token)
 
 
+#: a well-formed record line as :func:`_header` reads one (an ASCII ``prio,seq,ts,flags[,more]``
+#: before the first ``;``, then a message of one line, at most _MAX_MESSAGE_CHARS): matched in one
+#: call; a line it does not match goes through the checks below, which say what is wrong with it
+_RECORD = re.compile(r"([0-9]{1,4}),([0-9]{1,20}),([0-9]{1,20}),([\x00-\x2b\x2d-\x3a\x3c-\x7f]*)"
+                     r"(?:,[\x00-\x3a\x3c-\x7f]*)?;(.{0," + str(_MAX_MESSAGE_CHARS) + r"})\n?\Z")
+
+
 def _header(line: str) -> tuple[int, int, int, str, str]:
     """``(prio, seq, ts_usec, flags, message)`` of a record's first line; ParseError if bad."""
+    found = _RECORD.match(line)
+    if found is not None:
+        prio, seq, ts, flags, message = found.groups()
+        return int(prio), int(seq), int(ts), flags, message
     header, sep, message = line.partition(";")
     if not sep:
         raise ParseError(f"kmsg: no ';' after the header: {line[:80]!r}")
@@ -126,7 +140,8 @@ def iter_kmsg(
             continue
         if pending is not None:
             prio, seq, ts_usec, flags, message = pending
-            yield KmsgRecord(prio >> 3, prio & 7, seq, ts_usec, flags, message, tuple(extra))
+            # tuple.__new__ straight (KmsgRecord is a NamedTuple): one per record of a million
+            yield _new_record(KmsgRecord, (prio >> 3, prio & 7, seq, ts_usec, flags, message, tuple(extra)))
             if extra:
                 extra = []
         pending = header
@@ -234,12 +249,13 @@ _ISO_SECOND: list[tuple[int, str]] = [(-1, "")]  # the last whole second formatt
 
 def wall_time_iso(ts_usec: int, boot_time_unix: float) -> str:
     """:func:`wall_time_unix` as ISO 8601 UTC with microseconds and ``Z``."""
-    micros = round(wall_time_unix(ts_usec, boot_time_unix) * 1e6) if abs(ts_usec) < 10**17 else -1
+    # boot_time_unix + ts_usec / 1e6 is wall_time_unix's, written out: called once per record
+    micros = round((boot_time_unix + ts_usec / 1e6) * 1e6) if -10**17 < ts_usec < 10**17 else -1
     if micros < 0 or micros >= 253402300800 * 10**6:  # before 1970 or after 9999
         raise ParseError(f"timestamp out of range: {ts_usec} us after boot")
-    second, fraction = divmod(micros, 1_000_000)
+    second = micros // 1_000_000
     cached_second, prefix = _ISO_SECOND[0]
     if second != cached_second:
         prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _ISO_SECOND[0] = (second, prefix)
-    return f"{prefix}.{fraction:06d}Z"
+    return f"{prefix}.{micros - second * 1_000_000:06d}Z"

@@ -32,6 +32,7 @@ _IO_QUOTE: tuple[tuple[str | int, ...], ...] = (("values", "io"),)
 _IO_QUOTE_SNAPSHOT: tuple[tuple[str | int, ...], ...] = (("io",),)
 _PSI_QUOTES: dict[tuple[str, ...], tuple[tuple[str | int, ...], ...]] = {}
 _new = tuple.__new__
+_ABSENT = object()
 
 
 def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
@@ -96,43 +97,57 @@ def _add_values(out: _Sink, node: str, path: str, t: float, values: dict[str, An
 
 def _add_psi(out: _Sink, node: str, scope: str, section: str, psi: dict[str, Any], t: float,
              ev: EvidenceRef) -> None:
-    info = out.info
     some_floor, full_floor = out.some_floor, out.full_floor
-    prev_all = out.psi_counters
+    scope_key = (node, scope)
+    counters = out.psi_counters.get(scope_key)
+    if counters is None:
+        counters = out.psi_counters[scope_key] = {}
+    readings = 0
     for resource, lines in psi.items():
         if lines.__class__ is not dict:
             continue
-        if "some_total_usec" in lines:
+        some = lines.get("some_total_usec", _ABSENT)
+        if some is not _ABSENT:
             # A ``cgroup/samples.jsonl`` reading: cumulative ``some_total_usec``/``full_total_usec``
             # (``<cgroup>/<resource>.pressure``, ``/proc/pressure/<resource>``). The stall share of the
             # interval since the previous tick, ``Δtotal_usec / (1e6 * Δt)``, is kept as a percentage
             # in the ``*_avg10_pct`` fields (the snapshot's avg10 is the kernel's 10 s average of the
-            # same share). Inline: it runs for every resource of every cgroup at every tick.
-            some, full = lines.get("some_total_usec"), lines.get("full_total_usec")
+            # same share). Inline: it runs for every resource of every cgroup at every tick; the
+            # previous reading is updated in place.
             if some.__class__ is not int:
                 continue
+            full = lines.get("full_total_usec")
             full_total = full if full.__class__ is int else None
-            key = (node, scope, resource)
-            prev = prev_all.get(key)
-            prev_all[key] = (t, some, full_total)
-            if prev is None or t <= prev[0] or some < prev[1]:
-                continue  # the first tick (or a counter reset): no interval yet
-            dt_us = (t - prev[0]) * 1e6
-            some_pct = min(100.0, (some - prev[1]) * 100.0 / dt_us)
-            prev_full = prev[2]
-            full_pct = (min(100.0, (full_total - prev_full) * 100.0 / dt_us)
-                        if full_total is not None and prev_full is not None and full_total >= prev_full else None)
-            info.psi_readings += 1
+            prev = counters.get(resource)
+            if prev is None:
+                counters[resource] = [t, some, full_total]
+                continue  # the first tick: no interval yet
+            prev_t, prev_some, prev_full = prev
+            prev[0], prev[1], prev[2] = t, some, full_total
+            if t <= prev_t or some < prev_some:
+                continue  # a counter reset: no interval
+            dt_us = (t - prev_t) * 1e6
+            some_pct = (some - prev_some) * 100.0 / dt_us
+            if some_pct > 100.0:
+                some_pct = 100.0
+            full_pct = None
+            if full_total is not None and prev_full is not None and full_total >= prev_full:
+                full_pct = (full_total - prev_full) * 100.0 / dt_us
+                if full_pct > 100.0:
+                    full_pct = 100.0
+            readings += 1
             if some_pct >= some_floor or (full_pct is not None and full_pct >= full_floor):
-                quote = _PSI_QUOTES.setdefault((section, resource, "counters"), (
-                    ("values", section, resource, "some_total_usec"), ("values", section, resource, "full_total_usec")))
+                quote = _PSI_QUOTES.get((section, resource, "counters"))
+                if quote is None:
+                    quote = _PSI_QUOTES[(section, resource, "counters")] = (
+                        ("values", section, resource, "some_total_usec"), ("values", section, resource, "full_total_usec"))
                 out.psi(PsiSample(node, scope, resource, t, some_pct, full_pct, ev, quote, True))
             continue
         some_line = lines.get("some")
         some = some_line.get("avg10_pct") if some_line.__class__ is dict else None
         if some.__class__ is not float and some.__class__ is not int:
             continue
-        info.psi_readings += 1
+        readings += 1
         full_line = lines.get("full")
         full = full_line.get("avg10_pct") if full_line.__class__ is dict else None
         if full.__class__ is not float and full.__class__ is not int:
@@ -143,6 +158,8 @@ def _add_psi(out: _Sink, node: str, scope: str, section: str, psi: dict[str, Any
                                                                       ("values", section, resource, "full")))
             out.psi(PsiSample(node, scope, resource, t, float(some),
                                                float(full) if full is not None else None, ev, quote))
+    if readings:
+        out.info.psi_readings += readings
 
 
 def io_bytes(io: dict[str, Any]) -> dict[str, tuple[int, int]]:
@@ -201,7 +218,9 @@ def load_cgroups(src: Source, model: Model, node: str, loading: LoadState) -> No
     last_cpu: dict[str, tuple[float, Any, EvidenceRef]] = {}  # path -> (t, cpu values, ref) of its previous line
     sampled = False
     for no, rec, raw in src.jsonl(cgroup_spec.SAMPLES):
-        path, t, values = rec.get("cgroup"), as_float(rec.get("t")), rec.get("values")
+        path, t, values = rec.get("cgroup"), rec.get("t"), rec.get("values")
+        if t.__class__ is not float:  # (as_float, inline for the usual case: once per line)
+            t = as_float(t)
         if not isinstance(path, str) or t is None or not isinstance(values, dict):
             continue
         t = times.setdefault(t, t)

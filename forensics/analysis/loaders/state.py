@@ -8,6 +8,7 @@ the chain and the document never see it. What a rule may read belongs on the mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["LoadState"]
 
@@ -23,9 +24,10 @@ class LoadState:
     # (node, pid) -> (comm, start ticks) NVML's collector saw: the procfs loader detects a PID reused
     # before procfs read it.
     nvml_identity: dict[tuple[str, int], tuple[str | None, int | None]] = field(default_factory=dict)
-    # (node, scope, resource) -> (t, some_total_usec, full_total_usec) of the previous PSI counter
-    # reading: the cgroups loader turns cumulative counters into per-interval stall shares.
-    psi_counters: dict[tuple[str, str, str], tuple[float, int, int | None]] = field(default_factory=dict)
+    # (node, scope) -> resource -> [t, some_total_usec, full_total_usec] of the previous PSI counter
+    # reading (updated in place): the cgroups loader turns cumulative counters into per-interval
+    # stall shares.
+    psi_counters: dict[tuple[str, str], dict[str, list[Any]]] = field(default_factory=dict)
     # node -> (microseconds since boot, message) of every kernel record a rule reads that the capture's
     # own log held: the flight recorder's kernel history adds only those not among them (a reboot, a
     # wrapped buffer). A node is present only where its bundles have ring history to compare.

@@ -8,6 +8,7 @@ NVML device utilization to tell whether the throttled container's own GPU sat id
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
@@ -17,6 +18,8 @@ from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import CpuSample, PsiSample
 from forensics.specs.roles import CGROUP_COUNTERS
 from forensics.thresholds import AnalysisConfig
+
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
 __all__ = ["CPU_THROTTLING", "PRESSURE_STALL", "cpu_throttling", "pressure_stall"]
 
@@ -34,7 +37,7 @@ def cpu_throttling(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         series[(s.node, s.container_id)].append(s)
     gpu_samples = CPU_THROTTLING.gpu_samples(model)
     for (node, cid), samples in sorted(series.items()):
-        samples.sort(key=lambda s: s.t)
+        samples.sort(key=_BY_TIME)
         intervals: list[tuple[CpuSample, CpuSample, int, int]] = []
         for a, b in zip(samples, samples[1:], strict=False):
             dp, dt = b.nr_periods - a.nr_periods, b.nr_throttled - a.nr_throttled
@@ -123,7 +126,7 @@ def pressure_stall(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     for s in model.series(PsiSample):
         series[(s.node, s.scope, s.resource)].append(s)
     for (node, scope, resource), samples in sorted(series.items()):
-        samples.sort(key=lambda s: s.t)
+        samples.sort(key=_BY_TIME)
         hot = [s for s in samples if s.some_avg10_pct >= cfg.psi_some_avg10_pct
                or (s.full_avg10_pct is not None and s.full_avg10_pct >= cfg.psi_full_avg10_pct)]
         if not hot:

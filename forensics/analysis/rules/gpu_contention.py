@@ -30,17 +30,19 @@ GPU_MEMORY_PRESSURE = FindingKind("gpu-memory-pressure", severity="low", needs=(
 _Victim = tuple[Subject, float, float | None, float | None, list[float]]
 
 
-def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float, dict[Subject, float]], dict[Subject, list[ProcessGpuSample]]]:
-    """tick -> owner -> summed SM%, for ticks that carry SM data; and owner -> samples.
+def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[
+        dict[float, dict[int, float]], list[Subject], dict[Subject, list[ProcessGpuSample]]]:
+    """tick -> owner number -> summed SM%, for ticks that carry SM data; the owners by number (in
+    the order first seen); and owner -> samples.
 
-    Samples of one tick share its ``t`` (the NVML line's), so ``t`` itself is the tick key.
+    Samples of one tick share its ``t`` (the NVML line's), so ``t`` itself is the tick key. Owners
+    are numbers in the rows (a Subject's hash is a Python call, and the rows are made per process
+    sample and grouped per tick: millions in an hour of 8 GPUs x 64 processes).
     """
     by_pid: dict[int, list[ProcessGpuSample]] = defaultdict(list)
     for s in samples:
         by_pid[s.pid].append(s)
     per_owner: dict[Subject, list[ProcessGpuSample]] = defaultdict(list)
-    # rows keyed by the owner's number while summing (a Subject's hash is a Python call, and this
-    # runs per process sample), by the owner itself once per tick and owner at the end
     owners: dict[Subject, int] = {}
     ticks: dict[float, dict[int, float]] = defaultdict(dict)
     has_sm: set[float] = set()
@@ -56,8 +58,7 @@ def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[dict[float,
                 row[o] = row.get(o, 0.0) + sm
             elif o not in row:
                 row[o] = 0.0
-    subject_of = list(owners)
-    return {t: {subject_of[o]: v for o, v in row.items()} for t, row in ticks.items() if t in has_sm}, per_owner
+    return {t: row for t, row in ticks.items() if t in has_sm}, list(owners), per_owner
 
 
 @GPU_COMPUTE_HOG.rule
@@ -65,17 +66,17 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One owner holds most of a shared GPU's SM time while another owner present on it is starved."""
     findings: list[Finding] = []
     for (node, uuid), samples in sorted(model.proc_samples_by_gpu().items()):
-        ticks, per_owner = _by_tick(model, samples)
+        ticks, subject_of, per_owner = _by_tick(model, samples)
         if len(per_owner) < 2 or not ticks:
             continue
         # Ticks grouped by which owners were present: owners come and go rarely, so pair sums
         # are taken over a handful of groups instead of every tick.
-        groups: dict[frozenset[Subject], list[float]] = defaultdict(list)
+        groups: dict[frozenset[int], list[float]] = defaultdict(list)
         for t, row in ticks.items():
             groups[frozenset(row)].append(t)
         stats = []
         for members, ts in groups.items():
-            sums = {o: 0.0 for o in members}
+            sums = dict.fromkeys(members, 0.0)
             total = 0.0
             for t in ts:
                 row = ticks[t]
@@ -84,40 +85,40 @@ def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
                     total += v
             stats.append((members, ts, sums, total))
         owner = model.joins.owner
-        granted = {o: owner(node, ss[0].pid).allocation.grants(uuid, ss[0].mig_uuid)
-                   for o, ss in per_owner.items()}
+        granted = [owner(node, per_owner[o][0].pid).allocation.grants(uuid, per_owner[o][0].mig_uuid)
+                   for o in subject_of]
         best: tuple[float, Subject, list[_Victim]] | None = None
-        for hog in per_owner:
+        for h in range(len(subject_of)):
             victims: list[_Victim] = []
             hog_total = 0.0
             all_total = 0.0
-            hog_owns = granted[hog]
-            for other in per_owner:
-                if other == hog:
+            hog_owns = granted[h]
+            for o in range(len(subject_of)):
+                if o == h:
                     continue
-                if hog_owns and not granted[other]:
+                if hog_owns and not granted[o]:
                     continue  # the GPU's own job outpacing an intruder is not a harm to the intruder
-                sel = [g for g in stats if hog in g[0] and other in g[0]]
+                sel = [g for g in stats if h in g[0] and o in g[0]]
                 n_both = sum(len(g[1]) for g in sel)
                 if n_both < cfg.gpu_hog_min_samples:
                     continue
                 tot = sum(g[3] for g in sel)
                 if tot <= 0:
                     continue
-                h_sum = sum(g[2][hog] for g in sel)
-                o_sum = sum(g[2][other] for g in sel)
+                h_sum = sum(g[2][h] for g in sel)
+                o_sum = sum(g[2][o] for g in sel)
                 if h_sum / tot >= cfg.gpu_hog_share_ratio and o_sum / tot <= cfg.gpu_starved_share_ratio:
-                    before_groups = [g for g in stats if other in g[0] and hog not in g[0]]
+                    before_groups = [g for g in stats if o in g[0] and h not in g[0]]
                     n_before = sum(len(g[1]) for g in before_groups)
-                    before = sum(g[2][other] for g in before_groups) / n_before if n_before else None
+                    before = sum(g[2][o] for g in before_groups) / n_before if n_before else None
                     both = sorted(t for g in sel for t in g[1])
-                    victims.append((other, o_sum / tot, before, o_sum / n_both, both))
+                    victims.append((subject_of[o], o_sum / tot, before, o_sum / n_both, both))
                     hog_total += h_sum
                     all_total += tot
             if victims and all_total > 0:
                 share = hog_total / all_total
                 if best is None or share > best[0]:
-                    best = (share, hog, victims)
+                    best = (share, subject_of[h], victims)
         if best is None:
             continue
         share, hog, victims = best

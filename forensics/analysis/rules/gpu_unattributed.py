@@ -9,6 +9,8 @@ cites the first few processes' evidence (docs/analysis-format.md).
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from forensics.analysis.findings import Evidence, Finding, Role
 from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model, Owner
@@ -17,6 +19,8 @@ from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, sp
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
+
+_BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
 __all__ = ["MPS_SERVER_COMM", "PIDS_CITED", "PIDS_NAMED", "UNATTRIBUTED_GPU_PROCESS", "is_mps_server",
            "unattributed_gpu_process"]
@@ -86,10 +90,13 @@ def _per_tick_totals(samples: list[ProcessGpuSample]) -> tuple[int, float | None
     use summed the same way, averaged over the times that report SM."""
     mem: dict[float, int] = {}
     sm: dict[float, float] = {}
+    mem_at, sm_at = mem.get, sm.get  # per process sample: bound once
     for s in samples:
-        mem[s.t] = mem.get(s.t, 0) + (s.used_memory_bytes or 0)
-        if s.sm_util_pct is not None:
-            sm[s.t] = sm.get(s.t, 0.0) + s.sm_util_pct
+        t = s.t
+        mem[t] = mem_at(t, 0) + (s.used_memory_bytes or 0)
+        v = s.sm_util_pct
+        if v is not None:
+            sm[t] = sm_at(t, 0.0) + v
     return max(mem.values(), default=0), (sum(sm.values()) / len(sm) if sm else None)
 
 
@@ -142,7 +149,7 @@ def _unattributed_one(model: Model, cfg: AnalysisConfig, node: str, uuid: str, p
     if holders and proc is not None:
         what += "; the GPU is allocated to " + ", ".join(name_of(h[0]) for h in holders)
     summary = f"{what}; peak {fmt_bytes(peak_mem)} of GPU memory"
-    first = min(samples, key=lambda s: s.t)
+    first = min(samples, key=_BY_TIME)
     return Finding(
         kind=UNATTRIBUTED_GPU_PROCESS.id,
         severity="medium" if role == "culprit" else UNATTRIBUTED_GPU_PROCESS.severity,
@@ -200,7 +207,7 @@ def _unattributed_many(model: Model, cfg: AnalysisConfig, node: str, uuid: str, 
     summary = f"{what}; together peak {fmt_bytes(peak_mem)} of GPU memory{sm_text}"
     evidence: list[Evidence] = []
     for _, owner, ss in members[:PIDS_CITED]:
-        evidence.append(min(ss, key=lambda s: s.t).evidence)
+        evidence.append(min(ss, key=_BY_TIME).evidence)
         evidence.extend(owner.evidence[:2])
     return Finding(
         kind=UNATTRIBUTED_GPU_PROCESS.id,

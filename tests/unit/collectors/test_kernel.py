@@ -143,6 +143,8 @@ def test_record_lines_are_canonical_json() -> None:
     from forensics.parsing import kmsg
 
     text = KMSG.read_bytes() + b'6,800,1,-;quote " backslash \\\\ unicode \xc3\xa9 \xe2\x80\xa8 end\n'
+    # dictionary lines: quotes, non-ASCII, a key twice (the last wins, as in dict(fields)), an empty value
+    text += b'6,801,2,-;with fields\n SUBSYSTEM=pci\n DEVICE=+pci:"x"\\\xc3\xa9\n SUBSYSTEM=usb\n A=\n'
     for record in kmsg.iter_kmsg(_lines(text, block=64)):
         expected = {"seq": record.seq, "ts_usec": record.ts_usec, "time": "T",
                     "facility": record.facility, "level": record.level, "message": record.message}

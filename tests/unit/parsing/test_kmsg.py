@@ -196,3 +196,30 @@ def test_journal_raises_only_parse_error(text: str) -> None:
             parse(text)
         except ParseError:
             pass
+
+
+_ASCII_FIELD = st.text(st.characters(max_codepoint=0x7F, exclude_characters=",;"), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"[0-9]{1,4}", fullmatch=True), st.from_regex(r"[0-9]{1,20}", fullmatch=True),
+       st.from_regex(r"[0-9]{1,20}", fullmatch=True), _ASCII_FIELD,
+       st.none() | st.text(st.characters(max_codepoint=0x7F, exclude_characters=";"), max_size=8),
+       st.text(st.characters(exclude_characters="\n"), max_size=60), st.booleans())
+def test_a_record_line_reads_back_as_written(prio: str, seq: str, ts: str, flags: str, more: str | None,
+                                             message: str, newline: bool) -> None:
+    line = f"{prio},{seq},{ts},{flags}{'' if more is None else ',' + more};{message}{chr(10) if newline else ''}"
+    record = kmsg.parse_kmsg_record(line)
+    assert record == kmsg.KmsgRecord(int(prio) >> 3, int(prio) & 7, int(seq), int(ts), flags, message)
+
+
+@pytest.mark.parametrize("line", [
+    "6,1,10,-;" + "x" * (64 * 1024 + 1),  # longer than any printk record
+    "6,1,10,-;two\nlines\n", "6,1,10,-;ends twice\n\n",
+    "6,1,10,é;non-ASCII header", "6,1²,10,-;not an ASCII digit", "12345,1,10,-;prio of 5 digits",
+    "6," + "9" * 21 + ",10,-;seq of 21 digits", "6,1,10;no flags", "6,,10,-;empty seq", "6,1,10,- no separator",
+])
+def test_a_line_that_is_not_a_record_is_refused(line: str) -> None:
+    with pytest.raises(ParseError):
+        kmsg.parse_kmsg_record(line)
+    assert kmsg.parse_kmsg_record("6,1,10,-;" + "x" * (64 * 1024)).message == "x" * (64 * 1024)
