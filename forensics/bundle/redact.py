@@ -49,6 +49,7 @@ from forensics.bundle.secrets.names import (
     secret_name,
     weak_secret_name,
 )
+from forensics.bundle.secrets.programs import argv_password_spans
 from forensics.bundle.secrets.spans import merge_spans
 from forensics.bundle.secrets.view import finder_view
 
@@ -163,9 +164,16 @@ class Redactor:
         """Redact secret-carrying arguments of a command line; other arguments are kept as they are."""
         out: list[str] = []
         take_next = False
-        for arg in args:
+        args = list(args)
+        passwords = argv_password_spans(args) if self.enabled else {}
+        for i, arg in enumerate(args):
             if not self.enabled:
                 out.append(arg)
+                continue
+            if i in passwords:  # mysql -pX, docker login -p X: the program's own password option
+                at = passwords[i]
+                out.append(arg[:at] + self.pseudonym(arg[at:], "argv"))
+                take_next = False
                 continue
             if take_next:
                 out.append(self.pseudonym(arg, "argv"))

@@ -15,6 +15,8 @@ only by what stands around it. The contexts:
   ``Digest``, ``AWS4-HMAC-SHA256``, ...): the credentials after the scheme; ``Bearer X`` and
   ``Basic X`` anywhere;
 - credentials in URLs (``scheme://user:password@host``), ``curl -u user:password``;
+- the ``-p`` password of the programs known to take one there (``mysql -pX``, ``docker login -p X``:
+  :mod:`forensics.bundle.secrets.programs`);
 - netrc lines (``machine H login U password P``, a line ``password P``);
 - PEM blocks (the body; BEGIN and END lines kept: they say what it was), also a block a log's
   window cut (body lines after a BEGIN with no END, before an END with no BEGIN), and PEM blocks
@@ -42,6 +44,7 @@ from forensics.bundle.secrets.names import (
     secret_name,
     weak_secret_name,
 )
+from forensics.bundle.secrets.programs import text_password_spans
 
 __all__ = ["FINDERS", "context_spans"]
 
@@ -332,7 +335,8 @@ def _pem_bodies(data: bytes) -> Iterator[Span]:
             yield found
 
 
-FINDERS: tuple[Callable[[bytes, EnvAllowed], Iterator[Span]], ...] = (_pairs, _env_entries, _auth_headers, _shapes)
+FINDERS: tuple[Callable[[bytes, EnvAllowed], Iterator[Span]], ...] = (
+    _pairs, _env_entries, _auth_headers, _shapes, text_password_spans)
 
 
 def context_spans(data: bytes, env_allowed: EnvAllowed) -> Iterator[Span]:
