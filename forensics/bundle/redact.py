@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from forensics.bundle.secrets.contexts import context_spans
+from forensics.bundle.secrets.cut import cut_edge_spans
 from forensics.bundle.secrets.gitleaks import default_rules
 from forensics.bundle.secrets.names import (
     looks_secret_value,
@@ -220,35 +221,43 @@ class Redactor:
         return {k: self.env_value(k, v) for k, v in env.items()}
 
     # -- free text --------------------------------------------------------------------------
-    def text(self, s: str, category: str = "text") -> str:
-        """Redact URL credentials, bearer tokens and ``secret_name=value`` pairs in free text."""
-        if not self.enabled or not s or s in self._clean_texts:
+    def text(self, s: str, category: str = "text", *, cut_start: bool = False, cut_end: bool = False) -> str:
+        """Redact URL credentials, bearer tokens and ``secret_name=value`` pairs in free text.
+
+        ``cut_start``/``cut_end``: the text was cut there (a log kept to a byte limit), possibly
+        inside a token; the part of a secret left at that edge is redacted too
+        (:func:`forensics.bundle.secrets.cut.cut_edge_spans`)."""
+        if not self.enabled or not s:
             return s
-        out = self._text(s, category)
-        if out == s and len(s) <= _CLEAN_TEXT_MAX_LEN:
+        cut = cut_start or cut_end
+        if not cut and s in self._clean_texts:
+            return s
+        data, errors = _utf8(s)
+        red = self._redact_bytes(data, category, errors, cut_start=cut_start, cut_end=cut_end)
+        out = s if red is data else red.decode("utf-8", errors)
+        if out == s and not cut and len(s) <= _CLEAN_TEXT_MAX_LEN:
             if len(self._clean_texts) >= _CLEAN_TEXTS_MAX:
                 self._clean_texts.clear()
             self._clean_texts.add(s)
         return out
 
-    def _text(self, s: str, category: str) -> str:
-        data, errors = _utf8(s)
-        out = self._redact_bytes(data, category, errors)
-        return s if out is data else out.decode("utf-8", errors)
-
-    def text_bytes(self, data: bytes, category: str = "text") -> bytes:
+    def text_bytes(self, data: bytes, category: str = "text", *, cut_start: bool = False,
+                   cut_end: bool = False) -> bytes:
         """:meth:`text` on bytes (a log or kernel buffer as read: UTF-8, any invalid byte kept as
         it is); the same bytes object back when nothing was redacted."""
         if not self.enabled or not data:
             return data
-        return self._redact_bytes(bytes(data), category, "surrogateescape")
+        return self._redact_bytes(bytes(data), category, "surrogateescape", cut_start=cut_start, cut_end=cut_end)
 
-    def _redact_bytes(self, data: bytes, category: str, errors: str) -> bytes:
+    def _redact_bytes(self, data: bytes, category: str, errors: str, *, cut_start: bool = False,
+                      cut_end: bool = False) -> bytes:
         """Every secret the context finders and the gitleaks rules find, replaced by its pseudonym
         (spans found twice or overlapping joined; pseudonyms already there kept as they are)."""
         view = finder_view(data)  # a timestamped log's prefixes blanked: the same offsets
         spans = list(context_spans(view, env_name_allowed))
         spans.extend((f.start, f.end) for f in default_rules().findings(view))
+        if cut_start or cut_end:
+            spans.extend(cut_edge_spans(data, cut_start=cut_start, cut_end=cut_end))
         if not spans:
             return data
         kept = [(m.start(), m.end()) for m in _PSEUDONYM_BYTES_RE.finditer(data)] if b"<redacted:" in data else []

@@ -356,7 +356,11 @@ class KubernetesCollector:
             kept, dropped = newest_lines(data, max_bytes)
             entry.update(member=member, received_bytes=len(data), kept_bytes=len(kept),
                          dropped_oldest_bytes=dropped, limit_reached=len(data) >= guard)
-            ctx.sink.write_text(member, ctx.redactor.text(kept.decode("utf-8", "replace"), "logs"))
+            # a cut mid-line may fall inside a token: its part left at that edge is redacted too
+            cut_start = dropped > 0 and data[dropped - 1:dropped] != b"\n"
+            cut_end = len(data) >= guard and not data.endswith(b"\n")
+            ctx.sink.write_text(member, ctx.redactor.text(kept.decode("utf-8", "replace"), "logs",
+                                                          cut_start=cut_start, cut_end=cut_end))
         ctx.sink.write_json(kspec.LOGS_INDEX, {
             "since": since.strftime("%Y-%m-%dT%H:%M:%SZ"), "since_seconds": since_s, "tail_lines": tail_lines,
             "max_bytes": max_bytes, "limit_bytes": guard, "containers": entries})

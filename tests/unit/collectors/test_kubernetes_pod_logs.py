@@ -93,3 +93,40 @@ def test_log_targets_garbage_and_init_containers() -> None:
     t = log_targets({"pods": [{"namespace": "a", "name": "p", "containers": [
         {"kind": "container", "name": "c", "restart_count": 0, "state": "terminated", "state_exit_code": 139}]}]})
     assert t == [("a", "p", "c", False, "exited 139")]
+
+
+TOKEN_BODY = "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"  # ghp_ and 36 characters: a GitHub token's shape
+
+
+def _pieces(secret: str, n: int = 6) -> list[str]:
+    return [secret[i:i + n] for i in range(len(secret) - n + 1)]
+
+
+def test_a_token_the_kubelets_limit_bytes_cut_in_two_is_redacted(tmp_path, kube_api) -> None:
+    """limitBytes keeps the oldest 1 MiB: a line longer than that ends inside the token."""
+    api, kubeconfig = kube_api
+    guard = 1 << 20  # the guard for logs.max_bytes 8192: limitBytes = max(4 * 8192, 1 MiB)
+    # the timestamp prefix is 20 to 31 bytes: the cut falls 8 to 19 bytes into "ghp_..."
+    line = "x" * (guard - 40) + f" ghp_{TOKEN_BODY} pushed"
+    api.set_pod_log("ml", "trainer-0", "trainer", [(time.time() - 5, line)])
+    staged = capture(tmp_path, api, kubeconfig, **{"logs.max_bytes": "8192"})
+    text = (staged.root / kspec.pod_log_member("ml", "trainer-0", "trainer")).read_text()
+    entry = next(e for e in staged.json(kspec.LOGS_INDEX)["containers"] if e["pod"] == "trainer-0")
+    assert entry["limit_reached"] is True and entry["received_bytes"] == guard
+    assert "ghp_" not in text and not any(p in text for p in _pieces(TOKEN_BODY, 4))
+    assert text.endswith(">") and "<redacted:" in text[-40:]
+    assert text.startswith("xxxxxxxx")  # the cut start holds a word's end, no token: kept
+
+
+def test_a_token_at_the_start_of_a_line_cut_to_max_bytes_is_redacted(tmp_path, kube_api) -> None:
+    """A line longer than logs.max_bytes keeps its end: the kept text may begin inside a token."""
+    api, kubeconfig = kube_api
+    token = f"ghp_{TOKEN_BODY}"
+    tail = " " + "w" * (8192 - (len(token) - 14) - 2)  # the newest 8192 bytes start at token[14:]
+    now = time.time()
+    api.set_pod_log("ml", "trainer-0", "trainer", [(now - 9, "starting"),
+                                                   (now - 5, "z" * 20000 + " " + token + tail)])
+    staged = capture(tmp_path, api, kubeconfig, **{"logs.max_bytes": "8192"})
+    text = (staged.root / kspec.pod_log_member("ml", "trainer-0", "trainer")).read_text()
+    assert not any(p in text for p in _pieces(TOKEN_BODY))
+    assert text.startswith("<redacted:") and text.endswith("w" * 100 + "\n")
