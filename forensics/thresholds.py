@@ -48,6 +48,10 @@ class AnalysisConfig:
     baseline_bucket_s: float = 60.0
     baseline_k: float = 3.0
     baseline_min_delta_pct: float = 10.0
+    # below-baseline judges a fall only from at least this many samples of the workload since the
+    # incident began, spanning at least this many seconds (one sample is a moment, not a fall)
+    baseline_min_recent_samples: int = 3
+    baseline_min_recent_s: float = 2.0
     # GPU counted idle when its utilization is at or below this.
     gpu_idle_util_pct: float = 10.0
     # pressure-stall: PSI "some" avg10 (%) at or above this.

@@ -12,8 +12,9 @@ finding when that is below the median minus max(``baseline_k`` robust spreads,
 ``baseline_min_delta_pct`` points), widened to the 1st percentile minus as much: the fall a fixed
 threshold misses (95 % -> 40 % crosses neither "> 90 %" nor "< 10 %"). It names the workload as
 the victim and no culprit: a fall says something took the GPU or starved the job, not who (the
-other rules name who). A workload whose history is too short is not judged, and the model's
-limitations say so.
+other rules name who). A workload whose history is too short is not judged, nor one with fewer
+than ``baseline_min_recent_samples`` samples over ``baseline_min_recent_s`` seconds since the
+incident began (a single sample is a moment, not a fall), and the model's limitations say so.
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             name = label(model, who, long=False)
             if not isinstance(b, Baseline):
                 model.limit(f"below-baseline: {name}'s SM share on {gl} not compared with its normal: {b.describe()}")
+                continue
+            span_s = recent[-1][0] - recent[0][0]
+            if len(recent) < cfg.baseline_min_recent_samples or span_s < cfg.baseline_min_recent_s:
+                model.limit(f"below-baseline: {name}'s SM share on {gl} not judged: {len(recent)} sample(s) "
+                            f"over {span_s:.0f} s since the incident began, fewer than "
+                            f"{cfg.baseline_min_recent_samples} over {cfg.baseline_min_recent_s:g} s")
                 continue
             lo, _ = b.band(settings.k, settings.min_delta_pct)
             now = median([v for _, v, _ in recent])
