@@ -188,23 +188,44 @@ def minor_of_device_name(name: str) -> int | None:
     return int(m["minor"]) if m else None
 
 
+def _slice_rank(item: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[int, int]:
+    """How new a slice is: its pool's ``generation`` (a driver that changes its devices, a MIG
+    reconfiguration, bumps it in every slice of the pool; consumers are to take the highest), then
+    its ``resourceVersion`` where numeric (etcd's revision), -1 where either is missing."""
+    gen = _d(spec.get("pool")).get("generation")
+    rv = _s(_d(item.get("metadata")).get("resourceVersion"))
+    return (gen if isinstance(gen, int) and not isinstance(gen, bool) else -1,
+            int(rv) if rv is not None and rv.isdigit() else -1)
+
+
 def slice_devices(doc: Any) -> dict[tuple[str, str, str], SliceDevice]:
-    """(driver, pool, device name) -> the device, from a ResourceSliceList (v1, v1beta2, v1beta1)."""
+    """(driver, pool, device name) -> the device, from a ResourceSliceList (v1, v1beta2, v1beta1).
+
+    A name in several slices (the recorder keeps slices gone since, after the live ones: a MIG
+    reconfiguration leaves the old slice's ``gpu-0`` with another UUID) is the newest slice's
+    (:func:`_slice_rank`), the first listed among equals: a stale UUID would make a pod on its
+    real GPU look unallocated."""
     out: dict[tuple[str, str, str], SliceDevice] = {}
+    ranks: dict[tuple[str, str, str], tuple[int, int]] = {}
     for i, item in enumerate(_l(_d(doc).get("items"))):
         spec = _d(_d(item).get("spec"))
         driver, pool = _s(spec.get("driver")), _s(_d(spec.get("pool")).get("name"))
         if driver is None or pool is None:
             continue
+        rank = _slice_rank(_d(item), spec)
         for j, dev in enumerate(_l(spec.get("devices"))):
             dev = _d(dev)
             name = _s(dev.get("name"))
             if name is None:
                 continue
+            key = (driver, pool, name)
+            if key in ranks and ranks[key] >= rank:
+                continue
+            ranks[key] = rank
             attrs = _d(dev.get("attributes")) or _d(_d(dev.get("basic")).get("attributes"))
-            out.setdefault((driver, pool, name), SliceDevice(
+            out[key] = SliceDevice(
                 driver, pool, name, _attr(attrs, "uuid"), _attr(attrs, "parentUUID"), _attr(attrs, "profile"),
-                _attr(attrs, "type"), json_pointer("items", i, "spec", "devices", j), compact_json(dev)))
+                _attr(attrs, "type"), json_pointer("items", i, "spec", "devices", j), compact_json(dev))
     return out
 
 

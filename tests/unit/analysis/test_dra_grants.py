@@ -420,3 +420,29 @@ def test_pods_on_a_renamed_resource_without_the_node_object_are_not_overlapping(
     del b.members["kubernetes/node.json"]
     doc = analyze(b)
     assert not {"overlapping-gpu-allocation", "unallocated-gpu-use"} & set(kinds(doc)), doc["findings"]
+
+
+def test_a_slice_gone_before_a_reconfiguration_gives_no_stale_uuid(analyze: Analyze) -> None:
+    """The recorder keeps a slice gone since (kubernetes/resourceslices.json from the ring): after
+    the driver republished its pool (a MIG reconfiguration bumps spec.pool.generation), the old
+    slice's gpu-0 names another GPU. The device is the newest slice's, wherever the old one stands
+    in the list (the first one read won: an old slice listed first gave train-0's gpu-0 GPU 1's
+    UUID, and train-0 on its real GPU 0 was accused of using a GPU it was not granted)."""
+    def node(order: tuple[int, int], used_gpu: int = 0) -> BundleSpec:
+        b = _dra_node(used_gpu=used_gpu, claim_device="gpu-0")
+        u0, u1 = (g["nvml"]["nvmlDeviceGetUUID"]["value"] for g in b.gpus)
+        live = resource_slice(b.host, [DraDevice(0, u0), DraDevice(1, u1)], rv="5200")
+        live["spec"]["pool"]["generation"] = 2
+        old = resource_slice(b.host, [DraDevice(0, u1), DraDevice(1, u0)],
+                             uid="9d1f0a4e-5b7c-4e21-8f3a-1c2d3e4f5a59", rv="4711")
+        slices = [live, old]
+        b.add_json("kubernetes/resourceslices.json", _items("ResourceSliceList", [slices[i] for i in order]))
+        return b
+    for order in ((0, 1), (1, 0)):
+        doc = analyze(node(order))
+        assert "unallocated-gpu-use" not in kinds(doc), (order, [f["summary"] for f in doc["findings"]])
+    # and the grant still matters: on GPU 1 (the old slice's gpu-0) train-0 is accused, naming gpu-0 as GPU 0
+    doc = analyze(node((1, 0), used_gpu=1))
+    (f,) = of_kind(doc, "unallocated-gpu-use")
+    assert "ml/train-0" in names(f, "culprit", "pod") and "gpu.nvidia.com gpu-0 (GPU 0, GPU-" in f["summary"]
+
