@@ -3,7 +3,7 @@
 A CUDA out-of-memory error, a CUDA fault, an NCCL asynchronous error (the watchdog found an NCCL or
 CUDA error on a collective: not a timeout), and a worker's death as its launcher reports it (vLLM
 V1's ``Worker proc VllmWorker-N died unexpectedly``): each is one error kind. A worker's death is
-linked to the CUDA error the same log's same rank logged before it (:func:`error_before`).
+linked to the CUDA error the same workload's same log and rank logged before it (:func:`error_before`).
 """
 
 from __future__ import annotations
@@ -49,13 +49,18 @@ def error_of(sig: Signal) -> str | None:
 
 
 def error_before(death: LogSignal, groups: dict[tuple[str, tuple[str, str, str], str], list[LogSignal]],
-                  node: str) -> tuple[str, float] | None:
-    """The CUDA error the same log's same rank logged before a worker's death (vLLM's worker of
-    rank N prints its OOM or fault with ``(VllmWorker rank=N pid=..)``): (error, time)."""
+                 node: str, writer: tuple[str, str, str]) -> tuple[str, float] | None:
+    """The CUDA error the same workload's same log and rank logged before a worker's death (vLLM's
+    worker of rank N prints its OOM or fault with ``(VllmWorker rank=N pid=..)``): (error, time).
+
+    ``writer`` is the death's writer (the key of the container or pod whose log it is; ``groups``
+    are keyed by it): a log of the same name is not the same workload's (a StatefulSet's pod
+    recreated between two captures writes ``kubernetes/logs/ns/trainer-0/...`` again), and two
+    lines without a rank match on rank, so only the writer says they are one workload's."""
     sig = death.signal
     found: tuple[str, float] | None = None
-    for (n, _, error), sigs in groups.items():
-        if n != node or error in ("worker-died", "nccl-async-error"):
+    for (n, who, error), sigs in groups.items():
+        if n != node or who != writer or error in ("worker-died", "nccl-async-error"):
             continue
         for s in sigs:
             t = s.signal.t

@@ -125,7 +125,7 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             groups[(s.node, _writer(model, s).key(), error)].append(s)
     findings: list[Finding] = []
     used_by = gpus_used(model) if groups else {}
-    for (node, _, error), sigs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (node, writer_key, error), sigs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         first = sigs[0]
         sig = first.signal
         writer = _writer(model, first).with_role("victim")
@@ -156,7 +156,7 @@ def workload_cuda_error(model: Model, cfg: AnalysisConfig) -> list[Finding]:
         context = oom_context(model, node, uuid, sig, writer) if isinstance(sig, CudaOom) else None
         if context is not None:
             summary += context.text
-        if isinstance(sig, ProcessEnd) and (before := error_before(sigs[0], groups, node)) is not None:
+        if isinstance(sig, ProcessEnd) and (before := error_before(sigs[0], groups, node, writer_key)) is not None:
             summary += f"; after its {FAULT_WORDS.get(before[0], before[0])} at {fmt_time(before[1])}"
         subjects = [*with_pod(model, writer)]
         if uuid:

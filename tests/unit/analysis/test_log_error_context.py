@@ -75,3 +75,42 @@ def test_an_nccl_async_error_is_its_own_error_not_a_timeout(analyze: Analyze) ->
     (f,) = [x for x in of_kind(doc, "workload-cuda-error") if x["metrics"]["error"] == "nccl-async-error"]
     assert "NCCL asynchronous error on GPU 0 (an illegal memory access was encountered)" in f["summary"]
     assert not of_kind(doc, "stalled-rank")
+
+
+def test_an_unranked_death_is_not_linked_to_another_pods_error_in_a_log_of_the_same_name(analyze: Analyze) -> None:
+    """Two captures of one node: ml/trainer-0 logged a CUDA OOM, was deleted, and the StatefulSet's
+    new ml/trainer-0 (another pod: its own uid and container) lost its engine. Neither line has a
+    rank and both logs are kubernetes/logs/ml/trainer-0/trainer.log: the death is not the old pod's
+    OOM's effect (it was linked to it: one workload's error given as another's cause)."""
+    from forensics.specs import kubernetes as kspec
+    from tests.support.analysis_bundles import cid_of, iso_from_unix
+
+    member = kspec.pod_log_member("ml", "trainer-0", "trainer")
+    specs = []
+    for i, (uid, line) in enumerate((("0c1d2e3f-4a5b-4c6d-8e7f-0000000000a1", CADS),
+                                     ("0c1d2e3f-4a5b-4c6d-8e7f-0000000000a2",
+                                      VLLM_DIED.replace("VllmWorker-1", "EngineCore")))):
+        b = BundleSpec(start=T0 + 200 * i)
+        b.gpu(0)
+        b.pod("ml", "trainer-0", uid, [("trainer", cid_of(f"trainer-{i}"), 1)])
+        b.members[member] = f"{iso_from_unix(b.start + 10)} {line}\n".encode()
+        specs.append(b)
+    doc = analyze(*specs)
+    (death,) = [x for x in of_kind(doc, "workload-cuda-error") if x["metrics"]["error"] == "worker-died"]
+    assert "after its" not in death["summary"], death["summary"]
+    (oom,) = [x for x in of_kind(doc, "workload-cuda-error") if x["metrics"]["error"] == "out-of-memory"]
+    assert oom["subjects"] != death["subjects"]
+
+
+def test_an_unranked_death_after_its_own_pods_error_is_linked(analyze: Analyze) -> None:
+    from forensics.specs import kubernetes as kspec
+    from tests.support.analysis_bundles import cid_of, iso_from_unix
+
+    b = BundleSpec()
+    b.gpu(0)
+    b.pod("ml", "trainer-0", "0c1d2e3f-4a5b-4c6d-8e7f-0000000000a1", [("trainer", cid_of("trainer"), 1)])
+    b.members[kspec.pod_log_member("ml", "trainer-0", "trainer")] = (
+        f"{iso_from_unix(T0 + 10)} {CADS}\n"
+        f"{iso_from_unix(T0 + 12)} {VLLM_DIED.replace('VllmWorker-1', 'EngineCore')}\n").encode()
+    (death,) = [x for x in of_kind(analyze(b), "workload-cuda-error") if x["metrics"]["error"] == "worker-died"]
+    assert "after its CUDA out-of-memory error at 14:00:10Z" in death["summary"], death["summary"]
