@@ -106,7 +106,11 @@ def text_password_spans(data: bytes, env_allowed: Callable[[str], bool]) -> Iter
     """Byte spans of the passwords after ``-p`` of the programs above, in free text (a context
     finder: ``env_allowed`` is not needed here)."""
     del env_allowed
-    for regex in (_MYSQL_RE, _LOGIN_RE):
+    if b" -p" not in data and b"\t-p" not in data:
+        return  # (a substring test first: most texts hold no short -p option at all)
+    for regex, words in ((_MYSQL_RE, (b"mysql", b"mariadb")), (_LOGIN_RE, (b"login",))):
+        if not any(w in data for w in words):
+            continue
         for m in regex.finditer(data):
             start, end = m.span(1)  # the expression's only group: cred
             if end > start:
