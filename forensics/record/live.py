@@ -228,12 +228,12 @@ class LiveState:
         self._gpus: dict[int, GpuLive] = {}
         self._names: dict[str, str] = {}  # uuid -> product name (nvml/devices.json)
         # the last NVML tick, per GPU: (uuid, t, [PIDs, MIG UUIDs or None, used memory, SM %])
-        self._nv: dict[int, tuple[str, float, list[Any]]] = {}
-        self._nv_ident: list[tuple[int, str, list[Any], list[Any]]] = []  # per GPU: uuid, PIDs, MIG UUIDs
+        self._nvml_gpus: dict[int, tuple[str, float, list[Any]]] = {}
+        self._nvml_idents: list[tuple[int, str, list[Any], list[Any]]] = []  # per GPU: uuid, PIDs, MIG UUIDs
         # per GPU: the process lists the NVML child last sent whole, and the name it gave them
         # (forensics.record.live_nvml): its later summaries name them instead of repeating them
-        self._nv_refs: dict[int, tuple[str, list[Any]]] = {}
-        self._nv_t = 0.0  # the last NVML tick's time
+        self._nvml_refs: dict[int, tuple[str, list[Any]]] = {}
+        self._nvml_t = 0.0  # the last NVML tick's time
         self.process_gen = 0  # bumped when the (PID, GPU) set changes
         self._values_gen = 0  # bumped per NVML record folded
         self._procs: tuple[int, list[tuple[int, int, str, str | None, float, int | None, float | None]]] = (-1, [])
@@ -241,8 +241,8 @@ class LiveState:
         self._proc_view: tuple[int, int, tuple[ProcessLive, ...]] = (-1, -1, ())
         self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
         self._nvml_tick: tuple[int | None, list[str | bytes]] = (None, [])  # the last tick's records (attribution)
-        self._cg = CgroupFold(_loads, self._cgroup_id)
-        self._cg_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
+        self._cgroups = CgroupFold(_loads, self._cgroup_id)
+        self._cgroups_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
         # kept until the triggers take them; with no triggers (a metrics endpoint only) none
         # does, so only the newest are kept
         self._events: deque[LiveEvent] = deque(maxlen=self.max_events)
@@ -368,30 +368,30 @@ class LiveState:
         if tick is None:
             return
         last_tick, kept = self._nvml_tick
-        old = self._nv
+        old = self._nvml_gpus
         if last_tick == tick:  # more of the same tick
             self._nvml_tick = (tick, [*kept, data])
-            self._nv = {**self._nv, **nv}
+            self._nvml_gpus = {**self._nvml_gpus, **nv}
             same = False
         else:
             self._nvml_tick = (tick, [data])
-            self._nv = nv
+            self._nvml_gpus = nv
         self._values_gen += 1
-        prev_t, self._nv_t = self._nv_t, max((g[1] for g in self._nv.values()), default=self._nv_t)
+        prev_t, self._nvml_t = self._nvml_t, max((g[1] for g in self._nvml_gpus.values()), default=self._nvml_t)
         if same and nv.keys() == old.keys() and all(  # every GPU's lists the last tick's, by identity
                 procs[0] is (last := old[idx])[2][0] and procs[1] is last[2][1] and uuid == last[0]
                 for idx, (uuid, _, procs) in nv.items()):
             return
         ident = [(idx, uuid, procs[0], procs[1] or [None] * len(procs[0]))
-                 for idx, (uuid, _, procs) in sorted(self._nv.items())]
-        if ident != self._nv_ident:
+                 for idx, (uuid, _, procs) in sorted(self._nvml_gpus.items())]
+        if ident != self._nvml_idents:
             self._processes_changed(ident, prev_t)
 
     def _resolve(self, summary: list[Any]) -> tuple[list[Any], bool] | None:
         """A child's summaries with the process lists each names (``ref``) put back, and whether
         every one named its GPU's kept lists; None when one names lists not kept here (a
         restarted child, a record dropped): the record's lines are parsed instead."""
-        refs = self._nv_refs
+        refs = self._nvml_refs
         out = []
         same = True
         for entry in summary:
@@ -420,12 +420,12 @@ class LiveState:
         by_index = {got[1]: got[8] for got in parsed if got[1] is not None}
         for entry in summary:
             if len(entry) >= 10 and (procs := by_index.get(entry[1])) is not None:
-                if len(self._nv_refs) >= 1024 and entry[1] not in self._nv_refs:
-                    self._nv_refs.clear()
-                self._nv_refs[entry[1]] = (entry[9], procs)
+                if len(self._nvml_refs) >= 1024 and entry[1] not in self._nvml_refs:
+                    self._nvml_refs.clear()
+                self._nvml_refs[entry[1]] = (entry[9], procs)
 
     def _processes_changed(self, ident: list[tuple[int, str, list[Any], list[Any]]], prev_t: float) -> None:
-        self._nv_ident = ident
+        self._nvml_idents = ident
         self.process_gen += 1
         now = {pid for _, _, pids, _ in ident for pid in pids}
         for pid, seen in self._pid_seen.items():
@@ -444,9 +444,9 @@ class LiveState:
         """Fold a record's cgroup lines (:mod:`forensics.record.live_cgroups`): a few lookups per
         line; a JSON parse only for a line whose counters changed, when no summary came."""
         if summary is None:
-            self._cg.lines(data)
+            self._cgroups.lines(data)
         else:
-            self._cg.summaries(summary)
+            self._cgroups.summaries(summary)
 
     @staticmethod
     def _cgroup_id(path: str) -> str | None:
@@ -505,14 +505,14 @@ class LiveState:
         self._cnames = {}
         self._dirty = False
         self.refreshes += 1
-        self._cg_view = (-1, ())  # container names may be known now
+        self._cgroups_view = (-1, ())  # container names may be known now
         return True
 
     def _forget_gone(self) -> None:
         """Drop the ``proc/<pid>/`` members of GPU PIDs NVML has not listed for ``forget_s``, and
         the ``docker/containers/<id>/`` members of containers destroyed ``forget_s`` ago: the
         attribution then reads what is on the GPUs now, not the whole history (the ring keeps that)."""
-        now = max(self._nv_t, max(self._destroyed.values(), default=0.0))
+        now = max(self._nvml_t, max(self._destroyed.values(), default=0.0))
         ended = [cid for cid, t in self._destroyed.items() if t < now - self.forget_s]
         if ended:
             for cid in ended:
@@ -520,7 +520,7 @@ class LiveState:
                 prefix = docker_spec.container_member(cid, "")
                 for name in [m for m in self._identity if m.startswith(prefix)]:
                     self._identity_bytes -= len(self._identity.pop(name))
-        gone = {pid for pid, t in self._pid_seen.items() if t < self._nv_t - self.forget_s}
+        gone = {pid for pid, t in self._pid_seen.items() if t < self._nvml_t - self.forget_s}
         if not gone:
             return
         for pid in gone:
@@ -621,19 +621,19 @@ class LiveState:
 
     def cgroups(self) -> tuple[CgroupLive, ...]:
         """Every cgroup sampled twice or more, by path (derived on demand, once per change)."""
-        self._cg.fold()
-        gen, view = self._cg_view
-        if gen == self._cg.gen:
+        self._cgroups.fold()
+        gen, view = self._cgroups_view
+        if gen == self._cgroups.gen:
             return view
         view = tuple(CgroupLive(path, cid, self.container_name(cid) if cid else "", t, throttled, psi_dict(psi))
-                     for path, cid, t, throttled, psi in self._cg.rows())
-        self._cg_view = (self._cg.gen, view)
+                     for path, cid, t, throttled, psi in self._cgroups.rows())
+        self._cgroups_view = (self._cgroups.gen, view)
         return view
 
     def cgroup_rows(self) -> tuple[Row, ...]:
         """:meth:`cgroups` as plain rows, ``(path, container id, t, throttled %, PSI %)`` with the
         PSI shares in :data:`PSI_KEYS` order (None where not known; ``()`` without PSI), by path."""
-        return self._cg.rows()
+        return self._cgroups.rows()
 
     def take_cgroup_rows(self) -> tuple[list[FreshRow], float, tuple[float, float, tuple[float | None, ...]] | None]:
         """The cgroups read since the last call, each with its shares over the whole interval
@@ -642,12 +642,12 @@ class LiveState:
         cgroup sampler's clock: a cgroup whose last reading is older was silent since); and the
         host's PSI shares over the interval since the last call, ``(from, t, shares)`` in
         :data:`PSI_KEYS` order (None: nothing to compare). See forensics.record.live_cgroups."""
-        rows, host = self._cg.take_fresh()
-        return rows, self._cg.clock, host
+        rows, host = self._cgroups.take_fresh()
+        return rows, self._cgroups.clock, host
 
     def cgroup_clock(self) -> float:
         """The newest cgroup line's time, folded or not (no parse: when to look)."""
-        return self._cg.newest
+        return self._cgroups.newest
 
     def process_rows(self) -> list[tuple[int, int, str, str | None, float, int | None, float | None]]:
         """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID, t, used memory, SM %), as
@@ -655,7 +655,7 @@ class LiveState:
         gen, rows = self._procs
         if gen != self._values_gen:
             rows = []
-            for idx, (uuid, t, procs) in sorted(self._nv.items()):
+            for idx, (uuid, t, procs) in sorted(self._nvml_gpus.items()):
                 rows += [(pid, idx, uuid, mig, t, used, None if sm is None else float(sm))
                          for pid, mig, used, sm in zip(procs[0], procs[1] or [None] * len(procs[0]), procs[2],
                                                        procs[3], strict=True)]
@@ -665,19 +665,19 @@ class LiveState:
     def process_keys(self) -> list[tuple[int, int, str, str | None]]:
         """The last NVML tick's (PID, GPU index, GPU UUID, MIG UUID); they change when
         :attr:`process_gen` does."""
-        return [(pid, idx, uuid, mig) for idx, uuid, pids, migs in self._nv_ident for pid, mig in zip(pids, migs, strict=True)]
+        return [(pid, idx, uuid, mig) for idx, uuid, pids, migs in self._nvml_idents for pid, mig in zip(pids, migs, strict=True)]
 
     def process_figures(self, pid: int, uuid: str, mig: str | None) -> tuple[float, int | None, float | None] | None:
         """``(t, used memory, SM %)`` of a process of the last NVML tick (None: not listed)."""
         gen, index = self._proc_index
         if gen != self.process_gen:
-            index = {(pid_, uuid_, mig_): (idx, n) for idx, uuid_, pids, migs in self._nv_ident
+            index = {(pid_, uuid_, mig_): (idx, n) for idx, uuid_, pids, migs in self._nvml_idents
                      for n, (pid_, mig_) in enumerate(zip(pids, migs, strict=True))}
             self._proc_index = (self.process_gen, index)
         at = index.get((pid, uuid, mig))
         if at is None:
             return None
-        _, t, procs = self._nv[at[0]]
+        _, t, procs = self._nvml_gpus[at[0]]
         sm = procs[3][at[1]]
         return t, procs[2][at[1]], None if sm is None else float(sm)
 
@@ -687,7 +687,7 @@ class LiveState:
 
     def host_psi(self) -> dict[str, dict[str, float]]:
         """PSI stall share (%) of the host over the last interval (``/proc/pressure``)."""
-        return self._cg.host_psi()
+        return self._cgroups.host_psi()
 
     def take_events(self) -> list[LiveEvent]:
         out = list(self._events)

@@ -103,7 +103,7 @@ class CgroupFold:
         self._gone: dict[str, float] = {}
         # path -> [t, nr_periods, nr_throttled, PSI totals, the reading before (a reading, or its
         # line not parsed yet) or None, container id]
-        self._cg: dict[str, list[Any]] = {}
+        self._by_path: dict[str, list[Any]] = {}
         # a line's text before t -> the last line parsed with it, from its ``, "values": `` on (None:
         # a line without), and the reading it gave
         self._text: dict[bytes, tuple[bytes | None, _Full]] = {}
@@ -268,13 +268,13 @@ class CgroupFold:
                 host: _Totals | None, before: _Full | bytes | None = None) -> None:
         """One cgroup's counters at ``t`` (``host``: the host's PSI totals, on the root's line);
         ``before``: the reading that came before it since the last fold, if any (or its line)."""
-        c = self._cg.get(path)
+        c = self._by_path.get(path)
         if c is None:
             if self._gone and (last := self._gone.pop(path, None)) is not None and t - last > self.longest_gap:
                 self.longest_gap = min(t - last, self.forget_s)  # a quiet cgroup forgotten too soon
-            if len(self._cg) >= self.max_cgroups:
+            if len(self._by_path) >= self.max_cgroups:
                 self._forget(t)
-            self._cg[path] = [t, periods, throttled, totals, before, self.container_id(path)]
+            self._by_path[path] = [t, periods, throttled, totals, before, self.container_id(path)]
             if before is not None:
                 self._fresh[path] = before
         else:
@@ -315,12 +315,12 @@ class CgroupFold:
         cutoff = now - self.horizon
         cg: dict[str, list[Any]] = {}
         gone = self._gone
-        for p, c in self._cg.items():
+        for p, c in self._by_path.items():
             if c[0] > cutoff:
                 cg[p] = c
             else:
                 gone[p] = c[0]
-        self._cg = cg
+        self._by_path = cg
         if gone:
             self._gone = {p: t for p, t in gone.items() if t > now - self.forget_s}
         self._fresh = {p: r for p, r in self._fresh.items() if p in cg}
@@ -341,7 +341,7 @@ class CgroupFold:
         gen, rows = self._rows
         if gen != self.gen:
             out = []
-            for path, c in sorted(self._cg.items()):
+            for path, c in sorted(self._by_path.items()):
                 if type(c[4]) is bytes:
                     c[4] = self._resolve(c[4])
                 if c[4] is not None and (row := _row(path, c[5], c[4], c)) is not None:
@@ -358,7 +358,7 @@ class CgroupFold:
         many lines came between, and whoever else read between."""
         self.fold()
         out: list[FreshRow] = []
-        cg = self._cg
+        cg = self._by_path
         for path, kept in self._fresh.items():
             c = cg.get(path)
             if c is None or (base := self._resolve(kept)) is None:

@@ -172,7 +172,7 @@ class RecorderMetrics:
     :meth:`answered`, :meth:`publish`), stopped by :meth:`close`."""
 
     def __init__(self, options: MetricsOptions, interval_s: float) -> None:
-        self.o = options
+        self.options = options
         self.stale_s = options.stale_s or max(15.0, 5 * interval_s)
         self.snapshot = Snapshot(t=time.time())
         # the whole exposition as prometheus_client writes it (tests compare against it) and what
@@ -202,11 +202,11 @@ class RecorderMetrics:
     # -- the server ----------------------------------------------------------------------------
     def _bind(self, ctx: ssl.SSLContext | None) -> WSGIServer:
         owner = self
-        timeout = self.o.timeout_s
+        timeout = self.options.timeout_s
         try:
-            infos = socket.getaddrinfo(self.o.host, self.o.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            infos = socket.getaddrinfo(self.options.host, self.options.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         except socket.gaierror as exc:
-            raise UsageError(f"--metrics-addr {self.o.host}:{self.o.port}: {exc.strerror or exc}") from None
+            raise UsageError(f"--metrics-addr {self.options.host}:{self.options.port}: {exc.strerror or exc}") from None
         family = infos[0][0]
 
         class Handler(WSGIRequestHandler):
@@ -238,9 +238,9 @@ class RecorderMetrics:
                 owner.errors += 1
 
         try:
-            server = Server((str(infos[0][4][0]), self.o.port), Handler, bind_and_activate=True)
+            server = Server((str(infos[0][4][0]), self.options.port), Handler, bind_and_activate=True)
         except OSError as exc:
-            raise UsageError(f"--metrics-addr {self.o.host}:{self.o.port}: cannot listen: "
+            raise UsageError(f"--metrics-addr {self.options.host}:{self.options.port}: cannot listen: "
                              f"{exc.strerror or exc}") from None
         server.set_app(self._app)
         server.timeout = 0.2  # handle_request() returns at least this often: close() is seen
@@ -273,7 +273,7 @@ class RecorderMetrics:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http{'s' if self.o.tls_cert else ''}://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+        return f"http{'s' if self.options.tls_cert else ''}://{f'[{host}]' if ':' in host else host}:{port}/metrics"
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._serve, name="gpuforensics-metrics", daemon=True)

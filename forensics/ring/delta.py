@@ -196,7 +196,7 @@ class DeltaEncoder:
                 p_toks = p_line.split(SEP)
             moved = tuple(compress(range(count), map(ne, toks, p_toks)))
             vals = tuple(map(toks.__getitem__, moved))
-            hint = _Hint.of(toks, moved, hint) if count >= _HINT_MIN else None
+            hint = _Hint.from_changes(toks, moved, hint) if count >= _HINT_MIN else None
             self._prev[key] = (head, count, None if hint else toks, line, code, now, hint)
         changes = (moved, vals)
         if changes == self._last:
@@ -291,7 +291,7 @@ class _Hint:
         self.take: Callable[[str], tuple[str, ...]] = get if len(cut) > 1 else lambda line: (get(line),)
 
     @classmethod
-    def of(cls, toks: list[str], moved: tuple[int, ...], before: _Hint | None) -> _Hint | None:
+    def from_changes(cls, toks: list[str], moved: tuple[int, ...], before: _Hint | None) -> _Hint | None:
         """The hint of a line (``toks``) whose tokens at ``moved`` changed, those that changed
         before kept; None when they are a quarter of the line (matching would cost a split)."""
         ix = tuple(sorted(set(moved).union(before.ix))) if before is not None else moved

@@ -160,7 +160,7 @@ class TriggerEngine:
     def __init__(self, options: TriggerOptions, live: LiveState, log: Callable[[str], None], *,
                  ring: Path, interval_s: float, redact: bool = True, nvml_library: str | None = None,
                  extra: dict[str, str] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.o = options
+        self.options = options
         self.live = live
         self.log = log
         self.ring = ring
@@ -212,7 +212,7 @@ class TriggerEngine:
         name = f.rule.text
         now = self.clock()
         last = self.last_start.get(name)
-        if last is not None and now - last < self.o.cooldown_s:
+        if last is not None and now - last < self.options.cooldown_s:
             self.per_rule[name]["suppressed"] += 1
             return
         self.per_rule[name]["fired"] += 1
@@ -228,7 +228,7 @@ class TriggerEngine:
             name, f = next(iter(self.pending.items()))
             del self.pending[name]
             last = self.last_start.get(name)
-            if last is not None and self.clock() - last < self.o.cooldown_s:
+            if last is not None and self.clock() - last < self.options.cooldown_s:
                 continue
             self._start(f)
 
@@ -243,24 +243,24 @@ class TriggerEngine:
             "crossed_at": iso_from_unix(f.crossed_at), "fired_at": iso_from_unix(f.t),
             "also_matching_events": f.also, "since": iso_from_unix(since),
             **({"baseline": f.baseline} if f.baseline is not None else {}),
-            "cooldown_s": self.o.cooldown_s, "recorder_pid": os.getpid(),
+            "cooldown_s": self.options.cooldown_s, "recorder_pid": os.getpid(),
         }
 
     def _spec(self, f: Firing) -> dict[str, Any]:
-        since = min(f.crossed_at, f.t) - self.o.margin_s
+        since = min(f.crossed_at, f.t) - self.options.margin_s
         if f.baseline is not None:  # the bundle carries the history the baseline was taken from
             since -= min(float(f.baseline["history_s"]), float(f.baseline["window_s"]))
-        return {"out": str(self.o.bundles), "trigger": self.trigger_doc(f, since), "options": {
-            "duration_s": self.o.trigger_duration_s, "interval_s": min(self.interval_s, self.o.trigger_duration_s),
-            "timeout_s": self.o.capture_timeout_s, "redact": self.redact, "since_unix": since,
+        return {"out": str(self.options.bundles), "trigger": self.trigger_doc(f, since), "options": {
+            "duration_s": self.options.trigger_duration_s, "interval_s": min(self.interval_s, self.options.trigger_duration_s),
+            "timeout_s": self.options.capture_timeout_s, "redact": self.redact, "since_unix": since,
             "nvml_library": self.nvml_library, "extra": {**self.extra, "ring.dir": str(self.ring)},
-            "argv": ["gpuforensics", "record", "--trigger", f.rule.text], **self.o.capture_args}}
+            "argv": ["gpuforensics", "record", "--trigger", f.rule.text], **self.options.capture_args}}
 
     def _start(self, f: Firing) -> None:
         name = f.rule.text
         self.last_start[name] = self.clock()
         # named by this recorder's token: a recorder killed mid-capture leaves it to the next sweep
-        fd, log_name = tempfile.mkstemp(prefix=f"{TRIGGER_LOG_PREFIX}{owner_token()}.", suffix=".log", dir=self.o.bundles)
+        fd, log_name = tempfile.mkstemp(prefix=f"{TRIGGER_LOG_PREFIX}{owner_token()}.", suffix=".log", dir=self.options.bundles)
         parent = os.getpid()
         try:
             proc = subprocess.Popen(
@@ -281,7 +281,7 @@ class TriggerEngine:
         except OSError:
             pass
         now = self.clock()
-        budget = self.o.trigger_duration_s + self.o.capture_timeout_s + 60.0
+        budget = self.options.trigger_duration_s + self.options.capture_timeout_s + 60.0
         self.running = _Running(f, proc, now, now + budget, Path(log_name))
         self.counters["captures_started"] += 1
 
@@ -327,9 +327,9 @@ class TriggerEngine:
         incomplete = f"; incomplete: {', '.join(result['incomplete'])}" if result.get("incomplete") else ""
         self.log(f"trigger {name} fired at {iso_from_unix(f.t)} ({f.summary}): bundle {path}{incomplete}")
         busy = frozenset(Path(h.bundle).name for h in self.hooks)
-        removed = rotate_bundles(self.o.bundles, self.o.keep, self.o.keep_bytes, busy | {Path(path).name})
+        removed = rotate_bundles(self.options.bundles, self.options.keep, self.options.keep_bytes, busy | {Path(path).name})
         self.counters["bundles_rotated"] += len(removed)
-        if self.o.on_capture:
+        if self.options.on_capture:
             self._run_hook(path)
 
     # -- --on-capture --------------------------------------------------------------------------
@@ -340,14 +340,14 @@ class TriggerEngine:
             return
         parent = os.getpid()
         try:
-            proc = subprocess.Popen([*self.o.on_capture, bundle], stdin=subprocess.DEVNULL, stdout=2,
+            proc = subprocess.Popen([*self.options.on_capture, bundle], stdin=subprocess.DEVNULL, stdout=2,
                                     close_fds=True, preexec_fn=lambda: _enter_capture_child(parent))  # noqa: PLW1509
         except OSError as exc:
             self.counters["on_capture_failed"] += 1
-            self.log(f"--on-capture {self.o.on_capture[0]} could not start for {bundle}: {exc}")
+            self.log(f"--on-capture {self.options.on_capture[0]} could not start for {bundle}: {exc}")
             return
         now = self.clock()
-        self.hooks.append(_Hook(proc, bundle, now + self.o.on_capture_timeout_s, now))
+        self.hooks.append(_Hook(proc, bundle, now + self.options.on_capture_timeout_s, now))
 
     def _poll_hooks(self, final: bool = False) -> None:
         left: list[_Hook] = []
@@ -361,7 +361,7 @@ class TriggerEngine:
                 h.proc.wait()
                 self.counters["on_capture_timed_out"] += 1
                 self.log(f"--on-capture for {h.bundle}: killed after {self.clock() - h.started:.0f} s "
-                         f"({'recorder stopping' if final else f'timeout {self.o.on_capture_timeout_s:g} s'})")
+                         f"({'recorder stopping' if final else f'timeout {self.options.on_capture_timeout_s:g} s'})")
                 continue
             self.counters["on_capture_ok" if code == 0 else "on_capture_failed"] += 1
             self.log(f"--on-capture for {h.bundle}: exit status {code}")
@@ -378,7 +378,7 @@ class TriggerEngine:
             except OSError:
                 pass
             try:
-                run.proc.wait(self.o.stop_grace_s)
+                run.proc.wait(self.options.stop_grace_s)
             except subprocess.TimeoutExpired:
                 pass
         self._poll_capture(final=True)

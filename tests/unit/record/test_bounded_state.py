@@ -90,7 +90,7 @@ def test_the_cgroup_fold_forgets_cgroups_gone_a_while() -> None:
         nxt += 2
         t += 1.0
         bound = 100 + 2 * (fold.forget_s * 1.25 + 2)  # those of the last forget_s, swept every quarter of it
-        assert len(fold._cg) <= bound and len(fold._text) <= bound and len(fold._pending) <= 100 + 2 * 10
+        assert len(fold._by_path) <= bound and len(fold._text) <= bound and len(fold._pending) <= 100 + 2 * 10
     assert {r[0] for r in fold.rows()} >= set(live[:-4])  # what is there now (sampled twice) is all there
     assert len(fold.rows()) <= bound
 
@@ -101,7 +101,7 @@ def test_the_live_state_keeps_no_container_id_per_cgroup_ever_seen() -> None:
     for i in range(3000):
         state.feed(t + i, 0.0, "cgroup/samples.jsonl", "append",
                    (_cgroup_line(f"/docker/{i:064x}", t + i, i) + "\n").encode())
-    assert len(state._cg._cg) + len(state._cg._pending) <= 2 * (1 + state._cg.forget_s * 1.25)  # nobody read: still swept
+    assert len(state._cgroups._by_path) + len(state._cgroups._pending) <= 2 * (1 + state._cgroups.forget_s * 1.25)  # nobody read: still swept
     assert not [v for v in vars(state).values() if isinstance(v, dict) and len(v) > 1000]
 
 
@@ -248,7 +248,7 @@ def test_the_cgroup_fold_forgets_a_gone_cgroup_within_a_minute() -> None:
         t += 1.0
         assert fold.horizon <= 60.0
         bound = 50 + 5 * (60.0 * 1.25 + 10)  # those of the last minute, swept every quarter of it
-        assert len(fold._cg) <= bound and len(fold._text) <= bound and len(fold._fresh) <= bound
+        assert len(fold._by_path) <= bound and len(fold._text) <= bound and len(fold._fresh) <= bound
         assert len(fold._gone) <= 5 * (fold.forget_s + 10)  # a path and a time each, for forget_s
     assert fold.horizon == 60.0
 

@@ -131,8 +131,8 @@ def test_a_summary_naming_lists_never_received_is_read_from_the_records_lines() 
         lossy.feed(0.0, 0.0, NVML, "append", "".join(json.dumps(x) + "\n" for x in records),
                    decode_header(encode_header({"summary": sent}))["summary"])
         # tick 2 read from its lines, the names learned from it: tick 3 resolved by them
-        assert {i: (ref, lists[:3]) for i, (ref, lists) in lossy._nv_refs.items()} == \
-            {i: (ref, lists[:3]) for i, (ref, lists) in whole._nv_refs.items()}
+        assert {i: (ref, lists[:3]) for i, (ref, lists) in lossy._nvml_refs.items()} == \
+            {i: (ref, lists[:3]) for i, (ref, lists) in whole._nvml_refs.items()}
         assert ended(lossy)[:3] == ended(whole)[:3]
         assert [p.sm_util_pct for p in lossy.processes()] == [7.0 * n] * 2
     restarted = Child()  # new names: lists sent whole again, then named

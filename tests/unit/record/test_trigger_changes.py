@@ -124,7 +124,7 @@ def test_a_repeated_line_is_not_parsed_again_and_a_change_is_seen() -> None:
     for tick in range(1, 6):  # the same counters every tick: one parse, then none
         cg.tick(tick, cg.line(PATH, tick))
         state.cgroups()
-    parsed = state._cg.parsed
+    parsed = state._cgroups.parsed
     [row] = [c for c in state.cgroups() if c.path == PATH]
     assert (row.t, row.throttled_pct, row.psi_pct["memory"]["some"]) == (T0 + 5, 0.0, 0.0)
     cg.tick(6, cg.line(PATH, 6, periods=5, throttled=1))  # the CPU counters moved, nothing else
@@ -136,7 +136,7 @@ def test_a_repeated_line_is_not_parsed_again_and_a_change_is_seen() -> None:
     cg.tick(8, cg.line(PATH, 8, mem_stall_us=250_000))
     [row] = [c for c in state.cgroups() if c.path == PATH]
     assert row.psi_pct["memory"]["some"] == 25.0
-    assert state._cg.parsed == parsed + 2 * 3  # the root's and the container's lines of ticks 6-8
+    assert state._cgroups.parsed == parsed + 2 * 3  # the root's and the container's lines of ticks 6-8
     # a key the line did not have before, outside its values: the line is read whole
     cg.tick(9, cg.line(PATH, 9, extra={"errors": {"unified/cpu.stat": "permission denied"}}))
     cg.tick(10, cg.line(PATH, 10, periods=10, throttled=10, extra={"unit": "x"}))

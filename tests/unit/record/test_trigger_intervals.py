@@ -122,6 +122,6 @@ def test_the_lines_are_parsed_only_when_the_cgroup_rules_look() -> None:
     for tick in range(31):
         cg.tick(tick, *(cg.line(f"/docker/{c:064x}", tick, periods=10, throttled=tick % 3) for c in range(20)))
         ev.evaluate(state)
-        parsed.append(state._cg.parsed)
+        parsed.append(state._cgroups.parsed)
     # looks at ticks 0, 10, 20, 30: 21 lines each (the root's and 20 containers'), none between
     assert parsed[0] == parsed[9] == 21 and parsed[10] == parsed[19] == 42 and parsed[30] == 84

@@ -188,7 +188,7 @@ def _wait_idle(eng: TriggerEngine, timeout: float = 90.0) -> None:
 def _firing(rule_text: str, eng: TriggerEngine):  # noqa: ANN202
     from forensics.record.triggers import Firing
 
-    rule = next(r for r in eng.o.rules if r.text == rule_text)
+    rule = next(r for r in eng.options.rules if r.text == rule_text)
     now = time.time()
     return Firing(rule, "GPU 0", 99.0, now - 10, now, "GPU 0 at 99%", "nvml/samples.jsonl")
 
