@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_triggers import fold, templates, tick_records  # noqa: E402
 
 from forensics.analysis.attribution import Grant, OwnerInfo  # noqa: E402
-from forensics.record.metrics import MetricsOptions  # noqa: E402
+from forensics.record.live.metrics import MetricsOptions  # noqa: E402
 from forensics.record.recorder import Recorder, RecordOptions  # noqa: E402
 
 TARGET_S = 0.050

@@ -9,7 +9,7 @@ bundle ``unallocated-gpu-use``):
   object while its figures stay, the utilisation samples a ``fast.Samples`` with its rows) and
   appends it: the child summarises each line from its object (``live.Summarizer``, one per child,
   counted here: it runs only when the recorder keeps a live state; a GPU's process lists are sent
-  once and named after, forensics.record.live_nvml), the summaries cross the pipe in the frame's
+  once and named after, forensics.record.live.nvml), the summaries cross the pipe in the frame's
   JSON header (``child.encode_header`` / ``decode_header``, as the child and the recorder do) and
   the live state folds them;
 - ``cgroup/samples.jsonl``: the host root and ``--cgroups`` container cgroups, the lines built as
@@ -65,7 +65,7 @@ from forensics.bundle.sink import dumps_json  # noqa: E402
 from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples  # noqa: E402
 from forensics.record.child import decode_header, encode_header  # noqa: E402
 from forensics.record.live import LiveState, Summarizer, summarize  # noqa: E402
-from forensics.record.metrics import MetricsOptions  # noqa: E402
+from forensics.record.live.metrics import MetricsOptions  # noqa: E402
 from forensics.record.recorder import Recorder, RecordOptions  # noqa: E402
 from forensics.record.triggers import Evaluator, parse_rules  # noqa: E402
 

@@ -95,7 +95,7 @@ def record(ring_dir: Path | None, interval: float, max_bytes: str, retention: st
     trigger_options = _trigger_options(triggers, config_file, bundles_dir, trigger_duration, cooldown, keep,
                                        keep_bytes, on_capture, on_capture_timeout,
                                        {k: v for k, v in kube.items() if v})
-    from forensics.record.metrics import metrics_options
+    from forensics.record.live.metrics import metrics_options
 
     metrics = metrics_options(metrics_addr, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
     options = RecordOptions(ring=resolve_ring_dir(ring_dir), interval_s=interval, triggers=trigger_options, metrics=metrics,

@@ -11,7 +11,7 @@ from forensics.record.sources import SOURCE_NAMES
 from forensics.ring import DEFAULT_MAX_BYTES, DEFAULT_RETENTION_S
 
 if TYPE_CHECKING:
-    from forensics.record.metrics import MetricsOptions
+    from forensics.record.live.metrics import MetricsOptions
     from forensics.record.triggers import TriggerOptions
 
 __all__ = ["RecordOptions"]
@@ -39,7 +39,7 @@ class RecordOptions:
     nice: int = 10
     argv: tuple[str, ...] = ()
     triggers: TriggerOptions | None = None  # record --trigger (forensics.record.triggers)
-    metrics: MetricsOptions | None = None  # record --metrics-addr (forensics.record.metrics)
+    metrics: MetricsOptions | None = None  # record --metrics-addr (forensics.record.live.metrics)
     kubeconfig: str | None = None  # record --kubeconfig/--context/--node: the kubernetes source
     kube_context: str | None = None
     node_name: str | None = None

@@ -52,7 +52,7 @@ from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
     from forensics.record.live import LiveState
-    from forensics.record.metrics import RecorderMetrics
+    from forensics.record.live.metrics import RecorderMetrics
     from forensics.record.triggers import TriggerEngine
 
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
@@ -120,13 +120,13 @@ class Recorder:
             self.triggers = TriggerEngine(options.triggers, self.live, self.log, ring=options.ring,  # type: ignore[arg-type]
                                           interval_s=options.interval_s, redact=options.redact,
                                           nvml_library=options.nvml_library, extra=options.extra)
-        # the metrics endpoint (forensics.record.metrics): bound here (a busy port fails before
+        # the metrics endpoint (forensics.record.live.metrics): bound here (a busy port fails before
         # anything runs), served by a thread of this process from run() to _shutdown()
         self.ticks_behind = 0
         self.records_dropped = 0
         self.metrics: RecorderMetrics | None = None
         if options.metrics is not None:
-            from forensics.record.metrics import RecorderMetrics
+            from forensics.record.live.metrics import RecorderMetrics
 
             self.metrics = RecorderMetrics(options.metrics, options.interval_s)
 

@@ -68,7 +68,7 @@ def start_recorder(ring: Path, *, env: dict[str, str] | None = None, stderr: Any
             "    t['on_capture'] = tuple(t.get('on_capture', ())); o['triggers'] = TriggerOptions(**t)\n"
             "m = o.pop('metrics', None)\n"
             "if m is not None:\n"
-            "    from forensics.record.metrics import MetricsOptions\n"
+            "    from forensics.record.live.metrics import MetricsOptions\n"
             "    o['metrics'] = MetricsOptions(**m)\n"
             "print(json.dumps(run_recorder(RecordOptions(**o))), flush=True)\n")
     options["ring"] = str(ring)

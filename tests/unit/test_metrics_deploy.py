@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forensics.record.metrics import MetricsOptions, parse_metrics_addr
+from forensics.record.live.metrics import MetricsOptions, parse_metrics_addr
 from forensics.record.recorder import Recorder, RecordOptions
 from forensics.record.triggers import TriggerOptions, parse_rules
 from tests.support.env import need

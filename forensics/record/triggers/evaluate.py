@@ -4,7 +4,7 @@ The GPU rules, the events and ``unallocated-gpu-use`` are looked at every tick. 
 (:data:`CGROUP_METRICS`: shares of cumulative counters) look together every ``cgroup_every_s``
 (the shortest cgroup rule's duration / :data:`EVALUATIONS_PER_DURATION`, whole ticks, at least
 one) of the cgroup sampler's clock, each look reading every cgroup's shares over the whole
-interval since the last (forensics.record.live_cgroups keeps the lines as text until then); at an
+interval since the last (forensics.record.live.cgroups keeps the lines as text until then); at an
 interval above one tick a hold starts where the first interval whose share meets the rule
 starts, and a silence counts beyond the interval between two looks. A rule of duration D then
 fires no later than D + 2 intervals after its condition began (docs/triggers.md).
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.record.live import PSI_KEYS, Grant, LiveEvent, LiveState, OwnerInfo
-from forensics.record.live_cgroups import FreshRow
+from forensics.record.live.cgroups import FreshRow
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec

@@ -19,9 +19,10 @@ from forensics.collect.context import CaptureOptions, CollectContext, Tick
 from forensics.collectors.docker import follow
 from forensics.record import sources
 from forensics.record.child import RecordSink
-from forensics.record.exposition import ProcessLines, Snapshot
-from forensics.record.live import _NO_GRANT, _UNKNOWN_OWNER, LiveState, ProcessLive
-from forensics.record.live_cgroups import CgroupFold
+from forensics.record.live import LiveState, ProcessLive
+from forensics.record.live.cgroups import CgroupFold
+from forensics.record.live.exposition import ProcessLines, Snapshot
+from forensics.record.live.views import NO_GRANT, UNKNOWN_OWNER
 from forensics.specs.docker import container_member
 
 
@@ -118,7 +119,7 @@ def test_the_process_label_strings_kept_are_those_of_the_last_scrape() -> None:
     lines = ProcessLines()
     pid = 1
     for _ in range(500):  # 64 processes, 8 replaced by new PIDs between scrapes
-        procs = tuple(ProcessLive(p, 0, "GPU-0", None, 10.0, 1 << 20, 5.0, _UNKNOWN_OWNER, _NO_GRANT)
+        procs = tuple(ProcessLive(p, 0, "GPU-0", None, 10.0, 1 << 20, 5.0, UNKNOWN_OWNER, NO_GRANT)
                       for p in range(pid, pid + 64))
         text = lines.render(Snapshot(t=10.0, processes=procs), stale_before=0.0)
         assert f'pid="{pid + 63}"' in text

@@ -161,7 +161,7 @@ def test_the_nvml_summary_reads_every_device_line_as_the_generic_reading_does() 
     """The summary's processes come from one comprehension per field when a line is in the common
     shape; the entry-by-entry reading (any shape) must give the same, for every sample bundle's
     device lines and for lines out of shape."""
-    from forensics.record import live_nvml as live_mod
+    from forensics.record.live import nvml as live_mod
 
     lines = []
     for bundle in sorted(SAMPLES.glob("*.tgz")):

@@ -1,4 +1,4 @@
-"""The NVML sampler child's summaries (forensics.record.live_nvml): each GPU's process lists sent
+"""The NVML sampler child's summaries (forensics.record.live.nvml): each GPU's process lists sent
 once while they stay, named after; the live state must fold them as it folds the lines, fire and
 clear ``unallocated-gpu-use`` as the processes come and go, and read a record's own lines when a
 summary names lists it never got."""
@@ -14,7 +14,7 @@ import pytest
 from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples
 from forensics.record.child import decode_header, encode_header
 from forensics.record.live import LiveState, Summarizer
-from forensics.record.live_nvml import _PID_SM, _sm_of, nvml_summary
+from forensics.record.live.nvml import _PID_SM, _sm_of, nvml_summary
 from forensics.record.triggers import Evaluator, parse_rules
 from tests.unit.record.test_live import SAMPLES, replay
 

@@ -1,4 +1,4 @@
-"""The recorder's metrics endpoint (forensics.record.metrics) on loopback: a live state replayed
+"""The recorder's metrics endpoint (forensics.record.live.metrics) on loopback: a live state replayed
 from a sample bundle, scraped over real HTTP(S) and parsed with prometheus_client's own parser."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from forensics.errors import UsageError
-from forensics.record.exposition import Histogram
-from forensics.record.metrics import MetricsOptions, parse_metrics_addr
+from forensics.record.live.exposition import Histogram
+from forensics.record.live.metrics import MetricsOptions, parse_metrics_addr
 from forensics.record.recorder import Recorder, RecordOptions
 from forensics.record.triggers import Firing, TriggerOptions, parse_rules
 from tests.unit.record.test_live import SAMPLES, replay

@@ -1,44 +1,10 @@
-"""The recorder's live state: the node now, folded from the records the samplers already send.
+"""The recorder's live state: :class:`LiveState`, the node now, folded from the records the samplers send.
 
-:class:`LiveState` is fed every record the recorder receives (``feed(t, mono, member, op, data)``,
-from ``Recorder._handle``) and keeps only the latest figures, bounded; it never reads a source
-itself. The triggers (forensics.record.triggers) and the metrics exporter read it through this
-small typed API:
-
-- :meth:`LiveState.gpus` -> :class:`GpuLive` per GPU (index, UUID, name, ``util_pct``,
-  ``memory_used_bytes``/``memory_total_bytes``, ``lost``), from ``nvml/samples.jsonl`` device lines
-  (nvmlDeviceGetUtilizationRates, nvmlDeviceGetMemoryInfo) and ``nvml/devices.json``;
-- :meth:`LiveState.processes` -> :class:`ProcessLive` per (PID, GPU) NVML listed at the last tick
-  (``used_memory_bytes`` from nvmlDeviceGetComputeRunningProcesses, ``sm_util_pct`` from
-  nvmlDeviceGetProcessUtilization), each with its :class:`~forensics.analysis.attribution.OwnerInfo`
-  (container id/name, pod namespace/name from ``proc/<pid>/cgroup``, docker inspect and its
-  kubelet labels, the pods the Kubernetes follower records) and :class:`~forensics.analysis.attribution.Grant` (``allocated``, ``grant`` =
-  explicit|shared|blanket|none);
-- :meth:`LiveState.cgroups` -> :class:`CgroupLive` per sampled cgroup (container id and name,
-  ``throttled_pct`` = throttled periods / periods over the last interval, ``psi_pct`` = PSI
-  stall time / wall time over the last interval, per resource and some|full); :meth:`host_psi`
-  the same for the host (``/proc/pressure``);
-- for the triggers, what changed only: :meth:`LiveState.take_cgroup_rows` (the cgroups read since
-  the last call with their shares over that whole interval, the cgroup sampler's clock, the host's
-  shares; the cgroup lines are kept as text and parsed only when read: forensics.record.live_cgroups),
-  :meth:`LiveState.cgroup_clock` (the newest cgroup line's time, no parse),
-  :meth:`LiveState.process_keys` (changes with :attr:`LiveState.process_gen`) and
-  :meth:`LiveState.process_figures` (one process' memory and SM %);
-- :meth:`LiveState.take_events` -> :class:`LiveEvent` seen since the last call: ``oom`` (kernel OOM
-  kills, ``kernel/window.jsonl``), ``xid`` (kernel Xid lines and NVML XidCriticalError events),
-  ``gpu-lost`` (an NVML reading that answered GpuIsLost, or Xid 79);
-- :meth:`LiveState.refresh` re-runs the attribution when identities changed (a new GPU PID, a new
-  container inspect, new ``proc/<pid>/`` files): the analysis' own loaders and joins
-  (forensics.analysis.attribution), so a live label never disagrees with a finding. Only on
-  change, never per tick.
-
-Everything is keyed on what the samplers wrote; times are the records' wall clocks (``t``).
-
-Why this module is long: :class:`LiveState` is one fold with one small handler per member the
-samplers write (NVML devices, samples and events, proc/<pid> identity files, Docker inspect and
-events, cgroup samples, the kernel window), and the handlers share the state's bounds and
-invariants (what is dropped when, when attribution must run again); split per member, every
-part would reach into the same object.
+One fold with one small handler per member the samplers write (NVML devices, samples and events,
+proc/<pid> identity files, Docker inspect and events, cgroup samples, the kernel window); the
+handlers share the state's bounds (what is dropped when) and one flag (when the attribution must
+run again). What each reader gives, and from which member: the package's docstring
+(:mod:`forensics.record.live`); the records they give: :mod:`forensics.record.live.views`.
 """
 
 from __future__ import annotations
@@ -46,24 +12,23 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.analysis.attribution import Attribution, Grant, OwnerInfo, attribute
 from forensics.parsing.attribution import attribute_path
-from forensics.parsing.timestamps import parse_iso_unix
-from forensics.record.live_cgroups import (
-    PSI_KEYS,
-    CgroupFold,
-    FreshRow,
-    Row,
-    cgroup_summary,
-    psi_dict,
+from forensics.record.live.cgroups import CgroupFold, FreshRow, Row, psi_dict
+from forensics.record.live.decode import as_bytes, as_text, loads
+from forensics.record.live.events import destroyed_containers, kernel_events, nvml_xid_events
+from forensics.record.live.nvml import value as nvml_value
+from forensics.record.live.summaries import summarize
+from forensics.record.live.views import (
+    NO_GRANT,
+    UNKNOWN_OWNER,
+    CgroupLive,
+    GpuLive,
+    LiveEvent,
+    ProcessLive,
 )
-from forensics.record.live_nvml import NvmlSummarizer, nvml_summary
-from forensics.record.live_nvml import num as _num
-from forensics.record.live_nvml import value as _value
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import kernel as kernel_spec
@@ -71,138 +36,7 @@ from forensics.specs import kubernetes as kube_spec
 from forensics.specs import nvml as nvml_spec
 from forensics.specs import procfs as procfs_spec
 
-__all__ = ["PSI_KEYS", "SUMMARIZED", "CgroupLive", "GpuLive", "Grant", "LiveEvent", "LiveState", "OwnerInfo", "ProcessLive",
-           "Summarizer", "summarize"]
-
-XID_GPU_LOST = 79  # "GPU has fallen off the bus"
-_XID_CRITICAL_EVENT = 0x8  # nvmlEventTypeXidCriticalError
-
-
-@dataclass(frozen=True)
-class GpuLive:
-    index: int
-    uuid: str
-    name: str
-    t: float
-    util_pct: float | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    lost: bool = False
-
-    @property
-    def memory_used_pct(self) -> float | None:
-        if self.memory_used_bytes is None or not self.memory_total_bytes:
-            return None
-        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
-
-
-@dataclass(frozen=True)
-class ProcessLive:
-    pid: int
-    gpu_index: int
-    gpu_uuid: str
-    mig_uuid: str | None
-    t: float
-    used_memory_bytes: int | None
-    sm_util_pct: float | None
-    owner: OwnerInfo
-    grant: Grant
-
-
-@dataclass(frozen=True)
-class CgroupLive:
-    path: str
-    container_id: str | None
-    container_name: str
-    t: float
-    throttled_pct: float | None
-    psi_pct: dict[str, dict[str, float]] = field(default_factory=dict)  # resource -> some|full -> %
-
-
-@dataclass(frozen=True)
-class LiveEvent:
-    kind: str  # oom | xid | gpu-lost
-    t: float
-    summary: str
-    xid: int | None = None
-    gpu: str | None = None  # GPU UUID or PCI bus id, where known
-    container_id: str | None = None
-    pid: int | None = None
-    member: str = ""  # where the samplers wrote it (cited in a trigger's manifest entry)
-
-
-_UNKNOWN_OWNER = OwnerInfo("process")
-_NO_GRANT = Grant(False, "none", "unknown", "not attributed yet", False)
-
-
-_loads: Callable[[str | bytes], Any]
-try:  # orjson parses JSON lines several times faster (the analysis uses it the same way)
-    import orjson
-
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
-
-
-def _text(data: str | bytes) -> str:
-    return data if isinstance(data, str) else bytes(data).decode("utf-8", "surrogateescape")
-
-
-def _bytes(data: str | bytes) -> bytes:
-    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
-
-
-def _lines(data: str) -> list[dict[str, Any]]:
-    out = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = _loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
-#: the per-tick members whose lines the sampler children summarise (:func:`summarize`) as they
-#: append them: the live state then folds the summaries, never the lines' JSON
-SUMMARIZED = (nvml_spec.SAMPLES, cgroups_spec.SAMPLES)
-
-
-def summarize(member: str, line: Any) -> list[Any] | None:
-    """What the live state takes from one appended line of a :data:`SUMMARIZED` member, as a
-    JSON-able list (it travels from the sampler child in its frame's header); None for a line that
-    changes nothing. The one reading of those lines: the live state's own parsing goes through it
-    (a device line's whole summary: forensics.record.live_nvml; a sampler child sends
-    :class:`Summarizer`'s, which names each GPU's process lists instead of repeating them)."""
-    if type(line) is not dict:
-        return None
-    if member == nvml_spec.SAMPLES:
-        return nvml_summary(line)
-    if member == cgroups_spec.SAMPLES:
-        return cgroup_summary(line)
-    return None
-
-
-class Summarizer:
-    """A sampler child's :func:`summarize` (``RecordSink(summarize=Summarizer())``): the same
-    summaries, except that a GPU's process lists are sent once while they stay the same
-    (:class:`~forensics.record.live_nvml.NvmlSummarizer`); :meth:`LiveState.feed` takes both."""
-
-    def __init__(self) -> None:
-        self.nvml = NvmlSummarizer()
-
-    def __call__(self, member: str, line: Any) -> list[Any] | None:
-        if type(line) is not dict:
-            return None
-        if member == nvml_spec.SAMPLES:
-            return self.nvml(line)
-        if member == cgroups_spec.SAMPLES:
-            return cgroup_summary(line)
-        return None
-
+__all__ = ["LiveState"]
 
 #: whole members the attribution reads besides Docker's and procfs': NVML's devices and processes,
 #: and the Kubernetes follower's pods with their DRA claims and the node's slices
@@ -231,7 +65,7 @@ class LiveState:
         self._nvml_gpus: dict[int, tuple[str, float, list[Any]]] = {}
         self._nvml_idents: list[tuple[int, str, list[Any], list[Any]]] = []  # per GPU: uuid, PIDs, MIG UUIDs
         # per GPU: the process lists the NVML child last sent whole, and the name it gave them
-        # (forensics.record.live_nvml): its later summaries name them instead of repeating them
+        # (forensics.record.live.nvml): its later summaries name them instead of repeating them
         self._nvml_refs: dict[int, tuple[str, list[Any]]] = {}
         self._nvml_t = 0.0  # the last NVML tick's time
         self.process_gen = 0  # bumped when the (PID, GPU) set changes
@@ -241,7 +75,7 @@ class LiveState:
         self._proc_view: tuple[int, int, tuple[ProcessLive, ...]] = (-1, -1, ())
         self._cnames: dict[str, str] = {}  # container id -> name, until the next attribution
         self._nvml_tick: tuple[int | None, list[str | bytes]] = (None, [])  # the last tick's records (attribution)
-        self._cgroups = CgroupFold(_loads, self._cgroup_id)
+        self._cgroups = CgroupFold(loads, self._cgroup_id)
         self._cgroups_view: tuple[int, tuple[CgroupLive, ...]] = (-1, ())
         # kept until the triggers take them; with no triggers (a metrics endpoint only) none
         # does, so only the newest are kept
@@ -269,12 +103,12 @@ class LiveState:
         parsed as bytes); the others, small, are."""
         self.records_seen += 1
         if member == nvml_spec.SAMPLES:
-            self._nvml_samples(t, data if summary is not None else _text(data), summary)
+            self._nvml_samples(t, data if summary is not None else as_text(data), summary)
             return
         if member == cgroups_spec.SAMPLES:
-            self._cgroup_samples(data if type(data) is bytes else _bytes(data), summary)
+            self._cgroup_samples(data if type(data) is bytes else as_bytes(data), summary)
             return
-        data = _text(data)
+        data = as_text(data)
         if member == kernel_spec.WINDOW:
             self._kernel_window(t, data)
         elif member == nvml_spec.EVENTS:
@@ -305,16 +139,10 @@ class LiveState:
         self._dirty = True
 
     def _docker_events(self, record_t: float, data: str) -> None:
-        """Note the containers Docker destroyed (``docker/events.jsonl``: ``Type`` container,
-        ``Action`` destroy), whose members :meth:`_forget_gone` drops ``forget_s`` later."""
-        if '"destroy' not in data:
-            return
-        for ev in _lines(data):
-            actor = ev.get("Actor")
-            cid = actor.get("ID") if isinstance(actor, dict) else None
-            action = str(ev.get("Action") or ev.get("status") or "").split(":", 1)[0]
-            if ev.get("Type") == "container" and action == "destroy" and isinstance(cid, str) and cid:
-                self._destroyed[cid] = record_t  # swept by the next attribution run (a new container's inspect, a new GPU PID)
+        """Note the containers Docker destroyed, whose members :meth:`_forget_gone` drops
+        ``forget_s`` later (swept by the next attribution run: a new container's inspect, a new GPU PID)."""
+        for cid in destroyed_containers(data):
+            self._destroyed[cid] = record_t
 
     def _device_names(self, data: str) -> None:
         try:
@@ -325,23 +153,23 @@ class LiveState:
             if not isinstance(d, dict):
                 continue
             nv: dict[str, Any] = d["nvml"] if isinstance(d.get("nvml"), dict) else {}
-            uuid = d.get("uuid") or _value(nv, "nvmlDeviceGetUUID")  # devices.json: under nvml
+            uuid = d.get("uuid") or nvml_value(nv, "nvmlDeviceGetUUID")  # devices.json: under nvml
             if isinstance(uuid, str) and uuid:
-                self._names[uuid] = str(_value(nv, "nvmlDeviceGetName") or d.get("name") or "")
+                self._names[uuid] = str(nvml_value(nv, "nvmlDeviceGetName") or d.get("name") or "")
 
     def _nvml_samples(self, t: float, data: str | bytes, summary: list[Any] | None = None) -> None:
         """Keep each GPU's figures and its processes as the summary lists them (no object per
         process); the (PID, GPU) set is compared with the last tick's only when a GPU's process
-        lists changed (a summary that names its GPU's last lists: forensics.record.live_nvml), and
+        lists changed (a summary that names its GPU's last lists: forensics.record.live.nvml), and
         only a change costs more (new PIDs: the attribution runs again)."""
         resolved = None if summary is None else self._resolve(summary)
         if resolved is None:
             parsed = []
-            for raw in _text(data).splitlines():
+            for raw in as_text(data).splitlines():
                 if not raw.strip():
                     continue
                 try:
-                    line = _loads(raw)
+                    line = loads(raw)
                 except ValueError:
                     continue
                 got = summarize(nvml_spec.SAMPLES, line)
@@ -441,7 +269,7 @@ class LiveState:
             self._dirty = True
 
     def _cgroup_samples(self, data: bytes, summary: list[Any] | None = None) -> None:
-        """Fold a record's cgroup lines (:mod:`forensics.record.live_cgroups`): a few lookups per
+        """Fold a record's cgroup lines (:mod:`forensics.record.live.cgroups`): a few lookups per
         line; a JSON parse only for a line whose counters changed, when no summary came."""
         if summary is None:
             self._cgroups.lines(data)
@@ -455,42 +283,11 @@ class LiveState:
         return attribute_path(path).container_id
 
     def _kernel_window(self, record_t: float, data: str) -> None:
-        for ev in _lines(data):
-            t = parse_iso_unix(ev.get("time")) or record_t
-            if ev.get("type") == "oom":
-                attr = ev.get("oom_attribution") or ev.get("task_attribution") or {}
-                cid = attr.get("container_id") if isinstance(attr, dict) else None
-                pid = ev.get("pid") if isinstance(ev.get("pid"), int) else None
-                name = self.container_name(cid) if isinstance(cid, str) else ""
-                who = f"container {name or cid[:12]}" if isinstance(cid, str) else f"memcg {ev.get('oom_memcg') or '?'}"
-                self._events.append(LiveEvent("oom", t, f"OOM kill of pid {pid} ({ev.get('comm')}) in {who}",
-                                              container_id=cid if isinstance(cid, str) else None, pid=pid,
-                                              member=kernel_spec.WINDOW))
-            elif ev.get("type") == "xid" and isinstance(ev.get("xid"), int):
-                xid, bus = int(ev["xid"]), str(ev.get("pci_bus_id") or "")
-                when = t
-                self._events.append(LiveEvent("xid", when, f"Xid {xid} on {bus}: {ev.get('description') or ''}".rstrip(": "),
-                                              xid=xid, gpu=bus, pid=ev.get("pid") if isinstance(ev.get("pid"), int) else None,
-                                              member=kernel_spec.WINDOW))
-                if xid == XID_GPU_LOST:
-                    self._events.append(LiveEvent("gpu-lost", when, f"Xid 79 on {bus}: the GPU fell off the bus",
-                                                  xid=xid, gpu=bus, member=kernel_spec.WINDOW))
+        self._events.extend(kernel_events(record_t, data, self.container_name))
 
     def _nvml_events(self, data: str) -> None:
-        for ev in _lines(data):
-            etype = ev.get("eventType")
-            if ev.get("kind") != "event" or not isinstance(etype, int) or not etype & _XID_CRITICAL_EVENT:
-                continue
-            xid = ev.get("eventData") if isinstance(ev.get("eventData"), int) else None
-            uuid = ev.get("uuid") if isinstance(ev.get("uuid"), str) else None
-            t = _num(ev.get("t")) or 0.0
-            self._events.append(LiveEvent("xid", t, f"Xid {xid} on GPU {ev.get('gpu_index')} (NVML event)",
-                                          xid=xid, gpu=uuid, member=nvml_spec.EVENTS))
-            if xid == XID_GPU_LOST:
-                self._events.append(LiveEvent("gpu-lost", t, f"Xid 79 on GPU {ev.get('gpu_index')} (NVML event)",
-                                              xid=xid, gpu=uuid, member=nvml_spec.EVENTS))
+        self._events.extend(nvml_xid_events(data))
 
-    # -- attribution (on change only) ---------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
         """Re-run the attribution if identities changed since the last run; True when it ran."""
         if not (self._dirty or force):
@@ -499,7 +296,7 @@ class LiveState:
         members = dict(self._identity)
         if self._nvml_tick[1]:
             members[nvml_spec.SAMPLES] = b"".join(d if d.endswith(b"\n") else d + b"\n"
-                                                  for d in map(_bytes, self._nvml_tick[1]))
+                                                  for d in map(as_bytes, self._nvml_tick[1]))
         self._attr = attribute(members, *self.psi_floors)
         self._grants = {}
         self._cnames = {}
@@ -541,7 +338,7 @@ class LiveState:
         if hit is not None:
             return hit
         if self._attr is None:
-            return _UNKNOWN_OWNER, _NO_GRANT
+            return UNKNOWN_OWNER, NO_GRANT
         owner = self._attr.owner(pid)
         if owner.kind == "container" and not owner.pod_name:
             ns, name = self._pod_labels(owner.container_id)
@@ -641,7 +438,7 @@ class LiveState:
         triggers compare when they look, not every cgroup); the newest cgroup reading's time (the
         cgroup sampler's clock: a cgroup whose last reading is older was silent since); and the
         host's PSI shares over the interval since the last call, ``(from, t, shares)`` in
-        :data:`PSI_KEYS` order (None: nothing to compare). See forensics.record.live_cgroups."""
+        :data:`PSI_KEYS` order (None: nothing to compare). See forensics.record.live.cgroups."""
         rows, host = self._cgroups.take_fresh()
         return rows, self._cgroups.clock, host
 

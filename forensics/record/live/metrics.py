@@ -4,7 +4,7 @@ What dcgm-exporter cannot label: every GPU process with the container and pod it
 what that owner was granted on that GPU, decided by the analysis' own joins
 (forensics.record.live, forensics.analysis.attribution), so a series and a finding never disagree.
 
-Served (what :mod:`forensics.record.exposition` makes of each tick's snapshot; ``prometheus_client``'s exposition, text or OpenMetrics by the scraper's Accept header):
+Served (what :mod:`forensics.record.live.exposition` makes of each tick's snapshot; ``prometheus_client``'s exposition, text or OpenMetrics by the scraper's Accept header):
 
 - per process and GPU: ``gpuforensics_process_gpu_memory_bytes`` and
   ``gpuforensics_process_sm_utilization_percent`` labelled ``gpu`` (index), ``gpu_uuid``,
@@ -54,7 +54,7 @@ from prometheus_client.metrics_core import (
 )
 
 from forensics.errors import UsageError
-from forensics.record.exposition import (
+from forensics.record.live.exposition import (
     Histogram,
     ProcessLines,
     ProcessView,
@@ -65,7 +65,8 @@ from forensics.record.exposition import (
 )
 
 if TYPE_CHECKING:
-    from forensics.record.live import GpuLive, LiveState
+    from forensics.record.live.state import LiveState
+    from forensics.record.live.views import GpuLive
 
 __all__ = ["DEFAULT_HOST", "MetricsOptions", "RecorderMetrics", "metrics_options", "parse_metrics_addr"]
 

@@ -1,4 +1,4 @@
-"""What a scrape of ``record --metrics-addr`` answers (served by :mod:`forensics.record.metrics`).
+"""What a scrape of ``record --metrics-addr`` answers (served by :mod:`forensics.record.live.metrics`).
 
 :class:`Snapshot` is the immutable set of figures the recorder loop publishes once per tick
 (GPUs and processes from :mod:`forensics.record.live`, the triggers' counters, the recorder's own
@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.utils import floatToGoString as _go_float
 
 if TYPE_CHECKING:
-    from forensics.record.live import GpuLive, ProcessLive
+    from forensics.record.live.views import GpuLive, ProcessLive
 
 __all__ = ["GPU_LABELS", "PROCESS_LABELS", "TICK_BUCKETS", "Histogram", "ProcessLines", "ProcessView", "Snapshot", "SourceFigures",
            "collect_other", "collect_snapshot"]
@@ -74,7 +74,7 @@ class ProcessView(Sequence["ProcessLive"]):
     def _made(self) -> tuple[ProcessLive, ...]:
         items = self._items
         if items is None:
-            from forensics.record.live import ProcessLive
+            from forensics.record.live.views import ProcessLive
 
             items = self._items = tuple(ProcessLive(pid, idx, uuid, mig, t, used, sm, owner, grant)
                                         for (pid, idx, uuid, mig, t, used, sm), (owner, grant)
