@@ -45,6 +45,7 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.collect.context import CaptureOptions, CollectContext  # noqa: E402
 from forensics.record import child as child_mod  # noqa: E402
 from forensics.record.child import RecordSink  # noqa: E402
+from forensics.record.protocol import FRAME_HEAD  # noqa: E402
 from forensics.record.sources import make_driver  # noqa: E402
 from tests.support import nvmlsim  # noqa: E402
 
@@ -69,7 +70,7 @@ def _read_frame(fd: int) -> bytes:
         if not got:
             raise EOFError
         head += got
-    n, size = child_mod._FRAME.unpack(head)
+    n, size = FRAME_HEAD.unpack(head)
     want, parts = n + size, []
     while want:
         got = os.read(fd, min(want, 1 << 20))

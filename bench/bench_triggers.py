@@ -10,7 +10,7 @@ bundle ``unallocated-gpu-use``):
   appends it: the child summarises each line from its object (``live.Summarizer``, one per child,
   counted here: it runs only when the recorder keeps a live state; a GPU's process lists are sent
   once and named after, forensics.record.live.nvml), the summaries cross the pipe in the frame's
-  JSON header (``child.encode_header`` / ``decode_header``, as the child and the recorder do) and
+  JSON header (``protocol.encode_header`` / ``decode_header``, as the child and the recorder do) and
   the live state folds them;
 - ``cgroup/samples.jsonl``: the host root and ``--cgroups`` container cgroups, the lines built as
   the cgroups collector builds them and sent as bytes (``append_bytes``: no summary; the live
@@ -63,9 +63,9 @@ sys.path.insert(0, str(ROOT))
 
 from forensics.bundle.sink import dumps_json  # noqa: E402
 from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples  # noqa: E402
-from forensics.record.child import decode_header, encode_header  # noqa: E402
 from forensics.record.live import LiveState, Summarizer, summarize  # noqa: E402
 from forensics.record.live.metrics import MetricsOptions  # noqa: E402
+from forensics.record.protocol import decode_header, encode_header  # noqa: E402
 from forensics.record.recorder import Recorder, RecordOptions  # noqa: E402
 from forensics.record.triggers import Evaluator, parse_rules  # noqa: E402
 
@@ -163,7 +163,7 @@ def fold(state: LiveState, recs: list[tuple[str, list[dict] | None, bytes]], t: 
         summary: Any = None
         if objs is not None:  # in the child (RecordSink.append_jsonl), then the frame's header
             summary = [x for x in (summarize_line(member, o) for o in objs) if x is not None]
-            summary = decode_header(encode_header({"summary": summary}))["summary"]  # forensics.record.child
+            summary = decode_header(encode_header({"summary": summary}))["summary"]  # forensics.record.protocol
         state.feed(t, 0.0, member, "append", data, summary)  # the member bytes, as the recorder passes them
 
 

@@ -26,6 +26,8 @@ one-line message and an exit code. Anything else escaping to the CLI is a bug.
      ├── ClusterError                cluster capture cannot ask the cluster at all (no kubeconfig,
      │                               API unreachable, nodes or pods not listable)    exit 2
      ├── RingError                   the recorder's ring cannot be opened, locked or read  exit 2
+     ├── RecorderProtocolError       a message between a sampler child and the recorder that does not
+     │                               decode: dropped and recorded as an event, never fatal
      └── ReportError
 """
 
@@ -47,6 +49,7 @@ __all__ = [
     "ForensicsError",
     "OutputNotWritten",
     "ParseError",
+    "RecorderProtocolError",
     "ReportError",
     "ReportNotWritten",
     "RingError",
@@ -132,6 +135,11 @@ class OutputNotWritten(ForensicsError):
 
 class RingError(ForensicsError):
     """The flight recorder's ring cannot be opened, locked or read (``record``, ``ring``)."""
+
+
+class RecorderProtocolError(ForensicsError):
+    """A frame or command between a sampler child and the recorder that does not decode
+    (forensics.record.protocol): the recorder drops it and records why; it never stops the loop."""
 
 
 class BundleNotWritten(OutputNotWritten, CaptureError):

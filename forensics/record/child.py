@@ -6,17 +6,7 @@ The parent forks a child per source; the child runs the source's driver (capture
 ``EvidenceSink`` (``write_json``, ``append_jsonl``, ...), so a record is exactly the member bytes a
 capture would have written, stamped with wall and monotonic time.
 
-Protocol (pipes; the child is the only reader of its command pipe):
-
-- parent -> child: one JSON line per command: ``{"tick": i, "t": wall, "hints": {...}}`` or
-  ``{"quit": true}``;
-- child -> parent: frames of two 4-byte big-endian lengths, a JSON header (:func:`encode_header`) and the records' bytes:
-  ``{"kind": "hello"|"tick"|"fatal", "tick": i, "records": [[t, mono, member, op, size(, summary)], ...],
-  "notes": [...], "error": str|None, "hints": {...}}`` then each record's ``size`` bytes of member
-  data, in order. The data travels as the bytes the collector wrote: not escaped into JSON by the
-  child and parsed back by the parent (most of a tick's frame is JSON lines, all quotes). A
-  record's ``summary`` (when the recorder keeps a live state): what ``forensics.record.live
-  .summarize`` gives for each of its lines, taken from the objects before they were encoded.
+The messages on the two pipes, their types and their encoding: :mod:`forensics.record.protocol`.
 
 A child follows the rules of capture's collector children (:func:`forensics.collect.lifeline.fork_child`:
 it dies with its parent, stdout onto stderr, SIGINT ignored), runs in its own process group at nice 10 and is killed (the
@@ -34,31 +24,35 @@ from __future__ import annotations
 
 import fcntl
 import gc
-import json
 import os
 import signal
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from forensics.bundle.format import check_member_name
 from forensics.bundle.sink import dumps_json
 from forensics.collect.lifeline import fork_child, malloc_trim
-from forensics.errors import BundleUnsafe
+from forensics.errors import BundleUnsafe, RecorderProtocolError
+from forensics.record.protocol import (
+    Answer,
+    AnswerKind,
+    Command,
+    FrameReader,
+    QuitCommand,
+    Record,
+    decode_answer,
+    decode_command,
+    encode_command,
+    send_answer,
+)
 
-__all__ = ["RecordSink", "SourceProcess", "decode_header", "encode_header", "spawn"]
+__all__ = ["RecordSink", "SourceProcess", "child_loop", "spawn"]
 
-_FRAME = struct.Struct(">II")  # header length, body length
-MAX_FRAME = 64 << 20
 TRIM_EVERY = 10  # ticks between two malloc_trim calls
 PIPE_BYTES = 1 << 20  # the frames pipe's capacity (the default max of an unprivileged pipe)
-_ORJSON_AS_JSON = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # to default=str, as json does
-IOV_MAX = 512  # buffers per writev (Linux takes 1024)
 
 
 class RecordSink:
@@ -172,65 +166,52 @@ class SourceProcess:
     cmd_fd: int  # parent writes commands
     out_fd: int  # parent reads frames
     started_mono: float
-    buf: bytearray = field(default_factory=bytearray)
+    reader: FrameReader = field(default_factory=FrameReader)
     busy_tick: int | None = None
     busy_since: float = 0.0
     hello: bool = False
 
-    def send(self, obj: dict[str, Any]) -> bool:
-        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    @property
+    def buf(self) -> bytearray:
+        """The start of a frame not whole yet."""
+        return self.reader.buf
+
+    def send(self, command: Command) -> bool:
         try:
-            os.write(self.cmd_fd, data)
+            os.write(self.cmd_fd, encode_command(command))
         except OSError:
             return False
         return True
 
     def frames(self) -> list[dict[str, Any]]:
         """Read what is there (non-blocking) and return the complete frames (each header with its
-        ``records`` as ``[t, mono, member, op, data]``, ``data`` bytes); EOF raises EOFError."""
+        ``records`` as ``[t, mono, member, op, data]``, ``data`` bytes); EOF raises EOFError, a
+        stream that cannot be followed RecorderProtocolError. Frames that do not decode are left
+        out, their reasons kept (:meth:`take_rejected`)."""
         try:
             chunk = os.read(self.out_fd, 1 << 20)
         except BlockingIOError:
-            chunk = None
+            return []
         except OSError:
             chunk = b""
         if chunk == b"":
             raise EOFError
-        chunk = chunk or b""
-        head = _FRAME.size
-        if self.buf:  # a frame's start left from before: gather until that frame is whole, then copy once
-            self.buf += chunk
-            if len(self.buf) >= head:
-                n, size = _FRAME.unpack_from(self.buf, 0)
-                if n + size > MAX_FRAME:
-                    raise EOFError
-                if len(self.buf) < head + n + size:
-                    return []
-            else:
-                return []
-            data = bytes(self.buf)
-        else:
-            data = chunk
-        view = memoryview(data)
+        return self.reader.feed(chunk)
+
+    def answers(self) -> list[Answer]:
+        """:meth:`frames` as the child's typed answers; one that does not decode is left out, its
+        reason kept (:meth:`take_rejected`)."""
         out = []
-        pos = 0
-        while len(data) - pos >= head:
-            n, size = _FRAME.unpack_from(data, pos)
-            if n + size > MAX_FRAME:
-                raise EOFError
-            end = pos + head + n + size
-            if len(data) < end:
-                break
-            payload = view[pos + head:pos + head + n]
-            body = view[pos + head + n:end]  # each record's bytes are copied out of it once (_attach)
-            pos = end
+        for head in self.frames():
             try:
-                obj = decode_header(payload)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and _attach(obj, body):
-                out.append(obj)
-        self.buf = bytearray(view[pos:]) if pos < len(data) else bytearray()
+                out.append(decode_answer(head))
+            except RecorderProtocolError as exc:
+                self.reader.rejected.append(str(exc))
+        return out
+
+    def take_rejected(self) -> list[str]:
+        """Why each message read since the last call was dropped (one line each)."""
+        out, self.reader.rejected = self.reader.rejected, []
         return out
 
     def kill(self) -> None:
@@ -259,74 +240,6 @@ class SourceProcess:
             if time.monotonic() >= end:
                 return False
             time.sleep(0.01)
-
-
-def _attach(obj: dict[str, Any], body: bytes | memoryview) -> bool:
-    """Put each record's bytes from the frame's body in place of its size; False when the sizes do
-    not add up to the body (a frame not from :func:`_send`)."""
-    records = obj.get("records") or []
-    if not isinstance(records, list):
-        return False
-    at = 0
-    for rec in records:
-        if not (isinstance(rec, list) and len(rec) in (5, 6) and type(rec[4]) is int and rec[4] >= 0):
-            return False
-        rec[4], at = bytes(body[at:at + rec[4]]), at + rec[4]
-    return at == len(body)
-
-
-def encode_header(head: dict[str, Any]) -> bytes:
-    """A frame's JSON header: orjson's (a tenth of the standard library's CPU for a tick's
-    summaries and hints), the values as ``json.dumps(head, default=str)`` gives them (dates,
-    dataclasses, UUIDs and other types stringified alike; no header carries the two that differ: a
-    float NaN or infinity arrives as null, a plain Enum as its value); a header orjson cannot write (an integer beyond 64 bits, a key not a string) is the
-    standard library's, marked by a leading space for :func:`decode_header`."""
-    try:
-        return orjson.dumps(head, default=str, option=_ORJSON_AS_JSON)
-    except TypeError:
-        return b" " + json.dumps(head, separators=(",", ":"), default=str).encode()
-
-
-def decode_header(payload: bytes | memoryview) -> Any:
-    """:func:`encode_header`'s header back (ValueError: not JSON). The standard library reads a
-    marked one: orjson would read an integer beyond 64 bits as a float."""
-    if payload[:1] == b" ":
-        return json.loads(bytes(payload))
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return json.loads(bytes(payload))
-
-
-def _send(fd: int, obj: dict[str, Any]) -> None:
-    """One frame: ``obj`` with its ``records``' data sent after the header, not in it (a record's
-    data: bytes, or a list of byte strings, :meth:`RecordSink.take_chunks`, sent one after the
-    other). The frame's pieces go out by ``writev``, not joined into one buffer first."""
-    records = obj.get("records") or []
-    datas = [rec[4] if type(rec[4]) is list else [rec[4]] for rec in records]
-    sizes = [sum(map(len, chunks)) for chunks in datas]
-    head = {**obj, "records": [[*rec[:4], size, *rec[5:]] for rec, size in zip(records, sizes, strict=True)]}
-    header = encode_header(head)
-    parts: list[Any] = [_FRAME.pack(len(header), sum(sizes)), header]
-    for chunks in datas:
-        parts += chunks
-    _write_all(fd, [p for p in parts if len(p)])
-
-
-def _write_all(fd: int, parts: list[Any]) -> None:
-    """``parts`` written in order by ``os.writev`` (at most :data:`IOV_MAX` at a time), again from
-    where a short write stopped."""
-    i = 0
-    while i < len(parts):
-        n = os.writev(fd, parts[i:i + IOV_MAX])
-        while n > 0:
-            size = len(parts[i])
-            if n >= size:
-                n -= size
-                i += 1
-            else:
-                parts[i] = memoryview(parts[i])[n:]
-                n = 0
 
 
 def _name_process(comm: str) -> None:
@@ -368,11 +281,11 @@ def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: f
 
     sink: RecordSink = ctx.sink
 
-    def answer(kind: str, tick: int | None, error: str | None) -> None:
+    def answer(kind: AnswerKind, tick: int | None, error: str | None) -> None:
         notes, ctx.notes = ctx.notes, []
         hints, ctx.published = ctx.published, {}
-        _send(out_fd, {"kind": kind, "tick": tick, "records": sink.take_chunks(), "notes": notes,
-                       "error": error, "hints": hints, "dropped": sink.dropped})
+        send_answer(out_fd, Answer(kind, tick, [Record(*rec) for rec in sink.take_chunks()], notes, error, hints,
+                                   sink.dropped))
 
     ctx.deadline = time.monotonic() + max(tick_budget_s * 4, 30.0)
     try:
@@ -395,19 +308,20 @@ def child_loop(cmd_fd: int, out_fd: int, driver: Any, ctx: Any, tick_budget_s: f
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             try:
-                cmd = json.loads(line)
-            except ValueError:
+                cmd = decode_command(line)
+            except RecorderProtocolError as exc:  # the parent hears why, as a failed tick
+                answer("tick", None, f"{type(exc).__name__}: {exc}")
                 continue
-            if cmd.get("quit"):
+            if isinstance(cmd, QuitCommand):
                 driver.stop()
                 answer("tick", None, None)
                 return
-            merge_hints(ctx.hints, cmd.get("hints") or {})
-            index = int(cmd.get("tick", 0))
+            merge_hints(ctx.hints, dict(cmd.hints))
+            index = cmd.tick
             ctx.deadline = time.monotonic() + tick_budget_s
             error = None
             try:
-                driver.tick(ctx, Tick(index=index, time_unix=float(cmd.get("t", time.time()))))
+                driver.tick(ctx, Tick(index=index, time_unix=cmd.time_unix))
             except Exception as exc:  # noqa: BLE001 - one tick's failure is reported
                 error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             answer("tick", index, error)

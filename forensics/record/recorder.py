@@ -4,8 +4,9 @@ Every ``interval_s`` the loop sends a tick to each source's child (forensics.rec
 idle, collects the answers that arrive, and appends their records to the ring with one write.
 A child that has not answered within ``tick_timeout_s`` misses that tick (its gap is recorded when
 it answers again); one silent for ``hang_kill_s`` is killed and started again with a backoff, so a
-hung NVML call costs that source's figures only, never the loop. The loop itself never reads a
-source.
+hung NVML call costs that source's figures only, never the loop (the children's lives, their
+backoffs and gaps: :mod:`forensics.record.supervisor`; the messages between them and the loop:
+:mod:`forensics.record.protocol`). The loop itself never reads a source.
 
 Also recorded (member ``recorder/events.jsonl``): the start and the clean stop; a wall-clock jump
 (the offset between wall and monotonic clocks moved by more than ``clock_jump_s``: records keep
@@ -14,38 +15,25 @@ stops, one line is logged, records are counted as dropped; every ``retry_s`` a w
 again, and when it works the gap is recorded). SIGTERM/SIGINT: children are told to quit, then
 killed; the active segment is sealed. ``gpuforensics top`` drives the same loop one step at a
 time with no ring (:meth:`Recorder.step`, :meth:`Recorder.settled`, :meth:`Recorder.close`).
-
-Why this module is long: it is one loop over one state (the sources' children and their states,
-the records pending for the ring, the hints queued between the children); its parts (ticking,
-reading answers, routing hints, writing the ring, stopping) each change that state, and split
-they would reach into one another's.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forensics.bundle.redact import Redactor
 from forensics.bundle.sink import dumps_json
-from forensics.collect.context import CaptureOptions, CollectContext
+from forensics.collect.context import CaptureOptions
 from forensics.collect.lifeline import malloc_trim, wait_readable
-from forensics.record.child import TRIM_EVERY, RecordSink, SourceProcess, child_loop, spawn
+from forensics.record.child import TRIM_EVERY
 from forensics.record.options import RecordOptions
-from forensics.record.sources import (
-    ATTRIBUTE_PIDS,
-    DELTA_MEMBERS,
-    DRIVERS,
-    GPU_PIDS,
-    make_driver,
-    preload,
-)
+from forensics.record.protocol import Answer, TickCommand
+from forensics.record.sources import ATTRIBUTE_PIDS, DELTA_MEMBERS, DRIVERS, GPU_PIDS
+from forensics.record.supervisor import SourceChild, SourceState, Supervisor
 from forensics.ring import RingWriter
 from forensics.specs.base import Hint
 from forensics.specs.ring import RECORDER_EVENTS
@@ -58,24 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
 
 EVENTS = RECORDER_EVENTS
-_frozen = False  # gc.freeze() done in this process (once: see Recorder._share_with_children)
-
-
-@dataclass
-class _SourceState:
-    name: str
-    proc: SourceProcess | None = None
-    next_start: float = 0.0
-    failures: int = 0
-    status: str = "starting"
-    error: str | None = None
-    gap_from: float | None = None
-    gap_why: str = ""
-    ticks: int = 0
-    missed: int = 0
-    restarts: int = 0
-    reported: str | None = None  # the unavailability last written as an event, until a tick is answered
-    hinted: bool = False  # the child now running was sent a tick (its driver's ``resumes`` hint went with the first)
 
 
 class Recorder:
@@ -86,7 +56,8 @@ class Recorder:
         self.tick_timeout = options.tick_timeout_s or options.interval_s
         self.hang_kill = options.hang_kill_s or max(5.0, 5 * options.interval_s)
         self.stop = False
-        self.sources = {n: _SourceState(n) for n in options.sources}
+        self.supervisor = Supervisor(options.sources, self._source_child, self._event,
+                                     tick_timeout_s=self.tick_timeout, hang_kill_s=self.hang_kill)
         self.drivers = {n: DRIVERS[n] for n in options.sources}
         self.pending: list[tuple[float, float, str, str, bytes]] = []
         self.disk_full_since: float | None = None
@@ -129,6 +100,11 @@ class Recorder:
             from forensics.record.live.metrics import RecorderMetrics
 
             self.metrics = RecorderMetrics(options.metrics, options.interval_s)
+
+    @property
+    def sources(self) -> dict[str, SourceState]:
+        """Each source's state (its child, status, counters, open gap): the supervisor's."""
+        return self.supervisor.sources
 
     # -- signals ----------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -189,114 +165,47 @@ class Recorder:
                               kubeconfig=self.options.kubeconfig, kube_context=self.options.kube_context,
                               node_name=self.options.node_name)
 
-    def _share_with_children(self) -> None:
-        """Before the first fork: load what the children will load, then move every object there
-        is into the collector's permanent generation (``gc.freeze``). A child's collections then
-        never write to the inherited objects' headers, nor do the parent's, so the pages stay
-        shared between the parent and all its children instead of being copied into each one.
-        Once per process: objects made later are collected as usual (a restarted child inherits
-        them unfrozen; it freezes what it inherits itself, see forensics.record.child.spawn)."""
-        global _frozen
-        if _frozen:
-            return
-        preload(self.options.sources)
-        gc.collect()
-        gc.freeze()
-        _frozen = True
+    def _source_child(self, name: str) -> SourceChild:
+        """What the child of source ``name`` runs (forensics.record.supervisor.SourceChild)."""
+        return SourceChild(name, self._capture_options(), self.key, self.hang_kill, live=self.live is not None,
+                           nice=self.options.nice)
 
-    def _start_source(self, st: _SourceState) -> None:
-        self._share_with_children()
-        options = self._capture_options()
-        key = self.key
-        budget = self.hang_kill
-        live = self.live is not None
-
-        def body(cmd_fd: int, out_fd: int, name: str = st.name) -> None:
-            if self.options.nice:
-                try:
-                    os.nice(self.options.nice if os.nice(0) < self.options.nice else 0)
-                except OSError:
-                    pass
-            sink = RecordSink()
-            if live:  # the live state folds the children's summaries, not the lines' JSON
-                from forensics.record.live import SUMMARIZED, Summarizer
-
-                sink = RecordSink(summarize=Summarizer(), summarized=SUMMARIZED)
-            ctx = CollectContext(options, sink, Redactor(enabled=options.redact, key=key),  # type: ignore[arg-type]
-                                 {}, None, name)
-            child_loop(cmd_fd, out_fd, make_driver(name), ctx, budget)
-
-        st.proc = spawn(st.name, body)
-        st.status = "starting"
-        st.hinted = False
-
-    def _end_source(self, st: _SourceState, why: str, backoff: bool = True) -> None:
-        if st.proc is not None:
-            st.proc.kill()
-            st.proc.close()
-            st.proc.reap(0.5)
-            st.proc = None
-        st.failures += 1
-        st.restarts += 1
-        delay = min(60.0, 1.0 * (2 ** min(st.failures - 1, 6))) if backoff else 0.0
-        st.next_start = time.monotonic() + delay
-        st.error = why
-        if st.gap_from is None:
-            st.gap_from, st.gap_why = time.time(), why
-
-    def _handle(self, st: _SourceState, msg: dict[str, Any]) -> None:
-        kind = msg.get("kind")
+    def _handle(self, st: SourceState, answer: Answer) -> None:
+        """One answer of a source's child: its records to the ring (and the live state), its notes
+        and the hints it published to the loop's queues, what it means for the source to the supervisor."""
         driver = self.drivers[st.name]
         resume = driver.resumes
-        for rec in msg.get("records") or []:  # data: the member's bytes (SourceProcess.frames)
-            try:
-                t, mono, member, op, data = rec[:5]
-                self.pending.append((float(t), float(mono), str(member), str(op), data))
-                if resume is not None and member == resume.member:  # a restarted child resumes after it
-                    value = resume.read(data)
-                    if value is not None:
-                        self.held[resume.hint.key] = value
-                if self.live is not None:  # the child's summary of the lines where it sent one
-                    self.live.feed(float(t), float(mono), str(member), str(op), data, rec[5] if len(rec) > 5 else None)
-            except (TypeError, ValueError):
-                continue
-        for note in msg.get("notes") or []:
-            self._event("note", source=st.name, text=str(note)[:2000])
-        hints = msg.get("hints") or {}
+        for rec in answer.records:  # data: the member's bytes (SourceProcess.answers)
+            data = rec.data if isinstance(rec.data, bytes) else b"".join(rec.data)
+            self.pending.append((rec.t, rec.mono, rec.member, rec.op, data))
+            if resume is not None and rec.member == resume.member:  # a restarted child resumes after it
+                value = resume.read(data)
+                if value is not None:
+                    self.held[resume.hint.key] = value
+            if self.live is not None:  # the child's summary of the lines where it sent one
+                self.live.feed(rec.t, rec.mono, rec.member, rec.op, data, rec.summary)
+        for note in answer.notes:
+            self._event("note", source=st.name, text=note[:2000])
         for hint in driver.publishes:
-            self._receive(hint, hints.get(hint.key) or [])
-        if kind == "fatal":
-            why = str(msg.get("error") or "failed")
-            if st.reported != why:
-                self._event("source", source=st.name, status="unavailable", error=why)
-                st.reported = why
-            self._end_source(st, why)
-            st.status = "unavailable"
+            self._receive(hint, answer.hints.get(hint.key) or [])
+        if answer.kind == "fatal":
+            self.supervisor.failed(st, answer.error or "failed")
             return
-        if kind == "hello":
+        if answer.kind == "hello":
             st.status = "running"
             return
-        if kind == "tick" and st.proc is not None:
-            if self.metrics is not None and st.proc.busy_tick is not None:
-                self.metrics.answered(st.name, st.proc.busy_since)
-            st.proc.busy_tick = None
-            error = msg.get("error")
-            if error:
-                self._event("tick-error", source=st.name, tick=msg.get("tick"), error=str(error)[:2000])
-                if driver.restart_when_hung and ("did not return" in str(error) or "hung" in str(error)):
-                    self._end_source(st, f"NVML call hung: {error}", backoff=False)
-                    st.next_start = time.monotonic() + self.options.interval_s
-                return
-            st.ticks += 1
-            st.failures = 0
-            st.reported = None
-            if st.gap_from is not None:
-                now = time.time()
-                self._event("gap", source=st.name, **{"from": round(st.gap_from, 6)}, to=round(now, 6),
-                            reason=st.gap_why)
-                st.gap_from = None
-            st.status = "running"
-            st.error = None
+        if st.proc is None:
+            return
+        if self.metrics is not None and st.proc.busy_tick is not None:
+            self.metrics.answered(st.name, st.proc.busy_since)
+        st.proc.busy_tick = None
+        error = answer.error
+        if error:
+            self._event("tick-error", source=st.name, tick=answer.tick, error=error[:2000])
+            if driver.restart_when_hung and ("did not return" in error or "hung" in error):
+                self.supervisor.end(st, f"NVML call hung: {error}", backoff=False, after_s=self.options.interval_s)
+            return
+        self.supervisor.answered(st)
 
     def _receive(self, hint: Hint[Any], values: list[Any]) -> None:
         """A published hint: GPU PIDs become ``attribute_pids`` (first sightings); others are queued."""
@@ -326,23 +235,9 @@ class Recorder:
         now_mono = time.monotonic()
         wall = time.time()
         for st in self.sources.values():
-            if st.proc is None:
-                if now_mono >= st.next_start:
-                    self._start_source(st)
+            if not self.supervisor.ready(st, now_mono, wall):
                 continue
-            if not st.proc.hello:
-                if now_mono - st.proc.started_mono > self.hang_kill * 2:
-                    self._end_source(st, f"did not start within {self.hang_kill * 2:g} s")
-                continue
-            if st.proc.busy_tick is not None:
-                st.missed += 1
-                if st.gap_from is None:
-                    st.gap_from, st.gap_why = wall, f"no answer within {self.tick_timeout:g} s"
-                if now_mono - st.proc.busy_since > self.hang_kill:
-                    self._event("source", source=st.name, status="restarted",
-                                error=f"no answer for {now_mono - st.proc.busy_since:.1f} s: killed")
-                    self._end_source(st, f"no answer for {self.hang_kill:g} s (killed)")
-                continue
+            assert st.proc is not None
             hints: dict[str, list[Any]] = {}
             driver = self.drivers[st.name]
             for hint in driver.reads:
@@ -352,12 +247,10 @@ class Recorder:
             resume = driver.resumes
             if resume is not None and not st.hinted and self.held.get(resume.hint.key) is not None:
                 hints[resume.hint.key] = [self.held[resume.hint.key]]  # read once, at the child's first tick
-            if st.proc.send({"tick": index, "t": wall, "hints": hints}):
-                st.proc.busy_tick = index
-                st.proc.busy_since = now_mono
-                st.hinted = True
+            if st.proc.send(TickCommand(index, wall, hints)):
+                self.supervisor.sent(st, index, now_mono)
             else:
-                self._end_source(st, "command pipe closed")
+                self.supervisor.end(st, "command pipe closed")
 
     def _poll(self, until: float) -> None:
         """Read answers until the monotonic time ``until``; their records go to the ring with one
@@ -370,7 +263,7 @@ class Recorder:
     def _read_answers(self, until: float) -> None:
         while not self.stop:
             left = until - time.monotonic()
-            fds = {st.proc.out_fd: st for st in self.sources.values() if st.proc is not None}
+            fds = self.supervisor.running()
             if left <= 0:
                 return
             try:
@@ -381,20 +274,13 @@ class Recorder:
                 continue
             for fd in ready:
                 st = fds[fd]
-                assert st.proc is not None
-                try:
-                    frames = st.proc.frames()
-                except EOFError:
-                    self._event("source", source=st.name, status="exited", error="sampler process exited")
-                    self._end_source(st, "sampler process exited")
-                    continue
-                for msg in frames:
-                    if msg.get("kind") in ("hello",):
+                for answer in self.supervisor.read(st):
+                    if answer.kind == "hello" and st.proc is not None:
                         st.proc.hello = True
-                    self._handle(st, msg)
+                    self._handle(st, answer)
                     if st.proc is None:
                         break
-            if ready and not any(s.proc is not None and s.proc.busy_tick is not None for s in self.sources.values()):
+            if ready and not self.supervisor.busy():
                 self._flush()  # the tick's last answer
 
     # -- the whole run ----------------------------------------------------------------------
@@ -471,31 +357,7 @@ class Recorder:
             self.metrics.close()
         if self.triggers is not None:
             self.triggers.close()
-        for st in self.sources.values():
-            if st.proc is not None:
-                st.proc.send({"quit": True})
-        end = time.monotonic() + 2.0
-        while any(st.proc is not None and st.proc.busy_tick is None for st in self.sources.values()) \
-                and time.monotonic() < end:
-            for st in self.sources.values():
-                if st.proc is None:
-                    continue
-                r = wait_readable([st.proc.out_fd], 0.05)
-                if r:
-                    try:
-                        for msg in st.proc.frames():
-                            self._handle(st, msg)
-                    except EOFError:
-                        st.proc.kill()
-                        st.proc.close()
-                        st.proc.reap(0.5)
-                        st.proc = None
-        for st in self.sources.values():
-            if st.proc is not None:
-                st.proc.kill()
-                st.proc.close()
-                st.proc.reap(0.5)
-                st.proc = None
+        self.supervisor.stop_all(self._handle)
         self._event("stop", ticks=self.ticks, records=self.records_written)
         self.disk_full_since = None if self.disk_full_since is None else self.disk_full_since
         self.last_retry = 0.0
@@ -515,8 +377,7 @@ class Recorder:
     def settled(self) -> bool:
         """Every source started and answered its last tick, and no hint waits for its reader
         (GPU PIDs to attribute, cgroup paths to sample)."""
-        return not any(st.proc is not None and (st.proc.busy_tick is not None or not st.proc.hello)
-                       for st in self.sources.values()) and not any(self.queued.values())
+        return self.supervisor.settled() and not any(self.queued.values())
 
     def close(self) -> None:
         """Stop the sources' children (what :meth:`run` does at its end)."""
@@ -524,8 +385,7 @@ class Recorder:
 
     def status(self) -> dict[str, Any]:
         return {"ticks": self.ticks, "records_written": self.records_written,
-                "sources": {n: {"status": s.status, "ticks": s.ticks, "missed": s.missed,
-                                "restarts": s.restarts, "error": s.error} for n, s in self.sources.items()},
+                "sources": self.supervisor.status(),
                 **({"triggers": self.triggers.status()} if self.triggers is not None else {})}
 
 

@@ -373,13 +373,14 @@ def test_hints_no_recorded_source_reads_are_not_queued(tmp_path: Any) -> None:
     take them, and with ``--sources nvml`` the GPU PIDs no procfs child to attribute them: a day of
     them would be kept for nobody. With every source, both are queued for their reader."""
     from forensics.record.options import RecordOptions
+    from forensics.record.protocol import Answer
     from forensics.record.recorder import Recorder
 
     def feed(rec: Recorder) -> None:
         for tick in range(100):
             rec._handle(rec.sources["procfs"] if "procfs" in rec.sources else rec.sources["nvml"],
-                        {"kind": "hello", "hints": {"cgroup_paths": [f"/kubepods/pod{tick}/c"]}})
-            rec._handle(rec.sources["nvml"], {"kind": "hello", "hints": {"gpu_pids": [1000 + tick]}})
+                        Answer("hello", hints={"cgroup_paths": [f"/kubepods/pod{tick}/c"]}))
+            rec._handle(rec.sources["nvml"], Answer("hello", hints={"gpu_pids": [1000 + tick]}))
 
     lonely = Recorder(RecordOptions(ring=tmp_path / "a", sources=("nvml", "procfs")), log=lambda _: None)
     feed(lonely)

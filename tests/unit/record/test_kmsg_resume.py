@@ -15,6 +15,7 @@ from forensics.collectors.kernel import KernelCollector
 from forensics.record.child import SourceProcess
 from forensics.record.kmsg_resume import FROM_START, last_seq, resume_seq
 from forensics.record.options import RecordOptions
+from forensics.record.protocol import Answer, Command, Record, TickCommand
 from forensics.record.recorder import Recorder
 from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingWriter
@@ -126,10 +127,11 @@ class _Child(SourceProcess):
 
     def __init__(self) -> None:
         super().__init__(name="kernel", pid=0, cmd_fd=-1, out_fd=-1, started_mono=time.monotonic(), hello=True)
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[TickCommand] = []
 
-    def send(self, obj: dict[str, Any]) -> bool:
-        self.sent.append(obj)
+    def send(self, command: Command) -> bool:
+        assert isinstance(command, TickCommand)
+        self.sent.append(command)
         return True
 
     def kill(self) -> None:
@@ -144,8 +146,7 @@ class _Child(SourceProcess):
 
 def _answer(rec: Recorder, tick: int, data: bytes) -> None:
     st = rec.sources["kernel"]
-    rec._handle(st, {"kind": "tick", "tick": tick, "records": [[time.time(), time.monotonic(), KMSG_WINDOW,
-                                                                 "append", data]]})
+    rec._handle(st, Answer("tick", tick, [Record(time.time(), time.monotonic(), KMSG_WINDOW, "append", data)]))
     rec.pending.clear()
 
 
@@ -163,20 +164,20 @@ def test_a_restarted_kernel_child_resumes_after_the_last_record_received(tmp_pat
         st.proc = children[-1]
         st.hinted = False
 
-    monkeypatch.setattr(rec, "_start_source", start)
+    monkeypatch.setattr(rec.supervisor, "start", start)
     st = rec.sources["kernel"]
     rec._tick(0)  # starts the first child
     rec._tick(0)
-    assert children[0].sent[0]["hints"] == {}
+    assert children[0].sent[0].hints == {}
     _answer(rec, 0, _kmsg(41) + _kmsg(42, "the last record received") + b" SUBSYSTEM=pci\n")
     rec._tick(1)
-    assert children[0].sent[1]["hints"] == {}  # a running child reads the hint once: not sent again
-    rec._end_source(st, "no answer for 5 s (killed)", backoff=False)  # hang-killed mid-tick
+    assert children[0].sent[1].hints == {}  # a running child reads the hint once: not sent again
+    rec.supervisor.end(st, "no answer for 5 s (killed)", backoff=False)  # hang-killed mid-tick
     rec._tick(2)  # the new child
     rec._tick(2)
-    assert children[1].sent[0]["hints"] == {"kmsg_last_seq": [42]}
+    assert children[1].sent[0].hints == {"kmsg_last_seq": [42]}
     _answer(rec, 2, _kmsg(43))
-    rec._end_source(st, "no answer for 5 s (killed)", backoff=False)
+    rec.supervisor.end(st, "no answer for 5 s (killed)", backoff=False)
     rec._tick(3)
     rec._tick(3)
-    assert children[2].sent[0]["hints"] == {"kmsg_last_seq": [43]}
+    assert children[2].sent[0].hints == {"kmsg_last_seq": [43]}

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from forensics.analysis import analyze_bundles
-from forensics.record.child import decode_header, encode_header
 from forensics.record.live import SUMMARIZED, LiveState, summarize
+from forensics.record.protocol import decode_header, encode_header
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "sample_bundles"

@@ -60,7 +60,8 @@ def test_a_frame_carries_the_records_bytes_verbatim_after_its_header() -> None:
     import os
     import time
 
-    from forensics.record.child import SourceProcess, _send
+    from forensics.record.child import SourceProcess
+    from forensics.record.protocol import send_frame
 
     sink = RecordSink()
     sink.append_jsonl("nvml/samples.jsonl", {"q": 'say "hi"\n', "n": 1})
@@ -69,8 +70,8 @@ def test_a_frame_carries_the_records_bytes_verbatim_after_its_header() -> None:
     records = sink.take_bytes()
     r, w = os.pipe()
     try:
-        _send(w, {"kind": "tick", "tick": 7, "records": records, "notes": ["n"]})
-        _send(w, {"kind": "tick", "tick": 8, "records": []})
+        send_frame(w, {"kind": "tick", "tick": 7, "records": records, "notes": ["n"]})
+        send_frame(w, {"kind": "tick", "tick": 8, "records": []})
         proc = SourceProcess("x", 0, -1, r, time.monotonic())
         os.set_blocking(r, False)
         frames = proc.frames()
@@ -92,7 +93,8 @@ def test_a_frames_header_reads_back_as_the_standard_librarys_json_gives_it() -> 
     import os
     import time
 
-    from forensics.record.child import SourceProcess, _send, decode_header, encode_header
+    from forensics.record.child import SourceProcess
+    from forensics.record.protocol import decode_header, encode_header, send_frame
 
     heads = [{"kind": "tick", "tick": 3, "records": [], "hints": {"gpu_pids": [1, 2]}, "t": 0.1, "neg": -0.0},
              {"kind": "tick", "tick": 4, "records": [], "big": 2 ** 70, "small": -(2 ** 63)},
@@ -105,7 +107,7 @@ def test_a_frames_header_reads_back_as_the_standard_librarys_json_gives_it() -> 
     r, w = os.pipe()
     try:
         for head in heads:
-            _send(w, head)
+            send_frame(w, head)
         proc = SourceProcess("x", 0, -1, r, time.monotonic())
         os.set_blocking(r, False)
         frames = proc.frames()
@@ -122,7 +124,8 @@ def test_a_frame_split_across_reads_arrives_whole_and_once() -> None:
     import os
     import time
 
-    from forensics.record.child import SourceProcess, _send
+    from forensics.record.child import SourceProcess
+    from forensics.record.protocol import send_frame
 
     sink = RecordSink()
     for i in range(50):
@@ -131,8 +134,8 @@ def test_a_frame_split_across_reads_arrives_whole_and_once() -> None:
     records = sink.take_bytes()
     r, w = os.pipe()
     try:
-        _send(w, {"kind": "tick", "tick": 1, "records": records})
-        _send(w, {"kind": "tick", "tick": 2, "records": records[-1:]})
+        send_frame(w, {"kind": "tick", "tick": 1, "records": records})
+        send_frame(w, {"kind": "tick", "tick": 2, "records": records[-1:]})
         whole = os.read(r, 1 << 20)
         proc = SourceProcess("x", 0, -1, r, time.monotonic())
         os.set_blocking(r, False)
@@ -158,8 +161,9 @@ def test_a_frame_of_unjoined_chunks_is_the_frame_of_their_bytes(monkeypatch: pyt
     import os
     import time
 
-    from forensics.record import child
-    from forensics.record.child import SourceProcess, _send
+    from forensics.record import protocol
+    from forensics.record.child import SourceProcess
+    from forensics.record.protocol import send_frame
 
     def fill(sink: RecordSink) -> None:
         for i in range(700):
@@ -172,7 +176,7 @@ def test_a_frame_of_unjoined_chunks_is_the_frame_of_their_bytes(monkeypatch: pyt
     fill(chunked)
     records = joined.take_bytes()
     pieces = chunked.take_chunks()
-    assert len(pieces[0][4]) == 700 > child.IOV_MAX
+    assert len(pieces[0][4]) == 700 > protocol.IOV_MAX
     real = os.writev
     monkeypatch.setattr(os, "writev", lambda fd, bufs: real(fd, [bytes(memoryview(b"".join(bufs))[:7])]))
     r, w = os.pipe()
@@ -181,7 +185,7 @@ def test_a_frame_of_unjoined_chunks_is_the_frame_of_their_bytes(monkeypatch: pyt
         proc = SourceProcess("x", 0, -1, r, time.monotonic())
         got = []
         for recs in (pieces, records):
-            _send(w, {"kind": "tick", "tick": 1, "records": recs})
+            send_frame(w, {"kind": "tick", "tick": 1, "records": recs})
             got.extend(proc.frames())
     finally:
         os.close(r)
