@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forensics.record.live import LiveState  # noqa: E402
+from forensics.record.live.state import LiveState  # noqa: E402
 from forensics.record.triggers import Evaluator, Firing, parse_rules  # noqa: E402
 from forensics.record.triggers.baseline_rules import BaselineRules  # noqa: E402
 

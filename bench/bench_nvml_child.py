@@ -83,7 +83,7 @@ def _read_frame(fd: int) -> bytes:
 
 def run_child(lib: Path, ticks: int, interval: float, live: bool, offset: float) -> dict[str, Any]:
     """The nvml child's loop in a thread, ticked at ``interval`` from this thread; CPU per tick."""
-    from forensics.record import live as live_mod
+    from forensics.record.live import summaries as live_mod
 
     options = CaptureOptions(interval_s=interval, timeout_s=5.0, nvml_library=str(lib),
                              extra={"nvml.call_timeout_s": str(max(1.0, min(interval, 5.0)))})

@@ -39,8 +39,8 @@ from forensics.bundle.redact import Redactor  # noqa: E402
 from forensics.bundle.sink import EvidenceSink  # noqa: E402
 from forensics.collect.context import CaptureOptions, CollectContext, Tick  # noqa: E402
 from forensics.collectors.nvml.nvml import NvmlCollector  # noqa: E402
-from forensics.record import live  # noqa: E402
 from forensics.record.child import RecordSink  # noqa: E402
+from forensics.record.live import summaries as live  # noqa: E402
 from forensics.record.sources import NvmlDriver  # noqa: E402
 from tests.support.nvmlsim import Scenario, activate, build_library  # noqa: E402
 

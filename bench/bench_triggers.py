@@ -63,8 +63,9 @@ sys.path.insert(0, str(ROOT))
 
 from forensics.bundle.sink import dumps_json  # noqa: E402
 from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples  # noqa: E402
-from forensics.record.live import LiveState, Summarizer, summarize  # noqa: E402
 from forensics.record.live.metrics import MetricsOptions  # noqa: E402
+from forensics.record.live.state import LiveState  # noqa: E402
+from forensics.record.live.summaries import Summarizer, summarize  # noqa: E402
 from forensics.record.protocol import decode_header, encode_header  # noqa: E402
 from forensics.record.recorder import Recorder, RecordOptions  # noqa: E402
 from forensics.record.triggers import Evaluator, parse_rules  # noqa: E402

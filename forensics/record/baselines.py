@@ -32,7 +32,8 @@ from forensics.analysis.baseline import (
     BucketSeries,
     InsufficientHistory,
 )
-from forensics.record.live import PSI_KEYS, LiveState
+from forensics.record.live.cgroups import PSI_KEYS
+from forensics.record.live.state import LiveState
 from forensics.ring.reader import RingReader
 from forensics.specs import nvml as nvml_spec
 

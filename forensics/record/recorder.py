@@ -39,8 +39,8 @@ from forensics.specs.base import Hint
 from forensics.specs.ring import RECORDER_EVENTS
 
 if TYPE_CHECKING:
-    from forensics.record.live import LiveState
     from forensics.record.live.metrics import RecorderMetrics
+    from forensics.record.live.state import LiveState
     from forensics.record.triggers import TriggerEngine
 
 __all__ = ["RecordOptions", "Recorder", "run_recorder"]
@@ -81,7 +81,7 @@ class Recorder:
         self.triggers: TriggerEngine | None = None
         self.live: LiveState | None = None
         if options.triggers is not None or options.metrics is not None:
-            from forensics.record.live import LiveState
+            from forensics.record.live.state import LiveState
 
             self.live = LiveState()
         if options.triggers is not None:

@@ -1,6 +1,6 @@
 """What ``gpuforensics top`` folds: the recorder's live state, plus the figures a person looks at.
 
-:class:`TopState` is :class:`~forensics.record.live.LiveState` (GPUs, GPU processes with their
+:class:`TopState` is :class:`~forensics.record.live.state.LiveState` (GPUs, GPU processes with their
 owner and grant from the analysis' own joins, cgroups, events), fed the same records, whoever
 sends them (top's own samplers, or the recorder's ring: forensics.top.feeds). It keeps beside it
 what the recorder's triggers never needed and top shows:
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.parsing.attribution import attribute_path
-from forensics.record.live import LiveState
+from forensics.record.live.state import LiveState
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import docker as docker_spec
 from forensics.specs import nvml as nvml_spec

@@ -13,8 +13,11 @@ The package, one concept a module:
 - :mod:`~forensics.record.live.events`: OOM kills, Xids and lost GPUs from the event members;
 - :mod:`~forensics.record.live.decode`: member bytes as text and JSON lines;
 - :mod:`~forensics.record.live.exposition` and :mod:`~forensics.record.live.metrics`: ``record
-  --metrics-addr``, the live state as Prometheus metrics (not imported here: prometheus_client is
-  loaded only by a recorder that serves them).
+  --metrics-addr``, the live state as Prometheus metrics.
+
+Nothing is imported here: each user imports the module it needs, so ``record`` without
+``--trigger`` or ``--metrics-addr`` never loads the state (nor the analysis' attribution under
+it), and the state never loads prometheus_client.
 
 :class:`LiveState` is fed every record the recorder receives (``feed(t, mono, member, op, data)``,
 from ``Recorder._handle``) and keeps only the latest figures, bounded; it never reads a source
@@ -50,12 +53,3 @@ small typed API:
 
 Everything is keyed on what the samplers wrote; times are the records' wall clocks (``t``).
 """
-
-from forensics.analysis.attribution import Grant, OwnerInfo
-from forensics.record.live.cgroups import PSI_KEYS
-from forensics.record.live.state import LiveState
-from forensics.record.live.summaries import SUMMARIZED, Summarizer, summarize
-from forensics.record.live.views import CgroupLive, GpuLive, LiveEvent, ProcessLive
-
-__all__ = ["PSI_KEYS", "SUMMARIZED", "CgroupLive", "GpuLive", "Grant", "LiveEvent", "LiveState", "OwnerInfo",
-           "ProcessLive", "Summarizer", "summarize"]

@@ -31,7 +31,7 @@ from typing import Any
 
 from forensics.analysis.baseline import Baseline
 from forensics.record.baselines import BaselineTracker, seed_from_ring
-from forensics.record.live import LiveState
+from forensics.record.live.state import LiveState
 from forensics.record.triggers.evaluate import EVALUATIONS_PER_DURATION, Firing
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec

@@ -42,7 +42,7 @@ from forensics.bundle.format import iso_from_unix
 from forensics.bundle.leftovers import TRIGGER_LOG_PREFIX, owner_token, sweep_abandoned
 from forensics.collect.lifeline import die_with_parent
 from forensics.errors import UsageError
-from forensics.record.live import LiveState
+from forensics.record.live.state import LiveState
 from forensics.record.triggers.baseline_rules import BaselineRules
 from forensics.record.triggers.evaluate import Evaluator, Firing
 from forensics.record.triggers.grammar import Rule

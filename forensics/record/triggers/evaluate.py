@@ -31,8 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.record.live import PSI_KEYS, Grant, LiveEvent, LiveState, OwnerInfo
-from forensics.record.live.cgroups import FreshRow
+from forensics.analysis.attribution import Grant, OwnerInfo
+from forensics.record.live.cgroups import PSI_KEYS, FreshRow
+from forensics.record.live.state import LiveState
+from forensics.record.live.views import LiveEvent
 from forensics.record.triggers.grammar import Rule
 from forensics.specs import cgroups as cgroups_spec
 from forensics.specs import nvml as nvml_spec

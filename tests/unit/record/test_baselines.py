@@ -22,7 +22,7 @@ from forensics.analysis.baseline import (
 )
 from forensics.errors import UsageError
 from forensics.record.baselines import workload_key
-from forensics.record.live import LiveState
+from forensics.record.live.state import LiveState
 from forensics.record.triggers import parse_rule, parse_rules
 from forensics.record.triggers.baseline_rules import BaselineRules
 from forensics.ring.writer import RingWriter

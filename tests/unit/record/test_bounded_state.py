@@ -19,10 +19,10 @@ from forensics.collect.context import CaptureOptions, CollectContext, Tick
 from forensics.collectors.docker import follow
 from forensics.record import sources
 from forensics.record.child import RecordSink
-from forensics.record.live import LiveState, ProcessLive
 from forensics.record.live.cgroups import CgroupFold
 from forensics.record.live.exposition import ProcessLines, Snapshot
-from forensics.record.live.views import NO_GRANT, UNKNOWN_OWNER
+from forensics.record.live.state import LiveState
+from forensics.record.live.views import NO_GRANT, UNKNOWN_OWNER, ProcessLive
 from forensics.specs.docker import container_member
 
 

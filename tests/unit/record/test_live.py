@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from forensics.analysis import analyze_bundles
-from forensics.record.live import SUMMARIZED, LiveState, summarize
+from forensics.record.live.state import LiveState
+from forensics.record.live.summaries import SUMMARIZED, summarize
 from forensics.record.protocol import decode_header, encode_header
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from forensics.collectors.nvml.fast import SAMPLE_FIELDS, Samples
-from forensics.record.live import LiveState, Summarizer
 from forensics.record.live.nvml import _PID_SM, _sm_of, nvml_summary
+from forensics.record.live.state import LiveState
+from forensics.record.live.summaries import Summarizer
 from forensics.record.protocol import decode_header, encode_header
 from forensics.record.triggers import Evaluator, parse_rules
 from tests.unit.record.test_live import SAMPLES, replay

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from forensics.bundle.sink import dumps_json
-from forensics.record.live import LiveState, summarize
+from forensics.record.live.state import LiveState
+from forensics.record.live.summaries import summarize
 from forensics.record.triggers import Evaluator, TriggerEngine, TriggerOptions, parse_rules
 from tests.unit.record.test_live import replay
 

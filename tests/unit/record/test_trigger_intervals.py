@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from forensics.record.live import LiveState
+from forensics.record.live.state import LiveState
 from forensics.record.triggers import Evaluator, parse_rules
 from forensics.record.triggers.evaluate import EVALUATIONS_PER_DURATION, Firing
 from tests.unit.record.test_trigger_changes import CID, PATH, T0, Cgroups

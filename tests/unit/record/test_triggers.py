@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from forensics.errors import UsageError
-from forensics.record.live import LiveState
+from forensics.record.live.state import LiveState
 from forensics.record.triggers import (
     Evaluator,
     TriggerEngine,
@@ -225,7 +225,7 @@ def _recorder_capturing(tmp_path: Path, bundles: Path) -> subprocess.Popen[str]:
     capture's PID."""
     code = (
         "import sys, time\nfrom pathlib import Path\n"
-        "from forensics.record.live import LiveState\n"
+        "from forensics.record.live.state import LiveState\n"
         "from forensics.record.triggers import TriggerEngine, TriggerOptions, parse_rules, Firing\n"
         f"o = TriggerOptions(rules=parse_rules(['oom']), bundles=Path({str(bundles)!r}), trigger_duration_s=60)\n"
         "o.check()\n"
