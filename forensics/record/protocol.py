@@ -109,6 +109,7 @@ class Record(NamedTuple):
 AnswerKind = Literal["hello", "tick", "fatal"]
 _KINDS = frozenset(get_args(AnswerKind))
 _OPS = frozenset({"write", "append"})
+_NUMBERS = (int, float)
 
 
 @dataclass(frozen=True)
@@ -154,13 +155,13 @@ def decode_answer(head: Any) -> Answer:
     if not (isinstance(hints, dict) and all(isinstance(v, list) for v in hints.values())):
         raise RecorderProtocolError(f"a {kind} answer whose hints are not lists by key: {_excerpt(hints)}")
     records = []
-    for n, rec in enumerate(head.get("records") or []):
-        if not (isinstance(rec, list) and len(rec) in (5, 6) and _is_number(rec[0]) and _is_number(rec[1])
-                and isinstance(rec[2], str) and rec[3] in _OPS and type(rec[4]) is bytes
-                and (len(rec) == 5 or rec[5] is None or isinstance(rec[5], list))):
+    for n, rec in enumerate(head.get("records") or []):  # a tick's records: a few type checks each
+        if not (type(rec) is list and (size := len(rec)) in (5, 6) and type(rec[0]) in _NUMBERS
+                and type(rec[1]) in _NUMBERS and type(rec[2]) is str and rec[3] in _OPS and type(rec[4]) is bytes
+                and (size == 5 or rec[5] is None or type(rec[5]) is list)):
             raise RecorderProtocolError(f"a {kind} answer whose record {n} is not [t, mono, member, write|append, "
                                         f"data(, summary)]: {_excerpt(rec)}")
-        records.append(Record(float(rec[0]), float(rec[1]), rec[2], rec[3], rec[4], rec[5] if len(rec) > 5 else None))
+        records.append(Record(float(rec[0]), float(rec[1]), rec[2], rec[3], rec[4], rec[5] if size == 6 else None))
     return Answer(cast(AnswerKind, kind), tick, records, [str(n) for n in notes], error, hints, dropped)
 
 
@@ -297,7 +298,7 @@ def _attach(obj: Any, body: bytes | memoryview) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
+    return type(value) in _NUMBERS
 
 
 def _excerpt(value: Any, limit: int = 120) -> str:
