@@ -359,8 +359,7 @@ class Recorder:
             self.triggers.close()
         self.supervisor.stop_all(self._handle)
         self._event("stop", ticks=self.ticks, records=self.records_written)
-        self.disk_full_since = None if self.disk_full_since is None else self.disk_full_since
-        self.last_retry = 0.0
+        self.last_retry = 0.0  # the last flush tries the disk now, whatever the retry interval
         self._flush()
         if self.writer is not None:
             self.writer.close()
