@@ -29,24 +29,32 @@ def _tick(line: str, tick: int, t: float) -> bytes:
     return (json.dumps(obj) + "\n").encode()
 
 
-def test_the_records_written_just_before_a_seal_are_read(tmp_path: Path) -> None:
-    """The writer seals right after the append that ages (or fills) the active segment, and opens
-    the next one at the next append: what that last append wrote is in the sealed segment only.
-    top reads it there, from where it stopped: a process that left the GPU in that tick is gone
-    from the view, and a container that died then is shown dead (no later tick brings it back)."""
+def _ring_after_one_tick(ring: Path) -> tuple[RingWriter, list[str], float]:
+    """A ring as the recorder starts one from the sample bundle's node: the state members, then one
+    tick of GPU 0 (trainer and notebook on it); the writer (open), the sample's NVML lines, and
+    the start time. Line 0 onwards: trainer alone on GPU 0."""
     members = _members(SAMPLES / "unallocated-gpu-use.tgz")
     writes = [(n, d) for n, d in sorted(members.items())
               if n.startswith(("nvml/", "proc/", "docker/")) and not n.endswith(".jsonl")]
     lines = [ln for ln in members["nvml/samples.jsonl"].decode().splitlines() if ln.strip()]
     assert '"pid": 6768' in lines[24] and '"pid": 6768' not in lines[0]  # GPU 0: trainer and notebook; trainer
-    ring = tmp_path / "ring"
     writer = RingWriter(ring, max_bytes=64 << 20, segment_bytes=1 << 20, segment_age_s=600.0,
                         delta_members=DELTA_MEMBERS).open()
+    now = time.time()
+    writer.append([(now, time.monotonic(), n, "write", d) for n, d in writes])
+    writer.append([(now + 1, time.monotonic(), "nvml/samples.jsonl", "append",
+                   _tick(lines[24], 1, now + 1) + _tick(lines[25], 1, now + 1))])
+    return writer, lines, now
+
+
+def test_the_records_written_just_before_a_seal_are_read(tmp_path: Path) -> None:
+    """The writer seals right after the append that ages (or fills) the active segment, and opens
+    the next one at the next append: what that last append wrote is in the sealed segment only.
+    top reads it there, from where it stopped: a process that left the GPU in that tick is gone
+    from the view, and a container that died then is shown dead (no later tick brings it back)."""
+    ring = tmp_path / "ring"
+    writer, lines, now = _ring_after_one_tick(ring)
     try:
-        now = time.time()
-        writer.append([(now, time.monotonic(), n, "write", d) for n, d in writes])
-        writer.append([(now + 1, time.monotonic(), "nvml/samples.jsonl", "append",
-                        _tick(lines[24], 1, now + 1) + _tick(lines[25], 1, now + 1))])
         state = TopState()
         feed = RingFeed(state, ring)
         feed.look_s = 0.0
@@ -161,18 +169,9 @@ def test_top_started_right_after_a_seal_shows_the_sealed_data(tmp_path: Path) ->
     import subprocess
     import sys
 
-    members = _members(SAMPLES / "unallocated-gpu-use.tgz")
-    writes = [(n, d) for n, d in sorted(members.items())
-              if n.startswith(("nvml/", "proc/", "docker/")) and not n.endswith(".jsonl")]
-    lines = [ln for ln in members["nvml/samples.jsonl"].decode().splitlines() if ln.strip()]
     ring = tmp_path / "ring"
-    writer = RingWriter(ring, max_bytes=64 << 20, segment_bytes=1 << 20, segment_age_s=600.0,
-                        delta_members=DELTA_MEMBERS).open()
+    writer, lines, now = _ring_after_one_tick(ring)
     try:
-        now = time.time()
-        writer.append([(now, time.monotonic(), n, "write", d) for n, d in writes])
-        writer.append([(now + 1, time.monotonic(), "nvml/samples.jsonl", "append",
-                        _tick(lines[24], 1, now + 1) + _tick(lines[25], 1, now + 1))])
         writer.rotate()  # sealed; no active segment until the next append
         root = Path(__file__).resolve().parents[3]
         top = subprocess.run([sys.executable, "-m", "forensics", "top", "--once", "--json", "--ring", str(ring)],
