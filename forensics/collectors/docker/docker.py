@@ -15,7 +15,8 @@ the engine's own JSON is kept, not SDK objects; ``DOCKER_HOST``/``DOCKER_TLS_VER
 - ``GET /containers/{id}/top?ps_args=...``       -> ``docker/containers/<id>/top.json``
 - ``GET /containers/{id}/stats?stream=0&one-shot=1`` -> ``docker/containers/<id>/stats.json``
 - ``GET /containers/{id}/logs?timestamps=1&since=<window start>&tail=N`` -> ``docker/containers/<id>/logs.txt``
-  (the newest ``logs.max_bytes`` of it, cut at a line start)
+  (the newest ``logs.max_bytes`` of it, cut at a line start; a line longer than that keeps its end,
+  the part of a token the cut began in redacted: forensics.bundle.secrets.cut)
 - ``GET /exec/{id}/json`` (inspect's ExecIDs)    -> ``docker/containers/<id>/execs/<exec>.json``
 - ``GET /images/{id}/json``                      -> ``docker/images/<hex>/inspect.json``
 - ``GET /events?since=..&until=..``              -> ``docker/events.jsonl`` (one event a line)
@@ -310,13 +311,20 @@ class DockerCollector:
             elif kind == "logs":
                 data = result if isinstance(result, bytes) else b""
                 kept, dropped = newest_lines(data, max_log_bytes)
+                # a line longer than logs.max_bytes keeps its end: the kept text may begin inside
+                # a token, whose part left there is redacted too (and the line's timestamp, not
+                # the cut text's first word, is the record's)
+                cut_start = dropped > 0 and data[dropped - 1:dropped] != b"\n"
+                head = data.rfind(b"\n", 0, dropped) + 1
+                line_head = data[head:min(head + 64, dropped)] if cut_start else b""
                 index["containers"].setdefault(subject, {})["logs"] = {
                     "received_bytes": len(data), "kept_bytes": len(kept), "dropped_oldest_bytes": dropped,
                     # where a --duration window's read of this log resumes (window_logs)
-                    "last_line": last_line_record(kept)}
+                    "last_line": last_line_record(kept, cut_line_head=line_head)}
                 # the whole text at once: a PEM block spans lines
                 ctx.sink.write_text(dspec.container_member(subject, "logs.txt"),
-                                    ctx.redactor.text(kept.decode("utf-8", "replace"), "logs"))
+                                    ctx.redactor.text(kept.decode("utf-8", "replace"), "logs",
+                                                      cut_start=cut_start))
             elif kind == "stats":
                 ctx.sink.write_json(dspec.container_member(subject, "stats.json"), result)
             elif kind == "image":

@@ -23,7 +23,8 @@ counts are those of the appended text alone.
 ``docker/window/logs.json`` records, per container, ``since``, ``last_kept_line``,
 ``already_kept_lines``, ``received_bytes``, ``kept_bytes``, ``dropped_oldest_bytes``,
 ``boundary_lines_repeated`` and any ``error``. The new text is cut to ``logs.max_bytes`` (the
-newest whole lines).
+newest whole lines; a line longer than that keeps its end, redacted alone with the part of a token
+the cut began in: forensics.bundle.secrets.cut).
 """
 
 from __future__ import annotations
@@ -67,12 +68,16 @@ def _stamp(line: bytes) -> bytes:
     return line.split(b" ", 1)[0]
 
 
-def last_line_record(kept: bytes) -> dict[str, Any] | None:
+def last_line_record(kept: bytes, cut_line_head: bytes = b"") -> dict[str, Any] | None:
     """What the snapshot records of the raw log it kept: its last line's engine timestamp and
-    how many of its last lines carry it (None for no line)."""
+    how many of its last lines carry it (None for no line). ``cut_line_head``: where the cut to
+    ``logs.max_bytes`` fell inside the first kept line, that line's dropped start (up to its
+    timestamp): the kept text begins with no timestamp, and its first word may be a token's part."""
     lines = kept.splitlines()
     if not lines:
         return None
+    if cut_line_head:
+        lines[0] = (cut_line_head + lines[0][:64]).split(b"\n", 1)[0]
     last = _stamp(lines[-1])
     same = sum(1 for _ in itertools.takewhile(lambda ln: _stamp(ln) == last, reversed(lines)))
     return {"time": last.decode("ascii", "replace"), "lines_at_time": same}
@@ -98,9 +103,13 @@ def split_new_lines(data: bytes, record: dict[str, Any] | None) -> tuple[bytes, 
     return data[:pos], data[pos:], old
 
 
-def redact_after(ctx: CollectContext, old: bytes, new: bytes) -> tuple[str, int]:
+def redact_after(ctx: CollectContext, old: bytes, new: bytes, *, cut_start: bool = False) -> tuple[str, int]:
     """The redacted text of ``new`` as it stands after ``old`` (module doc), and how many old
-    lines it repeats (those a boundary-crossing secret starts in)."""
+    lines it repeats (those a boundary-crossing secret starts in). ``cut_start``: ``new`` was cut
+    to ``logs.max_bytes`` inside a line: the bytes dropped before it part it from ``old``, and
+    its first word may be a token's end (redacted alone, the cut at its start)."""
+    if cut_start:
+        return ctx.redactor.text(new.decode("utf-8", "replace"), "logs", cut_start=True), 0
     context = old[-_CONTEXT_BYTES:]
     if len(context) < len(old):  # from a line start
         context = context[context.find(b"\n") + 1:]
@@ -162,7 +171,9 @@ def append_window_logs(ctx: CollectContext, client: Any, settings: DockerSetting
             data = result if isinstance(result, bytes) else b""
             old, fresh, old_lines = split_new_lines(data, records.get(cid))
             new, dropped = newest_lines(fresh, max_bytes)
-            text, repeated = redact_after(ctx, old, new) if new else ("", 0)
+            # a new line longer than logs.max_bytes keeps its end: it may begin inside a token
+            cut_start = dropped > 0 and fresh[dropped - 1:dropped] != b"\n"
+            text, repeated = redact_after(ctx, old, new, cut_start=cut_start) if new else ("", 0)
             report[cid].update(already_kept_lines=old_lines, received_bytes=len(fresh), kept_bytes=len(new),
                                dropped_oldest_bytes=dropped, boundary_lines_repeated=repeated, error=None)
             if text:
