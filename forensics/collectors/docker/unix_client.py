@@ -125,12 +125,16 @@ class UnixEngineClient:
             raise
 
     def get_bytes(self, url: str, params: dict[str, Any] | None = None) -> bytes:
+        """The whole body of ``GET url``; one over ``_MAX_BODY`` is an error, never a silent cut
+        (a log cut there would keep its oldest lines and lose the newest: the incident's)."""
         response, conn, target = self._request(url, params)
         try:
-            body = response.read(_MAX_BODY)
+            body = response.read(_MAX_BODY + 1)
         finally:
             conn.close()
         _raise_for_status(response, target, body)
+        if len(body) > _MAX_BODY:
+            raise APIError(f"the engine's answer to {target} is over {_MAX_BODY} bytes: not read")
         return body
 
     def get_json(self, url: str, params: dict[str, Any] | None = None) -> Any:

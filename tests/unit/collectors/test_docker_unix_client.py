@@ -48,3 +48,38 @@ def test_one_shot_refused_before_the_request_on_an_old_api() -> None:
     client.api_version = (1, 40)
     with pytest.raises(APIError, match="one_shot is not supported"):
         client.stats("abc", stream=False, one_shot=True)
+
+
+def test_an_answer_over_the_cap_is_an_error_not_a_cut(tmp_path, monkeypatch) -> None:
+    """A body past the client's cap was read up to the cap and returned as if whole: a log
+    would have kept its oldest lines and lost the newest. Now the call fails, named."""
+    import socket
+    import threading
+
+    from forensics.collectors.docker import unix_client
+
+    path = str(tmp_path / "engine.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    bodies = [b"x" * 64, b"y" * 65]
+
+    def serve() -> None:
+        for body in bodies:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    monkeypatch.setattr(unix_client, "_MAX_BODY", 64)
+    client = UnixEngineClient(path, 5.0)
+    try:
+        assert client.get_bytes("/containers/abc/logs") == b"x" * 64  # at the cap: whole
+        with pytest.raises(APIError, match="over 64 bytes: not read"):
+            client.get_bytes("/containers/abc/logs")
+    finally:
+        thread.join(5)
+        server.close()
