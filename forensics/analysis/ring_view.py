@@ -27,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import math
 from bisect import bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forensics.analysis.findings import Evidence, EvidenceRef
+from forensics.analysis.ring_members import RingMembers
 from forensics.analysis.source import Source
 from forensics.bundle.format import iso_from_unix
 from forensics.bundle.reader import ReadLimits
@@ -49,7 +51,8 @@ class RebuiltRing:
     """The ``ring/<member>`` members rebuilt from a bundle's segments (names without ``ring/``), and
     where each record's lines came from."""
 
-    members: dict[str, bytes] = field(default_factory=dict)
+    #: by name: the small ones held, the others rebuilt again when read (:class:`RingMembers`)
+    members: Mapping[str, bytes] = field(default_factory=dict)
     #: member -> (first line of each record in the member, (segment member, record line) of each)
     origins: dict[str, tuple[list[int], list[tuple[str, int]]]] = field(default_factory=dict)
     segments: list[str] = field(default_factory=list)  # the segment members used, in order
@@ -121,9 +124,8 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     present = sorted(m for m in src.members if m.startswith(SEGMENTS))
     left_out = _check(src, present, out)
     order = [m for m in listed if m in src.members] + [m for m in present if m not in listed]
-    chunks: dict[str, bytearray] = {}  # grown in place: a member of hundreds of MB is never joined (copied) again
+    store = RingMembers(src.bundle, limits, since, until, out.origins)  # where each record lies, not its bytes
     lines_so_far: dict[str, int] = {}
-    latest: dict[str, tuple[bytes, tuple[str, int]]] = {}
     total = 0
     decode = DecodeBudget(limits.max_total_bytes)  # what change-only lines rebuild, in all segments
     inflate_left = 2 * limits.max_total_bytes  # the text of all segments (records outside the window too)
@@ -162,6 +164,7 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         out.segments.append(member)
         problems: list[str] = []
         run = str(lines[0][1].get("run", ""))
+        store.segment(member, run, lines, not skipped)
         capped = False
         decode.left = min(decode.left, limits.max_total_bytes - total)
         for rec in window_records(member, lines, run, since, until, (), True, {}, [], problems, decode, skipped):
@@ -174,15 +177,12 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
                 break
             origin = (member, rec.line)
             if rec.op == "write":  # the state, copied into every segment: only the latest copy is kept
-                total -= len(latest.get(rec.member, (b"", origin))[0])
-                latest[rec.member] = (rec.data, origin)
+                total -= store.write_size(rec.member)
+                store.write(rec)
                 continue
             first = lines_so_far.get(rec.member, 0) + 1
             lines_so_far[rec.member] = first - 1 + rec.data.count(b"\n")
-            buf = chunks.get(rec.member)
-            if buf is None:
-                buf = chunks[rec.member] = bytearray()
-            buf += rec.data
+            store.append(rec)
             starts, where = out.origins.setdefault(rec.member, ([], []))
             starts.append(first)
             where.append(origin)
@@ -194,11 +194,8 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
         out.problems.extend(f"{name}: {p}" for p in problems)
         if capped or decode.passed:
             break
-    for m, buf in chunks.items():
-        out.members[m] = buf  # bytes-like, as the bundle reader's members are
-    for m, (data, origin) in latest.items():  # a write is the member as of the capture start
-        out.members[m] = data
-        out.origins[m] = ([1], [origin])
+    store.close()  # a write is the member as of the capture start
+    out.members = store
     return out
 
 
@@ -272,15 +269,30 @@ class _PrefixBundle:
 
 
 class _RebuiltBundle(_PrefixBundle):
-    """The rebuilt members first, then the bundle's own ``ring/`` members (an older layout's)."""
+    """The rebuilt members first, then the bundle's own ``ring/`` members (an older layout's); a
+    rebuilt member not held is read in pieces (``read_chunks``, ``read_at``: Source prefers them)."""
 
     def __init__(self, bundle: Any, prefix: str, rebuilt: RebuiltRing) -> None:
         super().__init__(bundle, prefix)
         self.rebuilt = rebuilt
 
     def read_bytes(self, member: str) -> bytes:
-        data = self.rebuilt.members.get(member)
-        return data if data is not None else super().read_bytes(member)
+        if member in self.rebuilt.members:
+            return self.rebuilt.members[member]
+        return super().read_bytes(member)
+
+    def read_chunks(self, member: str) -> Iterator[bytes]:
+        members = self.rebuilt.members
+        if isinstance(members, RingMembers) and member in members:
+            return members.chunks(member)
+        return iter((self.read_bytes(member),))
+
+    def read_at(self, member: str, offset: int, length: int) -> bytes:
+        members = self.rebuilt.members
+        if isinstance(members, RingMembers) and member in members:
+            return members.read_at(member, offset, length)
+        data = self.read_bytes(member)
+        return bytes(data[offset:offset + length])
 
 
 class RingSource(Source):
