@@ -4,9 +4,9 @@ An hour of the recorder's 1 Hz samples rebuilds to hundreds of MB (8 GPUs x 64 p
 of ``nvml/samples.jsonl`` from ~2 MB of segments), a day to gigabytes: holding them is what a
 laptop notices. :class:`RingMembers` keeps of each rebuilt member where each of its records lies:
 the byte offset in the member where the record's data starts (its segment record, segment member
-and line, is the view's ``origins``). A small member (up to the bundle reader's
-``held_member_bytes``, all of them together up to its ``held_total_bytes``: the reader's own policy
-for its members) is held as it is rebuilt; a bigger one is rebuilt again when it is read, one
+and line, is the view's ``origins``). A small member is held as it is rebuilt (all of them
+together up to the bundle reader's ``held_total_bytes``, each up to a quarter of that, 16 MiB by
+default, or the reader's ``held_member_bytes`` if more); a bigger one is rebuilt again when it is read, one
 segment at a time (a segment decodes alone: the recorder starts each with whole lines of every
 key): :meth:`RingMembers.chunks` hands out each record's data as its segment is decoded,
 :meth:`RingMembers.read_at` decodes the one segment holding an offset (the latest one decoded is
@@ -80,6 +80,10 @@ class RingMembers(Mapping[str, bytes]):
         self._writes: dict[str, tuple[tuple[str, int], int]] = {}
         self._held_writes: dict[str, bytes] = {}
         self._held_size = 0
+        #: a member is held up to a quarter of what is held in all (at least what the bundle reader
+        #: holds of a member): read again, a member costs the decoding of every segment again, not
+        #: the inflating from a nearby resume point the bundle reader's own members cost
+        self._member_cap = max(limits.held_member_bytes, limits.held_total_bytes // 4)
         #: the latest segment decoded for a quote: (member, segment), its records' data by line
         self._cache: tuple[tuple[str, str], dict[int, bytes]] | None = None
 
@@ -88,8 +92,9 @@ class RingMembers(Mapping[str, bytes]):
         """A segment whose records follow (``lines``: its ``valid_prefix`` lines, the header first)."""
         self._segments[member] = _Segment(member, run, lines, whole)
 
-    def _hold(self, size: int) -> bool:
-        return size <= self._limits.held_member_bytes and self._held_size + size <= self._limits.held_total_bytes
+    def _holds(self, size: int, more: int) -> bool:
+        """Whether a member of ``size`` bytes is held, ``more`` of them not held yet."""
+        return size <= self._member_cap and self._held_size + more <= self._limits.held_total_bytes
 
     def append(self, rec: RingRecord) -> None:
         """An appended record's data, at the member's end."""
@@ -102,7 +107,7 @@ class RingMembers(Mapping[str, bytes]):
         if member in self._streamed:
             return
         buf = self._held.get(member)
-        if size <= self._limits.held_member_bytes and self._held_size + len(data) <= self._limits.held_total_bytes:
+        if self._holds(size, len(data)):
             if buf is None:
                 buf = self._held[member] = bytearray()  # grown in place: never joined (copied) again
             buf += data
@@ -125,7 +130,7 @@ class RingMembers(Mapping[str, bytes]):
         if old is not None:
             self._held_size -= len(old)
         self._writes[member] = ((rec.segment, rec.line), len(data))
-        if len(data) <= self._limits.held_member_bytes and self._held_size + len(data) <= self._limits.held_total_bytes:
+        if self._holds(len(data), len(data)):
             self._held_writes[member] = data
             self._held_size += len(data)
 

@@ -14,12 +14,25 @@ the rebuilt member (``ring/...``) and line, and says which segment record it was
 (``derived_from``: the segment member and its line, and whether its SHA-256 was checked against
 the provenance: not where the bundle has no readable ``ring/provenance.json``).
 
+The rebuilt members are not held (forensics.analysis.ring_members): of each record the view keeps
+where it lies (the byte offset its data starts at in the member, its segment record, run and time);
+a member bigger than the view holds (a quarter of ``ReadLimits.held_total_bytes``) is rebuilt again
+from its segments when a loader reads it, one segment at a time (``read_chunks``, and ``read_at``
+for a quoted line: the one segment holding it), so what the view holds of it is at most one
+segment's records, not the hundreds of MB an hour of samples rebuilds.
+
 A segment is untrusted input: its hash is checked against the provenance by the bundle's one check
 (forensics.bundle.verify.segment_faults: a mismatch, or a segment the provenance does not list,
 leaves it out; analyze's integrity limitation states the fact, so the view does not again), its
 inflation and the rebuilt bytes are capped by the bundle reader's limits, a broken line is a
 problem in the report (a whole line that is not a record is skipped and named, the records after it
-read). Bundles of earlier versions hold the ``ring/`` members whole: they are read as they are.
+read). The caps: a segment's text at most ``max_member_bytes`` (the inflation bomb: each time it is
+decoded), the text of all segments at most twice ``max_total_bytes``, and the bytes rebuilt, as
+what change-only lines may rebuild, at most ``max_total_bytes``. Since the rebuilt bytes are not held,
+``max_total_bytes`` no longer protects the memory from them (``held_*`` and one segment do): it
+bounds the work, the bytes the loaders parse and the decoder makes, and it stays what it was so the
+same bundle under the same limits reads the same records (and says the same of what it left out).
+Bundles of earlier versions hold the ``ring/`` members whole: they are read as they are.
 """
 
 from __future__ import annotations
