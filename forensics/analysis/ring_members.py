@@ -169,9 +169,6 @@ class RingMembers(Mapping[str, bytes]):
     def __contains__(self, member: object) -> bool:
         return member in self._offsets
 
-    def size(self, member: str) -> int:
-        return self._offsets[member][-1]
-
     def held_bytes(self) -> int:
         """The bytes of rebuilt members held now: the small members, and the records of the latest
         segment decoded for a quote."""
