@@ -28,6 +28,7 @@ from typing import NamedTuple
 from forensics.errors import ParseError
 
 __all__ = [
+    "MAX_MESSAGE_CHARS",
     "KmsgRecord",
     "iter_dmesg_raw",
     "iter_journal_json",
@@ -39,7 +40,8 @@ __all__ = [
     "wall_time_unix",
 ]
 
-_MAX_MESSAGE_CHARS = 64 * 1024  # a printk record is at most ~1 KiB; anything longer is not one
+MAX_MESSAGE_CHARS = 64 * 1024  # a printk record is at most ~1 KiB; anything longer is not one
+_MAX_MESSAGE_CHARS = MAX_MESSAGE_CHARS
 
 
 class KmsgRecord(NamedTuple):

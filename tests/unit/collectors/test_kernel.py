@@ -139,7 +139,8 @@ def test_window_hint_says_where_to_start(tmp_path: Path, hint: list[int] | None,
 def test_record_lines_are_canonical_json() -> None:
     """The hand-built records.jsonl line is exactly what dumps_json makes of the record."""
     from forensics.bundle.sink import dumps_json
-    from forensics.collectors.kernel import _lines, record_line
+    from forensics.collectors.kernel.collector import _lines
+    from forensics.collectors.kernel.derive import record_line
     from forensics.parsing import kmsg
 
     text = KMSG.read_bytes() + b'6,800,1,-;quote " backslash \\\\ unicode \xc3\xa9 \xe2\x80\xa8 end\n'
@@ -154,7 +155,7 @@ def test_record_lines_are_canonical_json() -> None:
 
 
 def test_lines_blocks_keep_every_line() -> None:
-    from forensics.collectors.kernel import _lines
+    from forensics.collectors.kernel.collector import _lines
 
     raw = KMSG.read_bytes()
     for block in (1, 7, 64, 1 << 20):

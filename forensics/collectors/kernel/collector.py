@@ -4,7 +4,8 @@ Sources, first that works: ``/dev/kmsg`` (non-blocking reads, one record per ``r
 buffer so any record fits), then ``dmesg --raw``, then ``journalctl -k -o json``. Wall-clock
 times: boot time (``time.time() - clock_gettime(CLOCK_MONOTONIC)``) plus each record's
 microseconds since boot; ``CLOCK_BOOTTIME - CLOCK_MONOTONIC`` is recorded too, since printk time
-stops during suspend. ``--since`` drops older records (raw and derived alike).
+stops during suspend. ``--since`` drops older records (raw and derived alike). What is derived
+is derive.py's, from a /dev/kmsg dump a block at a time (blocks.py).
 
 Every record's text is redacted as free text is (``Redactor.text_bytes``: a kernel command line or
 a driver message can carry a credential), before it is stored or parsed: the members and what is
@@ -18,22 +19,21 @@ linked to its memcg and so to a container or pod), ``kernel/xid.json``, ``kernel
 from __future__ import annotations
 
 import errno
-import json
-import json.encoder
 import os
 import stat
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
 from forensics.bundle.sink import dumps_json
 from forensics.collect.context import CollectContext, Tick
 from forensics.collect.lifeline import run_tied
+from forensics.collectors.kernel.blocks import derive_kmsg
+from forensics.collectors.kernel.derive import Derived, derive, oom_json
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing import kmsg, nvrm, oomkill
-from forensics.parsing.attribution import attribute_path
 from forensics.specs.hints import KMSG_LAST_SEQ
 from forensics.specs.kernel import (
     DMESG,
@@ -49,12 +49,9 @@ from forensics.specs.kernel import (
     XID,
 )
 
-__all__ = ["COLLECTOR", "KernelCollector", "derive", "read_kmsg_records"]
+__all__ = ["COLLECTOR", "KernelCollector", "clock_readings", "read_kmsg_records"]
 
 READ_BUFFER_BYTES = 65536
-_DERIVED_CHUNK = 20_000  # records.jsonl lines written per append
-_MAX_DRIVER_MESSAGES = 10_000
-_MAX_EVENTS = 100_000
 
 
 def clock_readings() -> dict[str, float]:
@@ -151,100 +148,6 @@ def _record_header_seq(record: bytes) -> int | None:
         return None
 
 
-def _link_memcg(path: str | None) -> dict[str, Any] | None:
-    if not path:
-        return None
-    try:
-        return attribute_path(path).to_json()
-    except ParseError:
-        return {"cgroup_path": path, "kind": "unknown"}
-
-
-def oom_json(kill: oomkill.OomKill, boot: float) -> dict[str, Any]:
-    """An OOM kill as stored in ``kernel/oom.json``: the parsed fields, wall time, attribution."""
-    item = asdict(kill)
-    item["seqs"] = list(kill.seqs)
-    item["time"] = kmsg.wall_time_iso(kill.ts_usec, boot)
-    item["task_attribution"] = _link_memcg(kill.task_memcg)
-    item["oom_attribution"] = _link_memcg(kill.oom_memcg)
-    return item
-
-
-_encode_string = json.encoder.encode_basestring  # json.dumps(s, ensure_ascii=False), without
-# building an encoder per call
-
-
-def record_line(record: kmsg.KmsgRecord, time_iso: str) -> str:
-    """One ``records.jsonl`` line: the same JSON ``dumps_json(..., indent=None)`` makes (sorted
-    keys), written out directly because a ring buffer can hold a million records."""
-    message = _encode_string(record.message)
-    seq = "null" if record.seq is None else str(record.seq)
-    fields = ""
-    if record.fields:  # as dumps_json(dict(fields)) writes them (sorted keys, the last of a key twice)
-        fields = ", ".join(f"{_encode_string(k)}: {_encode_string(v)}" for k, v in sorted(dict(record.fields).items()))
-        fields = f'"fields": {{{fields}}}, '
-    return (f'{{"facility": {record.facility}, {fields}"level": {record.level}, '
-            f'"message": {message}, "seq": {seq}, "time": "{time_iso}", '
-            f'"ts_usec": {record.ts_usec}}}')
-
-
-class Derived:
-    """Accumulates what one pass over the records yields (bounded)."""
-
-    def __init__(self, boot: float) -> None:
-        self.boot = boot
-        self.tracker = oomkill.OomTracker()
-        self.ooms: list[dict[str, Any]] = []
-        self.xids: list[dict[str, Any]] = []
-        self.driver: list[dict[str, Any]] = []
-        self.count = 0
-        self.first_ts: int | None = None
-        self.last_ts: int | None = None
-        self.last_seq: int | None = None
-
-    def feed(self, record: kmsg.KmsgRecord) -> str:
-        """Consume one record; return its ``records.jsonl`` line (JSON, no newline)."""
-        self.count += 1
-        ts = record.ts_usec
-        if self.first_ts is None:
-            self.first_ts = ts
-        self.last_ts = ts
-        if record.seq is not None:
-            self.last_seq = record.seq
-        kill = self.tracker.feed(record)
-        if kill is not None and len(self.ooms) < _MAX_EVENTS:
-            self.ooms.append(oom_json(kill, self.boot))
-        xid = nvrm.parse_xid(record)
-        if xid is not None and len(self.xids) < _MAX_EVENTS:
-            item = asdict(xid)
-            item["time"] = kmsg.wall_time_iso(xid.ts_usec, self.boot)
-            self.xids.append(item)
-        driver = nvrm.parse_driver_message(record)
-        if driver is not None and len(self.driver) < _MAX_DRIVER_MESSAGES:
-            item = asdict(driver)
-            item["time"] = kmsg.wall_time_iso(driver.ts_usec, self.boot)
-            self.driver.append(item)
-        return record_line(record, kmsg.wall_time_iso(ts, self.boot))
-
-
-def derive(records: Iterable[kmsg.KmsgRecord], boot: float,
-           write_lines: Any = None) -> Derived:
-    """Run records through the OOM tracker, Xid and driver parsers. ``write_lines`` receives
-    ``records.jsonl`` text in chunks (None: not produced)."""
-    derived = Derived(boot)
-    chunk: list[str] = []
-    for record in records:
-        line = derived.feed(record)
-        if write_lines is not None:
-            chunk.append(line)
-            if len(chunk) >= _DERIVED_CHUNK:
-                write_lines("\n".join(chunk) + "\n")
-                chunk = []
-    if write_lines is not None and chunk:
-        write_lines("\n".join(chunk) + "\n")
-    return derived
-
-
 class KernelCollector:
     """``kernel``: ring buffer verbatim; OOM kills, Xid events and driver warnings derived."""
 
@@ -304,8 +207,7 @@ class KernelCollector:
                 ctx.note(f"{stats['overwritten']} kmsg records were overwritten while reading")
             if stats.get("truncated"):
                 ctx.partial(f"kernel log cut at {max_bytes} bytes")
-            derived = self._derive(ctx, kmsg.iter_kmsg(_lines(raw), self._on_error(index)),
-                                   boot)
+            derived = derive_kmsg(raw, boot, self._records_writer(ctx), self._on_error(index))
         except OSError as error:
             attempts[self.kmsg_path] = f"{type(error).__name__}: {error.strerror or error}"
         if derived is None:
@@ -341,13 +243,13 @@ class KernelCollector:
                 errors.append(f"line {number}: {error}")
         return record
 
-    def _derive(self, ctx: CollectContext, records: Iterable[kmsg.KmsgRecord],
-                boot: float) -> Derived:
+    def _records_writer(self, ctx: CollectContext) -> Callable[[str], None]:
+        """Starts ``kernel/records.jsonl``; returns what appends text to it."""
         def write(text: str) -> None:
             ctx.sink.append_bytes(RECORDS,
                                   text.encode("utf-8", "surrogateescape"))
         ctx.sink.write_bytes(RECORDS, b"")
-        return derive(records, boot, write)
+        return write
 
     def _run(self, argv: tuple[str, ...], ctx: CollectContext) -> bytes:
         timeout = max(1.0, min(20.0, ctx.remaining() - 3.0))
@@ -381,7 +283,7 @@ class KernelCollector:
             index.update(source=label, member=member)
             records = (r for r in iterate(_lines(raw), self._on_error(index)) if keep(r))
             ctx.partial(f"/dev/kmsg unreadable; used {label}")
-            return self._derive(ctx, records, boot)
+            return derive(records, boot, self._records_writer(ctx))
         return None
 
     # -- sampling: records that arrive during the capture window -------------------------------
