@@ -4,7 +4,7 @@ count, OOM kills, Xid events, driver messages, records.jsonl text) as feeding it
 ``kmsg.iter_kmsg(_lines(raw), on_error)`` one by one, byte for byte, at a fraction of the cost
 per record (a ring buffer holds up to a million records).
 
-How a block is read (a block is about 1 MiB, cut after a newline that is not followed by a
+How a block is read (a block is about 256 KiB, cut after a newline that is not followed by a
 dictionary line, so a record and its dictionary lines are in one block):
 
 * one ``findall`` of :data:`_BLOCK` cuts it into rows: a record's prio, sequence number,
@@ -19,7 +19,8 @@ dictionary line, so a record and its dictionary lines are in one block):
   those whose message contains ``oom``, ``Kill`` or ``Xid`` or starts with a prefix the OOM
   tracker or the driver-message parser reads (found by ``str.find`` over the block's messages; a
   superset does no harm; on every other record the three parsers return None and keep no state);
-* any other block is read line by line by :meth:`KmsgBlocks.line`, with the rules of
+* any other block is cut in parts of about 16 KiB, each tried again; a part that is not clean
+  either is read line by line by :meth:`KmsgBlocks.line`, with the rules of
   ``iter_kmsg`` (errors named by line number, dictionary lines given to the record before them,
   a timestamp out of range raising as wall_time_iso does).
 
@@ -46,11 +47,12 @@ from forensics.parsing import kmsg
 
 __all__ = ["KmsgBlocks", "blocks", "derive_kmsg"]
 
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = 1 << 18  # 256 KiB: as fast as 1 MiB, and the peak memory of the record at a time path
 _MAX_FIELDS = 64  # dictionary lines kept per record, as iter_kmsg keeps them
 _MAX_MICROS = 253402300800 * 10**6  # 10000-01-01: wall_time_iso's range
 _MAX_TS = 10**17  # wall_time_iso's range of ts_usec
 _CUT = re.compile(rb"\n(?! )")
+_CUT_TEXT = re.compile(r"\n(?! )")
 
 #: a well-formed record and the dictionary lines after it, in the columns (prio, seq, ts, flags,
 #: message, dictionary lines); or (7th column) one line that is not. What kmsg._RECORD matches on a
@@ -82,6 +84,17 @@ def blocks(raw: bytes, size: int = BLOCK_BYTES) -> Iterator[str]:
         found = _CUT.search(raw, min(start + size, end_of_raw) - 1)
         end = end_of_raw if found is None else found.end()
         yield raw[start:end].decode("utf-8", "replace")
+        start = end
+
+
+def _cut_text(text: str, size: int) -> Iterator[str]:
+    """``text`` in parts of about ``size`` characters, cut as :func:`blocks` cuts."""
+    start = 0
+    end_of_text = len(text)
+    while start < end_of_text:
+        found = _CUT_TEXT.search(text, min(start + size, end_of_text) - 1)
+        end = end_of_text if found is None else found.end()
+        yield text[start:end]
         start = end
 
 
@@ -164,15 +177,28 @@ class KmsgBlocks:
         self._second = _Memo(_second_text)
         self._fields = _Memo(_fields_text)
 
+    #: a block that is not clean is cut in parts of about this many characters, each tried again
+    #: (one damaged line sends its part, not the whole block, line by line)
+    retry_chars = 16 * 1024
+
     def feed(self, text: str) -> None:
         """Read one decoded block (whole lines; only the log's last may lack its newline)."""
-        if not self._clean_block(text):
-            parts = text.split("\n")
-            last = parts.pop()  # "" when the block ends with a newline
-            for part in parts:
-                self.line(part + "\n")
-            if last:
-                self.line(last)
+        if self._clean_block(text):
+            return
+        if len(text) > self.retry_chars:
+            for part in _cut_text(text, self.retry_chars):
+                if not self._clean_block(part):
+                    self._lines(part)
+        else:
+            self._lines(text)
+
+    def _lines(self, text: str) -> None:
+        parts = text.split("\n")
+        last = parts.pop()  # "" when the text ends with a newline
+        for part in parts:
+            self.line(part + "\n")
+        if last:
+            self.line(last)
 
     def close(self) -> Derived:
         """Hand over the last record; return the Derived (its records.jsonl text all written)."""

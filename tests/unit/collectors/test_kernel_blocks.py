@@ -140,10 +140,11 @@ def _small_limits(mp: pytest.MonkeyPatch) -> None:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_log(), st.sampled_from(BOOTS), st.sampled_from([1, 2, 16, 200, 1 << 20]), st.booleans(),
-       st.integers(0, 9))
+       st.integers(0, 9), st.sampled_from([1, 50, 300, 16 * 1024]))
 def test_block_parser_derives_what_the_record_at_a_time_path_did(raw: bytes, boot: float, block: int,
-                                                                  small: bool, strict: int) -> None:
+                                                                  small: bool, strict: int, retry: int) -> None:
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kmsg_blocks.KmsgBlocks, "retry_chars", retry)
         if small:
             _small_limits(mp)
         _both(raw, boot, block, strict=strict == 0)
@@ -151,7 +152,8 @@ def test_block_parser_derives_what_the_record_at_a_time_path_did(raw: bytes, boo
 
 @pytest.mark.parametrize("block", [1, 100, 4096, 1 << 20])
 @pytest.mark.parametrize("small", [False, True])
-def test_a_long_log_of_clean_and_damaged_blocks(block: int, small: bool) -> None:
+@pytest.mark.parametrize("retry", [200, 16 * 1024])
+def test_a_long_log_of_clean_and_damaged_blocks(block: int, small: bool, retry: int) -> None:
     """The benchmark's kind of log (OOM sequences, Xids, driver noise, dictionary lines), seeded
     damage here and there, the last record torn: the fast path and the line by line path both run,
     and records cross blocks."""
@@ -176,11 +178,12 @@ def test_a_long_log_of_clean_and_damaged_blocks(block: int, small: bool) -> None
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kmsg_blocks.KmsgBlocks, "_clean_block", spy)
+        mp.setattr(kmsg_blocks.KmsgBlocks, "retry_chars", retry)
         if small:
             _small_limits(mp)
         _both(raw, 1.7e9, block)
         _both(raw + b"\n6,99,100000000000000000,-;past the range\n6,100,1,-;x\n", 1.7e9, block)
-    assert False in clean and (True in clean or block == 1 << 20)  # both paths ran (one damaged block: only the line by line one)
+    assert False in clean and True in clean  # both paths ran
 
 
 @settings(max_examples=300, deadline=None)
