@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forensics.collectors.kernel.blocks import derive_kmsg  # noqa: E402
 from forensics.collectors.kernel.collector import _lines  # noqa: E402
-from forensics.collectors.kernel.derive import derive  # noqa: E402
+from forensics.collectors.kernel.derived import derive  # noqa: E402
 from forensics.parsing import kmsg, nvrm, oomkill  # noqa: E402
 
 OOM = [

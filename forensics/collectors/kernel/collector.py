@@ -5,7 +5,7 @@ buffer so any record fits), then ``dmesg --raw``, then ``journalctl -k -o json``
 times: boot time (``time.time() - clock_gettime(CLOCK_MONOTONIC)``) plus each record's
 microseconds since boot; ``CLOCK_BOOTTIME - CLOCK_MONOTONIC`` is recorded too, since printk time
 stops during suspend. ``--since`` drops older records (raw and derived alike). What is derived
-is derive.py's, from a /dev/kmsg dump a block at a time (blocks.py).
+is derived.py's, from a /dev/kmsg dump a block at a time (blocks.py).
 
 Every record's text is redacted as free text is (``Redactor.text_bytes``: a kernel command line or
 a driver message can carry a credential), before it is stored or parsed: the members and what is
@@ -31,7 +31,7 @@ from forensics.bundle.sink import dumps_json
 from forensics.collect.context import CollectContext, Tick
 from forensics.collect.lifeline import run_tied
 from forensics.collectors.kernel.blocks import derive_kmsg
-from forensics.collectors.kernel.derive import Derived, derive, oom_json
+from forensics.collectors.kernel.derived import Derived, derive, oom_json
 from forensics.errors import ParseError, SourcePermissionDenied, SourceUnavailable
 from forensics.parsing import kmsg, nvrm, oomkill
 from forensics.specs.hints import KMSG_LAST_SEQ

@@ -140,7 +140,7 @@ def test_record_lines_are_canonical_json() -> None:
     """The hand-built records.jsonl line is exactly what dumps_json makes of the record."""
     from forensics.bundle.sink import dumps_json
     from forensics.collectors.kernel.collector import _lines
-    from forensics.collectors.kernel.derive import record_line
+    from forensics.collectors.kernel.derived import record_line
     from forensics.parsing import kmsg
 
     text = KMSG.read_bytes() + b'6,800,1,-;quote " backslash \\\\ unicode \xc3\xa9 \xe2\x80\xa8 end\n'
