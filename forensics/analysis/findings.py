@@ -5,8 +5,9 @@ Serialised as described in docs/analysis-format.md (``findings[]``).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from forensics.analysis.excerpt import EXCERPT_MAX_CHARS, JsonText, cut, pointer_path, quote
 from forensics.document_format import SEVERITIES, Severity, severity_rank
@@ -18,6 +19,7 @@ __all__ = [
     "Evidence",
     "EvidenceRef",
     "Finding",
+    "LineRef",
     "Occurrences",
     "Role",
     "Severity",
@@ -200,6 +202,95 @@ class EvidenceRef(NamedTuple):
             text, repaired = _text(p[: EXCERPT_MAX_CHARS * 2])
             return Evidence(self.bundle, self.member, locator, cut(text), repaired)
         return Evidence(self.bundle, self.member, locator, shorten(json.dumps(p, separators=(",", ":"))), True)
+
+
+class LineTable:
+    """What every :class:`LineRef` to the lines of one JSON-lines member shares: the bundle's name,
+    the member, the source that reads its lines again, and each line's byte offset (``offsets[N]``
+    for line N; -1 for a line no reference was made to)."""
+
+    __slots__ = ("bundle", "member", "offsets", "source")
+
+    def __init__(self, bundle: str, member: str, source: Any) -> None:
+        self.bundle, self.member, self.source = bundle, member, source
+        self.offsets = array("q", (-1,))  # no line 0
+
+    def at(self, line: int, offset: int) -> None:
+        """Line ``line`` starts at byte ``offset``."""
+        offsets = self.offsets
+        if line >= len(offsets):
+            offsets.extend([-1] * (line - len(offsets) + 1))
+        offsets[line] = offset
+
+
+class LineRef(int):
+    """An :class:`EvidenceRef` to a line of a JSON-lines member, packed into its line number.
+
+    The loaders make one per line of every sampled member (a sample holds its line's): as an
+    EvidenceRef (a tuple of eight, its line number and byte offset two more integers) that is about
+    170 bytes a line; as an int whose class holds what the member's lines share (the
+    :class:`LineTable`, which has the line's offset, and the paths quoted), 48.
+    ``line_ref_class(table, paths)(N)`` makes one (a class per member read and paths quoted); it has
+    EvidenceRef's attributes (``bundle``, ``member``, ``line``, ``payload`` None, ``paths``,
+    ``pointer`` "", ``source``, ``offset``), its ``evidence`` and its ``_replace`` (which gives the
+    EvidenceRef). As an int it is the line number: compare references by their attributes, not ``==``.
+    """
+
+    __slots__ = ()
+    table: ClassVar[LineTable]
+    quoted: ClassVar[tuple[tuple[str | int, ...], ...]] = ()
+
+    @property
+    def bundle(self) -> str:
+        return self.table.bundle
+
+    @property
+    def member(self) -> str:
+        return self.table.member
+
+    @property
+    def line(self) -> int:
+        return int(self)
+
+    @property
+    def payload(self) -> None:
+        return None
+
+    @property
+    def paths(self) -> tuple[tuple[str | int, ...], ...]:
+        return self.quoted
+
+    @property
+    def pointer(self) -> str:
+        return ""
+
+    @property
+    def source(self) -> Any:
+        return self.table.source
+
+    @property
+    def offset(self) -> int:
+        return self.table.offsets[self]
+
+    def unpacked(self) -> EvidenceRef:
+        t = self.table
+        return EvidenceRef(t.bundle, t.member, int(self), None, self.quoted, "", t.source, t.offsets[self])
+
+    def _replace(self, **changes: Any) -> EvidenceRef:
+        return self.unpacked()._replace(**changes)
+
+    @property
+    def evidence(self) -> Evidence:
+        return self.unpacked().evidence
+
+    def __repr__(self) -> str:
+        return f"LineRef({self.table.member!r}, line {int(self)})"
+
+
+def line_ref_class(table: LineTable, paths: tuple[tuple[str | int, ...], ...] = ()) -> type[LineRef]:
+    """The :class:`LineRef` class of one member's lines quoting ``paths`` of them (() the whole
+    line): ``cls(line_number)`` is a reference."""
+    return type("LineRef", (LineRef,), {"__slots__": (), "table": table, "quoted": paths})
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from forensics.analysis.findings import Evidence, EvidenceRef
+from forensics.analysis.findings import Evidence, EvidenceRef, LineRef
 
 __all__ = [
     "DCGM_EXPORTER",
@@ -57,7 +57,7 @@ class GpuSample(NamedTuple):
     clocks_event_reasons: int | None
     temperature_c: float | None
     power_w: float | None
-    ref: EvidenceRef
+    ref: EvidenceRef | LineRef
     origin: str = NVML_SAMPLED
 
     @property
@@ -74,7 +74,7 @@ class ProcessGpuSample(NamedTuple):
     t: float
     used_memory_bytes: int | None
     sm_util_pct: float | None
-    ref: EvidenceRef  # the NVML line (shared by every process of that line)
+    ref: EvidenceRef | LineRef  # the NVML line (shared by every process of that line)
     proc_index: int = -1  # index in the line's ``processes`` list, -1 when not listed
     util_index: int = -1  # index of its nvmlDeviceGetProcessUtilization sample, -1 when none
     mig_uuid: str | None = None  # the MIG device it ran on, when the GPU is in MIG mode
@@ -103,7 +103,7 @@ class CpuSample(NamedTuple):
     nr_periods: int
     nr_throttled: int
     throttled_usec: int | None
-    ref: EvidenceRef
+    ref: EvidenceRef | LineRef
     quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
 
     @property
@@ -130,7 +130,7 @@ class PsiSample(NamedTuple):
     t: float
     some_avg10_pct: float
     full_avg10_pct: float | None
-    ref: EvidenceRef
+    ref: EvidenceRef | LineRef
     quote: tuple[tuple[str | int, ...], ...] = ()  # what to quote from the (shared) line
     from_counters: bool = False  # the pcts are an interval's stall share from total_usec counters
 
@@ -147,7 +147,7 @@ class IoSample(NamedTuple):
     container_id: str
     t: float
     devices: dict[str, tuple[int, int]]
-    ref: EvidenceRef
+    ref: EvidenceRef | LineRef
     quote: tuple[tuple[str | int, ...], ...] = ()
 
     @property
@@ -169,7 +169,7 @@ class NetSample(NamedTuple):
     link_bytes_per_s: float | None
     state: str | None
     container_id: str | None
-    ref: EvidenceRef
+    ref: EvidenceRef | LineRef
 
     @property
     def evidence(self) -> Evidence:
@@ -188,7 +188,7 @@ class ExporterAttribution(NamedTuple):
     pod: str | None
     container: str | None
     pod_uid: str | None
-    ref: EvidenceRef
+    ref: EvidenceRef | LineRef
     step_s: float
 
     @property
@@ -196,7 +196,7 @@ class ExporterAttribution(NamedTuple):
         return self.ref.evidence
 
 
-def _quoting(ref: EvidenceRef, quote: tuple[tuple[str | int, ...], ...]) -> Evidence:
+def _quoting(ref: EvidenceRef | LineRef, quote: tuple[tuple[str | int, ...], ...]) -> Evidence:
     """The evidence of ``ref``, quoting ``quote`` paths when the reference itself names none."""
     if not quote or ref.paths:
         return ref.evidence

@@ -12,10 +12,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from forensics.analysis.excerpt import JsonText, cut, quote
-from forensics.analysis.findings import Evidence, EvidenceRef, shorten
+from forensics.analysis.findings import (
+    Evidence,
+    EvidenceRef,
+    LineRef,
+    LineTable,
+    line_ref_class,
+    shorten,
+)
 from forensics.bundle.verify import Integrity
-
-_new_ref = tuple.__new__
 
 __all__ = ["BundleLike", "Source", "json_pointer", "loads", "resolve_pointer"]
 
@@ -87,6 +92,8 @@ class Source:
         self._text_cache: dict[str, list[str] | None] = {}
         self._json_texts: dict[str, JsonText | None] = {}
         self._cur: tuple[str, int] = ("", -1)  # member and byte offset of the JSON line being read
+        # member (quoting whole lines) or (member, paths quoted) -> the class of references to its lines
+        self._line_refs: dict[str | tuple[str, tuple[tuple[str | int, ...], ...]], type[LineRef]] = {}
 
     # -- listing -------------------------------------------------------------------------------
     def has(self, member: str) -> bool:
@@ -243,17 +250,35 @@ class Source:
         return Evidence(self.name, member, f"line {line_no}", cut(raw), repaired)
 
     def ref(self, member: str, line: int, payload: Any, *paths: tuple[str | int, ...],
-            pointer: str = "") -> EvidenceRef:
+            pointer: str = "") -> EvidenceRef | LineRef:
         """A lazy evidence reference (quoted only if a finding cites it): ``line`` 0 uses ``pointer``.
 
         A raw line (bytes) of the JSON-lines member being read is not kept: the reference holds its
-        byte offset and reads it again from the bundle if it is ever quoted.
+        byte offset and reads it again from the bundle if it is ever quoted: it is a :class:`LineRef`
+        (the line number; its offset in the member's table), one made per line of every sampled member.
         """
         cur = self._cur
         if cur[0] == member and isinstance(payload, bytes | bytearray):
-            # tuple.__new__ straight (EvidenceRef is a NamedTuple): one per line read, or two
-            return _new_ref(EvidenceRef, (self.name, member, line, None, paths, pointer, self, cur[1]))
+            if pointer:
+                return EvidenceRef(self.name, member, line, None, paths, pointer, self, cur[1])
+            cls = self._line_refs.get(member) if not paths else self._line_refs.get((member, paths))
+            if cls is None:
+                cls = self._line_refs[(member, paths) if paths else member] = line_ref_class(
+                    self._line_table(member), paths)
+            offsets = cls.table.offsets
+            if line == len(offsets):  # (inline for the usual case: the next line)
+                offsets.append(cur[1])
+            else:
+                cls.table.at(line, cur[1])
+            return cls(line)
         return EvidenceRef(self.name, member, line, payload, paths, pointer, self)
+
+    def _line_table(self, member: str) -> LineTable:
+        """The table the references to ``member``'s lines share (every paths quoted)."""
+        for cls in self._line_refs.values():
+            if cls.table.member == member:
+                return cls.table
+        return LineTable(self.name, member, self)
 
     def line_at(self, member: str, offset: int) -> bytes:
         """The line of ``member`` starting at byte ``offset`` (of a big member, read again from

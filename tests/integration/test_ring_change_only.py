@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from forensics.analysis import build_model
-from forensics.analysis.findings import EvidenceRef
+from forensics.analysis.findings import EvidenceRef, LineRef
 from forensics.analysis.samples import (
     CpuSample,
     GpuSample,
@@ -86,7 +86,7 @@ def _ring_lines(ring: Path, member: str) -> int:
 def _plain(sample: tuple[object, ...]) -> tuple[object, ...]:
     """A sample's fields, its evidence reference as (member, line): the same bytes in the same
     place cite the same line."""
-    return tuple((v.member, v.line) if isinstance(v, EvidenceRef) else repr(v) for v in sample)
+    return tuple((v.member, v.line) if isinstance(v, EvidenceRef | LineRef) else repr(v) for v in sample)
 
 
 def _series(bundle: Path) -> dict[str, list[tuple[object, ...]]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.analysis.events import OomKill
-from forensics.analysis.findings import EvidenceRef
+from forensics.analysis.findings import EvidenceRef, LineRef
 from forensics.analysis.loaders.common import Loader, as_float, as_int, dig, parse_time
 from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
@@ -45,6 +45,25 @@ def _container_of(path: str, cache: dict[str, str | None]) -> str | None:
     return cache[path]
 
 
+class _Cgroup:
+    """One cgroup path, as the loader meets it at every tick: its container (None: not a container's),
+    the PSI counters of its scope and, for ``/``, of the host's (``LoadState.psi_counters``), its
+    previous memory sample (an equal reading reuses its integers: held once, not once a tick), and
+    the time, CPU values and reference of its previous line (``unchanged_until``)."""
+
+    __slots__ = ("cid", "cpu", "host_psi", "memory", "psi", "ref", "t")
+
+    def __init__(self, out: _Sink, node: str, path: str, cache: dict[str, str | None]) -> None:
+        self.cid = cid = cache[path] if path in cache else _container_of(path, cache)
+        counters = out.psi_counters
+        self.psi = counters.setdefault((node, cid), {}) if cid else None
+        self.host_psi = counters.setdefault((node, "host"), {}) if path == "/" else None
+        self.memory: MemorySample | None = None
+        self.t: float | None = None
+        self.cpu: Any = None
+        self.ref: EvidenceRef | LineRef | None = None
+
+
 class _Sink:
     """Where one cgroups pass puts its samples: the series' appends taken once (this loader runs once
     per cgroup per tick), the node's PSI reading count, the PSI floors and previous counters."""
@@ -61,10 +80,10 @@ class _Sink:
         self.psi_counters = loading.psi_counters
 
 
-def _add_values(out: _Sink, node: str, path: str, t: float, values: dict[str, Any], ev: EvidenceRef,
-                cache: dict[str, str | None], cpu_quote: tuple[tuple[str | int, ...], ...] = _CPU_QUOTE) -> None:
+def _add_values(out: _Sink, node: str, cg: _Cgroup, t: float, values: dict[str, Any], ev: EvidenceRef | LineRef,
+                cpu_quote: tuple[tuple[str | int, ...], ...] = _CPU_QUOTE) -> None:
     """One cgroup's values at time t: CFS counters, memory, PSI (this runs once per cgroup per tick)."""
-    cid = cache[path] if path in cache else _container_of(path, cache)
+    cid = cg.cid
     if cid:
         cpu = values.get("cpu")
         if cpu.__class__ is dict:
@@ -73,35 +92,40 @@ def _add_values(out: _Sink, node: str, path: str, t: float, values: dict[str, An
                 t_ns = cpu.get("throttled_ns")
                 # tuple.__new__ straight: a NamedTuple's own __new__ is a Python call, per cgroup per tick
                 out.cpu(_new(CpuSample, (node, cid, t, periods, throttled,
-                                                          t_ns // 1000 if t_ns.__class__ is int else None, ev,
-                                                          cpu_quote)))
+                                         t_ns // 1000 if t_ns.__class__ is int else None, ev, cpu_quote)))
         mem = values.get("memory")
         if mem.__class__ is dict:
             cur = mem.get("current_bytes")
             if cur.__class__ is int:
                 lim = mem.get("limit_bytes")
-                out.memory(_new(MemorySample, (node, cid, t, cur, lim if lim.__class__ is int else None)))
+                if lim.__class__ is not int:
+                    lim = None
+                last = cg.memory
+                if last is not None:  # the same values: the previous sample's objects, not new ones
+                    if cur == last[3]:
+                        cur = last[3]
+                    if lim == last[4]:
+                        lim = last[4]
+                cg.memory = sample = _new(MemorySample, (node, cid, t, cur, lim))
+                out.memory(sample)
         psi = values.get("pressure")
-        if psi.__class__ is dict:
-            _add_psi(out, node, cid, "pressure", psi, t, ev)
+        if psi.__class__ is dict and cg.psi is not None:
+            _add_psi(out, cg.psi, node, cid, "pressure", psi, t, ev)
         io = values.get("io")
         if io.__class__ is dict:
             devices = io_bytes(io)
             if devices:
                 out.io(IoSample(node, cid, t, devices, ev, _IO_QUOTE if ev.line else _IO_QUOTE_SNAPSHOT))
-    if path == "/":
+    if cg.host_psi is not None:
         psi = values.get("host_pressure")
         if psi.__class__ is dict:
-            _add_psi(out, node, "host", "host_pressure", psi, t, ev)
+            _add_psi(out, cg.host_psi, node, "host", "host_pressure", psi, t, ev)
 
 
-def _add_psi(out: _Sink, node: str, scope: str, section: str, psi: dict[str, Any], t: float,
-             ev: EvidenceRef) -> None:
+def _add_psi(out: _Sink, counters: dict[str, list[Any]], node: str, scope: str, section: str, psi: dict[str, Any],
+             t: float, ev: EvidenceRef | LineRef) -> None:
+    """The PSI readings of one scope at ``t``; ``counters``: the scope's previous counter readings."""
     some_floor, full_floor = out.some_floor, out.full_floor
-    scope_key = (node, scope)
-    counters = out.psi_counters.get(scope_key)
-    if counters is None:
-        counters = out.psi_counters[scope_key] = {}
     readings = 0
     for resource, lines in psi.items():
         if lines.__class__ is not dict:
@@ -196,14 +220,12 @@ def io_limits(io: dict[str, Any]) -> dict[str, dict[str, int | None]]:
     return out
 
 
-def _add_unchanged_cpu(out: _Sink, node: str, path: str, t: float, cpu: Any, ev: EvidenceRef,
-                       cache: dict[str, str | None]) -> None:
+def _add_unchanged_cpu(out: _Sink, node: str, cid: str | None, t: float, cpu: Any, ev: EvidenceRef | LineRef) -> None:
     """A recorder line's ``unchanged_until``: its cgroup's CPU counters were read then and were
     still the previous line's (docs/bundle-format/cgroups.md), so the previous line's CFS counters
     hold at ``t``: the interval in which the cgroup became busy starts there, not at the previous
     line (which may be ``cgroups.idle_full_s`` older). ``ev`` is the previous line's: the counters
     quoted are the ones the reading holds (the time is the next line's ``unchanged_until``)."""
-    cid = cache[path] if path in cache else _container_of(path, cache)
     if cid and cpu.__class__ is dict:
         periods, throttled, t_ns = cpu.get("nr_periods"), cpu.get("nr_throttled"), cpu.get("throttled_ns")
         if periods.__class__ is int and throttled.__class__ is int:
@@ -215,7 +237,7 @@ def load_cgroups(src: Source, model: Model, node: str, loading: LoadState) -> No
     out = _Sink(model, node, loading)
     cache: dict[str, str | None] = {}
     times: dict[float, float] = {}  # one float object per tick, shared by its cgroups' lines
-    last_cpu: dict[str, tuple[float, Any, EvidenceRef]] = {}  # path -> (t, cpu values, ref) of its previous line
+    seen: dict[str, _Cgroup] = {}  # cgroup path -> what its previous lines left
     sampled = False
     for no, rec, raw in src.jsonl(cgroup_spec.SAMPLES):
         path, t, values = rec.get("cgroup"), rec.get("t"), rec.get("values")
@@ -226,16 +248,20 @@ def load_cgroups(src: Source, model: Model, node: str, loading: LoadState) -> No
         t = times.setdefault(t, t)
         sampled = True
         ref = src.ref(cgroup_spec.SAMPLES, no, raw)
+        cg = seen.get(path)
+        if cg is None:
+            cg = seen[path] = _Cgroup(out, node, path, cache)
         cpu = values.get("cpu")
         quiet = rec.get("unchanged_until")
         if quiet is not None:
-            before = last_cpu.get(path)
             quiet = as_float(quiet)
-            if before is not None and quiet is not None and before[0] < quiet < t and before[1] != cpu:
-                _add_unchanged_cpu(out, node, path, quiet, before[1], before[2], cache)
-        last_cpu[path] = (t, cpu, ref)
+            before = cg.t
+            if before is not None and quiet is not None and before < quiet < t and cg.cpu != cpu:
+                assert cg.ref is not None
+                _add_unchanged_cpu(out, node, cg.cid, quiet, cg.cpu, cg.ref)
+        cg.t, cg.cpu, cg.ref = t, cpu, ref  # this line, for the next one's unchanged_until
         # a line after quiet ticks quotes its unchanged_until too: where the interval it closes began
-        _add_values(out, node, path, t, values, ref, cache, _CPU_QUOTE if quiet is None else _UNCHANGED_QUOTE)
+        _add_values(out, node, cg, t, values, ref, _CPU_QUOTE if quiet is None else _UNCHANGED_QUOTE)
     if sampled:  # the member's path in the bundle (``ring/...`` over the ring view), as its evidence names it
         used = src.ref(cgroup_spec.SAMPLES, 0, None).member
         model.node(node).members_used.setdefault("cgroups", used)
@@ -254,7 +280,7 @@ def load_cgroups(src: Source, model: Model, node: str, loading: LoadState) -> No
             key = (node, cid)
             model.memory_peaks[key] = max(peak, model.memory_peaks.get(key, 0))
         if not sampled:
-            _add_values(out, node, path, t_snap, values, ev, cache)
+            _add_values(out, node, _Cgroup(out, node, path, cache), t_snap, values, ev)
             model.node(node).members_used.setdefault("cgroups", ev.member)
             model.node(node).members_used.setdefault("psi", ev.member)
         io = values.get("io")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from forensics.analysis.excerpt import OMISSION, JsonText, quote
-from forensics.analysis.findings import Evidence, EvidenceRef
+from forensics.analysis.findings import Evidence, LineRef
 from forensics.analysis.source import Source
 
 MEMBER = ('{"HostConfig": {"DeviceRequests": null, "Env": ["A=1", "NVIDIA_VISIBLE_DEVICES=all"]},\n'
@@ -95,7 +95,7 @@ def test_a_lazy_line_reference_is_read_again_verbatim() -> None:
     raw = b'{"t": 1.0,   "x": "\xc3\xa9"}'
     src = _source({"s.jsonl": raw + b"\n"})
     refs = [src.ref("s.jsonl", no, line) for no, _, line in src.jsonl("s.jsonl")]
-    assert isinstance(refs[0], EvidenceRef) and refs[0].payload is None
+    assert isinstance(refs[0], LineRef) and refs[0].payload is None
     assert refs[0].evidence.excerpt == raw.decode()
 
 
