@@ -209,11 +209,12 @@ class LineTable:
     the member, the source that reads its lines again, and each line's byte offset (``offsets[N]``
     for line N; -1 for a line no reference was made to)."""
 
-    __slots__ = ("bundle", "member", "offsets", "source")
+    __slots__ = ("_classes", "bundle", "member", "offsets", "source")
 
     def __init__(self, bundle: str, member: str, source: Any) -> None:
         self.bundle, self.member, self.source = bundle, member, source
         self.offsets = array("q", (-1,))  # no line 0
+        self._classes: dict[tuple[tuple[str | int, ...], ...], type[LineRef]] = {}
 
     def at(self, line: int, offset: int) -> None:
         """Line ``line`` starts at byte ``offset``."""
@@ -221,6 +222,14 @@ class LineTable:
         if line >= len(offsets):
             offsets.extend([-1] * (line - len(offsets) + 1))
         offsets[line] = offset
+
+    def ref_class(self, paths: tuple[tuple[str | int, ...], ...] = ()) -> type[LineRef]:
+        """The :class:`LineRef` class of these lines quoting ``paths`` of them (() the whole line):
+        ``cls(line_number)`` is a reference."""
+        cls = self._classes.get(paths)
+        if cls is None:
+            cls = self._classes[paths] = type("LineRef", (LineRef,), {"__slots__": (), "table": self, "quoted": paths})
+        return cls
 
 
 class LineRef(int):
@@ -230,7 +239,7 @@ class LineRef(int):
     EvidenceRef (a tuple of eight, its line number and byte offset two more integers) that is about
     170 bytes a line; as an int whose class holds what the member's lines share (the
     :class:`LineTable`, which has the line's offset, and the paths quoted), 48.
-    ``line_ref_class(table, paths)(N)`` makes one (a class per member read and paths quoted); it has
+    ``table.ref_class(paths)(N)`` makes one (a class per member read and paths quoted); it has
     EvidenceRef's attributes (``bundle``, ``member``, ``line``, ``payload`` None, ``paths``,
     ``pointer`` "", ``source``, ``offset``), its ``evidence`` and its ``_replace`` (which gives the
     EvidenceRef). As an int it is the line number: compare references by their attributes, not ``==``.
@@ -285,12 +294,6 @@ class LineRef(int):
 
     def __repr__(self) -> str:
         return f"LineRef({self.table.member!r}, line {int(self)})"
-
-
-def line_ref_class(table: LineTable, paths: tuple[tuple[str | int, ...], ...] = ()) -> type[LineRef]:
-    """The :class:`LineRef` class of one member's lines quoting ``paths`` of them (() the whole
-    line): ``cls(line_number)`` is a reference."""
-    return type("LineRef", (LineRef,), {"__slots__": (), "table": table, "quoted": paths})
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from forensics.analysis.findings import (
     EvidenceRef,
     LineRef,
     LineTable,
-    line_ref_class,
     shorten,
 )
 from forensics.bundle.verify import Integrity
@@ -92,8 +91,8 @@ class Source:
         self._text_cache: dict[str, list[str] | None] = {}
         self._json_texts: dict[str, JsonText | None] = {}
         self._cur: tuple[str, int] = ("", -1)  # member and byte offset of the JSON line being read
-        # member (quoting whole lines) or (member, paths quoted) -> the class of references to its lines
-        self._line_refs: dict[str | tuple[str, tuple[tuple[str | int, ...], ...]], type[LineRef]] = {}
+        self._tables: dict[str, LineTable] = {}  # what the references to a member's lines share
+        self._whole_lines: dict[str, type[LineRef]] = {}  # member -> the class of references to its lines
 
     # -- listing -------------------------------------------------------------------------------
     def has(self, member: str) -> bool:
@@ -261,10 +260,14 @@ class Source:
         if cur[0] == member and isinstance(payload, bytes | bytearray):
             if pointer:
                 return EvidenceRef(self.name, member, line, None, paths, pointer, self, cur[1])
-            cls = self._line_refs.get(member) if not paths else self._line_refs.get((member, paths))
+            cls = self._whole_lines.get(member) if not paths else None
             if cls is None:
-                cls = self._line_refs[(member, paths) if paths else member] = line_ref_class(
-                    self._line_table(member), paths)
+                table = self._tables.get(member)
+                if table is None:
+                    table = self._tables[member] = LineTable(self.name, member, self)
+                cls = table.ref_class(paths)
+                if not paths:
+                    self._whole_lines[member] = cls
             offsets = cls.table.offsets
             if line == len(offsets):  # (inline for the usual case: the next line)
                 offsets.append(cur[1])
@@ -272,13 +275,6 @@ class Source:
                 cls.table.at(line, cur[1])
             return cls(line)
         return EvidenceRef(self.name, member, line, payload, paths, pointer, self)
-
-    def _line_table(self, member: str) -> LineTable:
-        """The table the references to ``member``'s lines share (every paths quoted)."""
-        for cls in self._line_refs.values():
-            if cls.table.member == member:
-                return cls.table
-        return LineTable(self.name, member, self)
 
     def line_at(self, member: str, offset: int) -> bytes:
         """The line of ``member`` starting at byte ``offset`` (of a big member, read again from
