@@ -228,7 +228,9 @@ class LineTable:
         ``cls(line_number)`` is a reference."""
         cls = self._classes.get(paths)
         if cls is None:
-            cls = self._classes[paths] = type("LineRef", (LineRef,), {"__slots__": (), "table": self, "quoted": paths})
+            cls = self._classes[paths] = type("LineRef", (LineRef,), {
+                "__slots__": (), "table": self, "bundle": self.bundle, "member": self.member, "source": self.source,
+                "paths": paths})
         return cls
 
 
@@ -246,36 +248,19 @@ class LineRef(int):
     """
 
     __slots__ = ()
+    # what every line of the member shares: class attributes (set by LineTable.ref_class), read as
+    # fast as a tuple's fields (``s.ref.member`` is asked of every sample by some passes)
     table: ClassVar[LineTable]
-    quoted: ClassVar[tuple[tuple[str | int, ...], ...]] = ()
-
-    @property
-    def bundle(self) -> str:
-        return self.table.bundle
-
-    @property
-    def member(self) -> str:
-        return self.table.member
+    bundle: ClassVar[str]
+    member: ClassVar[str]
+    source: ClassVar[Any]
+    paths: ClassVar[tuple[tuple[str | int, ...], ...]] = ()
+    payload: ClassVar[None] = None
+    pointer: ClassVar[str] = ""
 
     @property
     def line(self) -> int:
         return int(self)
-
-    @property
-    def payload(self) -> None:
-        return None
-
-    @property
-    def paths(self) -> tuple[tuple[str | int, ...], ...]:
-        return self.quoted
-
-    @property
-    def pointer(self) -> str:
-        return ""
-
-    @property
-    def source(self) -> Any:
-        return self.table.source
 
     @property
     def offset(self) -> int:
@@ -283,7 +268,7 @@ class LineRef(int):
 
     def unpacked(self) -> EvidenceRef:
         t = self.table
-        return EvidenceRef(t.bundle, t.member, int(self), None, self.quoted, "", t.source, t.offsets[self])
+        return EvidenceRef(t.bundle, t.member, int(self), None, self.paths, "", t.source, t.offsets[self])
 
     def _replace(self, **changes: Any) -> EvidenceRef:
         return self.unpacked()._replace(**changes)
