@@ -123,13 +123,16 @@ def _subjects(items: Any) -> list[dict[str, Any]]:
 def _gpus(model: Model) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     gpu_series = model.samples_by_gpu()
-    proc_series = model.proc_samples_by_gpu()
+    proc_series = model.proc_columns()
     for (node, uuid), gpu in sorted(model.gpus.items(), key=lambda kv: (kv[0][0], kv[1].index)):
         allocated = [c.subject().to_json() for (n, _), c in sorted(model.containers.items())
                      if n == node and uuid in c.allocation.gpus]
         samples = gpu_series.get((node, uuid), [])
-        psamples = proc_series.get((node, uuid), [])
-        t_axis = sorted({s.t for s in samples} | {s.t for s in psamples})
+        by_pid = proc_series.get((node, uuid), {})  # PIDs as first seen (by time, then PID)
+        times = {s.t for s in samples}
+        for col in by_pid.values():
+            times.update(col.t)
+        t_axis = sorted(times)
         pos = {t: i for i, t in enumerate(t_axis)}
         n = len(t_axis)
         util: list[float | None] = [None] * n
@@ -142,37 +145,30 @@ def _gpus(model: Model) -> list[dict[str, Any]]:
         per_pid_sm: dict[str, list[float | None]] = {}
         per_pid_mem: dict[str, list[int | None]] = {}
         procs: dict[int, dict[str, Any]] = {}
-        sm_acc: dict[int, list[float]] = defaultdict(list)
         used_by: dict[tuple[str, str, str], dict[str, Any]] = {}
-        rows: dict[int, tuple[list[float | None], list[int | None]]] = {}  # per PID its two series
-        for ps in psamples:
-            i = pos[ps.t]
-            row = rows.get(ps.pid)
-            if row is None:
-                sm_row: list[float | None] = [None] * n
-                mem_row: list[int | None] = [None] * n
-                per_pid_sm[str(ps.pid)], per_pid_mem[str(ps.pid)] = sm_row, mem_row
-                row = rows[ps.pid] = (sm_row, mem_row)
-            row[0][i] = ps.sm_util_pct
-            row[1][i] = ps.used_memory_bytes
-            if ps.sm_util_pct is not None:
-                sm_acc[ps.pid].append(ps.sm_util_pct)
-            entry = procs.get(ps.pid)
-            if entry is None:
-                owner = owner_of(model, node, ps.pid)
-                proc = model.gpu_process(node, ps.pid)
-                container = model.container(node, proc.container_id) if proc else None
-                entry = {"pid": ps.pid, "name": proc.comm if proc else None,
-                         "container": proc.container_id if proc else None,
-                         "container_name": container.name if container else None,
-                         "pod": (proc.pod_uid or (container.pod_uid if container else None)) if proc else None,
-                         "used_memory_bytes": ps.used_memory_bytes, "sm_util_avg_pct": None}
-                procs[ps.pid] = entry
-                used_by.setdefault(owner.subject.key(), owner.subject.to_json())
-            elif (ps.used_memory_bytes or 0) > (entry["used_memory_bytes"] or 0):
-                entry["used_memory_bytes"] = ps.used_memory_bytes
-        for pid, vals in sm_acc.items():
-            procs[pid]["sm_util_avg_pct"] = round(sum(vals) / len(vals), 1)
+        for pid, col in by_pid.items():  # per PID its two series: whole columns, no per-sample lookups
+            ts, sms, mems = col.t, col.sm_util_pct, col.used_memory_bytes
+            if ts == t_axis:  # present on every tick (once each)
+                sm_row, mem_row = list(sms), list(mems)
+            else:  # (of two readings on one tick, the later, as a row filled in order keeps)
+                at = list(map(pos.__getitem__, ts))
+                by_sm, by_mem = dict(zip(at, sms, strict=True)), dict(zip(at, mems, strict=True))
+                sm_row, mem_row = list(map(by_sm.get, range(n))), list(map(by_mem.get, range(n)))
+            per_pid_sm[str(pid)], per_pid_mem[str(pid)] = sm_row, mem_row
+            owner = owner_of(model, node, pid)
+            proc = model.gpu_process(node, pid)
+            container = model.container(node, proc.container_id) if proc else None
+            # the first sample's memory, replaced by the first larger one (None counting as 0)
+            held = [m or 0 for m in mems]
+            peak = max(held)
+            vals = [v for v in sms if v is not None]
+            procs[pid] = {"pid": pid, "name": proc.comm if proc else None,
+                          "container": proc.container_id if proc else None,
+                          "container_name": container.name if container else None,
+                          "pod": (proc.pod_uid or (container.pod_uid if container else None)) if proc else None,
+                          "used_memory_bytes": mems[held.index(peak)] if peak > held[0] else mems[0],
+                          "sm_util_avg_pct": round(sum(vals) / len(vals), 1) if vals else None}
+            used_by.setdefault(owner.subject.key(), owner.subject.to_json())
         out.append({
             "index": gpu.index, "uuid": uuid, "name": gpu.name, "node": node,
             "pci_bus_id": gpu.pci_bus_id, "memory_total_bytes": gpu.memory_total_bytes,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.allocation_kubernetes import merge_allocations
@@ -32,7 +32,7 @@ from forensics.analysis.model import (
 )
 from forensics.analysis.samples import CpuSample, MemorySample, ProcessGpuSample
 
-_PID = attrgetter("pid")
+_FIRST_SEEN = itemgetter(0, 1)
 
 _BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
@@ -91,8 +91,8 @@ class ResolvedJoins:
             | {(m.node, m.container_id) for m in model.series(MemorySample)})
         self._active: dict[float, ActiveOwners] = {}
         self._gpus_used: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-        for (node, uuid), samples in model.proc_samples_by_gpu().items():  # owners per PID, not per sample
-            for pid in set(map(_PID, samples)):
+        for (node, uuid), pids in model.proc_samples_by_pid().items():  # owners per PID, not per sample
+            for pid in pids:
                 self._gpus_used[self.owner(node, pid).subject.key()].add(uuid)
 
     def _resolve_owner(self, node: str, pid: int) -> Owner | None:
@@ -164,18 +164,26 @@ class ResolvedJoins:
         if cached is not None:
             return cached
         out: ActiveOwners = defaultdict(dict)
-        for (node, uuid), samples in self._model.proc_samples_by_gpu().items():
-            by_pid: dict[int, list[ProcessGpuSample]] = defaultdict(list)
-            for s in samples:
-                mem, sm = s.used_memory_bytes, s.sm_util_pct
-                if (mem is None and sm is None) or (mem or 0) > 0 or (sm or 0) >= min_sm_pct:
-                    by_pid[s.pid].append(s)
+        columns = self._model.proc_columns()
+        for (node, uuid), pids in self._model.proc_samples_by_pid().items():
+            active: list[tuple[float, int, list[ProcessGpuSample]]] = []
+            for pid, all_ss in pids.items():
+                col = columns[(node, uuid)][pid]
+                mem, sm = col.used_memory_bytes, col.sm_util_pct
+                if (None not in mem and min(mem) > 0) or (None not in sm and min(sm) >= min_sm_pct):
+                    ss = list(all_ss)  # every sample holds memory or computes (a copy: the view's is not handed out)
+                else:
+                    ss = [s for s in all_ss if (s.used_memory_bytes or 0) > 0 or (s.sm_util_pct or 0) >= min_sm_pct
+                          or (s.used_memory_bytes is None and s.sm_util_pct is None)]
+                if ss:
+                    active.append((ss[0].t, pid, ss))
+            active.sort(key=_FIRST_SEEN)  # PIDs as a walk of the active samples in (time, PID) order meets them
             per_gpu = out[(node, uuid)]
-            for pid, ss in by_pid.items():
+            for _, pid, ss in active:
                 owner = self.owner(node, pid)
                 entry = per_gpu.get(owner.subject)
                 if entry is None:
-                    per_gpu[owner.subject] = (owner, ss)
+                    per_gpu[owner.subject] = (owner, ss)  # (a new list: the view's own is not handed out)
                 else:
                     entry[1].extend(ss)
                     entry[1].sort(key=_BY_TIME)

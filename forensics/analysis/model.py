@@ -25,11 +25,10 @@ from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
 from forensics.analysis.findings import Evidence, Subject
+from forensics.analysis.process_index import ByPid, Columns, ProcessViews
 from forensics.analysis.samples import GpuSample, ProcessGpuSample
 from forensics.parsing.pci import pci_bus_key
 from forensics.specs import Role, playing
-
-_BY_TIME_PID = attrgetter("t", "pid")
 
 _BY_TIME = attrgetter("t")  # a C sort key: the series sorted here are per sample
 
@@ -456,15 +455,24 @@ class Model:
 
     def proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
         """(node, GPU UUID) -> its process samples in (time, PID) order."""
-        return self._proc_samples_by_gpu
+        return self.process_views.by_gpu()
+
+    def proc_samples_by_pid(self) -> ByPid:
+        """(node, GPU UUID) -> PID -> its process samples in time order (:data:`.process_index.ByPid`)."""
+        return self.process_views.by_pid()
+
+    def proc_columns(self) -> Columns:
+        """The same as columns of figures (:class:`.process_index.PidColumns`)."""
+        return self.process_views.columns()
 
     def nvml_pid(self, node: str, pid: int) -> bool:
         """Whether NVML reported ``pid`` as a GPU process of ``node``."""
-        return (node, pid) in self._nvml_pids
+        return (node, pid) in self.process_views.nvml_pids()
 
     @cached_property
-    def _nvml_pids(self) -> frozenset[tuple[str, int]]:
-        return frozenset((s.node, s.pid) for s in self.series(ProcessGpuSample))
+    def process_views(self) -> ProcessViews:
+        """The shared views of the process samples (forensics.analysis.process_index)."""
+        return ProcessViews(self.series(ProcessGpuSample))
 
     def gpu_sample_count(self, node: str) -> int:
         """How many device samples the node's bundles hold."""
@@ -477,15 +485,6 @@ class Model:
             out[(s.node, s.gpu_uuid)].append(s)
         for v in out.values():
             v.sort(key=_BY_TIME)
-        return out
-
-    @cached_property
-    def _proc_samples_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
-        out: dict[tuple[str, str], list[ProcessGpuSample]] = defaultdict(list)
-        for s in self.series(ProcessGpuSample):
-            out[(s.node, s.gpu_uuid)].append(s)
-        for v in out.values():
-            v.sort(key=_BY_TIME_PID)  # (a C key: once per process sample, millions in an hour of ring)
         return out
 
     @cached_property

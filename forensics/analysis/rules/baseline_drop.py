@@ -20,7 +20,7 @@ incident began (a single sample is a moment, not a fall), and the model's limita
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from forensics.analysis.baseline import (
@@ -45,30 +45,50 @@ BELOW_BASELINE = FindingKind("below-baseline", severity="medium", needs=(GPU_DEV
                              next_step="look at what else ran on that GPU then, and at the workload's own logs")
 
 
-def _series(model: Model, node: str, samples: list[ProcessGpuSample]) -> dict[Subject, list[tuple[float, float, ProcessGpuSample]]]:
-    """owner -> (tick, its processes' SM % summed, the sample of its lowest process) in time order.
+def _series(model: Model, node: str, uuid: str, pids: dict[int, list[ProcessGpuSample]]) -> dict[
+        Subject, tuple[list[float], list[float], list[ProcessGpuSample]]]:
+    """owner -> its ticks in time order, its processes' SM % summed at each, and the sample of its
+    lowest PID at each (three parallel lists), from the GPU's samples per PID (time order).
 
-    Rows are found by PID while summing (a Subject's hash is a Python call, and this runs per
-    process sample: 1.8 million in an hour of 8 GPUs x 64 processes), by owner once per PID."""
-    row_of: dict[int, dict[float, list[Any]]] = {}
-    rows: dict[Subject, dict[float, list[Any]]] = {}
+    An owner of one PID whose ticks are distinct (the common case: a container's or a host
+    process's one process) is its samples with SM as they are, no per-tick table; several PIDs are
+    summed per tick in PID order (the order the sum was always taken in)."""
     owner = model.joins.owner
-    for s in samples:
-        sm = s.sm_util_pct
-        if sm is None:
-            continue
-        row = row_of.get(s.pid)
-        if row is None:
-            row = row_of[s.pid] = rows.setdefault(owner(node, s.pid).subject, {})
-        got = row.get(s.t)
-        if got is None:
-            row[s.t] = [sm, s]  # samples come in (time, PID) order: the first is the lowest PID's
-        else:
-            got[0] += sm
-    return {who: [(t, v, first) for t, (v, first) in sorted(row.items())] for who, row in rows.items()}
+    columns = model.proc_columns()[(node, uuid)]
+    mine: dict[Subject, list[int]] = {}
+    for pid in sorted(pids):
+        mine.setdefault(owner(node, pid).subject, []).append(pid)
+    out: dict[Subject, tuple[list[float], list[float], list[ProcessGpuSample]]] = {}
+    for who, its in mine.items():
+        if len(its) == 1:
+            col = columns[its[0]]
+            if col.distinct and None not in col.sm_util_pct:  # (the view's lists: read, never changed)
+                out[who] = (col.t, col.sm_util_pct, pids[its[0]])
+                continue
+            ss = [s for s in pids[its[0]] if s.sm_util_pct is not None]
+            ts = list(map(_T, ss))
+            if len(set(ts)) == len(ts):
+                out[who] = (ts, list(map(_SM, ss)), ss)
+                continue
+        row: dict[float, list[Any]] = {}
+        for pid in its:  # ascending: the first sample at a tick is its lowest PID's
+            for s in pids[pid]:
+                sm = s.sm_util_pct
+                if sm is None:
+                    continue
+                got = row.get(s.t)
+                if got is None:
+                    row[s.t] = [sm, s]
+                else:
+                    got[0] += sm
+        ordered = sorted(row.items(), key=_tick)
+        out[who] = ([t for t, _ in ordered], [v for _, (v, _) in ordered], [f for _, (_, f) in ordered])
+    return out
 
 
 _tick = itemgetter(0)
+_T = attrgetter("t")
+_SM = attrgetter("sm_util_pct")
 
 
 @BELOW_BASELINE.rule
@@ -76,50 +96,48 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """A workload's SM share during the capture well below its own normal from the ring's history."""
     settings = baseline_settings(cfg)
     findings: list[Finding] = []
-    for (node, uuid), samples in sorted(model.proc_samples_by_gpu().items()):
+    for (node, uuid), pids in sorted(model.proc_samples_by_pid().items()):
         info = model.node(node)
         # the incident from when a trigger's condition began (record --trigger), else the capture's start
         start = info.trigger_crossed_at if info.trigger_crossed_at is not None else info.start
-        if start is None or not samples or min(s.t for s in samples) >= start:
+        if start is None or not pids or min(ss[0].t for ss in pids.values()) >= start:
             continue  # no history before it: nothing to call normal
         cut = start
         gl = gpu_label(model, node, uuid)
-        for who, series in sorted(_series(model, node, samples).items(), key=lambda kv: kv[0].key()):
-            k = bisect_left(series, cut, key=_tick)  # in time order: the history is what is before the cut
-            history = [(t, v) for t, v, _ in series[:k]]
-            recent = series[k:]  # (start is the cut)
-            if not history or not recent:
+        for who, (ts, vs, firsts) in sorted(_series(model, node, uuid, pids).items(), key=lambda kv: kv[0].key()):
+            k = bisect_left(ts, cut)  # in time order: the history is what is before the cut
+            n = len(ts)
+            if not k or k == n:  # no history, or nothing since (start is the cut)
                 continue
-            b = compute_baseline(bucket_means(history, settings.bucket_s), cut, settings)
+            b = compute_baseline(bucket_means(zip(ts[:k], vs[:k]), settings.bucket_s), cut, settings)
             name = label(model, who, long=False)
             if not isinstance(b, Baseline):
                 model.limit(f"below-baseline: {name}'s SM share on {gl} not compared with its normal: {b.describe()}")
                 continue
-            span_s = recent[-1][0] - recent[0][0]
-            if len(recent) < cfg.baseline_min_recent_samples or span_s < cfg.baseline_min_recent_s:
-                model.limit(f"below-baseline: {name}'s SM share on {gl} not judged: {len(recent)} sample(s) "
+            span_s = ts[-1] - ts[k]
+            if n - k < cfg.baseline_min_recent_samples or span_s < cfg.baseline_min_recent_s:
+                model.limit(f"below-baseline: {name}'s SM share on {gl} not judged: {n - k} sample(s) "
                             f"over {span_s:.0f} s since the incident began, fewer than "
                             f"{cfg.baseline_min_recent_samples} over {cfg.baseline_min_recent_s:g} s")
                 continue
             lo, _ = b.band(settings.k, settings.min_delta_pct)
-            now = median([v for _, v, _ in recent])
+            recent = vs[k:]
+            now = median(recent)
             if now >= lo:
                 continue
-            lowest = min(recent, key=lambda r: r[1])
-            before = history[-1]
-            last_before = next(s for t, _, s in reversed(series) if t == before[0])
-            ev: list[Evidence] = [lowest[2].evidence, last_before.evidence]
+            lowest = k + recent.index(min(recent))  # (the first of equal lows, as min() picks)
+            ev: list[Evidence] = [firsts[lowest].evidence, firsts[k - 1].evidence]  # and the last before
             when = (f"at this time of day on {b.days} earlier days" if b.by_time_of_day
                     else f"over the {_span(b.history_s, b.window_s)}")
             headline = (f"{name}'s SM share on {gl} {now:.0f}%, its normal {b.low:.0f}-{b.high:.0f}% {when}")
             means = "one-minute means" if settings.bucket_s == 60 else f"{settings.bucket_s:g} s means"
             summary = (f"{headline} (median {b.median:.1f}%, MAD {b.mad:.1f}, {b.buckets} {means}; "
                        f"below {lo:.1f}%, its median minus max({settings.k:g} robust spreads, "
-                       f"{settings.min_delta_pct:g} points)), over {len(recent)} samples since")
+                       f"{settings.min_delta_pct:g} points)), over {n - k} samples since")
             findings.append(Finding(
                 kind=BELOW_BASELINE.id, severity=BELOW_BASELINE.severity,
                 confidence=BELOW_BASELINE.confidence(model, node, 0.7, cfg),
-                summary=summary, start=recent[0][0], end=recent[-1][0], node=node,
+                summary=summary, start=ts[k], end=ts[-1], node=node,
                 subjects=dedupe_subjects([*with_pod(model, who.with_role("victim")), gpu_subject(model, node, uuid)]),
                 evidence=tuple(ev),
                 metrics=(("gpu", gl), ("gpu_uuid", uuid), ("sm_pct", round(now, 1)),

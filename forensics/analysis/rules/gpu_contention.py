@@ -8,6 +8,9 @@ CUDA out-of-memory lines from container logs, container exit state (docker inspe
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import reduce
+from itertools import chain
+from operator import add
 
 from forensics.analysis.events import CudaOom
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
@@ -15,6 +18,7 @@ from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
+from forensics.analysis.process_index import PidColumns
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
@@ -30,26 +34,41 @@ GPU_MEMORY_PRESSURE = FindingKind("gpu-memory-pressure", severity="low", needs=(
 _Victim = tuple[Subject, float, float | None, float | None, list[float]]
 
 
-def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[
-        dict[float, dict[int, float]], list[Subject], dict[Subject, list[ProcessGpuSample]]]:
-    """tick -> owner number -> summed SM%, for ticks that carry SM data; the owners by number (in
-    the order first seen); and owner -> samples.
+# per group of ticks with the same owners present: (those owners, the ticks, per owner its summed
+# SM% over them, the SM% of all of them summed)
+_Group = tuple[frozenset[int], list[float], dict[int, float], float]
 
-    Samples of one tick share its ``t`` (the NVML line's), so ``t`` itself is the tick key. Owners
-    are numbers in the rows (a Subject's hash is a Python call, and the rows are made per process
-    sample and grouped per tick: millions in an hour of 8 GPUs x 64 processes).
-    """
-    by_pid: dict[int, list[ProcessGpuSample]] = defaultdict(list)
-    for s in samples:
-        by_pid[s.pid].append(s)
-    per_owner: dict[Subject, list[ProcessGpuSample]] = defaultdict(list)
+
+def _owners(model: Model, node: str, pids: dict[int, list[ProcessGpuSample]]) -> tuple[
+        list[Subject], dict[Subject, list[ProcessGpuSample]], list[int]]:
+    """The GPU's owners numbered in the order their first PID is met (PIDs by first sample, then
+    PID), each owner's samples (its PIDs' in that order, one after another) and each PID's owner."""
+    per_owner: dict[Subject, list[ProcessGpuSample]] = {}
     owners: dict[Subject, int] = {}
+    owner_of_pid: list[int] = []
+    for pid, ss in pids.items():
+        subj = model.joins.owner(node, pid).subject
+        got = per_owner.get(subj)
+        per_owner[subj] = ss if got is None else got + ss  # (the view's lists are not changed)
+        owner_of_pid.append(owners.setdefault(subj, len(owners)))
+    return list(owners), per_owner, owner_of_pid
+
+
+def _groups(pids: dict[int, list[ProcessGpuSample]], columns: dict[int, PidColumns],
+            owner_of_pid: list[int]) -> list[_Group]:
+    """The ticks that carry SM data grouped by which owners were present (owners come and go
+    rarely, so pair sums are taken over a handful of groups instead of every tick), in the order
+    of their first tick; each group's ticks in the order met walking the PIDs' samples, its sums
+    added up in that order (tick by tick, the owners of a tick in order of their number).
+
+    Samples of one tick share its ``t`` (the NVML line's), so ``t`` itself is the tick key."""
+    if len(set(owner_of_pid)) == len(owner_of_pid):  # one PID per owner: by columns, no per-sample table
+        cols = [columns[pid] for pid in pids]
+        if all(c.distinct for c in cols):  # (else a PID read twice on one tick: summed per tick below)
+            return _groups_by_column([(c.t, c.sm_util_pct) for c in cols])
     ticks: dict[float, dict[int, float]] = defaultdict(dict)
     has_sm: set[float] = set()
-    for pid, ss in by_pid.items():
-        subj = model.joins.owner(ss[0].node, pid).subject
-        per_owner[subj].extend(ss)
-        o = owners.setdefault(subj, len(owners))
+    for o, ss in zip(owner_of_pid, pids.values(), strict=True):
         for s in ss:
             row = ticks[s.t]
             sm = s.sm_util_pct
@@ -58,32 +77,83 @@ def _by_tick(model: Model, samples: list[ProcessGpuSample]) -> tuple[
                 row[o] = row.get(o, 0.0) + sm
             elif o not in row:
                 row[o] = 0.0
-    return {t: row for t, row in ticks.items() if t in has_sm}, list(owners), per_owner
+    by_members: dict[frozenset[int], list[float]] = defaultdict(list)
+    for t, row in ticks.items():
+        if t in has_sm:
+            by_members[frozenset(row)].append(t)
+    out: list[_Group] = []
+    for members, ts in by_members.items():
+        sums = dict.fromkeys(members, 0.0)
+        total = 0.0
+        for t in ts:
+            for o, v in ticks[t].items():
+                sums[o] += v
+                total += v
+        out.append((members, ts, sums, total))
+    return out
+
+
+def _groups_by_column(cols: list[tuple[list[float], list[float | None]]]) -> list[_Group]:
+    """:func:`_groups` when owner ``o`` is the one PID ``cols[o]`` (its ticks, distinct and in
+    time order, and its SM% there): the same groups, ticks and sums, taken per owner in C."""
+    order: list[float] = []  # every tick, in the order met walking the PIDs' samples
+    seen: set[float] = set()
+    has_sm: set[float] = set()
+    values: list[dict[float, float]] = []
+    tick_sets: list[set[float]] = []
+    for ts, sms in cols:
+        mine = set(ts)
+        new = mine - seen
+        if new:
+            order.extend(sorted(new))
+            seen |= new
+        tick_sets.append(mine)
+        if None in sms:
+            has_sm.update(t for t, v in zip(ts, sms, strict=True) if v is not None)
+            values.append(dict(zip(ts, [0.0 if v is None else v for v in sms], strict=True)))
+        else:
+            has_sm.update(ts)
+            values.append(dict(zip(ts, sms, strict=True)))
+    # which owners were present at each tick with SM data: the ticks split owner by owner
+    parts: list[tuple[set[float], list[int]]] = [(has_sm, [])] if has_sm else []
+    for o, mine in enumerate(tick_sets):
+        split: list[tuple[set[float], list[int]]] = []
+        for ts_set, members in parts:
+            inside = ts_set & mine
+            if inside:
+                split.append((inside, [*members, o]))
+            if len(inside) < len(ts_set):
+                split.append((ts_set - mine, members))
+        parts = split
+    part_of: dict[float, int] = {}
+    for k, (ts_set, _) in enumerate(parts):
+        part_of.update(dict.fromkeys(ts_set, k))
+    ticks_of: dict[int, list[float]] = {}
+    for t in order:  # per tick, not per sample
+        k = part_of.get(t, -1)
+        if k >= 0:
+            ticks_of.setdefault(k, []).append(t)
+    out: list[_Group] = []
+    for k, ts in ticks_of.items():
+        members = parts[k][1]
+        rows = [list(map(values[o].__getitem__, ts)) for o in members]
+        sums = {o: reduce(add, row, 0.0) for o, row in zip(members, rows, strict=True)}
+        total = reduce(add, chain.from_iterable(zip(*rows, strict=True)), 0.0)
+        out.append((frozenset(members), ts, sums, total))
+    return out
 
 
 @GPU_COMPUTE_HOG.rule
 def gpu_compute_hog(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """One owner holds most of a shared GPU's SM time while another owner present on it is starved."""
     findings: list[Finding] = []
-    for (node, uuid), samples in sorted(model.proc_samples_by_gpu().items()):
-        ticks, subject_of, per_owner = _by_tick(model, samples)
-        if len(per_owner) < 2 or not ticks:
+    for (node, uuid), pids in sorted(model.proc_samples_by_pid().items()):
+        subject_of, per_owner, owner_of_pid = _owners(model, node, pids)
+        if len(per_owner) < 2:
             continue
-        # Ticks grouped by which owners were present: owners come and go rarely, so pair sums
-        # are taken over a handful of groups instead of every tick.
-        groups: dict[frozenset[int], list[float]] = defaultdict(list)
-        for t, row in ticks.items():
-            groups[frozenset(row)].append(t)
-        stats = []
-        for members, ts in groups.items():
-            sums = dict.fromkeys(members, 0.0)
-            total = 0.0
-            for t in ts:
-                row = ticks[t]
-                for o, v in row.items():
-                    sums[o] += v
-                    total += v
-            stats.append((members, ts, sums, total))
+        stats = _groups(pids, model.proc_columns()[(node, uuid)], owner_of_pid)
+        if not stats:
+            continue
         owner = model.joins.owner
         granted = [owner(node, per_owner[o][0].pid).allocation.grants(uuid, per_owner[o][0].mig_uuid)
                    for o in subject_of]

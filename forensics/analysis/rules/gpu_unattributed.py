@@ -9,13 +9,14 @@ cites the first few processes' evidence (docs/analysis-format.md).
 
 from __future__ import annotations
 
-from operator import attrgetter
+from functools import reduce
+from operator import add, attrgetter
 
 from forensics.analysis.findings import Evidence, Finding, Role
 from forensics.analysis.kinds import FindingKind, Harm
 from forensics.analysis.model import Model, Owner
 from forensics.analysis.naming import fmt_bytes, gpu_label, gpu_subject, name_of, process_label
-from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects, span
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
@@ -85,19 +86,51 @@ def _no_runtime(path: str) -> str:
     return f"cgroup path {path} names no known runtime"
 
 
-def _per_tick_totals(samples: list[ProcessGpuSample]) -> tuple[int, float | None]:
+def _columns(model: Model, node: str, uuid: str, pid: int, samples: list[ProcessGpuSample]) -> tuple[
+        list[float], list[float | None], list[int | None], bool]:
+    """A process's samples (those that count as use, in time order) as columns: times, SM %,
+    memory, and whether its times are distinct; the model's shared columns when every sample of
+    the PID counts (the usual case), else made here."""
+    col = model.proc_columns().get((node, uuid), {}).get(pid)
+    every = model.proc_samples_by_pid().get((node, uuid), {}).get(pid)
+    if col is not None and every and len(every) == len(samples) and every[0] is samples[0] and every[-1] is samples[-1]:
+        return col.t, col.sm_util_pct, col.used_memory_bytes, col.distinct
+    ts = list(map(_T, samples))
+    return ts, list(map(_SM, samples)), list(map(_MEM, samples)), len(set(ts)) == len(ts)
+
+
+def _per_tick_totals(model: Model, node: str, uuid: str,
+                     members: list[tuple[int, list[ProcessGpuSample]]]) -> tuple[int, float | None]:
     """The group's peak GPU memory (summed over its processes at each sampling time) and its SM
-    use summed the same way, averaged over the times that report SM."""
+    use summed the same way, averaged over the times that report SM; ``members``: each process's
+    PID and samples in time order, processes in PID order (the order the sums are taken in)."""
+    cols = [_columns(model, node, uuid, pid, ss) for pid, ss in members]
+    ts = cols[0][0]
+    if cols[0][3] and all(c[0] == ts for c in cols):  # the same ticks, each once: by columns
+        mems = [[m or 0 for m in c[2]] if None in c[2] else c[2] for c in cols]
+        sms = [c[1] for c in cols]
+        peak = max(map(sum, zip(*mems, strict=True)), default=0)
+        if not any(None in c for c in sms):
+            per_tick = [reduce(add, vals, 0.0) for vals in zip(*sms, strict=True)]
+            return peak, (sum(per_tick) / len(per_tick) if per_tick else None)
+        if all(set(c) == {None} for c in sms):  # no SM figure at all
+            return peak, None
     mem: dict[float, int] = {}
     sm: dict[float, float] = {}
     mem_at, sm_at = mem.get, sm.get  # per process sample: bound once
-    for s in samples:
-        t = s.t
-        mem[t] = mem_at(t, 0) + (s.used_memory_bytes or 0)
-        v = s.sm_util_pct
-        if v is not None:
-            sm[t] = sm_at(t, 0.0) + v
+    for _, samples in members:
+        for s in samples:
+            t = s.t
+            mem[t] = mem_at(t, 0) + (s.used_memory_bytes or 0)
+            v = s.sm_util_pct
+            if v is not None:
+                sm[t] = sm_at(t, 0.0) + v
     return max(mem.values(), default=0), (sum(sm.values()) / len(sm) if sm else None)
+
+
+_T = attrgetter("t")
+_MEM = attrgetter("used_memory_bytes")
+_SM = attrgetter("sm_util_pct")
 
 
 @UNATTRIBUTED_GPU_PROCESS.rule
@@ -127,8 +160,8 @@ def _unattributed_one(model: Model, cfg: AnalysisConfig, node: str, uuid: str, p
     proc = model.gpu_process(node, pid)
     holders = model.joins.explicit_holders(node, uuid)
     gl = gpu_label(model, node, uuid)
-    peak_mem, sm_avg = _per_tick_totals(samples)
-    start, end = span(s.t for s in samples)
+    peak_mem, sm_avg = _per_tick_totals(model, node, uuid, [(pid, samples)])
+    start, end = samples[0].t, samples[-1].t  # (in time order)
     if proc is not None:
         where = f"in cgroup {proc.cgroup_path}" if proc.cgroup_path else "in no container"
         what = f"host process {pid} ({proc.comm or '?'}) ran on {gl} {where}, outside any container"
@@ -175,9 +208,8 @@ def _unattributed_many(model: Model, cfg: AnalysisConfig, node: str, uuid: str, 
     holders = model.joins.explicit_holders(node, uuid)
     gl = gpu_label(model, node, uuid)
     pids = [m[0] for m in members]
-    samples = [s for m in members for s in m[2]]
-    peak_mem, sm_avg = _per_tick_totals(samples)
-    start, end = span(s.t for s in samples)
+    peak_mem, sm_avg = _per_tick_totals(model, node, uuid, [(m[0], m[2]) for m in members])
+    start, end = min(m[2][0].t for m in members), max(m[2][-1].t for m in members)  # (each in time order)
     n = len(members)
     named = _pid_list(pids)
     resolved = group[0] == "cgroup"

@@ -1,0 +1,133 @@
+"""The views of the NVML process samples the rules, the joins and the document share, built once.
+
+An hour of flight-recorder history at 8 GPUs x 64 processes is 1.8 million
+:class:`~forensics.analysis.samples.ProcessGpuSample` records: every pass over them costs, so each
+view is made once per model, on first use, by :class:`ProcessViews` (``Model.process_views``), and
+readers take what they need from it instead of regrouping the series each:
+
+- :meth:`ProcessViews.by_pid`: per GPU, each PID's samples in time order (the order the joins,
+  the contention and baseline rules and the document's series walk them);
+- :meth:`ProcessViews.by_gpu`: per GPU, its samples in (time, PID) order (readers that look at
+  ticks across processes);
+- :meth:`ProcessViews.columns`: the same per PID as columns (times, SM %, memory): most readers
+  want a figure of every sample of a process, and take it from here in one C-level slice instead
+  of an attribute read per sample each;
+- :meth:`ProcessViews.nvml_pids`: the (node, PID) NVML listed.
+
+A view is of the series as it was when the view was made: the model's series only grow while
+loading, and views are asked for after it. A reader that finds the series changed since a view
+was made gets a fresh one (each view notes the series' length and its first and last record), so a
+stale view is never handed out. The lists a view hands out are shared: readers must not change them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
+
+from forensics.analysis.samples import ProcessGpuSample
+
+__all__ = ["ByPid", "Columns", "PidColumns", "ProcessViews"]
+
+_BY_TIME = attrgetter("t")
+_BY_TIME_PID = attrgetter("t", "pid")
+_GPU_PID = itemgetter(0, 1, 2)  # (node, GPU UUID, PID) of a ProcessGpuSample
+_T, _SM, _MEM, _LISTED = attrgetter("t"), attrgetter("sm_util_pct"), attrgetter("used_memory_bytes"), attrgetter("proc_index")
+
+#: (node, GPU UUID) -> PID -> its samples in time order; PIDs in the order they are first seen on
+#: that GPU (by time, then PID): the order a walk of the (time, PID) sorted samples meets them
+ByPid = dict[tuple[str, str], dict[int, list[ProcessGpuSample]]]
+
+
+
+class PidColumns(NamedTuple):
+    """One PID's samples on one GPU as columns, in the order of :meth:`ProcessViews.by_pid`."""
+
+    t: list[float]
+    sm_util_pct: list[float | None]
+    used_memory_bytes: list[int | None]
+    distinct: bool  # no two samples at the same time (one reading per tick: the usual case)
+    all_listed: bool  # every sample from a process list (``proc_index`` >= 0)
+
+
+#: (node, GPU UUID) -> PID -> its columns (same keys and order as :data:`ByPid`)
+Columns = dict[tuple[str, str], dict[int, PidColumns]]
+
+
+class ProcessViews:
+    """The views of one series of process samples (see the module docstring)."""
+
+    __slots__ = ("_built", "_series")
+
+    def __init__(self, series: list[ProcessGpuSample]) -> None:
+        self._series = series
+        self._built: dict[str, tuple[tuple[int, int, int], Any]] = {}
+
+    def _stamp(self) -> tuple[int, int, int]:
+        s = self._series
+        return (len(s), id(s[0]), id(s[-1])) if s else (0, 0, 0)
+
+    def _view(self, name: str) -> Any:
+        stamp = self._stamp()
+        got = self._built.get(name)
+        if got is None or got[0] != stamp:
+            got = self._built[name] = (stamp, getattr(self, "_make_" + name)())
+        return got[1]
+
+    def by_pid(self) -> ByPid:
+        """(node, GPU UUID) -> PID -> its samples in time order (see :data:`ByPid`)."""
+        return self._view("by_pid")  # type: ignore[no-any-return]
+
+    def by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
+        """(node, GPU UUID) -> its samples in (time, PID) order."""
+        return self._view("by_gpu")  # type: ignore[no-any-return]
+
+    def columns(self) -> Columns:
+        """(node, GPU UUID) -> PID -> its samples' figures as columns (see :class:`PidColumns`)."""
+        return self._view("columns")  # type: ignore[no-any-return]
+
+    def nvml_pids(self) -> frozenset[tuple[str, int]]:
+        """The (node, PID) NVML listed on any GPU."""
+        return self._view("nvml_pids")  # type: ignore[no-any-return]
+
+    def _make_by_pid(self) -> ByPid:
+        groups: dict[tuple[str, str, int], list[ProcessGpuSample]] = {}
+        get = groups.get
+        for s in self._series:  # one pass; the (time, PID) sort is per GPU, of its few PIDs
+            key = _GPU_PID(s)
+            got = get(key)
+            if got is None:
+                groups[key] = [s]
+            else:
+                got.append(s)
+        per_gpu: dict[tuple[str, str], list[tuple[float, int, list[ProcessGpuSample]]]] = defaultdict(list)
+        for (node, uuid, pid), ss in groups.items():
+            ss.sort(key=_BY_TIME)  # (in load order already, but for several bundles: stable, as the old sort)
+            per_gpu[(node, uuid)].append((ss[0].t, pid, ss))
+        out: ByPid = {}
+        for gpu, pids in per_gpu.items():
+            pids.sort(key=itemgetter(0, 1))
+            out[gpu] = {pid: ss for _, pid, ss in pids}
+        return out
+
+    def _make_columns(self) -> Columns:
+        out: Columns = {}
+        for gpu, pids in self.by_pid().items():
+            cols = out[gpu] = {}
+            for pid, ss in pids.items():
+                ts = list(map(_T, ss))
+                cols[pid] = PidColumns(ts, list(map(_SM, ss)), list(map(_MEM, ss)), len(set(ts)) == len(ts),
+                                       min(map(_LISTED, ss)) >= 0)
+        return out
+
+    def _make_by_gpu(self) -> dict[tuple[str, str], list[ProcessGpuSample]]:
+        out: dict[tuple[str, str], list[ProcessGpuSample]] = {}
+        for gpu, pids in self.by_pid().items():
+            merged = [s for ss in pids.values() for s in ss]
+            merged.sort(key=_BY_TIME_PID)  # (a C key: once per process sample)
+            out[gpu] = merged
+        return out
+
+    def _make_nvml_pids(self) -> frozenset[tuple[str, int]]:
+        return frozenset((node, pid) for (node, _), pids in self.by_pid().items() for pid in pids)
