@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from operator import attrgetter, itemgetter
+from typing import cast
 
 from forensics.analysis.allocation import kubernetes_allocation
 from forensics.analysis.allocation_kubernetes import merge_allocations
@@ -170,7 +171,8 @@ class ResolvedJoins:
             for pid, all_ss in pids.items():
                 col = columns[(node, uuid)][pid]
                 mem, sm = col.used_memory_bytes, col.sm_util_pct
-                if (None not in mem and min(mem) > 0) or (None not in sm and min(sm) >= min_sm_pct):
+                if ((None not in mem and min(cast("list[int]", mem)) > 0)
+                        or (None not in sm and min(cast("list[float]", sm)) >= min_sm_pct)):
                     ss = list(all_ss)  # every sample holds memory or computes (a copy: the view's is not handed out)
                 else:
                     ss = [s for s in all_ss if (s.used_memory_bytes or 0) > 0 or (s.sm_util_pct or 0) >= min_sm_pct

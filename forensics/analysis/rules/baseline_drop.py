@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, cast
 
 from forensics.analysis.baseline import (
     Baseline,
@@ -63,7 +63,7 @@ def _series(model: Model, node: str, uuid: str, pids: dict[int, list[ProcessGpuS
         if len(its) == 1:
             col = columns[its[0]]
             if col.distinct and None not in col.sm_util_pct:  # (the view's lists: read, never changed)
-                out[who] = (col.t, col.sm_util_pct, pids[its[0]])
+                out[who] = (col.t, cast("list[float]", col.sm_util_pct), pids[its[0]])
                 continue
             ss = [s for s in pids[its[0]] if s.sm_util_pct is not None]
             ts = list(map(_T, ss))
@@ -109,7 +109,7 @@ def below_baseline(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             n = len(ts)
             if not k or k == n:  # no history, or nothing since (start is the cut)
                 continue
-            b = compute_baseline(bucket_means(zip(ts[:k], vs[:k]), settings.bucket_s), cut, settings)
+            b = compute_baseline(bucket_means(zip(ts[:k], vs[:k], strict=True), settings.bucket_s), cut, settings)
             name = label(model, who, long=False)
             if not isinstance(b, Baseline):
                 model.limit(f"below-baseline: {name}'s SM share on {gl} not compared with its normal: {b.describe()}")

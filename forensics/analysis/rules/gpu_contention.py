@@ -11,14 +11,15 @@ from collections import defaultdict
 from functools import reduce
 from itertools import chain
 from operator import add
+from typing import cast
 
 from forensics.analysis.events import CudaOom
 from forensics.analysis.findings import Evidence, Finding, Severity, Subject
 from forensics.analysis.kinds import FindingKind, Harm, RuledOutCheck
 from forensics.analysis.model import Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, gpu_subject, label, with_pod
-from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.process_index import PidColumns
+from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import ProcessGpuSample
 from forensics.specs.roles import GPU_DEVICES, PROCESS_TABLE
 from forensics.thresholds import AnalysisConfig
@@ -113,7 +114,7 @@ def _groups_by_column(cols: list[tuple[list[float], list[float | None]]]) -> lis
             values.append(dict(zip(ts, [0.0 if v is None else v for v in sms], strict=True)))
         else:
             has_sm.update(ts)
-            values.append(dict(zip(ts, sms, strict=True)))
+            values.append(dict(zip(ts, cast("list[float]", sms), strict=True)))
     # which owners were present at each tick with SM data: the ticks split owner by owner
     parts: list[tuple[set[float], list[int]]] = [(has_sm, [])] if has_sm else []
     for o, mine in enumerate(tick_sets):

@@ -80,7 +80,7 @@ def _by_tick(model: Model, node: str, uuid: str, samples: list[GpuSample]) -> li
     at: dict[float, list[ProcessGpuSample]] = defaultdict(list)
     for ps in model.proc_samples_by_gpu().get((node, uuid), []):
         at[ps.t].append(ps)
-    rows = []
+    rows: list[_Row] = []
     for s in samples:
         if s.memory_used_bytes is None:
             continue
@@ -190,47 +190,6 @@ def gpu_memory_unattributed(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             headline=f"{fmt_bytes(peak[1])} of {gl}'s memory belonged to no listed process",
         ))
     return findings
-
-
-# a device reading with memory known: (it, its memory minus the listed processes', those PIDs)
-_Row = tuple[GpuSample, int, AbstractSet[int]]
-
-
-def _by_tick(model: Model, node: str, uuid: str, samples: list[GpuSample]) -> list[_Row]:
-    """Per device reading with memory known and every listed process's memory known, the gap."""
-    at: dict[float, list[ProcessGpuSample]] = defaultdict(list)
-    for ps in model.proc_samples_by_gpu().get((node, uuid), []):
-        at[ps.t].append(ps)
-    rows = []
-    for s in samples:
-        if s.memory_used_bytes is None:
-            continue
-        listed = [p for p in at.get(s.t, []) if p.proc_index >= 0 or p.ref.member != "nvml/samples.jsonl"]
-        if any(p.used_memory_bytes is None for p in listed):
-            continue  # NVML could not say what a process holds: no gap can be told
-        gap = s.memory_used_bytes - sum(p.used_memory_bytes or 0 for p in listed)
-        rows.append((s, gap, {p.pid for p in listed}))
-    return rows
-
-
-def _by_columns(model: Model, node: str, uuid: str, samples: list[GpuSample]) -> list[_Row] | None:
-    """:func:`_by_tick` where every process of the GPU was listed, with its memory, once on every
-    tick of the same ticks (an hour of 1 Hz ring: millions of samples): the listed memory summed
-    per tick by columns. None when the processes are not so regular."""
-    cols = list(model.proc_columns().get((node, uuid), {}).values())
-    if not cols:
-        return None
-    ts = cols[0].t
-    if not all(c.distinct and c.all_listed and None not in c.used_memory_bytes and c.t == ts for c in cols):
-        return None
-    held = dict(zip(ts, map(sum, zip(*(c.used_memory_bytes for c in cols), strict=True)), strict=True))
-    pids = frozenset(model.proc_columns()[(node, uuid)])
-    rows: list[_Row] = []
-    for s in samples:
-        if s.memory_used_bytes is not None:
-            listed = held.get(s.t)
-            rows.append((s, s.memory_used_bytes - (listed or 0), pids if listed is not None else frozenset()))
-    return rows
 
 
 @GPU_MEMORY_UNATTRIBUTED.ruled_out(rank=25)
