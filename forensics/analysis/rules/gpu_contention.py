@@ -97,6 +97,12 @@ def _groups(pids: dict[int, list[ProcessGpuSample]], columns: dict[int, PidColum
 def _groups_by_column(cols: list[tuple[list[float], list[float | None]]]) -> list[_Group]:
     """:func:`_groups` when owner ``o`` is the one PID ``cols[o]`` (its ticks, distinct and in
     time order, and its SM% there): the same groups, ticks and sums, taken per owner in C."""
+    ts0 = cols[0][0] if cols else []
+    if all(ts == ts0 and None not in sms for ts, sms in cols):  # every owner on every tick, with SM
+        rows = [sms for _, sms in cols]  # (one group: its ticks in the first PID's order, which is time)
+        sums = {o: reduce(add, row, 0.0) for o, row in enumerate(rows)}
+        total = reduce(add, chain.from_iterable(zip(*rows, strict=True)), 0.0)
+        return [(frozenset(range(len(cols))), list(ts0), sums, total)] if ts0 else []
     order: list[float] = []  # every tick, in the order met walking the PIDs' samples
     seen: set[float] = set()
     has_sm: set[float] = set()
@@ -263,7 +269,6 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
     """GPU memory at or above ``gpu_memory_pressure_ratio`` of total: who holds it, who suffered."""
     findings: list[Finding] = []
     owner = model.joins.owner
-    proc_by_gpu = model.proc_samples_by_gpu()
     for (node, uuid), gsamples in sorted(GPU_MEMORY_PRESSURE.gpu_samples(model).items()):
         gpu = model.gpus.get((node, uuid))
         hot = []
@@ -275,6 +280,7 @@ def gpu_memory_pressure(model: Model, cfg: AnalysisConfig) -> list[Finding]:
             continue
         start, end = hot[0][0].t, hot[-1][0].t
         peak, peak_ratio, total = max(hot, key=lambda h: h[1])
+        proc_by_gpu = model.proc_samples_by_gpu()  # (asked only here: made on first use, a sort)
         # Holders: per owner, the largest memory seen during the pressure window.
         holders: dict[Subject, tuple[int, ProcessGpuSample]] = {}
         for ps in proc_by_gpu.get((node, uuid), []):
