@@ -28,6 +28,7 @@ from operator import attrgetter, itemgetter, le
 from typing import Any, NamedTuple
 
 from forensics.analysis.samples import ProcessGpuSample
+from forensics.specs.nvml import SAMPLES as SAMPLES_MEMBER
 
 __all__ = ["ByPid", "Columns", "PidColumns", "ProcessViews"]
 
@@ -47,11 +48,27 @@ class PidColumns(NamedTuple):
     sm_util_pct: list[float | None]
     used_memory_bytes: list[int | None]
     distinct: bool  # no two samples at the same time (one reading per tick: the usual case)
-    all_listed: bool  # every sample from a process list (``proc_index`` >= 0)
+    all_listed: bool  # every sample from a process list: a sampled line's (``proc_index`` >= 0) or a snapshot's
 
 
 #: (node, GPU UUID) -> PID -> its columns (same keys and order as :data:`ByPid`)
 Columns = dict[tuple[str, str], dict[int, PidColumns]]
+
+
+def _all_listed(samples: list[ProcessGpuSample], proc_index: list[int]) -> bool:
+    """Whether every sample was in a process list: a sampled line's (an index in its
+    ``processes``) or the snapshot's (``nvml/processes.json``, no index); a sampled line's PID
+    that only ``nvmlDeviceGetProcessUtilization`` named (-1) was not."""
+    if min(proc_index, default=0) >= 0:
+        return True
+    if min(proc_index) < -1:
+        return False
+    i = -1
+    for _ in range(proc_index.count(-1)):  # (the few without an index, found in C)
+        i = proc_index.index(-1, i + 1)
+        if samples[i].ref.member == SAMPLES_MEMBER:
+            return False
+    return True
 
 
 class ProcessViews:
@@ -124,7 +141,7 @@ class ProcessViews:
         for gpu, pids in per_gpu.items():
             pids.sort(key=itemgetter(0, 1))
             by_pid[gpu] = {pid: g[0] for _, pid, g in pids}
-            columns[gpu] = {pid: PidColumns(g[1], g[2], g[3], len(set(g[1])) == len(g[1]), min(g[4]) >= 0)
+            columns[gpu] = {pid: PidColumns(g[1], g[2], g[3], len(set(g[1])) == len(g[1]), _all_listed(g[0], g[4]))
                             for _, pid, g in pids}
         return by_pid, columns
 

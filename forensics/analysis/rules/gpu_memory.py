@@ -32,6 +32,7 @@ from forensics.analysis.model import DStateHolder, Gpu, Model
 from forensics.analysis.naming import fmt_bytes, fmt_time, gpu_label, label, with_pod
 from forensics.analysis.rules.common import dedupe_evidence, dedupe_subjects
 from forensics.analysis.samples import LISTS_PROCESSES, GpuSample, ProcessGpuSample
+from forensics.specs.nvml import SAMPLES as SAMPLES_MEMBER
 from forensics.specs.roles import GPU_DEVICES
 from forensics.thresholds import AnalysisConfig
 
@@ -84,7 +85,7 @@ def _by_tick(model: Model, node: str, uuid: str, samples: list[GpuSample]) -> li
     for s in samples:
         if s.memory_used_bytes is None:
             continue
-        listed = [p for p in at.get(s.t, []) if p.proc_index >= 0 or p.ref.member != "nvml/samples.jsonl"]
+        listed = [p for p in at.get(s.t, []) if p.proc_index >= 0 or p.ref.member != SAMPLES_MEMBER]
         if any(p.used_memory_bytes is None for p in listed):
             continue  # NVML could not say what a process holds: no gap can be told
         gap = s.memory_used_bytes - sum(p.used_memory_bytes or 0 for p in listed)

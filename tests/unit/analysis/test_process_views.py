@@ -166,6 +166,11 @@ def test_ghost_memory_by_column_is_the_per_tick_walk() -> None:
     assert rows is not None and rows == gpu_memory._by_tick(model, NODE, GPU, gpu)
     assert rows[0][2] == rows[-1][2] == set()  # no process at -2 s nor at 41 s
     assert rows[-3][2] == {700 + 3 * k for k in range(6)} and rows[-3][0].t == T0 + 39
+    snap = EvidenceRef("b", "nvml/processes.json", 0, None)  # the snapshot's list: listed, without an index
+    snapshot = _model([*ss, *(_sample(700 + 3 * k, T0 + 40, 7, None, proc_index=-1)._replace(ref=snap)
+                              for k in range(6))])
+    rows = gpu_memory._by_columns(snapshot, NODE, GPU, gpu)
+    assert rows is not None and rows == gpu_memory._by_tick(snapshot, NODE, GPU, gpu) and rows[-2][2]
     unlisted = _model([*ss, _sample(999, T0 + 3, 5, 1.0, proc_index=-1)])
     assert gpu_memory._by_columns(unlisted, NODE, GPU, gpu) is None  # irregular: the walk decides
     unknown = _model([s._replace(used_memory_bytes=None) if s.t == T0 + 7 else s for s in ss])
