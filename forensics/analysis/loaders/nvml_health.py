@@ -19,6 +19,7 @@ is ``gpu_is_lost`` is a witness (the first and the last such reading of each GPU
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from forensics.analysis.events import GpuHealthReading, GpuLostWitness
@@ -113,7 +114,12 @@ def _is_lost(nvml: Any) -> str | None:
     return None
 
 
-def load_nvml_health(src: Source, model: Model, node: str) -> None:
+def load_nvml_health(src: Source, model: Model, node: str,
+                     lost_lines: Iterable[tuple[int, dict[str, Any], bytes]] | None = None) -> None:
+    """The memory-error counters (start, end) and the GPUs that answered GpuIsLost. ``lost_lines``:
+    the samples' lines holding ``"gpu_is_lost"``, as the samples' own pass met them (without it the
+    samples are read again for them: a big member's second inflate, or a ring member's second
+    rebuild)."""
     by_index = {g.index: g for (n, _), g in model.gpus.items() if n == node}
     for member, phase in ((nvml_spec.DEVICES, "start"), (nvml_spec.HEALTH_END, "end")):
         doc = src.json(member)
@@ -136,8 +142,9 @@ def load_nvml_health(src: Source, model: Model, node: str) -> None:
     first: dict[int, tuple[float, GpuLostWitness]] = {}
     last: dict[int, tuple[float, GpuLostWitness]] = {}
     member = nvml_spec.SAMPLES
-    # the samples again, for GpuIsLost answers only: lines without the reason's name are not parsed
-    for no, line, raw in src.jsonl(member, containing=b'"gpu_is_lost"'):
+    # else the samples again, for GpuIsLost answers only: lines without the reason's name are not parsed
+    lines = lost_lines if lost_lines is not None else src.jsonl(member, containing=b'"gpu_is_lost"')
+    for no, line, raw in lines:
         if line.get("kind", "device") != "device":
             continue
         lost = _is_lost(line.get("nvml"))
