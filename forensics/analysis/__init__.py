@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +30,30 @@ from forensics.analysis.loaders import (
 from forensics.analysis.loaders.clocks import align_clocks
 from forensics.analysis.model import Model
 from forensics.analysis.occurrences import merge_repeats
+from forensics.analysis.ring_view import Window
 from forensics.analysis.rules import RULES
+from forensics.analysis.slices import (
+    SLICE_S,
+    Carried,
+    analyze_in_slices,
+    captured_kernel,
+    history_window,
+    slice_windows,
+)
 from forensics.analysis.source import Source
 from forensics.bundle.reader import ReadLimits, open_bundle
 from forensics.bundle.verify import check_bundle
 from forensics.thresholds import AnalysisConfig, load_config
 
-__all__ = ["AnalysisConfig", "analyze_bundles", "build_model", "load_config", "mark_before_capture", "mark_history",
-           "parse_window", "run_rules"]
+__all__ = ["AnalysisConfig", "SlicePart", "analyze_bundles", "build_model", "load_config", "mark_before_capture",
+           "mark_history", "parse_window", "ring_slices", "run_rules"]
 
 
 def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
-                config: AnalysisConfig | None = None) -> Model:
+                config: AnalysisConfig | None = None, part: SlicePart | None = None) -> Model:
     """Open each bundle and load every source into one model (several bundles of a host: one timeline),
-    then resolve its joins (process -> container -> pod -> allocation) once."""
+    then resolve its joins (process -> container -> pod -> allocation) once. ``part``: one slice of a
+    long ring history (forensics.analysis.slices), not all of it."""
     cfg = config or AnalysisConfig()
     loading = LoadState(psi_some_floor=cfg.psi_some_avg10_pct, psi_full_floor=cfg.psi_full_avg10_pct)
     # Loading creates hundreds of thousands of small, acyclic records: the cyclic collector would
@@ -51,13 +61,25 @@ def build_model(paths: Sequence[Path | str], limits: ReadLimits | None = None,
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return load_model(lambda model, loading: _load_all(model, loading, paths, limits), loading)
+        return load_model(lambda model, loading: _load_all(model, loading, paths, limits, part), loading)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _load_all(model: Model, loading: LoadState, paths: Sequence[Path | str], limits: ReadLimits | None) -> None:
+@dataclass
+class SlicePart:
+    """One slice of a bundle's ring history to load (forensics.analysis.slices): its window, whether
+    the capture's own members are loaded with it (the last slice's), and what the slices before it
+    carried (updated as it is loaded)."""
+
+    window: Window
+    own: bool
+    carried: Carried
+
+
+def _load_all(model: Model, loading: LoadState, paths: Sequence[Path | str], limits: ReadLimits | None,
+              part: SlicePart | None = None) -> None:
     seen_files: dict[str, str] = {}
     for raw in paths:
         path = Path(raw)
@@ -84,10 +106,24 @@ def _load_all(model: Model, loading: LoadState, paths: Sequence[Path | str], lim
         hashes = {m: bundle.sha256(m) for m in sorted(bundle.members)}
         node = load_manifest(src, model, path, bundle.file_sha256, hashes)
         model.bundles[-1]["integrity"] = {"ok": not problems, "problems": problems[:20]}
-        load_source(src, model, node, loading)
+        if part is None:
+            load_source(src, model, node, loading)
+        else:
+            carried = part.carried
+            if not part.own:  # the ring's copies of the capture's kernel records are the last slice's
+                if node not in carried.kernel:
+                    carried.kernel[node] = captured_kernel(src, node)
+                keys, lines = carried.kernel[node]
+                loading.kernel_keys[node], loading.kernel_lines[node] = set(keys), set(lines)
+            view = load_source(src, model, node, loading, carried.part(part.window), part.own)
+            carried.after(view, model.node(node))
+            del view
         del bundle, src
     finalize(model)
+    before = len(model.limitations)
     note_missing_sources(model)
+    if part is not None:
+        part.carried.notes.update(model.limitations[before:])
     nodes = sorted(model.nodes)
     if len(nodes) > 1:
         unaligned = align_clocks(model)
@@ -165,20 +201,55 @@ def mark_before_capture(model: Model, findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def ring_slices(paths: Sequence[Path | str], limits: ReadLimits | None = None,
+                slice_s: float = SLICE_S) -> list[Window]:
+    """The slices a bundle's ring history is analysed in (forensics.analysis.slices): one window
+    (``(since, None)``) where it fits one slice, none where there is no ring history to slice or
+    several bundles are analysed together (one model, as without slicing)."""
+    if len(paths) != 1:
+        return []
+    bundle = open_bundle(Path(paths[0]), limits)
+    found = history_window(Source(bundle, Path(paths[0]).name, bundle.members.keys()))
+    return [] if found is None else slice_windows(found[0], found[1], slice_s)
+
+
 def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None = None,
-                    limits: ReadLimits | None = None, window: str | WindowSpec | None = None) -> dict[str, Any]:
+                    limits: ReadLimits | None = None, window: str | WindowSpec | None = None,
+                    slice_s: float = SLICE_S) -> dict[str, Any]:
     """Analyse one or more bundles and return the analysis JSON document (a dict).
 
     ``window``: the window under investigation (``START..END``, :func:`parse_window`); by default
-    the capture window and its lead-up. It ranks the incidents; it hides nothing.
+    the capture window and its lead-up. It ranks the incidents; it hides nothing. ``slice_s``: a ring
+    history longer than this (and a tenth) is analysed in consecutive slices of it (forensics.analysis.slices).
     """
     cfg = config or AnalysisConfig()
     spec = parse_window(window) if isinstance(window, str) else window
-    model = build_model(paths, limits, cfg)
+    windows = ring_slices(paths, limits, slice_s)
+    if len(windows) > 1:
+        carried = Carried()
+
+        def rules(model: Model) -> list[Finding]:
+            was = gc.isenabled()
+            gc.disable()  # as below
+            try:
+                return run_rules(model, cfg)
+            finally:
+                if was:
+                    gc.enable()
+
+        sliced = analyze_in_slices(
+            windows, lambda w, last: build_model(paths, limits, cfg, SlicePart(w, last, carried)), rules, carried.notes)
+        model, raw = sliced.model, sliced.findings
+        del sliced
+    else:
+        model = build_model(paths, limits, cfg)
+        raw = None
     was_enabled = gc.isenabled()
     gc.disable()  # rules and the document also make many acyclic records (see build_model)
     try:
-        findings = mark_before_capture(model, mark_history(model, merge_repeats(run_rules(model, cfg))))
+        if raw is None:
+            raw = run_rules(model, cfg)
+        findings = mark_before_capture(model, mark_history(model, merge_repeats(raw)))
         result = build_chain(findings, cfg, model)
         win = window_for(model, spec)
         incidents = build_incidents(result.findings, model, cfg, win)

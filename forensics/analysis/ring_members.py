@@ -134,6 +134,13 @@ class RingMembers(Mapping[str, bytes]):
             self._held_writes[member] = data
             self._held_size += len(data)
 
+    def carry(self, member: str, data: bytes, origin: tuple[str, int]) -> None:
+        """A write an earlier part of the history read (forensics.analysis.slices), before this
+        part's records: held (its segment is not read here), until a write of this part replaces it."""
+        self._writes[member] = (origin, len(data))
+        self._held_writes[member] = data
+        self._held_size += len(data)
+
     def close(self) -> None:
         """The index is complete: a written member is its latest write (its origin that record's);
         the line numbers of the held members' records are dropped (they are never read again)."""

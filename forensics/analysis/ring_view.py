@@ -56,7 +56,26 @@ from forensics.ring.segment import SegmentTooLarge, segment_text, valid_prefix
 from forensics.specs.ring import PREFIX as RING_PREFIX
 from forensics.specs.ring import PROVENANCE, SEGMENTS
 
-__all__ = ["RING_PREFIX", "RebuiltRing", "RingSource", "history_spans", "rebuild_ring", "ring_view"]
+__all__ = ["RING_PREFIX", "HistoryPart", "RebuiltRing", "RingSource", "Window", "history_spans", "rebuild_ring",
+           "ring_view"]
+
+#: a part of the ring's history: wall times [t0, t1), t1 None: to the provenance window's end (inclusive)
+Window = tuple[float, float | None]
+#: write members as of some time: member -> its bytes and the segment record they were rebuilt from
+State = dict[str, tuple[bytes, tuple[str, int]]]
+
+
+@dataclass
+class HistoryPart:
+    """One part of a ring's history to rebuild (forensics.analysis.slices cuts a long one): its
+    window, and what the parts before it leave it: each appended member's lines in them (evidence
+    numbers a line as the whole history's member does) and the state as of their end (a member the
+    ring stopped copying at its segments' tops, the recorder's state cap reached, is still known, as
+    it is to a view of the whole history)."""
+
+    window: Window
+    line_base: dict[str, int] = field(default_factory=dict)
+    state: State = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +100,10 @@ class RebuiltRing:
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the segment members read without their SHA-256 checked (no readable provenance to check it against)
     unverified: set[str] = field(default_factory=set)
+    #: of a part of the history: the write members as of its end, with their origins, and the
+    #: appended members' lines (what the next part starts from)
+    state: State = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
 
     def origin(self, member: str, line: int) -> tuple[str, int] | None:
         """The segment record that line ``line`` (1-based; 0: the first) of ``member`` was rebuilt from."""
@@ -126,8 +149,9 @@ def _when(t: float) -> str:
         return f"t={t!r}"
 
 
-def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
-    """The members rebuilt from ``src``'s segment members (see the module's docstring)."""
+def rebuild_ring(src: Source, limits: ReadLimits | None = None, part: HistoryPart | None = None) -> RebuiltRing:
+    """The members rebuilt from ``src``'s segment members (see the module's docstring); with
+    ``part`` only the records of its window (:func:`_in_window`), the state from its own."""
     limits = limits or getattr(src.bundle, "limits", None) or ReadLimits()  # the bundle's, as read
     out = RebuiltRing()
     prov = src.json(PROVENANCE)
@@ -137,9 +161,14 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
     present = sorted(m for m in src.members if m.startswith(SEGMENTS))
     left_out = _check(src, present, out)
     order = [m for m in listed if m in src.members] + [m for m in present if m not in listed]
+    if part is not None:
+        since, until, order = _in_window(part.window, since, until, order, listed)
     store = RingMembers(src.bundle, limits, since, until, out.origins)  # where each record lies, not its bytes
     lines_so_far: dict[str, int] = {}
-    total = 0
+    latest: State = dict(part.state) if part is not None else {}  # (a part's: the next one starts from it)
+    for m, (data, origin) in latest.items():
+        store.carry(m, data, origin)
+    total = sum(len(data) for data, _ in latest.values())
     decode = DecodeBudget(limits.max_total_bytes)  # what change-only lines rebuild, in all segments
     inflate_left = 2 * limits.max_total_bytes  # the text of all segments (records outside the window too)
     for member in order:
@@ -192,6 +221,8 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             if rec.op == "write":  # the state, copied into every segment: only the latest copy is kept
                 total -= store.write_size(rec.member)
                 store.write(rec)
+                if part is not None:
+                    latest[rec.member] = (rec.data, origin)
                 continue
             first = lines_so_far.get(rec.member, 0) + 1
             lines_so_far[rec.member] = first - 1 + rec.data.count(b"\n")
@@ -209,7 +240,34 @@ def rebuild_ring(src: Source, limits: ReadLimits | None = None) -> RebuiltRing:
             break
     store.close()  # a write is the member as of the capture start
     out.members = store
+    out.state = latest
+    out.lines = lines_so_far
     return out
+
+
+def _in_window(window: Window, since: float | None, until: float | None, order: list[str],
+               listed: dict[str, dict[str, Any]]) -> tuple[float | None, float | None, list[str]]:
+    """The provenance window ``[since, until]`` cut to ``window``, and the segments that can hold its
+    records: from the first whose last record (the provenance's ``t_last``) is at or after ``t0`` to
+    the first whose last record is at or after ``t1``. A segment's records are written in time order,
+    so one ending before ``t0`` holds none of the window's (the state it held is copied at the next
+    one's top), and one after the segment that passes ``t1`` would bring only a later state. A
+    segment the provenance does not time is read."""
+    t0, t1 = window
+    since = t0 if since is None else max(since, t0)
+    if t1 is not None:
+        end = math.nextafter(t1, -math.inf)  # the window's end is not in it: the next slice's
+        until = end if until is None else min(until, end)
+    kept: list[str] = []
+    for m in order:
+        raw = listed.get(m, {}).get("t_last")
+        last = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+        if last is not None and last < t0:
+            continue
+        kept.append(m)
+        if last is not None and t1 is not None and last >= t1:
+            break
+    return since, until, kept
 
 
 def _check(src: Source, present: list[str], out: RebuiltRing) -> set[str]:
@@ -312,12 +370,15 @@ class RingSource(Source):
     """A Source over the ``ring/`` members of another (rebuilt from its segments, or the members an
     older capture wrote whole), evidence named by their paths in the bundle."""
 
-    def __init__(self, src: Source, prefix: str = RING_PREFIX) -> None:
+    def __init__(self, src: Source, prefix: str = RING_PREFIX, part: HistoryPart | None = None) -> None:
         self.rebuilt: RebuiltRing | None = None
+        #: member -> its lines before the part's window: evidence numbers a line as the whole
+        #: history's member does
+        self.line_base = part.line_base if part is not None else {}
         own = [m[len(prefix):] for m in src.members
                if m.startswith(prefix) and not m.startswith(SEGMENTS) and m != PROVENANCE]
         if any(m.startswith(SEGMENTS) for m in src.members):
-            self.rebuilt = rebuild_ring(src)
+            self.rebuilt = rebuild_ring(src) if part is None else rebuild_ring(src, part=part)
             if own:
                 src.problems.append(f"{src.name}: {len(own)} ring member(s) beside the ring segments "
                                     f"(such as ring/{sorted(own)[0]}): read only where no segment rebuilds them")
@@ -352,12 +413,17 @@ class RingSource(Source):
         and whether that segment's SHA-256 was checked against the provenance."""
         if self.rebuilt is None:
             return ev
-        origin = self.rebuilt.origin(ev.member.removeprefix(self.prefix), line)
+        rel = ev.member.removeprefix(self.prefix)
+        origin = self.rebuilt.origin(rel, line - self.line_base.get(rel, 0) if line else line)
         if not origin:
             return ev
         return replace(ev, derived_from=origin, derived_verified=origin[0] not in self.rebuilt.unverified)
 
     def _real(self, ev: Evidence, line: int = 0) -> Evidence:
+        base = self.line_base.get(ev.member, 0) if line else 0
+        if base:  # the line as the whole history's member numbers it
+            line += base
+            ev = replace(ev, locator=f"line {line}")
         return self.derived(replace(ev, member=self.prefix + ev.member), line)
 
     def ev_pointer(self, member: str, pointer: str, doc: Any = None) -> Evidence:
@@ -375,14 +441,19 @@ class RingSource(Source):
     def ref(self, member: str, line: int, payload: Any, *paths: tuple[str | int, ...],
             pointer: str = "") -> EvidenceRef:
         r = super().ref(member, line, payload, *paths, pointer=pointer)
-        return r._replace(member=self.prefix + r.member)  # quoted, it asks derived() where it came from
+        base = self.line_base.get(member, 0) if line else 0
+        # quoted, it asks derived() where it came from
+        return r._replace(member=self.prefix + r.member, line=line + base) if base else r._replace(
+            member=self.prefix + r.member)
 
     def line_at(self, member: str, offset: int) -> bytes:
         return super().line_at(member.removeprefix(self.prefix), offset)
 
 
-def ring_view(src: Source) -> RingSource | None:
-    """The bundle's ring history as a Source, or None when the capture folded in no ring."""
+def ring_view(src: Source, part: HistoryPart | None = None) -> RingSource | None:
+    """The bundle's ring history as a Source, or None when the capture folded in no ring; ``part``:
+    only that part of it (:class:`HistoryPart`; where the bundle carries the segments: the whole
+    members of an older capture are read whole)."""
     if not any(m.startswith(RING_PREFIX) for m in src.members):
         return None
-    return RingSource(src)
+    return RingSource(src, part=part)

@@ -26,7 +26,7 @@ from forensics.analysis.loaders.manifest import load_manifest, note_missing_sour
 from forensics.analysis.loaders.order import loader_order
 from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model
-from forensics.analysis.ring_view import history_spans, ring_view
+from forensics.analysis.ring_view import HistoryPart, RingSource, history_spans, ring_view
 from forensics.analysis.samples import (
     CpuSample,
     GpuSample,
@@ -63,21 +63,26 @@ def load_model(fill: Callable[[Model, LoadState], None], loading: LoadState) -> 
     return model
 
 
-def load_source(src: Source, model: Model, node: str, loading: LoadState) -> None:
+def load_source(src: Source, model: Model, node: str, loading: LoadState, part: HistoryPart | None = None,
+                own: bool = True) -> RingSource | None:
     """Run every loader over one bundle; a loader's failure becomes a limitation, never an exception.
 
     A bundle with the flight recorder's history (members under ``ring/``) is loaded twice: the
     ring's members first, through the same loaders (forensics.analysis.ring_view), then the
     capture's own, so history and live samples are one series and live identities win. The ring's
     kernel records come last, those the capture's kernel log does not hold (from before a reboot,
-    or overwritten in a busy kernel buffer), each timed by its own boot."""
+    or overwritten in a busy kernel buffer), each timed by its own boot.
+
+    ``part``: only that part of the ring's history (forensics.analysis.slices); ``own`` False: the
+    ring's history alone, not the capture's own members (a slice before the capture's). Returns the
+    ring view read (None: none)."""
     try:
-        view = ring_view(src)
+        view = ring_view(src, part)
     except Exception as exc:  # noqa: BLE001 - a bundle's ring segments are hostile input too
         view = None
         model.limit(f"{src.name}: the flight recorder's history (ring/) could not be rebuilt "
                     f"({type(exc).__name__}: {str(exc)[:200]}); only the capture's own members are analysed")
-    passes: list[tuple[Source, frozenset[str]]] = [(src, frozenset())]
+    passes: list[tuple[Source, frozenset[str]]] = [(src, frozenset())] if own else []
     if view is not None:
         passes.insert(0, (view, RING_SKIPS))
         info = model.node(node)
@@ -105,6 +110,7 @@ def load_source(src: Source, model: Model, node: str, loading: LoadState) -> Non
                         f"({type(exc).__name__}: {str(exc)[:200]}); only the capture's own kernel log is analysed")
     for problem in src.problems:
         model.limit(problem)
+    return view
 
 
 def _prefer_kernel_files(samples: list[_Sample]) -> list[_Sample]:
