@@ -33,6 +33,10 @@ what change-only lines may rebuild, at most ``max_total_bytes``. Since the rebui
 bounds the work, the bytes the loaders parse and the decoder makes, and it stays what it was so the
 same bundle under the same limits reads the same records (and says the same of what it left out).
 Bundles of earlier versions hold the ``ring/`` members whole: they are read as they are.
+
+A :class:`HistoryPart` asks for one part of the history (forensics.analysis.slices cuts a long one
+into slices): the records of its window only, from the segments that can hold them, the state as of
+its end (from the parts before it too), evidence numbered as the whole history's member is.
 """
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ from forensics.analysis.loaders import load_model
 from forensics.analysis.loaders.kernel import load_kernel
 from forensics.analysis.loaders.state import LoadState
 from forensics.analysis.model import Model, NodeInfo
-from forensics.analysis.naming import fmt_time
 from forensics.analysis.ring_view import HistoryPart, RingSource, State, Window
 from forensics.analysis.source import Source
+from forensics.bundle.format import iso_from_unix
 from forensics.specs.ring import PROVENANCE, SEGMENTS
 
 __all__ = ["SLICE_S", "SLIVER", "Carried", "Sliced", "analyze_in_slices", "captured_kernel", "history_window",
@@ -205,13 +205,14 @@ def _joined(had: tuple[float, float] | None, span: tuple[float, float] | None,
 def slice_note(windows: list[Window]) -> str:
     """The limitation that says the history was analysed in slices, and what that means."""
     first, last_start = windows[0][0], windows[-1][0]
-    size = windows[-1][0] - windows[-2][0] if len(windows) > 1 else 0.0
-    return (f"the flight recorder's history ({fmt_time(first)} to the capture) was analysed in "
-            f"{len(windows)} consecutive slices of {size / 3600:.3g} h (the oldest "
-            f"{(windows[1][0] - first) / 3600:.3g} h), so that memory holds one slice, not the whole history; "
-            "each slice's rules saw only its own records, with the ring's state (allocations, containers, pods) "
-            "as of the slice's end: a baseline is learned within a slice, a span, duration or count is measured "
-            "within a slice (an episode across a cut is found in both slices and shown as one finding with its "
-            "occurrences), a cause in one slice is not linked to an effect in another except through the "
-            f"chain's window, and the tables of GPUs, containers and pods are those of the last slice (from "
-            f"{fmt_time(last_start)}, with the capture's own members)")
+    size = windows[-1][0] - windows[-2][0]
+    return (f"the flight recorder's history (from {iso_from_unix(first)} to the capture) was analysed in "
+            f"{len(windows)} consecutive slices of {size / 3600:.3g} h counted back from the capture (the oldest "
+            f"{(windows[1][0] - first) / 3600:.3g} h), so that memory holds one slice, not the whole history: each "
+            "slice's rules saw only its own samples, with the ring's state (allocations, containers, pods) as of "
+            "the slice's end and every grant an earlier slice knew; a baseline is learned within a slice, and a "
+            "span, duration, share or count is measured within one (an episode across a cut is found on both "
+            "sides and shown as one finding with its occurrences; one too short on each side for a rule's minimum "
+            "samples or duration is not found, never made up); the tables of GPUs, containers and pods are the "
+            f"last slice's (from {iso_from_unix(last_start)}, with the capture's own members), the timeline's events "
+            "are every slice's")
