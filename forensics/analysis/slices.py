@@ -123,6 +123,8 @@ class Carried:
     held: dict[str, dict[str, tuple[float, float] | None]] = field(default_factory=dict)
     kernel: dict[str, tuple[set[tuple[int, str]], set[str]]] = field(default_factory=dict)
     notes: set[str] = field(default_factory=set)
+    #: node -> the kernel records and PSI readings read so far (a ruled-out check counts them all)
+    counted: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def part(self, window: Window) -> HistoryPart:
         """The ring's history to rebuild for ``window``, after what the slices before it read."""
@@ -130,7 +132,8 @@ class Carried:
 
     def after(self, view: RingSource | None, info: NodeInfo) -> None:
         """Take what the slice's ``view`` read (its state, its members' lines) and the history its
-        node ``info`` held; the node holds from now on the history of every slice so far."""
+        node ``info`` held and the records it counted; the node holds from now on the history and the
+        counts of every slice so far."""
         if view is not None and view.rebuilt is not None:
             base = dict(self.line_base)  # a new one: the view numbers its evidence with the old
             for member, lines in view.rebuilt.lines.items():  # the appended members
@@ -140,6 +143,10 @@ class Carried:
         for folder, span in info.history_held.items():
             spans[folder] = _joined(spans.get(folder), span, folder in spans)
         info.history_held.update(spans)
+        kernel, psi = self.counted.get(info.host, (0, 0))
+        info.kernel_records += kernel
+        info.psi_readings += psi
+        self.counted[info.host] = (info.kernel_records, info.psi_readings)
 
 
 @dataclass
