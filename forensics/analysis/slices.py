@@ -194,7 +194,8 @@ def analyze_in_slices(windows: list[Window], build: Callable[[Window, bool], Mod
     own = list(final.limitations)
     final.limitations[:] = carried + [x for x in own if x not in carried]
     for kind, kept in events.items():
-        final.series(kind)[:0] = kept  # the earlier slices' first, in the order they were loaded
+        series: list[Any] = final.series(kind)
+        series[:0] = kept  # the earlier slices' first, in the order they were loaded
     if len(windows) > 1:
         final.limit(slice_note(windows))
     return Sliced(final, findings, windows, per_slice)
