@@ -222,5 +222,6 @@ def slice_note(windows: list[Window]) -> str:
             "span, duration, share or count is measured within one (an episode across a cut is found on both "
             "sides and shown as one finding with its occurrences; one too short on each side for a rule's minimum "
             "samples or duration is not found, never made up); the tables of GPUs, containers and pods are the "
-            f"last slice's (from {iso_from_unix(last_start)}, with the capture's own members), the timeline's events "
-            "are every slice's")
+            f"last slice's (from {iso_from_unix(last_start)}, with the capture's own members), and so are the "
+            "sample counts a ruled-out check quotes (but the kernel records' and PSI readings'; a kind found in any "
+            "slice is not ruled out); the timeline's events are every slice's")
