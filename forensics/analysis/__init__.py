@@ -238,7 +238,8 @@ def analyze_bundles(paths: Sequence[Path | str], config: AnalysisConfig | None =
                     gc.enable()
 
         sliced = analyze_in_slices(
-            windows, lambda w, last: build_model(paths, limits, cfg, SlicePart(w, last, carried)), rules, carried.notes)
+            windows, lambda w, last: build_model(paths, limits, cfg, SlicePart(w, last, carried)), rules, carried.notes,
+            slice_s=slice_s)
         model, raw = sliced.model, sliced.findings
         del sliced
     else:

@@ -163,12 +163,13 @@ class Sliced:
 
 def analyze_in_slices(windows: list[Window], build: Callable[[Window, bool], Model],
                       rules: Callable[[Model], list[Finding]], notes: set[str] | None = None,
-                      on_dropped: Callable[[Model], Any] | None = None) -> Sliced:
+                      on_dropped: Callable[[Model], Any] | None = None, slice_s: float = SLICE_S) -> Sliced:
     """Each window's model (``build(window, last)``: the capture's own members with the last one),
     its rules' findings kept, the model dropped before the next is built (``on_dropped``: told of each
     model dropped, a test's weak reference). The last slice's model is returned with the limitations
     of the earlier ones (but ``notes``: the earlier slices' notes on the sources, which the last
-    slice's say of the whole history) and the note that the history was sliced."""
+    slice's say of the whole history) and the note that the history was sliced (``slice_s``: the
+    span the windows were cut by, :func:`slice_windows`)."""
     findings: list[Finding] = []
     carried: list[str] = []
     events: dict[type, list[object]] = {kind: [] for kind in TIMELINE_EVENTS}
@@ -197,7 +198,7 @@ def analyze_in_slices(windows: list[Window], build: Callable[[Window, bool], Mod
         series: list[Any] = final.series(kind)
         series[:0] = kept  # the earlier slices' first, in the order they were loaded
     if len(windows) > 1:
-        final.limit(slice_note(windows))
+        final.limit(slice_note(windows, slice_s))
     return Sliced(final, findings, windows, per_slice)
 
 
@@ -210,10 +211,10 @@ def _joined(had: tuple[float, float] | None, span: tuple[float, float] | None,
     return (min(had[0], span[0]), max(had[1], span[1]))
 
 
-def slice_note(windows: list[Window]) -> str:
-    """The limitation that says the history was analysed in slices, and what that means."""
+def slice_note(windows: list[Window], size: float = SLICE_S) -> str:
+    """The limitation that says the history was analysed in slices of ``size`` seconds (the oldest
+    its remainder), and what that means."""
     first, last_start = windows[0][0], windows[-1][0]
-    size = windows[-1][0] - windows[-2][0]
     return (f"the flight recorder's history (from {iso_from_unix(first)} to the capture) was analysed in "
             f"{len(windows)} consecutive slices of {size / 3600:.3g} h counted back from the capture (the oldest "
             f"{(windows[1][0] - first) / 3600:.3g} h), so that memory holds one slice, not the whole history: each "

@@ -21,7 +21,7 @@ from forensics.analysis import SlicePart, analyze_bundles, build_model, ring_sli
 from forensics.analysis.excerpt import OMISSION
 from forensics.analysis.model import Model
 from forensics.analysis.ring_view import HistoryPart, RingSource, ring_view
-from forensics.analysis.slices import Carried, analyze_in_slices, slice_windows
+from forensics.analysis.slices import Carried, analyze_in_slices, slice_note, slice_windows
 from forensics.analysis.source import Source
 from forensics.bundle.reader import open_bundle
 from forensics.record.sources import DELTA_MEMBERS
@@ -89,6 +89,15 @@ def test_windows_count_back_from_the_capture_and_a_sliver_joins_the_next() -> No
     assert slice_windows(0.0, 3600.0005, 3600.0) == [(0.0, None)]  # a --since 1h history: one slice
     assert slice_windows(0.0, 10_000.0, 3600.0) == [(0.0, 2800.0), (2800.0, 6400.0), (6400.0, None)]
     assert slice_windows(0.0, 7500.0, 3600.0) == [(0.0, 3900.0), (3900.0, None)]  # 300 s would be a sliver
+
+
+def test_the_note_names_the_slice_span_and_the_oldest_remainder() -> None:
+    """Two slices: the span was read off the last two starts, i.e. the oldest's (``slices of
+    1.08 h``, then ``0.996 h`` on a real 2 h history): it is the span the windows were cut by."""
+    note = slice_note(slice_windows(0.0, 7500.0, 3600.0), 3600.0)
+    assert "in 2 consecutive slices of 1 h counted back from the capture (the oldest 1.08 h)" in note, note
+    note = slice_note(slice_windows(0.0, 10_000.0, 3600.0), 3600.0)
+    assert "in 3 consecutive slices of 1 h counted back from the capture (the oldest 0.778 h)" in note, note
 
 
 def test_a_history_longer_than_a_slice_finds_what_one_model_finds(bundle: Path, docs: tuple[dict[str, Any],
