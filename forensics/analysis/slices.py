@@ -66,8 +66,10 @@ def _time(v: Any) -> bool:
 def history_window(src: Source) -> tuple[float, float] | None:
     """The span of a bundle's ring history: its provenance window (``ring/provenance.json``'s
     ``t_since``, ``t_until``) narrowed to the records its segments hold (their ``t_first``, ``t_last``:
-    a ``--since`` of days over a ring of hours is hours to slice); None: no ring segments, or no
-    readable window (then the history is read whole, as without slicing)."""
+    a ``--since`` of days over a ring of hours is hours to slice); None: no ring segments, no
+    readable window, or segments whose last records are not in time order (a clock set back: a
+    slice stops at the first segment past its end, ring_view's ``_in_window``, and would miss the
+    records of a later one), then the history is read whole, as without slicing."""
     if not any(m.startswith(SEGMENTS) for m in src.members):
         return None
     prov = src.json(PROVENANCE)
@@ -78,6 +80,8 @@ def history_window(src: Source) -> tuple[float, float] | None:
     segs = [s for s in prov.get("segments") or [] if isinstance(s, dict)] if isinstance(prov.get("segments"), list) else []
     firsts = [float(s["t_first"]) for s in segs if _time(s.get("t_first"))]
     lasts = [float(s["t_last"]) for s in segs if _time(s.get("t_last"))]
+    if any(b < a for a, b in zip(lasts, lasts[1:], strict=False)):
+        return None  # a slice reads the segments up to the first past its end: out of order, it would miss some
     if firsts and lasts and len(firsts) == len(lasts) == len(segs):
         since, until = max(since, min(firsts)), min(until, max(lasts))
     return (since, until) if until > since else None
