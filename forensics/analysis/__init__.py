@@ -115,6 +115,7 @@ def _load_all(model: Model, loading: LoadState, paths: Sequence[Path | str], lim
                     carried.kernel[node] = captured_kernel(src, node)
                 keys, lines = carried.kernel[node]
                 loading.kernel_keys[node], loading.kernel_lines[node] = set(keys), set(lines)
+            loading.kernel_history_seen[node] = carried.kernel_seen.setdefault(node, (set(), set()))
             view = load_source(src, model, node, loading, carried.part(part.window), part.own)
             carried.after(view, model.node(node))
             del view

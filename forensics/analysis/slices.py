@@ -127,6 +127,9 @@ class Carried:
     held: dict[str, dict[str, tuple[float, float] | None]] = field(default_factory=dict)
     kernel: dict[str, tuple[set[tuple[int, str]], set[str]]] = field(default_factory=dict)
     notes: set[str] = field(default_factory=set)
+    #: node -> the keys and lines of the ring's kernel records read so far (one a recorder run read
+    #: again, its copy in a later slice, is read once: the kernel loader's)
+    kernel_seen: dict[str, tuple[set[tuple[int, str]], set[str]]] = field(default_factory=dict)
     #: node -> the kernel records and PSI readings read so far (a ruled-out check counts them all)
     counted: dict[str, tuple[int, int]] = field(default_factory=dict)
 

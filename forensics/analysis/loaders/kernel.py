@@ -115,8 +115,9 @@ def _load(src: Source, model: Model, node: str, loading: LoadState, history: boo
     captured_lines = loading.kernel_lines.get(node, set())
     raw_kmsg = {member: parse is kmsg.parse_kmsg_record for member, parse in _SOURCES}  # the same text in the ring
     seen_seq: set[int] = set()
-    seen_keys: set[tuple[int, str]] = set()
-    seen_lines: set[str] = set()
+    seen_keys: set[tuple[int, str]]
+    seen_lines: set[str]
+    seen_keys, seen_lines = loading.kernel_history_seen.get(node, (set(), set())) if history else (set(), set())
     tracker = oomkill.OomTracker()
     oom_lines: list[tuple[int, str]] = []  # (line, text) of the OOM sequence in progress
     bus = nvrm.BusLossJoiner()  # fell-off-the-bus messages without an Xid number, continuations joined

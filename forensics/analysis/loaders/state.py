@@ -34,3 +34,7 @@ class LoadState:
     kernel_keys: dict[str, set[tuple[int, str]]] = field(default_factory=dict)
     # node -> the other lines of the capture's own /dev/kmsg members (no rule reads them; counted once)
     kernel_lines: dict[str, set[str]] = field(default_factory=dict)
+    # node -> the keys and the other lines of the kernel records the ring's history held in the
+    # slices read before this one (forensics.analysis.slices; updated in place): a record a recorder
+    # run read again is read once, as in one model of the whole history
+    kernel_history_seen: dict[str, tuple[set[tuple[int, str]], set[str]]] = field(default_factory=dict)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from forensics.analysis import analyze_bundles
+from forensics.analysis import analyze_bundles, ring_slices
 from forensics.record.sources import DELTA_MEMBERS
 from forensics.ring import RingWriter
 from tests.support.hostile_bundles import build_bundle
@@ -250,3 +250,24 @@ def test_a_run_whose_clock_was_set_right_times_all_its_records_by_the_right_cloc
     doc = analyze_bundles([capture_since(ring, tmp_path / "out", "3h")])
     dated = sorted(round(_unix(x["time"])) for x in doc["timeline"] if x.get("kind") == "xid")
     assert dated == [round(BOOT_B + 100.0), round(BOOT_B + 200.0)], dated
+
+
+def test_a_record_a_later_run_read_again_is_one_record_when_the_history_is_sliced(tmp_path: Path) -> None:
+    """A recorder run that read /dev/kmsg again from its start (its resume point lost) appends the
+    boot's records again, minutes later: one model reads each once; the slices, the copy in a later
+    slice than the first read, read it once too (one Xid, counted once), not once per slice."""
+    ring = tmp_path / "ring"
+    for appended_at in (30.3, 500.0):  # the first run, then one that read the buffer again
+        w = RingWriter(ring, delta_members=DELTA_MEMBERS).open()
+        t = BOOT_B + appended_at
+        w.append([(t, t - BOOT_B, "kernel/kmsg-window.txt", "append", _kmsg(7, 30.0, XID_48))])
+        w.append([(t + 0.1, t + 0.1 - BOOT_B, "kernel/kmsg-window.txt", "append",
+                   _kmsg(8, 31.0, "usb 1-1: USB disconnect, device number 3"))])
+        w.close(seal=False)
+    bundle = capture_since(ring, tmp_path / "out", "3h")
+    assert len(ring_slices([bundle], slice_s=300.0)) == 2  # the first read in one slice, the copy in the next
+    whole = analyze_bundles([bundle])
+    for doc in (whole, analyze_bundles([bundle], slice_s=300.0)):  # one model, then two slices
+        xids = [t for t in doc["timeline"] if t.get("kind") == "xid"]
+        assert len(xids) == 1, (doc is whole, xids)
+        assert not any(f.get("occurrences") for f in doc["findings"]), doc["findings"]
